@@ -1,0 +1,119 @@
+package graph
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Scope is where graph-building code adds nodes: it carries a name prefix,
+// a device, control dependencies, and the first error of the whole build.
+//
+// Builders never panic on user mistakes: the first error is kept, every later
+// AddNode is a no-op returning a nil node, and Err reports it. Check Err once
+// after building. Sub-scopes share the graph and the error.
+type Scope struct {
+	graph   *Graph
+	prefix  string
+	device  string
+	control []*Node
+	err     *deferredErr
+}
+
+type deferredErr struct{ err error }
+
+// NewScope returns the root scope of a new, empty graph.
+func NewScope() *Scope { return NewScopeWithGraph(New()) }
+
+// NewScopeWithGraph returns a root scope that adds to g.
+func NewScopeWithGraph(g *Graph) *Scope { return &Scope{graph: g, err: &deferredErr{}} }
+
+// Graph returns the graph being built.
+func (s *Scope) Graph() *Graph { return s.graph }
+
+// Err returns the first error of the build, or nil.
+func (s *Scope) Err() error { return s.err.err }
+
+// SetErr records err unless an earlier error is already recorded.
+func (s *Scope) SetErr(err error) {
+	if err != nil && s.err.err == nil {
+		s.err.err = err
+	}
+}
+
+// SubScope returns a scope whose node names are prefixed by name ("layer1/").
+// A name already used at this level gets a suffix, as nodes do.
+func (s *Scope) SubScope(name string) *Scope {
+	c := *s
+	c.prefix = s.graph.uniqueScope(s.prefix + name)
+	return &c
+}
+
+// WithDevice returns a scope that requests the device for its nodes
+// ("/job:ps/task:0"). Placement honours it.
+func (s *Scope) WithDevice(device string) *Scope {
+	c := *s
+	c.device = device
+	return &c
+}
+
+// Device returns the scope's requested device.
+func (s *Scope) Device() string { return s.device }
+
+// WithControlDependencies returns a scope whose nodes run after deps.
+func (s *Scope) WithControlDependencies(deps ...*Node) *Scope {
+	c := *s
+	c.control = append(append([]*Node(nil), s.control...), deps...)
+	return &c
+}
+
+// Prefix returns the name prefix ("layer1/" or "").
+func (s *Scope) Prefix() string { return s.prefix }
+
+// AddNode adds a node of the given op. name is the node's base name within
+// the scope ("" means the op name); it is made unique. On error (now or
+// earlier) it records the error and returns nil.
+func (s *Scope) AddNode(opName, name string, inputs []Output, attrs map[string]any) *Node {
+	if s.err.err != nil {
+		return nil
+	}
+	for i, in := range inputs {
+		if in.Node == nil {
+			s.SetErr(fmt.Errorf("graph: %s%s (%s): input %d is missing", s.prefix, name, opName, i))
+			return nil
+		}
+	}
+	if name == "" {
+		name = opName
+	}
+	n, err := s.graph.AddNode(NodeSpec{
+		Op: opName, Name: s.graph.uniqueNameLocked(s.prefix + name),
+		Inputs: inputs, Control: s.control, Attrs: attrs, Device: s.device,
+	})
+	s.SetErr(err)
+	return n
+}
+
+// Out is AddNode for single-output ops: it returns output 0, or the zero
+// Output after an error.
+func (s *Scope) Out(opName, name string, inputs []Output, attrs map[string]any) Output {
+	n := s.AddNode(opName, name, inputs, attrs)
+	if n == nil || n.NumOutputs() == 0 {
+		return Output{}
+	}
+	return n.Output(0)
+}
+
+func (g *Graph) uniqueNameLocked(base string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.uniqueName(base)
+}
+
+// uniqueScope returns a scope prefix ending in "/" that no earlier scope used.
+func (g *Graph) uniqueScope(base string) string {
+	base = strings.TrimSuffix(base, "/")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	name := g.uniqueName(base)
+	return name + "/"
+}

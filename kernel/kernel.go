@@ -1,0 +1,126 @@
+package kernel
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/tensor"
+)
+
+// CPU is the device type every op has a kernel for.
+const CPU = "CPU"
+
+// Kernel computes one node. A Kernel is built once per node by its Factory
+// (which validates attributes) and then called once per step; Compute may be
+// called concurrently for different steps and must keep no per-step state.
+type Kernel interface {
+	Compute(c *Context) error
+}
+
+// Func adapts a function to Kernel.
+type Func func(c *Context) error
+
+// Compute calls f.
+func (f Func) Compute(c *Context) error { return f(c) }
+
+// Factory builds the kernel of a node, reading and checking its attributes once.
+type Factory func(n *graph.Node) (Kernel, error)
+
+// Simple returns a Factory for kernels that need nothing from the node at build time.
+func Simple(f func(c *Context) error) Factory {
+	k := Func(f)
+	return func(*graph.Node) (Kernel, error) { return k, nil }
+}
+
+type key struct{ op, device string }
+
+var (
+	mu       sync.RWMutex
+	registry = map[key]Factory{}
+)
+
+// Register adds the kernel factory of op on a device type. It panics on a
+// duplicate registration (a programmer error found at init).
+func Register(op, device string, f Factory) {
+	mu.Lock()
+	defer mu.Unlock()
+	k := key{op, device}
+	if _, dup := registry[k]; dup {
+		panic(fmt.Sprintf("kernel.Register: %s on %s registered twice", op, device))
+	}
+	registry[k] = f
+}
+
+// Lookup returns the factory of op on device.
+func Lookup(op, device string) (Factory, error) {
+	mu.RLock()
+	defer mu.RUnlock()
+	if f, ok := registry[key{op, device}]; ok {
+		return f, nil
+	}
+	return nil, fmt.Errorf("kernel: no %s kernel for op %q", device, op)
+}
+
+// List returns the ops that have a kernel on device, sorted.
+func List(device string) []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	var ops []string
+	for k := range registry {
+		if k.device == device {
+			ops = append(ops, k.op)
+		}
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+// Context is what a kernel sees during one step: its inputs, a place for
+// its outputs, and the step's shared state.
+type Context struct {
+	// Ctx is the step's context; long-running kernels check it.
+	Ctx context.Context
+	// Node is the node being computed.
+	Node *graph.Node
+	// Inputs holds the data inputs; the entry of a ref input is nil.
+	Inputs []*tensor.Tensor
+	// Refs holds the variables of ref inputs (nil for value inputs).
+	Refs []*Variable
+	// Outputs must be filled by the kernel, one tensor per node output.
+	Outputs []*tensor.Tensor
+	// Resources holds the state that outlives a step (variables, queues).
+	Resources *Resources
+	// Step carries per-step services (the rendezvous of distributed steps).
+	Step *Step
+}
+
+// Step is per-step information shared by all kernels of one step.
+type Step struct {
+	ID int64
+	// Rendezvous moves tensors between partitions; nil in single-device runs.
+	Rendezvous any
+}
+
+// Input returns data input i.
+func (c *Context) Input(i int) *tensor.Tensor { return c.Inputs[i] }
+
+// Ref returns the variable behind ref input i.
+func (c *Context) Ref(i int) *Variable { return c.Refs[i] }
+
+// SetOutput stores output i.
+func (c *Context) SetOutput(i int, t *tensor.Tensor) { c.Outputs[i] = t }
+
+// Alloc allocates a zeroed tensor, stores it as output i and returns it.
+func (c *Context) Alloc(i int, dt tensor.DType, shape ...int) *tensor.Tensor {
+	t := tensor.New(dt, shape...)
+	c.Outputs[i] = t
+	return t
+}
+
+// Errorf returns an error naming the node and its op.
+func (c *Context) Errorf(format string, args ...any) error {
+	return fmt.Errorf("kernel: node %s: %s", c.Node, fmt.Sprintf(format, args...))
+}

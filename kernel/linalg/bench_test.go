@@ -1,0 +1,75 @@
+package linalg_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/distflow/distflow/kernel/linalg"
+)
+
+func randSlice(n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(i%97)/97 - 0.5
+	}
+	return x
+}
+
+func benchGemm(b *testing.B, be linalg.Backend, ta, tb bool, m, n, k int) {
+	a, bm, c := randSlice(m*k), randSlice(k*n), randSlice(m*n)
+	lda, ldb := k, n
+	if ta {
+		lda = m
+	}
+	if tb {
+		ldb = k
+	}
+	be.Sgemm(ta, tb, m, n, k, 1, a, lda, bm, ldb, 0, c, n) // warm pools
+	b.ResetTimer()
+	for b.Loop() {
+		be.Sgemm(ta, tb, m, n, k, 1, a, lda, bm, ldb, 0, c, n)
+	}
+	b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// withProcs runs f with GOMAXPROCS set to p (0 keeps the current value).
+func withProcs(p int, f func()) {
+	if p > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(p))
+	}
+	f()
+}
+
+func BenchmarkSgemm(b *testing.B) {
+	for _, name := range linalg.List() {
+		be, _ := linalg.Get(name)
+		b.Run(name, func(b *testing.B) {
+			for _, procs := range []int{0, 1} {
+				suffix := ""
+				if procs == 1 {
+					suffix = "/1core"
+				}
+				for _, n := range []int{256, 512, 1024} {
+					b.Run(fmt.Sprintf("n=%d%s", n, suffix), func(b *testing.B) {
+						withProcs(procs, func() { benchGemm(b, be, false, false, n, n, n) })
+					})
+				}
+				// MLP 784-100-10, batch 100: forward X*W, dW = X^T*dY, dX = dY*W^T.
+				for _, s := range []struct {
+					name    string
+					ta, tb  bool
+					m, n, k int
+				}{
+					{"mlp_fwd_100x784x100", false, false, 100, 100, 784},
+					{"mlp_dW_784x100x100_TN", true, false, 784, 100, 100},
+					{"mlp_dX_100x100x784_NT", false, true, 100, 784, 100},
+				} {
+					b.Run(s.name+suffix, func(b *testing.B) {
+						withProcs(procs, func() { benchGemm(b, be, s.ta, s.tb, s.m, s.n, s.k) })
+					})
+				}
+			}
+		})
+	}
+}

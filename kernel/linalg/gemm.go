@@ -1,0 +1,247 @@
+package linalg
+
+import (
+	"runtime"
+	"sync"
+)
+
+type float interface{ ~float32 | ~float64 }
+
+// kernel is a register-tiled micro-kernel plus the cache blocking that feeds it
+// (BLIS/GotoBLAS structure). Packing copies a kc x nc panel of op(B) into
+// nr-wide column slivers (kept in L3, one sliver hot in L1) and an mc x kc block
+// of alpha*op(A) into mr-tall row slivers (kept in L2), so the micro-kernel
+// streams both operands with unit stride whatever the transposes and strides
+// of the caller, and edge tiles see zero padding instead of special cases.
+type kernel[T float] struct {
+	mr, nr     int
+	mc, kc, nc int
+	// micro computes the mr x nr tile C = Ap*Bp + beta*C over kc steps, where
+	// ap holds mr*kc packed values (column by column) and bp kc*nr (row by row).
+	// beta == 0 overwrites C. c has at least (mr-1)*ldc+nr elements.
+	micro func(kc int, ap, bp, c []T, ldc int, beta T)
+}
+
+// workspace holds one goroutine's packing buffers; pooled so that steady-state
+// calls do not allocate.
+type workspace[T float] struct {
+	a, b, tile []T
+}
+
+func getWS[T float](p *sync.Pool) *workspace[T] {
+	if w, ok := p.Get().(*workspace[T]); ok {
+		return w
+	}
+	return new(workspace[T])
+}
+
+func grow[T float](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// parallelMin is the m*n*k below which a product runs on the calling goroutine:
+// under ~64^3 multiply-adds the goroutine hand-off costs more than it saves.
+const parallelMin = 64 * 64 * 64
+
+// gemm is the driver shared by all backends: argument checks, trivial cases,
+// splitting across goroutines, then the blocked loop nest.
+func gemm[T float](kn *kernel[T], pool *sync.Pool, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	checkGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if alpha == 0 || k == 0 {
+		scale(m, n, beta, c, ldc)
+		return
+	}
+	g := gemmArgs[T]{kn, transA, transB, k, alpha, a, lda, b, ldb, beta, c, ldc}
+	mt, nt := ceilDiv(m, kn.mr), ceilDiv(n, kn.nr)
+	threads := runtime.GOMAXPROCS(0)
+	if m*n*k < parallelMin || threads == 1 || mt*nt < 2 {
+		ws := getWS[T](pool)
+		g.run(ws, 0, m, 0, n)
+		pool.Put(ws)
+		return
+	}
+	// Split the dimension with more micro-tiles into contiguous tile ranges,
+	// one per goroutine; each packs its own panels, so no synchronisation is
+	// needed beyond the final wait.
+	splitM := mt >= nt
+	tiles, unit, size := nt, kn.nr, n
+	if splitM {
+		tiles, unit, size = mt, kn.mr, m
+	}
+	threads = min(threads, tiles)
+	var wg sync.WaitGroup
+	for t := range threads {
+		lo := tiles * t / threads * unit
+		hi := min(tiles*(t+1)/threads*unit, size)
+		wg.Add(1)
+		work := func() {
+			ws := getWS[T](pool)
+			if splitM {
+				g.run(ws, lo, hi, 0, n)
+			} else {
+				g.run(ws, 0, m, lo, hi)
+			}
+			pool.Put(ws)
+			wg.Done()
+		}
+		if t == threads-1 {
+			work()
+		} else {
+			go work()
+		}
+	}
+	wg.Wait()
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// scale sets C = beta*C, writing zeros (not beta*NaN) when beta == 0.
+func scale[T float](m, n int, beta T, c []T, ldc int) {
+	for i := range m {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+		} else if beta != 1 {
+			for j := range row {
+				row[j] *= beta
+			}
+		}
+	}
+}
+
+type gemmArgs[T float] struct {
+	kn             *kernel[T]
+	transA, transB bool
+	k              int
+	alpha          T
+	a              []T
+	lda            int
+	b              []T
+	ldb            int
+	beta           T
+	c              []T
+	ldc            int
+}
+
+// run computes the block C[m0:m1, n0:n1] with the loop nest jc (nc) -> pc (kc)
+// -> ic (mc) -> jr (nr) -> ir (mr).
+func (g *gemmArgs[T]) run(ws *workspace[T], m0, m1, n0, n1 int) {
+	kn := g.kn
+	mr, nr := kn.mr, kn.nr
+	kcMax := min(kn.kc, g.k)
+	ncMax := min(kn.nc, ceilDiv(n1-n0, nr)*nr)
+	mcMax := min(kn.mc, ceilDiv(m1-m0, mr)*mr)
+	ws.b = grow(ws.b, kcMax*ncMax)
+	ws.a = grow(ws.a, kcMax*mcMax)
+	ws.tile = grow(ws.tile, mr*nr)
+	for jc := n0; jc < n1; jc += kn.nc {
+		nb := min(kn.nc, n1-jc)
+		for pc := 0; pc < g.k; pc += kn.kc {
+			kb := min(kn.kc, g.k-pc)
+			packB(nr, g.transB, g.b, g.ldb, pc, kb, jc, nb, ws.b)
+			beta := g.beta
+			if pc > 0 {
+				beta = 1
+			}
+			for ic := m0; ic < m1; ic += kn.mc {
+				mb := min(kn.mc, m1-ic)
+				packA(mr, g.transA, g.a, g.lda, ic, mb, pc, kb, g.alpha, ws.a)
+				g.macro(ws, kb, mb, nb, g.c[ic*g.ldc+jc:], beta)
+			}
+		}
+	}
+}
+
+// macro multiplies a packed mb x kb block of A by a packed kb x nb panel of B
+// into c (whose origin is the block's top-left element).
+func (g *gemmArgs[T]) macro(ws *workspace[T], kb, mb, nb int, c []T, beta T) {
+	kn := g.kn
+	mr, nr, ldc := kn.mr, kn.nr, g.ldc
+	for jr := 0; jr < nb; jr += nr {
+		bp := ws.b[jr*kb : (jr+nr)*kb]
+		nn := min(nr, nb-jr)
+		for ir := 0; ir < mb; ir += mr {
+			ap := ws.a[ir*kb : (ir+mr)*kb]
+			mm := min(mr, mb-ir)
+			if mm == mr && nn == nr {
+				kn.micro(kb, ap, bp, c[ir*ldc+jr:], ldc, beta)
+				continue
+			}
+			// Edge tile: compute the padded tile aside, merge the valid part.
+			t := ws.tile
+			kn.micro(kb, ap, bp, t, nr, 0)
+			for i := range mm {
+				dst := c[(ir+i)*ldc+jr : (ir+i)*ldc+jr+nn]
+				src := t[i*nr : i*nr+nn]
+				if beta == 0 {
+					copy(dst, src)
+				} else {
+					for j := range dst {
+						dst[j] = src[j] + beta*dst[j]
+					}
+				}
+			}
+		}
+	}
+}
+
+// packA copies alpha*op(A)[i0:i0+mb, p0:p0+kb] into mr-row slivers: sliver s
+// holds, for each l, the mr values op(A)[i0+s*mr+r, p0+l], r = 0..mr-1.
+// Rows past mb are zero.
+func packA[T float](mr int, trans bool, a []T, lda, i0, mb, p0, kb int, alpha T, dst []T) {
+	for s := 0; s < mb; s += mr {
+		d := dst[s*kb : (s+mr)*kb]
+		rows := min(mr, mb-s)
+		if rows < mr {
+			clear(d)
+		}
+		if trans {
+			// op(A)[i,l] = a[l*lda+i]: each l gives rows contiguous values.
+			for l := range kb {
+				src := a[(p0+l)*lda+i0+s:][:rows]
+				dd := d[l*mr:][:rows]
+				for r, v := range src {
+					dd[r] = alpha * v
+				}
+			}
+			continue
+		}
+		for r := range rows {
+			src := a[(i0+s+r)*lda+p0:][:kb]
+			for l, v := range src {
+				d[l*mr+r] = alpha * v
+			}
+		}
+	}
+}
+
+// packB copies op(B)[p0:p0+kb, j0:j0+nb] into nr-column slivers: sliver s
+// holds, for each l, the nr values op(B)[p0+l, j0+s*nr+c]. Columns past nb are zero.
+func packB[T float](nr int, trans bool, b []T, ldb, p0, kb, j0, nb int, dst []T) {
+	for s := 0; s < nb; s += nr {
+		d := dst[s*kb : (s+nr)*kb]
+		cols := min(nr, nb-s)
+		if cols < nr {
+			clear(d)
+		}
+		if !trans {
+			for l := range kb {
+				copy(d[l*nr:l*nr+cols], b[(p0+l)*ldb+j0+s:])
+			}
+			continue
+		}
+		// op(B)[l,j] = b[j*ldb+l]: each column j is a contiguous run over l.
+		for c := range cols {
+			src := b[(j0+s+c)*ldb+p0:][:kb]
+			for l, v := range src {
+				d[l*nr+c] = v
+			}
+		}
+	}
+}

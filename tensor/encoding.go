@@ -1,0 +1,126 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+)
+
+// The binary encoding is the one the wire and checkpoints reuse:
+//
+//	byte     dtype
+//	uvarint  rank
+//	uvarint  dims[rank]
+//	bytes    elements, little-endian, row-major (bools as 0/1 bytes)
+//
+// It carries no framing: callers that concatenate tensors must length-prefix them.
+
+// ErrCorrupt is returned (wrapped) when encoded bytes cannot be decoded.
+var ErrCorrupt = errors.New("tensor: corrupt encoding")
+
+// MarshalBinary encodes t. It implements encoding.BinaryMarshaler.
+func (t *Tensor) MarshalBinary() ([]byte, error) {
+	buf := make([]byte, 0, 1+binary.MaxVarintLen64*(1+len(t.shape))+t.NumElements()*t.dtype.Size())
+	return t.AppendBinary(buf)
+}
+
+// AppendBinary appends the encoding of t to buf.
+func (t *Tensor) AppendBinary(buf []byte) ([]byte, error) {
+	buf = append(buf, byte(t.dtype))
+	buf = binary.AppendUvarint(buf, uint64(len(t.shape)))
+	for _, d := range t.shape {
+		buf = binary.AppendUvarint(buf, uint64(d))
+	}
+	return append(buf, t.RawBytes()...), nil
+}
+
+// UnmarshalBinary decodes an encoding produced by MarshalBinary into t.
+func (t *Tensor) UnmarshalBinary(b []byte) error {
+	if len(b) < 2 {
+		return fmt.Errorf("%w: %d bytes is too short", ErrCorrupt, len(b))
+	}
+	dt := DType(b[0])
+	if !dt.Valid() {
+		return fmt.Errorf("%w: unknown dtype %d", ErrCorrupt, b[0])
+	}
+	b = b[1:]
+	rank, n := binary.Uvarint(b)
+	if n <= 0 || rank > 64 {
+		return fmt.Errorf("%w: bad rank", ErrCorrupt)
+	}
+	b = b[n:]
+	shape := make([]int, rank)
+	elems := uint64(1)
+	for i := range shape {
+		d, n := binary.Uvarint(b)
+		if n <= 0 || d > math.MaxInt32 {
+			return fmt.Errorf("%w: bad dimension %d", ErrCorrupt, i)
+		}
+		shape[i] = int(d)
+		elems *= d
+		if elems > math.MaxInt64/8 {
+			return fmt.Errorf("%w: shape too large", ErrCorrupt)
+		}
+		b = b[n:]
+	}
+	out, err := FromRawBytes(dt, shape, b)
+	if err != nil {
+		return err
+	}
+	*t = *out
+	return nil
+}
+
+// RawBytes returns the element bytes of t without copying (little-endian
+// hosts; the engine targets amd64 and arm64). The slice aliases t's data.
+func (t *Tensor) RawBytes() []byte {
+	n := t.NumElements() * t.dtype.Size()
+	if n == 0 {
+		return nil
+	}
+	var p unsafe.Pointer
+	switch d := t.data.(type) {
+	case []float32:
+		p = unsafe.Pointer(&d[0])
+	case []float64:
+		p = unsafe.Pointer(&d[0])
+	case []int32:
+		p = unsafe.Pointer(&d[0])
+	case []int64:
+		p = unsafe.Pointer(&d[0])
+	case []bool:
+		p = unsafe.Pointer(&d[0])
+	case []uint8:
+		p = unsafe.Pointer(&d[0])
+	}
+	return unsafe.Slice((*byte)(p), n)
+}
+
+// FromRawBytes builds a tensor of type dt and shape from little-endian element
+// bytes, copying them. len(raw) must be exactly the size of the tensor.
+func FromRawBytes(dt DType, shape []int, raw []byte) (*Tensor, error) {
+	if !dt.Valid() {
+		return nil, fmt.Errorf("%w: invalid dtype %v", ErrCorrupt, dt)
+	}
+	for _, d := range shape {
+		if d < 0 {
+			return nil, fmt.Errorf("%w: negative dimension in %v", ErrCorrupt, shape)
+		}
+	}
+	want := NumElements(shape) * dt.Size()
+	if len(raw) != want {
+		return nil, fmt.Errorf("%w: %v%v needs %d bytes, got %d", ErrCorrupt, dt, shape, want, len(raw))
+	}
+	t := New(dt, shape...)
+	if dt == Bool {
+		// Copying bytes into a []bool could create bools other than 0/1.
+		for i, c := range raw {
+			t.Bools()[i] = c != 0
+		}
+		return t, nil
+	}
+	copy(t.RawBytes(), raw)
+	return t, nil
+}
