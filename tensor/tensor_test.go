@@ -1,0 +1,128 @@
+package tensor
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+func TestEncodingRoundTrip(t *testing.T) {
+	cases := []*Tensor{
+		MustFromSlice([]float32{1, -2.5, float32(math.NaN()), float32(math.Inf(1)), 0, 6}, 2, 3),
+		MustFromSlice([]float64{math.Pi, -1e300}, 2),
+		MustFromSlice([]int32{-7, 1 << 30}, 2, 1),
+		MustFromSlice([]int64{-1 << 62, 3}, 1, 2),
+		MustFromSlice([]bool{true, false, true}, 3),
+		MustFromSlice([]uint8{0, 255}, 2),
+		Scalar(float32(3)),
+		New(Float32, 0, 5),
+	}
+	for _, want := range cases {
+		b, err := want.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Tensor
+		if err := got.UnmarshalBinary(b); err != nil {
+			t.Fatalf("%v: %v", want, err)
+		}
+		if !Equal(&got, want) {
+			t.Errorf("round trip: got %v, want %v", &got, want)
+		}
+	}
+}
+
+func TestDecodeRejectsCorruptInput(t *testing.T) {
+	good, _ := MustFromSlice([]float32{1, 2, 3, 4}, 2, 2).MarshalBinary()
+	cases := map[string][]byte{
+		"empty":     nil,
+		"bad dtype": append([]byte{99}, good[1:]...),
+		"truncated": good[:len(good)-1],
+		"trailing":  append(append([]byte{}, good...), 0),
+		"bad rank":  {byte(Float32), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+	}
+	for name, b := range cases {
+		var got Tensor
+		if err := got.UnmarshalBinary(b); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: got error %v, want ErrCorrupt", name, err)
+		}
+	}
+}
+
+func TestBoolBytesNormalised(t *testing.T) {
+	got, err := FromRawBytes(Bool, []int{3}, []byte{0, 1, 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{false, true, true}
+	for i, v := range got.Bools() {
+		if v != want[i] {
+			t.Errorf("element %d: got %v, want %v", i, v, want[i])
+		}
+	}
+}
+
+func TestShapes(t *testing.T) {
+	cases := []struct {
+		s     Shape
+		str   string
+		rank  int
+		elems int
+	}{
+		{UnknownShape(), "<unknown>", -1, -1},
+		{ScalarShape(), "[]", 0, 1},
+		{MakeShape(-1, 784), "[?,784]", 2, -1},
+		{MakeShape(2, 3), "[2,3]", 2, 6},
+	}
+	for _, c := range cases {
+		if c.s.String() != c.str || c.s.Rank() != c.rank || c.s.NumElements() != c.elems {
+			t.Errorf("%v: got %q rank %d elems %d", c.s, c.s.String(), c.s.Rank(), c.s.NumElements())
+		}
+		back, err := ParseShape(c.str)
+		if err != nil || !back.Equal(c.s) {
+			t.Errorf("ParseShape(%q) = %v, %v", c.str, back, err)
+		}
+	}
+	if !MakeShape(-1, 784).IsCompatibleWith(MakeShape(100, 784)) || MakeShape(-1, 784).IsCompatibleWith(MakeShape(100, 10)) {
+		t.Error("IsCompatibleWith")
+	}
+	m, err := MakeShape(-1, 3).Merge(MakeShape(5, -1))
+	if err != nil || !m.Equal(MakeShape(5, 3)) {
+		t.Errorf("Merge = %v, %v", m, err)
+	}
+	if _, err := ParseShape("[a]"); err == nil {
+		t.Error("ParseShape accepted [a]")
+	}
+}
+
+func TestFromSliceChecksSize(t *testing.T) {
+	if _, err := FromSlice([]float32{1, 2, 3}, 2, 2); err == nil {
+		t.Error("3 elements accepted for shape [2,2]")
+	}
+	if _, err := FromSlice([]string{"x"}, 1); err == nil {
+		t.Error("[]string accepted")
+	}
+	x := MustFromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
+	r, err := x.Reshaped(3, 2)
+	if err != nil || r.Shape()[0] != 3 || &r.Float32s()[0] != &x.Float32s()[0] {
+		t.Errorf("Reshaped must share data: %v %v", r, err)
+	}
+	if _, err := x.Reshaped(4, 2); err == nil {
+		t.Error("Reshaped to a wrong size accepted")
+	}
+}
+
+func FuzzUnmarshalBinary(f *testing.F) {
+	good, _ := MustFromSlice([]float32{1, 2, 3, 4}, 2, 2).MarshalBinary()
+	f.Add(good)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var x Tensor
+		if err := x.UnmarshalBinary(b); err == nil {
+			again, _ := x.MarshalBinary()
+			var y Tensor
+			if err := y.UnmarshalBinary(again); err != nil || !Equal(&x, &y) {
+				t.Fatalf("re-encoding differs")
+			}
+		}
+	})
+}
