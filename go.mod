@@ -3,6 +3,10 @@ module github.com/distflow/distflow
 go 1.26.0
 
 require (
-	golang.org/x/sys v0.49.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.9
+	golang.org/x/sys v0.49.0
+	google.golang.org/protobuf v1.36.12
 )
+
+require github.com/inconshreveable/mousetrap v1.1.0 // indirect

@@ -73,3 +73,48 @@ func BenchmarkSgemm(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkConv2D covers the reference CNN's two convolution layers, batch 50.
+func BenchmarkConv2D(b *testing.B) {
+	layers := []struct {
+		name                string
+		n, h, w, c, k, cout int
+	}{
+		{"28x28x1-5x5x32", 50, 28, 28, 1, 5, 32},
+		{"14x14x32-5x5x64", 50, 14, 14, 32, 5, 64},
+	}
+	for _, l := range layers {
+		p, err := linalg.NewConvParams(l.n, l.h, l.w, l.c, l.k, l.k, l.cout, 1, 1, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		in := randSlice(p.N * p.H * p.W * p.C)
+		f := randSlice(p.KH * p.KW * p.C * p.Cout)
+		out := randSlice(p.N * p.OH * p.OW * p.Cout)
+		for _, op := range []struct {
+			name string
+			run  func()
+		}{
+			{"forward", func() { linalg.Conv2D(p, in, f, out) }},
+			{"backprop-input", func() { linalg.Conv2DBackpropInput(p, f, out, in) }},
+			{"backprop-filter", func() { linalg.Conv2DBackpropFilter(p, in, out, f) }},
+		} {
+			for _, procs := range []int{0, 1} {
+				suffix := ""
+				if procs == 1 {
+					suffix = "/1core"
+				}
+				b.Run(l.name+"/"+op.name+suffix, func(b *testing.B) {
+					withProcs(procs, func() {
+						op.run()
+						b.ResetTimer()
+						for b.Loop() {
+							op.run()
+						}
+						b.ReportMetric(p.FLOPs()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					})
+				})
+			}
+		}
+	}
+}

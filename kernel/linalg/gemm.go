@@ -42,9 +42,11 @@ func grow[T float](s []T, n int) []T {
 	return s[:n]
 }
 
-// parallelMin is the m*n*k below which a product runs on the calling goroutine:
-// under ~64^3 multiply-adds the goroutine hand-off costs more than it saves.
-const parallelMin = 64 * 64 * 64
+// parallelMin is the m*n*k below which a product runs on the calling goroutine.
+// Measured on the 2-vCPU reference VM, waking a second thread costs 50-200 us,
+// so 128^3 (50 us serial) and the MLP shapes (7.8M multiply-adds, 230 us)
+// ran slower split in two, while 256^3 (16.7M) ran 1.4x faster.
+const parallelMin = 1 << 23
 
 // gemm is the driver shared by all backends: argument checks, trivial cases,
 // splitting across goroutines, then the blocked loop nest.
@@ -66,13 +68,18 @@ func gemm[T float](kn *kernel[T], pool *sync.Pool, transA, transB bool, m, n, k 
 		pool.Put(ws)
 		return
 	}
-	// Split the dimension with more micro-tiles into contiguous tile ranges,
-	// one per goroutine; each packs its own panels, so no synchronisation is
-	// needed beyond the final wait.
+	g.parallel(pool, threads, m, n, mt, nt)
+}
+
+// parallel splits the dimension with more micro-tiles into contiguous tile
+// ranges, one per goroutine; each packs its own panels, so no
+// synchronisation is needed beyond the final wait. It is a separate
+// function so that only this path pays for the escaping closure.
+func (g gemmArgs[T]) parallel(pool *sync.Pool, threads, m, n, mt, nt int) {
 	splitM := mt >= nt
-	tiles, unit, size := nt, kn.nr, n
+	tiles, unit, size := nt, g.kn.nr, n
 	if splitM {
-		tiles, unit, size = mt, kn.mr, m
+		tiles, unit, size = mt, g.kn.mr, m
 	}
 	threads = min(threads, tiles)
 	var wg sync.WaitGroup
@@ -91,6 +98,11 @@ func gemm[T float](kn *kernel[T], pool *sync.Pool, transA, transB bool, m, n, k 
 			wg.Done()
 		}
 		if t == threads-1 {
+			// Yield once so a helper starts on this P at once and the caller
+			// moves to the woken one. Without it the helper sits in this P's
+			// runnext until the caller blocks: measured here (2-vCPU VM) the
+			// idle P took 0.2-0.7 ms to steal it, serialising the halves.
+			runtime.Gosched()
 			work()
 		} else {
 			go work()
@@ -193,11 +205,38 @@ func (g *gemmArgs[T]) macro(ws *workspace[T], kb, mb, nb int, c []T, beta T) {
 
 // packA copies alpha*op(A)[i0:i0+mb, p0:p0+kb] into mr-row slivers: sliver s
 // holds, for each l, the mr values op(A)[i0+s*mr+r, p0+l], r = 0..mr-1.
-// Rows past mb are zero.
+// Rows past mb are zero. Full 6-row slivers (the avx2 tile) take unrolled
+// paths: packing is what bounds skinny products such as conv filter grads.
 func packA[T float](mr int, trans bool, a []T, lda, i0, mb, p0, kb int, alpha T, dst []T) {
 	for s := 0; s < mb; s += mr {
 		d := dst[s*kb : (s+mr)*kb]
 		rows := min(mr, mb-s)
+		switch {
+		case rows == 6 && mr == 6 && trans:
+			off := p0*lda + i0 + s
+			for l := 0; l < kb; l++ {
+				src := a[off : off+6 : off+6]
+				dd := d[l*6 : l*6+6 : l*6+6]
+				dd[0], dd[1], dd[2] = alpha*src[0], alpha*src[1], alpha*src[2]
+				dd[3], dd[4], dd[5] = alpha*src[3], alpha*src[4], alpha*src[5]
+				off += lda
+			}
+			continue
+		case rows == 6 && mr == 6:
+			base := (i0+s)*lda + p0
+			r0 := a[base : base+kb]
+			r1 := a[base+lda : base+lda+kb]
+			r2 := a[base+2*lda : base+2*lda+kb]
+			r3 := a[base+3*lda : base+3*lda+kb]
+			r4 := a[base+4*lda : base+4*lda+kb]
+			r5 := a[base+5*lda : base+5*lda+kb]
+			for l := range r0 {
+				dd := d[l*6 : l*6+6 : l*6+6]
+				dd[0], dd[1], dd[2] = alpha*r0[l], alpha*r1[l], alpha*r2[l]
+				dd[3], dd[4], dd[5] = alpha*r3[l], alpha*r4[l], alpha*r5[l]
+			}
+			continue
+		}
 		if rows < mr {
 			clear(d)
 		}
@@ -227,6 +266,15 @@ func packB[T float](nr int, trans bool, b []T, ldb, p0, kb, j0, nb int, dst []T)
 	for s := 0; s < nb; s += nr {
 		d := dst[s*kb : (s+nr)*kb]
 		cols := min(nr, nb-s)
+		if !trans && cols == 16 && nr == 16 {
+			// Fixed-size array copies avoid a memmove call per 64 bytes.
+			off := p0*ldb + j0 + s
+			for l := 0; l < kb; l++ {
+				*(*[16]T)(d[l*16:]) = *(*[16]T)(b[off:])
+				off += ldb
+			}
+			continue
+		}
 		if cols < nr {
 			clear(d)
 		}

@@ -105,3 +105,20 @@ func TestDgemm(t *testing.T) {
 		}
 	}
 }
+
+// TestSgemmSmallNoAlloc checks that a small product in steady state runs
+// inline without allocating (packing buffers come from a pool).
+func TestSgemmSmallNoAlloc(t *testing.T) {
+	if linalgtest.RaceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	a, b, c := make([]float32, 32*48), make([]float32, 48*40), make([]float32, 32*40)
+	for _, name := range linalg.List() {
+		be, _ := linalg.Get(name)
+		run := func() { be.Sgemm(false, true, 32, 40, 48, 1, a, 48, b, 48, 0.5, c, 40) }
+		run()
+		if n := testing.AllocsPerRun(50, run); n > 0 {
+			t.Errorf("%s: %v allocs per small Sgemm, want 0", name, n)
+		}
+	}
+}

@@ -54,6 +54,9 @@ func Cases(short bool) []Case {
 			cs = append(cs, Case{TransA: tr[0], TransB: tr[1], M: s.m, N: s.n, K: s.k, Alpha: 1.25, Beta: 0.5, PadA: 3, PadB: 5, PadC: 2})
 			cs = append(cs, Case{TransA: tr[0], TransB: tr[1], M: s.m, N: s.n, K: s.k, Alpha: 1, Beta: 0, PadA: 17, PadB: 1, PadC: 16})
 		}
+		// Just above the parallel threshold (2^23 multiply-adds), so the
+		// goroutine split runs under -race too.
+		cs = append(cs, Case{TransA: tr[0], TransB: tr[1], M: 256, N: 256, K: 128, Alpha: 1, Beta: 0.5, PadA: 1, PadB: 2, PadC: 3})
 		if short {
 			continue
 		}

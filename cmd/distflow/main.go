@@ -1,0 +1,41 @@
+// Command distflow trains the reference models and (later) runs cluster tasks.
+//
+//	distflow train --model mlp --epochs 5
+//	distflow train --model linreg --steps 2000 --json
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "distflow:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "distflow",
+		Short:         "distflow trains machine-learning models on one machine or a cluster",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	// Users of the original system type --task_index; both spellings work.
+	root.SetGlobalNormalizationFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
+	})
+	root.AddCommand(newTrainCommand())
+	return root
+}

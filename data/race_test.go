@@ -1,0 +1,6 @@
+//go:build race
+
+package data
+
+// raceEnabled reports whether the race detector is on; slow tests skip then.
+const raceEnabled = true

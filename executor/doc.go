@@ -1,0 +1,60 @@
+// Package executor runs one graph on one device (the CPU) for a fixed
+// signature: the tensors fed, the tensors fetched and the nodes run as
+// targets.
+//
+//	e, err := executor.New(g, []graph.Output{x}, []graph.Output{y}, nil, res)
+//	...
+//	out, err := e.Run(ctx, []*tensor.Tensor{xv}) // out[0] is y
+//
+// # Preparation (New)
+//
+// New prunes the graph to the minimal subgraph: it walks back from the
+// fetches and targets through data and control inputs. A fed tensor cuts the
+// walk, so its producer runs only if another of its outputs is needed. A ref
+// input (an Assign's variable) does not pull in the Variable node, which would
+// read the value: the executor resolves it to the variable in the resource
+// container once and hands it to the kernel in kernel.Context.Refs. Every
+// kernel is built once by its factory. Each node output and each feed gets a
+// value slot; New precomputes per node its input slots, its distinct
+// successors and its count of pending predecessors, and per slot its number
+// of consumers.
+//
+// # A step (Run)
+//
+// A step copies the pending counts and runs the nodes whose count is zero.
+// When a node finishes, its successors' counts are decremented atomically;
+// the first successor that becomes ready runs next on the same goroutine.
+// Each other one is classified by the size of its inputs (all known by then):
+// a cheap node (under 16K input elements) goes on the worker's own stack,
+// because handing it to another goroutine costs more than running it; a
+// costly one goes to a shared ready queue served by a bounded pool of at
+// most GOMAXPROCS workers (at least 2), started on demand. The calling
+// goroutine is a worker itself, so a chain or a web of small ops (a
+// batch-1 training step) runs with no goroutine handoff and no lock: a few
+// atomic operations per node. Independent branches of real work run in
+// parallel.
+//
+// A slot is released (set to nil, so the tensor can be collected) once its
+// last consumer has run; fetched and fed slots are kept.
+//
+// The first error aborts the step: no further node starts, the context
+// handed to kernels is cancelled (so blocking kernels return), and Run
+// returns that error, which names the node and op. A kernel panic is
+// recovered into such an error. Cancelling Run's context aborts the step and
+// Run returns at once with an error wrapping ctx.Err(), even if a node that
+// ignores its context is still running on another goroutine. Kernels whose
+// outputs do not have the dtype, or a shape compatible with the shape,
+// inferred at build time are reported as errors rather than propagated.
+//
+// Kernels that may wait on something outside the step (Recv, queues)
+// implement Blocking and run on a goroutine of their own, so that they
+// cannot occupy the whole pool while the nodes that would release them wait.
+//
+// # Concurrency and ownership
+//
+// An Executor is immutable after New and safe for concurrent Run calls; each
+// Run has its own state. Feeds are only read. Fetches belong to the caller:
+// a fetched Const value is cloned (the graph keeps the original); other
+// tensors are produced for this step only. Stats reports cumulative counters
+// for tests and benchmarks.
+package executor

@@ -1,0 +1,685 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Executor runs the minimal subgraph of one graph that a fixed signature
+// (feeds, fetches, targets) needs, on the CPU. It is immutable after New and
+// safe for concurrent Run calls: every Run has its own state.
+type Executor struct {
+	res     *kernel.Resources
+	nodes   []execNode // the pruned subgraph in topological order
+	roots   []int32    // nodes with no pending inputs
+	feeds   []graph.Output
+	fetches []int32 // value slot of each fetch
+
+	numSlots     int     // node outputs first, then one slot per feed
+	feedBase     int     // slot of feed 0
+	numInputs    int     // total data inputs of the pruned nodes
+	pending      []int32 // initial pending count per node
+	consumerRefs []int32 // initial consumer count per slot; pinned slots are never released
+
+	// consts holds the Const values of the pruned graph: a fetch that is one of
+	// them is cloned, because the caller owns what Run returns.
+	consts map[*tensor.Tensor]bool
+
+	maxWorkers int
+
+	runs, executed atomic.Int64
+	stepID         atomic.Int64
+}
+
+// execNode is one node of the pruned subgraph, with everything a step needs
+// precomputed.
+type execNode struct {
+	node      *graph.Node
+	kernel    kernel.Kernel
+	inSlots   []int32            // value slot of each data input; -1 for ref inputs
+	refs      []*kernel.Variable // variable of each ref input; nil if the node has none
+	inBase    int32              // offset of the node's inputs in the per-run input array
+	outBase   int32              // slot of output 0
+	numOut    int32
+	consumers []int32 // distinct successors (data and control) in the pruned subgraph
+	mayBlock  bool    // the kernel implements Blocking and may wait
+}
+
+// Blocking is implemented by kernels that may wait for something outside the
+// step's dataflow: a tensor from another task (Recv), a queue filled by
+// another step. Such a node runs on a goroutine of its own, outside the
+// bounded pool, so that waiting kernels cannot starve the nodes that would
+// unblock them. Kernels implement it without importing this package.
+type Blocking interface {
+	MayBlock() bool
+}
+
+// pinned is added to the consumer count of feed and fetch slots so that they
+// are never released during a step.
+const pinned = 1 << 30
+
+// New prepares the execution of g for one signature: fetching fetches and
+// running targets, with feeds given at each Run in the order of feeds.
+//
+// It walks back from fetches and targets through data and control inputs to
+// the minimal subgraph. A fed output cuts the walk (its producer runs only if
+// another of its outputs is needed; a control dependency on a node whose
+// outputs are all fed is satisfied). A ref input does not pull in its
+// Variable node: it is resolved to res.Variable(name, dtype, shape) once,
+// here, and handed to the kernel in kernel.Context.Refs. Each node's kernel is
+// built once. res holds the variables; nil means a private, empty container.
+func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets []*graph.Node, res *kernel.Resources) (*Executor, error) {
+	if g == nil {
+		return nil, errors.New("executor: nil graph")
+	}
+	if res == nil {
+		res = kernel.NewResources()
+	}
+	all := g.Nodes()
+	inGraph := func(n *graph.Node) bool {
+		return n != nil && n.Graph() == g && n.ID() < len(all) && all[n.ID()] == n
+	}
+	checkOutput := func(what string, o graph.Output) error {
+		if !inGraph(o.Node) {
+			return fmt.Errorf("executor: %s %v is missing or not in the graph", what, o)
+		}
+		if o.Index < 0 || o.Index >= o.Node.NumOutputs() {
+			return fmt.Errorf("executor: %s %v: node %s has %d outputs", what, o, o.Node, o.Node.NumOutputs())
+		}
+		return nil
+	}
+
+	e := &Executor{res: res, feeds: append([]graph.Output(nil), feeds...), maxWorkers: max(runtime.GOMAXPROCS(0), 2)}
+	fed := make(map[graph.Output]int, len(feeds))
+	fedPerNode := map[*graph.Node]int{}
+	for i, f := range feeds {
+		if err := checkOutput("feed", f); err != nil {
+			return nil, err
+		}
+		if _, dup := fed[f]; dup {
+			return nil, fmt.Errorf("executor: tensor %s is fed twice", f)
+		}
+		fed[f] = i
+		fedPerNode[f.Node]++
+	}
+	allFed := func(n *graph.Node) bool { return n.NumOutputs() > 0 && fedPerNode[n] == n.NumOutputs() }
+
+	// Walk back to the needed nodes.
+	needed := make([]bool, len(all))
+	var stack []*graph.Node
+	for _, f := range fetches {
+		if err := checkOutput("fetch", f); err != nil {
+			return nil, err
+		}
+		if _, ok := fed[f]; !ok {
+			stack = append(stack, f.Node)
+		}
+	}
+	for _, t := range targets {
+		if !inGraph(t) {
+			return nil, fmt.Errorf("executor: target %v is missing or not in the graph", t)
+		}
+		if !allFed(t) {
+			stack = append(stack, t)
+		}
+	}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if needed[n.ID()] {
+			continue
+		}
+		needed[n.ID()] = true
+		for i, in := range n.Inputs() {
+			if _, ok := fed[in]; ok || n.IsRefInput(i) {
+				continue
+			}
+			stack = append(stack, in.Node)
+		}
+		for _, c := range n.ControlInputs() {
+			if !allFed(c) {
+				stack = append(stack, c)
+			}
+		}
+	}
+
+	// Number the needed nodes in creation order, which is topological, and
+	// give each output a value slot.
+	index := make([]int32, len(all))
+	for _, n := range all {
+		index[n.ID()] = -1
+		if needed[n.ID()] {
+			index[n.ID()] = int32(len(e.nodes))
+			e.nodes = append(e.nodes, execNode{node: n, outBase: int32(e.numSlots), numOut: int32(n.NumOutputs())})
+			e.numSlots += n.NumOutputs()
+		}
+	}
+	e.feedBase = e.numSlots
+	e.numSlots += len(feeds)
+	e.consumerRefs = make([]int32, e.numSlots)
+	e.pending = make([]int32, len(e.nodes))
+	slotOf := func(o graph.Output) int32 {
+		if i, ok := fed[o]; ok {
+			return int32(e.feedBase + i)
+		}
+		return e.nodes[index[o.Node.ID()]].outBase + int32(o.Index)
+	}
+
+	for i := range e.nodes {
+		en := &e.nodes[i]
+		n := en.node
+		f, err := kernel.Lookup(n.Op(), kernel.CPU)
+		if err != nil {
+			return nil, fmt.Errorf("executor: node %s: %w", n, err)
+		}
+		if en.kernel, err = buildKernel(f, n); err != nil {
+			return nil, err
+		}
+		if n.Op() == "Const" {
+			if v := n.AttrTensor("value"); v != nil {
+				if e.consts == nil {
+					e.consts = map[*tensor.Tensor]bool{}
+				}
+				e.consts[v] = true
+			}
+		}
+		en.inBase = int32(e.numInputs)
+		e.numInputs += n.NumInputs()
+		en.inSlots = make([]int32, n.NumInputs())
+		var preds []int32
+		addPred := func(j int32) {
+			for _, p := range preds {
+				if p == j {
+					return
+				}
+			}
+			preds = append(preds, j)
+		}
+		for k, in := range n.Inputs() {
+			if n.IsRefInput(k) {
+				v, err := res.Variable(in.Node.Name(), in.DType(), in.Shape())
+				if err != nil {
+					return nil, fmt.Errorf("executor: node %s: ref input %d: %w", n, k, err)
+				}
+				if en.refs == nil {
+					en.refs = make([]*kernel.Variable, n.NumInputs())
+				}
+				en.refs[k] = v
+				en.inSlots[k] = -1
+				continue
+			}
+			s := slotOf(in)
+			en.inSlots[k] = s
+			e.consumerRefs[s]++
+			if _, ok := fed[in]; !ok {
+				addPred(index[in.Node.ID()])
+			}
+		}
+		for _, c := range n.ControlInputs() {
+			if j := index[c.ID()]; j >= 0 {
+				addPred(j)
+			}
+		}
+		e.pending[i] = int32(len(preds))
+		if len(preds) == 0 {
+			e.roots = append(e.roots, int32(i))
+		}
+		// Nodes are numbered in order, so successor lists come out sorted,
+		// which keeps inline execution deterministic.
+		for _, j := range preds {
+			e.nodes[j].consumers = append(e.nodes[j].consumers, int32(i))
+		}
+		if b, ok := en.kernel.(Blocking); ok && b.MayBlock() {
+			en.mayBlock = true
+		}
+	}
+	for i := range feeds {
+		e.consumerRefs[e.feedBase+i] += pinned
+	}
+	for _, f := range fetches {
+		s := slotOf(f)
+		e.fetches = append(e.fetches, s)
+		e.consumerRefs[s] += pinned
+	}
+	return e, nil
+}
+
+// buildKernel calls a kernel factory, turning a panic into an error.
+func buildKernel(f kernel.Factory, n *graph.Node) (k kernel.Kernel, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("executor: node %s: building the kernel panicked: %v", n, r)
+		}
+	}()
+	k, err = f(n)
+	if err != nil {
+		return nil, fmt.Errorf("executor: node %s: building the kernel: %w", n, err)
+	}
+	if k == nil {
+		return nil, fmt.Errorf("executor: node %s: the kernel factory returned no kernel", n)
+	}
+	return k, nil
+}
+
+// Stats are cumulative counters of an executor.
+type Stats struct {
+	// Nodes is the size of the pruned subgraph.
+	Nodes int
+	// Runs counts the Run calls that started executing nodes.
+	Runs int64
+	// NodesExecuted counts kernel invocations over all runs (failed ones included).
+	NodesExecuted int64
+}
+
+// Stats returns the executor's counters.
+func (e *Executor) Stats() Stats {
+	return Stats{Nodes: len(e.nodes), Runs: e.runs.Load(), NodesExecuted: e.executed.Load()}
+}
+
+// Nodes returns the nodes of the pruned subgraph in execution-compatible
+// (topological) order.
+func (e *Executor) Nodes() []*graph.Node {
+	out := make([]*graph.Node, len(e.nodes))
+	for i := range e.nodes {
+		out[i] = e.nodes[i].node
+	}
+	return out
+}
+
+// Run executes one step: feedValues in the order of New's feeds, and returns
+// the fetches in the order of New's fetches. The returned tensors belong to
+// the caller (a fetched constant is a copy; a fetched feed is the fed tensor;
+// duplicate fetches return the same tensor). The first error aborts the step
+// and is returned, naming the node and op; a cancelled ctx aborts it promptly
+// with an error wrapping ctx.Err().
+func (e *Executor) Run(ctx context.Context, feedValues []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return e.RunStep(ctx, nil, feedValues)
+}
+
+// RunStep is Run with the step's shared services (step ID, rendezvous) given
+// to every kernel as kernel.Context.Step. A nil step gets a fresh ID.
+func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feedValues []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	if err := e.checkFeeds(feedValues); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("executor: step not started: %w", err)
+	}
+	if step == nil {
+		step = &kernel.Step{ID: e.stepID.Add(1)}
+	}
+	r := e.newRun(ctx, step, feedValues)
+	defer r.cancel(nil)
+	if len(e.nodes) > 0 {
+		e.runs.Add(1)
+		r.start()
+		select {
+		case <-r.finished:
+		case <-r.parentDone:
+			// Return promptly, unless the step has completed at the same time.
+			select {
+			case <-r.finished:
+			default:
+				r.abort(fmt.Errorf("executor: step cancelled: %w", ctx.Err()))
+			}
+		}
+		if err := r.firstErr(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]*tensor.Tensor, len(e.fetches))
+	for i, s := range e.fetches {
+		t := r.values[s]
+		if e.consts[t] {
+			t = t.Clone()
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+func (e *Executor) checkFeeds(vals []*tensor.Tensor) error {
+	if len(vals) != len(e.feeds) {
+		return fmt.Errorf("executor: got %d feed values for %d fed tensors", len(vals), len(e.feeds))
+	}
+	for i, t := range vals {
+		f := e.feeds[i]
+		if t == nil {
+			return fmt.Errorf("executor: feed %s is nil", f)
+		}
+		if t.DType() != f.DType() || !shapeCompatible(f.Shape(), t.Shape()) {
+			return fmt.Errorf("executor: feed %s: expected %v%v, got %v%v", f, f.DType(), f.Shape(), t.DType(), tensor.MakeShape(t.Shape()...))
+		}
+	}
+	return nil
+}
+
+// shapeCompatible reports whether concrete dims are an instance of s,
+// without allocating.
+func shapeCompatible(s tensor.Shape, dims []int) bool {
+	if !s.KnownRank() {
+		return true
+	}
+	if s.Rank() != len(dims) {
+		return false
+	}
+	for i, d := range dims {
+		if want := s.Dim(i); want >= 0 && want != d {
+			return false
+		}
+	}
+	return true
+}
+
+// run is the state of one step.
+type run struct {
+	e          *Executor
+	parent     context.Context
+	kctx       context.Context // cancelled on the first error: blocking kernels return
+	cancel     context.CancelCauseFunc
+	parentDone <-chan struct{}
+	step       *kernel.Step
+
+	values  []*tensor.Tensor // one per slot
+	inputs  []*tensor.Tensor // backing array of every node's Context.Inputs
+	pending []int32          // atomically decremented
+	refs    []int32          // remaining consumers per slot, atomically decremented
+
+	remaining atomic.Int32 // nodes not yet executed
+	aborted   atomic.Bool
+	closed    atomic.Bool // finished is closed
+	finished  chan struct{}
+
+	mu     sync.Mutex
+	queue  []int32 // ready nodes no worker has taken yet
+	active int     // running workers
+	err    error
+}
+
+func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tensor.Tensor) *run {
+	kctx, cancel := context.WithCancelCause(ctx)
+	r := &run{
+		e: e, parent: ctx, kctx: kctx, cancel: cancel, parentDone: ctx.Done(), step: step,
+		values:   make([]*tensor.Tensor, e.numSlots),
+		inputs:   make([]*tensor.Tensor, e.numInputs),
+		pending:  append([]int32(nil), e.pending...),
+		refs:     append([]int32(nil), e.consumerRefs...),
+		finished: make(chan struct{}),
+	}
+	copy(r.values[e.feedBase:], feeds)
+	r.remaining.Store(int32(len(e.nodes)))
+	return r
+}
+
+// start queues the roots and runs the first of them on the caller's
+// goroutine, which is one of the step's workers.
+func (r *run) start() {
+	roots := r.e.roots
+	w := new(worker)
+	r.mu.Lock()
+	r.active = 1
+	for _, n := range roots[1:] {
+		if r.costly(n) {
+			r.queue = append(r.queue, n)
+		} else {
+			w.local = append(w.local, n)
+		}
+	}
+	spawn := r.spawnLocked()
+	r.mu.Unlock()
+	for range spawn {
+		go r.work(new(worker), -1)
+	}
+	r.work(w, roots[0])
+}
+
+// worker is the state of one goroutine executing nodes.
+type worker struct {
+	// c is the kernel context, reused node after node: kernels must not keep
+	// it beyond Compute.
+	c kernel.Context
+	// local holds ready nodes too cheap to be worth a handoff to another
+	// goroutine; this worker runs them itself, last in first out.
+	local []int32
+}
+
+// costlyElems is the number of input elements from which a ready node is
+// worth handing to another worker: below it, the goroutine handoff (about a
+// microsecond) would cost more than running the node inline.
+const costlyElems = 1 << 14
+
+// costly estimates from its inputs, all available now, whether ready node i
+// is expensive enough to run on another worker.
+func (r *run) costly(i int32) bool {
+	total := 0
+	for _, s := range r.e.nodes[i].inSlots {
+		if s >= 0 {
+			if t := r.values[s]; t != nil {
+				total += t.NumElements()
+			}
+		}
+	}
+	return total >= costlyElems
+}
+
+// spawnLocked reserves workers for queued nodes, up to the pool size, and
+// returns how many goroutines the caller must start.
+func (r *run) spawnLocked() int {
+	n := min(len(r.queue), r.e.maxWorkers-r.active)
+	if n < 0 {
+		n = 0
+	}
+	r.active += n
+	return n
+}
+
+// work executes nodes until no ready node is left: next first (if >= 0),
+// then the successor each execution returns, then its own stack of cheap ready
+// nodes, then the shared queue.
+func (r *run) work(w *worker, next int32) {
+	for {
+		if next < 0 {
+			if n := len(w.local); n > 0 {
+				next, w.local = w.local[n-1], w.local[:n-1]
+			} else if next = r.pop(); next < 0 {
+				return
+			}
+		}
+		if r.aborted.Load() {
+			next, w.local = -1, w.local[:0]
+			continue
+		}
+		select {
+		case <-r.parentDone:
+			r.abort(fmt.Errorf("executor: step cancelled: %w", r.parent.Err()))
+			next = -1
+			continue
+		default:
+		}
+		if r.e.nodes[next].mayBlock {
+			r.detach(next)
+			next = -1
+			continue
+		}
+		next = r.exec(next, w)
+	}
+}
+
+// detach runs node i, which may block, on a goroutine outside the pool; the
+// goroutine then works as a pool worker until no ready node is left.
+func (r *run) detach(i int32) {
+	r.mu.Lock()
+	r.active++
+	r.mu.Unlock()
+	go func() {
+		w := new(worker)
+		next := int32(-1)
+		if !r.aborted.Load() {
+			next = r.exec(i, w)
+		}
+		r.work(w, next)
+	}()
+}
+
+// pop takes a queued node, or retires the worker and returns -1.
+func (r *run) pop() int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) > 0 && !r.aborted.Load() {
+		n := r.queue[0]
+		r.queue = r.queue[1:]
+		return n
+	}
+	r.active--
+	if r.active == 0 && r.aborted.Load() {
+		r.finish()
+	}
+	return -1
+}
+
+func (r *run) finish() {
+	if r.closed.CompareAndSwap(false, true) {
+		close(r.finished)
+	}
+}
+
+// abort records the step's first error and stops it.
+func (r *run) abort(err error) {
+	r.mu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.aborted.Store(true)
+	r.queue = nil
+	if r.active == 0 {
+		r.finish()
+	}
+	r.mu.Unlock()
+	r.cancel(err)
+}
+
+func (r *run) firstErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// exec runs node i on worker w, releases its inputs, and makes its
+// successors ready. It returns one ready successor for w to run next (or -1);
+// it keeps the other cheap ones on w's local stack and queues the costly ones
+// for the pool.
+func (r *run) exec(i int32, w *worker) int32 {
+	c := &w.c
+	e := r.e
+	en := &e.nodes[i]
+	c.Ctx = r.kctx
+	c.Node = en.node
+	c.Resources = e.res
+	c.Step = r.step
+	c.Refs = en.refs
+	nin := int32(len(en.inSlots))
+	c.Inputs = r.inputs[en.inBase : en.inBase+nin : en.inBase+nin]
+	for k, s := range en.inSlots {
+		if s >= 0 {
+			c.Inputs[k] = r.values[s]
+		}
+	}
+	c.Outputs = r.values[en.outBase : en.outBase+en.numOut : en.outBase+en.numOut]
+
+	e.executed.Add(1)
+	if err := compute(en, c, r.values[en.outBase:en.outBase+en.numOut]); err != nil {
+		r.abort(err)
+		return -1
+	}
+
+	// Release what no later node needs, so that large intermediates are
+	// garbage as soon as possible.
+	for k, s := range en.inSlots {
+		c.Inputs[k] = nil
+		if s >= 0 && atomic.AddInt32(&r.refs[s], -1) == 0 {
+			r.values[s] = nil
+		}
+	}
+	for o := en.outBase; o < en.outBase+en.numOut; o++ {
+		if e.consumerRefs[o] == 0 {
+			r.values[o] = nil
+		}
+	}
+	c.Inputs, c.Outputs = nil, nil
+
+	next := int32(-1)
+	var spawn int
+	locked := false
+	for _, s := range en.consumers {
+		if atomic.AddInt32(&r.pending[s], -1) != 0 {
+			continue
+		}
+		if next < 0 {
+			next = s
+			continue
+		}
+		if !r.costly(s) {
+			w.local = append(w.local, s)
+			continue
+		}
+		if !locked {
+			r.mu.Lock()
+			locked = true
+		}
+		r.queue = append(r.queue, s)
+	}
+	if locked {
+		spawn = r.spawnLocked()
+		r.mu.Unlock()
+		for range spawn {
+			go r.work(new(worker), -1)
+		}
+	}
+	if r.remaining.Add(-1) == 0 {
+		r.finish()
+	}
+	return next
+}
+
+// compute calls the node's kernel, turning a panic into an error, and checks
+// that every output was set with the dtype and a shape compatible with the
+// ones inferred when the graph was built.
+func compute(en *execNode, c *kernel.Context, slots []*tensor.Tensor) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("executor: node %s: kernel panicked: %v", en.node, p)
+		}
+	}()
+	if err := en.kernel.Compute(c); err != nil {
+		if !strings.Contains(err.Error(), en.node.String()) { // c.Errorf names it already
+			err = fmt.Errorf("executor: node %s: %w", en.node, err)
+		}
+		return err
+	}
+	if len(c.Outputs) != len(slots) {
+		return fmt.Errorf("executor: node %s: the kernel left %d outputs, the node has %d", en.node, len(c.Outputs), len(slots))
+	}
+	if len(slots) > 0 && &c.Outputs[0] != &slots[0] {
+		copy(slots, c.Outputs) // the kernel replaced the slice instead of filling it
+	}
+	for o, t := range slots {
+		out := en.node.Output(o)
+		switch {
+		case t == nil:
+			return fmt.Errorf("executor: node %s: the kernel did not set output %d", en.node, o)
+		case t.DType() != out.DType() || !shapeCompatible(out.Shape(), t.Shape()):
+			return fmt.Errorf("executor: node %s: output %d is %v%v, but the graph says %v%v",
+				en.node, o, t.DType(), tensor.MakeShape(t.Shape()...), out.DType(), out.Shape())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,598 @@
+package executor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/executor"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	_ "github.com/distflow/distflow/kernel/cpu"
+	"github.com/distflow/distflow/op"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Test-only ops. Their names start with "Exec" so that they never collide
+// with real ops.
+
+// counts holds the number of kernel invocations per node name.
+var counts sync.Map // string -> *atomic.Int64
+
+func count(name string) int64 {
+	if v, ok := counts.Load(name); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+func resetCounts() { counts.Clear() }
+
+// meet holds the channels of the ExecMeet kernels of the current test.
+var meet [2]chan struct{}
+
+// blockStarted is signalled by ExecBlock when it starts waiting.
+var blockStarted = make(chan struct{}, 1)
+
+func init() {
+	scalarOut := func(c *op.InferContext) error {
+		c.SetOutput(0, tensor.Float32, tensor.ScalarShape())
+		return nil
+	}
+	op.Register(op.Def{Name: "ExecCount", Inputs: []op.Arg{{Name: "x"}}, Infer: op.PassThrough})
+	kernel.Register("ExecCount", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		v, _ := counts.LoadOrStore(c.Node.Name(), new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		c.Outputs[0] = c.Inputs[0]
+		return nil
+	}))
+
+	// ExecAdd adds two float32 tensors of one shape.
+	op.Register(op.Def{Name: "ExecAdd", Inputs: []op.Arg{{Name: "a"}, {Name: "b"}}, Infer: op.PassThrough})
+	kernel.Register("ExecAdd", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		a, b := c.Inputs[0].Float32s(), c.Inputs[1].Float32s()
+		if len(a) != len(b) {
+			return c.Errorf("sizes differ: %d and %d", len(a), len(b))
+		}
+		out := c.Alloc(0, tensor.Float32, c.Inputs[0].Shape()...).Float32s()
+		for i := range out {
+			out[i] = a[i] + b[i]
+		}
+		return nil
+	}))
+
+	// ExecMeet signals its own channel and waits for its partner's: it
+	// completes only if both run at the same time.
+	op.Register(op.Def{Name: "ExecMeet", Inputs: []op.Arg{{Name: "x"}}, Attrs: []op.Attr{{Name: "me", Type: op.AttrInt}}, Infer: scalarOut})
+	kernel.Register("ExecMeet", kernel.CPU, func(n *graph.Node) (kernel.Kernel, error) {
+		me := n.AttrInt("me")
+		return kernel.Func(func(c *kernel.Context) error {
+			close(meet[me])
+			select {
+			case <-meet[1-me]:
+			case <-time.After(5 * time.Second):
+				return c.Errorf("partner never ran concurrently")
+			}
+			c.Outputs[0] = tensor.Scalar(float32(me))
+			return nil
+		}), nil
+	})
+
+	op.Register(op.Def{Name: "ExecFail", Inputs: []op.Arg{{Name: "x"}}, Infer: op.PassThrough})
+	kernel.Register("ExecFail", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		return c.Errorf("boom")
+	}))
+	op.Register(op.Def{Name: "ExecPlainFail", Inputs: []op.Arg{{Name: "x"}}, Infer: op.PassThrough})
+	kernel.Register("ExecPlainFail", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		return errors.New("plain failure")
+	}))
+	op.Register(op.Def{Name: "ExecPanic", Inputs: []op.Arg{{Name: "x"}}, Infer: op.PassThrough})
+	kernel.Register("ExecPanic", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		var m map[string]int
+		m["x"] = 1 // nil map write
+		return nil
+	}))
+	op.Register(op.Def{Name: "ExecWrongDType", Inputs: []op.Arg{{Name: "x"}}, Infer: op.PassThrough})
+	kernel.Register("ExecWrongDType", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		c.Alloc(0, tensor.Float64, c.Inputs[0].Shape()...)
+		return nil
+	}))
+	op.Register(op.Def{Name: "ExecNoOutput", Inputs: []op.Arg{{Name: "x"}}, Infer: op.PassThrough})
+	kernel.Register("ExecNoOutput", kernel.CPU, kernel.Simple(func(c *kernel.Context) error { return nil }))
+	op.Register(op.Def{Name: "ExecNoKernel", Infer: scalarOut})
+
+	// ExecBlock waits until its context is cancelled.
+	op.Register(op.Def{Name: "ExecBlock", Inputs: []op.Arg{{Name: "x"}}, Infer: op.PassThrough})
+	kernel.Register("ExecBlock", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		select {
+		case blockStarted <- struct{}{}:
+		default:
+		}
+		<-c.Ctx.Done()
+		return c.Ctx.Err()
+	}))
+
+	// ExecWait waits for ExecSignal; it declares that it may block.
+	op.Register(op.Def{Name: "ExecWait", Infer: scalarOut})
+	kernel.Register("ExecWait", kernel.CPU, func(*graph.Node) (kernel.Kernel, error) { return execWait{}, nil })
+	op.Register(op.Def{Name: "ExecSignal", Infer: scalarOut})
+	kernel.Register("ExecSignal", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		close(signal)
+		c.Outputs[0] = tensor.Scalar(float32(1))
+		return nil
+	}))
+
+	// ExecStepID outputs the step's ID.
+	op.Register(op.Def{Name: "ExecStepID", Infer: func(c *op.InferContext) error {
+		c.SetOutput(0, tensor.Int64, tensor.ScalarShape())
+		return nil
+	}})
+	kernel.Register("ExecStepID", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		c.Outputs[0] = tensor.Scalar(c.Step.ID)
+		return nil
+	}))
+
+	// ExecAssign stores value into the variable behind its ref input.
+	op.Register(op.Def{Name: "ExecAssign", Inputs: []op.Arg{{Name: "ref", Ref: true}, {Name: "value"}},
+		Stateful: true, Infer: func(c *op.InferContext) error { return nil }})
+	kernel.Register("ExecAssign", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		return c.Refs[0].Assign(c.Inputs[1])
+	}))
+}
+
+// signal is closed by ExecSignal and awaited by ExecWait.
+var signal chan struct{}
+
+type execWait struct{}
+
+func (execWait) MayBlock() bool { return true }
+
+func (execWait) Compute(c *kernel.Context) error {
+	select {
+	case <-signal:
+	case <-time.After(5 * time.Second):
+		return c.Errorf("never signalled")
+	}
+	c.Outputs[0] = tensor.Scalar(float32(2))
+	return nil
+}
+
+func f32(v ...float32) *tensor.Tensor { return tensor.MustFromSlice(v, len(v)) }
+
+func variable(s *graph.Scope, name string, shape ...int) graph.Output {
+	return s.Out("Variable", name, nil, map[string]any{"dtype": tensor.Float32, "shape": tensor.MakeShape(shape...)})
+}
+
+func mustNew(t *testing.T, g *graph.Graph, feeds, fetches []graph.Output, targets []*graph.Node, res *kernel.Resources) *executor.Executor {
+	t.Helper()
+	e, err := executor.New(g, feeds, fetches, targets, res)
+	if err != nil {
+		t.Fatalf("executor.New: %v", err)
+	}
+	return e
+}
+
+func TestPruning(t *testing.T) {
+	s := graph.NewScope()
+	a := ops.ConstNamed(s, "a", []float32{1, 2})
+	b := s.Out("ExecCount", "b", []graph.Output{a}, nil)
+	c := s.Out("ExecCount", "c", []graph.Output{b}, nil)
+	d := s.Out("ExecCount", "d", []graph.Output{a}, nil)
+	p := ops.Placeholder(s, "p", tensor.Float32, tensor.MakeShape(2))
+	e := s.Out("ExecCount", "e", []graph.Output{p}, nil)
+	// f runs after the placeholder p: feeding p satisfies the dependency.
+	f := s.WithControlDependencies(p.Node).Out("ExecCount", "f", []graph.Output{a}, nil)
+	grp := ops.Group(s, "grp", d.Node)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	g := s.Graph()
+
+	tests := []struct {
+		name    string
+		feeds   []graph.Output
+		fetches []graph.Output
+		targets []*graph.Node
+		nodes   int              // size of the pruned subgraph
+		want    map[string]int64 // kernel invocations per counting node
+	}{
+		{"chain", nil, []graph.Output{c}, nil, 3, map[string]int64{"b": 1, "c": 1}},
+		{"branch", nil, []graph.Output{d}, nil, 2, map[string]int64{"d": 1}},
+		{"feed cuts the walk", []graph.Output{b}, []graph.Output{c}, nil, 1, map[string]int64{"c": 1}},
+		{"fetch a feed", []graph.Output{b}, []graph.Output{b}, nil, 0, map[string]int64{}},
+		{"shared input runs once", nil, []graph.Output{c, d}, nil, 4, map[string]int64{"b": 1, "c": 1, "d": 1}},
+		{"duplicate fetches", nil, []graph.Output{d, d}, nil, 2, map[string]int64{"d": 1}},
+		{"target via control edge", nil, nil, []*graph.Node{grp}, 3, map[string]int64{"d": 1}},
+		{"fed placeholder does not run", []graph.Output{p}, []graph.Output{e}, nil, 1, map[string]int64{"e": 1}},
+		{"control dep on a fed node", []graph.Output{p}, []graph.Output{f}, nil, 2, map[string]int64{"f": 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resetCounts()
+			ex := mustNew(t, g, tc.feeds, tc.fetches, tc.targets, nil)
+			if got := ex.Stats().Nodes; got != tc.nodes {
+				t.Errorf("pruned subgraph has %d nodes %v, want %d", got, ex.Nodes(), tc.nodes)
+			}
+			feeds := make([]*tensor.Tensor, len(tc.feeds))
+			for i := range feeds {
+				feeds[i] = f32(5, 6)
+			}
+			out, err := ex.Run(context.Background(), feeds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out) != len(tc.fetches) {
+				t.Fatalf("got %d fetches, want %d", len(out), len(tc.fetches))
+			}
+			for _, name := range []string{"b", "c", "d", "e", "f"} {
+				if got := count(name); got != tc.want[name] {
+					t.Errorf("node %s ran %d times, want %d", name, got, tc.want[name])
+				}
+			}
+			if st := ex.Stats(); st.NodesExecuted != int64(tc.nodes) {
+				t.Errorf("NodesExecuted = %d, want %d", st.NodesExecuted, tc.nodes)
+			}
+		})
+	}
+}
+
+func TestFetchValues(t *testing.T) {
+	s := graph.NewScope()
+	a := ops.ConstNamed(s, "a", []float32{1, 2})
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(-1))
+	sum := s.Out("ExecAdd", "sum", []graph.Output{a, x}, nil)
+	twice := s.Out("ExecAdd", "twice", []graph.Output{sum, sum}, nil)
+	id := ops.Identity(s, a)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), []graph.Output{x}, []graph.Output{twice, sum, id}, nil, nil)
+	for range 3 {
+		out, err := ex.Run(context.Background(), []*tensor.Tensor{f32(10, 20)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []*tensor.Tensor{f32(22, 44), f32(11, 22), f32(1, 2)}
+		for i := range want {
+			if !tensor.Equal(out[i], want[i]) {
+				t.Errorf("fetch %d = %v, want %v", i, out[i], want[i])
+			}
+		}
+		// The caller owns fetches: scribbling on a fetched constant must not
+		// change the graph's constant.
+		out[2].Float32s()[0] = 99
+	}
+}
+
+func TestRefInputDoesNotReadVariable(t *testing.T) {
+	s := graph.NewScope()
+	w := variable(s, "W", 2)
+	init := s.AddNode("ExecAssign", "init", []graph.Output{w, ops.Const(s, []float32{3, 4})}, nil)
+	read := s.Out("ExecCount", "read", []graph.Output{w}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := kernel.NewResources()
+	// The variable is uninitialized: reading it would fail, so the assign
+	// step succeeds only if the Variable node does not run.
+	ex := mustNew(t, s.Graph(), nil, nil, []*graph.Node{init}, res)
+	if n := ex.Stats().Nodes; n != 2 {
+		t.Errorf("assign step runs %d nodes %v, want 2 (Const and ExecAssign)", n, ex.Nodes())
+	}
+	if _, err := ex.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	rd := mustNew(t, s.Graph(), nil, []graph.Output{read}, nil, res)
+	out, err := rd.Run(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tensor.Equal(out[0], f32(3, 4)) {
+		t.Errorf("W = %v, want [3 4]", out[0])
+	}
+}
+
+// TestIndependentBranchesRunConcurrently proves concurrency without sleeps:
+// each ExecMeet kernel waits for the other's signal, so the step completes
+// only if both run at once.
+func TestIndependentBranchesRunConcurrently(t *testing.T) {
+	s := graph.NewScope()
+	// Cheap nodes run on one goroutine; the meeting nodes take a large input
+	// so that the executor deems them worth running in parallel.
+	big := ops.Const(s, make([]float32, 1<<16))
+	m0 := s.Out("ExecMeet", "m0", []graph.Output{big}, map[string]any{"me": 0})
+	m1 := s.Out("ExecMeet", "m1", []graph.Output{big}, map[string]any{"me": 1})
+	a := ops.Const(s, float32(1))
+	sum0 := s.Out("ExecAdd", "sum0", []graph.Output{m0, a}, nil)
+	sum1 := s.Out("ExecAdd", "sum1", []graph.Output{m1, a}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), nil, []graph.Output{sum0, sum1}, nil, nil)
+	for range 5 {
+		meet = [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+		out, err := ex.Run(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Float32s()[0] != 1 || out[1].Float32s()[0] != 2 {
+			t.Errorf("got %v %v, want 1 2", out[0], out[1])
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	s := graph.NewScope()
+	a := ops.ConstNamed(s, "a", []float32{1, 2})
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(-1, 2))
+	unfed := s.Out("ExecCount", "uses_x", []graph.Output{x}, nil)
+	w := variable(s, "W", 2)
+	readW := s.Out("ExecCount", "readW", []graph.Output{w}, nil)
+	fail := s.Out("ExecFail", "failing", []graph.Output{a}, nil)
+	plain := s.Out("ExecPlainFail", "plain", []graph.Output{a}, nil)
+	pan := s.Out("ExecPanic", "panicky", []graph.Output{a}, nil)
+	wrong := s.Out("ExecWrongDType", "wrongdt", []graph.Output{a}, nil)
+	noOut := s.Out("ExecNoOutput", "noout", []graph.Output{a}, nil)
+	after := s.Out("ExecCount", "after_fail", []graph.Output{fail}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	g := s.Graph()
+
+	tests := []struct {
+		name    string
+		feeds   []graph.Output
+		values  []*tensor.Tensor
+		fetches []graph.Output
+		is      error
+		want    []string // substrings of the error
+	}{
+		{"feed dtype", []graph.Output{x}, []*tensor.Tensor{tensor.New(tensor.Float64, 1, 2)}, []graph.Output{unfed}, nil,
+			[]string{"x:0", "float32[?,2]", "float64[1,2]"}},
+		{"feed shape", []graph.Output{x}, []*tensor.Tensor{tensor.New(tensor.Float32, 1, 3)}, []graph.Output{unfed}, nil,
+			[]string{"x:0", "float32[?,2]", "float32[1,3]"}},
+		{"feed rank", []graph.Output{x}, []*tensor.Tensor{tensor.New(tensor.Float32, 2)}, []graph.Output{unfed}, nil,
+			[]string{"x:0", "[2]"}},
+		{"nil feed", []graph.Output{x}, []*tensor.Tensor{nil}, []graph.Output{unfed}, nil, []string{"x:0", "nil"}},
+		{"feed count", []graph.Output{x}, nil, []graph.Output{unfed}, nil, []string{"0 feed values", "1 fed"}},
+		{"unfed placeholder", nil, nil, []graph.Output{unfed}, nil, []string{`placeholder "x" must be fed`}},
+		{"uninitialized variable", nil, nil, []graph.Output{readW}, kernel.ErrUninitialized, []string{"W", "initializer"}},
+		{"kernel error", nil, nil, []graph.Output{after}, nil, []string{"failing (ExecFail)", "boom"}},
+		{"plain kernel error gets the node", nil, nil, []graph.Output{plain}, nil, []string{"plain (ExecPlainFail)", "plain failure"}},
+		{"kernel panic", nil, nil, []graph.Output{pan}, nil, []string{"panicky (ExecPanic)", "panicked"}},
+		{"wrong output dtype", nil, nil, []graph.Output{wrong}, nil, []string{"wrongdt (ExecWrongDType)", "float64[2]", "float32[2]"}},
+		{"output not set", nil, nil, []graph.Output{noOut}, nil, []string{"noout (ExecNoOutput)", "output 0"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resetCounts()
+			ex := mustNew(t, g, tc.feeds, tc.fetches, nil, nil)
+			out, err := ex.Run(context.Background(), tc.values)
+			if err == nil {
+				t.Fatalf("Run succeeded with %v, want an error", out)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("error %v does not wrap %v", err, tc.is)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if count("after_fail") != 0 {
+				t.Error("a node after the failing one ran")
+			}
+		})
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	s := graph.NewScope()
+	a := ops.ConstNamed(s, "a", []float32{1, 2})
+	nk := s.Out("ExecNoKernel", "nokernel", nil, nil)
+	other := ops.Const(graph.NewScope(), float32(1))
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		feeds   []graph.Output
+		fetches []graph.Output
+		want    string
+	}{
+		{"missing kernel", nil, []graph.Output{nk}, "nokernel (ExecNoKernel)"},
+		{"fetch from another graph", nil, []graph.Output{other}, "not in the graph"},
+		{"fetch index", nil, []graph.Output{{Node: a.Node, Index: 3}}, "a:3"},
+		{"zero fetch", nil, []graph.Output{{}}, "fetch <none>"},
+		{"feed twice", []graph.Output{a, a}, nil, "fed twice"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := executor.New(s.Graph(), tc.feeds, tc.fetches, nil, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCancel(t *testing.T) {
+	s := graph.NewScope()
+	a := ops.Const(s, float32(1))
+	blk := s.Out("ExecBlock", "blocker", []graph.Output{a}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), nil, []graph.Output{blk}, nil, nil)
+
+	t.Run("already cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := ex.Run(ctx, nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+	})
+	t.Run("during the step", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			<-blockStarted
+			cancel()
+		}()
+		_, err := ex.Run(ctx, nil)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if _, err := ex.Run(ctx, nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want context.DeadlineExceeded", err)
+		}
+	})
+}
+
+func TestConcurrentRuns(t *testing.T) {
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(2))
+	y := x
+	for range 10 {
+		y = s.Out("ExecAdd", "add", []graph.Output{y, x}, nil)
+	}
+	z := s.Out("ExecAdd", "z", []graph.Output{y, ops.Const(s, []float32{1, 1})}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), []graph.Output{x}, []graph.Output{z, y}, nil, nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for gi := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				v := float32(gi*100 + i)
+				out, err := ex.Run(context.Background(), []*tensor.Tensor{f32(v, -v)})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if want := f32(11*v+1, -11*v+1); !tensor.Equal(out[0], want) {
+					errs <- fmt.Errorf("run %d/%d: got %v, want %v", gi, i, out[0], want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := ex.Stats(); st.Runs != 400 || st.NodesExecuted != 400*12 {
+		t.Errorf("stats %+v, want 400 runs of 12 nodes", st)
+	}
+}
+
+// BenchmarkChain measures the per-node overhead of a chain of tiny ops (batch
+// 1, as in the linear-regression step): one op is one "node".
+func BenchmarkChain(b *testing.B) {
+	const n = 20
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(1))
+	one := ops.Const(s, []float32{1})
+	y := x
+	for range n {
+		y = s.Out("ExecAdd", "add", []graph.Output{y, one}, nil)
+	}
+	if err := s.Err(); err != nil {
+		b.Fatal(err)
+	}
+	ex, err := executor.New(s.Graph(), []graph.Output{x}, []graph.Output{y}, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	feed := []*tensor.Tensor{f32(0)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ex.Run(ctx, feed); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n+1), "ns/node")
+}
+
+// BenchmarkWide measures a step of independent branches, which use the pool.
+func BenchmarkWide(b *testing.B) {
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(1))
+	var outs []graph.Output
+	for range 8 {
+		y := x
+		for range 4 {
+			y = s.Out("ExecAdd", "add", []graph.Output{y, x}, nil)
+		}
+		outs = append(outs, y)
+	}
+	if err := s.Err(); err != nil {
+		b.Fatal(err)
+	}
+	ex, err := executor.New(s.Graph(), []graph.Output{x}, outs, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	feed := []*tensor.Tensor{f32(0)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ex.Run(context.Background(), feed); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestBlockingKernelRunsApart checks that a kernel declaring MayBlock does not
+// hold up the worker that would run the node it waits for.
+func TestBlockingKernelRunsApart(t *testing.T) {
+	s := graph.NewScope()
+	wait := s.Out("ExecWait", "wait", nil, nil) // the first root: it would run inline
+	sig := s.Out("ExecSignal", "signal", nil, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), nil, []graph.Output{wait, sig}, nil, nil)
+	for range 3 {
+		signal = make(chan struct{})
+		if _, err := ex.Run(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRunStepPassesTheStep(t *testing.T) {
+	s := graph.NewScope()
+	id := s.Out("ExecStepID", "id", nil, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), nil, []graph.Output{id}, nil, nil)
+	out, err := ex.RunStep(context.Background(), &kernel.Step{ID: 42}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out[0].Int64s()[0]; got != 42 {
+		t.Errorf("step ID %d, want 42", got)
+	}
+	a, _ := ex.Run(context.Background(), nil)
+	b, _ := ex.Run(context.Background(), nil)
+	if a[0].Int64s()[0] == b[0].Int64s()[0] {
+		t.Error("two runs got the same step ID")
+	}
+}

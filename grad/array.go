@@ -1,0 +1,214 @@
+package grad
+
+import (
+	"fmt"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Gradients of the array family and of the core ops (Const, Placeholder,
+// Identity, StopGradient, NoOp, Variable). Data-moving ops have data-moving
+// gradients: each is the adjoint copy (Slice <-> Pad, Concat <-> Slice,
+// Split <-> Concat, Gather <-> GatherGrad, Tile -> Reshape + Sum).
+
+func init() {
+	Register("Identity", func(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+		return dys[:1], nil
+	})
+	RegisterNone("StopGradient", "stops gradients by definition")
+	RegisterNone("Const", "a constant has no inputs")
+	RegisterNone("Placeholder", "a placeholder has no inputs; differentiate with respect to its output")
+	RegisterNone("NoOp", "it has no outputs")
+	RegisterNone("Variable", "a variable has no inputs; differentiate with respect to its output")
+
+	RegisterNone("Shape", "its output is integer metadata that does not vary with the values of x")
+	RegisterNone("Rank", "its output is integer metadata that does not vary with the values of x")
+	RegisterNone("Size", "its output is integer metadata that does not vary with the values of x")
+	RegisterNone("ZerosLike", "its output is constant in the values of x")
+	RegisterNone("OnesLike", "its output is constant in the values of x")
+	RegisterNone("OneHot", "its input is integer indices")
+
+	Register("Reshape", arrayReshapeBack)
+	Register("ExpandDims", arrayReshapeBack)
+	Register("Squeeze", arrayReshapeBack)
+	Register("Transpose", arrayTransposeGrad)
+	Register("Concat", arrayConcatGrad)
+	Register("Slice", arraySliceGrad)
+	Register("Split", arraySplitGrad)
+	Register("Gather", arrayGatherGrad)
+	Register("GatherGrad", arrayGatherGradGrad)
+	Register("Tile", arrayTileGrad)
+	Register("Pad", arrayPadGrad)
+	Register("Fill", arrayFillGrad)
+}
+
+// arrayShapeOf returns the shape of x as a 1-D int32 tensor: a constant when
+// it is fully known at build time (so that what is built from it keeps a
+// static shape), else a Shape node.
+func arrayShapeOf(s *graph.Scope, x graph.Output) graph.Output {
+	if sh := x.Shape(); sh.FullyDefined() {
+		d := make([]int32, sh.Rank())
+		for i := range d {
+			d[i] = int32(sh.Dim(i))
+		}
+		return ops.Const(s, d)
+	}
+	return ops.Shape(s, x)
+}
+
+// arrayReshapeBack is the gradient of ops that only relabel dimensions: dy
+// reshaped to the input's shape. Extra inputs (Reshape's shape) get none.
+func arrayReshapeBack(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	out := make([]graph.Output, n.NumInputs())
+	out[0] = ops.Reshape(s, dys[0], arrayShapeOf(s, n.Input(0)))
+	return out, nil
+}
+
+func arrayTransposeGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	perm := n.AttrInts("perm")
+	if len(perm) == 0 {
+		// Reversing the dimensions is its own inverse.
+		return []graph.Output{ops.Transpose(s, dys[0], nil)}, nil
+	}
+	inv := make([]int, len(perm))
+	for i, p := range perm {
+		inv[p] = i
+	}
+	return []graph.Output{ops.Transpose(s, dys[0], inv)}, nil
+}
+
+// arrayConcatGrad slices dy back into the inputs. The slice bounds are
+// attributes, so the sizes on the concat axis must be known at build time,
+// except for the last input, which takes whatever remains.
+func arrayConcatGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	if n.NumInputs() == 1 {
+		return dys[:1], nil
+	}
+	out0 := n.Output(0).Shape()
+	rank := out0.Rank()
+	if rank < 0 {
+		return nil, fmt.Errorf("grad: Concat: the rank of the output is unknown at build time")
+	}
+	axis := n.AttrInt("axis")
+	if axis < 0 {
+		axis += rank
+	}
+	grads := make([]graph.Output, n.NumInputs())
+	offset := 0
+	for i, in := range n.Inputs() {
+		size := -1
+		if sh := in.Shape(); sh.KnownRank() {
+			size = sh.Dim(axis)
+		}
+		if size < 0 && i != n.NumInputs()-1 {
+			return nil, fmt.Errorf("grad: Concat: input %d has shape %v: its size on axis %d must be known at build time to slice the gradient",
+				i, in.Shape(), axis)
+		}
+		begin, sizes := make([]int, rank), make([]int, rank)
+		for j := range sizes {
+			sizes[j] = -1
+		}
+		begin[axis], sizes[axis] = offset, size
+		grads[i] = ops.Slice(s, dys[0], begin, sizes)
+		offset += size
+	}
+	return grads, nil
+}
+
+// arraySliceGrad pads dy back to the input's shape with zeros.
+func arraySliceGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	begin, size := n.AttrInts("begin"), n.AttrInts("size")
+	in := n.Input(0).Shape()
+	p := make([][2]int, len(begin))
+	for i := range begin {
+		p[i][0] = begin[i]
+		if size[i] == -1 {
+			continue // the slice reaches the end: nothing after it
+		}
+		d := -1
+		if in.KnownRank() {
+			d = in.Dim(i)
+		}
+		if d < 0 {
+			return nil, fmt.Errorf("grad: Slice: dimension %d of input shape %v must be known at build time to pad the gradient", i, in)
+		}
+		p[i][1] = d - begin[i] - size[i]
+	}
+	return []graph.Output{ops.Pad(s, dys[0], p)}, nil
+}
+
+func arraySplitGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	return []graph.Output{ops.Concat(s, n.AttrInt("axis"), dys...)}, nil
+}
+
+func arrayGatherGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	params, indices := n.Input(0), n.Input(1)
+	g := ops.GatherGrad(s, dys[0], indices, arrayShapeOf(s, params), n.AttrInt("axis"))
+	return []graph.Output{g, {}}, nil
+}
+
+// arrayGatherGradGrad: GatherGrad is linear in dy, and its adjoint is Gather.
+func arrayGatherGradGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	g := ops.Gather(s, dys[0], n.Input(1), n.AttrInt("axis"))
+	return []graph.Output{g, {}, {}}, nil
+}
+
+// arrayTileGrad views dy ([m0*d0, m1*d1, ...]) as [m0, d0, m1, d1, ...] and
+// sums over the multiples' axes.
+func arrayTileGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	m := n.AttrInts("multiples")
+	x := n.Input(0)
+	axes := make([]int, len(m))
+	tiled := false
+	for i, k := range m {
+		axes[i] = 2 * i // size 1 where k == 1: summing it just drops it
+		tiled = tiled || k != 1
+	}
+	if !tiled {
+		return dys[:1], nil
+	}
+	var split graph.Output
+	if sh := x.Shape(); sh.FullyDefined() {
+		dims := make([]int, 0, 2*len(m))
+		for i, k := range m {
+			dims = append(dims, k, sh.Dim(i))
+		}
+		split = ops.ReshapeTo(s, dys[0], dims...)
+	} else {
+		// Interleave the multiples with the run-time shape: a [rank, 2]
+		// matrix of (m_i, d_i) rows, flattened.
+		mcol := make([]int32, len(m))
+		for i, k := range m {
+			mcol[i] = int32(k)
+		}
+		col := tensor.MustFromSlice(mcol, len(m), 1)
+		pairs := ops.Concat(s, 1, ops.Const(s, col), ops.ReshapeTo(s, ops.Shape(s, x), len(m), 1))
+		split = ops.Reshape(s, dys[0], ops.ReshapeTo(s, pairs, 2*len(m)))
+	}
+	return []graph.Output{ops.Sum(s, split, axes, false)}, nil
+}
+
+// arrayPadGrad slices the input's box out of dy.
+func arrayPadGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	p := n.AttrInts("paddings")
+	in := n.Input(0).Shape()
+	begin, size := make([]int, len(p)/2), make([]int, len(p)/2)
+	for i := range begin {
+		begin[i] = p[2*i]
+		size[i] = -1
+		if in.KnownRank() && in.Dim(i) >= 0 {
+			size[i] = in.Dim(i)
+		} else if p[2*i+1] != 0 {
+			return nil, fmt.Errorf("grad: Pad: dimension %d of input shape %v must be known at build time to slice the gradient", i, in)
+		}
+	}
+	return []graph.Output{ops.Slice(s, dys[0], begin, size)}, nil
+}
+
+// arrayFillGrad: every output element is the value, so its gradient is the
+// sum of dy. The dims input is integer and gets none.
+func arrayFillGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	return []graph.Output{{}, ops.Sum(s, dys[0], nil, false)}, nil
+}

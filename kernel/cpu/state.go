@@ -1,0 +1,281 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Kernels of the state family: assignments and the optimizers' update rules.
+// Updates run in place under the variable's exclusive lock, as one fused
+// loop per op, split across cores for large variables.
+
+func init() {
+	kernel.Register("Assign", kernel.CPU, kernel.Simple(stateAssign))
+	kernel.Register("AssignAdd", kernel.CPU, kernel.Simple(func(c *kernel.Context) error { return stateAssignUpdate(c, 1) }))
+	kernel.Register("AssignSub", kernel.CPU, kernel.Simple(func(c *kernel.Context) error { return stateAssignUpdate(c, -1) }))
+	kernel.Register("IsVariableInitialized", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		c.Alloc(0, tensor.Bool).Bools()[0] = c.Ref(0).Initialized()
+		return nil
+	}))
+
+	stateRegisterApply("ApplyGradientDescent", 1, 2, func(*graph.Node) stateUpdate {
+		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+			if g.DType() == tensor.Float32 {
+				stateGradientDescent(v[0].Float32s(), g.Float32s(), float32(sc[0]))
+			} else {
+				stateGradientDescent(v[0].Float64s(), g.Float64s(), sc[0])
+			}
+		}
+	})
+	stateRegisterApply("ApplyMomentum", 2, 3, func(n *graph.Node) stateUpdate {
+		nesterov := n.AttrBool("use_nesterov")
+		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+			if g.DType() == tensor.Float32 {
+				stateMomentum(v[0].Float32s(), v[1].Float32s(), g.Float32s(), float32(sc[0]), float32(sc[1]), nesterov)
+			} else {
+				stateMomentum(v[0].Float64s(), v[1].Float64s(), g.Float64s(), sc[0], sc[1], nesterov)
+			}
+		}
+	})
+	stateRegisterApply("ApplyAdagrad", 2, 3, func(*graph.Node) stateUpdate {
+		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+			if g.DType() == tensor.Float32 {
+				stateAdagrad(v[0].Float32s(), v[1].Float32s(), g.Float32s(), float32(sc[0]))
+			} else {
+				stateAdagrad(v[0].Float64s(), v[1].Float64s(), g.Float64s(), sc[0])
+			}
+		}
+	})
+	stateRegisterApply("ApplyRMSProp", 3, 7, func(*graph.Node) stateUpdate {
+		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+			// sc: lr, rho, momentum, epsilon.
+			if g.DType() == tensor.Float32 {
+				stateRMSProp(v[0].Float32s(), v[1].Float32s(), v[2].Float32s(), g.Float32s(),
+					float32(sc[0]), float32(sc[1]), float32(sc[2]), float32(sc[3]))
+			} else {
+				stateRMSProp(v[0].Float64s(), v[1].Float64s(), v[2].Float64s(), g.Float64s(), sc[0], sc[1], sc[2], sc[3])
+			}
+		}
+	})
+	stateRegisterApply("ApplyAdam", 3, 9, func(*graph.Node) stateUpdate {
+		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+			// sc: beta1_power, beta2_power, lr, beta1, beta2, epsilon. The
+			// bias-corrected step size is computed once, in float64.
+			lrT := sc[2] * math.Sqrt(1-sc[1]) / (1 - sc[0])
+			if g.DType() == tensor.Float32 {
+				stateAdam(v[0].Float32s(), v[1].Float32s(), v[2].Float32s(), g.Float32s(),
+					float32(lrT), float32(sc[3]), float32(sc[4]), float32(sc[5]))
+			} else {
+				stateAdam(v[0].Float64s(), v[1].Float64s(), v[2].Float64s(), g.Float64s(), lrT, sc[3], sc[4], sc[5])
+			}
+		}
+	})
+}
+
+// stateAssign replaces the variable's value. Its output is the value input,
+// which now equals the variable but does not alias its storage.
+func stateAssign(c *kernel.Context) error {
+	v, t := c.Ref(0), c.Input(1)
+	if t.DType() != v.DType() || !v.Shape().Equal(t.StaticShape()) {
+		return c.Errorf("cannot assign %v%v to variable %q of %v%v", t.DType(), t.StaticShape(), v.Name(), v.DType(), v.Shape())
+	}
+	if err := v.Assign(t); err != nil {
+		return stateWrap(c, err)
+	}
+	c.SetOutput(0, t)
+	return nil
+}
+
+// stateAssignUpdate adds sign*value to the variable and outputs a copy of
+// the new value.
+func stateAssignUpdate(c *kernel.Context, sign int) error {
+	v, t := c.Ref(0), c.Input(1)
+	if t.DType() != v.DType() || !v.Shape().Equal(t.StaticShape()) {
+		return c.Errorf("cannot add %v%v to variable %q of %v%v", t.DType(), t.StaticShape(), v.Name(), v.DType(), v.Shape())
+	}
+	switch v.DType() {
+	case tensor.Float32, tensor.Float64, tensor.Int32, tensor.Int64:
+	default:
+		return c.Errorf("%s does not support %v variables", c.Node.Op(), v.DType())
+	}
+	err := v.Update(func(val *tensor.Tensor) error {
+		switch val.DType() {
+		case tensor.Float32:
+			stateAddScaled(val.Float32s(), t.Float32s(), float32(sign))
+		case tensor.Float64:
+			stateAddScaled(val.Float64s(), t.Float64s(), float64(sign))
+		case tensor.Int32:
+			stateAddScaled(val.Int32s(), t.Int32s(), int32(sign))
+		case tensor.Int64:
+			stateAddScaled(val.Int64s(), t.Int64s(), int64(sign))
+		}
+		c.SetOutput(0, val.Clone())
+		return nil
+	})
+	return stateWrap(c, err)
+}
+
+// stateWrap adds the node to an error of the variable (nil stays nil),
+// keeping kernel.ErrUninitialized visible to errors.Is.
+func stateWrap(c *kernel.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("kernel: node %s: %w", c.Node, err)
+}
+
+type stateNumber interface {
+	~float32 | ~float64 | ~int32 | ~int64
+}
+
+type stateFloat interface{ ~float32 | ~float64 }
+
+// stateCost is the estimated cost of one element of an update loop, in the
+// units of kernel.ParallelFor.
+const stateCost = 8
+
+func stateAddScaled[T stateNumber](dst, src []T, sign T) {
+	src = src[:len(dst)]
+	kernel.ParallelFor(len(dst), 1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			dst[i] += sign * src[i]
+		}
+	})
+}
+
+func stateGradientDescent[T stateFloat](v, g []T, alpha T) {
+	g = g[:len(v)]
+	kernel.ParallelFor(len(v), 2, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v[i] -= alpha * g[i]
+		}
+	})
+}
+
+func stateMomentum[T stateFloat](v, accum, g []T, lr, momentum T, nesterov bool) {
+	accum, g = accum[:len(v)], g[:len(v)]
+	kernel.ParallelFor(len(v), stateCost, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			a := accum[i]*momentum + g[i]
+			accum[i] = a
+			if nesterov {
+				v[i] -= g[i]*lr + a*momentum*lr
+			} else {
+				v[i] -= lr * a
+			}
+		}
+	})
+}
+
+func stateAdagrad[T stateFloat](v, accum, g []T, lr T) {
+	accum, g = accum[:len(v)], g[:len(v)]
+	kernel.ParallelFor(len(v), stateCost, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			a := accum[i] + g[i]*g[i]
+			accum[i] = a
+			v[i] -= lr * g[i] / T(math.Sqrt(float64(a)))
+		}
+	})
+}
+
+func stateRMSProp[T stateFloat](v, ms, mom, g []T, lr, rho, momentum, epsilon T) {
+	ms, mom, g = ms[:len(v)], mom[:len(v)], g[:len(v)]
+	kernel.ParallelFor(len(v), stateCost, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			m := rho*ms[i] + (1-rho)*g[i]*g[i]
+			ms[i] = m
+			u := momentum*mom[i] + lr*g[i]/T(math.Sqrt(float64(m+epsilon)))
+			mom[i] = u
+			v[i] -= u
+		}
+	})
+}
+
+func stateAdam[T stateFloat](v, m, vv, g []T, lrT, beta1, beta2, epsilon T) {
+	m, vv, g = m[:len(v)], vv[:len(v)], g[:len(v)]
+	kernel.ParallelFor(len(v), stateCost, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gi := g[i]
+			a := m[i] + (gi-m[i])*(1-beta1)
+			b := vv[i] + (gi*gi-vv[i])*(1-beta2)
+			m[i], vv[i] = a, b
+			v[i] -= lrT * a / (T(math.Sqrt(float64(b))) + epsilon)
+		}
+	})
+}
+
+// stateUpdate applies one update rule to the locked values of the refs (the
+// variable first), given the gradient and the scalar inputs in input order.
+type stateUpdate func(vals []*tensor.Tensor, grad *tensor.Tensor, scalars []float64)
+
+// stateRegisterApply registers the kernel of an Apply op whose first nRefs
+// inputs are refs and whose input gradIdx has the variable's shape; every
+// other input is a scalar.
+func stateRegisterApply(op string, nRefs, gradIdx int, build func(n *graph.Node) stateUpdate) {
+	kernel.Register(op, kernel.CPU, func(n *graph.Node) (kernel.Kernel, error) {
+		update := build(n)
+		return kernel.Func(func(c *kernel.Context) error {
+			return stateApply(c, nRefs, gradIdx, update)
+		}), nil
+	})
+}
+
+func stateApply(c *kernel.Context, nRefs, gradIdx int, update stateUpdate) error {
+	v := c.Ref(0)
+	dt, shape := v.DType(), v.Shape()
+	if !dt.IsFloat() {
+		return c.Errorf("variable %q must be float32 or float64, got %v", v.Name(), dt)
+	}
+	refs := make([]*kernel.Variable, nRefs)
+	for i := range refs {
+		r := c.Ref(i)
+		if r.DType() != dt || !r.Shape().Equal(shape) {
+			return c.Errorf("input %d: variable %q of %v%v does not match variable %q of %v%v",
+				i, r.Name(), r.DType(), r.Shape(), v.Name(), dt, shape)
+		}
+		for _, prev := range refs[:i] {
+			if prev == r {
+				// Locking it twice would deadlock.
+				return c.Errorf("variable %q is passed twice", r.Name())
+			}
+		}
+		refs[i] = r
+	}
+	g := c.Input(gradIdx)
+	if g.DType() != dt || !shape.Equal(g.StaticShape()) {
+		return c.Errorf("gradient %v%v does not match variable %q of %v%v", g.DType(), g.StaticShape(), v.Name(), dt, shape)
+	}
+	scalars := make([]float64, 0, len(c.Inputs)-nRefs-1)
+	for i := nRefs; i < len(c.Inputs); i++ {
+		if i == gradIdx {
+			continue
+		}
+		t := c.Input(i)
+		if t.DType() != dt || t.NumElements() != 1 {
+			return c.Errorf("input %d must be a %v scalar, got %v%v", i, dt, t.DType(), t.StaticShape())
+		}
+		scalars = append(scalars, t.Float64At(0))
+	}
+	vals := make([]*tensor.Tensor, nRefs)
+	return stateWrap(c, stateLockAll(refs, vals, func() error {
+		update(vals, g, scalars)
+		return nil
+	}))
+}
+
+// stateLockAll holds the exclusive lock of every variable (in order) while f
+// runs, with vals[i] set to the value of refs[i]. It fails if one of them is
+// not initialized.
+func stateLockAll(refs []*kernel.Variable, vals []*tensor.Tensor, f func() error) error {
+	if len(refs) == 0 {
+		return f()
+	}
+	return refs[0].Update(func(val *tensor.Tensor) error {
+		vals[0] = val
+		return stateLockAll(refs[1:], vals[1:], f)
+	})
+}

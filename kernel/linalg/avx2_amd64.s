@@ -1,0 +1,136 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// One k step of the 6x16 tile: two 8-wide loads of packed B (Y0, Y1), six
+// broadcasts of packed A, twelve FMAs into the accumulators Y4..Y15
+// (row r in Y(4+2r), Y(5+2r)). Offsets are relative to SI (A) and DI (B).
+#define STEP(aoff, boff) \
+	VMOVUPS      boff(DI), Y0;      \
+	VMOVUPS      (boff+32)(DI), Y1; \
+	VBROADCASTSS (aoff)(SI), Y2;    \
+	VBROADCASTSS (aoff+4)(SI), Y3;  \
+	VFMADD231PS  Y0, Y2, Y4;        \
+	VFMADD231PS  Y1, Y2, Y5;        \
+	VFMADD231PS  Y0, Y3, Y6;        \
+	VFMADD231PS  Y1, Y3, Y7;        \
+	VBROADCASTSS (aoff+8)(SI), Y2;  \
+	VBROADCASTSS (aoff+12)(SI), Y3; \
+	VFMADD231PS  Y0, Y2, Y8;        \
+	VFMADD231PS  Y1, Y2, Y9;        \
+	VFMADD231PS  Y0, Y3, Y10;       \
+	VFMADD231PS  Y1, Y3, Y11;       \
+	VBROADCASTSS (aoff+16)(SI), Y2; \
+	VBROADCASTSS (aoff+20)(SI), Y3; \
+	VFMADD231PS  Y0, Y2, Y12;       \
+	VFMADD231PS  Y1, Y2, Y13;       \
+	VFMADD231PS  Y0, Y3, Y14;       \
+	VFMADD231PS  Y1, Y3, Y15
+
+// Row r of C = accumulators (+ beta*C when Y3 holds broadcast beta).
+#define STOREROW(lo, hi) \
+	VMOVUPS lo, (DX);   \
+	VMOVUPS hi, 32(DX); \
+	ADDQ    R8, DX
+
+#define STOREROWBETA(lo, hi) \
+	VFMADD231PS (DX), Y3, lo;   \
+	VFMADD231PS 32(DX), Y3, hi; \
+	VMOVUPS     lo, (DX);       \
+	VMOVUPS     hi, 32(DX);     \
+	ADDQ        R8, DX
+
+// func sgemm6x16(kc int, a *float32, b *float32, c *float32, ldc int, beta float32)
+TEXT ·sgemm6x16(SB), NOSPLIT, $0-44
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+
+	// Touch the six C rows early so their lines arrive during the k loop.
+	MOVQ       DX, R9
+	PREFETCHT0 (R9)
+	PREFETCHT0 60(R9)
+	ADDQ       R8, R9
+	PREFETCHT0 (R9)
+	PREFETCHT0 60(R9)
+	ADDQ       R8, R9
+	PREFETCHT0 (R9)
+	PREFETCHT0 60(R9)
+	ADDQ       R8, R9
+	PREFETCHT0 (R9)
+	PREFETCHT0 60(R9)
+	ADDQ       R8, R9
+	PREFETCHT0 (R9)
+	PREFETCHT0 60(R9)
+	ADDQ       R8, R9
+	PREFETCHT0 (R9)
+	PREFETCHT0 60(R9)
+
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+
+	MOVQ CX, R10
+	SHRQ $2, R10
+	JZ   tail
+
+loop4:
+	// Unrolled by 4: 24 floats of A and 64 of B per iteration.
+	PREFETCHT0 384(SI)
+	STEP(0, 0)
+	STEP(24, 64)
+	PREFETCHT0 576(DI)
+	STEP(48, 128)
+	STEP(72, 192)
+	ADDQ $96, SI
+	ADDQ $256, DI
+	DECQ R10
+	JNZ  loop4
+
+tail:
+	ANDQ $3, CX
+	JZ   store
+
+loop1:
+	STEP(0, 0)
+	ADDQ $24, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  loop1
+
+store:
+	// beta == +0 or -0: overwrite C without reading it (NaNs must not leak).
+	MOVL  beta+40(FP), AX
+	TESTL $0x7fffffff, AX
+	JNZ   withbeta
+	STOREROW(Y4, Y5)
+	STOREROW(Y6, Y7)
+	STOREROW(Y8, Y9)
+	STOREROW(Y10, Y11)
+	STOREROW(Y12, Y13)
+	STOREROW(Y14, Y15)
+	VZEROUPPER
+	RET
+
+withbeta:
+	VBROADCASTSS beta+40(FP), Y3
+	STOREROWBETA(Y4, Y5)
+	STOREROWBETA(Y6, Y7)
+	STOREROWBETA(Y8, Y9)
+	STOREROWBETA(Y10, Y11)
+	STOREROWBETA(Y12, Y13)
+	STOREROWBETA(Y14, Y15)
+	VZEROUPPER
+	RET

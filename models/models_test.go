@@ -1,0 +1,135 @@
+package models_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/models"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// trainer is a built model with its session and one fixed batch.
+type trainer struct {
+	sess    *session.Session
+	m       *models.Model
+	trainOp *graph.Node
+	feeds   map[graph.Output]*tensor.Tensor
+}
+
+func newTrainer(tb testing.TB, name string, batch int) *trainer {
+	tb.Helper()
+	s := graph.NewScope()
+	m, err := models.Build(s, name, models.Config{Seed: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opt, lr := "sgd", float32(0.1)
+	switch name {
+	case "mlp":
+		lr = 0.5
+	case "cnn":
+		opt, lr = "adam", 1e-3
+	}
+	o, err := train.NewOptimizer(opt, lr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	trainOp, err := train.Minimize(s, o, m.Loss, train.CreateGlobalStep(s))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	init := ops.GlobalVariablesInitializer(s)
+	if err := s.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	sess, err := session.New(s.Graph())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { sess.Close() })
+	if _, err := sess.Run(context.Background(), nil, nil, []*graph.Node{init}); err != nil {
+		tb.Fatal(err)
+	}
+	var x, y *tensor.Tensor
+	if name == "linreg" {
+		x, y = data.Linear(batch, 1, 2, 10, 0.33)
+	} else {
+		tr, _, err := data.Embedded()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ds, err := data.FromTensors(tr.Images, tr.Labels)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		it := ds.Batch(batch, true).Iterator(context.Background())
+		b, err := it.Next()
+		it.Close()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		x, y = b[0], b[1]
+	}
+	return &trainer{sess: sess, m: m, trainOp: trainOp, feeds: map[graph.Output]*tensor.Tensor{m.Input: x, m.Label: y}}
+}
+
+func (tr *trainer) step(tb testing.TB) float64 {
+	out, err := tr.sess.Run(context.Background(), tr.feeds, []graph.Output{tr.m.Loss}, []*graph.Node{tr.trainOp})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out[0].Float64At(0)
+}
+
+// TestModelsLearnOneBatch checks that each model can fit a fixed batch: the
+// loss after some steps is well below the first one.
+func TestModelsLearnOneBatch(t *testing.T) {
+	for _, c := range []struct {
+		model        string
+		batch, steps int
+	}{{"linreg", 32, 200}, {"mlp", 100, 50}, {"cnn", 16, 15}} {
+		t.Run(c.model, func(t *testing.T) {
+			tr := newTrainer(t, c.model, c.batch)
+			first := tr.step(t)
+			last := first
+			for i := 0; i < c.steps; i++ {
+				last = tr.step(t)
+			}
+			if !(last < first/2) {
+				t.Errorf("loss went from %.4f to %.4f in %d steps", first, last, c.steps)
+			}
+		})
+	}
+}
+
+func TestBuildRejectsUnknownModel(t *testing.T) {
+	if _, err := models.Build(graph.NewScope(), "resnet", models.Config{}); err == nil {
+		t.Error("unknown model accepted")
+	}
+}
+
+// BenchmarkTrainStep times one training step of each reference model at its
+// reference batch size and reports examples per second.
+func BenchmarkTrainStep(b *testing.B) {
+	for _, c := range []struct {
+		model string
+		batch int
+	}{{"linreg", 1}, {"mlp", 100}, {"cnn", 50}} {
+		b.Run(fmt.Sprintf("%s/batch=%d", c.model, c.batch), func(b *testing.B) {
+			tr := newTrainer(b, c.model, c.batch)
+			tr.step(b) // warm up: executor built, buffers sized
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				tr.step(b)
+			}
+			b.ReportMetric(float64(b.N*c.batch)/b.Elapsed().Seconds(), "examples/s")
+		})
+	}
+}

@@ -1,0 +1,143 @@
+package op_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/tensor"
+)
+
+// arrayIn builds one input of a shape-inference case.
+type arrayIn func(s *graph.Scope) graph.Output
+
+// ph is a placeholder input written "float32[?,3]" (or "int32<unknown>").
+func ph(spec string) arrayIn {
+	return func(s *graph.Scope) graph.Output {
+		i := strings.IndexAny(spec, "[<")
+		dt, err := tensor.ParseDType(spec[:i])
+		if err != nil {
+			panic(err)
+		}
+		sh, err := tensor.ParseShape(spec[i:])
+		if err != nil {
+			panic(err)
+		}
+		return s.Out("Placeholder", "x", nil, map[string]any{"dtype": dt, "shape": sh})
+	}
+}
+
+// cst is a constant input (1-D int32 from ints, or any tensor).
+func cst(v any) arrayIn {
+	return func(s *graph.Scope) graph.Output {
+		t, ok := v.(*tensor.Tensor)
+		if !ok {
+			ints := v.([]int)
+			d := make([]int32, len(ints))
+			for i, x := range ints {
+				d[i] = int32(x)
+			}
+			t = tensor.MustFromSlice(d, len(d))
+		}
+		return s.Out("Const", "c", nil, map[string]any{"value": t})
+	}
+}
+
+// TestArrayInfer checks shape inference in the compact form
+// "dtype[dims]" per output (joined by ";"), or an error substring.
+func TestArrayInfer(t *testing.T) {
+	cases := []struct {
+		op    string
+		in    []arrayIn
+		attrs map[string]any
+		want  string // outputs, or "error: substring"
+	}{
+		{"Reshape", []arrayIn{ph("float32[2,3,4]"), cst([]int{-1, 4})}, nil, "float32[6,4]"},
+		{"Reshape", []arrayIn{ph("float32[?,3]"), cst([]int{-1, 4})}, nil, "float32[?,4]"},
+		{"Reshape", []arrayIn{ph("int64[2,3]"), cst([]int{3, 2})}, nil, "int64[3,2]"},
+		{"Reshape", []arrayIn{ph("float32[0,3]"), cst([]int{-1, 0})}, nil, "float32[0,0]"},
+		{"Reshape", []arrayIn{ph("float32[2,3]"), ph("int32[3]")}, nil, "float32[?,?,?]"},
+		{"Reshape", []arrayIn{ph("float32[2,3]"), ph("int32<unknown>")}, nil, "float32<unknown>"},
+		{"Reshape", []arrayIn{ph("float32[2,3]"), cst([]int{4, -1})}, nil, "error: cannot reshape [2,3] to [4 -1]"},
+		{"Reshape", []arrayIn{ph("float32[2,3]"), cst([]int{5})}, nil, "error: 6 elements do not fit 5"},
+		{"Reshape", []arrayIn{ph("float32[2,3]"), cst([]int{-1, -1})}, nil, "error: only one dimension may be -1"},
+		{"Reshape", []arrayIn{ph("float32[2,3]"), ph("float32[2]")}, nil, "error: shape must be int32 or int64"},
+		{"Shape", []arrayIn{ph("float32[?,3]")}, nil, "int32[2]"},
+		{"Shape", []arrayIn{ph("float32<unknown>")}, nil, "int32[?]"},
+		{"Rank", []arrayIn{ph("bool[4]")}, nil, "int32[]"},
+		{"Size", []arrayIn{ph("uint8[4]")}, nil, "int32[]"},
+		{"ExpandDims", []arrayIn{ph("float32[2,3]")}, map[string]any{"axis": 0}, "float32[1,2,3]"},
+		{"ExpandDims", []arrayIn{ph("float32[2,3]")}, map[string]any{"axis": -1}, "float32[2,3,1]"},
+		{"ExpandDims", []arrayIn{ph("float32[2,3]")}, map[string]any{"axis": 3}, "error: axis 3 is out of range [-3, 2] for shape [2,3]"},
+		{"Squeeze", []arrayIn{ph("float32[1,2,1,3]")}, nil, "float32[2,3]"},
+		{"Squeeze", []arrayIn{ph("float32[1,2,1,3]")}, map[string]any{"axes": []int{-2}}, "float32[1,2,3]"},
+		{"Squeeze", []arrayIn{ph("float32[1,?,3]")}, nil, "float32<unknown>"},
+		{"Squeeze", []arrayIn{ph("float32[1,2]")}, map[string]any{"axes": []int{1}}, "error: cannot squeeze dimension 1 of shape [1,2]"},
+		{"Transpose", []arrayIn{ph("float32[2,3,4]")}, map[string]any{"perm": []int{2, 0, 1}}, "float32[4,2,3]"},
+		{"Transpose", []arrayIn{ph("float32[2,?]")}, nil, "float32[?,2]"},
+		{"Transpose", []arrayIn{ph("float32[2,3]")}, map[string]any{"perm": []int{0, 0}}, "error: perm [0 0] is not a permutation"},
+		{"Concat", []arrayIn{ph("float32[2,3]"), ph("float32[2,5]")}, map[string]any{"axis": 1}, "float32[2,8]"},
+		{"Concat", []arrayIn{ph("float32[?,3]"), ph("float32[2,?]")}, map[string]any{"axis": -1}, "float32[2,?]"},
+		{"Concat", []arrayIn{ph("float32<unknown>"), ph("float32[2,5]")}, map[string]any{"axis": 0}, "float32[?,5]"},
+		{"Concat", []arrayIn{ph("float32[2,3]"), ph("float32[4,5]")}, map[string]any{"axis": 1}, "error: input 1 has shape [4,5], other inputs have dimension 0 = 2"},
+		{"Concat", []arrayIn{ph("float32[2,3]"), ph("float32[2]")}, map[string]any{"axis": 0}, "error: ranks differ"},
+		{"Concat", []arrayIn{ph("float32[2,3]"), ph("int32[2,3]")}, map[string]any{"axis": 0}, "error: different dtypes"},
+		{"Concat", nil, map[string]any{"axis": 0}, "error: needs at least one input"},
+		{"Slice", []arrayIn{ph("float32[4,5]")}, map[string]any{"begin": []int{1, 2}, "size": []int{2, -1}}, "float32[2,3]"},
+		{"Slice", []arrayIn{ph("float32[?,5]")}, map[string]any{"begin": []int{1, 0}, "size": []int{-1, 5}}, "float32[?,5]"},
+		{"Slice", []arrayIn{ph("float32[4,5]")}, map[string]any{"begin": []int{3, 0}, "size": []int{2, 1}}, "error: out of bounds of shape [4,5]"},
+		{"Split", []arrayIn{ph("float32[4,6]")}, map[string]any{"axis": 1, "num_split": 3}, "float32[4,2];float32[4,2];float32[4,2]"},
+		{"Split", []arrayIn{ph("float32[4,6]")}, map[string]any{"axis": 0, "num_split": 3}, "error: dimension 0 of shape [4,6] (4) is not divisible by num_split 3"},
+		{"Gather", []arrayIn{ph("float32[10,3]"), ph("int32[4]")}, nil, "float32[4,3]"},
+		{"Gather", []arrayIn{ph("float32[10,3,2]"), ph("int64[4,5]")}, map[string]any{"axis": 1}, "float32[10,4,5,2]"},
+		{"Gather", []arrayIn{ph("float32[10,3]"), ph("int32[]")}, map[string]any{"axis": -1}, "float32[10]"},
+		{"Gather", []arrayIn{ph("float32[10,3]"), ph("float32[4]")}, nil, "error: indices must be int32 or int64"},
+		{"GatherGrad", []arrayIn{ph("float32[4,3]"), ph("int32[4]"), cst([]int{10, 3})}, nil, "float32[10,3]"},
+		{"GatherGrad", []arrayIn{ph("float32[4,3]"), ph("int32[4]"), ph("int32[2]")}, nil, "float32[?,?]"},
+		{"OneHot", []arrayIn{ph("int64[?]")}, map[string]any{"depth": 10}, "float32[?,10]"},
+		{"OneHot", []arrayIn{ph("int32[2,3]")}, map[string]any{"depth": 4, "dtype": tensor.Int32}, "int32[2,3,4]"},
+		{"OneHot", []arrayIn{ph("float32[2]")}, map[string]any{"depth": 4}, "error: indices must be int32 or int64"},
+		{"Fill", []arrayIn{cst([]int{2, 3}), ph("float64[]")}, nil, "float64[2,3]"},
+		{"Fill", []arrayIn{ph("int32[3]"), ph("int32[]")}, nil, "int32[?,?,?]"},
+		{"Fill", []arrayIn{cst([]int{2}), ph("float32[2]")}, nil, "error: value must be a scalar, got shape [2]"},
+		{"ZerosLike", []arrayIn{ph("float32[?,3]")}, nil, "float32[?,3]"},
+		{"OnesLike", []arrayIn{ph("bool[2]")}, nil, "bool[2]"},
+		{"Tile", []arrayIn{ph("float32[2,?]")}, map[string]any{"multiples": []int{3, 2}}, "float32[6,?]"},
+		{"Tile", []arrayIn{ph("float32[2,3]")}, map[string]any{"multiples": []int{3}}, "error: multiples [3] has 1 entries for shape [2,3]"},
+		{"Pad", []arrayIn{ph("float32[2,3]")}, map[string]any{"paddings": []int{1, 1, 0, 2}}, "float32[4,5]"},
+		{"Pad", []arrayIn{ph("float32[2,3]")}, map[string]any{"paddings": []int{1, 1}}, "error: paddings [1 1] must hold 2 values per dimension of shape [2,3]"},
+	}
+	for _, c := range cases {
+		s := graph.NewScope()
+		var ins []graph.Output
+		for _, f := range c.in {
+			ins = append(ins, f(s))
+		}
+		n := s.AddNode(c.op, "", ins, c.attrs)
+		name := fmt.Sprintf("%s%v", c.op, c.attrs)
+		if want, ok := strings.CutPrefix(c.want, "error: "); ok {
+			err := s.Err()
+			if err == nil {
+				t.Errorf("%s: no error, want %q", name, want)
+				continue
+			}
+			if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), c.op) {
+				t.Errorf("%s: error %q, want it to name the op and contain %q", name, err, want)
+			}
+			continue
+		}
+		if err := s.Err(); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		var got []string
+		for i := range n.NumOutputs() {
+			o := n.Output(i)
+			got = append(got, o.DType().String()+o.Shape().String())
+		}
+		if g := strings.Join(got, ";"); g != c.want {
+			t.Errorf("%s: got %s, want %s", name, g, c.want)
+		}
+	}
+}

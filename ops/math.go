@@ -1,0 +1,193 @@
+package ops
+
+import (
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Math builders. Binary ops broadcast their operands numpy-style; nodes are
+// named after their op. Errors are recorded in the scope (see graph.Scope).
+
+func mathBinary(s *graph.Scope, opName string, a, b graph.Output) graph.Output {
+	return s.Out(opName, opName, []graph.Output{a, b}, nil)
+}
+
+func mathUnary(s *graph.Scope, opName string, x graph.Output) graph.Output {
+	return s.Out(opName, opName, []graph.Output{x}, nil)
+}
+
+// Add returns a + b.
+func Add(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Add", a, b) }
+
+// Sub returns a - b.
+func Sub(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Sub", a, b) }
+
+// Mul returns a * b.
+func Mul(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Mul", a, b) }
+
+// Div returns a / b (integer division truncates; an integer zero divisor is a run-time error).
+func Div(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Div", a, b) }
+
+// Pow returns a ** b (floats only).
+func Pow(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Pow", a, b) }
+
+// Maximum returns max(a, b) element-wise.
+func Maximum(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Maximum", a, b) }
+
+// Minimum returns min(a, b) element-wise.
+func Minimum(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Minimum", a, b) }
+
+// SquaredDifference returns (a - b)^2.
+func SquaredDifference(s *graph.Scope, a, b graph.Output) graph.Output {
+	return mathBinary(s, "SquaredDifference", a, b)
+}
+
+// Greater returns a > b as a bool tensor.
+func Greater(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Greater", a, b) }
+
+// GreaterEqual returns a >= b as a bool tensor.
+func GreaterEqual(s *graph.Scope, a, b graph.Output) graph.Output {
+	return mathBinary(s, "GreaterEqual", a, b)
+}
+
+// Less returns a < b as a bool tensor.
+func Less(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Less", a, b) }
+
+// LessEqual returns a <= b as a bool tensor.
+func LessEqual(s *graph.Scope, a, b graph.Output) graph.Output {
+	return mathBinary(s, "LessEqual", a, b)
+}
+
+// Equal returns a == b as a bool tensor.
+func Equal(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "Equal", a, b) }
+
+// NotEqual returns a != b as a bool tensor.
+func NotEqual(s *graph.Scope, a, b graph.Output) graph.Output { return mathBinary(s, "NotEqual", a, b) }
+
+// LogicalAnd returns a && b for bool tensors.
+func LogicalAnd(s *graph.Scope, a, b graph.Output) graph.Output {
+	return mathBinary(s, "LogicalAnd", a, b)
+}
+
+// LogicalOr returns a || b for bool tensors.
+func LogicalOr(s *graph.Scope, a, b graph.Output) graph.Output {
+	return mathBinary(s, "LogicalOr", a, b)
+}
+
+// Neg returns -x.
+func Neg(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "Neg", x) }
+
+// Abs returns |x|.
+func Abs(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "Abs", x) }
+
+// Sign returns -1, 0 or 1 by the sign of x.
+func Sign(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "Sign", x) }
+
+// Exp returns e^x.
+func Exp(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "Exp", x) }
+
+// Log returns the natural logarithm of x.
+func Log(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "Log", x) }
+
+// Square returns x^2.
+func Square(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "Square", x) }
+
+// Sqrt returns the square root of x.
+func Sqrt(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "Sqrt", x) }
+
+// Rsqrt returns 1/sqrt(x).
+func Rsqrt(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "Rsqrt", x) }
+
+// Reciprocal returns 1/x.
+func Reciprocal(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "Reciprocal", x) }
+
+// LogicalNot returns !x for a bool tensor.
+func LogicalNot(s *graph.Scope, x graph.Output) graph.Output { return mathUnary(s, "LogicalNot", x) }
+
+// Cast converts x to dt.
+func Cast(s *graph.Scope, x graph.Output, dt tensor.DType) graph.Output {
+	return s.Out("Cast", "Cast", []graph.Output{x}, map[string]any{"dtype": dt})
+}
+
+// Select returns cond ? a : b element-wise; cond (bool), a and b broadcast together.
+func Select(s *graph.Scope, cond, a, b graph.Output) graph.Output {
+	return s.Out("Select", "Select", []graph.Output{cond, a, b}, nil)
+}
+
+// AddN returns the sum of one or more tensors of one shape and dtype.
+func AddN(s *graph.Scope, xs ...graph.Output) graph.Output {
+	return s.Out("AddN", "AddN", xs, nil)
+}
+
+func mathReduce(s *graph.Scope, opName string, x graph.Output, axis []int, keepDims bool) graph.Output {
+	if axis == nil {
+		axis = []int{}
+	}
+	return s.Out(opName, opName, []graph.Output{x}, map[string]any{"axis": axis, "keep_dims": keepDims})
+}
+
+// Sum returns the sum of x over axis (every axis if empty); keepDims keeps
+// the reduced axes with size 1.
+func Sum(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
+	return mathReduce(s, "Sum", x, axis, keepDims)
+}
+
+// Mean returns the mean of x over axis (every axis if empty).
+func Mean(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
+	return mathReduce(s, "Mean", x, axis, keepDims)
+}
+
+// Max returns the maximum of x over axis (every axis if empty).
+func Max(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
+	return mathReduce(s, "Max", x, axis, keepDims)
+}
+
+// Min returns the minimum of x over axis (every axis if empty).
+func Min(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
+	return mathReduce(s, "Min", x, axis, keepDims)
+}
+
+// Prod returns the product of x over axis (every axis if empty).
+func Prod(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
+	return mathReduce(s, "Prod", x, axis, keepDims)
+}
+
+// ArgMax returns the int64 index of the largest element of x along axis
+// (the first one on ties).
+func ArgMax(s *graph.Scope, x graph.Output, axis int) graph.Output {
+	return s.Out("ArgMax", "ArgMax", []graph.Output{x}, map[string]any{"axis": axis})
+}
+
+// ArgMin returns the int64 index of the smallest element of x along axis
+// (the first one on ties).
+func ArgMin(s *graph.Scope, x graph.Output, axis int) graph.Output {
+	return s.Out("ArgMin", "ArgMin", []graph.Output{x}, map[string]any{"axis": axis})
+}
+
+// MatMul returns op(a) x op(b), where op transposes when asked. Operands of
+// rank > 2 are batches of matrices with identical leading dimensions.
+func MatMul(s *graph.Scope, a, b graph.Output, transposeA, transposeB bool) graph.Output {
+	return s.Out("MatMul", "MatMul", []graph.Output{a, b},
+		map[string]any{"transpose_a": transposeA, "transpose_b": transposeB})
+}
+
+// MatrixInverse returns the inverse of each square matrix of x [..., n, n].
+func MatrixInverse(s *graph.Scope, x graph.Output) graph.Output {
+	return mathUnary(s, "MatrixInverse", x)
+}
+
+// MatrixDeterminant returns the determinant of each square matrix of x [..., n, n].
+func MatrixDeterminant(s *graph.Scope, x graph.Output) graph.Output {
+	return mathUnary(s, "MatrixDeterminant", x)
+}
+
+// BroadcastTo broadcasts x to shape (a 1-D int32 or int64 tensor).
+func BroadcastTo(s *graph.Scope, x, shape graph.Output) graph.Output {
+	return s.Out("BroadcastTo", "BroadcastTo", []graph.Output{x, shape}, nil)
+}
+
+// SumToShape sums x over the axes that broadcasting added or stretched so
+// that the result has the given shape: the adjoint of BroadcastTo.
+func SumToShape(s *graph.Scope, x, shape graph.Output) graph.Output {
+	return s.Out("SumToShape", "SumToShape", []graph.Output{x, shape}, nil)
+}

@@ -1,0 +1,164 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Graph collections kept by NewVariable. They hold node names, so they
+// survive graph serialisation.
+const (
+	// VariablesCollection lists every Variable node made by NewVariable.
+	VariablesCollection = "variables"
+	// TrainableVariablesCollection lists the variables optimizers update.
+	TrainableVariablesCollection = "trainable_variables"
+	// VariableInitializersCollection lists each variable's initializer (its
+	// Assign node), in the order of VariablesCollection.
+	VariableInitializersCollection = "variable_initializers"
+)
+
+// Variable is a handle on a variable of the graph: its Variable node and
+// the Assign node that initialises it. It is a view on the graph and holds
+// no state of its own.
+type Variable struct {
+	node *graph.Node
+	init *graph.Node
+}
+
+// Value returns the variable's value as read at the start of each use.
+func (v *Variable) Value() graph.Output { return v.node.Output(0) }
+
+// Node returns the Variable node.
+func (v *Variable) Node() *graph.Node { return v.node }
+
+// Initializer returns the node that assigns the initial value (run it as a
+// target), or nil for a variable found without one.
+func (v *Variable) Initializer() *graph.Node { return v.init }
+
+// Name returns the Variable node's name ("dense1/W").
+func (v *Variable) Name() string { return v.node.Name() }
+
+// DType returns the element type.
+func (v *Variable) DType() tensor.DType { return v.node.AttrDType("dtype") }
+
+// Shape returns the shape (fully defined).
+func (v *Variable) Shape() tensor.Shape { return v.node.AttrShape("shape") }
+
+// String returns the name, dtype and shape.
+func (v *Variable) String() string { return fmt.Sprintf("%s %v%v", v.Name(), v.DType(), v.Shape()) }
+
+// VariableOption modifies NewVariable.
+type VariableOption func(*variableConfig)
+
+type variableConfig struct{ trainable bool }
+
+// NotTrainable keeps the variable out of the trainable variables, so
+// optimizers leave it alone (counters, optimizer slots, statistics).
+func NotTrainable() VariableOption { return func(c *variableConfig) { c.trainable = false } }
+
+// NewVariable adds a variable called name (within the scope) of the given
+// dtype and shape, its initial value built by init under "<name>/Initializer",
+// and the Assign node "<name>/Assign" that initialises it. It records the
+// variable in the graph's collections (see VariablesCollection). All nodes get
+// the scope's device and none of its control dependencies. On error it
+// records it in the scope and returns nil.
+func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init Initializer, opts ...VariableOption) *Variable {
+	cfg := variableConfig{trainable: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if s.Err() != nil {
+		return nil
+	}
+	if init == nil {
+		s.SetErr(fmt.Errorf("ops: variable %q: no initializer", s.Prefix()+name))
+		return nil
+	}
+	// Like TensorFlow's variables, the nodes ignore the scope's control
+	// dependencies: a variable is read whenever a step needs it, and its
+	// initializer runs once, on its own. Sub-names derive from the node's
+	// unique name, so a second variable "w" (named "w_1") gets "w_1/Assign".
+	is := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device())
+	n := is.AddNode("Variable", s.Prefix()+name, nil, map[string]any{"dtype": dt, "shape": tensor.MakeShape(shape...)})
+	if n == nil {
+		s.SetErr(is.Err())
+		return nil
+	}
+	value := init(is.SubScope(n.Name()+"/Initializer"), dt, shape)
+	assign := is.AddNode("Assign", n.Name()+"/Assign", []graph.Output{n.Output(0), value}, nil)
+	if err := is.Err(); err != nil {
+		s.SetErr(fmt.Errorf("ops: initializer of variable %q: %w", n.Name(), err))
+		return nil
+	}
+	g := s.Graph()
+	g.AddToCollection(VariablesCollection, n)
+	g.AddToCollection(VariableInitializersCollection, assign)
+	if cfg.trainable {
+		g.AddToCollection(TrainableVariablesCollection, n)
+	}
+	return &Variable{node: n, init: assign}
+}
+
+// GlobalVariables returns the variables of g made by NewVariable, in
+// creation order.
+func GlobalVariables(g *graph.Graph) []*Variable {
+	return stateVariables(g, g.Collection(VariablesCollection))
+}
+
+// TrainableVariables returns the variables of g that optimizers update, in
+// creation order.
+func TrainableVariables(g *graph.Graph) []*Variable {
+	return stateVariables(g, g.Collection(TrainableVariablesCollection))
+}
+
+// LookupVariable returns the variable whose Variable node is called name,
+// or nil if there is none.
+func LookupVariable(g *graph.Graph, name string) *Variable {
+	n := g.Node(name)
+	if n == nil || n.Op() != "Variable" {
+		return nil
+	}
+	return stateVariables(g, []*graph.Node{n})[0]
+}
+
+// stateVariables wraps Variable nodes, pairing each with its initializer:
+// the entry of the initializers collection at the same position as the node
+// in the variables collection.
+func stateVariables(g *graph.Graph, nodes []*graph.Node) []*Variable {
+	inits := map[*graph.Node]*graph.Node{}
+	vars, assigns := g.Collection(VariablesCollection), g.Collection(VariableInitializersCollection)
+	for i, v := range vars {
+		if i < len(assigns) && assigns[i].NumInputs() > 0 && assigns[i].Input(0).Node == v {
+			inits[v] = assigns[i]
+		}
+	}
+	out := make([]*Variable, 0, len(nodes))
+	for _, n := range nodes {
+		if n.Op() == "Variable" {
+			out = append(out, &Variable{node: n, init: inits[n]})
+		}
+	}
+	return out
+}
+
+// GlobalVariablesInitializer returns a no-op named "init" that runs the
+// initializer of every variable of the scope's graph.
+func GlobalVariablesInitializer(s *graph.Scope) *graph.Node {
+	return VariablesInitializer(s, GlobalVariables(s.Graph())...)
+}
+
+// VariablesInitializer returns a no-op named "init" that runs the
+// initializers of vars.
+func VariablesInitializer(s *graph.Scope, vars ...*Variable) *graph.Node {
+	deps := make([]*graph.Node, 0, len(vars))
+	for _, v := range vars {
+		if v == nil || v.init == nil {
+			s.SetErr(fmt.Errorf("ops: VariablesInitializer: variable %v has no initializer", v))
+			return nil
+		}
+		deps = append(deps, v.init)
+	}
+	return Group(s, "init", deps...)
+}

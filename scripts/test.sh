@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The project's test command (the README's): formatting, vet, every test, and
+# the race detector on the concurrent packages. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== gofmt"
+unformatted=$(find . -name '*.go' -not -name '*.pb.go' -not -path './.git/*' -print0 | xargs -0 gofmt -l)
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test"
+go test -count=1 ./...
+
+echo "== go test -race (concurrent packages)"
+go test -race -count=1 ./executor/... ./session/... ./data/... ./kernel/... ./graph/...
