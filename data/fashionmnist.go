@@ -150,11 +150,18 @@ func makeSplit(images, labels *tensor.Tensor, files [2]string) (Split, error) {
 	return Split{Images: x, Labels: y}, nil
 }
 
+// EmbeddedName is the --data value, and the Load source, of the embedded subset.
+const EmbeddedName = "embedded"
+
 // Locate chooses where the Fashion-MNIST data comes from, in this order:
 // flagDir if it is not empty (typically a --data flag); else $DISTFLOW_DATA
 // if set; else DefaultFashionMNISTDir if that directory exists; else the
-// embedded subset, reported as embedded = true with an empty dir.
+// embedded subset, reported as embedded = true with an empty dir. The
+// flag value "embedded" asks for the embedded subset explicitly.
 func Locate(flagDir string) (dir string, embedded bool) {
+	if flagDir == EmbeddedName {
+		return "", true
+	}
 	if flagDir != "" {
 		return flagDir, false
 	}
@@ -173,7 +180,7 @@ func Load(flagDir string) (train, test Split, from string, err error) {
 	dir, embedded := Locate(flagDir)
 	if embedded {
 		train, test, err = Embedded()
-		return train, test, "embedded", err
+		return train, test, EmbeddedName, err
 	}
 	train, test, err = LoadFashionMNIST(dir)
 	return train, test, dir, err

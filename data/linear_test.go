@@ -18,8 +18,8 @@ func TestLinear(t *testing.T) {
 	var sx, sy, sxx, sxy float64
 	for i := range n {
 		a, b := float64(x.Float32s()[i]), float64(y.Float32s()[i])
-		if a < 0 || a >= 1 {
-			t.Fatalf("x[%d] = %v outside [0, 1)", i, a)
+		if a < -1 || a >= 1 {
+			t.Fatalf("x[%d] = %v outside [-1, 1)", i, a)
 		}
 		sx, sy, sxx, sxy = sx+a, sy+b, sxx+a*a, sxy+a*b
 	}

@@ -40,7 +40,7 @@ type trainFlags struct {
 // tuned so that the defaults train to a useful accuracy.
 var modelDefaults = map[string]trainFlags{
 	"linreg": {steps: 2000, batch: 1, lr: 0.01, optimizer: "sgd", logEvery: 100},
-	"mlp":    {epochs: 5, batch: 100, lr: 0.5, optimizer: "sgd", logEvery: 100},
+	"mlp":    {epochs: 20, batch: 100, lr: 0.5, optimizer: "sgd", logEvery: 100},
 	"cnn":    {epochs: 1, batch: 50, lr: 0.001, optimizer: "adam", logEvery: 50},
 }
 
@@ -135,19 +135,11 @@ func loadExamples(f trainFlags) (examples, error) {
 		x, y := data.Linear(max(f.steps*f.batch, 1000), int64(f.seed), 2, 10, 0.33)
 		return examples{trainX: x, trainY: y, source: "synthetic y=2x+10+N(0,0.33)"}, nil
 	}
-	dir, embedded := data.Locate(f.dataDir)
-	var tr, te data.Split
-	var err error
-	if embedded {
-		tr, te, err = data.Embedded()
-		dir = "embedded Fashion-MNIST subset"
-	} else {
-		tr, te, err = data.LoadFashionMNIST(dir)
-	}
+	tr, te, source, err := data.Load(f.dataDir)
 	if err != nil {
 		return examples{}, err
 	}
-	return examples{trainX: tr.Images, trainY: tr.Labels, testX: te.Images, testY: te.Labels, source: dir}, nil
+	return examples{trainX: tr.Images, trainY: tr.Labels, testX: te.Images, testY: te.Labels, source: source}, nil
 }
 
 func runTrain(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error {

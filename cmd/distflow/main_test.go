@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/distflow/distflow/data"
+)
+
+// binary is the distflow command built once for the tests: they run it as a
+// user would and read its output.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "distflow-cli")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "distflow")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		panic("building distflow: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run executes distflow and returns stdout, stderr and the exit error.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// lastJSON decodes the last line of stdout, which --json promises is the result.
+func lastJSON(t *testing.T, stdout string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("last line of stdout is not JSON: %v\n%s", err, stdout)
+	}
+	for _, k := range []string{"model", "global_step", "loss", "examples_per_second", "wall_seconds"} {
+		if _, ok := res[k]; !ok {
+			t.Errorf("result lacks %q: %v", k, res)
+		}
+	}
+	return res
+}
+
+func TestTrainLinearRegressionConverges(t *testing.T) {
+	stdout, stderr, err := run(t, "train", "--model", "linreg", "--steps", "2000", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	res := lastJSON(t, stdout)
+	w, b := res["W"].(float64), res["b"].(float64)
+	if math.Abs(w-2) >= 0.05 || math.Abs(b-10) >= 0.1 {
+		t.Errorf("W = %.4f, b = %.4f; want |W-2| < 0.05 and |b-10| < 0.1", w, b)
+	}
+	if res["global_step"].(float64) != 2000 {
+		t.Errorf("global_step = %v, want 2000", res["global_step"])
+	}
+	if !strings.Contains(stderr, "step 100/2000") {
+		t.Errorf("no progress lines on stderr:\n%s", stderr)
+	}
+}
+
+func TestTrainMLPOnEmbeddedData(t *testing.T) {
+	stdout, stderr, err := run(t, "train", "--model", "mlp", "--data", "embedded", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	res := lastJSON(t, stdout)
+	if acc := res["test_accuracy"].(float64); acc < 0.78 {
+		t.Errorf("test accuracy %.4f on the embedded subset, want >= 0.78", acc)
+	}
+	t.Logf("mlp on embedded data: accuracy %.4f, %.0f examples/s, %.1f s",
+		res["test_accuracy"], res["examples_per_second"], res["wall_seconds"])
+}
+
+// TestTrainFullFashionMNIST checks the issue's accuracy targets on the full
+// data set. It takes about two minutes, so it runs only with DISTFLOW_LONG=1.
+func TestTrainFullFashionMNIST(t *testing.T) {
+	if os.Getenv("DISTFLOW_LONG") == "" {
+		t.Skip("set DISTFLOW_LONG=1 to train on the full Fashion-MNIST")
+	}
+	if _, err := os.Stat(data.DefaultFashionMNISTDir); err != nil {
+		t.Skipf("full data not installed (%v): apt-get install dataset-fashion-mnist", err)
+	}
+	for _, c := range []struct {
+		model, epochs string
+		want          float64
+	}{{"mlp", "5", 0.85}, {"cnn", "1", 0.85}} {
+		stdout, stderr, err := run(t, "train", "--model", c.model, "--epochs", c.epochs, "--data", data.DefaultFashionMNISTDir, "--json")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.model, err, stderr)
+		}
+		res := lastJSON(t, stdout)
+		if acc := res["test_accuracy"].(float64); acc < c.want {
+			t.Errorf("%s after %s epochs: test accuracy %.4f, want >= %.2f", c.model, c.epochs, acc, c.want)
+		}
+		t.Logf("%s: %v", c.model, strings.TrimSpace(stdout))
+	}
+}
+
+func TestTrainRejectsBadFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--model", "resnet"}, `--model "resnet"`},
+		{[]string{"train", "--batch", "-3"}, "--batch -3"},
+		{[]string{"train", "--lr", "-1"}, "--lr -1"},
+		{[]string{"train", "--optimizer", "lbfgs"}, "lbfgs"},
+		{[]string{"train", "--data", "/nonexistent/fmnist"}, "/nonexistent/fmnist"},
+		{[]string{"train", "--no-such-flag"}, "no-such-flag"},
+	}
+	for _, c := range cases {
+		_, stderr, err := run(t, c.args...)
+		if err == nil {
+			t.Errorf("%v: succeeded", c.args)
+			continue
+		}
+		if !strings.Contains(stderr, c.want) || strings.Contains(stderr, "panic") {
+			t.Errorf("%v: stderr %q does not name %q", c.args, stderr, c.want)
+		}
+	}
+}
+
+func TestUnderscoreFlagsAccepted(t *testing.T) {
+	_, stderr, err := run(t, "train", "--model", "linreg", "--steps", "10", "--log_every", "5")
+	if err != nil {
+		t.Fatalf("--log_every: %v\n%s", err, stderr)
+	}
+}
