@@ -205,3 +205,21 @@ func TestUnmarshalRejectsBadGraphs(t *testing.T) {
 		t.Errorf("out-of-order graph: %v", err)
 	}
 }
+
+func TestDeviceFunc(t *testing.T) {
+	s := graph.NewScope().WithDeviceFunc(func(spec *graph.NodeSpec) string {
+		if spec.Op == "Variable" {
+			return "/job:ps/task:0"
+		}
+		if spec.Device != "" {
+			return spec.Device
+		}
+		return "/job:worker/task:1"
+	})
+	v := s.AddNode("Variable", "v", nil, map[string]any{"dtype": tensor.Float32, "shape": tensor.MakeShape(2)})
+	n := s.AddNode("NoOp", "n", nil, nil)
+	e := s.WithDevice("/job:worker/task:3").AddNode("NoOp", "e", nil, nil)
+	if v.Device() != "/job:ps/task:0" || n.Device() != "/job:worker/task:1" || e.Device() != "/job:worker/task:3" {
+		t.Errorf("devices %q %q %q", v.Device(), n.Device(), e.Device())
+	}
+}

@@ -12,12 +12,19 @@ import (
 // AddNode is a no-op returning a nil node, and Err reports it. Check Err once
 // after building. Sub-scopes share the graph and the error.
 type Scope struct {
-	graph   *Graph
-	prefix  string
-	device  string
-	control []*Node
-	err     *deferredErr
+	graph    *Graph
+	prefix   string
+	device   string
+	deviceFn DeviceFunc
+	control  []*Node
+	err      *deferredErr
 }
+
+// DeviceFunc chooses the device of a node about to be added, given its spec
+// (op, full name, inputs, attributes, and the device the scope requests,
+// which may be ""). It returns the device to use. A replica device setter is
+// a DeviceFunc that puts variables on parameter servers.
+type DeviceFunc func(spec *NodeSpec) string
 
 type deferredErr struct{ err error }
 
@@ -56,6 +63,14 @@ func (s *Scope) WithDevice(device string) *Scope {
 	return &c
 }
 
+// WithDeviceFunc returns a scope whose nodes get their device from f.
+// f sees the device requested with WithDevice (if any) in spec.Device.
+func (s *Scope) WithDeviceFunc(f DeviceFunc) *Scope {
+	c := *s
+	c.deviceFn = f
+	return &c
+}
+
 // Device returns the scope's requested device.
 func (s *Scope) Device() string { return s.device }
 
@@ -85,10 +100,14 @@ func (s *Scope) AddNode(opName, name string, inputs []Output, attrs map[string]a
 	if name == "" {
 		name = opName
 	}
-	n, err := s.graph.AddNode(NodeSpec{
+	spec := NodeSpec{
 		Op: opName, Name: s.graph.uniqueNameLocked(s.prefix + name),
 		Inputs: inputs, Control: s.control, Attrs: attrs, Device: s.device,
-	})
+	}
+	if s.deviceFn != nil {
+		spec.Device = s.deviceFn(&spec)
+	}
+	n, err := s.graph.AddNode(spec)
 	s.SetErr(err)
 	return n
 }
