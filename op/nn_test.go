@@ -13,21 +13,8 @@ import (
 // nnIn builds one input of a shape-inference case.
 type nnIn func(s *graph.Scope) graph.Output
 
-// nnPH is a placeholder written "float32[?,3]" or "int32<unknown>".
-func nnPH(spec string) nnIn {
-	return func(s *graph.Scope) graph.Output {
-		i := strings.IndexAny(spec, "[<")
-		dt, err := tensor.ParseDType(spec[:i])
-		if err != nil {
-			panic(err)
-		}
-		sh, err := tensor.ParseShape(spec[i:])
-		if err != nil {
-			panic(err)
-		}
-		return s.Out("Placeholder", "x", nil, map[string]any{"dtype": dt, "shape": sh})
-	}
-}
+// nnPH is a placeholder written "float32[?,3]" or "int32<unknown>" (see ph).
+func nnPH(spec string) nnIn { return nnIn(ph(spec)) }
 
 // nnSizes is a constant int32 [4] shape input.
 func nnSizes(d ...int32) nnIn {

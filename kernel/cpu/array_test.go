@@ -1,40 +1,16 @@
 package cpu
 
 import (
-	"context"
 	"math/rand"
 	"strings"
 	"testing"
 
-	"github.com/distflow/distflow/graph"
-	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
 )
 
-// arrayRun builds one node of op over placeholders of unknown shape (so
-// that only the kernel validates) and runs its CPU kernel on inputs.
 func arrayRun(t *testing.T, op string, attrs map[string]any, inputs ...*tensor.Tensor) ([]*tensor.Tensor, error) {
 	t.Helper()
-	s := graph.NewScope()
-	var ins []graph.Output
-	for _, in := range inputs {
-		ins = append(ins, s.Out("Placeholder", "x", nil, map[string]any{"dtype": in.DType(), "shape": tensor.UnknownShape()}))
-	}
-	n := s.AddNode(op, "", ins, attrs)
-	if err := s.Err(); err != nil {
-		t.Fatalf("%s: building: %v", op, err)
-	}
-	f, err := kernel.Lookup(op, kernel.CPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := f(n)
-	if err != nil {
-		return nil, err
-	}
-	c := &kernel.Context{Ctx: context.Background(), Node: n, Inputs: inputs, Outputs: make([]*tensor.Tensor, n.NumOutputs())}
-	err = k.Compute(c)
-	return c.Outputs, err
+	return runKernel(t, op, attrs, inputs...)
 }
 
 func arrayF32(shape []int, v ...float32) *tensor.Tensor { return tensor.MustFromSlice(v, shape...) }

@@ -1,43 +1,22 @@
 package cpu
 
 import (
-	"context"
 	"math"
 	"math/rand"
 	"strings"
 	"testing"
 
-	"github.com/distflow/distflow/graph"
-	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
 )
 
-// mathRun builds one node of op over placeholders of unknown shape (so that
-// the kernel, not shape inference, validates) and runs its CPU kernel.
+// mathRun runs a single-output math kernel (see runKernel).
 func mathRun(t testing.TB, op string, attrs map[string]any, inputs ...*tensor.Tensor) (*tensor.Tensor, error) {
 	t.Helper()
-	s := graph.NewScope()
-	var ins []graph.Output
-	for _, in := range inputs {
-		ins = append(ins, s.Out("Placeholder", "x", nil, map[string]any{"dtype": in.DType(), "shape": tensor.UnknownShape()}))
-	}
-	n := s.AddNode(op, "", ins, attrs)
-	if err := s.Err(); err != nil {
-		t.Fatalf("%s: building: %v", op, err)
-	}
-	f, err := kernel.Lookup(op, kernel.CPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := f(n)
+	out, err := runKernel(t, op, attrs, inputs...)
 	if err != nil {
 		return nil, err
 	}
-	c := &kernel.Context{Ctx: context.Background(), Node: n, Inputs: inputs, Outputs: make([]*tensor.Tensor, 1)}
-	if err := k.Compute(c); err != nil {
-		return nil, err
-	}
-	return c.Outputs[0], nil
+	return out[0], nil
 }
 
 func mathF32(shape []int, v ...float32) *tensor.Tensor { return tensor.MustFromSlice(v, shape...) }

@@ -11,33 +11,9 @@ import (
 	"github.com/distflow/distflow/tensor"
 )
 
-// nnRun builds a node of op over placeholders of unknown shape (so that
-// shape inference does not pre-empt the kernel's own checks) and runs its
-// CPU kernel directly on inputs, returning its outputs.
 func nnRun(t *testing.T, opName string, attrs map[string]any, inputs ...*tensor.Tensor) ([]*tensor.Tensor, error) {
 	t.Helper()
-	s := graph.NewScope()
-	var ins []graph.Output
-	for _, in := range inputs {
-		ins = append(ins, s.Out("Placeholder", "x", nil, map[string]any{"dtype": in.DType()}))
-	}
-	n := s.AddNode(opName, "", ins, attrs)
-	if err := s.Err(); err != nil {
-		t.Fatalf("building %s: %v", opName, err)
-	}
-	f, err := kernel.Lookup(opName, kernel.CPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := f(n)
-	if err != nil {
-		return nil, err
-	}
-	c := &kernel.Context{Ctx: context.Background(), Node: n, Inputs: inputs, Outputs: make([]*tensor.Tensor, n.NumOutputs())}
-	if err := k.Compute(c); err != nil {
-		return nil, err
-	}
-	return c.Outputs, nil
+	return runKernel(t, opName, attrs, inputs...)
 }
 
 // nnClose checks got against want element-wise within tol (relative to max(1,|want|)).
