@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
@@ -21,6 +22,8 @@ type Model struct {
 	EvalLoss, Correct graph.Output
 	// Params are named parameters to report (W and b of the regression).
 	Params map[string]graph.Output
+	// Variables are the model's trainable variables, shared by all towers.
+	Variables []*ops.Variable
 }
 
 // Config holds the choices shared by the builders.
@@ -44,100 +47,173 @@ func (c Config) withDefaults() Config {
 // Names lists the reference models by their CLI name.
 var Names = []string{"linreg", "mlp", "cnn"}
 
-// Build builds the model called name.
+// architecture is a model as two parts: its variables, created once, and a
+// tower that computes the training loss and the evaluation outputs from
+// them. Data-parallel training builds one tower per replica over one set of
+// variables.
+type architecture struct {
+	// variables creates the parameters (a replica device setter in the scope
+	// puts them on parameter servers).
+	variables func(s *graph.Scope, c Config) params
+	// tower builds placeholders, the forward pass and the losses.
+	tower func(s *graph.Scope, c Config, p params) *Model
+}
+
+// params are a model's variables by name ("hidden/W").
+type params map[string]*ops.Variable
+
+func (p params) value(name string) graph.Output { return p[name].Value() }
+
+var architectures = map[string]architecture{
+	"linreg": {linregVariables, linregTower},
+	"mlp":    {mlpVariables, mlpTower},
+	"cnn":    {cnnVariables, cnnTower},
+}
+
+// Build builds the model called name: its variables and one tower.
 func Build(s *graph.Scope, name string, c Config) (*Model, error) {
-	var m *Model
-	switch name {
-	case "linreg":
-		m = LinearRegression(s, c)
-	case "mlp":
-		m = MLP(s, c)
-	case "cnn":
-		m = CNN(s, c)
-	default:
+	towers, err := BuildTowers(s, name, c, []string{""})
+	if err != nil {
+		return nil, err
+	}
+	return towers[0], nil
+}
+
+// BuildTowers builds the variables of the model called name once and one
+// tower per device (in-graph replication: device "" means the scope's own
+// placement). Each tower has its own placeholders and losses; all share the
+// variables.
+func BuildTowers(s *graph.Scope, name string, c Config, devices []string) ([]*Model, error) {
+	a, ok := architectures[name]
+	if !ok {
 		return nil, fmt.Errorf("models: unknown model %q (want one of %v)", name, Names)
+	}
+	if len(devices) == 0 {
+		return nil, fmt.Errorf("models: %s: no devices to build towers on", name)
+	}
+	c = c.withDefaults()
+	p := a.variables(s, c)
+	towers := make([]*Model, len(devices))
+	for i, d := range devices {
+		ts := s
+		if len(devices) > 1 {
+			ts = s.SubScope(fmt.Sprintf("tower_%d", i))
+		}
+		if d != "" {
+			ts = ts.WithDevice(d)
+		}
+		towers[i] = a.tower(ts, c, p)
+		towers[i].Variables = p.list()
 	}
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("models: building %s: %w", name, err)
 	}
-	return m, nil
+	return towers, nil
 }
 
-// LinearRegression is y = W*x + b with a squared-error loss, fed x and y as
-// [batch, 1] float tensors.
-func LinearRegression(s *graph.Scope, c Config) *Model {
-	c = c.withDefaults()
+// list returns the variables in name order, for deterministic gradients.
+func (p params) list() []*ops.Variable {
+	names := make([]string, 0, len(p))
+	for n := range p {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	vars := make([]*ops.Variable, len(names))
+	for i, n := range names {
+		vars[i] = p[n]
+	}
+	return vars
+}
+
+// The linear regression y = W*x + b with a squared-error loss, fed x and y
+// as [batch, 1] float tensors.
+func linregVariables(s *graph.Scope, c Config) params {
+	ls := s.SubScope("linear")
+	return params{
+		"W": ops.NewVariable(ls, "W", c.DType, []int{1, 1}, ops.ZerosInit()),
+		"b": ops.NewVariable(ls, "b", c.DType, []int{1}, ops.ZerosInit()),
+	}
+}
+
+func linregTower(s *graph.Scope, c Config, p params) *Model {
 	x := ops.Placeholder(s, "x", c.DType, tensor.MakeShape(-1, 1))
 	y := ops.Placeholder(s, "y", c.DType, tensor.MakeShape(-1, 1))
-	ls := s.SubScope("linear")
-	w := ops.NewVariable(ls, "W", c.DType, []int{1, 1}, ops.ZerosInit())
-	b := ops.NewVariable(ls, "b", c.DType, []int{1}, ops.ZerosInit())
-	pred := ops.BiasAdd(ls, ops.MatMul(ls, x, w.Value(), false, false), b.Value())
+	pred := ops.BiasAdd(s, ops.MatMul(s, x, p.value("W"), false, false), p.value("b"))
 	loss := ops.Mean(s, ops.SquaredDifference(s, pred, y), nil, false)
 	return &Model{
 		Name: "linreg", Input: x, Label: y, Loss: loss, EvalLoss: loss,
-		Params: map[string]graph.Output{"W": w.Value(), "b": b.Value()},
+		Params: map[string]graph.Output{"W": p.value("W"), "b": p.value("b")},
 	}
 }
 
-// MLP is the 784-100-10 perceptron: a sigmoid hidden layer and a softmax
-// output with cross-entropy, fed flattened images [batch, 784] and int32
-// labels [batch].
-func MLP(s *graph.Scope, c Config) *Model {
-	c = c.withDefaults()
-	x := ops.Placeholder(s, "images", c.DType, tensor.MakeShape(-1, 784))
-	y := ops.Placeholder(s, "labels", tensor.Int32, tensor.MakeShape(-1))
-	h1 := dense(s.SubScope("hidden"), x, 784, 100, c.Seed)
-	h := ops.Sigmoid(s, h1)
-	logits := dense(s.SubScope("softmax"), h, 100, 10, c.Seed+1)
-	m := classifier(s, "mlp", x, y, logits, logits)
-	return m
+// The 784-100-10 perceptron: a sigmoid hidden layer and a softmax output
+// with cross-entropy, fed flattened images [batch, 784] and int32 labels.
+func mlpVariables(s *graph.Scope, c Config) params {
+	p := params{}
+	denseVariables(s.SubScope("hidden"), p, "hidden", c, 784, 100, c.Seed)
+	denseVariables(s.SubScope("softmax"), p, "softmax", c, 100, 10, c.Seed+1)
+	return p
 }
 
-// CNN is the classic two-convolution network: conv 5x5x32 SAME, relu, 2x2
+func mlpTower(s *graph.Scope, c Config, p params) *Model {
+	x := ops.Placeholder(s, "images", c.DType, tensor.MakeShape(-1, 784))
+	y := ops.Placeholder(s, "labels", tensor.Int32, tensor.MakeShape(-1))
+	h := ops.Sigmoid(s, dense(s, p, "hidden", x))
+	logits := dense(s, p, "softmax", h)
+	return classifier(s, "mlp", x, y, logits, logits)
+}
+
+// The classic two-convolution network: conv 5x5x32 SAME, relu, 2x2
 // max-pool, conv 5x5x64 SAME, relu, max-pool, dense 3136->1024 relu,
 // dropout 0.5 (training only), dense 1024->10, softmax cross-entropy.
-func CNN(s *graph.Scope, c Config) *Model {
-	c = c.withDefaults()
+func cnnVariables(s *graph.Scope, c Config) params {
+	p := params{}
+	for i, l := range []struct {
+		name  string
+		shape []int
+	}{
+		{"conv1", []int{5, 5, 1, 32}}, {"conv2", []int{5, 5, 32, 64}},
+		{"fc1", []int{7 * 7 * 64, 1024}}, {"fc2", []int{1024, 10}},
+	} {
+		ls := s.SubScope(l.name)
+		p[l.name+"/W"] = ops.NewVariable(ls, "W", c.DType, l.shape, ops.TruncatedNormalInit(0, 0.1, c.Seed+i))
+		p[l.name+"/b"] = ops.NewVariable(ls, "b", c.DType, l.shape[len(l.shape)-1:], ops.ConstantInit(0.1))
+	}
+	return p
+}
+
+func cnnTower(s *graph.Scope, c Config, p params) *Model {
 	x := ops.Placeholder(s, "images", c.DType, tensor.MakeShape(-1, 784))
 	y := ops.Placeholder(s, "labels", tensor.Int32, tensor.MakeShape(-1))
 	img := ops.ReshapeTo(s, x, -1, 28, 28, 1)
-
-	c1 := s.SubScope("conv1")
-	w1 := ops.NewVariable(c1, "W", c.DType, []int{5, 5, 1, 32}, ops.TruncatedNormalInit(0, 0.1, c.Seed))
-	b1 := ops.NewVariable(c1, "b", c.DType, []int{32}, ops.ConstantInit(0.1))
-	c2 := s.SubScope("conv2")
-	w2 := ops.NewVariable(c2, "W", c.DType, []int{5, 5, 32, 64}, ops.TruncatedNormalInit(0, 0.1, c.Seed+1))
-	b2 := ops.NewVariable(c2, "b", c.DType, []int{64}, ops.ConstantInit(0.1))
-	f1 := s.SubScope("fc1")
-	w3 := ops.NewVariable(f1, "W", c.DType, []int{7 * 7 * 64, 1024}, ops.TruncatedNormalInit(0, 0.1, c.Seed+2))
-	b3 := ops.NewVariable(f1, "b", c.DType, []int{1024}, ops.ConstantInit(0.1))
-	f2 := s.SubScope("fc2")
-	w4 := ops.NewVariable(f2, "W", c.DType, []int{1024, 10}, ops.TruncatedNormalInit(0, 0.1, c.Seed+3))
-	b4 := ops.NewVariable(f2, "b", c.DType, []int{10}, ops.ConstantInit(0.1))
-
-	// The tower is built twice over the same variables: with dropout for
-	// training, without for evaluation, so neither path feeds a rate.
-	tower := func(s *graph.Scope, dropout bool) graph.Output {
-		h := ops.Relu(s, ops.BiasAdd(s, ops.Conv2D(s, img, w1.Value(), [2]int{1, 1}, "SAME"), b1.Value()))
-		h = ops.MaxPool(s, h, [2]int{2, 2}, [2]int{2, 2}, "SAME")
-		h = ops.Relu(s, ops.BiasAdd(s, ops.Conv2D(s, h, w2.Value(), [2]int{1, 1}, "SAME"), b2.Value()))
-		h = ops.MaxPool(s, h, [2]int{2, 2}, [2]int{2, 2}, "SAME")
-		h = ops.ReshapeTo(s, h, -1, 7*7*64)
-		h = ops.Relu(s, ops.BiasAdd(s, ops.MatMul(s, h, w3.Value(), false, false), b3.Value()))
+	// The forward pass is built twice over the same variables: with dropout
+	// for training, without for evaluation, so neither path feeds a rate.
+	forward := func(s *graph.Scope, dropout bool) graph.Output {
+		conv := func(h graph.Output, layer string) graph.Output {
+			h = ops.Conv2D(s, h, p.value(layer+"/W"), [2]int{1, 1}, "SAME")
+			h = ops.Relu(s, ops.BiasAdd(s, h, p.value(layer+"/b")))
+			return ops.MaxPool(s, h, [2]int{2, 2}, [2]int{2, 2}, "SAME")
+		}
+		h := conv(conv(img, "conv1"), "conv2")
+		h = ops.Relu(s, dense(s, p, "fc1", ops.ReshapeTo(s, h, -1, 7*7*64)))
 		if dropout {
 			h = ops.Dropout(s, h, 0.5, c.Seed+4)
 		}
-		return ops.BiasAdd(s, ops.MatMul(s, h, w4.Value(), false, false), b4.Value())
+		return dense(s, p, "fc2", h)
 	}
-	return classifier(s, "cnn", x, y, tower(s.SubScope("train"), true), tower(s.SubScope("eval"), false))
+	return classifier(s, "cnn", x, y, forward(s.SubScope("train"), true), forward(s.SubScope("eval"), false))
 }
 
-// dense is a fully connected layer with Glorot-uniform weights and zero bias.
-func dense(s *graph.Scope, x graph.Output, in, out, seed int) graph.Output {
-	w := ops.NewVariable(s, "W", x.DType(), []int{in, out}, ops.GlorotUniformInit(seed))
-	b := ops.NewVariable(s, "b", x.DType(), []int{out}, ops.ZerosInit())
-	return ops.BiasAdd(s, ops.MatMul(s, x, w.Value(), false, false), b.Value())
+// denseVariables adds the Glorot-uniform weights and zero bias of a fully
+// connected layer as p[layer+"/W"] and p[layer+"/b"].
+func denseVariables(s *graph.Scope, p params, layer string, c Config, in, out, seed int) {
+	p[layer+"/W"] = ops.NewVariable(s, "W", c.DType, []int{in, out}, ops.GlorotUniformInit(seed))
+	p[layer+"/b"] = ops.NewVariable(s, "b", c.DType, []int{out}, ops.ZerosInit())
+}
+
+// dense applies the fully connected layer of p named layer to x.
+func dense(s *graph.Scope, p params, layer string, x graph.Output) graph.Output {
+	return ops.BiasAdd(s, ops.MatMul(s, x, p.value(layer+"/W"), false, false), p.value(layer+"/b"))
 }
 
 // classifier adds the softmax cross-entropy loss and the accuracy count.

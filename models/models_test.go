@@ -133,3 +133,27 @@ func BenchmarkTrainStep(b *testing.B) {
 		})
 	}
 }
+
+// TestTowersShareVariables checks in-graph replication's building block:
+// each tower has its own inputs and loss over one set of variables.
+func TestTowersShareVariables(t *testing.T) {
+	s := graph.NewScope()
+	towers, err := models.BuildTowers(s, "mlp", models.Config{}, []string{"/job:worker/task:0", "/job:worker/task:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(towers) != 2 || towers[0].Input == towers[1].Input || towers[0].Loss == towers[1].Loss {
+		t.Fatalf("towers are not distinct: %+v", towers)
+	}
+	if got := len(ops.GlobalVariables(s.Graph())); got != 4 {
+		t.Errorf("%d variables in the graph, want 4 (W and b of two layers)", got)
+	}
+	for i, tw := range towers {
+		if len(tw.Variables) != 4 || tw.Variables[0] != towers[0].Variables[0] {
+			t.Errorf("tower %d does not share the variables", i)
+		}
+		if d := tw.Loss.Node.Device(); d != fmt.Sprintf("/job:worker/task:%d", i) {
+			t.Errorf("tower %d loss on %q", i, d)
+		}
+	}
+}
