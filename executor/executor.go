@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
@@ -35,6 +36,14 @@ type Executor struct {
 	consts map[*tensor.Tensor]bool
 
 	maxWorkers int
+
+	// Buffer recycling (see recycle). escapes marks the slots whose tensor may
+	// outlive the step: fetches, and inputs of stateful kernels that may keep
+	// them. spare holds, per node output slot, a tensor from an earlier step
+	// that no one holds any more, offered to the kernel's next Alloc.
+	escapes []bool
+	spare   []atomic.Pointer[tensor.Tensor]
+	runPool sync.Pool // of *run, reused only after a step whose workers all retired
 
 	runs, executed atomic.Int64
 	stepID         atomic.Int64
@@ -166,6 +175,8 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 	e.feedBase = e.numSlots
 	e.numSlots += len(feeds)
 	e.consumerRefs = make([]int32, e.numSlots)
+	e.escapes = make([]bool, e.numSlots)
+	e.spare = make([]atomic.Pointer[tensor.Tensor], e.numSlots)
 	e.pending = make([]int32, len(e.nodes))
 	slotOf := func(o graph.Output) int32 {
 		if i, ok := fed[o]; ok {
@@ -229,6 +240,13 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 				addPred(j)
 			}
 		}
+		if keeps := n.Def() != nil && n.Def().Stateful && !borrows(en.kernel); keeps {
+			for _, s := range en.inSlots {
+				if s >= 0 {
+					e.escapes[s] = true
+				}
+			}
+		}
 		e.pending[i] = int32(len(preds))
 		if len(preds) == 0 {
 			e.roots = append(e.roots, int32(i))
@@ -249,8 +267,15 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 		s := slotOf(f)
 		e.fetches = append(e.fetches, s)
 		e.consumerRefs[s] += pinned
+		e.escapes[s] = true
 	}
 	return e, nil
+}
+
+// borrows reports whether a stateful kernel declares that it keeps no input.
+func borrows(k kernel.Kernel) bool {
+	b, ok := k.(kernel.InputBorrower)
+	return ok && b.BorrowsInputs()
 }
 
 // buildKernel calls a kernel factory, turning a panic into an error.
@@ -314,9 +339,6 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feedValues []
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("executor: step not started: %w", err)
 	}
-	if step == nil {
-		step = &kernel.Step{ID: e.stepID.Add(1)}
-	}
 	r := e.newRun(ctx, step, feedValues)
 	defer r.cancel(nil)
 	if len(e.nodes) > 0 {
@@ -344,6 +366,7 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feedValues []
 		}
 		out[i] = t
 	}
+	r.recycle()
 	return out, nil
 }
 
@@ -394,6 +417,19 @@ type run struct {
 	pending []int32          // atomically decremented
 	refs    []int32          // remaining consumers per slot, atomically decremented
 
+	// buffers backs every node's Context.Buffers. origin[s] is the slot whose
+	// allocated buffer the tensor in slot s is or aliases (itself for a
+	// tensor its kernel allocated, the input's origin for a forwarded or
+	// reshaped input), -1 for tensors the step does not own (feeds,
+	// constants, received tensors). escaped[s] marks a buffer that may
+	// outlive the step and must not be recycled.
+	buffers []kernel.OutputBuffer
+	origin  []int32
+	escaped []atomic.Bool
+
+	stepBuf kernel.Step // the step of Run calls given none
+	w0      worker      // the caller's worker
+
 	remaining atomic.Int32 // nodes not yet executed
 	aborted   atomic.Bool
 	closed    atomic.Bool // finished is closed
@@ -406,25 +442,74 @@ type run struct {
 }
 
 func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tensor.Tensor) *run {
-	kctx, cancel := context.WithCancelCause(ctx)
-	r := &run{
-		e: e, parent: ctx, kctx: kctx, cancel: cancel, parentDone: ctx.Done(), step: step,
-		values:   make([]*tensor.Tensor, e.numSlots),
-		inputs:   make([]*tensor.Tensor, e.numInputs),
-		pending:  append([]int32(nil), e.pending...),
-		refs:     append([]int32(nil), e.consumerRefs...),
-		finished: make(chan struct{}),
+	r, _ := e.runPool.Get().(*run)
+	if r == nil {
+		r = &run{
+			e:        e,
+			values:   make([]*tensor.Tensor, e.numSlots),
+			inputs:   make([]*tensor.Tensor, e.numInputs),
+			pending:  make([]int32, len(e.pending)),
+			refs:     make([]int32, e.numSlots),
+			buffers:  make([]kernel.OutputBuffer, e.numSlots),
+			origin:   make([]int32, e.numSlots),
+			escaped:  make([]atomic.Bool, e.numSlots),
+			finished: make(chan struct{}, 1),
+		}
+	}
+	r.kctx, r.cancel = context.WithCancelCause(ctx)
+	r.parent, r.parentDone = ctx, ctx.Done()
+	if step == nil {
+		r.stepBuf = kernel.Step{ID: e.stepID.Add(1)}
+		step = &r.stepBuf
+	}
+	r.step = step
+	copy(r.pending, e.pending)
+	copy(r.refs, e.consumerRefs)
+	for i := range r.origin {
+		r.origin[i] = -1
 	}
 	copy(r.values[e.feedBase:], feeds)
 	r.remaining.Store(int32(len(e.nodes)))
 	return r
 }
 
+// recycle ends a successful step: it offers every buffer the step allocated
+// and that did not escape to the next step's kernel of the same slot, and
+// returns r to the pool when no worker can touch it any more.
+func (r *run) recycle() {
+	e := r.e
+	for s := range r.buffers[:e.feedBase] {
+		b := &r.buffers[s]
+		if t := b.Allocated; t != nil && r.origin[s] == int32(s) && !r.escaped[s].Load() {
+			e.spare[s].Store(t)
+		}
+	}
+	r.mu.Lock()
+	idle := r.active == 0 && !r.aborted.Load()
+	r.mu.Unlock()
+	if !idle {
+		return // a worker is still retiring: let the GC have r
+	}
+	r.cancel(nil)
+	clear(r.values)
+	clear(r.inputs)
+	clear(r.buffers)
+	for i := range r.escaped {
+		r.escaped[i].Store(false)
+	}
+	r.parent, r.kctx, r.cancel, r.parentDone, r.step = nil, nil, nil, nil, nil
+	r.closed.Store(false)
+	r.queue = r.queue[:0]
+	r.err = nil
+	r.w0.local = r.w0.local[:0]
+	e.runPool.Put(r)
+}
+
 // start queues the roots and runs the first of them on the caller's
 // goroutine, which is one of the step's workers.
 func (r *run) start() {
 	roots := r.e.roots
-	w := new(worker)
+	w := &r.w0
 	r.mu.Lock()
 	r.active = 1
 	for _, n := range roots[1:] {
@@ -546,9 +631,10 @@ func (r *run) pop() int32 {
 	return -1
 }
 
+// finish signals RunStep, once per step (finished has room for the token).
 func (r *run) finish() {
 	if r.closed.CompareAndSwap(false, true) {
-		close(r.finished)
+		r.finished <- struct{}{}
 	}
 }
 
@@ -594,12 +680,19 @@ func (r *run) exec(i int32, w *worker) int32 {
 		}
 	}
 	c.Outputs = r.values[en.outBase : en.outBase+en.numOut : en.outBase+en.numOut]
+	c.Buffers = r.buffers[en.outBase : en.outBase+en.numOut : en.outBase+en.numOut]
+	for o := range c.Buffers {
+		if s := en.outBase + int32(o); !e.escapes[s] {
+			c.Buffers[o].Spare = e.spare[s].Swap(nil)
+		}
+	}
 
 	e.executed.Add(1)
 	if err := compute(en, c, r.values[en.outBase:en.outBase+en.numOut]); err != nil {
 		r.abort(err)
 		return -1
 	}
+	r.track(en, c)
 
 	// Release what no later node needs, so that large intermediates are
 	// garbage as soon as possible.
@@ -614,7 +707,7 @@ func (r *run) exec(i int32, w *worker) int32 {
 			r.values[o] = nil
 		}
 	}
-	c.Inputs, c.Outputs = nil, nil
+	c.Inputs, c.Outputs, c.Buffers = nil, nil, nil
 
 	next := int32(-1)
 	var spawn int
@@ -682,4 +775,81 @@ func compute(en *execNode, c *kernel.Context, slots []*tensor.Tensor) (err error
 		}
 	}
 	return nil
+}
+
+// track records, after node en computed, which buffer each of its outputs
+// lives in (its own allocation, or an input's or sibling's buffer that the
+// kernel forwarded or viewed), puts back spares the kernel did not take, and
+// marks as escaped the buffers behind outputs that may outlive the step.
+func (r *run) track(en *execNode, c *kernel.Context) {
+	e := r.e
+	for o := range c.Buffers {
+		b := &c.Buffers[o]
+		s := en.outBase + int32(o)
+		if b.Spare != nil {
+			e.spare[s].CompareAndSwap(nil, b.Spare)
+			b.Spare = nil
+		}
+		t := c.Outputs[o]
+		if b.Allocated != nil && b.Allocated != t {
+			b.Allocated = nil // allocated, then replaced: not this slot's tensor
+		}
+	}
+	for o := range c.Buffers {
+		s := en.outBase + int32(o)
+		t := c.Outputs[o]
+		org := int32(-1)
+		if c.Buffers[o].Allocated != nil {
+			org = s
+		} else if lo, hi := dataRange(t); lo < hi {
+			for k, in := range en.inSlots {
+				if in >= 0 && r.origin[in] >= 0 && overlaps(lo, hi, c.Inputs[k]) {
+					org = r.origin[in]
+					break
+				}
+			}
+			for p := range c.Buffers {
+				if org < 0 && c.Buffers[p].Allocated != nil && overlaps(lo, hi, c.Outputs[p]) {
+					org = en.outBase + int32(p)
+				}
+			}
+		}
+		r.origin[s] = org
+		if org >= 0 && e.escapes[s] {
+			r.escaped[org].Store(true)
+		}
+	}
+}
+
+// dataRange returns the addresses spanned by t's elements; lo == hi when it
+// has none.
+func dataRange(t *tensor.Tensor) (lo, hi uintptr) {
+	var p unsafe.Pointer
+	var n uintptr
+	switch d := t.Data().(type) {
+	case []float32:
+		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*4
+	case []float64:
+		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*8
+	case []int32:
+		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*4
+	case []int64:
+		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*8
+	case []bool:
+		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))
+	case []uint8:
+		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return uintptr(p), uintptr(p) + n
+}
+
+func overlaps(lo, hi uintptr, t *tensor.Tensor) bool {
+	if t == nil {
+		return false
+	}
+	l, h := dataRange(t)
+	return l < h && l < hi && lo < h
 }

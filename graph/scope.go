@@ -74,6 +74,11 @@ func (s *Scope) WithDeviceFunc(f DeviceFunc) *Scope {
 // Device returns the scope's requested device.
 func (s *Scope) Device() string { return s.device }
 
+// DeviceFunc returns the scope's device function, or nil. Builders that
+// start a fresh root scope (variables ignore the caller's control
+// dependencies) pass it on, so a replica device setter still applies.
+func (s *Scope) DeviceFunc() DeviceFunc { return s.deviceFn }
+
 // WithControlDependencies returns a scope whose nodes run after deps.
 func (s *Scope) WithControlDependencies(deps ...*Node) *Scope {
 	c := *s

@@ -95,6 +95,9 @@ type Context struct {
 	Resources *Resources
 	// Step carries per-step services (the rendezvous of distributed steps).
 	Step *Step
+	// Buffers, set by the executor, has one entry per output (or is nil):
+	// the buffers Alloc may reuse and the record of what it allocated.
+	Buffers []OutputBuffer
 }
 
 // Step is per-step information shared by all kernels of one step.
@@ -113,12 +116,105 @@ func (c *Context) Ref(i int) *Variable { return c.Refs[i] }
 // SetOutput stores output i.
 func (c *Context) SetOutput(i int, t *tensor.Tensor) { c.Outputs[i] = t }
 
-// Alloc allocates a zeroed tensor, stores it as output i and returns it.
+// Alloc returns a zeroed tensor of dtype dt and the given shape, stored as
+// output i. The tensor may be a buffer recycled from an earlier step of the
+// same executor (see OutputBuffer); it belongs to the step like any output.
 func (c *Context) Alloc(i int, dt tensor.DType, shape ...int) *tensor.Tensor {
-	t := tensor.New(dt, shape...)
-	c.Outputs[i] = t
+	t, reused := c.alloc(i, dt, shape)
+	if reused {
+		clearData(t.Data())
+	}
 	return t
 }
+
+// AllocUninit is Alloc without the zeroing: the contents are unspecified
+// (possibly a previous step's values) and the kernel must write every element.
+func (c *Context) AllocUninit(i int, dt tensor.DType, shape ...int) *tensor.Tensor {
+	t, _ := c.alloc(i, dt, shape)
+	return t
+}
+
+func (c *Context) alloc(i int, dt tensor.DType, shape []int) (t *tensor.Tensor, reused bool) {
+	if i < len(c.Buffers) {
+		b := &c.Buffers[i]
+		if s := b.Spare; s != nil && s.DType() == dt && sameDims(s.Shape(), shape) {
+			b.Spare, t, reused = nil, s, true
+		}
+		if t == nil {
+			t = tensor.New(dt, shape...)
+		}
+		b.Allocated = t
+	} else {
+		t = tensor.New(dt, shape...)
+	}
+	c.Outputs[i] = t
+	return t, reused
+}
+
+// OutputBuffer is the executor's side of Alloc for one output of the node
+// being computed. The executor offers in Spare a tensor recycled from an
+// earlier step, which no one else holds any more; Alloc takes it (setting
+// Spare to nil) when its dtype and shape match the request. Alloc records
+// in Allocated the tensor it returned, so that the executor knows which
+// outputs it created and may recycle once the step no longer needs them.
+type OutputBuffer struct {
+	Spare, Allocated *tensor.Tensor
+}
+
+func sameDims(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func clearData(d any) {
+	switch s := d.(type) {
+	case []float32:
+		clear(s)
+	case []float64:
+		clear(s)
+	case []int32:
+		clear(s)
+	case []int64:
+		clear(s)
+	case []bool:
+		clear(s)
+	case []uint8:
+		clear(s)
+	}
+}
+
+// InputBorrower is implemented by kernels of stateful ops that read their
+// inputs only during Compute and keep no reference to them afterwards (the
+// optimizers' update rules, assignments that copy). The executor recycles
+// the buffer of a tensor across steps only if every consumer of it is a
+// stateless op or an InputBorrower: a stateful kernel that keeps an input
+// (sends it, enqueues it) needs nothing, since by default the executor
+// assumes it may keep it.
+type InputBorrower interface {
+	BorrowsInputs() bool
+}
+
+// Borrowing wraps a factory so that its kernels implement InputBorrower.
+func Borrowing(f Factory) Factory {
+	return func(n *graph.Node) (Kernel, error) {
+		k, err := f(n)
+		if err != nil || k == nil {
+			return k, err
+		}
+		return borrowing{k}, nil
+	}
+}
+
+type borrowing struct{ Kernel }
+
+func (borrowing) BorrowsInputs() bool { return true }
 
 // Errorf returns an error naming the node and its op.
 func (c *Context) Errorf(format string, args ...any) error {

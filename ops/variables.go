@@ -62,7 +62,8 @@ func NotTrainable() VariableOption { return func(c *variableConfig) { c.trainabl
 // dtype and shape, its initial value built by init under "<name>/Initializer",
 // and the Assign node "<name>/Assign" that initialises it. It records the
 // variable in the graph's collections (see VariablesCollection). All nodes get
-// the scope's device and none of its control dependencies. On error it
+// the scope's device (through its device function, if any) and none of its
+// control dependencies. On error it
 // records it in the scope and returns nil.
 func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init Initializer, opts ...VariableOption) *Variable {
 	cfg := variableConfig{trainable: true}
@@ -80,7 +81,7 @@ func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init
 	// dependencies: a variable is read whenever a step needs it, and its
 	// initializer runs once, on its own. Sub-names derive from the node's
 	// unique name, so a second variable "w" (named "w_1") gets "w_1/Assign".
-	is := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device())
+	is := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device()).WithDeviceFunc(s.DeviceFunc())
 	n := is.AddNode("Variable", s.Prefix()+name, nil, map[string]any{"dtype": dt, "shape": tensor.MakeShape(shape...)})
 	if n == nil {
 		s.SetErr(is.Err())

@@ -29,6 +29,20 @@
 // nodes never change once added. Variables live in the session's
 // kernel.Resources, shared with other sessions through WithResources.
 //
+// # Remote sessions
+//
+// Open runs the same graph on a cluster: the target "grpc://host:port"
+// names a task's master (blank-import package rpc to register the scheme),
+// and "" means in process. WithMaster does the same with a master.Service
+// at hand. A remote session sends the graph with its first Run and the nodes
+// added since before later Runs; it validates names, feeds and targets as
+// the local back end does, so the same training code runs both ways:
+//
+//	import _ "github.com/distflow/distflow/rpc"
+//
+//	sess, err := session.Open(ctx, "grpc://127.0.0.1:2222", s.Graph())
+//	defer sess.Close() // closes the session on the master
+//
 // A Session is safe for concurrent use: concurrent Runs execute in parallel
 // and share the variables (a read returns a copy; each update is atomic).
 package session

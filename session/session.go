@@ -12,6 +12,7 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 	_ "github.com/distflow/distflow/kernel/cpu" // every CPU kernel
+	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -27,6 +28,9 @@ type Session struct {
 	mu        sync.Mutex
 	closed    bool
 	executors map[string]*executor.Executor // by signature
+
+	remote *rpcRemote        // set when a master runs the steps (remote.go)
+	rpcCfg *pb.SessionConfig // WithConfig, for Open
 }
 
 // Option configures a Session.
@@ -64,9 +68,13 @@ func (s *Session) Graph() *graph.Graph { return s.g }
 // an error wrapping ErrClosed; runs in progress complete. Close is idempotent.
 func (s *Session) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	wasClosed := s.closed
 	s.closed = true
 	s.executors = nil
+	s.mu.Unlock()
+	if s.remote != nil && !wasClosed {
+		return s.remote.close() // CloseSession on the master, then the connection
+	}
 	return nil
 }
 
@@ -134,6 +142,9 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 	vals := make([]*tensor.Tensor, len(fs))
 	for i, f := range fs {
 		feedOuts[i], vals[i] = f.out, f.val
+	}
+	if s.remote != nil {
+		return s.runRemote(ctx, feedOuts, vals, fetches, tnames)
 	}
 	e, err := s.executor(key.String(), feedOuts, fetches, targets)
 	if err != nil {

@@ -178,7 +178,7 @@ func CreateGlobalStep(s *graph.Scope) *ops.Variable {
 		s.SetErr(fmt.Errorf("train: the graph already has a global step %q", gs.Name()))
 		return nil
 	}
-	root := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device())
+	root := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device()).WithDeviceFunc(s.DeviceFunc())
 	v := ops.NewVariable(root, "global_step", tensor.Int64, nil, ops.ZerosInit(), ops.NotTrainable())
 	s.SetErr(root.Err())
 	if v != nil {

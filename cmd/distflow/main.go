@@ -37,5 +37,6 @@ func newRootCommand() *cobra.Command {
 		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
 	})
 	root.AddCommand(newTrainCommand())
+	root.AddCommand(newServerCommand())
 	return root
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,10 +14,7 @@ import (
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/models"
-	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
-	"github.com/distflow/distflow/tensor"
-	"github.com/distflow/distflow/train"
 )
 
 // trainFlags are the options of `distflow train`. Zero values mean "the
@@ -34,6 +30,19 @@ type trainFlags struct {
 	seed      int
 	jsonOut   bool
 	logEvery  int
+
+	// The cluster, as the original programs took it (or TF_CONFIG).
+	psHosts, workerHosts, chiefHosts string
+	jobName                          string
+	taskIndex                        int
+	// localCluster starts a whole cluster of processes ("ps=1,worker=2").
+	localCluster string
+	inGraph      bool
+	psStrategy   string
+	stepTimeout  time.Duration
+	waitTimeout  time.Duration
+	// listenFD is an inherited listening socket (set by --local-cluster).
+	listenFD int
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -68,6 +77,14 @@ func newTrainCommand() *cobra.Command {
 	fl.IntVar(&f.seed, "seed", 1, "seed of initial weights, shuffling and dropout")
 	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object with the results as the last line of stdout")
 	fl.IntVar(&f.logEvery, "log-every", 0, "print a progress line every N steps (default: the model's)")
+	addClusterFlags(fl, &f.psHosts, &f.workerHosts, &f.chiefHosts, &f.jobName, &f.taskIndex)
+	fl.StringVar(&f.localCluster, "local-cluster", "", `start a whole cluster of local processes and train on it, e.g. "ps=1,worker=2"`)
+	fl.BoolVar(&f.inGraph, "in-graph", false, "in-graph replication: the chief builds one tower per worker and averages their gradients (the other workers only serve)")
+	fl.StringVar(&f.psStrategy, "ps-strategy", "round-robin", "how variables are spread over ps tasks: round-robin or greedy (balanced by bytes)")
+	fl.DurationVar(&f.stepTimeout, "step-timeout", time.Minute, "deadline of one distributed step")
+	fl.DurationVar(&f.waitTimeout, "wait-timeout", 2*time.Minute, "how long to wait for peers: the cluster to come up, the chief to initialise the model")
+	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket (set by --local-cluster)")
+	_ = fl.MarkHidden("listen-fd")
 	return cmd
 }
 
@@ -77,7 +94,9 @@ type result struct {
 	Optimizer         string   `json:"optimizer"`
 	LearningRate      float64  `json:"learning_rate"`
 	Batch             int      `json:"batch"`
+	Task              string   `json:"task,omitempty"`
 	GlobalStep        int64    `json:"global_step"`
+	LocalSteps        int      `json:"local_step"`
 	Epochs            float64  `json:"epochs"`
 	Loss              float64  `json:"loss"`
 	TestAccuracy      *float64 `json:"test_accuracy,omitempty"`
@@ -122,57 +141,34 @@ func (f *trainFlags) applyDefaults() error {
 	return nil
 }
 
-// examples is a training set and an optional test set.
-type examples struct {
-	trainX, trainY *tensor.Tensor
-	testX, testY   *tensor.Tensor
-	source         string
-}
-
-func loadExamples(f trainFlags) (examples, error) {
-	if f.model == "linreg" {
-		// SPEC section 6: y = 2x + 10 + noise(0.33).
-		x, y := data.Linear(max(f.steps*f.batch, 1000), int64(f.seed), 2, 10, 0.33)
-		return examples{trainX: x, trainY: y, source: "synthetic y=2x+10+N(0,0.33)"}, nil
-	}
-	tr, te, source, err := data.Load(f.dataDir)
-	if err != nil {
-		return examples{}, err
-	}
-	return examples{trainX: tr.Images, trainY: tr.Labels, testX: te.Images, testY: te.Labels, source: source}, nil
-}
-
 func runTrain(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error {
 	if err := f.applyDefaults(); err != nil {
 		return err
 	}
+	if f.localCluster != "" {
+		return runLocalCluster(ctx, f, stdout, stderr)
+	}
+	spec, self, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, f.jobName, f.taskIndex)
+	if err != nil {
+		return err
+	}
+	if spec == nil {
+		return trainLocal(ctx, f, stdout, stderr)
+	}
+	return trainInCluster(ctx, f, spec, self, stdout, stderr)
+}
+
+// trainLocal trains in this process with a local session.
+func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error {
+	started := time.Now()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	ex, err := loadExamples(f)
 	if err != nil {
 		return err
 	}
-	n := ex.trainX.Shape()[0]
-	steps := f.steps
-	if steps == 0 {
-		steps = int(math.Ceil(f.epochs * float64(n) / float64(f.batch)))
-	}
-
 	s := graph.NewScope()
-	m, err := models.Build(s, f.model, models.Config{Seed: f.seed})
+	j, err := buildJob(s, f, []string{""})
 	if err != nil {
-		return err
-	}
-	opt, err := train.NewOptimizer(f.optimizer, float32(f.lr))
-	if err != nil {
-		return fmt.Errorf("--optimizer: %w", err)
-	}
-	globalStep := train.CreateGlobalStep(s)
-	trainOp, err := train.Minimize(s, opt, m.Loss, globalStep)
-	if err != nil {
-		return err
-	}
-	initOp := ops.GlobalVariablesInitializer(s)
-	if err := s.Err(); err != nil {
 		return err
 	}
 	sess, err := session.New(s.Graph())
@@ -180,124 +176,47 @@ func runTrain(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	defer sess.Close()
-	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{initOp}); err != nil {
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{j.initOp}); err != nil {
 		return fmt.Errorf("initialising variables: %w", err)
 	}
-
-	ds, err := data.FromTensors(ex.trainX, ex.trainY)
+	it, err := batches(ctx, ex, f, 1, 0)
 	if err != nil {
 		return err
 	}
-	it := ds.Shuffle(n, int64(f.seed)).Repeat(-1).Batch(f.batch, true).Prefetch(2).Iterator(ctx)
 	defer it.Close()
-
-	log.Info("training", "model", f.model, "data", ex.source, "examples", n, "steps", steps,
+	n := ex.trainX.Shape()[0]
+	target := f.targetSteps(n)
+	log.Info("training", "model", f.model, "data", ex.source, "examples", n, "steps", target,
 		"batch", f.batch, "optimizer", f.optimizer, "lr", f.lr)
-	fetches := []graph.Output{m.Loss}
-	var loss float64
-	start := time.Now()
-	window, windowStart := 0, start
-	for step := 1; step <= steps; step++ {
-		batch, err := it.Next()
-		if err != nil {
-			return fmt.Errorf("reading batch %d: %w", step, err)
-		}
-		out, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{m.Input: batch[0], m.Label: batch[1]},
-			fetches, []*graph.Node{trainOp})
-		if err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
-		}
-		loss = out[0].Float64At(0)
-		window++
-		if step%f.logEvery == 0 || step == steps {
-			now := time.Now()
-			rate := float64(window*f.batch) / now.Sub(windowStart).Seconds()
-			fmt.Fprintf(stderr, "step %d/%d  epoch %.2f  loss %.4f  %.0f examples/s\n",
-				step, steps, float64(step*f.batch)/float64(n), loss, rate)
-			window, windowStart = 0, now
-		}
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return fmt.Errorf("step %d: loss is %v: lower --lr", step, loss)
-		}
-	}
-	trainSeconds := time.Since(start).Seconds()
-	// Read after the loop: a fetch in the training step may see the value
-	// from before that step's increment.
-	gs, err := sess.Run(ctx, nil, []graph.Output{globalStep.Value()}, nil)
+	st, err := j.trainLoop(ctx, sess, []*data.Iterator{it}, target, n, "", stderr)
 	if err != nil {
 		return err
 	}
-	gstep := int64(gs[0].Float64At(0))
-
-	res := result{
-		Model: f.model, Optimizer: f.optimizer, LearningRate: f.lr, Batch: f.batch,
-		GlobalStep: gstep, Epochs: float64(steps*f.batch) / float64(n), Loss: loss,
-		Data: ex.source, TrainExamples: n,
-		ExamplesPerSecond: float64(steps*f.batch) / trainSeconds,
+	res, err := j.finalResult(ctx, sess, ex, st, started)
+	if err != nil {
+		return err
 	}
-	if f.model == "linreg" {
-		out, err := sess.Run(ctx, nil, []graph.Output{m.Params["W"], m.Params["b"]}, nil)
-		if err != nil {
-			return err
-		}
-		w, b := out[0].Float64At(0), out[1].Float64At(0)
-		res.W, res.B = &w, &b
-	} else {
-		acc, tl, err := evaluate(ctx, sess, m, ex.testX, ex.testY)
-		if err != nil {
-			return err
-		}
-		res.TestAccuracy, res.TestLoss, res.TestExamples = &acc, &tl, ex.testX.Shape()[0]
-	}
-	res.WallSeconds = time.Since(start).Seconds()
 	return report(stdout, res, f.jsonOut)
 }
 
-// evaluate returns the accuracy and mean loss over a test set, in batches.
-func evaluate(ctx context.Context, sess *session.Session, m *models.Model, x, y *tensor.Tensor) (acc, loss float64, err error) {
-	ds, err := data.FromTensors(x, y)
-	if err != nil {
-		return 0, 0, err
-	}
-	it := ds.Batch(1000, false).Iterator(ctx)
-	defer it.Close()
-	var correct, lossSum float64
-	total := 0
-	for {
-		b, err := it.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return 0, 0, err
-		}
-		out, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{m.Input: b[0], m.Label: b[1]},
-			[]graph.Output{m.Correct, m.EvalLoss}, nil)
-		if err != nil {
-			return 0, 0, fmt.Errorf("evaluating: %w", err)
-		}
-		k := b[0].Shape()[0]
-		correct += out[0].Float64At(0)
-		lossSum += out[1].Float64At(0) * float64(k)
-		total += k
-	}
-	if total == 0 {
-		return 0, 0, fmt.Errorf("evaluating: the test set is empty")
-	}
-	return correct / float64(total), lossSum / float64(total), nil
-}
-
 func report(w io.Writer, r result, asJSON bool) error {
-	if r.TestAccuracy != nil {
-		fmt.Fprintf(w, "%s: %d steps, loss %.4f, test accuracy %.4f (%d examples), %.0f examples/s, %.1f s\n",
-			r.Model, r.GlobalStep, r.Loss, *r.TestAccuracy, r.TestExamples, r.ExamplesPerSecond, r.WallSeconds)
-	} else if r.W != nil {
-		fmt.Fprintf(w, "%s: %d steps, loss %.4f, W %.4f, b %.4f, %.0f examples/s, %.1f s\n",
-			r.Model, r.GlobalStep, r.Loss, *r.W, *r.B, r.ExamplesPerSecond, r.WallSeconds)
+	who := r.Model
+	if r.Task != "" {
+		who = r.Task + " " + r.Model
+	}
+	switch {
+	case r.TestAccuracy != nil:
+		fmt.Fprintf(w, "%s: global step %d, loss %.4f, test accuracy %.4f (%d examples), %.0f examples/s, %.1f s\n",
+			who, r.GlobalStep, r.Loss, *r.TestAccuracy, r.TestExamples, r.ExamplesPerSecond, r.WallSeconds)
+	case r.W != nil:
+		fmt.Fprintf(w, "%s: global step %d, loss %.4f, W %.4f, b %.4f, %.0f examples/s, %.1f s\n",
+			who, r.GlobalStep, r.Loss, *r.W, *r.B, r.ExamplesPerSecond, r.WallSeconds)
+	default:
+		fmt.Fprintf(w, "%s: global step %d, loss %.4f, %.0f examples/s, %.1f s\n",
+			who, r.GlobalStep, r.Loss, r.ExamplesPerSecond, r.WallSeconds)
 	}
 	if !asJSON {
 		return nil
 	}
-	enc := json.NewEncoder(w)
-	return enc.Encode(r)
+	return json.NewEncoder(w).Encode(r)
 }

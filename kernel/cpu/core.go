@@ -50,6 +50,7 @@ func coreIdentity(c *kernel.Context) error {
 // handed to consumers.
 func coreVariable(n *graph.Node) (kernel.Kernel, error) {
 	name, dt, shape := n.Name(), n.AttrDType("dtype"), n.AttrShape("shape")
+	dims, full := shape.Dims(), shape.FullyDefined()
 	return kernel.Func(func(c *kernel.Context) error {
 		if c.Resources == nil {
 			return c.Errorf("no resource container to hold variable %q", name)
@@ -58,13 +59,21 @@ func coreVariable(n *graph.Node) (kernel.Kernel, error) {
 		if err != nil {
 			return fmt.Errorf("kernel: node %s: %w", c.Node, err)
 		}
-		t, err := v.Read()
-		if err != nil {
+		if !full || !v.Initialized() {
+			t, err := v.Read()
+			if err == nil {
+				c.Outputs[0] = t
+				return nil
+			}
 			// The error names the variable, says to run its initializer and
 			// wraps kernel.ErrUninitialized.
 			return fmt.Errorf("kernel: node %s: %w", c.Node, err)
 		}
-		c.Outputs[0] = t
+		// The copy goes into a buffer recycled from an earlier step when
+		// the executor has one: reading a variable then allocates nothing.
+		if err := v.ReadInto(c.AllocUninit(0, dt, dims...)); err != nil {
+			return fmt.Errorf("kernel: node %s: %w", c.Node, err)
+		}
 		return nil
 	}), nil
 }

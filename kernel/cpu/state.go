@@ -14,9 +14,11 @@ import (
 // loop per op, split across cores for large variables.
 
 func init() {
-	kernel.Register("Assign", kernel.CPU, kernel.Simple(stateAssign))
-	kernel.Register("AssignAdd", kernel.CPU, kernel.Simple(func(c *kernel.Context) error { return stateAssignUpdate(c, 1) }))
-	kernel.Register("AssignSub", kernel.CPU, kernel.Simple(func(c *kernel.Context) error { return stateAssignUpdate(c, -1) }))
+	// These kernels read their inputs only during Compute (Assign stores a
+	// copy), so the executor may recycle the buffers they read.
+	kernel.Register("Assign", kernel.CPU, kernel.Borrowing(kernel.Simple(stateAssign)))
+	kernel.Register("AssignAdd", kernel.CPU, kernel.Borrowing(kernel.Simple(func(c *kernel.Context) error { return stateAssignUpdate(c, 1) })))
+	kernel.Register("AssignSub", kernel.CPU, kernel.Borrowing(kernel.Simple(func(c *kernel.Context) error { return stateAssignUpdate(c, -1) })))
 	kernel.Register("IsVariableInitialized", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
 		c.Alloc(0, tensor.Bool).Bools()[0] = c.Ref(0).Initialized()
 		return nil
@@ -102,6 +104,7 @@ func stateAssignUpdate(c *kernel.Context, sign int) error {
 	default:
 		return c.Errorf("%s does not support %v variables", c.Node.Op(), v.DType())
 	}
+	out := c.AllocUninit(0, v.DType(), t.Shape()...)
 	err := v.Update(func(val *tensor.Tensor) error {
 		switch val.DType() {
 		case tensor.Float32:
@@ -113,8 +116,7 @@ func stateAssignUpdate(c *kernel.Context, sign int) error {
 		case tensor.Int64:
 			stateAddScaled(val.Int64s(), t.Int64s(), int64(sign))
 		}
-		c.SetOutput(0, val.Clone())
-		return nil
+		return out.CopyFrom(val)
 	})
 	return stateWrap(c, err)
 }
@@ -216,12 +218,12 @@ type stateUpdate func(vals []*tensor.Tensor, grad *tensor.Tensor, scalars []floa
 // inputs are refs and whose input gradIdx has the variable's shape; every
 // other input is a scalar.
 func stateRegisterApply(op string, nRefs, gradIdx int, build func(n *graph.Node) stateUpdate) {
-	kernel.Register(op, kernel.CPU, func(n *graph.Node) (kernel.Kernel, error) {
+	kernel.Register(op, kernel.CPU, kernel.Borrowing(func(n *graph.Node) (kernel.Kernel, error) {
 		update := build(n)
 		return kernel.Func(func(c *kernel.Context) error {
 			return stateApply(c, nRefs, gradIdx, update)
 		}), nil
-	})
+	}))
 }
 
 func stateApply(c *kernel.Context, nRefs, gradIdx int, update stateUpdate) error {
@@ -230,7 +232,12 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, update stateUpdate) error
 	if !dt.IsFloat() {
 		return c.Errorf("variable %q must be float32 or float64, got %v", v.Name(), dt)
 	}
-	refs := make([]*kernel.Variable, nRefs)
+	// Fixed-size arrays keep a step's updates free of allocations (at most
+	// three refs and six scalars, ApplyRMSProp's and ApplyAdam's).
+	var refsBuf [4]*kernel.Variable
+	var scalarsBuf [8]float64
+	var valsBuf [4]*tensor.Tensor
+	refs := refsBuf[:nRefs]
 	for i := range refs {
 		r := c.Ref(i)
 		if r.DType() != dt || !r.Shape().Equal(shape) {
@@ -249,7 +256,7 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, update stateUpdate) error
 	if g.DType() != dt || !shape.Equal(g.StaticShape()) {
 		return c.Errorf("gradient %v%v does not match variable %q of %v%v", g.DType(), g.StaticShape(), v.Name(), dt, shape)
 	}
-	scalars := make([]float64, 0, len(c.Inputs)-nRefs-1)
+	scalars := scalarsBuf[:0]
 	for i := nRefs; i < len(c.Inputs); i++ {
 		if i == gradIdx {
 			continue
@@ -260,7 +267,7 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, update stateUpdate) error
 		}
 		scalars = append(scalars, t.Float64At(0))
 	}
-	vals := make([]*tensor.Tensor, nRefs)
+	vals := valsBuf[:nRefs]
 	return stateWrap(c, stateLockAll(refs, vals, func() error {
 		update(vals, g, scalars)
 		return nil

@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/placement"
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/server"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+)
+
+// addClusterFlags declares the flags of TensorFlow 1.x programs that
+// describe the cluster and this task.
+func addClusterFlags(fl *pflag.FlagSet, ps, worker, chief, job *string, index *int) {
+	fl.StringVar(ps, "ps_hosts", "", "comma-separated host:port list of the ps job")
+	fl.StringVar(worker, "worker_hosts", "", "comma-separated host:port list of the worker job")
+	fl.StringVar(chief, "chief_hosts", "", "host:port of the chief (at most one; without it worker 0 is the chief)")
+	fl.StringVar(job, "job_name", "", "this task's job: ps, worker or chief")
+	fl.IntVar(index, "task_index", 0, "this task's index within its job")
+}
+
+// clusterFromFlags returns the cluster and this task from the host flags, or
+// from TF_CONFIG when no host flag is set. A nil spec means no cluster.
+func clusterFromFlags(ps, worker, chief, job string, index int) (*cluster.Spec, cluster.TaskID, error) {
+	if ps != "" || worker != "" || chief != "" {
+		return cluster.FromFlags(ps, worker, chief, job, index)
+	}
+	if job != "" {
+		return nil, cluster.TaskID{}, fmt.Errorf("--job_name %s given without --ps_hosts/--worker_hosts/--chief_hosts", job)
+	}
+	spec, self, ok, err := cluster.FromEnv()
+	if err != nil || !ok {
+		return nil, cluster.TaskID{}, err
+	}
+	return spec, self, nil
+}
+
+// inheritedListener returns the listening socket passed as file descriptor
+// fd by --local-cluster, or nil (listen on the task's own address).
+func inheritedListener(fd int) (net.Listener, error) {
+	if fd == 0 {
+		return nil, nil
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("--listen-fd %d: %w", fd, err)
+	}
+	return l, nil
+}
+
+// serve runs a started server until a Shutdown RPC or a signal.
+func serve(ctx context.Context, srv *server.Server, log *slog.Logger) error {
+	log.Info("serving", "target", srv.Target())
+	if err := srv.Join(ctx); err != nil {
+		srv.Stop()
+		log.Info("exiting", "reason", "signal received")
+		return nil
+	}
+	log.Info("exiting", "reason", srv.StopReason())
+	return nil
+}
+
+// replicas lists the tasks that train: the chief (if any) first, then the
+// workers. The first one is the chief.
+func replicas(spec *cluster.Spec) []cluster.TaskID {
+	var out []cluster.TaskID
+	for _, job := range []string{"chief", "worker"} {
+		for i := 0; i < spec.NumTasks(job); i++ {
+			out = append(out, cluster.TaskID{Job: job, Index: i})
+		}
+	}
+	return out
+}
+
+// trainInCluster runs this process's task of a distributed run: a ps (or,
+// with --in-graph, a non-chief worker) serves until the chief ends training;
+// a worker trains between-graph: its own client and graph, the shared
+// variables on the ps tasks, asynchronous updates.
+func trainInCluster(ctx context.Context, f trainFlags, spec *cluster.Spec, self cluster.TaskID, stdout, stderr io.Writer) error {
+	base := slog.New(slog.NewTextHandler(stderr, nil))
+	log := base.With("task", self.String())
+	lis, err := inheritedListener(f.listenFD)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{Cluster: spec, Task: self, Listener: lis, Logger: base})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	defer srv.Stop()
+	reps := replicas(spec)
+	index := -1
+	for i, r := range reps {
+		if r == self {
+			index = i
+		}
+	}
+	if index < 0 || (f.inGraph && index > 0) {
+		return serve(ctx, srv, log)
+	}
+	if spec.NumTasks("ps") == 0 {
+		return errors.New("the cluster has no ps task: give --ps_hosts")
+	}
+	return runReplica(ctx, f, spec, reps, index, srv, stdout, stderr, log)
+}
+
+// runReplica trains as replica `index` of reps (0 is the chief).
+func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cluster.TaskID, index int,
+	srv *server.Server, stdout, stderr io.Writer, log *slog.Logger) error {
+	started := time.Now()
+	self, chief := reps[index], index == 0
+	strategy := placement.RoundRobin
+	switch f.psStrategy {
+	case "round-robin":
+	case "greedy":
+		strategy = placement.GreedyBySize
+	default:
+		return fmt.Errorf("--ps-strategy %q: want round-robin or greedy", f.psStrategy)
+	}
+	s := graph.NewScope().WithDeviceFunc(placement.ReplicaDeviceSetter(placement.ReplicaConfig{
+		PSTasks: spec.NumTasks("ps"), WorkerDevice: self.String(), Strategy: strategy,
+	}))
+	towerDevices, filters := []string{""}, []string{"/job:ps", self.String()}
+	if f.inGraph {
+		towerDevices, filters = nil, nil
+		for _, r := range reps {
+			towerDevices = append(towerDevices, r.String())
+		}
+	}
+	j, err := buildJob(s, f, towerDevices)
+	if err != nil {
+		return err
+	}
+	// One completion flag per replica, on the ps tasks: the chief shuts the
+	// cluster down once every replica that is still alive has finished.
+	var done []*ops.Variable
+	if !f.inGraph {
+		ds := s.SubScope("replica_done")
+		for _, r := range reps {
+			done = append(done, ops.NewVariable(ds, fmt.Sprintf("%s_%d", r.Job, r.Index), tensor.Float32, nil, ops.ZerosInit(), ops.NotTrainable()))
+		}
+	}
+	var markDone *graph.Node
+	if done != nil {
+		markDone = ops.Assign(s, done[index].Value(), ops.Scalar(s, tensor.Float32, 1)).Node
+	}
+	initOp := ops.GlobalVariablesInitializer(s)
+	if err := s.Err(); err != nil {
+		return err
+	}
+	sess, err := session.New(s.Graph(), session.WithMaster(srv.Master(), &pb.SessionConfig{
+		DeviceFilters: filters, DefaultDevice: self.String(), StepTimeoutMs: f.stepTimeout.Milliseconds(),
+	}))
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+
+	if chief {
+		log.Info("initialising the model")
+		ictx, cancel := context.WithTimeout(ctx, f.waitTimeout)
+		_, err := sess.Run(ictx, nil, nil, []*graph.Node{initOp})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("initialising the model: %w", err)
+		}
+	} else if err := waitForModel(ctx, sess, j, f.waitTimeout, log); err != nil {
+		return err
+	}
+
+	ex, err := loadExamples(f)
+	if err != nil {
+		return err
+	}
+	n := ex.trainX.Shape()[0]
+	var its []*data.Iterator
+	for t := range j.towers {
+		shards, shard := len(reps), index
+		if f.inGraph {
+			shard = t
+		}
+		it, err := batches(ctx, ex, f, shards, shard)
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		its = append(its, it)
+	}
+	target := f.targetSteps(n)
+	log.Info("training", "model", f.model, "data", ex.source, "replica", index, "replicas", len(reps),
+		"global_steps", target, "batch", f.batch, "in_graph", f.inGraph)
+	st, err := j.trainLoop(ctx, sess, its, target, n, self.String(), stderr)
+	if err != nil {
+		return err
+	}
+	if markDone != nil {
+		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{markDone}); err != nil {
+			return fmt.Errorf("reporting completion: %w", err)
+		}
+	}
+	var res result
+	if chief {
+		res, err = j.finalResult(ctx, sess, ex, st, started)
+		if err != nil {
+			return err
+		}
+		if done != nil {
+			waitForReplicas(ctx, sess, spec, reps, done, f.waitTimeout, log)
+		}
+		sess.Close() // while every task still answers
+		shutdownCluster(ctx, spec, self, f.inGraph, log)
+	} else {
+		res = result{Model: f.model, Optimizer: f.optimizer, LearningRate: f.lr, Batch: f.batch,
+			LocalSteps: st.localSteps, Loss: st.loss, Data: ex.source, TrainExamples: n,
+			ExamplesPerSecond: float64(st.localSteps*f.batch) / st.seconds,
+			WallSeconds:       time.Since(started).Seconds()}
+		if gs, err := sess.Run(ctx, nil, []graph.Output{j.globalStep.Value()}, nil); err == nil {
+			res.GlobalStep = int64(gs[0].Float64At(0))
+		}
+		sess.Close() // before the chief stops the ps tasks
+	}
+	res.Task = self.String()
+	return report(stdout, res, f.jsonOut)
+}
+
+// backoff returns the next polling interval: doubling up to a second.
+func backoff(d time.Duration) time.Duration { return min(2*d, time.Second) }
+
+// waitForModel polls until the chief has initialised every variable, with
+// backing-off checks and a log line every few seconds.
+func waitForModel(ctx context.Context, sess *session.Session, j *job, timeout time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	lastLog := time.Time{}
+	for d := 20 * time.Millisecond; ; d = backoff(d) {
+		out, err := sess.Run(ctx, nil, []graph.Output{j.initialized}, nil)
+		ready := 0
+		if err == nil {
+			ready = int(out[0].Float64At(0))
+			if ready == j.numVars {
+				log.Info("the model is ready")
+				return nil
+			}
+		}
+		if time.Since(lastLog) > 3*time.Second {
+			log.Info("waiting for the chief to initialise the model", "ready", ready, "variables", j.numVars, "last_error", err)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the model was not initialised within --wait-timeout %v (%d of %d variables ready): is the chief running? %w",
+				timeout, ready, j.numVars, ctx.Err())
+		case <-time.After(d):
+		}
+	}
+}
+
+// waitForReplicas waits until every replica has set its completion flag or
+// is no longer reachable (a crashed worker must not keep the cluster up).
+func waitForReplicas(ctx context.Context, sess *session.Session, spec *cluster.Spec, reps []cluster.TaskID, done []*ops.Variable, timeout time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	flags := make([]graph.Output, len(done))
+	for i, v := range done {
+		flags[i] = v.Value()
+	}
+	gone := map[int]bool{}
+	lastLog := time.Time{}
+	for d := 20 * time.Millisecond; ; d = backoff(d) {
+		out, err := sess.Run(ctx, nil, flags, nil)
+		if err != nil {
+			log.Warn("cannot read the replicas' completion flags", "err", err)
+			return
+		}
+		var waiting []string
+		for i := range reps {
+			if out[i].Float64At(0) == 1 || gone[i] {
+				continue
+			}
+			if !reachable(ctx, spec, reps[i]) {
+				log.Warn("replica is gone; not waiting for it", "replica", reps[i].String())
+				gone[i] = true
+				continue
+			}
+			waiting = append(waiting, reps[i].String())
+		}
+		if len(waiting) == 0 {
+			return
+		}
+		if time.Since(lastLog) > 3*time.Second {
+			log.Info("waiting for replicas to finish", "replicas", waiting)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			log.Warn("replicas did not finish within --wait-timeout; stopping the cluster anyway", "replicas", waiting)
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// reachable reports whether task answers a status request within a second.
+func reachable(ctx context.Context, spec *cluster.Spec, task cluster.TaskID) bool {
+	addr, err := spec.Address(task)
+	if err != nil {
+		return false
+	}
+	w, closer, err := rpc.DialWorker(addr, rpc.Options{})
+	if err != nil {
+		return false
+	}
+	defer closer.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = w.GetStatus(ctx, &pb.GetStatusRequest{})
+	return err == nil
+}
+
+// shutdownCluster tells the serving tasks (the ps tasks, and with in-graph
+// replication the other workers) that training is finished.
+func shutdownCluster(ctx context.Context, spec *cluster.Spec, self cluster.TaskID, inGraph bool, log *slog.Logger) {
+	for _, t := range spec.Tasks() {
+		if t == self || (t.Job != "ps" && !inGraph) {
+			continue
+		}
+		addr, err := spec.Address(t)
+		if err != nil {
+			continue
+		}
+		w, closer, err := rpc.DialWorker(addr, rpc.Options{})
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := w.Shutdown(cctx, &pb.ShutdownRequest{Reason: "training finished (" + self.String() + ")"}); err == nil {
+			log.Info("stopped task", "task", t.String())
+		}
+		cancel()
+		closer.Close()
+	}
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/models"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// job is the training graph of one client process: the model's towers (one,
+// or one per worker for in-graph replication), the update, and the
+// bookkeeping a cluster needs.
+type job struct {
+	f          trainFlags
+	towers     []*models.Model
+	globalStep *ops.Variable
+	trainOp    *graph.Node
+	initOp     *graph.Node
+	// initialized counts the initialised variables (float32 scalar), so that
+	// non-chief workers can wait for the chief.
+	initialized graph.Output
+	numVars     int
+}
+
+// buildJob builds the model (one tower per entry of towerDevices; "" is the
+// scope's own placement) and its update. With several towers the gradients
+// of all towers are averaged into one update (in-graph replication).
+func buildJob(s *graph.Scope, f trainFlags, towerDevices []string) (*job, error) {
+	towers, err := models.BuildTowers(s, f.model, models.Config{Seed: f.seed}, towerDevices)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := train.NewOptimizer(f.optimizer, float32(f.lr))
+	if err != nil {
+		return nil, fmt.Errorf("--optimizer: %w", err)
+	}
+	j := &job{f: f, towers: towers, globalStep: train.CreateGlobalStep(s)}
+	if len(towers) == 1 {
+		j.trainOp, err = train.Minimize(s, opt, towers[0].Loss, j.globalStep)
+	} else {
+		j.trainOp, err = averagedUpdate(s, opt, towers, j.globalStep)
+	}
+	if err != nil {
+		return nil, err
+	}
+	j.initOp = ops.GlobalVariablesInitializer(s)
+	vars := ops.GlobalVariables(s.Graph())
+	flags := make([]graph.Output, len(vars))
+	for i, v := range vars {
+		flags[i] = ops.Cast(s, ops.IsVariableInitialized(s, v.Value()), tensor.Float32)
+	}
+	j.initialized, j.numVars = ops.AddN(s, flags...), len(vars)
+	return j, s.Err()
+}
+
+// averagedUpdate computes each tower's gradients on its device and applies
+// their mean once.
+func averagedUpdate(s *graph.Scope, opt train.Optimizer, towers []*models.Model, step *ops.Variable) (*graph.Node, error) {
+	vars := towers[0].Variables
+	perVar := make([][]graph.Output, len(vars))
+	for i, t := range towers {
+		gvs, err := opt.ComputeGradients(s.SubScope(fmt.Sprintf("tower_%d_gradients", i)), t.Loss, vars)
+		if err != nil {
+			return nil, err
+		}
+		for k, gv := range gvs {
+			perVar[k] = append(perVar[k], gv.Grad)
+		}
+	}
+	as := s.SubScope("average_gradients")
+	scale := ops.Scalar(as, vars[0].DType(), 1/float64(len(towers)))
+	gvs := make([]train.GradVar, len(vars))
+	for k, v := range vars {
+		gvs[k] = train.GradVar{Var: v, Grad: ops.Mul(as, ops.AddN(as, perVar[k]...), scale)}
+	}
+	return opt.ApplyGradients(s, gvs, step)
+}
+
+// examples is a training set and an optional test set.
+type examples struct {
+	trainX, trainY *tensor.Tensor
+	testX, testY   *tensor.Tensor
+	source         string
+}
+
+func loadExamples(f trainFlags) (examples, error) {
+	if f.model == "linreg" {
+		// SPEC section 6: y = 2x + 10 + noise(0.33).
+		x, y := data.Linear(max(f.steps*f.batch, 1000), int64(f.seed), 2, 10, 0.33)
+		return examples{trainX: x, trainY: y, source: "synthetic y=2x+10+N(0,0.33)"}, nil
+	}
+	tr, te, source, err := data.Load(f.dataDir)
+	if err != nil {
+		return examples{}, err
+	}
+	return examples{trainX: tr.Images, trainY: tr.Labels, testX: te.Images, testY: te.Labels, source: source}, nil
+}
+
+// targetSteps is the number of global steps the run trains for.
+func (f trainFlags) targetSteps(n int) int {
+	if f.steps > 0 {
+		return f.steps
+	}
+	return int(math.Ceil(f.epochs * float64(n) / float64(f.batch)))
+}
+
+// batches returns an endless, shuffled iterator over shard `index` of
+// `shards` of the training set.
+func batches(ctx context.Context, ex examples, f trainFlags, shards, index int) (*data.Iterator, error) {
+	ds, err := data.FromTensors(ex.trainX, ex.trainY)
+	if err != nil {
+		return nil, err
+	}
+	if shards > 1 {
+		ds = ds.Shard(shards, index)
+	}
+	n := ex.trainX.Shape()[0]
+	return ds.Shuffle(n, int64(f.seed+index)).Repeat(-1).Batch(f.batch, true).Prefetch(2).Iterator(ctx), nil
+}
+
+// loopStats is what a training loop did.
+type loopStats struct {
+	localSteps int
+	loss       float64
+	seconds    float64
+}
+
+// trainLoop runs training steps until the global step reaches target. Each
+// step feeds one batch to each tower (its)  and runs the update. who names
+// the process in progress lines ("" for a single process).
+func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.Iterator, target, n int, who string, stderr io.Writer) (loopStats, error) {
+	f := j.f
+	fetches := []graph.Output{j.towers[0].Loss, j.globalStep.Value()}
+	if f.model == "linreg" {
+		fetches = append(fetches, j.towers[0].Params["W"], j.towers[0].Params["b"])
+	}
+	targets := []*graph.Node{j.trainOp}
+	feeds := map[graph.Output]*tensor.Tensor{}
+	var st loopStats
+	start := time.Now()
+	window, windowStart := 0, start
+	examplesPerStep := f.batch * len(j.towers)
+	for {
+		for i, t := range j.towers {
+			b, err := its[i].Next()
+			if err != nil {
+				return st, fmt.Errorf("reading a batch: %w", err)
+			}
+			feeds[t.Input], feeds[t.Label] = b[0], b[1]
+		}
+		out, err := sess.Run(ctx, feeds, fetches, targets)
+		if err != nil {
+			return st, fmt.Errorf("%slocal step %d: %w", prefix(who), st.localSteps+1, err)
+		}
+		st.localSteps++
+		window++
+		st.loss = out[0].Float64At(0)
+		// The fetched global step may precede this step's own increment.
+		gstep := int(out[1].Float64At(0)) + 1
+		if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
+			return st, fmt.Errorf("%slocal step %d: loss is %v: lower --lr", prefix(who), st.localSteps, st.loss)
+		}
+		done := gstep >= target
+		if st.localSteps%f.logEvery == 0 || done {
+			now := time.Now()
+			elapsed := now.Sub(windowStart)
+			line := fmt.Sprintf("%slocal_step %d  global_step %d/%d  epoch %.2f  loss %.4f  avg_step %s  %.0f examples/s",
+				prefix(who), st.localSteps, gstep, target, float64(gstep*f.batch)/float64(n), st.loss,
+				(elapsed / time.Duration(window)).Round(time.Microsecond), float64(window*examplesPerStep)/elapsed.Seconds())
+			if f.model == "linreg" {
+				line += fmt.Sprintf("  W %.4f  b %.4f", out[2].Float64At(0), out[3].Float64At(0))
+			}
+			fmt.Fprintln(stderr, line)
+			window, windowStart = 0, now
+		}
+		if done {
+			break
+		}
+	}
+	st.seconds = time.Since(start).Seconds()
+	return st, nil
+}
+
+func prefix(who string) string {
+	if who == "" {
+		return ""
+	}
+	return who + ": "
+}
+
+// evaluate returns the accuracy and mean loss over a test set, in batches.
+func evaluate(ctx context.Context, sess *session.Session, m *models.Model, x, y *tensor.Tensor) (acc, loss float64, err error) {
+	ds, err := data.FromTensors(x, y)
+	if err != nil {
+		return 0, 0, err
+	}
+	it := ds.Batch(1000, false).Iterator(ctx)
+	defer it.Close()
+	var correct, lossSum float64
+	total := 0
+	for {
+		b, err := it.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		out, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{m.Input: b[0], m.Label: b[1]},
+			[]graph.Output{m.Correct, m.EvalLoss}, nil)
+		if err != nil {
+			return 0, 0, fmt.Errorf("evaluating: %w", err)
+		}
+		k := b[0].Shape()[0]
+		correct += out[0].Float64At(0)
+		lossSum += out[1].Float64At(0) * float64(k)
+		total += k
+	}
+	if total == 0 {
+		return 0, 0, fmt.Errorf("evaluating: the test set is empty")
+	}
+	return correct / float64(total), lossSum / float64(total), nil
+}
+
+// finalResult reads the global step and the model's figures after training.
+func (j *job) finalResult(ctx context.Context, sess *session.Session, ex examples, st loopStats, started time.Time) (result, error) {
+	f := j.f
+	n := ex.trainX.Shape()[0]
+	gs, err := sess.Run(ctx, nil, []graph.Output{j.globalStep.Value()}, nil)
+	if err != nil {
+		return result{}, err
+	}
+	res := result{
+		Model: f.model, Optimizer: f.optimizer, LearningRate: f.lr, Batch: f.batch,
+		GlobalStep: int64(gs[0].Float64At(0)), LocalSteps: st.localSteps, Loss: st.loss,
+		Data: ex.source, TrainExamples: n,
+		ExamplesPerSecond: float64(st.localSteps*f.batch*len(j.towers)) / st.seconds,
+	}
+	res.Epochs = float64(res.GlobalStep*int64(f.batch)) / float64(n)
+	m := j.towers[0]
+	if f.model == "linreg" {
+		out, err := sess.Run(ctx, nil, []graph.Output{m.Params["W"], m.Params["b"]}, nil)
+		if err != nil {
+			return result{}, err
+		}
+		w, b := out[0].Float64At(0), out[1].Float64At(0)
+		res.W, res.B = &w, &b
+	} else {
+		acc, tl, err := evaluate(ctx, sess, m, ex.testX, ex.testY)
+		if err != nil {
+			return result{}, err
+		}
+		res.TestAccuracy, res.TestLoss, res.TestExamples = &acc, &tl, ex.testX.Shape()[0]
+	}
+	res.WallSeconds = time.Since(started).Seconds()
+	return res, nil
+}

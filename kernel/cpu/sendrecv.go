@@ -1,0 +1,88 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/rendezvous"
+)
+
+// The kernels of Send and Recv (op/sendrecv.go): they move tensors between
+// the partitions of a step through the step's rendezvous.
+
+func init() {
+	kernel.Register("Send", kernel.CPU, partitionSend)
+	kernel.Register("Recv", kernel.CPU, partitionRecv)
+}
+
+// partitionKey computes the node's rendezvous key once, at build time.
+func partitionKey(n *graph.Node) (string, error) {
+	send, recv, name := n.AttrString("send_device"), n.AttrString("recv_device"), n.AttrString("tensor_name")
+	if send == "" || recv == "" || name == "" {
+		return "", fmt.Errorf("kernel: node %s: tensor_name, send_device and recv_device must be set", n)
+	}
+	return rendezvous.Key(send, recv, name), nil
+}
+
+// partitionRendezvous returns the step's rendezvous, or an error for a
+// single-device run, which has none.
+func partitionRendezvous(c *kernel.Context) (rendezvous.Rendezvous, error) {
+	if c.Step == nil || c.Step.Rendezvous == nil {
+		return nil, c.Errorf("no rendezvous in this step: Send and Recv run only in partitioned (distributed) steps")
+	}
+	rv, ok := c.Step.Rendezvous.(rendezvous.Rendezvous)
+	if !ok {
+		return nil, c.Errorf("the step's rendezvous is a %T, not a rendezvous.Rendezvous", c.Step.Rendezvous)
+	}
+	return rv, nil
+}
+
+// partitionSend hands its input to the rendezvous without a copy: kernels
+// never modify their inputs, so the receiver may share it. It never blocks.
+func partitionSend(n *graph.Node) (kernel.Kernel, error) {
+	key, err := partitionKey(n)
+	if err != nil {
+		return nil, err
+	}
+	return kernel.Func(func(c *kernel.Context) error {
+		rv, err := partitionRendezvous(c)
+		if err != nil {
+			return err
+		}
+		if err := rv.Send(key, c.Inputs[0]); err != nil {
+			return fmt.Errorf("kernel: node %s: %w", c.Node, err)
+		}
+		return nil
+	}), nil
+}
+
+// partitionRecvKernel waits for its tensor; it may block on another task, so
+// it declares MayBlock and the executor runs it on a goroutine of its own.
+type partitionRecvKernel struct{ key string }
+
+func partitionRecv(n *graph.Node) (kernel.Kernel, error) {
+	key, err := partitionKey(n)
+	if err != nil {
+		return nil, err
+	}
+	return partitionRecvKernel{key: key}, nil
+}
+
+// MayBlock reports that Recv waits for something outside the step.
+func (partitionRecvKernel) MayBlock() bool { return true }
+
+// Compute receives the tensor; it returns when it arrives, the step's
+// context ends or the rendezvous is aborted.
+func (k partitionRecvKernel) Compute(c *kernel.Context) error {
+	rv, err := partitionRendezvous(c)
+	if err != nil {
+		return err
+	}
+	t, err := rv.Recv(c.Ctx, k.key)
+	if err != nil {
+		return fmt.Errorf("kernel: node %s: %w", c.Node, err)
+	}
+	c.Outputs[0] = t
+	return nil
+}

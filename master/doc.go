@@ -1,0 +1,33 @@
+// Package master defines the master service, what a client session asks of
+// a task, and implements it over the cluster's worker services.
+//
+//	m := master.New(master.Config{Task: "/job:worker/task:0", Devices: devices, Workers: cache})
+//	cs, err := m.CreateSession(ctx, &pb.CreateSessionRequest{Graph: g.ToProto()})
+//	out, err := m.RunStep(ctx, &pb.RunStepRequest{SessionHandle: cs.SessionHandle,
+//		Feeds: feeds, Fetches: []string{"loss:0"}, Targets: []string{"train"}})
+//
+// # Planning
+//
+// The first step of a signature (feeds, fetches, targets, graph version)
+// builds its plan: graph.Prune walks back to the minimal node set (keeping
+// the Variable nodes of ref inputs), placement.Place gives every node a full
+// device (explicit devices merged with the session's default device, device
+// filters, soft placement), partition.Partition cuts the set per task with
+// Send/Recv pairs on the crossing edges, and every partition is registered
+// on its task. Later steps of the signature reuse the registered
+// partitions; CloseSession deregisters them. A fed tensor whose producer
+// has inputs is replaced by a Placeholder in the plan, so the producer's
+// inputs are neither computed nor required.
+//
+// # Steps
+//
+// Every step gets a fresh random step ID. Feeds go to the partition that
+// holds the fed tensor's producer, fetches come from the partition that
+// produces them, and RunGraph runs on every partition concurrently under
+// the step's context (deadline: the session's step_timeout_ms, else the
+// caller's). The first failure cancels the others, and CleanupStep with an
+// abort reason goes to every task of the step, so no wait of the step (a
+// Recv for a Send that will never come) outlives it. The error returned
+// names the task that failed first and, from the worker, the node. Steps of
+// one session may run concurrently.
+package master

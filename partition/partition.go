@@ -1,0 +1,297 @@
+package partition
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Sentinel errors callers test with errors.Is.
+var (
+	// ErrNoDevice is wrapped when a node has no device in the placement or
+	// its device names no job and task.
+	ErrNoDevice = errors.New("node has no task device")
+	// ErrRefCrossesTasks is wrapped when a ref input (a variable's storage)
+	// comes from another task: placement must colocate them.
+	ErrRefCrossesTasks = errors.New("ref edge crosses tasks")
+	// ErrMissingInput is wrapped when a node's input or control input is not
+	// among the nodes to partition.
+	ErrMissingInput = errors.New("input is not among the nodes to partition")
+)
+
+// Partition splits nodes into one graph per task, given each node's full
+// device ("/job:ps/task:0/cpu:0"). The result is keyed by task name
+// ("/job:ps/task:0"); a task gets a graph only if it holds a node.
+//
+// Every node keeps its name, op, attributes and control inputs, and gets its
+// full device. Nodes are added in creation order, so each partition's
+// creation order is topological. A data edge src:i -> dst that crosses from
+// task A to task B becomes a Send of src:i in A and a Recv in B; every
+// consumer of src:i in B shares that Recv, so a tensor moves at most once per
+// destination task per step. A control edge from A to B becomes a control
+// input on a Recv in B that completes only after the source ran: the Recv of
+// one of the source's outputs if one is sent to B anyway, else a dedicated
+// Recv of a dummy int32 Const in A (which takes a control input on the
+// source), shared by every control consumer of the source in B. Both sides of a pair
+// carry the same tensor_name ("src:i", or "^src" for a control edge),
+// send_device and recv_device, from which the kernels compute the rendezvous
+// key.
+//
+// Send nodes have no outputs, so whoever runs a partition must run them as
+// targets (see Sends). Partition fails, naming the nodes and devices, if a
+// node has no device or one without a job and task, if an input or control
+// input is not among nodes (the node set must be closed under inputs, as
+// graph pruning makes it), or if a ref input crosses tasks. It is a pure
+// function: the input graph is not modified, and equal inputs give equal
+// outputs.
+func Partition(nodes []*graph.Node, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
+	p := &partitioner{
+		devices: devices,
+		taskOf:  make(map[*graph.Node]string, len(nodes)),
+		parts:   map[string]*part{},
+		recvs:   map[edgeKey]*graph.Node{},
+		ctrls:   map[ctrlKey]*graph.Node{},
+		data:    map[ctrlKey]graph.Output{},
+	}
+	sorted := append([]*graph.Node(nil), nodes...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].ID() < sorted[j].ID() })
+	for _, n := range sorted {
+		if n.Graph() != sorted[0].Graph() {
+			return nil, fmt.Errorf("partition: nodes %s and %s belong to different graphs", sorted[0], n)
+		}
+		dev := devices[n]
+		if dev == "" {
+			return nil, fmt.Errorf("partition: node %s: %w", n, ErrNoDevice)
+		}
+		task, err := TaskOf(dev)
+		if err != nil {
+			return nil, fmt.Errorf("partition: node %s: %w", n, err)
+		}
+		p.taskOf[n] = task
+	}
+	for _, n := range sorted {
+		for _, in := range n.Inputs() {
+			k := ctrlKey{in.Node, p.taskOf[n]}
+			if _, seen := p.data[k]; !seen && p.taskOf[in.Node] != "" && p.taskOf[in.Node] != k.task {
+				p.data[k] = in
+			}
+		}
+	}
+	for _, n := range sorted {
+		if err := p.add(n); err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[string]*graph.Graph, len(p.parts))
+	for task, pt := range p.parts {
+		out[task] = pt.g
+	}
+	return out, nil
+}
+
+// Sends returns the Send nodes of a partition, in creation order. They have
+// no outputs, so an executor of the partition must take them as targets.
+func Sends(g *graph.Graph) []*graph.Node {
+	var out []*graph.Node
+	for _, n := range g.Nodes() {
+		if n.Op() == "Send" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TaskOf returns the task ("/job:ps/task:0") of a device in the short
+// ("/job:ps/task:0/cpu:0") or long ("/job:ps/replica:0/task:0/device:CPU:0")
+// form, or an error wrapping ErrNoDevice if it names no job or task.
+func TaskOf(device string) (string, error) {
+	var job, task string
+	for _, field := range strings.Split(device, "/") {
+		if v, ok := strings.CutPrefix(field, "job:"); ok {
+			job = v
+		} else if v, ok := strings.CutPrefix(field, "task:"); ok {
+			task = v
+		}
+	}
+	if job == "" || task == "" {
+		return "", fmt.Errorf("device %q names no job and task: %w", device, ErrNoDevice)
+	}
+	return "/job:" + job + "/task:" + task, nil
+}
+
+// SendSpec returns the spec of a Send node that sends in under tensorName
+// from sendDevice (where the node runs) to recvDevice. Add it with
+// graph.AddNode to the graph that holds in.
+func SendSpec(name string, in graph.Output, tensorName, sendDevice, recvDevice string) graph.NodeSpec {
+	return graph.NodeSpec{
+		Op: "Send", Name: name, Inputs: []graph.Output{in}, Device: sendDevice,
+		Attrs: map[string]any{"tensor_name": tensorName, "send_device": sendDevice, "recv_device": recvDevice},
+	}
+}
+
+// RecvSpec returns the spec of a Recv node, run on recvDevice, that receives
+// the tensor (of dtype dt and build-time shape shape) sent under tensorName
+// from sendDevice.
+func RecvSpec(name, tensorName, sendDevice, recvDevice string, dt tensor.DType, shape tensor.Shape) graph.NodeSpec {
+	return graph.NodeSpec{
+		Op: "Recv", Name: name, Device: recvDevice,
+		Attrs: map[string]any{"tensor_name": tensorName, "send_device": sendDevice, "recv_device": recvDevice,
+			"dtype": dt, "shape": shape},
+	}
+}
+
+// part is one task's graph under construction.
+type part struct {
+	g      *graph.Graph
+	copies map[*graph.Node]*graph.Node // original node -> its copy in g
+}
+
+// edgeKey identifies one transfer of a tensor to a task.
+type edgeKey struct {
+	out  graph.Output
+	task string
+}
+
+// ctrlKey identifies one control transfer from a node to a task.
+type ctrlKey struct {
+	src  *graph.Node
+	task string
+}
+
+type partitioner struct {
+	devices map[*graph.Node]string
+	taskOf  map[*graph.Node]string
+	parts   map[string]*part
+	recvs   map[edgeKey]*graph.Node  // the Recv in task of out
+	ctrls   map[ctrlKey]*graph.Node  // the control Recv in task of src
+	data    map[ctrlKey]graph.Output // the first output of src with a consumer in task
+}
+
+func (p *partitioner) part(task string) *part {
+	pt := p.parts[task]
+	if pt == nil {
+		pt = &part{g: graph.New(), copies: map[*graph.Node]*graph.Node{}}
+		p.parts[task] = pt
+	}
+	return pt
+}
+
+// add copies n into its task's graph, creating the transfers it needs first.
+func (p *partitioner) add(n *graph.Node) error {
+	task, dev := p.taskOf[n], p.devices[n]
+	pt := p.part(task)
+	spec := graph.NodeSpec{Op: n.Op(), Name: n.Name(), Device: dev, Attrs: map[string]any{}}
+	for _, a := range n.AttrNames() {
+		spec.Attrs[a], _ = n.Attr(a)
+	}
+	for i, in := range n.Inputs() {
+		srcTask, ok := p.taskOf[in.Node]
+		if !ok {
+			return fmt.Errorf("partition: node %s: input %d (%s): %w", n, i, in.Name(), ErrMissingInput)
+		}
+		if srcTask == task {
+			spec.Inputs = append(spec.Inputs, p.parts[task].copies[in.Node].Output(in.Index))
+			continue
+		}
+		if n.IsRefInput(i) {
+			return fmt.Errorf("partition: node %s on %s takes ref input %d from %s on %s: %w",
+				n, dev, i, in.Node, p.devices[in.Node], ErrRefCrossesTasks)
+		}
+		recv, err := p.recv(in, task, dev)
+		if err != nil {
+			return err
+		}
+		spec.Inputs = append(spec.Inputs, recv.Output(0))
+	}
+	for _, c := range n.ControlInputs() {
+		srcTask, ok := p.taskOf[c]
+		if !ok {
+			return fmt.Errorf("partition: node %s: control input %s: %w", n, c, ErrMissingInput)
+		}
+		if srcTask == task {
+			spec.Control = append(spec.Control, p.parts[task].copies[c])
+			continue
+		}
+		recv, err := p.controlRecv(c, task, dev)
+		if err != nil {
+			return err
+		}
+		spec.Control = append(spec.Control, recv)
+	}
+	cp, err := pt.g.AddNode(spec)
+	if err != nil {
+		return fmt.Errorf("partition: copying node %s to %s: %w", n, task, err)
+	}
+	pt.copies[n] = cp
+	return nil
+}
+
+// recv returns the Recv of out in task, creating it and its Send in out's
+// task on first use. recvDev is the device of the first consumer.
+func (p *partitioner) recv(out graph.Output, task, recvDev string) (*graph.Node, error) {
+	k := edgeKey{out, task}
+	if r := p.recvs[k]; r != nil {
+		return r, nil
+	}
+	srcTask, sendDev := p.taskOf[out.Node], p.devices[out.Node]
+	name := out.Name()
+	src := p.parts[srcTask].copies[out.Node].Output(out.Index)
+	if _, err := p.parts[srcTask].g.AddNode(SendSpec(
+		"_send/"+sanitize(name)+"/to/"+sanitize(task), src, name, sendDev, recvDev)); err != nil {
+		return nil, fmt.Errorf("partition: sending %s from %s to %s: %w", name, sendDev, recvDev, err)
+	}
+	r, err := p.parts[task].g.AddNode(RecvSpec(
+		"_recv/"+sanitize(name)+"/from/"+sanitize(srcTask), name, sendDev, recvDev, out.DType(), out.Shape()))
+	if err != nil {
+		return nil, fmt.Errorf("partition: receiving %s from %s on %s: %w", name, sendDev, recvDev, err)
+	}
+	p.recvs[k] = r
+	return r, nil
+}
+
+// controlRecv returns a Recv in task that completes after src. If an output
+// of src is also sent to task, its Recv serves; otherwise a dummy Const, its
+// Send and a Recv are created on first use.
+func (p *partitioner) controlRecv(src *graph.Node, task, recvDev string) (*graph.Node, error) {
+	k := ctrlKey{src, task}
+	if r := p.ctrls[k]; r != nil {
+		return r, nil
+	}
+	if out, ok := p.data[k]; ok {
+		r, err := p.recv(out, task, recvDev)
+		p.ctrls[k] = r
+		return r, err
+	}
+	srcTask, sendDev := p.taskOf[src], p.devices[src]
+	sp := p.parts[srcTask]
+	tensorName := "^" + src.Name()
+	base := sanitize(src.Name()) + "/control"
+	dummy, err := sp.g.AddNode(graph.NodeSpec{
+		Op: "Const", Name: "_ctrl/" + sanitize(src.Name()) + "/to/" + sanitize(task), Device: sendDev,
+		Control: []*graph.Node{sp.copies[src]},
+		Attrs:   map[string]any{"value": tensor.Scalar(int32(0))},
+	})
+	if err == nil {
+		_, err = sp.g.AddNode(SendSpec("_send/"+base+"/to/"+sanitize(task), dummy.Output(0), tensorName, sendDev, recvDev))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partition: sending control edge of %s from %s to %s: %w", src, sendDev, recvDev, err)
+	}
+	r, err := p.parts[task].g.AddNode(RecvSpec("_recv/"+base+"/from/"+sanitize(srcTask),
+		tensorName, sendDev, recvDev, tensor.Int32, tensor.ScalarShape()))
+	if err != nil {
+		return nil, fmt.Errorf("partition: receiving control edge of %s from %s on %s: %w", src, sendDev, recvDev, err)
+	}
+	p.ctrls[k] = r
+	return r, nil
+}
+
+// sanitize makes a tensor or task name usable inside a node name:
+// "w:0" -> "w_0", "/job:ps/task:0" -> "job_ps/task_0".
+func sanitize(s string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(s, "/"), ":", "_")
+}

@@ -1,0 +1,187 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/distflow/distflow/tensor"
+)
+
+// Sentinel errors callers test with errors.Is.
+var (
+	// ErrAborted is wrapped by every error of an aborted rendezvous: waiters
+	// woken by Abort and later Sends and Recvs.
+	ErrAborted = errors.New("rendezvous aborted")
+	// ErrStepDone is wrapped by errors about a step whose rendezvous was
+	// already cleaned up (a late RecvTensor of a finished step).
+	ErrStepDone = errors.New("step already cleaned up")
+	// ErrDuplicateSend is wrapped when a key is sent twice before it is
+	// received.
+	ErrDuplicateSend = errors.New("key sent twice")
+)
+
+// Key returns the rendezvous key of a tensor moving from sendDevice to
+// recvDevice: "sendDevice;recvDevice;tensorName", for example
+// "/job:ps/task:0/cpu:0;/job:worker/task:1/cpu:0;w:0". Both sides of a
+// Send/Recv pair compute it from the same attributes.
+func Key(sendDevice, recvDevice, tensorName string) string {
+	return sendDevice + ";" + recvDevice + ";" + tensorName
+}
+
+// ParseKey splits a key made by Key. It fails, naming the key, if one of the
+// three parts is missing or empty.
+func ParseKey(key string) (sendDevice, recvDevice, tensorName string, err error) {
+	parts := strings.SplitN(key, ";", 3)
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", "", fmt.Errorf("rendezvous: malformed key %q: want send_device;recv_device;tensor_name", key)
+	}
+	return parts[0], parts[1], parts[2], nil
+}
+
+// Local is the rendezvous of one step within one process: a table from key
+// to either a sent tensor or a waiting receiver. It is safe for concurrent
+// use.
+//
+// Send never blocks; Recv blocks until the key is sent, its context ends or
+// the rendezvous is aborted. Each key carries one tensor from one Send to one
+// Recv: Recv removes the entry, so after a completed exchange the key may be
+// used again (for example by the next step, if a Local is reused). The
+// tensor is handed over, not copied: senders must not modify it afterwards.
+type Local struct {
+	mu      sync.Mutex
+	items   map[string]*localItem
+	err     error         // set by Abort; every later operation fails with it
+	aborted chan struct{} // closed by Abort
+}
+
+// localItem is either a sent tensor waiting for its receiver (ready == nil)
+// or a receiver waiting for its tensor (ready != nil, closed by Send).
+type localItem struct {
+	t     *tensor.Tensor
+	sent  bool
+	ready chan struct{}
+}
+
+// NewLocal returns an empty rendezvous.
+func NewLocal() *Local {
+	return &Local{items: map[string]*localItem{}, aborted: make(chan struct{})}
+}
+
+// Send makes t available under key and wakes its receiver, if one waits. It
+// never blocks. It fails if key was already sent and not yet received, or if
+// the rendezvous is aborted.
+func (l *Local) Send(key string, t *tensor.Tensor) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return fmt.Errorf("rendezvous: send %q: %w", key, l.err)
+	}
+	it, ok := l.items[key]
+	if !ok {
+		l.items[key] = &localItem{t: t, sent: true}
+		return nil
+	}
+	if it.sent {
+		return fmt.Errorf("rendezvous: send %q: %w", key, ErrDuplicateSend)
+	}
+	it.t, it.sent = t, true
+	close(it.ready)
+	return nil
+}
+
+// Recv returns the tensor sent under key, waiting for it if needed. It fails
+// when ctx ends (wrapping ctx.Err()), when the rendezvous is aborted (wrapping
+// ErrAborted and the abort reason), or when another Recv already waits for the
+// same key.
+func (l *Local) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("rendezvous: recv %q: %w", key, l.err)
+	}
+	it, ok := l.items[key]
+	if ok && it.sent {
+		delete(l.items, key)
+		l.mu.Unlock()
+		return it.t, nil
+	}
+	if ok {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("rendezvous: recv %q: another receiver already waits for this key", key)
+	}
+	it = &localItem{ready: make(chan struct{})}
+	l.items[key] = it
+	l.mu.Unlock()
+
+	select {
+	case <-it.ready:
+		l.mu.Lock()
+		l.deleteIfSame(key, it)
+		l.mu.Unlock()
+		return it.t, nil
+	case <-l.aborted:
+		// Abort cleared the table; l.err is set before aborted is closed.
+		l.mu.Lock()
+		err := l.err
+		l.mu.Unlock()
+		return nil, fmt.Errorf("rendezvous: recv %q: %w", key, err)
+	case <-ctx.Done():
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if it.sent { // sent while we were giving up: deliver it anyway
+			l.deleteIfSame(key, it)
+			return it.t, nil
+		}
+		l.deleteIfSame(key, it)
+		return nil, fmt.Errorf("rendezvous: recv %q: %w", key, ctx.Err())
+	}
+}
+
+func (l *Local) deleteIfSame(key string, it *localItem) {
+	if l.items[key] == it {
+		delete(l.items, key)
+	}
+}
+
+// Abort fails the rendezvous: every waiting Recv returns at once and every
+// later Send or Recv fails, with an error wrapping ErrAborted and err (which
+// may be nil). Tensors sent but not received are dropped. Only the first
+// Abort counts; later calls do nothing.
+func (l *Local) Abort(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	switch {
+	case err == nil:
+		l.err = ErrAborted
+	case errors.Is(err, ErrAborted):
+		l.err = err
+	default:
+		l.err = fmt.Errorf("%w: %w", ErrAborted, err)
+	}
+	l.items = map[string]*localItem{}
+	close(l.aborted)
+}
+
+// Err returns the abort error, or nil while the rendezvous is live.
+func (l *Local) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Done returns a channel closed when the rendezvous is aborted.
+func (l *Local) Done() <-chan struct{} { return l.aborted }
+
+// Pending returns the number of keys sent but not received plus receivers
+// waiting: zero after a step whose transfers all completed.
+func (l *Local) Pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.items)
+}

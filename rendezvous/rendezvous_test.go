@@ -1,0 +1,468 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/tensor"
+)
+
+func TestKeyRoundTrip(t *testing.T) {
+	tests := []struct {
+		send, recv, name string
+		want             string
+	}{
+		{"/job:ps/task:0/cpu:0", "/job:worker/task:1/cpu:0", "w:0", "/job:ps/task:0/cpu:0;/job:worker/task:1/cpu:0;w:0"},
+		{"/job:a/task:0/cpu:0", "/job:a/task:1/cpu:0", "^scope/init", "/job:a/task:0/cpu:0;/job:a/task:1/cpu:0;^scope/init"},
+	}
+	for _, tt := range tests {
+		k := Key(tt.send, tt.recv, tt.name)
+		if k != tt.want {
+			t.Errorf("Key = %q, want %q", k, tt.want)
+		}
+		s, r, n, err := ParseKey(k)
+		if err != nil || s != tt.send || r != tt.recv || n != tt.name {
+			t.Errorf("ParseKey(%q) = %q, %q, %q, %v", k, s, r, n, err)
+		}
+	}
+}
+
+func TestParseKeyErrors(t *testing.T) {
+	for _, key := range []string{"", "a", "a;b", ";b;c", "a;;c", "a;b;"} {
+		_, _, _, err := ParseKey(key)
+		if err == nil {
+			t.Errorf("ParseKey(%q): no error", key)
+			continue
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("%q", key)) {
+			t.Errorf("ParseKey(%q): error %q does not name the key", key, err)
+		}
+	}
+}
+
+func TestLocalSendRecv(t *testing.T) {
+	ctx := context.Background()
+	a, b := tensor.Scalar(float32(1)), tensor.Scalar(float32(2))
+	tests := []struct {
+		name string
+		run  func(l *Local) error
+	}{
+		{"send then recv", func(l *Local) error {
+			if err := l.Send("k", a); err != nil {
+				return err
+			}
+			got, err := l.Recv(ctx, "k")
+			if err != nil || got != a {
+				return fmt.Errorf("got %v, %v; want the sent tensor itself", got, err)
+			}
+			return nil
+		}},
+		{"recv then send", func(l *Local) error {
+			ch := make(chan *tensor.Tensor)
+			go func() { got, _ := l.Recv(ctx, "k"); ch <- got }()
+			// The receiver may or may not wait yet; both orders must work.
+			if err := l.Send("k", a); err != nil {
+				return err
+			}
+			if got := <-ch; got != a {
+				return fmt.Errorf("got %v", got)
+			}
+			return nil
+		}},
+		{"duplicate send", func(l *Local) error {
+			if err := l.Send("k", a); err != nil {
+				return err
+			}
+			if err := l.Send("k", b); !errors.Is(err, ErrDuplicateSend) {
+				return fmt.Errorf("second send: %v, want ErrDuplicateSend", err)
+			}
+			return nil
+		}},
+		{"key reusable after exchange", func(l *Local) error {
+			for _, x := range []*tensor.Tensor{a, b} {
+				if err := l.Send("k", x); err != nil {
+					return err
+				}
+				if got, err := l.Recv(ctx, "k"); err != nil || got != x {
+					return fmt.Errorf("got %v, %v", got, err)
+				}
+			}
+			if l.Pending() != 0 {
+				return fmt.Errorf("pending %d, want 0", l.Pending())
+			}
+			return nil
+		}},
+		{"keys are independent", func(l *Local) error {
+			_ = l.Send("x", a)
+			_ = l.Send("y", b)
+			gy, _ := l.Recv(ctx, "y")
+			gx, _ := l.Recv(ctx, "x")
+			if gx != a || gy != b {
+				return fmt.Errorf("mixed up keys")
+			}
+			return nil
+		}},
+		{"abort then send and recv fail", func(l *Local) error {
+			_ = l.Send("k", a)
+			reason := errors.New("worker 3 died")
+			l.Abort(reason)
+			if err := l.Send("j", a); !errors.Is(err, ErrAborted) || !errors.Is(err, reason) {
+				return fmt.Errorf("send after abort: %v", err)
+			}
+			if _, err := l.Recv(ctx, "k"); !errors.Is(err, ErrAborted) || !errors.Is(err, reason) {
+				return fmt.Errorf("recv after abort: %v", err)
+			}
+			l.Abort(errors.New("second")) // ignored
+			if !errors.Is(l.Err(), reason) {
+				return fmt.Errorf("Err = %v", l.Err())
+			}
+			return nil
+		}},
+		{"abort with nil reason", func(l *Local) error {
+			l.Abort(nil)
+			if _, err := l.Recv(ctx, "k"); !errors.Is(err, ErrAborted) {
+				return fmt.Errorf("recv: %v", err)
+			}
+			return nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.run(NewLocal()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestAbortWakesWaiters(t *testing.T) {
+	l := NewLocal()
+	const n = 8
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := l.Recv(context.Background(), fmt.Sprintf("k%d", i))
+			errs <- err
+		}()
+	}
+	waitFor(t, "receivers to wait", func() bool { return l.Pending() == n })
+	reason := errors.New("step failed on /job:worker/task:1")
+	l.Abort(reason)
+	for range n {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrAborted) || !errors.Is(err, reason) {
+				t.Errorf("waiter error %v does not wrap ErrAborted and the reason", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter was not woken by Abort")
+		}
+	}
+}
+
+func TestRecvDeadline(t *testing.T) {
+	l := NewLocal()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := l.Recv(ctx, "never")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Recv returned after %v", d)
+	}
+	if l.Pending() != 0 {
+		t.Errorf("the timed-out receiver left %d entries", l.Pending())
+	}
+	// The key still works afterwards.
+	x := tensor.Scalar(int32(7))
+	_ = l.Send("never", x)
+	if got, err := l.Recv(context.Background(), "never"); err != nil || got != x {
+		t.Errorf("after timeout: %v, %v", got, err)
+	}
+}
+
+func TestSecondReceiverFails(t *testing.T) {
+	l := NewLocal()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _, _ = l.Recv(ctx, "k"); close(done) }()
+	waitFor(t, "first receiver", func() bool { return l.Pending() == 1 })
+	if _, err := l.Recv(ctx, "k"); err == nil {
+		t.Error("second receiver of one key: no error")
+	}
+	cancel()
+	<-done
+}
+
+func TestConcurrentSendRecv(t *testing.T) {
+	l := NewLocal()
+	const n = 200
+	var wg sync.WaitGroup
+	got := make([]*tensor.Tensor, n)
+	want := make([]*tensor.Tensor, n)
+	for i := range n {
+		want[i] = tensor.Scalar(int32(i))
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := l.Send(fmt.Sprintf("t%d:0", i), want[i]); err != nil {
+				t.Error(err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			v, err := l.Recv(context.Background(), fmt.Sprintf("t%d:0", i))
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = v
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if got[i] != want[i] {
+			t.Fatalf("key %d: got %v, want %v", i, got[i], want[i])
+		}
+	}
+	if l.Pending() != 0 {
+		t.Errorf("pending %d after all exchanges", l.Pending())
+	}
+}
+
+func TestTable(t *testing.T) {
+	tab := NewTable()
+	ctx := context.Background()
+	l1 := tab.Get(1)
+	if tab.Get(1) != l1 {
+		t.Fatal("Get(1) twice returned different rendezvous")
+	}
+	if tab.Get(2) == l1 {
+		t.Fatal("steps 1 and 2 share a rendezvous")
+	}
+	x := tensor.Scalar(float32(3))
+	if err := l1.Send("k", x); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tab.Get(1).Recv(ctx, "k"); err != nil || got != x {
+		t.Fatalf("Recv = %v, %v", got, err)
+	}
+
+	// A waiter of step 2 is woken by a failing cleanup, with the reason.
+	errc := make(chan error, 1)
+	go func() { _, err := tab.Get(2).Recv(ctx, "k"); errc <- err }()
+	waitFor(t, "the receiver", func() bool { return tab.Get(2).Pending() == 1 })
+	reason := errors.New("task /job:ps/task:0 unreachable")
+	tab.Cleanup(2, reason)
+	if err := <-errc; !errors.Is(err, reason) || !errors.Is(err, ErrAborted) {
+		t.Errorf("waiter: %v", err)
+	}
+
+	// A late Recv of a cleaned step fails at once with ErrStepDone.
+	tab.Cleanup(1, nil)
+	start := time.Now()
+	_, err := tab.Get(1).Recv(ctx, "late")
+	if !errors.Is(err, ErrStepDone) {
+		t.Errorf("late recv: %v, want ErrStepDone", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Error("late recv waited")
+	}
+	if tab.Len() != 0 {
+		t.Errorf("Len = %d after cleaning every step", tab.Len())
+	}
+	// Cleaning a step never seen is fine, and remembered.
+	tab.Cleanup(99, nil)
+	if _, err := tab.Get(99).Recv(ctx, "k"); !errors.Is(err, ErrStepDone) {
+		t.Errorf("recv of step cleaned before use: %v", err)
+	}
+}
+
+func TestTableForgetsOldSteps(t *testing.T) {
+	tab := NewTable()
+	for id := range int64(DefaultCleanedSteps + 10) {
+		tab.Cleanup(id, nil)
+	}
+	if len(tab.cleaned) != DefaultCleanedSteps {
+		t.Errorf("remembers %d steps, want %d", len(tab.cleaned), DefaultCleanedSteps)
+	}
+	if err := tab.Get(0).Err(); err != nil {
+		t.Errorf("the oldest step is still remembered: %v", err)
+	}
+	if err := tab.Get(DefaultCleanedSteps + 9).Err(); !errors.Is(err, ErrStepDone) {
+		t.Errorf("the newest cleaned step: %v", err)
+	}
+}
+
+func TestRouter(t *testing.T) {
+	const (
+		ps     = "/job:ps/task:0/cpu:0"
+		worker = "/job:worker/task:0/cpu:0"
+	)
+	remote := tensor.Scalar(float32(5))
+	type call struct{ task, key string }
+	tests := []struct {
+		name      string
+		key       string
+		fetchErr  error
+		wantFetch *call
+		wantErr   bool
+	}{
+		{"local key", Key(worker, worker, "a:0"), nil, nil, false},
+		{"remote key", Key(ps, worker, "w:0"), nil, &call{"/job:ps/task:0", Key(ps, worker, "w:0")}, false},
+		{"long device form", Key("/job:ps/replica:0/task:0/device:CPU:0", worker, "w:0"), nil,
+			&call{"/job:ps/task:0", Key("/job:ps/replica:0/task:0/device:CPU:0", worker, "w:0")}, false},
+		{"fetch fails", Key(ps, worker, "w:0"), errors.New("connection refused"), &call{"/job:ps/task:0", Key(ps, worker, "w:0")}, true},
+		{"malformed key", "nonsense", nil, nil, true},
+		{"device without task", Key("/cpu:0", worker, "w:0"), nil, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			local := NewLocal()
+			var got *call
+			r := NewRouter(local, "/job:worker/task:0", func(ctx context.Context, task, key string) (*tensor.Tensor, error) {
+				got = &call{task, key}
+				return remote, tt.fetchErr
+			})
+			own := tensor.Scalar(float32(1))
+			if tt.wantFetch == nil && !tt.wantErr {
+				if err := r.Send(tt.key, own); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v, err := r.Recv(context.Background(), tt.key)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.wantFetch) {
+				t.Errorf("fetch call %v, want %v", got, tt.wantFetch)
+			}
+			if err == nil && tt.wantFetch == nil && v != own {
+				t.Errorf("local recv returned %v", v)
+			}
+			if err == nil && tt.wantFetch != nil && v != remote {
+				t.Errorf("remote recv returned %v", v)
+			}
+		})
+	}
+}
+
+func TestRouterAbortCancelsFetch(t *testing.T) {
+	local := NewLocal()
+	started := make(chan struct{})
+	r := NewRouter(local, "/job:worker/task:0", func(ctx context.Context, task, key string) (*tensor.Tensor, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Recv(context.Background(), Key("/job:ps/task:0/cpu:0", "/job:worker/task:0/cpu:0", "w:0"))
+		errc <- err
+	}()
+	<-started
+	reason := errors.New("step cancelled")
+	local.Abort(reason)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, reason) || !errors.Is(err, ErrAborted) {
+			t.Errorf("err = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("abort did not cancel the remote fetch")
+	}
+}
+
+// BenchmarkSendRecv measures one exchange on one goroutine (the tensor is
+// sent first) and between two goroutines (the handoff latency, including the
+// goroutine wake-ups).
+func BenchmarkSendRecv(b *testing.B) {
+	x := tensor.Scalar(float32(1))
+	key := Key("/job:ps/task:0/cpu:0", "/job:worker/task:0/cpu:0", "w:0")
+	ctx := context.Background()
+	b.Run("sent-first", func(b *testing.B) {
+		l := NewLocal()
+		for b.Loop() {
+			_ = l.Send(key, x)
+			_, _ = l.Recv(ctx, key)
+		}
+	})
+	b.Run("cross-goroutine", func(b *testing.B) {
+		l := NewLocal()
+		ready := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			for range ready {
+				_, _ = l.Recv(ctx, key)
+				done <- struct{}{}
+			}
+		}()
+		for b.Loop() {
+			ready <- struct{}{}
+			_ = l.Send(key, x)
+			<-done
+		}
+		close(ready)
+	})
+}
+
+// TestTableConcurrentSteps runs many steps at once: senders and receivers of
+// each step race with each other and with the cleanup of earlier steps.
+func TestTableConcurrentSteps(t *testing.T) {
+	tab := NewTable()
+	const steps, keys = 16, 50
+	var wg sync.WaitGroup
+	for step := range int64(steps) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var inner sync.WaitGroup
+			for k := range keys {
+				key := Key("/job:ps/task:0/cpu:0", "/job:worker/task:0/cpu:0", fmt.Sprintf("t%d:0", k))
+				x := tensor.Scalar(int32(k))
+				inner.Add(2)
+				go func() {
+					defer inner.Done()
+					if err := tab.Get(step).Send(key, x); err != nil {
+						t.Error(err)
+					}
+				}()
+				go func() {
+					defer inner.Done()
+					got, err := tab.Get(step).Recv(context.Background(), key)
+					if err != nil || got != x {
+						t.Errorf("step %d key %s: %v, %v", step, key, got, err)
+					}
+				}()
+			}
+			inner.Wait()
+			tab.Cleanup(step, nil)
+			if _, err := tab.Get(step).Recv(context.Background(), "late"); !errors.Is(err, ErrStepDone) {
+				t.Errorf("step %d: late recv: %v", step, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if tab.Len() != 0 {
+		t.Errorf("%d steps left", tab.Len())
+	}
+}

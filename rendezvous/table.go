@@ -1,0 +1,169 @@
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/distflow/distflow/tensor"
+)
+
+// DefaultCleanedSteps is how many cleaned-up step IDs a Table remembers, so
+// that a late request for one of them fails at once instead of waiting.
+const DefaultCleanedSteps = 4096
+
+// Table holds the rendezvous of every live step of one worker task. It is
+// safe for concurrent use.
+//
+// A step's Local is created by the first Get for its ID, whichever comes
+// first: the worker's RunGraph or a peer's RecvTensor that races ahead of it.
+// Cleanup aborts and forgets it. The IDs of the last DefaultCleanedSteps
+// cleaned steps are remembered: Get returns, for them, a Local already
+// aborted with ErrStepDone, so a late Recv fails at once.
+type Table struct {
+	mu      sync.Mutex
+	steps   map[int64]*Local
+	cleaned map[int64]struct{}
+	ring    []int64 // cleaned IDs in cleanup order; ring[next] is the oldest once full
+	next    int
+}
+
+// NewTable returns an empty table.
+func NewTable() *Table {
+	return &Table{steps: map[int64]*Local{}, cleaned: map[int64]struct{}{}}
+}
+
+// Get returns the rendezvous of step stepID, creating it if needed. For a
+// step already cleaned up it returns a rendezvous that fails every Send and
+// Recv with ErrStepDone.
+func (t *Table) Get(stepID int64) *Local {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l, ok := t.steps[stepID]; ok {
+		return l
+	}
+	if _, done := t.cleaned[stepID]; done {
+		l := NewLocal()
+		l.Abort(fmt.Errorf("step %d: %w", stepID, ErrStepDone))
+		return l
+	}
+	l := NewLocal()
+	t.steps[stepID] = l
+	return l
+}
+
+// Cleanup ends step stepID: its rendezvous is aborted with abortErr (a failed
+// step), or with ErrStepDone if abortErr is nil (a finished step, where
+// nothing should still wait), and forgotten. Waiters return at once.
+// Cleaning a step never seen, or twice, is allowed.
+func (t *Table) Cleanup(stepID int64, abortErr error) {
+	t.mu.Lock()
+	l := t.steps[stepID]
+	delete(t.steps, stepID)
+	t.rememberLocked(stepID)
+	t.mu.Unlock()
+	if l == nil {
+		return
+	}
+	if abortErr == nil {
+		abortErr = ErrStepDone
+	}
+	l.Abort(fmt.Errorf("step %d: %w", stepID, abortErr))
+}
+
+func (t *Table) rememberLocked(stepID int64) {
+	if _, ok := t.cleaned[stepID]; ok {
+		return
+	}
+	t.cleaned[stepID] = struct{}{}
+	if len(t.ring) < DefaultCleanedSteps {
+		t.ring = append(t.ring, stepID)
+		return
+	}
+	delete(t.cleaned, t.ring[t.next])
+	t.ring[t.next] = stepID
+	t.next = (t.next + 1) % len(t.ring)
+}
+
+// Len returns the number of live steps.
+func (t *Table) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.steps)
+}
+
+// router sends locally and receives either locally or from the sending task.
+type router struct {
+	local *Local
+	task  string
+	fetch func(ctx context.Context, sendTask, key string) (*tensor.Tensor, error)
+}
+
+// NewRouter returns the rendezvous a worker hands to one step's kernels.
+// Send leaves the tensor in local, where a peer's RecvTensor finds it. Recv
+// takes the tensor from local when the key's send device is on task (this
+// worker, "/job:worker/task:1"), and otherwise calls fetch with the sending
+// task's name. A fetch is cancelled when local is aborted, so an aborted step
+// stops waiting for peers too. A nil fetch makes every Recv local (all tasks
+// in one process).
+func NewRouter(local *Local, task string, fetch func(ctx context.Context, sendTask, key string) (*tensor.Tensor, error)) Rendezvous {
+	return &router{local: local, task: task, fetch: fetch}
+}
+
+func (r *router) Send(key string, t *tensor.Tensor) error { return r.local.Send(key, t) }
+
+func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
+	sendDev, _, _, err := ParseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	sendTask, err := taskOf(sendDev)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: recv %q: %w", key, err)
+	}
+	if sendTask == r.task || r.fetch == nil {
+		return r.local.Recv(ctx, key)
+	}
+	if err := r.local.Err(); err != nil {
+		return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-r.local.Done():
+			cancel()
+		case <-stop:
+		}
+	}()
+	t, err := r.fetch(ctx, sendTask, key)
+	if err != nil {
+		if aerr := r.local.Err(); aerr != nil {
+			return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, aerr)
+		}
+		return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, err)
+	}
+	return t, nil
+}
+
+// taskOf returns the task ("/job:ps/task:0") of a device name in the short
+// ("/job:ps/task:0/cpu:0") or long ("/job:ps/replica:0/task:0/device:CPU:0")
+// form.
+func taskOf(device string) (string, error) {
+	var job, task string
+	for _, part := range strings.Split(device, "/") {
+		switch {
+		case strings.HasPrefix(part, "job:"):
+			job = part[len("job:"):]
+		case strings.HasPrefix(part, "task:"):
+			task = part[len("task:"):]
+		}
+	}
+	if job == "" || task == "" {
+		return "", fmt.Errorf("device %q names no job and task", device)
+	}
+	return "/job:" + job + "/task:" + task, nil
+}

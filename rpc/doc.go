@@ -1,0 +1,56 @@
+// Package rpc carries distflow's master and worker services over gRPC.
+//
+// It holds adapters only, one short method per RPC, both ways: RegisterWorker
+// and RegisterMaster serve a worker.Service or master.Service on a
+// grpc.Server, and DialWorker and DialMaster return the same interfaces
+// backed by a connection, so masters, workers and tests never see gRPC.
+//
+//	srv := rpc.NewServer(rpc.Options{})
+//	rpc.RegisterWorker(srv, w) // w: a *worker.Worker
+//	rpc.RegisterMaster(srv, m) // m: a *master.Master
+//	go srv.Serve(lis)
+//
+//	ws, conn, err := rpc.DialWorker("127.0.0.1:2222", rpc.Options{})
+//	defer conn.Close()
+//	st, err := ws.GetStatus(ctx, &pb.GetStatusRequest{}) // waits for the peer until ctx ends
+//
+// Importing the package registers the "grpc" scheme with session.Open:
+//
+//	import _ "github.com/distflow/distflow/rpc"
+//	sess, err := session.Open(ctx, "grpc://127.0.0.1:2222", g)
+//
+// # Tensors
+//
+// RecvTensor streams a tensor's raw little-endian bytes in messages of at
+// most 4 MiB, read straight from the sender's tensor; the first carries dtype
+// and dims, and the receiver allocates the tensor once and copies each chunk
+// into place, so tensors of any size (1 GiB and more) move without one huge
+// message. Other messages are not limited in size either.
+//
+// # Waiting for peers
+//
+// Connections are made in the background (grpc.NewClient) and re-tried with
+// a backoff of 50 ms doubling to 2 s; calls wait for their peer
+// (WaitForReady) until their context ends. A WorkerCache dials the tasks of
+// a cluster.Spec lazily and, before the first call to a task, waits for it
+// like WaitForTasks: retried, logged every few seconds ("waiting for
+// /job:ps/task:0 at 127.0.0.1:2222"), and failing with an error naming the
+// task when the caller's deadline passes.
+//
+// # Errors
+//
+// A peer's error keeps its message; its status code carries the sentinels
+// callers test (context.DeadlineExceeded, context.Canceled,
+// graph.ErrNotFound, kernel.ErrUninitialized, rendezvous.ErrAborted), which
+// the client's *RemoteError unwraps to, so errors.Is behaves as in process.
+// Errors name the peer's address (and task, through a WorkerCache).
+//
+// # Security
+//
+// Options is the one place for transport security: TLS configures the
+// credentials of servers and clients, Authenticate is called by the
+// server's unary and stream interceptors before every call, and
+// PerRPCCredentials attaches a client's token. Nothing else in distflow
+// deals with it, so the security work that follows changes this package
+// only.
+package rpc

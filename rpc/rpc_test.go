@@ -1,0 +1,210 @@
+package rpc_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/distflow/distflow/cluster"
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rendezvous"
+	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/worker"
+)
+
+// tokenCreds attaches a bearer token to every call.
+type tokenCreds string
+
+func (c tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(c)}, nil
+}
+func (tokenCreds) RequireTransportSecurity() bool { return false }
+
+// checkToken is an Options.Authenticate accepting the token "s3cret".
+func checkToken(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("authorization"); len(v) == 1 && v[0] == "Bearer s3cret" {
+		return nil
+	}
+	return errors.New("bad or missing token")
+}
+
+// TestAuthenticate: the interceptors check every unary and streaming call.
+func TestAuthenticate(t *testing.T) {
+	w := worker.New(worker.Config{Task: suiteTask})
+	srvOpts := rpc.Options{Authenticate: checkToken}
+	tests := []struct {
+		name string
+		cli  rpc.Options
+		ok   bool
+	}{
+		{"no token", rpc.Options{}, false},
+		{"wrong token", rpc.Options{PerRPCCredentials: tokenCreds("guess")}, false},
+		{"good token", rpc.Options{PerRPCCredentials: tokenCreds("s3cret")}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := serveWorker(t, w, srvOpts, tt.cli)
+			ctx := ctxT(t)
+			_, err := c.GetStatus(ctx, &pb.GetStatusRequest{})
+			short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			_, serr := c.RecvTensor(short, 1, rendezvous.Key(suiteDev, peerDev, "x:0"))
+			if tt.ok {
+				if err != nil || !errors.Is(serr, context.DeadlineExceeded) {
+					t.Errorf("GetStatus: %v, RecvTensor: %v; want success and a wait", err, serr)
+				}
+				return
+			}
+			for _, e := range []error{err, serr} {
+				if !errors.Is(e, rpc.ErrUnauthenticated) || !strings.Contains(e.Error(), "bad or missing token") {
+					t.Errorf("err = %v, want one wrapping ErrUnauthenticated with the check's message", e)
+				}
+			}
+		})
+	}
+}
+
+// TestTLS: with Options.TLS on both ends calls work; a plaintext client
+// cannot talk to a TLS server.
+func TestTLS(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "distflow test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	srv := rpc.Options{TLS: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}}
+	w := worker.New(worker.Config{Task: suiteTask})
+
+	c := serveWorker(t, w, srv, rpc.Options{TLS: &tls.Config{RootCAs: roots}})
+	if st, err := c.GetStatus(ctxT(t), &pb.GetStatusRequest{}); err != nil || st.GetTask() != suiteTask {
+		t.Errorf("GetStatus over TLS = %v, %v", st, err)
+	}
+	plain := serveWorker(t, w, srv, rpc.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := plain.GetStatus(ctx, &pb.GetStatusRequest{}); err == nil {
+		t.Error("a plaintext client reached a TLS server")
+	}
+}
+
+// lockedBuffer collects logs from concurrent goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestWaitForTasks: tasks that come up late are waited for (and logged);
+// tasks that never come up are named in the error at the deadline.
+func TestWaitForTasks(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateAddr := late.Addr().String()
+	late.Close() // refused until the test serves it again
+	never, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	neverAddr := never.Addr().String()
+	never.Close()
+
+	spec, err := cluster.NewSpec(map[string][]string{"ps": {up.Addr().String(), lateAddr}, "worker": {neverAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(l net.Listener, task string) {
+		s := rpc.NewServer(rpc.Options{})
+		rpc.RegisterWorker(s, worker.New(worker.Config{Task: task}))
+		go s.Serve(l)
+		t.Cleanup(s.Stop)
+	}
+	serve(up, "/job:ps/task:0")
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	cache := rpc.NewWorkerCache(spec, "/job:client/task:0", nil, rpc.Options{Logger: log})
+	defer cache.Close()
+
+	t.Run("late task", func(t *testing.T) {
+		done := make(chan error, 1)
+		go func() {
+			done <- rpc.WaitForTasks(ctxT(t), cache, []string{"/job:ps/task:0", "/job:ps/task:1"}, log)
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(logs.String(), "waiting for /job:ps/task:1 at "+lateAddr) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no log of the wait for /job:ps/task:1; logs:\n%s", logs.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		l, err := net.Listen("tcp", lateAddr)
+		if err != nil {
+			t.Skipf("cannot listen on %s again: %v", lateAddr, err)
+		}
+		serve(l, "/job:ps/task:1")
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("missing task", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := rpc.WaitForTasks(ctx, cache, []string{"/job:ps/task:0", "/job:worker/task:0"}, log)
+		if !errors.Is(err, rpc.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) ||
+			!strings.Contains(err.Error(), "/job:worker/task:0") || !strings.Contains(err.Error(), neverAddr) ||
+			strings.Contains(err.Error(), "/job:ps/task:0") {
+			t.Errorf("err = %v, want ErrUnavailable and DeadlineExceeded naming only /job:worker/task:0 and its address", err)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("WaitForTasks returned after %v, want about its 700ms deadline", d)
+		}
+	})
+
+	t.Run("unknown task", func(t *testing.T) {
+		if err := rpc.WaitForTasks(ctxT(t), cache, []string{"/job:nope/task:0"}, log); err == nil || !strings.Contains(err.Error(), "/job:nope/task:0") {
+			t.Errorf("err = %v, want one naming the unknown task", err)
+		}
+	})
+}

@@ -1,0 +1,253 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/worker"
+)
+
+// RegisterWorker serves w as the WorkerService of s. Errors of w reach the
+// client with their message and a status code for the sentinels callers
+// test (see RemoteError).
+func RegisterWorker(s *grpc.Server, w worker.Service) {
+	pb.RegisterWorkerServiceServer(s, &workerServer{w: w})
+}
+
+// workerServer adapts a worker.Service to the generated server interface.
+type workerServer struct {
+	pb.UnimplementedWorkerServiceServer
+	w worker.Service
+}
+
+func (s *workerServer) GetStatus(ctx context.Context, r *pb.GetStatusRequest) (*pb.GetStatusResponse, error) {
+	resp, err := s.w.GetStatus(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *workerServer) RegisterGraph(ctx context.Context, r *pb.RegisterGraphRequest) (*pb.RegisterGraphResponse, error) {
+	resp, err := s.w.RegisterGraph(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *workerServer) DeregisterGraph(ctx context.Context, r *pb.DeregisterGraphRequest) (*pb.DeregisterGraphResponse, error) {
+	resp, err := s.w.DeregisterGraph(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *workerServer) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb.RunGraphResponse, error) {
+	resp, err := s.w.RunGraph(ctx, r)
+	return resp, toStatus(err)
+}
+
+// RecvTensor waits for the tensor, then streams its bytes in chunks of at
+// most chunkSize straight from the tensor's memory; the first chunk carries
+// dtype and dims.
+func (s *workerServer) RecvTensor(r *pb.RecvTensorRequest, stream pb.WorkerService_RecvTensorServer) error {
+	t, err := s.w.RecvTensor(stream.Context(), r.GetStepId(), r.GetRendezvousKey())
+	if err != nil {
+		return toStatus(err)
+	}
+	first := &pb.RecvTensorResponse{Dtype: pb.DataType(t.DType()), Dims: make([]int64, t.Rank())}
+	for i, d := range t.Shape() {
+		first.Dims[i] = int64(d)
+	}
+	raw := t.RawBytes()
+	msg := first
+	for {
+		n := min(len(raw), chunkSize)
+		msg.Data = raw[:n]
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		raw = raw[n:]
+		if len(raw) == 0 {
+			return nil
+		}
+		msg = &pb.RecvTensorResponse{}
+	}
+}
+
+func (s *workerServer) CleanupStep(ctx context.Context, r *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {
+	resp, err := s.w.CleanupStep(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *workerServer) CloseSession(ctx context.Context, r *pb.WorkerCloseSessionRequest) (*pb.WorkerCloseSessionResponse, error) {
+	resp, err := s.w.CloseSession(ctx, r)
+	return resp, toStatus(err)
+}
+
+func (s *workerServer) Shutdown(ctx context.Context, r *pb.ShutdownRequest) (*pb.ShutdownResponse, error) {
+	resp, err := s.w.Shutdown(ctx, r)
+	return resp, toStatus(err)
+}
+
+// DialWorker returns a worker.Service that calls the task at target
+// ("host:port" or "grpc://host:port") and the io.Closer of its connection.
+// It does not wait for the peer: every call waits until the peer is
+// reachable or the call's context ends (so give calls a deadline), and its
+// errors name the address.
+func DialWorker(target string, opts Options) (worker.Service, io.Closer, error) {
+	cc, addr, err := dial(target, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return newWorkerClient(cc, addr), cc, nil
+}
+
+func newWorkerClient(cc *grpc.ClientConn, peer string) *workerClient {
+	return &workerClient{c: pb.NewWorkerServiceClient(cc), peer: peer}
+}
+
+// workerClient is a worker.Service over a gRPC connection.
+type workerClient struct {
+	c    pb.WorkerServiceClient
+	peer string // named in errors
+	// ready, when set, runs before every call: a WorkerCache waits there
+	// for a task that has not answered yet (see WaitForTasks).
+	ready func(ctx context.Context) error
+}
+
+func (c *workerClient) wait(ctx context.Context) error {
+	if c.ready == nil {
+		return nil
+	}
+	return c.ready(ctx)
+}
+
+var waitForReady = grpc.WaitForReady(true)
+
+func (c *workerClient) GetStatus(ctx context.Context, r *pb.GetStatusRequest) (*pb.GetStatusResponse, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := c.c.GetStatus(ctx, r, waitForReady)
+	return resp, fromStatus(ctx, c.peer, "GetStatus", err)
+}
+
+func (c *workerClient) RegisterGraph(ctx context.Context, r *pb.RegisterGraphRequest) (*pb.RegisterGraphResponse, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := c.c.RegisterGraph(ctx, r, waitForReady)
+	return resp, fromStatus(ctx, c.peer, "RegisterGraph", err)
+}
+
+func (c *workerClient) DeregisterGraph(ctx context.Context, r *pb.DeregisterGraphRequest) (*pb.DeregisterGraphResponse, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := c.c.DeregisterGraph(ctx, r, waitForReady)
+	return resp, fromStatus(ctx, c.peer, "DeregisterGraph", err)
+}
+
+func (c *workerClient) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb.RunGraphResponse, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := c.c.RunGraph(ctx, r, waitForReady)
+	return resp, fromStatus(ctx, c.peer, "RunGraph", err)
+}
+
+// RecvTensor allocates the tensor from the first chunk and copies each
+// chunk's bytes into it, checking that they add up to the tensor's size.
+func (c *workerClient) RecvTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream if we stop reading early
+	stream, err := c.c.RecvTensor(ctx, &pb.RecvTensorRequest{StepId: stepID, RendezvousKey: key}, waitForReady)
+	if err != nil {
+		return nil, fromStatus(ctx, c.peer, "RecvTensor", err)
+	}
+	var (
+		t      *tensor.Tensor
+		raw    []byte
+		off    int
+		isBool bool
+	)
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fromStatus(ctx, c.peer, "RecvTensor", err)
+		}
+		if t == nil {
+			if t, err = allocTensor(msg); err != nil {
+				return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w", key, c.peer, err)
+			}
+			raw, isBool = t.RawBytes(), t.DType() == tensor.Bool
+		}
+		d := msg.GetData()
+		if len(d) > len(raw)-off {
+			return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w: more than the %d bytes of %v%v", key, c.peer, tensor.ErrCorrupt, len(raw), t.DType(), t.Shape())
+		}
+		copy(raw[off:], d)
+		if isBool { // keep bools 0 or 1 whatever the peer sent
+			for i := off; i < off+len(d); i++ {
+				raw[i] = min(raw[i], 1)
+			}
+		}
+		off += len(d)
+	}
+	if t == nil {
+		return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w: empty stream", key, c.peer, tensor.ErrCorrupt)
+	}
+	if off != len(raw) {
+		return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w: got %d of the %d bytes of %v%v", key, c.peer, tensor.ErrCorrupt, off, len(raw), t.DType(), t.Shape())
+	}
+	return t, nil
+}
+
+// allocTensor allocates the tensor announced by a first chunk, refusing
+// invalid dtypes and dimensions before allocating anything.
+func allocTensor(msg *pb.RecvTensorResponse) (*tensor.Tensor, error) {
+	dt := tensor.DType(msg.GetDtype())
+	if !dt.Valid() {
+		return nil, fmt.Errorf("%w: invalid dtype %v", tensor.ErrCorrupt, msg.GetDtype())
+	}
+	shape := make([]int, len(msg.GetDims()))
+	size := int64(dt.Size())
+	for i, d := range msg.GetDims() {
+		if d < 0 || (d > 0 && size > (1<<46)/d) {
+			return nil, fmt.Errorf("%w: bad dimensions %v", tensor.ErrCorrupt, msg.GetDims())
+		}
+		size *= d
+		shape[i] = int(d)
+	}
+	return tensor.New(dt, shape...), nil
+}
+
+func (c *workerClient) CleanupStep(ctx context.Context, r *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := c.c.CleanupStep(ctx, r, waitForReady)
+	return resp, fromStatus(ctx, c.peer, "CleanupStep", err)
+}
+
+func (c *workerClient) CloseSession(ctx context.Context, r *pb.WorkerCloseSessionRequest) (*pb.WorkerCloseSessionResponse, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := c.c.CloseSession(ctx, r, waitForReady)
+	return resp, fromStatus(ctx, c.peer, "CloseSession", err)
+}
+
+func (c *workerClient) Shutdown(ctx context.Context, r *pb.ShutdownRequest) (*pb.ShutdownResponse, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := c.c.Shutdown(ctx, r, waitForReady)
+	return resp, fromStatus(ctx, c.peer, "Shutdown", err)
+}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/master"
+	"github.com/distflow/distflow/placement"
+	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/worker"
+)
+
+// ErrStopped is returned by Start on a server that was stopped.
+var ErrStopped = errors.New("server: stopped")
+
+// stopGrace bounds a graceful stop: RPCs still running after it are cut.
+const stopGrace = 5 * time.Second
+
+// Config configures a Server.
+type Config struct {
+	// Cluster is the cluster the task belongs to; required.
+	Cluster *cluster.Spec
+	// Task is the task this server runs; it must be in Cluster.
+	Task cluster.TaskID
+	// Listener, when set, is used instead of listening on the task's
+	// address from Cluster (tests pass one on 127.0.0.1:0). The server
+	// owns it and closes it when it stops.
+	Listener net.Listener
+	// RPC configures transport security and authentication, for the server
+	// and for its connections to the other tasks.
+	RPC rpc.Options
+	// Logger receives the server's logs, tagged with the task; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.Cluster == nil {
+		return errors.New("server: config has no cluster")
+	}
+	if _, err := c.Cluster.Address(c.Task); err != nil {
+		return fmt.Errorf("server: task %s: %w", c.Task, err)
+	}
+	return nil
+}
+
+// Server runs one task of a cluster: a master service and a worker service
+// on one gRPC server. Tasks start in any order: Start does not wait for
+// peers; the first step that needs a task waits for it (logged, bounded by
+// the step's deadline; see rpc.WorkerCache). Its methods are safe for
+// concurrent use.
+type Server struct {
+	cfg    Config
+	task   string
+	log    *slog.Logger
+	grpc   *grpc.Server
+	cache  *rpc.WorkerCache
+	worker *worker.Worker
+	master *master.Master
+
+	mu      sync.Mutex
+	lis     net.Listener
+	started bool
+	stopped bool
+	reason  string // why the server stopped
+
+	done     chan struct{} // closed once the server has stopped
+	stopOnce sync.Once
+}
+
+// New builds the server of cfg.Task; it does not listen yet (see Start).
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	task := cfg.Task.String()
+	// The worker and the master name the task in their own records.
+	base := log
+	log = log.With("task", task)
+	s := &Server{cfg: cfg, task: task, log: log, lis: cfg.Listener, done: make(chan struct{})}
+	rpcOpts := cfg.RPC
+	if rpcOpts.Logger == nil {
+		rpcOpts.Logger = log
+	}
+	// The worker reaches its peers through the cache, and the cache serves
+	// the worker's own task in process: self breaks the cycle.
+	self := &selfWorker{}
+	s.cache = rpc.NewWorkerCache(cfg.Cluster, task, self, rpcOpts)
+	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown})
+	self.Service = s.worker
+	s.master = master.New(master.Config{Task: task, Devices: placement.DevicesOf(cfg.Cluster), Workers: s.cache, Logger: base})
+	s.grpc = rpc.NewServer(cfg.RPC)
+	rpc.RegisterWorker(s.grpc, s.worker)
+	rpc.RegisterMaster(s.grpc, s.master)
+	return s, nil
+}
+
+// selfWorker forwards to the server's own worker, set after the cache that
+// the worker needs is built.
+type selfWorker struct{ worker.Service }
+
+// Start listens (on the task's address unless Config.Listener is set) and
+// serves in the background. It returns once the server accepts connections;
+// it does not wait for the other tasks.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return ErrStopped
+	}
+	if s.started {
+		return nil
+	}
+	if s.lis == nil {
+		addr, _ := s.cfg.Cluster.Address(s.cfg.Task) // checked by New
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("server: task %s: listening on %s: %w", s.task, addr, err)
+		}
+		s.lis = lis
+	}
+	s.started = true
+	lis := s.lis
+	go func() {
+		if err := s.grpc.Serve(lis); err != nil {
+			s.log.Error("server: serving failed", "addr", lis.Addr().String(), "err", err)
+			s.stop("serving failed: " + err.Error())
+		}
+	}()
+	s.log.Info("server: started", "addr", lis.Addr().String(), "cluster", s.cfg.Cluster.String())
+	return nil
+}
+
+// Target returns the address clients open sessions on,
+// "grpc://127.0.0.1:2222" (the listener's address once started).
+func (s *Server) Target() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lis != nil {
+		return "grpc://" + s.lis.Addr().String()
+	}
+	addr, _ := s.cfg.Cluster.Address(s.cfg.Task)
+	return "grpc://" + addr
+}
+
+// Task returns the name of the server's task ("/job:ps/task:0").
+func (s *Server) Task() string { return s.task }
+
+// Master returns the server's master service (in process).
+func (s *Server) Master() master.Service { return s.master }
+
+// Worker returns the server's worker service (in process).
+func (s *Server) Worker() worker.Service { return s.worker }
+
+// Join blocks until the server stops (a Shutdown RPC, Stop, or a serving
+// error), returning nil, or until ctx ends, returning ctx.Err() (the server
+// keeps running: call Stop).
+func (s *Server) Join(ctx context.Context) error {
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// StopReason returns why the server stopped ("" while it runs).
+func (s *Server) StopReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+// Stop stops the server gracefully: it stops accepting calls and waits up
+// to 5 s for the calls in progress before cutting them, then closes the
+// connections to the other tasks. Stop is idempotent and returns when the
+// server has stopped.
+func (s *Server) Stop() { s.stop("stopped") }
+
+// shutdown is the worker's OnShutdown: it runs inside the Shutdown RPC,
+// which a graceful stop would wait for, so the stop runs on its own.
+func (s *Server) shutdown(reason string) {
+	if reason == "" {
+		reason = "no reason given"
+	}
+	go s.stop("shutdown requested: " + reason)
+}
+
+func (s *Server) stop(reason string) {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.stopped, s.reason = true, reason
+		started := s.started
+		lis := s.lis
+		s.mu.Unlock()
+		s.log.Info("server: stopping", "reason", reason)
+		if started {
+			graceful := make(chan struct{})
+			go func() {
+				s.grpc.GracefulStop()
+				close(graceful)
+			}()
+			t := time.NewTimer(stopGrace)
+			select {
+			case <-graceful:
+				t.Stop()
+			case <-t.C:
+				s.log.Warn("server: calls still running after the grace period; cutting them", "grace", stopGrace)
+				s.grpc.Stop()
+				<-graceful
+			}
+		} else if lis != nil {
+			lis.Close()
+		}
+		if err := s.cache.Close(); err != nil {
+			s.log.Debug("server: closing connections", "err", err)
+		}
+		s.log.Info("server: stopped", "reason", reason)
+		close(s.done)
+	})
+	<-s.done
+}
+
+// String describes the server for logs.
+func (s *Server) String() string {
+	return fmt.Sprintf("server %s at %s", s.task, strings.TrimPrefix(s.Target(), "grpc://"))
+}

@@ -1,0 +1,265 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/master"
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Dialer connects to the master of a target ("grpc://host:port") for Open.
+// The io.Closer releases the connection; Session.Close calls it.
+type Dialer func(ctx context.Context, target string) (master.Service, io.Closer, error)
+
+var (
+	rpcDialersMu sync.RWMutex
+	rpcDialers   = map[string]Dialer{}
+)
+
+// RegisterDialer makes Open accept targets "scheme://...". Transports
+// register themselves in their init, like database/sql drivers: package rpc
+// registers "grpc", so a program blank-imports it:
+//
+//	import _ "github.com/distflow/distflow/rpc"
+//
+// It panics if scheme is empty or registered twice (a programmer error).
+func RegisterDialer(scheme string, d Dialer) {
+	rpcDialersMu.Lock()
+	defer rpcDialersMu.Unlock()
+	if scheme == "" || d == nil {
+		panic("session: RegisterDialer with an empty scheme or a nil dialer")
+	}
+	if _, dup := rpcDialers[scheme]; dup {
+		panic("session: RegisterDialer called twice for scheme " + scheme)
+	}
+	rpcDialers[scheme] = d
+}
+
+// Open returns a session on target: "" runs g in process (as New), and
+// "scheme://address" (such as "grpc://127.0.0.1:2222") runs it on the
+// master found there, through the Dialer registered for scheme. Dialing
+// does not wait for the master; the first Run does, within its context.
+func Open(ctx context.Context, target string, g *graph.Graph, opts ...Option) (*Session, error) {
+	if target == "" {
+		return New(g, opts...)
+	}
+	scheme, _, ok := strings.Cut(target, "://")
+	if !ok {
+		return nil, fmt.Errorf("session: target %q: want \"\" (local) or scheme://address", target)
+	}
+	rpcDialersMu.RLock()
+	d := rpcDialers[scheme]
+	rpcDialersMu.RUnlock()
+	if d == nil {
+		return nil, fmt.Errorf("session: target %q: no transport registered for scheme %q (for grpc, import _ \"github.com/distflow/distflow/rpc\")", target, scheme)
+	}
+	m, closer, err := d(ctx, target)
+	if err != nil {
+		return nil, fmt.Errorf("session: target %q: %w", target, err)
+	}
+	s, err := New(g, append(opts, func(s *Session) {
+		s.remote = &rpcRemote{m: m, closer: closer, cfg: s.rpcConfig()}
+	})...)
+	if err != nil {
+		if closer != nil {
+			closer.Close()
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// WithMaster makes the session run its steps through m (a master.Service,
+// in process or an rpc client) instead of in process: the graph is sent to
+// m on the first Run, the nodes added since are sent before later Runs, and
+// Run and RunNamed behave as on the local back end. cfg may be nil.
+func WithMaster(m master.Service, cfg *pb.SessionConfig) Option {
+	return func(s *Session) {
+		if cfg == nil {
+			cfg = s.rpcConfig()
+		}
+		s.remote = &rpcRemote{m: m, cfg: cfg}
+	}
+}
+
+// WithConfig sets the configuration of a remote session (device filters,
+// default device, step timeout) for Open. Local sessions ignore it.
+func WithConfig(cfg *pb.SessionConfig) Option {
+	return func(s *Session) {
+		s.rpcCfg = cfg
+		if s.remote != nil {
+			s.remote.cfg = cfg
+		}
+	}
+}
+
+func (s *Session) rpcConfig() *pb.SessionConfig {
+	if s.rpcCfg != nil {
+		return s.rpcCfg
+	}
+	return &pb.SessionConfig{}
+}
+
+// rpcRemote is the state of a session run by a master.
+type rpcRemote struct {
+	m      master.Service
+	cfg    *pb.SessionConfig
+	closer io.Closer // of the connection Open made, or nil
+
+	mu      sync.Mutex // serialises shipping the graph
+	handle  string
+	version int // nodes of the graph the master holds
+}
+
+// rpcGraphVersion is the GraphDef format version this build writes.
+var rpcGraphVersion = graph.New().ToProto().GetVersion()
+
+// ship sends the master the nodes it does not have yet: the whole graph
+// with CreateSession on first use, then the added nodes with ExtendSession.
+func (r *rpcRemote) ship(ctx context.Context, g *graph.Graph) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	nodes := g.Nodes()
+	if r.handle == "" {
+		gd := rpcGraphDef(nodes)
+		for _, k := range g.CollectionKeys() {
+			if gd.Collections == nil {
+				gd.Collections = map[string]*pb.NameList{}
+			}
+			l := &pb.NameList{}
+			for _, n := range g.Collection(k) {
+				if n.ID() < len(nodes) {
+					l.Names = append(l.Names, n.Name())
+				}
+			}
+			gd.Collections[k] = l
+		}
+		resp, err := r.m.CreateSession(ctx, &pb.CreateSessionRequest{Graph: gd, Config: r.cfg})
+		if err != nil {
+			return "", fmt.Errorf("session: creating the remote session: %w", err)
+		}
+		r.handle, r.version = resp.GetSessionHandle(), len(nodes)
+		return r.handle, nil
+	}
+	if len(nodes) > r.version {
+		_, err := r.m.ExtendSession(ctx, &pb.ExtendSessionRequest{
+			SessionHandle:       r.handle,
+			Graph:               rpcGraphDef(nodes[r.version:]),
+			CurrentGraphVersion: int64(r.version),
+		})
+		if err != nil {
+			return "", fmt.Errorf("session: sending %d new nodes to the remote session: %w", len(nodes)-r.version, err)
+		}
+		r.version = len(nodes)
+	}
+	return r.handle, nil
+}
+
+// rpcGraphDef serialises nodes as graph.ToProto does.
+func rpcGraphDef(nodes []*graph.Node) *pb.GraphDef {
+	gd := &pb.GraphDef{Version: rpcGraphVersion, Node: make([]*pb.NodeDef, len(nodes))}
+	for i, n := range nodes {
+		nd := &pb.NodeDef{Name: n.Name(), Op: n.Op(), Device: n.Device(), Attr: map[string]*pb.AttrValue{}}
+		for _, in := range n.Inputs() {
+			nd.Input = append(nd.Input, in.Name())
+		}
+		for _, c := range n.ControlInputs() {
+			nd.Input = append(nd.Input, "^"+c.Name())
+		}
+		for _, k := range n.AttrNames() {
+			v, _ := n.Attr(k)
+			nd.Attr[k] = graph.AttrToProto(v)
+		}
+		gd.Node[i] = nd
+	}
+	return gd
+}
+
+// runRemote runs one step on the master. feedOuts are sorted by name; the
+// checks that precede it in Run are the local back end's.
+func (s *Session) runRemote(ctx context.Context, feedOuts []graph.Output, vals []*tensor.Tensor, fetches []graph.Output, targets []string) ([]*tensor.Tensor, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("session: run: %w", ErrClosed)
+	}
+	req := &pb.RunStepRequest{Feeds: make([]*pb.NamedTensor, len(vals)), Fetches: make([]string, len(fetches)), Targets: targets}
+	for i, f := range feedOuts {
+		t := vals[i]
+		if t.DType() != f.DType() || !rpcShapeCompatible(f.Shape(), t.Shape()) {
+			return nil, fmt.Errorf("session: feed %s: expected %v%v, got %v%v", f, f.DType(), f.Shape(), t.DType(), tensor.MakeShape(t.Shape()...))
+		}
+		req.Feeds[i] = &pb.NamedTensor{Name: f.Name(), Tensor: graph.TensorToProto(t)}
+	}
+	for i, o := range fetches {
+		req.Fetches[i] = o.Name()
+	}
+	handle, err := s.remote.ship(ctx, s.g)
+	if err != nil {
+		return nil, err
+	}
+	req.SessionHandle = handle
+	resp, err := s.remote.m.RunStep(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.GetTensors()) != len(fetches) {
+		return nil, fmt.Errorf("session: the master returned %d tensors for %d fetches", len(resp.GetTensors()), len(fetches))
+	}
+	out := make([]*tensor.Tensor, len(fetches))
+	for i, nt := range resp.GetTensors() {
+		if out[i], err = graph.TensorFromProto(nt.GetTensor()); err != nil {
+			return nil, fmt.Errorf("session: fetch %s from the master: %w", fetches[i], err)
+		}
+	}
+	return out, nil
+}
+
+// rpcShapeCompatible reports whether dims are an instance of s.
+func rpcShapeCompatible(s tensor.Shape, dims []int) bool {
+	if !s.KnownRank() {
+		return true
+	}
+	if s.Rank() != len(dims) {
+		return false
+	}
+	for i, d := range dims {
+		if want := s.Dim(i); want >= 0 && want != d {
+			return false
+		}
+	}
+	return true
+}
+
+// rpcCloseTimeout bounds Close's CloseSession call to the master.
+const rpcCloseTimeout = 10 * time.Second
+
+// close ends the remote session and drops the connection Open made.
+func (r *rpcRemote) close() error {
+	r.mu.Lock()
+	handle := r.handle
+	r.handle = ""
+	r.mu.Unlock()
+	var errs []error
+	if handle != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcCloseTimeout)
+		_, err := r.m.CloseSession(ctx, &pb.CloseSessionRequest{SessionHandle: handle})
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("session: closing the remote session: %w", err))
+		}
+	}
+	if r.closer != nil {
+		errs = append(errs, r.closer.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,37 @@
+// Package worker defines the worker service, what a master asks of the
+// tasks that run graph partitions and what workers ask of each other to
+// move tensors, and implements it in process.
+//
+//	w := worker.New(worker.Config{Task: "/job:ps/task:0", Workers: cache})
+//	resp, err := w.RegisterGraph(ctx, &pb.RegisterGraphRequest{SessionHandle: "s1", Graph: partition.ToProto()})
+//	...
+//	out, err := w.RunGraph(ctx, &pb.RunGraphRequest{SessionHandle: "s1", GraphHandle: resp.GraphHandle,
+//		StepId: 42, Fetches: []string{"w/read:0"}})
+//
+// # State
+//
+// A Worker is one task. Its kernel.Resources (the variables) are shared by
+// every session and outlive them, as on a TensorFlow parameter server:
+// between-graph replicas that name the same variable share it. Graphs
+// belong to their session: RegisterGraph returns a handle, DeregisterGraph
+// and CloseSession drop them. Each registered graph caches one executor per
+// signature (feeds, fetches, targets), built by the first step that uses it.
+//
+// # Steps
+//
+// All partitions of a step share its step_id. The worker keeps one
+// rendezvous per step in a rendezvous.Table: Send nodes leave tensors in it;
+// a Recv node whose tensor is produced on this task takes it from there, any
+// other Recv calls RecvTensor on the sending task (through Config.Workers).
+// A failed RunGraph aborts the step's rendezvous on this task, which fails
+// the RecvTensor calls other tasks made to it; CleanupStep (which the master
+// sends to every task of a step) forgets the step, with an abort reason when
+// the step failed, so every wait of the step ends and a late RecvTensor
+// fails at once.
+//
+// Errors name the task ("worker: task /job:ps/task:0: step 7: ...") and,
+// for kernel failures, the node and op.
+//
+// The subpackage workertest connects workers in memory, with fault
+// injection, for tests of distributed logic without sockets.
+package worker

@@ -1,0 +1,362 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/distflow/distflow/executor"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	_ "github.com/distflow/distflow/kernel/cpu" // every CPU kernel, Send and Recv included
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rendezvous"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Sentinel errors wrapped by the worker's errors.
+var (
+	// ErrNoGraph is wrapped when a graph handle is unknown (never
+	// registered, deregistered, or its session was closed).
+	ErrNoGraph = errors.New("no such graph")
+	// ErrNoWorkers is wrapped when a step needs a tensor from another task
+	// and the worker has no Cache to reach it.
+	ErrNoWorkers = errors.New("no worker cache to reach other tasks")
+)
+
+// Config configures a Worker.
+type Config struct {
+	// Task is the task this worker is ("/job:ps/task:0"); required. Its
+	// device is Task + "/cpu:0".
+	Task string
+	// Workers resolves other tasks, to fetch the tensors their Send nodes
+	// produce for this task's Recv nodes. It may be nil for a worker that
+	// only runs self-contained partitions.
+	Workers Cache
+	// Logger receives debug logs of registrations and failed steps; nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// OnShutdown is called once, with the reason, by the first Shutdown
+	// request. It runs on the caller's goroutine, so it must not wait for
+	// that request to end (a server stops itself asynchronously). Nil means
+	// Shutdown only records the request.
+	OnShutdown func(reason string)
+}
+
+// Worker runs graph partitions for masters and serves their tensors to
+// other workers. It implements Service and is safe for concurrent use.
+//
+// One Worker is one task: it holds one kernel.Resources shared by all
+// sessions, so variables placed on a ps task outlive the sessions that
+// created them and are shared by every session that names them (the
+// between-graph replication of TensorFlow's parameter servers). Graphs,
+// by contrast, belong to their session and are dropped with it.
+type Worker struct {
+	cfg   Config
+	log   *slog.Logger
+	res   *kernel.Resources
+	steps *rendezvous.Table
+
+	mu     sync.Mutex
+	graphs map[string]*registered // by graph handle
+
+	shutdown sync.Once
+}
+
+// registered is one partition installed by RegisterGraph, with an executor
+// per signature seen so far.
+type registered struct {
+	session string
+	handle  string
+	g       *graph.Graph
+
+	mu    sync.Mutex
+	execs map[string]*executor.Executor // by signature
+}
+
+var _ Service = (*Worker)(nil)
+
+// New returns a worker for cfg.Task.
+func New(cfg Config) *Worker {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Worker{
+		cfg:    cfg,
+		log:    log.With("task", cfg.Task),
+		res:    kernel.NewResources(),
+		steps:  rendezvous.NewTable(),
+		graphs: map[string]*registered{},
+	}
+}
+
+// Task returns the task this worker is.
+func (w *Worker) Task() string { return w.cfg.Task }
+
+// Device returns the worker's only device ("/job:ps/task:0/cpu:0").
+func (w *Worker) Device() string { return w.cfg.Task + "/cpu:0" }
+
+// Resources returns the worker's variables, shared by all its sessions.
+func (w *Worker) Resources() *kernel.Resources { return w.res }
+
+// errorf returns an error naming the worker's task.
+func (w *Worker) errorf(format string, args ...any) error {
+	return fmt.Errorf("worker: task %s: "+format, append([]any{w.cfg.Task}, args...)...)
+}
+
+// GetStatus reports the task, its devices and the variables it holds.
+func (w *Worker) GetStatus(ctx context.Context, req *pb.GetStatusRequest) (*pb.GetStatusResponse, error) {
+	resp := &pb.GetStatusResponse{Task: w.cfg.Task, Devices: []string{w.Device()}}
+	for _, name := range w.res.VariableNames() {
+		v, ok := w.res.Lookup(name)
+		if !ok {
+			continue
+		}
+		vs := &pb.VariableStatus{Name: name, Dtype: pb.DataType(v.DType()), Initialized: v.Initialized()}
+		shape := v.Shape()
+		n := int64(1)
+		for i := range shape.Rank() {
+			d := int64(shape.Dim(i))
+			vs.Dims = append(vs.Dims, d)
+			n *= d
+		}
+		if n >= 0 {
+			vs.Bytes = n * int64(v.DType().Size())
+		}
+		resp.Variables = append(resp.Variables, vs)
+	}
+	return resp, nil
+}
+
+// RegisterGraph installs a partition and returns its handle. Kernels are
+// built lazily, once per signature, by the first RunGraph that uses it.
+func (w *Worker) RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest) (*pb.RegisterGraphResponse, error) {
+	if req.GetGraph() == nil {
+		return nil, w.errorf("register graph of session %q: no graph", req.GetSessionHandle())
+	}
+	g, err := graph.FromProto(req.GetGraph())
+	if err != nil {
+		return nil, w.errorf("register graph of session %q: %w", req.GetSessionHandle(), err)
+	}
+	r := &registered{session: req.GetSessionHandle(), g: g, execs: map[string]*executor.Executor{}}
+	w.mu.Lock()
+	for {
+		r.handle = "g" + strconv.FormatUint(rand.Uint64(), 36)
+		if _, taken := w.graphs[r.handle]; !taken {
+			break
+		}
+	}
+	w.graphs[r.handle] = r
+	w.mu.Unlock()
+	w.log.Debug("worker: registered graph", "session", r.session, "graph", r.handle, "nodes", g.NumNodes())
+	return &pb.RegisterGraphResponse{GraphHandle: r.handle}, nil
+}
+
+// DeregisterGraph drops a partition. Steps already running on it finish.
+func (w *Worker) DeregisterGraph(ctx context.Context, req *pb.DeregisterGraphRequest) (*pb.DeregisterGraphResponse, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r, ok := w.graphs[req.GetGraphHandle()]
+	if !ok || r.session != req.GetSessionHandle() {
+		return nil, w.errorf("deregister graph %q of session %q: %w", req.GetGraphHandle(), req.GetSessionHandle(), ErrNoGraph)
+	}
+	delete(w.graphs, r.handle)
+	w.log.Debug("worker: deregistered graph", "session", r.session, "graph", r.handle)
+	return &pb.DeregisterGraphResponse{}, nil
+}
+
+func (w *Worker) lookup(session, handle string) (*registered, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r, ok := w.graphs[handle]
+	if !ok || r.session != session {
+		return nil, fmt.Errorf("graph %q of session %q: %w", handle, session, ErrNoGraph)
+	}
+	return r, nil
+}
+
+// RunGraph runs one step of a registered partition: it feeds the request's
+// tensors, runs its targets and returns its fetches. The step's Send and
+// Recv nodes meet in the rendezvous of req.StepId on this worker; a Recv
+// whose tensor comes from another task asks that task's RecvTensor. When
+// the step fails, its rendezvous here is aborted, so the Recvs of other
+// tasks that wait for this one fail too; the master then cleans up the step
+// everywhere. RunGraph returns when the step ends or ctx does.
+func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.RunGraphResponse, error) {
+	stepID := req.GetStepId()
+	fail := func(err error) (*pb.RunGraphResponse, error) {
+		err = w.errorf("step %d: %w", stepID, err)
+		w.steps.Get(stepID).Abort(err)
+		w.log.Debug("worker: step failed", "step", stepID, "err", err)
+		return nil, err
+	}
+	r, err := w.lookup(req.GetSessionHandle(), req.GetGraphHandle())
+	if err != nil {
+		return fail(err)
+	}
+	feeds := make([]graph.Output, len(req.GetFeeds()))
+	vals := make([]*tensor.Tensor, len(req.GetFeeds()))
+	for i, f := range req.GetFeeds() {
+		if feeds[i], err = r.g.Output(f.GetName()); err != nil {
+			return fail(fmt.Errorf("feed %q: %w", f.GetName(), err))
+		}
+		if f.GetTensor() == nil {
+			return fail(fmt.Errorf("feed %q: no value", f.GetName()))
+		}
+		if vals[i], err = graph.TensorFromProto(f.GetTensor()); err != nil {
+			return fail(fmt.Errorf("feed %q: %w", f.GetName(), err))
+		}
+	}
+	fetches := make([]graph.Output, len(req.GetFetches()))
+	for i, name := range req.GetFetches() {
+		if fetches[i], err = r.g.Output(name); err != nil {
+			return fail(fmt.Errorf("fetch %q: %w", name, err))
+		}
+	}
+	targets := make([]*graph.Node, len(req.GetTargets()))
+	for i, name := range req.GetTargets() {
+		if targets[i] = r.g.Node(name); targets[i] == nil {
+			return fail(fmt.Errorf("target %q: no node of that name in graph %s (%w)", name, r.handle, graph.ErrNotFound))
+		}
+	}
+	e, err := r.executor(w, req, feeds, fetches, targets)
+	if err != nil {
+		return fail(err)
+	}
+	local := w.steps.Get(stepID)
+	// waiting records the tasks whose tensors were asked for and never
+	// arrived, so that a step that times out says whom it waited for.
+	var waitMu sync.Mutex
+	waiting := map[string]bool{}
+	rv := rendezvous.NewRouter(local, w.cfg.Task, func(ctx context.Context, sendTask, key string) (*tensor.Tensor, error) {
+		if w.cfg.Workers == nil {
+			return nil, fmt.Errorf("recv %q from %s: %w", key, sendTask, ErrNoWorkers)
+		}
+		peer, err := w.cfg.Workers.Worker(sendTask)
+		if err != nil {
+			return nil, fmt.Errorf("recv %q from %s: %w", key, sendTask, err)
+		}
+		waitMu.Lock()
+		waiting[sendTask] = true
+		waitMu.Unlock()
+		t, err := peer.RecvTensor(ctx, stepID, key)
+		if err == nil {
+			waitMu.Lock()
+			delete(waiting, sendTask)
+			waitMu.Unlock()
+		}
+		return t, err
+	})
+	out, err := e.RunStep(ctx, &kernel.Step{ID: stepID, Rendezvous: rv}, vals)
+	if err != nil {
+		waitMu.Lock()
+		tasks := slices.Sorted(maps.Keys(waiting))
+		waitMu.Unlock()
+		if len(tasks) > 0 && ctx.Err() != nil {
+			err = fmt.Errorf("%w (waiting for tensors from %s)", err, strings.Join(tasks, ", "))
+		}
+		return fail(err)
+	}
+	resp := &pb.RunGraphResponse{Fetches: make([]*pb.NamedTensor, len(out))}
+	for i, t := range out {
+		resp.Fetches[i] = &pb.NamedTensor{Name: req.GetFetches()[i], Tensor: graph.TensorToProto(t)}
+	}
+	return resp, nil
+}
+
+// executor returns the cached executor of the request's signature, building
+// it on first use.
+func (r *registered) executor(w *Worker, req *pb.RunGraphRequest, feeds, fetches []graph.Output, targets []*graph.Node) (*executor.Executor, error) {
+	var b strings.Builder
+	for _, f := range req.GetFeeds() {
+		b.WriteString(f.GetName())
+		b.WriteByte(0)
+	}
+	b.WriteByte(1)
+	for _, f := range req.GetFetches() {
+		b.WriteString(f)
+		b.WriteByte(0)
+	}
+	b.WriteByte(1)
+	for _, t := range req.GetTargets() {
+		b.WriteString(t)
+		b.WriteByte(0)
+	}
+	key := b.String()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.execs[key]; ok {
+		return e, nil
+	}
+	e, err := executor.New(r.g, feeds, fetches, targets, w.res)
+	if err != nil {
+		return nil, err
+	}
+	r.execs[key] = e
+	w.log.Debug("worker: built executor", "graph", r.handle, "feeds", len(feeds), "fetches", len(fetches), "targets", len(targets))
+	return e, nil
+}
+
+// RecvTensor waits until key is sent in step stepID on this worker and
+// returns the tensor. It fails when ctx ends, when the step is aborted, or
+// at once when the step was already cleaned up.
+func (w *Worker) RecvTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
+	t, err := w.steps.Get(stepID).Recv(ctx, key)
+	if err != nil {
+		return nil, w.errorf("step %d: %w", stepID, err)
+	}
+	return t, nil
+}
+
+// CleanupStep forgets a step's rendezvous. With an abort reason, every
+// pending Recv and RecvTensor of the step fails with it.
+func (w *Worker) CleanupStep(ctx context.Context, req *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {
+	var abort error
+	if reason := req.GetAbortReason(); reason != "" {
+		abort = errors.New(reason)
+	}
+	w.steps.Cleanup(req.GetStepId(), abort)
+	return &pb.CleanupStepResponse{}, nil
+}
+
+// CloseSession drops every graph of the session. Variables stay: they
+// belong to the task, not to the session.
+func (w *Worker) CloseSession(ctx context.Context, req *pb.WorkerCloseSessionRequest) (*pb.WorkerCloseSessionResponse, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for h, r := range w.graphs {
+		if r.session == req.GetSessionHandle() {
+			delete(w.graphs, h)
+			n++
+		}
+	}
+	w.log.Debug("worker: closed session", "session", req.GetSessionHandle(), "graphs", n)
+	return &pb.WorkerCloseSessionResponse{}, nil
+}
+
+// Shutdown asks the task to exit: the first call runs Config.OnShutdown.
+func (w *Worker) Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error) {
+	w.shutdown.Do(func() {
+		w.log.Info("worker: shutdown requested", "reason", req.GetReason())
+		if w.cfg.OnShutdown != nil {
+			w.cfg.OnShutdown(req.GetReason())
+		}
+	})
+	return &pb.ShutdownResponse{}, nil
+}
+
+// NumGraphs returns the number of registered graphs (for tests and status).
+func (w *Worker) NumGraphs() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.graphs)
+}
