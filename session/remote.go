@@ -241,7 +241,7 @@ func rpcShapeCompatible(s tensor.Shape, dims []int) bool {
 }
 
 // rpcCloseTimeout bounds Close's CloseSession call to the master.
-const rpcCloseTimeout = 10 * time.Second
+const rpcCloseTimeout = 3 * time.Second
 
 // close ends the remote session and drops the connection Open made.
 func (r *rpcRemote) close() error {

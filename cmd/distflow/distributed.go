@@ -228,6 +228,7 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 			waitForReplicas(ctx, sess, spec, reps, done, f.waitTimeout, log)
 		}
 		sess.Close() // while every task still answers
+		res.PSVariables = psVariables(ctx, spec, log)
 		shutdownCluster(ctx, spec, self, f.inGraph, log)
 	} else {
 		res = result{Model: f.model, Optimizer: f.optimizer, LearningRate: f.lr, Batch: f.batch,
@@ -318,6 +319,24 @@ func waitForReplicas(ctx context.Context, sess *session.Session, spec *cluster.S
 		case <-time.After(d):
 		}
 	}
+}
+
+// psVariables lists the variables each ps task holds, for the report.
+func psVariables(ctx context.Context, spec *cluster.Spec, log *slog.Logger) map[string][]string {
+	out := map[string][]string{}
+	for i := 0; i < spec.NumTasks("ps"); i++ {
+		t := cluster.TaskID{Job: "ps", Index: i}
+		addr, _ := spec.Address(t)
+		st, err := taskStatus(ctx, addr, 2*time.Second)
+		if err != nil {
+			log.Warn("cannot read the status of a ps task", "ps", t.String(), "err", err)
+			continue
+		}
+		for _, v := range st.GetVariables() {
+			out[t.String()] = append(out[t.String()], v.GetName())
+		}
+	}
+	return out
 }
 
 // reachable reports whether task answers a status request within a second.

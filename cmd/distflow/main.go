@@ -38,5 +38,6 @@ func newRootCommand() *cobra.Command {
 	})
 	root.AddCommand(newTrainCommand())
 	root.AddCommand(newServerCommand())
+	root.AddCommand(newStatusCommand())
 	return root
 }

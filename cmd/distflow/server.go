@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/server"
 )
 
@@ -35,25 +34,15 @@ The server exits cleanly (status 0) when a client sends it a Shutdown request
 or on SIGTERM or SIGINT. Flags accept underscores and dashes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			var (
-				spec *cluster.Spec
-				self cluster.TaskID
-				err  error
-			)
-			if f.psHosts != "" || f.workerHosts != "" || f.chiefHosts != "" {
-				spec, self, err = cluster.FromFlags(f.psHosts, f.workerHosts, f.chiefHosts, f.jobName, f.taskIndex)
-			} else {
-				var ok bool
-				spec, self, ok, err = cluster.FromEnv()
-				if err == nil && !ok {
-					err = errors.New("no cluster: give --ps_hosts/--worker_hosts/--chief_hosts with --job_name and --task_index, or set TF_CONFIG")
-				}
-			}
+			spec, self, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, f.jobName, f.taskIndex)
 			if err != nil {
 				return err
 			}
-			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: log})
+			if spec == nil {
+				return errors.New("no cluster: give --ps_hosts/--worker_hosts/--chief_hosts with --job_name and --task_index, or set TF_CONFIG")
+			}
+			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: base})
 			if err != nil {
 				return err
 			}
@@ -61,22 +50,9 @@ or on SIGTERM or SIGINT. Flags accept underscores and dashes.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "serving %s at %s\n", self, srv.Target())
-			if err := srv.Join(cmd.Context()); err != nil {
-				// SIGTERM or SIGINT: a normal way for a task to end.
-				log.Info("distflow server: signal received, stopping", "task", self.String())
-				srv.Stop()
-				log.Info("distflow server: exiting", "task", self.String(), "reason", "signal received")
-				return nil
-			}
-			log.Info("distflow server: exiting", "task", self.String(), "reason", srv.StopReason())
-			return nil
+			return serve(cmd.Context(), srv, base.With("task", self.String()))
 		},
 	}
-	fs := cmd.Flags()
-	fs.StringVar(&f.psHosts, "ps_hosts", "", "comma-separated host:port list of the ps job")
-	fs.StringVar(&f.workerHosts, "worker_hosts", "", "comma-separated host:port list of the worker job")
-	fs.StringVar(&f.chiefHosts, "chief_hosts", "", "host:port of the chief (at most one)")
-	fs.StringVar(&f.jobName, "job_name", "", "this task's job: ps, worker or chief")
-	fs.IntVar(&f.taskIndex, "task_index", 0, "this task's index within its job")
+	addClusterFlags(cmd.Flags(), &f.psHosts, &f.workerHosts, &f.chiefHosts, &f.jobName, &f.taskIndex)
 	return cmd
 }

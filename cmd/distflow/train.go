@@ -107,7 +107,9 @@ type result struct {
 	TrainExamples     int      `json:"train_examples"`
 	TestExamples      int      `json:"test_examples,omitempty"`
 	ExamplesPerSecond float64  `json:"examples_per_second"`
-	WallSeconds       float64  `json:"wall_seconds"`
+	// PSVariables lists the variables each ps task held (cluster runs).
+	PSVariables map[string][]string `json:"ps_variables,omitempty"`
+	WallSeconds float64             `json:"wall_seconds"`
 }
 
 func (f *trainFlags) applyDefaults() error {

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests run clusters of real distflow processes talking gRPC over
+// loopback sockets.
+
+func TestLocalClusterMLPMatchesSingleProcess(t *testing.T) {
+	args := []string{"train", "--model", "mlp", "--data", "embedded", "--epochs", "20", "--json"}
+	stdout, stderr, err := run(t, args...)
+	if err != nil {
+		t.Fatalf("single process: %v\n%s", err, stderr)
+	}
+	single := lastJSON(t, stdout)["test_accuracy"].(float64)
+
+	stdout, stderr, err = run(t, append(args, "--local-cluster", "ps=2,worker=2")...)
+	if err != nil {
+		t.Fatalf("local cluster: %v\n%s", err, stderr)
+	}
+	res := lastJSON(t, stdout)
+	acc := res["test_accuracy"].(float64)
+	t.Logf("test accuracy: single process %.4f, 2 ps + 2 workers asynchronous %.4f", single, acc)
+	if math.Abs(acc-single) > 0.01 {
+		t.Errorf("cluster accuracy %.4f is not within 1 point of single-process %.4f", acc, single)
+	}
+	// Both ps tasks hold part of the variables (round-robin placement).
+	ps, _ := res["ps_variables"].(map[string]any)
+	for _, task := range []string{"/job:ps/task:0", "/job:ps/task:1"} {
+		if vars, _ := ps[task].([]any); len(vars) == 0 {
+			t.Errorf("%s holds no variables: %v", task, res["ps_variables"])
+		}
+	}
+	for _, tag := range []string{"[ps 0]", "[ps 1]", "[worker 0]", "[worker 1]"} {
+		if !strings.Contains(stderr, tag) {
+			t.Errorf("no log lines prefixed %s", tag)
+		}
+	}
+}
+
+func TestLocalClusterInGraphReplication(t *testing.T) {
+	stdout, stderr, err := run(t, "train", "--model", "mlp", "--data", "embedded", "--epochs", "10",
+		"--local-cluster", "ps=1,worker=2", "--in-graph", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if acc := lastJSON(t, stdout)["test_accuracy"].(float64); acc < 0.78 {
+		t.Errorf("in-graph replication: test accuracy %.4f, want >= 0.78", acc)
+	}
+}
+
+func TestLocalClusterRejectsBadSpecs(t *testing.T) {
+	for _, spec := range []string{"worker=2", "ps=1", "ps=1,gpu=2", "ps=x"} {
+		_, stderr, err := run(t, "train", "--model", "linreg", "--local-cluster", spec)
+		if err == nil || !strings.Contains(stderr, "--local-cluster") {
+			t.Errorf("--local-cluster %s: %v %q", spec, err, stderr)
+		}
+	}
+}
+
+// task is one distflow process started by a test.
+type task struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  strings.Builder
+	seen chan string // every stderr line
+	done chan error
+}
+
+// freeListeners returns n listening sockets on loopback as files to pass to
+// children, and their addresses.
+func freeListeners(t *testing.T, n int) ([]*os.File, []string) {
+	t.Helper()
+	var files []*os.File
+	var addrs []string
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := l.(*net.TCPListener).File()
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		files = append(files, f)
+	}
+	return files, addrs
+}
+
+// startTestTask starts distflow with args, serving on the inherited listener l.
+func startTestTask(t *testing.T, name string, l *os.File, args ...string) *task {
+	t.Helper()
+	tk := &task{name: name, seen: make(chan string, 10000), done: make(chan error, 1)}
+	tk.cmd = exec.Command(binary, append(args, "--listen-fd", "3")...)
+	tk.cmd.ExtraFiles = []*os.File{l}
+	tk.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := tk.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			tk.mu.Lock()
+			tk.out.WriteString(sc.Text() + "\n")
+			tk.mu.Unlock()
+			select {
+			case tk.seen <- sc.Text():
+			default:
+			}
+		}
+		tk.done <- tk.cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = tk.cmd.Process.Kill() })
+	return tk
+}
+
+func (tk *task) logs() string {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	return tk.out.String()
+}
+
+// waitLine waits for a stderr line containing s.
+func (tk *task) waitLine(t *testing.T, s string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line := <-tk.seen:
+			if strings.Contains(line, s) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%s: no line with %q within %v; logs:\n%s", tk.name, s, timeout, tk.logs())
+		}
+	}
+}
+
+// wait waits for the process to exit.
+func (tk *task) wait(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-tk.done:
+		return err
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %v; logs:\n%s", tk.name, timeout, tk.logs())
+		return nil
+	}
+}
+
+// startCluster starts 1 ps and n workers training linear regression for
+// steps global steps, each process given the whole cluster on its flags.
+func startCluster(t *testing.T, workers, steps int, extra ...string) (ps *task, ws []*task) {
+	files, addrs := freeListeners(t, 1+workers)
+	common := append([]string{"train", "--model", "linreg", "--steps", strconv.Itoa(steps), "--log-every", "50",
+		"--ps_hosts", addrs[0], "--worker_hosts", strings.Join(addrs[1:], ","), "--wait-timeout", "30s"}, extra...)
+	ps = startTestTask(t, "ps", files[0], append(common, "--job_name", "ps", "--task_index", "0")...)
+	for i := 0; i < workers; i++ {
+		ws = append(ws, startTestTask(t, fmt.Sprintf("worker %d", i), files[1+i],
+			append(common, "--job_name", "worker", "--task_index", strconv.Itoa(i))...))
+	}
+	return ps, ws
+}
+
+func TestKillingOneWorkerLeavesTheOthersTraining(t *testing.T) {
+	ps, ws := startCluster(t, 3, 3000)
+	ws[2].waitLine(t, "local_step 50", 60*time.Second)
+	if err := ws[2].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ws[2].wait(t, 10*time.Second)
+	for _, w := range ws[:2] {
+		if err := w.wait(t, 120*time.Second); err != nil {
+			t.Fatalf("%s failed after a peer died: %v\n%s", w.name, err, w.logs())
+		}
+	}
+	if !strings.Contains(ws[0].logs(), "global_step 3000/3000") {
+		t.Errorf("the chief did not reach the last global step:\n%s", ws[0].logs())
+	}
+	if err := ps.wait(t, 30*time.Second); err != nil {
+		t.Errorf("ps did not exit cleanly: %v", err)
+	}
+}
+
+func TestKillingThePSFailsWorkersClearly(t *testing.T) {
+	const stepTimeout = 3 * time.Second
+	ps, ws := startCluster(t, 2, 1000000, "--step-timeout", stepTimeout.String())
+	ws[0].waitLine(t, "local_step 50", 60*time.Second)
+	ws[1].waitLine(t, "local_step 50", 60*time.Second)
+	if err := ps.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for _, w := range ws {
+		err := w.wait(t, 4*stepTimeout+10*time.Second)
+		if err == nil {
+			t.Fatalf("%s exited cleanly after the ps died", w.name)
+		}
+		if !strings.Contains(w.logs(), "/job:ps/task:0") {
+			t.Errorf("%s's error does not name the ps:\n%s", w.name, tail(w.logs(), 5))
+		}
+		t.Logf("%s failed %v after the ps was killed: %s", w.name, time.Since(killed).Round(time.Millisecond), tail(w.logs(), 1))
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/tensor"
+)
+
+// newStatusCommand returns `distflow status`: what each task holds.
+func newStatusCommand() *cobra.Command {
+	var asJSON bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "status HOST:PORT...",
+		Short: "Show what tasks of a running cluster hold: their devices and variables",
+		Example: `  distflow status 127.0.0.1:2222 127.0.0.1:2223
+  distflow status --json 127.0.0.1:2222`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, addrs []string) error {
+			var all []*pb.GetStatusResponse
+			for _, addr := range addrs {
+				st, err := taskStatus(cmd.Context(), addr, timeout)
+				if err != nil {
+					return err
+				}
+				all = append(all, st)
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(all)
+			}
+			for _, st := range all {
+				printStatus(cmd.OutOrStdout(), st)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the statuses as one JSON array")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for each task")
+	return cmd
+}
+
+func taskStatus(ctx context.Context, addr string, timeout time.Duration) (*pb.GetStatusResponse, error) {
+	w, closer, err := rpc.DialWorker(addr, rpc.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return w.GetStatus(ctx, &pb.GetStatusRequest{})
+}
+
+func printStatus(w io.Writer, st *pb.GetStatusResponse) {
+	var total int64
+	for _, v := range st.GetVariables() {
+		total += v.GetBytes()
+	}
+	fmt.Fprintf(w, "%s (%s): %d variables, %d bytes\n", st.GetTask(), strings.Join(st.GetDevices(), ", "), len(st.GetVariables()), total)
+	for _, v := range st.GetVariables() {
+		dims := make([]int, len(v.GetDims()))
+		for i, d := range v.GetDims() {
+			dims[i] = int(d)
+		}
+		state := "initialized"
+		if !v.GetInitialized() {
+			state = "uninitialized"
+		}
+		fmt.Fprintf(w, "  %-40s %-8s %-14s %10d bytes  %s\n", v.GetName(), tensor.DType(v.GetDtype()),
+			tensor.MakeShape(dims...), v.GetBytes(), state)
+	}
+}
