@@ -82,7 +82,7 @@ type task struct {
 
 // freeListeners returns n listening sockets on loopback as files to pass to
 // children, and their addresses.
-func freeListeners(t *testing.T, n int) ([]*os.File, []string) {
+func freeListeners(t testing.TB, n int) ([]*os.File, []string) {
 	t.Helper()
 	var files []*os.File
 	var addrs []string
@@ -104,7 +104,7 @@ func freeListeners(t *testing.T, n int) ([]*os.File, []string) {
 }
 
 // startTestTask starts distflow with args, serving on the inherited listener l.
-func startTestTask(t *testing.T, name string, l *os.File, args ...string) *task {
+func startTestTask(t testing.TB, name string, l *os.File, args ...string) *task {
 	t.Helper()
 	tk := &task{name: name, seen: make(chan string, 10000), done: make(chan error, 1)}
 	tk.cmd = exec.Command(binary, append(args, "--listen-fd", "3")...)
@@ -141,7 +141,7 @@ func (tk *task) logs() string {
 }
 
 // waitLine waits for a stderr line containing s.
-func (tk *task) waitLine(t *testing.T, s string, timeout time.Duration) {
+func (tk *task) waitLine(t testing.TB, s string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {

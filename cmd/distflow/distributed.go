@@ -56,13 +56,18 @@ func inheritedListener(fd int) (net.Listener, error) {
 	if fd == 0 {
 		return nil, nil
 	}
-	f := os.NewFile(uintptr(fd), "listener")
-	defer f.Close()
-	l, err := net.FileListener(f)
+	l, err := inheritedListenerFromFile(os.NewFile(uintptr(fd), "listener"))
 	if err != nil {
 		return nil, fmt.Errorf("--listen-fd %d: %w", fd, err)
 	}
 	return l, nil
+}
+
+// inheritedListenerFromFile turns a socket file into a listener and closes
+// the file (the listener holds its own descriptor).
+func inheritedListenerFromFile(f *os.File) (net.Listener, error) {
+	defer f.Close()
+	return net.FileListener(f)
 }
 
 // serve runs a started server until a Shutdown RPC or a signal.

@@ -134,3 +134,129 @@ withbeta:
 	STOREROWBETA(Y14, Y15)
 	VZEROUPPER
 	RET
+
+// One k step of the 6x16 tile reading A in place: row r of the sliver is
+// at SI + r*R9 (rows 0-2) and R11 + (r-3)*R9 (rows 3-5), and both pointers
+// advance by the column stride R12 after the step. B is packed as above.
+#define STEPDA(boff) \
+	VMOVUPS      boff(DI), Y0;         \
+	VMOVUPS      (boff+32)(DI), Y1;    \
+	VBROADCASTSS (SI), Y2;             \
+	VBROADCASTSS (SI)(R9*1), Y3;       \
+	VFMADD231PS  Y0, Y2, Y4;           \
+	VFMADD231PS  Y1, Y2, Y5;           \
+	VFMADD231PS  Y0, Y3, Y6;           \
+	VFMADD231PS  Y1, Y3, Y7;           \
+	VBROADCASTSS (SI)(R9*2), Y2;       \
+	VBROADCASTSS (R11), Y3;            \
+	VFMADD231PS  Y0, Y2, Y8;           \
+	VFMADD231PS  Y1, Y2, Y9;           \
+	VFMADD231PS  Y0, Y3, Y10;          \
+	VFMADD231PS  Y1, Y3, Y11;          \
+	VBROADCASTSS (R11)(R9*1), Y2;      \
+	VBROADCASTSS (R11)(R9*2), Y3;      \
+	VFMADD231PS  Y0, Y2, Y12;          \
+	VFMADD231PS  Y1, Y2, Y13;          \
+	VFMADD231PS  Y0, Y3, Y14;          \
+	VFMADD231PS  Y1, Y3, Y15;          \
+	ADDQ         R12, SI;              \
+	ADDQ         R12, R11
+
+// func sgemm6x16da(kc int, a *float32, rsa, csa int, b *float32, c *float32, ldc int, beta float32)
+//
+// sgemm6x16 with A read where it lies, unpacked: element (r, l) of the 6 x kc
+// sliver is a[r*rsa + l*csa]. rsa=lda, csa=1 reads a row-major A; rsa=1,
+// csa=lda a transposed one. Only alpha == 1 can take this path.
+TEXT ·sgemm6x16da(SB), NOSPLIT, $0-60
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ rsa+16(FP), R9
+	SHLQ $2, R9
+	MOVQ csa+24(FP), R12
+	SHLQ $2, R12
+	MOVQ b+32(FP), DI
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R8
+	SHLQ $2, R8
+	LEAQ (SI)(R9*2), R11
+	ADDQ R9, R11
+
+	MOVQ       DX, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 60(R10)
+	ADDQ       R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 60(R10)
+	ADDQ       R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 60(R10)
+	ADDQ       R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 60(R10)
+	ADDQ       R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 60(R10)
+	ADDQ       R8, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 60(R10)
+
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+
+	MOVQ CX, R10
+	SHRQ $2, R10
+	JZ   datail
+
+daloop4:
+	PREFETCHT0 576(DI)
+	STEPDA(0)
+	STEPDA(64)
+	STEPDA(128)
+	STEPDA(192)
+	ADDQ $256, DI
+	DECQ R10
+	JNZ  daloop4
+
+datail:
+	ANDQ $3, CX
+	JZ   dastore
+
+daloop1:
+	STEPDA(0)
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  daloop1
+
+dastore:
+	MOVL  beta+56(FP), AX
+	TESTL $0x7fffffff, AX
+	JNZ   dawithbeta
+	STOREROW(Y4, Y5)
+	STOREROW(Y6, Y7)
+	STOREROW(Y8, Y9)
+	STOREROW(Y10, Y11)
+	STOREROW(Y12, Y13)
+	STOREROW(Y14, Y15)
+	VZEROUPPER
+	RET
+
+dawithbeta:
+	VBROADCASTSS beta+56(FP), Y3
+	STOREROWBETA(Y4, Y5)
+	STOREROWBETA(Y6, Y7)
+	STOREROWBETA(Y8, Y9)
+	STOREROWBETA(Y10, Y11)
+	STOREROWBETA(Y12, Y13)
+	STOREROWBETA(Y14, Y15)
+	VZEROUPPER
+	RET

@@ -20,7 +20,18 @@ type kernel[T float] struct {
 	// ap holds mr*kc packed values (column by column) and bp kc*nr (row by row).
 	// beta == 0 overwrites C. c has at least (mr-1)*ldc+nr elements.
 	micro func(kc int, ap, bp, c []T, ldc int, beta T)
+	// microDA, if not nil, is micro reading a full mr-row sliver of A where
+	// it lies (element (r, l) at a[r*rsa+l*csa]) instead of packed, for
+	// alpha == 1. See directA.
+	microDA func(kc int, a []T, rsa, csa int, bp, c []T, ldc int, beta T)
 }
+
+// directSlivers is the number of nr-wide column slivers up to which A is
+// read in place rather than packed. Packing A costs one pass over the
+// block, repaid only when many slivers reuse it; the skinny products of
+// training (MLP layers of 100 units, convolutions with 32 or 64 output
+// channels) have 2 to 7 slivers and spent as long packing A as computing.
+const directSlivers = 8
 
 // workspace holds one goroutine's packing buffers; pooled so that steady-state
 // calls do not allocate.
@@ -152,6 +163,7 @@ func (g *gemmArgs[T]) run(ws *workspace[T], m0, m1, n0, n1 int) {
 	ws.b = grow(ws.b, kcMax*ncMax)
 	ws.a = grow(ws.a, kcMax*mcMax)
 	ws.tile = grow(ws.tile, mr*nr)
+	direct := kn.microDA != nil && g.alpha == 1 && ceilDiv(n1-n0, nr) <= directSlivers
 	for jc := n0; jc < n1; jc += kn.nc {
 		nb := min(kn.nc, n1-jc)
 		for pc := 0; pc < g.k; pc += kn.kc {
@@ -163,6 +175,14 @@ func (g *gemmArgs[T]) run(ws *workspace[T], m0, m1, n0, n1 int) {
 			}
 			for ic := m0; ic < m1; ic += kn.mc {
 				mb := min(kn.mc, m1-ic)
+				if direct {
+					// Only a partial last sliver is packed, into sliver 0.
+					if full := mb / mr * mr; full < mb {
+						packA(mr, g.transA, g.a, g.lda, ic+full, mb-full, pc, kb, g.alpha, ws.a)
+					}
+					g.macroDirect(ws, ic, pc, kb, mb, nb, g.c[ic*g.ldc+jc:], beta)
+					continue
+				}
 				packA(mr, g.transA, g.a, g.lda, ic, mb, pc, kb, g.alpha, ws.a)
 				g.macro(ws, kb, mb, nb, g.c[ic*g.ldc+jc:], beta)
 			}
@@ -188,6 +208,46 @@ func (g *gemmArgs[T]) macro(ws *workspace[T], kb, mb, nb int, c []T, beta T) {
 			// Edge tile: compute the padded tile aside, merge the valid part.
 			t := ws.tile
 			kn.micro(kb, ap, bp, t, nr, 0)
+			for i := range mm {
+				dst := c[(ir+i)*ldc+jr : (ir+i)*ldc+jr+nn]
+				src := t[i*nr : i*nr+nn]
+				if beta == 0 {
+					copy(dst, src)
+				} else {
+					for j := range dst {
+						dst[j] = src[j] + beta*dst[j]
+					}
+				}
+			}
+		}
+	}
+}
+
+// macroDirect is macro for rows ic.. of op(A) read in place (full slivers)
+// or from the packed partial sliver at the start of ws.a.
+func (g *gemmArgs[T]) macroDirect(ws *workspace[T], ic, pc, kb, mb, nb int, c []T, beta T) {
+	kn := g.kn
+	mr, nr, ldc := kn.mr, kn.nr, g.ldc
+	rsa, csa := g.lda, 1
+	if g.transA {
+		rsa, csa = 1, g.lda
+	}
+	full := mb / mr * mr
+	for jr := 0; jr < nb; jr += nr {
+		bp := ws.b[jr*kb : (jr+nr)*kb]
+		nn := min(nr, nb-jr)
+		for ir := 0; ir < mb; ir += mr {
+			if ir < full && nn == nr {
+				kn.microDA(kb, g.a[(ic+ir)*rsa+pc*csa:], rsa, csa, bp, c[ir*ldc+jr:], ldc, beta)
+				continue
+			}
+			t := ws.tile
+			if ir < full {
+				kn.microDA(kb, g.a[(ic+ir)*rsa+pc*csa:], rsa, csa, bp, t, nr, 0)
+			} else {
+				kn.micro(kb, ws.a[:mr*kb], bp, t, nr, 0)
+			}
+			mm := min(mr, mb-ir)
 			for i := range mm {
 				dst := c[(ir+i)*ldc+jr : (ir+i)*ldc+jr+nn]
 				src := t[i*nr : i*nr+nn]

@@ -1,0 +1,346 @@
+package allreduce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+)
+
+// Sentinel errors, wrapped by the errors that the package returns.
+var (
+	// ErrClosed is returned by operations on a closed Ring and by the
+	// operations that a Close interrupts.
+	ErrClosed = errors.New("allreduce: ring closed")
+	// ErrInvalidConfig is returned by New for a bad Config.
+	ErrInvalidConfig = errors.New("allreduce: invalid config")
+	// ErrBusy is returned when an operation with the same name and round
+	// is already running on the ring.
+	ErrBusy = errors.New("allreduce: operation already running")
+	// ErrMismatch is returned when a peer's chunk does not fit the local
+	// operation: a different tensor length or ring size.
+	ErrMismatch = errors.New("allreduce: peers disagree")
+	// ErrPeerUnreachable is returned (wrapped, naming the peer) when an
+	// in-process peer has been closed.
+	ErrPeerUnreachable = errors.New("allreduce: peer unreachable")
+	// ErrNotStarted is returned by AllReduce on a gRPC ring before Start.
+	ErrNotStarted = errors.New("allreduce: ring not started")
+)
+
+// DefaultChunkBytes is the size of the chunks that a segment is cut into
+// when Config.ChunkBytes is zero: small enough that sending one chunk
+// overlaps with receiving the next, large enough to amortise the per-message
+// cost.
+const DefaultChunkBytes = 1 << 20
+
+// Config configures one rank of a ring.
+type Config struct {
+	// Rank is this worker's position in Peers.
+	Rank int
+	// Peers holds the host:port of every rank's Ring service, indexed by
+	// rank. Every rank must be given the same list. One peer is a valid
+	// ring whose operations return at once.
+	Peers []string
+	// Listener, when set, is where Start serves the Ring service; nil
+	// means New listens on Peers[Rank]. Close closes it.
+	Listener net.Listener
+	// Logger receives connection and failure messages (nil: slog.Default()).
+	Logger *slog.Logger
+	// ChunkBytes is the size of the pieces a segment is sent in (0:
+	// DefaultChunkBytes; rounded down to whole float32s, at least one).
+	ChunkBytes int
+}
+
+func (c Config) validate() error {
+	if len(c.Peers) == 0 {
+		return fmt.Errorf("%w: no peers", ErrInvalidConfig)
+	}
+	if c.Rank < 0 || c.Rank >= len(c.Peers) {
+		return fmt.Errorf("%w: rank %d outside the %d peers", ErrInvalidConfig, c.Rank, len(c.Peers))
+	}
+	if c.ChunkBytes < 0 {
+		return fmt.Errorf("%w: negative chunk size %d", ErrInvalidConfig, c.ChunkBytes)
+	}
+	seen := make(map[string]int, len(c.Peers))
+	for i, p := range c.Peers {
+		if p == "" {
+			return fmt.Errorf("%w: peer %d has no address", ErrInvalidConfig, i)
+		}
+		if j, dup := seen[p]; dup {
+			return fmt.Errorf("%w: peers %d and %d share the address %s", ErrInvalidConfig, j, i, p)
+		}
+		seen[p] = i
+	}
+	return nil
+}
+
+func chunkElems(bytes int) int {
+	if bytes == 0 {
+		bytes = DefaultChunkBytes
+	}
+	return max(bytes/4, 1)
+}
+
+// Ring is one rank of a ring all-reduce. Its methods are safe for
+// concurrent use; concurrent operations must differ in (name, round).
+type Ring struct {
+	rank, size int
+	peers      []string
+	chunk      int // elements per chunk
+	log        *slog.Logger
+	box        *mailbox
+	tr         transport
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	onClose func() error
+
+	// testReceived, when set by a test, is called after each chunk that
+	// an operation has taken in.
+	testReceived func(key opKey, index int)
+}
+
+// Rank returns this ring member's rank.
+func (r *Ring) Rank() int { return r.rank }
+
+// Size returns the number of ranks.
+func (r *Ring) Size() int { return r.size }
+
+// peer names rank i in errors: its rank and, if known, its address.
+func (r *Ring) peer(i int) string {
+	if i >= 0 && i < len(r.peers) && r.peers[i] != "" {
+		return fmt.Sprintf("rank %d (%s)", i, r.peers[i])
+	}
+	return fmt.Sprintf("rank %d", i)
+}
+
+// AllReduce replaces data, on every rank, by the element-wise sum of the
+// data of all ranks. Every rank must call it with the same name, round and
+// len(data); (name, round) identifies the operation, so that concurrent
+// calls (different names) and successive calls (different rounds) never
+// mix. data is read and written until AllReduce returns and must not be
+// touched meanwhile. All ranks end with bit-identical results.
+//
+// It blocks until the operation is complete, ctx is done, or a peer fails:
+// give ctx a deadline, since a dead peer is detected by a broken stream or
+// by the deadline. Errors name the peer involved. After an error data holds
+// partial sums.
+func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []float32) error {
+	if err := r.ready(); err != nil {
+		return err
+	}
+	if r.size == 1 {
+		return ctx.Err()
+	}
+	key := opKey{name: name, round: round}
+	ib, err := r.box.open(key)
+	if err != nil {
+		return fmt.Errorf("allreduce: rank %d: %q round %d: %w", r.rank, name, round, err)
+	}
+	defer r.box.finish(key)
+	return r.run(ctx, key, ib, data)
+}
+
+// AllReduceMean is AllReduce followed by a division by the number of ranks:
+// data becomes the element-wise mean.
+func (r *Ring) AllReduceMean(ctx context.Context, name string, round int64, data []float32) error {
+	if err := r.AllReduce(ctx, name, round, data); err != nil {
+		return err
+	}
+	inv := 1 / float32(r.size)
+	for i := range data {
+		data[i] *= inv
+	}
+	return nil
+}
+
+// Broadcast replaces data, on every rank, by root's data: an all-reduce to
+// which the other ranks contribute zeros (x+0 is exact, so every rank ends
+// with root's values bit for bit). Every rank must pass the same len(data).
+func (r *Ring) Broadcast(ctx context.Context, name string, round int64, root int, data []float32) error {
+	if root < 0 || root >= r.size {
+		return fmt.Errorf("allreduce: broadcast %q: root %d outside the %d ranks", name, root, r.size)
+	}
+	if r.rank != root {
+		clear(data)
+	}
+	return r.AllReduce(ctx, name, round, data)
+}
+
+func (r *Ring) ready() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return ErrClosed
+	case !r.started:
+		return fmt.Errorf("%w: rank %d: call Start first", ErrNotStarted, r.rank)
+	}
+	return nil
+}
+
+// Close stops the ring: running operations fail with ErrClosed, the service
+// stops and connections close. It is safe to call more than once.
+func (r *Ring) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	onClose := r.onClose
+	r.mu.Unlock()
+	r.box.close(ErrClosed)
+	if onClose != nil {
+		return onClose()
+	}
+	return nil
+}
+
+// item is one chunk of a send or receive sequence: elements [lo, hi) of
+// the tensor, and whether it is reduced (added) or gathered (copied).
+type item struct {
+	lo, hi int
+	reduce bool
+}
+
+// schedule returns the chunks that rank sends, in order, for a tensor of n
+// elements on a ring of size ranks. Segment j is [j*n/size, (j+1)*n/size).
+// Reduce-scatter: at step s rank sends segment rank-s, and receives
+// segment rank-s-1 which it adds to its own. All-gather: at step s it
+// sends segment rank+1-s (the first being the one it finished reducing)
+// and receives segment rank-s which it copies. The chunks that rank
+// receives are those that rank-1 sends, in the same order. first is the
+// number of chunks of the first step: send item k >= first forwards receive
+// item k-first.
+func schedule(rank, size, n, chunk int) (items []item, first int) {
+	seg := func(j int) (int, int) {
+		j = ((j % size) + size) % size
+		return j * n / size, (j + 1) * n / size
+	}
+	add := func(j int, reduce bool) int {
+		lo, hi := seg(j)
+		c := 0
+		for a := lo; a < hi; a += chunk {
+			items = append(items, item{lo: a, hi: min(a+chunk, hi), reduce: reduce})
+			c++
+		}
+		return c
+	}
+	for s := 0; s < size-1; s++ {
+		c := add(rank-s, true)
+		if s == 0 {
+			first = c
+		}
+	}
+	for s := 0; s < size-1; s++ {
+		add(rank+1-s, false)
+	}
+	return items, first
+}
+
+// run is the pipelined ring: a sender goroutine streams chunks to the next
+// rank while this goroutine takes the previous rank's chunks in order,
+// reduces or copies them, and releases the sender to forward each one.
+func (r *Ring) run(ctx context.Context, key opKey, ib *inbox, data []float32) error {
+	next, prev := (r.rank+1)%r.size, (r.rank+r.size-1)%r.size
+	sends, first := schedule(r.rank, r.size, len(data), r.chunk)
+	recvs, _ := schedule(prev, r.size, len(data), r.chunk)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan struct{}, len(recvs))
+	sendErr := make(chan error, 1)
+	go func() {
+		err := r.send(ctx, key, next, sends, first, ready, data)
+		if err != nil {
+			cancel()
+		}
+		sendErr <- err
+	}()
+
+	recvErr := r.receive(ctx, key, ib, prev, recvs, len(sends)-first, ready, data)
+	if recvErr != nil {
+		cancel()
+	}
+	err := <-sendErr
+	// The first cause wins over the cancellations it triggered.
+	// A sender that stopped on the context was waiting for the receiver,
+	// or was cancelled by it: the receiver's error is then the cause.
+	if err == nil || (recvErr != nil && isContextErr(err)) {
+		err = recvErr
+	}
+	if err != nil {
+		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", key.name, "round", key.round, "err", err)
+	}
+	return err
+}
+
+func (r *Ring) send(ctx context.Context, key opKey, next int, items []item, first int, ready <-chan struct{}, data []float32) error {
+	wrap := func(err error) error {
+		if errors.Is(err, ErrClosed) {
+			return fmt.Errorf("allreduce: rank %d: %q round %d: %w", r.rank, key.name, key.round, err)
+		}
+		return fmt.Errorf("allreduce: rank %d: %q round %d: sending to %s: %w", r.rank, key.name, key.round, r.peer(next), err)
+	}
+	st, err := r.tr.open(ctx, next, key)
+	if err != nil {
+		return wrap(err)
+	}
+	for k, it := range items {
+		if k >= first {
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				st.abort()
+				return wrap(ctx.Err())
+			}
+		}
+		c := &chunk{key: key, from: r.rank, size: r.size, index: k, length: len(data), offset: it.lo, data: data[it.lo:it.hi]}
+		if err := st.send(c); err != nil {
+			st.abort()
+			return wrap(err)
+		}
+	}
+	if err := st.close(); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+func (r *Ring) receive(ctx context.Context, key opKey, ib *inbox, prev int, items []item, forward int, ready chan<- struct{}, data []float32) error {
+	for k, it := range items {
+		c, err := ib.take(ctx, k)
+		if err != nil {
+			return fmt.Errorf("allreduce: rank %d: %q round %d: waiting for chunk %d of %d from %s: %w",
+				r.rank, key.name, key.round, k, len(items), r.peer(prev), err)
+		}
+		if c.from != prev || c.size != r.size || c.length != len(data) || c.offset != it.lo || len(c.data) != it.hi-it.lo {
+			return fmt.Errorf("%w: rank %d: %q round %d: chunk %d from rank %d (ring of %d, %d elements at %d of %d) does not fit this rank's ring of %d, %d elements at %d of %d",
+				ErrMismatch, r.rank, key.name, key.round, k, c.from, c.size, len(c.data), c.offset, c.length,
+				r.size, it.hi-it.lo, it.lo, len(data))
+		}
+		dst := data[it.lo:it.hi]
+		if it.reduce {
+			for i, v := range c.data {
+				dst[i] += v
+			}
+		} else {
+			copy(dst, c.data)
+		}
+		if k < forward {
+			ready <- struct{}{}
+		}
+		if r.testReceived != nil {
+			r.testReceived(key, k)
+		}
+	}
+	return nil
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

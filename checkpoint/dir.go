@@ -1,0 +1,317 @@
+package checkpoint
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// StateFile is the name of the file, in a checkpoint directory, that lists
+// the retained complete checkpoints in TensorFlow's text form:
+//
+//	model_checkpoint_path: "model.ckpt-300"
+//	all_model_checkpoint_paths: "model.ckpt-100"
+//	all_model_checkpoint_paths: "model.ckpt-200"
+//	all_model_checkpoint_paths: "model.ckpt-300"
+//
+// (newest last). It is informative: Latest scans the directory itself, so a
+// stale state file (a crash between an index and the state update) misleads
+// no one.
+const StateFile = "checkpoint"
+
+// fileName matches every file of a checkpoint, temporary files included:
+// base, step, kind ("index" or "data-i-of-n"), temporary suffix.
+var fileName = regexp.MustCompile(`^(.+)-(\d+)\.(index|data-\d+-of-\d+)(\.tmp\d*)?$`)
+
+// checkPrefix rejects prefixes that would escape the directory or could not
+// be found again by Latest.
+func checkPrefix(prefix string) error {
+	if prefix == "" || strings.ContainsAny(prefix, `/\`) || !fileName.MatchString(prefix+".index") {
+		return fmt.Errorf("checkpoint: bad prefix %q: want a base name and a step, like \"model.ckpt-100\"", prefix)
+	}
+	return nil
+}
+
+// ParsePrefix splits a prefix "model.ckpt-100" into its basename and step.
+func ParsePrefix(prefix string) (basename string, step int64, err error) {
+	if err := checkPrefix(prefix); err != nil {
+		return "", 0, err
+	}
+	m := fileName.FindStringSubmatch(prefix + ".index")
+	step, err = strconv.ParseInt(m[2], 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("checkpoint: bad prefix %q: %v", prefix, err)
+	}
+	return m[1], step, nil
+}
+
+// writeAtomic writes dir/name through a temporary file in dir, synced and
+// renamed into place, then syncs dir: after a crash the file is either
+// absent (or its previous version) or complete.
+func writeAtomic(dir, name string, write func(io.Writer) error) (err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, name+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<16)
+	if err = write(bw); err != nil {
+		return err
+	}
+	if err = bw.Flush(); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return err
+	}
+	return nil
+}
+
+// ckptFiles are the files of one checkpoint found in a directory.
+type ckptFiles struct {
+	prefix   string
+	basename string
+	step     int64
+	index    bool
+	files    []string // every file, temporary ones included
+}
+
+// scan lists the checkpoints of dir (complete or not), oldest first.
+func scan(dir string) ([]*ckptFiles, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: listing %s: %w", dir, err)
+	}
+	byPrefix := map[string]*ckptFiles{}
+	for _, e := range ents {
+		m := fileName.FindStringSubmatch(e.Name())
+		if m == nil || e.IsDir() {
+			continue
+		}
+		step, err := strconv.ParseInt(m[2], 10, 64)
+		if err != nil {
+			continue
+		}
+		prefix := m[1] + "-" + m[2]
+		c := byPrefix[prefix]
+		if c == nil {
+			c = &ckptFiles{prefix: prefix, basename: m[1], step: step}
+			byPrefix[prefix] = c
+		}
+		c.files = append(c.files, e.Name())
+		if m[3] == "index" && m[4] == "" {
+			c.index = true
+		}
+	}
+	out := make([]*ckptFiles, 0, len(byPrefix))
+	for _, c := range byPrefix {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].step != out[j].step {
+			return out[i].step < out[j].step
+		}
+		return out[i].prefix < out[j].prefix
+	})
+	return out, nil
+}
+
+// Latest returns the newest complete and valid checkpoint of dir, of any
+// basename: FindLatest(dir, "", slog.Default()).
+func Latest(dir string) (prefix string, step int64, err error) {
+	return FindLatest(dir, "", nil)
+}
+
+// FindLatest returns the prefix and step of the newest checkpoint of dir
+// whose basename is basename ("" means any) that is complete and valid: its
+// index parses and passes its checksum, and every shard file has the size
+// and CRC32C the index records. A checkpoint that fails is skipped, with a
+// warning on log (nil means slog.Default()) naming the bad file, for the one
+// before it. With none left the error wraps ErrNoCheckpoint. Verifying reads
+// every shard file of the checkpoints it looks at.
+func FindLatest(dir, basename string, log *slog.Logger) (prefix string, step int64, err error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	cks, err := scan(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", 0, fmt.Errorf("checkpoint: %s: %w (no such directory)", dir, ErrNoCheckpoint)
+		}
+		return "", 0, err
+	}
+	for i := len(cks) - 1; i >= 0; i-- {
+		c := cks[i]
+		if basename != "" && c.basename != basename {
+			continue
+		}
+		if !c.index {
+			log.Warn("checkpoint: skipping an incomplete checkpoint (no index)", "dir", dir, "prefix", c.prefix, "files", c.files)
+			continue
+		}
+		if err := Verify(dir, c.prefix); err != nil {
+			log.Warn("checkpoint: skipping an invalid checkpoint", "dir", dir, "prefix", c.prefix, "err", err)
+			continue
+		}
+		return c.prefix, c.step, nil
+	}
+	return "", 0, fmt.Errorf("checkpoint: %s: %w", dir, ErrNoCheckpoint)
+}
+
+// Verify checks checkpoint prefix of dir as FindLatest does: its index and
+// every shard's size and checksum. Its error wraps ErrIncomplete or
+// ErrCorrupt and names the bad file.
+func Verify(dir, prefix string) error {
+	ix, err := ReadIndex(dir, prefix)
+	if err != nil {
+		return err
+	}
+	for _, s := range ix.Shards {
+		if err := checkShardFile(dir, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Retain keeps the keep newest complete checkpoints of dir (those with an
+// index; keep <= 0 keeps them all) and deletes the older ones, together with
+// the files of incomplete checkpoints older than the newest complete one
+// (left by crashed writers), and rewrites the state file. Files of
+// checkpoints newer than the newest complete one are left alone: they may
+// be in the middle of being written. Retain does not read shard files.
+func Retain(dir string, keep int) error {
+	cks, err := scan(dir)
+	if err != nil {
+		return err
+	}
+	var complete []*ckptFiles
+	for _, c := range cks {
+		if c.index {
+			complete = append(complete, c)
+		}
+	}
+	drop := map[*ckptFiles]bool{}
+	if keep > 0 && len(complete) > keep {
+		for _, c := range complete[:len(complete)-keep] {
+			drop[c] = true
+		}
+		complete = complete[len(complete)-keep:]
+	}
+	if len(complete) > 0 {
+		newest := complete[len(complete)-1].step
+		for _, c := range cks {
+			if !c.index && c.step < newest {
+				drop[c] = true
+			}
+		}
+	}
+	if err := writeState(dir, complete); err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range cks {
+		if !drop[c] {
+			continue
+		}
+		// The index goes first, so that an interrupted deletion leaves an
+		// incomplete checkpoint rather than one with missing shards.
+		isIndex := func(f string) bool { return strings.HasSuffix(f, ".index") }
+		sort.SliceStable(c.files, func(i, j int) bool { return isIndex(c.files[i]) && !isIndex(c.files[j]) })
+		for _, f := range c.files {
+			if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("checkpoint: deleting old checkpoints of %s: %w", dir, errors.Join(errs...))
+	}
+	return nil
+}
+
+// writeState rewrites the state file to list cks (oldest first).
+func writeState(dir string, cks []*ckptFiles) error {
+	var b strings.Builder
+	if len(cks) > 0 {
+		fmt.Fprintf(&b, "model_checkpoint_path: %q\n", cks[len(cks)-1].prefix)
+	}
+	for _, c := range cks {
+		fmt.Fprintf(&b, "all_model_checkpoint_paths: %q\n", c.prefix)
+	}
+	err := writeAtomic(dir, StateFile, func(w io.Writer) error {
+		_, err := io.WriteString(w, b.String())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: writing %s: %w", filepath.Join(dir, StateFile), err)
+	}
+	return nil
+}
+
+// ReadState returns the checkpoints the state file of dir lists, oldest
+// first, and its model_checkpoint_path (the newest). A missing state file
+// gives no checkpoints and no error.
+func ReadState(dir string) (all []string, newest string, err error) {
+	data, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("checkpoint: %w", err)
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		key, val, ok := strings.Cut(line, ":")
+		v, qerr := strconv.Unquote(strings.TrimSpace(val))
+		if !ok || qerr != nil {
+			return nil, "", fmt.Errorf("checkpoint: %s line %d: %w: %q", filepath.Join(dir, StateFile), i+1, ErrCorrupt, line)
+		}
+		switch key {
+		case "model_checkpoint_path":
+			newest = v
+		case "all_model_checkpoint_paths":
+			all = append(all, v)
+		}
+	}
+	return all, newest, nil
+}

@@ -1,0 +1,209 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Runner runs graph steps; *session.Session (local or remote) is one.
+type Runner interface {
+	Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor, fetches []graph.Output, targets []*graph.Node) ([]*tensor.Tensor, error)
+}
+
+// DefaultKeep is the number of checkpoints a Saver keeps when
+// SaverConfig.Keep is 0.
+const DefaultKeep = 5
+
+// SaverConfig configures NewSaver.
+type SaverConfig struct {
+	// Dir is the checkpoint directory; required. Every task that holds
+	// variables writes its shard there, so on a cluster of several machines
+	// it must be on a filesystem they share (tasks of one machine, as with
+	// --local-cluster, simply share the directory).
+	Dir string
+	// Basename names the checkpoints: "<Basename>-<step>". "" means
+	// "model.ckpt". It must not contain a path separator.
+	Basename string
+	// Keep is how many complete checkpoints Save keeps: 0 means DefaultKeep,
+	// a negative number keeps them all.
+	Keep int
+	// Logger receives a record per checkpoint saved or restored and the
+	// warnings about invalid checkpoints; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *SaverConfig) validate() error {
+	if c.Dir == "" {
+		return errors.New("checkpoint: SaverConfig.Dir is empty")
+	}
+	if c.Basename == "" {
+		c.Basename = "model.ckpt"
+	}
+	if strings.ContainsAny(c.Basename, `/\`) {
+		return fmt.Errorf("checkpoint: SaverConfig.Basename %q contains a path separator", c.Basename)
+	}
+	if c.Keep == 0 {
+		c.Keep = DefaultKeep
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Saver saves and restores a set of variables through graph nodes placed
+// where the variables live: one SaveVariables and one RestoreVariables node
+// per device, so each task (each ps) writes and reads its own shard and the
+// values never cross the network. The caller of Save (the chief) gathers
+// the shards' descriptions and writes the index.
+//
+// A Saver is safe for concurrent use, but two Saves of the same step at
+// once would race on the files: save from one goroutine of one task.
+type Saver struct {
+	cfg     SaverConfig
+	devices []string // one per shard, sorted
+	step    graph.Output
+	saves   []graph.Output
+	restore *graph.Node
+}
+
+// NewSaver adds to the scope's graph the nodes that save and restore vars
+// (nil means every variable of the graph, ops.GlobalVariables), under the
+// name scope "save". Variables are grouped by their node's device (the
+// device request, as set by the scope or a device function such as the
+// replica device setter); each group becomes one shard. Variables without a
+// device form one group, placed as the session places them.
+//
+// Build the Saver after the whole model (and the global step) so that vars
+// is complete, and before the session's first Run if you can (the nodes are
+// shipped with the graph; a remote session also ships later additions).
+func NewSaver(s *graph.Scope, vars []*ops.Variable, cfg SaverConfig) (*Saver, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if s.Err() != nil {
+		return nil, fmt.Errorf("checkpoint: NewSaver: the scope has an error: %w", s.Err())
+	}
+	if vars == nil {
+		vars = ops.GlobalVariables(s.Graph())
+	}
+	if len(vars) == 0 {
+		return nil, errors.New("checkpoint: NewSaver: no variables to save")
+	}
+	groups := map[string][]graph.Output{}
+	seen := map[string]bool{}
+	for _, v := range vars {
+		if v == nil {
+			return nil, errors.New("checkpoint: NewSaver: a variable is nil")
+		}
+		if seen[v.Name()] {
+			return nil, fmt.Errorf("checkpoint: NewSaver: variable %q is listed twice", v.Name())
+		}
+		seen[v.Name()] = true
+		dev := v.Node().Device()
+		groups[dev] = append(groups[dev], v.Value())
+	}
+	sv := &Saver{cfg: cfg}
+	for d := range groups {
+		sv.devices = append(sv.devices, d)
+	}
+	sort.Strings(sv.devices)
+
+	ss := s.SubScope("save")
+	sv.step = ops.Placeholder(ss, "step", tensor.Int64, tensor.ScalarShape())
+	var restores []*graph.Node
+	for i, d := range sv.devices {
+		ds := ss.WithDevice(d)
+		sv.saves = append(sv.saves, ops.SaveVariables(ds, sv.step, groups[d], cfg.Dir, cfg.Basename, i, len(sv.devices)))
+		restores = append(restores, ops.RestoreVariables(ds, sv.step, groups[d], cfg.Dir, cfg.Basename))
+	}
+	sv.restore = ops.Group(ss, "restore_all", restores...)
+	if err := ss.Err(); err != nil {
+		return nil, fmt.Errorf("checkpoint: NewSaver: %w", err)
+	}
+	return sv, nil
+}
+
+// Devices returns the device of each shard, in shard order ("" for
+// variables without a device). The caller must not modify it.
+func (sv *Saver) Devices() []string { return sv.devices }
+
+// Dir returns the checkpoint directory.
+func (sv *Saver) Dir() string { return sv.cfg.Dir }
+
+// Save writes the checkpoint of step: it runs the save nodes in one step
+// (each device writes its shard, in parallel), writes the index from the
+// caller's process, then deletes the checkpoints beyond Keep. It returns
+// the checkpoint's prefix ("model.ckpt-100"). If it fails before the index
+// is written the checkpoint stays incomplete and Latest ignores it.
+//
+// Each variable is read atomically, but training steps that run during
+// Save may update some variables before and others after they are read.
+func (sv *Saver) Save(ctx context.Context, r Runner, step int64) (string, error) {
+	if step < 0 {
+		return "", fmt.Errorf("checkpoint: Save: step %d is negative", step)
+	}
+	prefix := Prefix(sv.cfg.Basename, step)
+	out, err := r.Run(ctx, map[graph.Output]*tensor.Tensor{sv.step: tensor.Scalar(step)}, sv.saves, nil)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: saving %s in %s: %w", prefix, sv.cfg.Dir, err)
+	}
+	shards := make([]ShardInfo, len(out))
+	for i, t := range out {
+		if err := json.Unmarshal(t.Uint8s(), &shards[i]); err != nil {
+			return "", fmt.Errorf("checkpoint: saving %s: shard %d (device %q) sent a bad description: %w", prefix, i, sv.devices[i], err)
+		}
+	}
+	if err := WriteIndex(sv.cfg.Dir, prefix, step, shards); err != nil {
+		return "", err
+	}
+	if err := Retain(sv.cfg.Dir, sv.cfg.Keep); err != nil {
+		// The checkpoint itself is complete; old files are only wasted space.
+		sv.cfg.Logger.Warn("checkpoint: could not delete old checkpoints", "dir", sv.cfg.Dir, "err", err)
+	}
+	sv.cfg.Logger.Info("checkpoint: saved", "dir", sv.cfg.Dir, "prefix", prefix, "shards", len(shards))
+	return prefix, nil
+}
+
+// Restore assigns every variable of the Saver its value in the checkpoint
+// of step, each device reading its variables from whichever shards hold
+// them (the checkpoint may come from a cluster with another number of ps
+// tasks). It verifies the checkpoint first (see Verify).
+func (sv *Saver) Restore(ctx context.Context, r Runner, step int64) error {
+	prefix := Prefix(sv.cfg.Basename, step)
+	if err := Verify(sv.cfg.Dir, prefix); err != nil {
+		return err
+	}
+	if _, err := r.Run(ctx, map[graph.Output]*tensor.Tensor{sv.step: tensor.Scalar(step)}, nil, []*graph.Node{sv.restore}); err != nil {
+		return fmt.Errorf("checkpoint: restoring %s from %s: %w", prefix, sv.cfg.Dir, err)
+	}
+	sv.cfg.Logger.Info("checkpoint: restored", "dir", sv.cfg.Dir, "prefix", prefix)
+	return nil
+}
+
+// RestoreLatest restores the newest complete and valid checkpoint of the
+// Saver's basename (see FindLatest, which skips bad ones with a warning).
+// ok is false, with no error, when there is none: initialise the variables
+// instead.
+func (sv *Saver) RestoreLatest(ctx context.Context, r Runner) (step int64, ok bool, err error) {
+	_, step, err = FindLatest(sv.cfg.Dir, sv.cfg.Basename, sv.cfg.Logger)
+	if errors.Is(err, ErrNoCheckpoint) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if err := sv.Restore(ctx, r, step); err != nil {
+		return 0, false, err
+	}
+	return step, true, nil
+}
