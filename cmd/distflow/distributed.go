@@ -214,8 +214,12 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	target := f.targetSteps(n)
 	log.Info("training", "model", f.model, "data", ex.source, "replica", index, "replicas", len(reps),
 		"global_steps", target, "batch", f.batch, "in_graph", f.inGraph)
-	st, err := j.trainLoop(ctx, sess, its, target, n, self.String(), stderr)
+	events, err := openEvents(f.logdir, fmt.Sprintf("%s-%d", self.Job, self.Index))
 	if err != nil {
+		return err
+	}
+	st, err := j.trainLoop(ctx, sess, its, target, n, self.String(), stderr, events)
+	if err := closeEvents(events, err); err != nil {
 		return err
 	}
 	if markDone != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/summary"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
@@ -30,6 +31,9 @@ type job struct {
 	// non-chief workers can wait for the chief.
 	initialized graph.Output
 	numVars     int
+	// summaries merges the graph's summaries (weight histograms) when
+	// --logdir is set; invalid otherwise.
+	summaries graph.Output
 }
 
 // buildJob builds the model (one tower per entry of towerDevices; "" is the
@@ -60,6 +64,12 @@ func buildJob(s *graph.Scope, f trainFlags, towerDevices []string) (*job, error)
 		flags[i] = ops.Cast(s, ops.IsVariableInitialized(s, v.Value()), tensor.Float32)
 	}
 	j.initialized, j.numVars = ops.AddN(s, flags...), len(vars)
+	if f.logdir != "" {
+		for _, v := range towers[0].Variables {
+			ops.HistogramSummary(s, v.Name(), v.Value())
+		}
+		j.summaries = ops.MergeAllSummaries(s)
+	}
 	return j, s.Err()
 }
 
@@ -138,11 +148,16 @@ type loopStats struct {
 // trainLoop runs training steps until the global step reaches target. Each
 // step feeds one batch to each tower (its)  and runs the update. who names
 // the process in progress lines ("" for a single process).
-func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.Iterator, target, n int, who string, stderr io.Writer) (loopStats, error) {
+func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.Iterator, target, n int, who string, stderr io.Writer, events *summary.Writer) (loopStats, error) {
 	f := j.f
 	fetches := []graph.Output{j.towers[0].Loss, j.globalStep.Value()}
 	if f.model == "linreg" {
 		fetches = append(fetches, j.towers[0].Params["W"], j.towers[0].Params["b"])
+	}
+	// On logging steps the merged summaries are fetched too.
+	logFetches := fetches
+	if events != nil && j.summaries.Valid() {
+		logFetches = append(fetches[:len(fetches):len(fetches)], j.summaries)
 	}
 	targets := []*graph.Node{j.trainOp}
 	feeds := map[graph.Output]*tensor.Tensor{}
@@ -158,7 +173,12 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 			}
 			feeds[t.Input], feeds[t.Label] = b[0], b[1]
 		}
-		out, err := sess.Run(ctx, feeds, fetches, targets)
+		logging := (st.localSteps+1)%f.logEvery == 0
+		fs := fetches
+		if logging {
+			fs = logFetches
+		}
+		out, err := sess.Run(ctx, feeds, fs, targets)
 		if err != nil {
 			return st, fmt.Errorf("%slocal step %d: %w", prefix(who), st.localSteps+1, err)
 		}
@@ -181,6 +201,14 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 				line += fmt.Sprintf("  W %.4f  b %.4f", out[2].Float64At(0), out[3].Float64At(0))
 			}
 			fmt.Fprintln(stderr, line)
+			if events != nil {
+				writeEvents(events, int64(gstep), st.loss, float64(window*examplesPerStep)/elapsed.Seconds(),
+					float64(window)/elapsed.Seconds(), out[len(fetches):])
+				if f.model == "linreg" {
+					_ = events.AddScalar("W", int64(gstep), out[2].Float64At(0))
+					_ = events.AddScalar("b", int64(gstep), out[3].Float64At(0))
+				}
+			}
 			window, windowStart = 0, now
 		}
 		if done {
@@ -189,6 +217,18 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 	}
 	st.seconds = time.Since(start).Seconds()
 	return st, nil
+}
+
+// writeEvents adds a logging step's scalars and fetched summaries to the
+// event file. Errors are not fatal to training: the writer keeps the first
+// one and Close reports it.
+func writeEvents(w *summary.Writer, step int64, loss, examplesPerSec, stepsPerSec float64, summaries []*tensor.Tensor) {
+	_ = w.AddScalar("loss", step, loss)
+	_ = w.AddScalar("examples_per_second", step, examplesPerSec)
+	_ = w.AddScalar("steps_per_second", step, stepsPerSec)
+	for _, t := range summaries {
+		_ = w.AddSummary(t.Uint8s(), step)
+	}
 }
 
 func prefix(who string) string {

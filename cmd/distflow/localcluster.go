@@ -74,6 +74,9 @@ func (f trainFlags) childArgs() []string {
 	if f.inGraph {
 		a = append(a, "--in-graph")
 	}
+	if f.logdir != "" {
+		a = append(a, "--logdir", f.logdir)
+	}
 	return a
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/summary"
 )
 
 // binary is the distflow command built once for the tests: they run it as a
@@ -141,5 +142,35 @@ func TestUnderscoreFlagsAccepted(t *testing.T) {
 	_, stderr, err := run(t, "train", "--model", "linreg", "--steps", "10", "--log_every", "5")
 	if err != nil {
 		t.Fatalf("--log_every: %v\n%s", err, stderr)
+	}
+}
+
+func TestTrainWritesEventFiles(t *testing.T) {
+	dir := t.TempDir()
+	_, stderr, err := run(t, "train", "--model", "linreg", "--steps", "300", "--logdir", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
+	if len(files) != 1 {
+		t.Fatalf("event files: %v", files)
+	}
+	events, err := summary.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events[0].GetFileVersion() != "brain.Event:2" {
+		t.Errorf("first event %v, want the file version", events[0])
+	}
+	steps := map[int64]bool{}
+	for _, e := range events {
+		for _, v := range e.GetSummary().GetValue() {
+			if v.GetTag() == "loss" {
+				steps[e.GetStep()] = true
+			}
+		}
+	}
+	if !steps[100] || !steps[200] || !steps[300] {
+		t.Errorf("loss scalars at steps %v, want 100, 200 and 300", steps)
 	}
 }

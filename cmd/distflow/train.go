@@ -15,6 +15,7 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/summary"
 )
 
 // trainFlags are the options of `distflow train`. Zero values mean "the
@@ -43,6 +44,8 @@ type trainFlags struct {
 	waitTimeout  time.Duration
 	// listenFD is an inherited listening socket (set by --local-cluster).
 	listenFD int
+	// logdir receives TensorBoard event files (one per process).
+	logdir string
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -83,6 +86,7 @@ func newTrainCommand() *cobra.Command {
 	fl.StringVar(&f.psStrategy, "ps-strategy", "round-robin", "how variables are spread over ps tasks: round-robin or greedy (balanced by bytes)")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", time.Minute, "deadline of one distributed step")
 	fl.DurationVar(&f.waitTimeout, "wait-timeout", 2*time.Minute, "how long to wait for peers: the cluster to come up, the chief to initialise the model")
+	fl.StringVar(&f.logdir, "logdir", "", "write TensorBoard event files (loss, throughput, weight histograms) to this directory")
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket (set by --local-cluster)")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
@@ -190,8 +194,12 @@ func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) err
 	target := f.targetSteps(n)
 	log.Info("training", "model", f.model, "data", ex.source, "examples", n, "steps", target,
 		"batch", f.batch, "optimizer", f.optimizer, "lr", f.lr)
-	st, err := j.trainLoop(ctx, sess, []*data.Iterator{it}, target, n, "", stderr)
+	events, err := openEvents(f.logdir, "local")
 	if err != nil {
+		return err
+	}
+	st, err := j.trainLoop(ctx, sess, []*data.Iterator{it}, target, n, "", stderr, events)
+	if err := closeEvents(events, err); err != nil {
 		return err
 	}
 	res, err := j.finalResult(ctx, sess, ex, st, started)
@@ -199,6 +207,31 @@ func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) err
 		return err
 	}
 	return report(stdout, res, f.jsonOut)
+}
+
+// openEvents opens the event file of this process in logdir ("" means no
+// events: a nil writer).
+func openEvents(logdir, suffix string) (*summary.Writer, error) {
+	if logdir == "" {
+		return nil, nil
+	}
+	w, err := summary.NewWriter(logdir, summary.WriterOptions{Suffix: suffix})
+	if err != nil {
+		return nil, fmt.Errorf("--logdir: %w", err)
+	}
+	return w, nil
+}
+
+// closeEvents closes the event writer and returns the training error, or
+// else the writer's.
+func closeEvents(w *summary.Writer, trainErr error) error {
+	if w == nil {
+		return trainErr
+	}
+	if err := w.Close(); err != nil && trainErr == nil {
+		return fmt.Errorf("--logdir: %w", err)
+	}
+	return trainErr
 }
 
 func report(w io.Writer, r result, asJSON bool) error {
