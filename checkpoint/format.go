@@ -226,8 +226,7 @@ func checkShardFile(dir string, s ShardInfo) error {
 		return fmt.Errorf("checkpoint: %s: %w: header: %v", path, ErrCorrupt, err)
 	}
 	h.Write(hdr[:])
-	if string(hdr[:8]) != shardMagic || crc32.Checksum(hdr[:20], castagnoli) != binary.LittleEndian.Uint32(hdr[20:]) ||
-		binary.LittleEndian.Uint32(hdr[8:]) != uint32(s.Shard) || binary.LittleEndian.Uint32(hdr[12:]) != uint32(s.NumShards) {
+	if !goodHeader(hdr[:], s) {
 		return fmt.Errorf("checkpoint: %s: %w: bad header", path, ErrCorrupt)
 	}
 	if _, err := io.Copy(h, r); err != nil {
@@ -237,6 +236,13 @@ func checkShardFile(dir string, s ShardInfo) error {
 		return fmt.Errorf("checkpoint: %s: %w: crc32c %08x, index says %08x", path, ErrCorrupt, got, s.CRC32C)
 	}
 	return nil
+}
+
+// goodHeader reports whether hdr is the valid header of shard s.
+func goodHeader(hdr []byte, s ShardInfo) bool {
+	return len(hdr) == shardHeaderSize && string(hdr[:8]) == shardMagic &&
+		crc32.Checksum(hdr[:20], castagnoli) == binary.LittleEndian.Uint32(hdr[20:]) &&
+		binary.LittleEndian.Uint32(hdr[8:]) == uint32(s.Shard) && binary.LittleEndian.Uint32(hdr[12:]) == uint32(s.NumShards)
 }
 
 type countingWriter struct {

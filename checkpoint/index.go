@@ -126,7 +126,7 @@ func ReadIndex(dir, prefix string) (*Index, error) {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	var outer struct {
-		CRC32C *uint32          `json:"crc32c"`
+		CRC32C *uint32         `json:"crc32c"`
 		Index  json.RawMessage `json:"index"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -218,8 +218,7 @@ func (ix *Index) read(dir string, names []string) (map[string]*tensor.Tensor, er
 	for _, e := range entries {
 		s := ix.Shards[e.Shard]
 		path := filepath.Join(dir, s.File)
-		f := files[e.Shard]
-		if f == nil {
+		if files[e.Shard] == nil {
 			f, err := os.Open(path)
 			if errors.Is(err, os.ErrNotExist) {
 				return nil, fmt.Errorf("checkpoint: %s: %w: shard %d is missing", path, ErrIncomplete, e.Shard)
@@ -230,6 +229,12 @@ func (ix *Index) read(dir string, names []string) (map[string]*tensor.Tensor, er
 			st, err := f.Stat()
 			if err == nil && st.Size() != s.Size {
 				err = fmt.Errorf("checkpoint: %s: %w: size %d, index says %d", path, ErrCorrupt, st.Size(), s.Size)
+			}
+			if err == nil {
+				var hdr [shardHeaderSize]byte
+				if _, rerr := f.ReadAt(hdr[:], 0); rerr != nil || !goodHeader(hdr[:], s) {
+					err = fmt.Errorf("checkpoint: %s: %w: bad header", path, ErrCorrupt)
+				}
 			}
 			if err != nil {
 				f.Close()

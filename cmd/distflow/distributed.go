@@ -165,9 +165,15 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 			done = append(done, ops.NewVariable(ds, fmt.Sprintf("%s_%d", r.Job, r.Index), tensor.Float32, nil, ops.ZerosInit(), ops.NotTrainable()))
 		}
 	}
-	var markDone *graph.Node
+	var markDone, initDone *graph.Node
 	if done != nil {
 		markDone = ops.Assign(s, done[index].Value(), ops.Scalar(s, tensor.Float32, 1)).Node
+		initDone = ops.VariablesInitializer(s, done...)
+	}
+	if chief {
+		if err := j.addSaver(s, done, log); err != nil {
+			return err
+		}
 	}
 	initOp := ops.GlobalVariablesInitializer(s)
 	if err := s.Err(); err != nil {
@@ -182,12 +188,11 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	defer sess.Close()
 
 	if chief {
-		log.Info("initialising the model")
 		ictx, cancel := context.WithTimeout(ctx, f.waitTimeout)
-		_, err := sess.Run(ictx, nil, nil, []*graph.Node{initOp})
+		err := j.initOrRestore(ictx, sess, initOp, initDone, log)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("initialising the model: %w", err)
+			return err
 		}
 	} else if err := waitForModel(ctx, sess, j, f.waitTimeout, log); err != nil {
 		return err
@@ -229,6 +234,9 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	}
 	var res result
 	if chief {
+		if err := j.finalSave(ctx, sess); err != nil {
+			return err
+		}
 		res, err = j.finalResult(ctx, sess, ex, st, started)
 		if err != nil {
 			return err

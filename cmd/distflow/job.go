@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"time"
 
+	"github.com/distflow/distflow/checkpoint"
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/models"
@@ -34,6 +36,106 @@ type job struct {
 	// summaries merges the graph's summaries (weight histograms) when
 	// --logdir is set; invalid otherwise.
 	summaries graph.Output
+	// saver writes checkpoints (the chief's, when a checkpoint directory is
+	// set; nil otherwise) on schedule.
+	saver    *checkpoint.Saver
+	schedule checkpoint.Schedule
+	log      *slog.Logger
+}
+
+// checkpointDir is where checkpoints go: --checkpoint-dir, else --logdir.
+func (f trainFlags) checkpointDir() string {
+	if f.ckptDir != "" {
+		return f.ckptDir
+	}
+	return f.logdir
+}
+
+// addSaver makes this job save and restore checkpoints of every variable
+// except those in exclude (bookkeeping that must start afresh).
+func (j *job) addSaver(s *graph.Scope, exclude []*ops.Variable, log *slog.Logger) error {
+	dir := j.f.checkpointDir()
+	if dir == "" {
+		return nil
+	}
+	skip := map[*graph.Node]bool{}
+	for _, v := range exclude {
+		skip[v.Node()] = true
+	}
+	var vars []*ops.Variable
+	for _, v := range ops.GlobalVariables(s.Graph()) {
+		if !skip[v.Node()] {
+			vars = append(vars, v)
+		}
+	}
+	sv, err := checkpoint.NewSaver(s, vars, checkpoint.SaverConfig{Dir: dir, Keep: j.f.keepCkpts, Logger: log})
+	if err != nil {
+		return err
+	}
+	j.saver, j.log = sv, log
+	j.schedule = checkpoint.Schedule{Steps: int64(j.f.saveSteps), Secs: j.f.saveSecs}
+	return nil
+}
+
+// initOrRestore readies the model as a chief does: nothing if every
+// variable is already initialised (a restarted chief of a live cluster);
+// else the latest complete checkpoint, if any, and then initAfterRestore
+// for the variables checkpoints leave out; else initAll.
+func (j *job) initOrRestore(ctx context.Context, sess *session.Session, initAll, initAfterRestore *graph.Node, log *slog.Logger) error {
+	out, err := sess.Run(ctx, nil, []graph.Output{j.initialized}, nil)
+	if err != nil {
+		return fmt.Errorf("checking the model: %w", err)
+	}
+	if int(out[0].Float64At(0)) == j.numVars {
+		log.Info("the model is already initialised; continuing")
+		return nil
+	}
+	if j.saver != nil {
+		step, ok, err := j.saver.RestoreLatest(ctx, sess)
+		if err != nil {
+			return fmt.Errorf("restoring from %s: %w", j.saver.Dir(), err)
+		}
+		if ok {
+			if initAfterRestore != nil {
+				if _, err := sess.Run(ctx, nil, nil, []*graph.Node{initAfterRestore}); err != nil {
+					return fmt.Errorf("initialising after the restore: %w", err)
+				}
+			}
+			log.Info("resumed from a checkpoint", "dir", j.saver.Dir(), "global_step", step)
+			return nil
+		}
+	}
+	log.Info("initialising the model")
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{initAll}); err != nil {
+		return fmt.Errorf("initialising the model: %w", err)
+	}
+	return nil
+}
+
+// finalSave writes the checkpoint of the end of training.
+func (j *job) finalSave(ctx context.Context, sess *session.Session) error {
+	if j.saver == nil {
+		return nil
+	}
+	gs, err := sess.Run(ctx, nil, []graph.Output{j.globalStep.Value()}, nil)
+	if err != nil {
+		return err
+	}
+	return j.maybeSave(ctx, sess, int64(gs[0].Float64At(0)), true)
+}
+
+// maybeSave writes a checkpoint when the schedule says so (or force).
+func (j *job) maybeSave(ctx context.Context, sess *session.Session, gstep int64, force bool) error {
+	if j.saver == nil || !(force || j.schedule.Due(gstep, time.Now())) {
+		return nil
+	}
+	prefix, err := j.saver.Save(ctx, sess, gstep)
+	if err != nil {
+		return fmt.Errorf("saving a checkpoint at global step %d: %w", gstep, err)
+	}
+	j.schedule.Saved(gstep, time.Now())
+	j.log.Info("saved a checkpoint", "prefix", prefix, "global_step", gstep)
+	return nil
 }
 
 // buildJob builds the model (one tower per entry of towerDevices; "" is the
@@ -210,6 +312,9 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 				}
 			}
 			window, windowStart = 0, now
+		}
+		if err := j.maybeSave(ctx, sess, int64(gstep), false); err != nil {
+			return st, err
 		}
 		if done {
 			break

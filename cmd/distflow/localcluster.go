@@ -77,6 +77,11 @@ func (f trainFlags) childArgs() []string {
 	if f.logdir != "" {
 		a = append(a, "--logdir", f.logdir)
 	}
+	if f.ckptDir != "" {
+		a = append(a, "--checkpoint-dir", f.ckptDir)
+	}
+	a = append(a, "--save-checkpoint-steps", strconv.Itoa(f.saveSteps), "--save-checkpoint-secs", f.saveSecs.String(),
+		"--keep-checkpoints", strconv.Itoa(f.keepCkpts))
 	return a
 }
 

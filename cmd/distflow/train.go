@@ -46,6 +46,11 @@ type trainFlags struct {
 	listenFD int
 	// logdir receives TensorBoard event files (one per process).
 	logdir string
+	// Checkpoints: where, how often, how many.
+	ckptDir   string
+	saveSteps int
+	saveSecs  time.Duration
+	keepCkpts int
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -87,6 +92,10 @@ func newTrainCommand() *cobra.Command {
 	fl.DurationVar(&f.stepTimeout, "step-timeout", time.Minute, "deadline of one distributed step")
 	fl.DurationVar(&f.waitTimeout, "wait-timeout", 2*time.Minute, "how long to wait for peers: the cluster to come up, the chief to initialise the model")
 	fl.StringVar(&f.logdir, "logdir", "", "write TensorBoard event files (loss, throughput, weight histograms) to this directory")
+	fl.StringVar(&f.ckptDir, "checkpoint-dir", "", "save and restore checkpoints here (default: --logdir); the chief resumes from the latest complete one")
+	fl.IntVar(&f.saveSteps, "save-checkpoint-steps", 0, "save a checkpoint every N global steps (0: only at the end)")
+	fl.DurationVar(&f.saveSecs, "save-checkpoint-secs", 0, "save a checkpoint at least this often (0: off)")
+	fl.IntVar(&f.keepCkpts, "keep-checkpoints", 5, "how many recent checkpoints to keep")
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket (set by --local-cluster)")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
@@ -177,13 +186,16 @@ func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if err := j.addSaver(s, nil, log); err != nil {
+		return err
+	}
 	sess, err := session.New(s.Graph())
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
-	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{j.initOp}); err != nil {
-		return fmt.Errorf("initialising variables: %w", err)
+	if err := j.initOrRestore(ctx, sess, j.initOp, nil, log); err != nil {
+		return err
 	}
 	it, err := batches(ctx, ex, f, 1, 0)
 	if err != nil {
@@ -200,6 +212,9 @@ func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) err
 	}
 	st, err := j.trainLoop(ctx, sess, []*data.Iterator{it}, target, n, "", stderr, events)
 	if err := closeEvents(events, err); err != nil {
+		return err
+	}
+	if err := j.finalSave(ctx, sess); err != nil {
 		return err
 	}
 	res, err := j.finalResult(ctx, sess, ex, st, started)

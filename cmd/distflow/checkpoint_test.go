@@ -1,0 +1,120 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTrainResumesFromCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"train", "--model", "linreg", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--json"}
+	if _, stderr, err := run(t, append(args, "--steps", "300")...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	stdout, stderr, err := run(t, append(args, "--steps", "600")...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "resumed from a checkpoint") || !strings.Contains(stderr, "global_step=300") {
+		t.Errorf("the second run did not resume at global step 300:\n%s", stderr)
+	}
+	res := lastJSON(t, stdout)
+	if res["global_step"].(float64) != 600 || res["local_step"].(float64) != 300 {
+		t.Errorf("global step %v after %v local steps, want 600 after 300", res["global_step"], res["local_step"])
+	}
+}
+
+func TestTruncatedCheckpointFallsBackToThePreviousOne(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"train", "--model", "linreg", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100"}
+	if _, stderr, err := run(t, append(args, "--steps", "300")...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	shards, _ := filepath.Glob(filepath.Join(dir, "model.ckpt-*.data-*"))
+	sort.Slice(shards, func(i, j int) bool { return ckptStep(shards[i]) < ckptStep(shards[j]) })
+	if len(shards) < 2 {
+		t.Fatalf("checkpoints: %v", shards)
+	}
+	newest, previous := shards[len(shards)-1], ckptStep(shards[len(shards)-2])
+	fi, err := os.Stat(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(newest, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := run(t, append(args, "--steps", "400")...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "level=WARN") || !strings.Contains(stderr, filepath.Base(newest)) {
+		t.Errorf("no warning naming the truncated %s:\n%s", filepath.Base(newest), stderr)
+	}
+	if want := "global_step=" + strconv.Itoa(previous); !strings.Contains(stderr, "resumed from a checkpoint") || !strings.Contains(stderr, want) {
+		t.Errorf("did not resume from the previous checkpoint (%s):\n%s", want, stderr)
+	}
+}
+
+func ckptStep(path string) int {
+	m := regexp.MustCompile(`model\.ckpt-(\d+)\.`).FindStringSubmatch(filepath.Base(path))
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// TestRestartedChiefContinues kills the chief of an asynchronous run and
+// starts it again: it finds the model alive on the ps and training
+// finishes at the target global step with a converged model.
+func TestRestartedChiefContinues(t *testing.T) {
+	dir := t.TempDir()
+	const steps = 4000
+	ps, ws := startCluster(t, 2, steps, "--checkpoint-dir", dir, "--save-checkpoint-steps", "200", "--json")
+	ws[0].waitLine(t, "saved a checkpoint", 60*time.Second)
+	args := ws[0].cmd.Args[1:] // as started, ending with --listen-fd 3
+	if err := ws[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ws[0].wait(t, 10*time.Second)
+	// The test still holds the chief's listening socket: the new chief
+	// serves on the same address.
+	chief := startTestTask(t, "restarted chief", ws[0].cmd.ExtraFiles[0], args[:len(args)-2]...)
+	if err := chief.wait(t, 120*time.Second); err != nil {
+		t.Fatalf("restarted chief: %v\n%s", err, chief.logs())
+	}
+	if err := ws[1].wait(t, 60*time.Second); err != nil {
+		t.Fatalf("worker 1: %v\n%s", err, ws[1].logs())
+	}
+	if err := ps.wait(t, 30*time.Second); err != nil {
+		t.Errorf("ps: %v", err)
+	}
+	logs := chief.logs()
+	if !strings.Contains(logs, "already initialised") {
+		t.Errorf("the restarted chief did not find the live model:\n%s", tail(logs, 10))
+	}
+	w, b := lastFloat(t, logs, `W ([\d.]+)`), lastFloat(t, logs, `b ([\d.]+)`)
+	if math.Abs(w-2) > 0.1 || math.Abs(b-10) > 0.1 {
+		t.Errorf("after the restart W = %.4f, b = %.4f", w, b)
+	}
+	if last := lastFloat(t, logs, `global_step (\d+)/`); last < steps {
+		t.Errorf("the restarted chief stopped at global step %v, want %d", last, steps)
+	}
+}
+
+func lastFloat(t *testing.T, s, pattern string) float64 {
+	t.Helper()
+	ms := regexp.MustCompile(pattern).FindAllStringSubmatch(s, -1)
+	if len(ms) == 0 {
+		t.Fatalf("no %s in:\n%s", pattern, tail(s, 5))
+	}
+	v, _ := strconv.ParseFloat(ms[len(ms)-1][1], 64)
+	return v
+}
