@@ -118,3 +118,34 @@ func lastFloat(t *testing.T, s, pattern string) float64 {
 	v, _ := strconv.ParseFloat(ms[len(ms)-1][1], 64)
 	return v
 }
+
+// TestRestartedClusterResumes: a whole cluster started again (as after a
+// lost ps) resumes from the latest complete checkpoint at its global step.
+func TestRestartedClusterResumes(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"train", "--model", "linreg", "--local-cluster", "ps=2,worker=2", "--checkpoint-dir", dir,
+		"--save-checkpoint-steps", "200", "--json"}
+	stdout, stderr, err := run(t, append(args, "--steps", "1000")...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	first := lastJSON(t, stdout)["global_step"].(float64)
+	// Each ps writes the shard of the variables it holds.
+	if shards, _ := filepath.Glob(filepath.Join(dir, "model.ckpt-*.data-*-of-00002")); len(shards) < 2 {
+		t.Errorf("want one shard per ps task in each checkpoint, got %v", shards)
+	}
+	stdout, stderr, err = run(t, append(args, "--steps", "2000")...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "resumed from a checkpoint") {
+		t.Errorf("the second cluster did not resume:\n%s", tail(stderr, 20))
+	}
+	res := lastJSON(t, stdout)
+	if gs := res["global_step"].(float64); gs < 2000 || res["local_step"].(float64) > 2000-first/2 {
+		t.Errorf("second run: global step %v after %v local steps (first run ended at %v)", gs, res["local_step"], first)
+	}
+	if w, b := res["W"].(float64), res["b"].(float64); math.Abs(w-2) > 0.05 || math.Abs(b-10) > 0.1 {
+		t.Errorf("W = %.4f, b = %.4f", w, b)
+	}
+}
