@@ -158,7 +158,7 @@ func WaitForTasks(ctx context.Context, cache worker.Cache, tasks []string, log *
 					addr, _ = a.Address(task)
 				}
 				if wc, ok := w.(*workerClient); ok && wc.ready != nil {
-					w = &workerClient{c: wc.c, peer: wc.peer} // poll without the cache's own wait
+					w = &workerClient{c: wc.c, cc: wc.cc, peer: wc.peer} // poll without the cache's own wait
 				}
 				err = waitForTask(ctx, w, task, addr, log)
 			}

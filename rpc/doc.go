@@ -22,10 +22,15 @@
 // # Tensors
 //
 // RecvTensor streams a tensor's raw little-endian bytes in messages of at
-// most 4 MiB, read straight from the sender's tensor; the first carries dtype
-// and dims, and the receiver allocates the tensor once and copies each chunk
-// into place, so tensors of any size (1 GiB and more) move without one huge
-// message. Other messages are not limited in size either.
+// most 4 MiB; the first carries dtype and dims, and the receiver allocates
+// the tensor once and copies each chunk into place, so tensors of any size
+// (1 GiB and more) move without one huge message. The messages are
+// protobuf (pb.RecvTensorResponse, byte for byte), but the server's codec
+// writes a few header bytes followed by the sender's tensor memory itself,
+// without marshalling a copy, and the client's codec for RecvTensor parses
+// the header and copies the bytes straight from gRPC's receive buffers into
+// the tensor, without unmarshalling one (codec.go). Other messages are not
+// limited in size either.
 //
 // # Waiting for peers
 //

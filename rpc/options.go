@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"strings"
 	"time"
 
@@ -75,6 +76,12 @@ func NewServer(opts Options) *grpc.Server {
 		grpc.WriteBufferSize(bufferSize),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveT, Timeout: keepaliveTO}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveT / 2, PermitWithoutStream: true}),
+		grpc.ForceServerCodecV2(tensorCodec), // protobuf, RecvTensor without copies
+		// Calls run on long-lived goroutines whose stacks have already grown
+		// (a new goroutine per call spends much of a small step growing its
+		// stack); when all are busy, such as in RecvTensor waits, a call gets
+		// a goroutine of its own as without the option.
+		grpc.NumStreamWorkers(uint32(max(8, 4*runtime.GOMAXPROCS(0)))),
 		grpc.ChainUnaryInterceptor(opts.unaryInterceptor),
 		grpc.ChainStreamInterceptor(opts.streamInterceptor),
 	}

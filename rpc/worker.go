@@ -47,30 +47,26 @@ func (s *workerServer) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb
 }
 
 // RecvTensor waits for the tensor, then streams its bytes in chunks of at
-// most chunkSize straight from the tensor's memory; the first chunk carries
-// dtype and dims.
+// most chunkSize straight from the tensor's memory (see tensorChunk); the
+// first chunk carries dtype and dims.
 func (s *workerServer) RecvTensor(r *pb.RecvTensorRequest, stream pb.WorkerService_RecvTensorServer) error {
 	t, err := s.w.RecvTensor(stream.Context(), r.GetStepId(), r.GetRendezvousKey())
 	if err != nil {
 		return toStatus(err)
 	}
-	first := &pb.RecvTensorResponse{Dtype: pb.DataType(t.DType()), Dims: make([]int64, t.Rank())}
-	for i, d := range t.Shape() {
-		first.Dims[i] = int64(d)
-	}
+	msg := &tensorChunk{first: true, dtype: t.DType(), dims: t.Shape()}
 	raw := t.RawBytes()
-	msg := first
 	for {
 		n := min(len(raw), chunkSize)
-		msg.Data = raw[:n]
-		if err := stream.Send(msg); err != nil {
+		msg.data = raw[:n]
+		if err := stream.SendMsg(msg); err != nil {
 			return err
 		}
 		raw = raw[n:]
 		if len(raw) == 0 {
 			return nil
 		}
-		msg = &pb.RecvTensorResponse{}
+		msg = &tensorChunk{}
 	}
 }
 
@@ -103,13 +99,14 @@ func DialWorker(target string, opts Options) (worker.Service, io.Closer, error) 
 }
 
 func newWorkerClient(cc *grpc.ClientConn, peer string) *workerClient {
-	return &workerClient{c: pb.NewWorkerServiceClient(cc), peer: peer}
+	return &workerClient{c: pb.NewWorkerServiceClient(cc), cc: cc, peer: peer}
 }
 
 // workerClient is a worker.Service over a gRPC connection.
 type workerClient struct {
 	c    pb.WorkerServiceClient
-	peer string // named in errors
+	cc   grpc.ClientConnInterface // for RecvTensor, which bypasses c
+	peer string                   // named in errors
 	// ready, when set, runs before every call: a WorkerCache waits there
 	// for a task that has not answered yet (see WaitForTasks).
 	ready func(ctx context.Context) error
@@ -157,76 +154,50 @@ func (c *workerClient) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb
 }
 
 // RecvTensor allocates the tensor from the first chunk and copies each
-// chunk's bytes into it, checking that they add up to the tensor's size.
+// chunk's bytes into it straight from gRPC's receive buffers (see
+// tensorReceiver), checking that they add up to the tensor's size.
 func (c *workerClient) RecvTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream if we stop reading early
-	stream, err := c.c.RecvTensor(ctx, &pb.RecvTensorRequest{StepId: stepID, RendezvousKey: key}, waitForReady)
+	stream, err := c.cc.NewStream(ctx, recvTensorDesc, pb.WorkerService_RecvTensor_FullMethodName, waitForReady, forceTensorCodec)
 	if err != nil {
 		return nil, fromStatus(ctx, c.peer, "RecvTensor", err)
 	}
-	var (
-		t      *tensor.Tensor
-		raw    []byte
-		off    int
-		isBool bool
-	)
+	if err := stream.SendMsg(&pb.RecvTensorRequest{StepId: stepID, RendezvousKey: key}); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fromStatus(ctx, c.peer, "RecvTensor", err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		return nil, fromStatus(ctx, c.peer, "RecvTensor", err)
+	}
+	var r tensorReceiver
 	for {
-		msg, err := stream.Recv()
+		err := stream.RecvMsg(&r)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			if r.err != nil { // gRPC keeps only the message of a codec's error
+				return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w", key, c.peer, r.err)
+			}
 			return nil, fromStatus(ctx, c.peer, "RecvTensor", err)
 		}
-		if t == nil {
-			if t, err = allocTensor(msg); err != nil {
-				return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w", key, c.peer, err)
-			}
-			raw, isBool = t.RawBytes(), t.DType() == tensor.Bool
-		}
-		d := msg.GetData()
-		if len(d) > len(raw)-off {
-			return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w: more than the %d bytes of %v%v", key, c.peer, tensor.ErrCorrupt, len(raw), t.DType(), t.Shape())
-		}
-		copy(raw[off:], d)
-		if isBool { // keep bools 0 or 1 whatever the peer sent
-			for i := off; i < off+len(d); i++ {
-				raw[i] = min(raw[i], 1)
-			}
-		}
-		off += len(d)
 	}
-	if t == nil {
+	if r.t == nil {
 		return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w: empty stream", key, c.peer, tensor.ErrCorrupt)
 	}
-	if off != len(raw) {
-		return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w: got %d of the %d bytes of %v%v", key, c.peer, tensor.ErrCorrupt, off, len(raw), t.DType(), t.Shape())
+	if r.off != len(r.raw) {
+		return nil, fmt.Errorf("rpc: RecvTensor %q on %s: %w: got %d of the %d bytes of %v%v", key, c.peer, tensor.ErrCorrupt, r.off, len(r.raw), r.t.DType(), r.t.Shape())
 	}
-	return t, nil
+	return r.t, nil
 }
 
-// allocTensor allocates the tensor announced by a first chunk, refusing
-// invalid dtypes and dimensions before allocating anything.
-func allocTensor(msg *pb.RecvTensorResponse) (*tensor.Tensor, error) {
-	dt := tensor.DType(msg.GetDtype())
-	if !dt.Valid() {
-		return nil, fmt.Errorf("%w: invalid dtype %v", tensor.ErrCorrupt, msg.GetDtype())
-	}
-	shape := make([]int, len(msg.GetDims()))
-	size := int64(dt.Size())
-	for i, d := range msg.GetDims() {
-		if d < 0 || (d > 0 && size > (1<<46)/d) {
-			return nil, fmt.Errorf("%w: bad dimensions %v", tensor.ErrCorrupt, msg.GetDims())
-		}
-		size *= d
-		shape[i] = int(d)
-	}
-	return tensor.New(dt, shape...), nil
-}
+var (
+	recvTensorDesc   = &pb.WorkerService_ServiceDesc.Streams[0]
+	forceTensorCodec = grpc.ForceCodecV2(tensorCodec)
+)
 
 func (c *workerClient) CleanupStep(ctx context.Context, r *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {
 	if err := c.wait(ctx); err != nil {
