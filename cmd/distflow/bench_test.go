@@ -112,14 +112,14 @@ func BenchmarkParameterTransfer(b *testing.B) {
 // BenchmarkLinearRegressionStep is the per-step overhead of training through
 // a cluster (variables on a ps process) against the local session, batch 1.
 func BenchmarkLinearRegressionStep(b *testing.B) {
-	f := trainFlags{model: "linreg"}
+	f := trainFlags{model: "linreg", staleness: -1}
 	if err := f.applyDefaults(); err != nil {
 		b.Fatal(err)
 	}
 	x := tensor.MustFromSlice([]float32{0.5}, 1, 1)
 	y := tensor.MustFromSlice([]float32{11}, 1, 1)
 	bench := func(b *testing.B, s *graph.Scope, open func(g *graph.Graph) *session.Session) {
-		j, err := buildJob(s, f, []string{""})
+		j, err := buildJob(s, f, []string{""}, 1, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -152,7 +152,10 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 			towerDevices = append(towerDevices, r.String())
 		}
 	}
-	j, err := buildJob(s, f, towerDevices)
+	if f.inGraph && (f.sync || f.staleness >= 0) {
+		return errors.New("--in-graph averages the towers itself: drop --sync and --staleness")
+	}
+	j, err := buildJob(s, f, towerDevices, len(reps), index)
 	if err != nil {
 		return err
 	}
@@ -197,6 +200,13 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	} else if err := waitForModel(ctx, sess, j, f.waitTimeout, log); err != nil {
 		return err
 	}
+	if j.sync != nil {
+		stopSync, err := j.startSync(ctx, sess, chief, log)
+		if err != nil {
+			return err
+		}
+		defer stopSync()
+	}
 
 	ex, err := loadExamples(f)
 	if err != nil {
@@ -233,6 +243,12 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 		}
 	}
 	var res result
+	if chief && j.sync != nil {
+		// Release the replicas still waiting for a token: training is over.
+		if err := j.sync.Finish(ctx, sess); err != nil {
+			log.Warn("finishing synchronous training", "err", err)
+		}
+	}
 	if chief {
 		if err := j.finalSave(ctx, sess); err != nil {
 			return err
@@ -259,6 +275,35 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	}
 	res.Task = self.String()
 	return report(stdout, res, f.jsonOut)
+}
+
+// startSync prepares synchronous training once the model is ready: every
+// replica sets its local step; the chief fills the token queue and runs the
+// aggregation loop in the background until the returned stop is called.
+func (j *job) startSync(ctx context.Context, sess *session.Session, chief bool, log *slog.Logger) (stop func(), err error) {
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{j.sync.LocalStepInit()}); err != nil {
+		return nil, fmt.Errorf("synchronous training: setting the local step: %w", err)
+	}
+	if !chief {
+		return func() {}, nil
+	}
+	if err := j.sync.InitTokens(ctx, sess); err != nil {
+		return nil, fmt.Errorf("synchronous training: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := j.sync.ChiefQueueRunner(runCtx, sess); err != nil {
+			log.Warn("the chief's aggregation loop stopped", "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		dropped, _ := j.sync.Dropped(context.Background(), sess)
+		log.Info("synchronous training", "aggregations", j.sync.Aggregations(), "stale_gradients_dropped", dropped)
+	}, nil
 }
 
 // backoff returns the next polling interval: doubling up to a second.

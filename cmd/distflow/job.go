@@ -41,6 +41,10 @@ type job struct {
 	saver    *checkpoint.Saver
 	schedule checkpoint.Schedule
 	log      *slog.Logger
+	// sync aggregates the replicas' gradients (--sync; nil otherwise).
+	sync *train.SyncReplicasOptimizer
+	// stale bounds how far this replica runs ahead (--staleness; nil otherwise).
+	stale *train.StalenessBound
 }
 
 // checkpointDir is where checkpoints go: --checkpoint-dir, else --logdir.
@@ -141,7 +145,7 @@ func (j *job) maybeSave(ctx context.Context, sess *session.Session, gstep int64,
 // buildJob builds the model (one tower per entry of towerDevices; "" is the
 // scope's own placement) and its update. With several towers the gradients
 // of all towers are averaged into one update (in-graph replication).
-func buildJob(s *graph.Scope, f trainFlags, towerDevices []string) (*job, error) {
+func buildJob(s *graph.Scope, f trainFlags, towerDevices []string, replicas, index int) (*job, error) {
 	towers, err := models.BuildTowers(s, f.model, models.Config{Seed: f.seed}, towerDevices)
 	if err != nil {
 		return nil, err
@@ -151,6 +155,20 @@ func buildJob(s *graph.Scope, f trainFlags, towerDevices []string) (*job, error)
 		return nil, fmt.Errorf("--optimizer: %w", err)
 	}
 	j := &job{f: f, towers: towers, globalStep: train.CreateGlobalStep(s)}
+	if f.sync {
+		agg := f.replicasToAggregate
+		if agg == 0 {
+			agg = replicas
+		}
+		if agg < 1 || agg > replicas {
+			return nil, fmt.Errorf("--replicas-to-aggregate %d: want 1 to %d (the number of workers)", agg, replicas)
+		}
+		j.sync = train.NewSyncReplicas(opt, agg, replicas)
+		opt = j.sync
+	}
+	if f.staleness >= 0 {
+		j.stale = train.NewStalenessBound(s, replicas, index, f.staleness)
+	}
 	if len(towers) == 1 {
 		j.trainOp, err = train.Minimize(s, opt, towers[0].Loss, j.globalStep)
 	} else {
@@ -280,9 +298,30 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 		if logging {
 			fs = logFetches
 		}
+		if j.stale != nil {
+			if err := j.stale.Wait(ctx, sess); err != nil {
+				return st, fmt.Errorf("%swaiting for the slowest replica: %w", prefix(who), err)
+			}
+		}
+		if f.stepDelay > 0 { // fault injection: a slow worker
+			select {
+			case <-time.After(f.stepDelay):
+			case <-ctx.Done():
+				return st, ctx.Err()
+			}
+		}
 		out, err := sess.Run(ctx, feeds, fs, targets)
+		if j.sync != nil && errors.Is(train.CheckFinished(err), train.ErrTrainingFinished) {
+			fmt.Fprintf(stderr, "%sthe chief finished synchronous training at local_step %d\n", prefix(who), st.localSteps)
+			break
+		}
 		if err != nil {
 			return st, fmt.Errorf("%slocal step %d: %w", prefix(who), st.localSteps+1, err)
+		}
+		if j.stale != nil {
+			if err := j.stale.Advance(ctx, sess); err != nil {
+				return st, err
+			}
 		}
 		st.localSteps++
 		window++
@@ -321,6 +360,11 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 		}
 	}
 	st.seconds = time.Since(start).Seconds()
+	if j.stale != nil {
+		if err := j.stale.Done(ctx, sess); err != nil {
+			return st, err
+		}
+	}
 	return st, nil
 }
 

@@ -80,6 +80,12 @@ func (f trainFlags) childArgs() []string {
 	if f.ckptDir != "" {
 		a = append(a, "--checkpoint-dir", f.ckptDir)
 	}
+	if f.sync {
+		a = append(a, "--sync", "--replicas-to-aggregate", strconv.Itoa(f.replicasToAggregate))
+	}
+	if f.staleness >= 0 {
+		a = append(a, "--staleness", strconv.Itoa(f.staleness))
+	}
 	a = append(a, "--save-checkpoint-steps", strconv.Itoa(f.saveSteps), "--save-checkpoint-secs", f.saveSecs.String(),
 		"--keep-checkpoints", strconv.Itoa(f.keepCkpts))
 	return a

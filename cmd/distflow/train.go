@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,6 +52,11 @@ type trainFlags struct {
 	saveSteps int
 	saveSecs  time.Duration
 	keepCkpts int
+	// Synchronous training and bounded staleness.
+	sync                bool
+	replicasToAggregate int
+	staleness           int
+	stepDelay           time.Duration
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -96,6 +102,11 @@ func newTrainCommand() *cobra.Command {
 	fl.IntVar(&f.saveSteps, "save-checkpoint-steps", 0, "save a checkpoint every N global steps (0: only at the end)")
 	fl.DurationVar(&f.saveSecs, "save-checkpoint-secs", 0, "save a checkpoint at least this often (0: off)")
 	fl.IntVar(&f.keepCkpts, "keep-checkpoints", 5, "how many recent checkpoints to keep")
+	fl.BoolVar(&f.sync, "sync", false, "synchronous training: each update averages the gradients of --replicas-to-aggregate workers")
+	fl.IntVar(&f.replicasToAggregate, "replicas-to-aggregate", 0, "gradients per synchronous update (default: every worker; fewer makes the rest backup workers)")
+	fl.IntVar(&f.staleness, "staleness", -1, "bounded staleness: a worker runs at most this many steps ahead of the slowest (-1: unbounded)")
+	fl.DurationVar(&f.stepDelay, "step-delay", 0, "wait this long before every step (fault injection: a slow worker)")
+	_ = fl.MarkHidden("step-delay")
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket (set by --local-cluster)")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
@@ -182,7 +193,10 @@ func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) err
 		return err
 	}
 	s := graph.NewScope()
-	j, err := buildJob(s, f, []string{""})
+	if f.sync || f.staleness >= 0 {
+		return errors.New("--sync and --staleness coordinate the workers of a cluster: add --local-cluster or the cluster flags")
+	}
+	j, err := buildJob(s, f, []string{""}, 1, 0)
 	if err != nil {
 		return err
 	}

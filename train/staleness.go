@@ -1,0 +1,125 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+)
+
+// StalenessBound keeps asynchronous replicas within bound steps of each
+// other (stale synchronous parallel). Every replica has an int64 step
+// counter variable "staleness/step_<i>", built through the caller's scope
+// (or found there, when replicas share one graph)
+// (so a replica device setter puts them on the ps) and initialised to zero
+// by the global variables initializer. A replica calls Wait before each
+// step, which returns once its counter is at most bound ahead of the
+// slowest replica's, and Advance after it. A replica that stops for good
+// calls Done, so that it no longer holds the others back.
+//
+// Every replica builds the same counters (same names) in its graph; index
+// says which one is its own. Wait polls the counters with a backoff from
+// 1 ms to 100 ms. The methods are safe for concurrent use.
+type StalenessBound struct {
+	replicas, index, bound int
+	counters               []graph.Output
+	advance, done          *graph.Node
+}
+
+// NewStalenessBound adds the counters of replicas replicas and the nodes of
+// replica index. On bad arguments it records an error in s and returns nil.
+func NewStalenessBound(s *graph.Scope, replicas, index, bound int) *StalenessBound {
+	if s.Err() != nil {
+		return nil
+	}
+	if replicas < 1 || index < 0 || index >= replicas || bound < 0 {
+		s.SetErr(fmt.Errorf("train: staleness bound: replica %d of %d with bound %d: want 0 <= index < replicas and bound >= 0", index, replicas, bound))
+		return nil
+	}
+	sb := &StalenessBound{replicas: replicas, index: index, bound: bound}
+	var mine *ops.Variable
+	for i := range replicas {
+		// Replicas sharing one graph share the counters.
+		name := fmt.Sprintf("staleness/step_%d", i)
+		v := ops.LookupVariable(s.Graph(), s.Prefix()+name)
+		if v == nil {
+			v = ops.NewVariable(s, name, tensor.Int64, nil, ops.ZerosInit(), ops.NotTrainable())
+		}
+		if v == nil {
+			return nil
+		}
+		sb.counters = append(sb.counters, v.Value())
+		if i == index {
+			mine = v
+		}
+	}
+	ss := s.WithDevice(mine.Node().Device()).SubScope(fmt.Sprintf("staleness/replica_%d", index))
+	sb.advance = ops.AssignAdd(ss, mine.Value(), ops.Const(ss, int64(1))).Node
+	sb.done = ops.Assign(ss, mine.Value(), ops.Const(ss, int64(math.MaxInt64/2))).Node
+	if s.Err() != nil {
+		return nil
+	}
+	return sb
+}
+
+// Steps returns every replica's counter (a finished replica's is huge).
+func (sb *StalenessBound) Steps(ctx context.Context, sess *session.Session) ([]int64, error) {
+	out, err := sess.Run(ctx, nil, sb.counters, nil)
+	if err != nil {
+		return nil, fmt.Errorf("train: staleness bound: reading the step counters: %w", err)
+	}
+	steps := make([]int64, len(out))
+	for i, t := range out {
+		steps[i] = t.Int64s()[0]
+	}
+	return steps, nil
+}
+
+// Wait returns once this replica is at most bound steps ahead of the
+// slowest, polling with backoff; it returns ctx's error if ctx ends first.
+func (sb *StalenessBound) Wait(ctx context.Context, sess *session.Session) error {
+	delay := time.Millisecond
+	for {
+		steps, err := sb.Steps(ctx, sess)
+		if err != nil {
+			return err
+		}
+		slowest := steps[0]
+		for _, v := range steps[1:] {
+			slowest = min(slowest, v)
+		}
+		if steps[sb.index]-slowest <= int64(sb.bound) {
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("train: staleness bound: replica %d at step %d waiting for the slowest at %d (bound %d): %w",
+				sb.index, steps[sb.index], slowest, sb.bound, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// Advance counts one step of this replica.
+func (sb *StalenessBound) Advance(ctx context.Context, sess *session.Session) error {
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{sb.advance}); err != nil {
+		return fmt.Errorf("train: staleness bound: advancing replica %d: %w", sb.index, err)
+	}
+	return nil
+}
+
+// Done marks this replica finished: it no longer holds the others back.
+func (sb *StalenessBound) Done(ctx context.Context, sess *session.Session) error {
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{sb.done}); err != nil {
+		return fmt.Errorf("train: staleness bound: finishing replica %d: %w", sb.index, err)
+	}
+	return nil
+}

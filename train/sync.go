@@ -1,0 +1,353 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel/cpu"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+)
+
+// ErrTrainingFinished is wrapped by the error of a synchronous worker step
+// that could not get a token because the chief called Finish: the worker
+// should stop training, not report a failure.
+var ErrTrainingFinished = errors.New("training is finished")
+
+// SyncReplicasOptimizer wraps an optimizer for synchronous data-parallel
+// training with replicas (TensorFlow's SyncReplicasOptimizer). Each
+// replica's step puts its gradients into one conditional accumulator per
+// variable, on the variable's device, tagged with the replica's local step
+// (the global step its parameters were read at), then waits for a token
+// from a queue on the global step's device. The chief runs the update in a
+// loop (ChiefQueueRunner): it takes the mean of ReplicasToAggregate
+// gradients from every accumulator, applies it with the wrapped optimizer,
+// increments the global step (once per aggregation) and enqueues one token
+// holding the new global step for each of the TotalReplicas replicas; a
+// worker's token becomes its new local step.
+//
+// Gradients tagged with a local step older than the accumulator's step
+// (computed on parameters that have since been updated) are dropped and
+// counted (Dropped). With ReplicasToAggregate < TotalReplicas the extra
+// replicas are backup workers: each round proceeds as soon as the fastest
+// ReplicasToAggregate gradients are in, and the late ones are dropped.
+//
+// Tokens follow TensorFlow: InitTokens enqueues TotalReplicas tokens and
+// every round enqueues TotalReplicas more, so every replica can start its
+// next step. With backup workers the tokens of the slow replicas pile up;
+// a fast replica that later dequeues an old token starts from a stale local
+// step and its next gradient is dropped (counted, not silent).
+//
+// The first ApplyGradients on a graph builds the shared part (accumulators,
+// token queue, chief update); each call builds one replica's training step,
+// with its own local step variable on the replica's device (the device the
+// scope's device function gives ordinary ops, so that between-graph
+// replicas do not share it). In between-graph replication every worker
+// builds the same graph with its own optimizer; in one process several
+// replicas can share one graph by calling ApplyGradients once each.
+//
+// The optimizer's methods that run steps are safe for concurrent use;
+// building is not.
+type SyncReplicasOptimizer struct {
+	opt                                Optimizer
+	replicasToAggregate, totalReplicas int
+	// Logger receives the chief's reports of dropped gradients; nil means
+	// slog.Default().
+	Logger *slog.Logger
+
+	g          *graph.Graph
+	globalStep *ops.Variable
+	vars       []*ops.Variable
+	accums     []graph.Output
+	queue      graph.Output
+	update     *graph.Node  // the chief's round: take, apply, increment, enqueue
+	newStep    graph.Output // the global step after the round
+	initTokens *graph.Node
+	finish     *graph.Node
+	dropped    []graph.Output
+	localInits []*graph.Node
+	localInit  *graph.Node // Group of localInits, built by LocalStepInit
+	localInitN int         // len(localInits) when localInit was built
+
+	aggregations atomic.Int64
+}
+
+// NewSyncReplicas wraps opt: each update averages replicasToAggregate
+// gradients, out of totalReplicas replicas (>= replicasToAggregate >= 1;
+// ApplyGradients reports invalid counts).
+func NewSyncReplicas(opt Optimizer, replicasToAggregate, totalReplicas int) *SyncReplicasOptimizer {
+	return &SyncReplicasOptimizer{opt: opt, replicasToAggregate: replicasToAggregate, totalReplicas: totalReplicas}
+}
+
+// Name returns "SyncReplicas".
+func (o *SyncReplicasOptimizer) Name() string { return "SyncReplicas" }
+
+// ComputeGradients delegates to the wrapped optimizer.
+func (o *SyncReplicasOptimizer) ComputeGradients(s *graph.Scope, loss graph.Output, vars []*ops.Variable) ([]GradVar, error) {
+	return o.opt.ComputeGradients(s, loss, vars)
+}
+
+// ApplyGradients builds one replica's training step and returns it: apply
+// every gradient to its accumulator, wait for a token, store it as the
+// replica's local step. Fetching output 0 of the returned node gives the new
+// local step. globalStep is required. See the type's documentation.
+func (o *SyncReplicasOptimizer) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Variable) (*graph.Node, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.opt == nil:
+		return nil, fmt.Errorf("train: sync replicas: no optimizer to wrap")
+	case o.replicasToAggregate < 1 || o.totalReplicas < o.replicasToAggregate:
+		return nil, fmt.Errorf("train: sync replicas: replicas to aggregate %d and total replicas %d: want 1 <= aggregate <= total",
+			o.replicasToAggregate, o.totalReplicas)
+	case globalStep == nil:
+		return nil, fmt.Errorf("train: sync replicas: a global step is required (train.CreateGlobalStep)")
+	case len(gvs) == 0:
+		return nil, fmt.Errorf("train: sync replicas: no gradients to apply")
+	}
+	for _, gv := range gvs {
+		if gv.Var == nil || !gv.Grad.Valid() {
+			return nil, fmt.Errorf("train: sync replicas: a gradient or its variable is missing (%v)", gv.Var)
+		}
+	}
+	if o.g != s.Graph() {
+		if err := o.buildShared(s, gvs, globalStep); err != nil {
+			return nil, err
+		}
+	} else if err := o.sameVars(gvs, globalStep); err != nil {
+		return nil, err
+	}
+	return o.buildReplica(s, gvs)
+}
+
+// sameVars checks that a later replica trains the variables of the first.
+func (o *SyncReplicasOptimizer) sameVars(gvs []GradVar, globalStep *ops.Variable) error {
+	if globalStep.Node() != o.globalStep.Node() || len(gvs) != len(o.vars) {
+		return fmt.Errorf("train: sync replicas: every replica must train the same %d variables with global step %s", len(o.vars), o.globalStep.Name())
+	}
+	for i, gv := range gvs {
+		if gv.Var.Node() != o.vars[i].Node() {
+			return fmt.Errorf("train: sync replicas: replica trains %s where the first trains %s", gv.Var.Name(), o.vars[i].Name())
+		}
+	}
+	return nil
+}
+
+// buildShared adds the accumulators, the token queue and the chief's nodes.
+func (o *SyncReplicasOptimizer) buildShared(s *graph.Scope, gvs []GradVar, gs *ops.Variable) error {
+	g := s.Graph()
+	root := graph.NewScopeWithGraph(g).WithDeviceFunc(s.DeviceFunc()).SubScope("sync_replicas")
+	o.vars, o.accums, o.dropped = nil, nil, nil
+	var means []GradVar
+	required := ops.Const(root, int32(o.replicasToAggregate))
+	var setSteps []*graph.Node
+	for _, gv := range gvs {
+		v := gv.Var
+		vs := root.WithDevice(v.Node().Device())
+		acc := ops.ConditionalAccumulator(vs, gv.Grad.DType(), v.Shape(), v.Name()+"/grad_accum")
+		mean, _ := ops.AccumulatorTakeGradient(vs, acc, required)
+		setSteps = append(setSteps, ops.AccumulatorSetGlobalStep(vs, acc, gs.Value()))
+		o.dropped = append(o.dropped, ops.AccumulatorNumDropped(vs, acc))
+		o.vars = append(o.vars, v)
+		o.accums = append(o.accums, acc)
+		means = append(means, GradVar{Grad: mean, Var: v})
+	}
+	if err := root.Err(); err != nil {
+		return fmt.Errorf("train: sync replicas: %w", err)
+	}
+	apply, err := o.opt.ApplyGradients(root, means, nil)
+	if err != nil {
+		return fmt.Errorf("train: sync replicas: wrapped optimizer %s: %w", o.opt.Name(), err)
+	}
+	gsScope := root.WithDevice(gs.Node().Device())
+	o.queue = ops.FIFOQueue(gsScope, gs.DType(), -1, "sync_replicas/token_queue")
+	newStep := ops.AssignAdd(gsScope.WithControlDependencies(apply), gs.Value(), ops.Scalar(gsScope, gs.DType(), 1))
+	count := ops.Const(gsScope, []int32{int32(o.totalReplicas)})
+	o.update = ops.QueueEnqueueMany(gsScope.SubScope("release"), o.queue, ops.Fill(gsScope, count, newStep))
+	o.newStep = newStep
+	initScope := gsScope.SubScope("init_tokens").WithControlDependencies(setSteps...)
+	o.initTokens = ops.QueueEnqueueMany(initScope, o.queue, ops.Fill(initScope, count, gs.Value()))
+	o.finish = ops.QueueClose(root.SubScope("finish"), o.queue, true)
+	if err := root.Err(); err != nil {
+		return fmt.Errorf("train: sync replicas: %w", err)
+	}
+	o.g, o.globalStep, o.localInits, o.localInit = g, gs, nil, nil
+	return nil
+}
+
+// buildReplica adds one replica's local step and training step.
+func (o *SyncReplicasOptimizer) buildReplica(s *graph.Scope, gvs []GradVar) (*graph.Node, error) {
+	g := s.Graph()
+	// The replica's own device: where the scope's device function puts an
+	// ordinary op (a variable would go to a ps, shared by all replicas).
+	dev := s.Device()
+	if f := s.DeviceFunc(); f != nil {
+		dev = f(&graph.NodeSpec{Op: "NoOp", Name: "sync_replicas_worker/probe", Device: s.Device()})
+	}
+	rs := graph.NewScopeWithGraph(g).WithDevice(dev).SubScope("sync_replicas_worker")
+	ls := rs.Out("Variable", "local_step", nil, map[string]any{"dtype": o.globalStep.DType(), "shape": tensor.ScalarShape()})
+	init := rs.AddNode("Assign", "local_step/init", []graph.Output{ls, o.globalStep.Value()}, nil)
+	var applies []*graph.Node
+	for i, gv := range gvs {
+		applies = append(applies, ops.AccumulatorApplyGradient(rs, o.accums[i], ls, gv.Grad))
+	}
+	token := ops.QueueDequeue(rs.WithControlDependencies(applies...), o.queue, tensor.ScalarShape())
+	step := rs.AddNode("Assign", "step", []graph.Output{ls, token}, nil)
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("train: sync replicas: replica step: %w", err)
+	}
+	o.localInits = append(o.localInits, init)
+	return step, nil
+}
+
+// LocalStepInit returns the node that sets the local step of every replica
+// built on the current graph to the global step. Every worker runs it once
+// the global step is initialised (the chief after initialising, the others
+// after the model is ready), before its first training step. The local
+// steps are not in the global variables collection: the chief's
+// initializer does not touch them.
+func (o *SyncReplicasOptimizer) LocalStepInit() *graph.Node {
+	if len(o.localInits) == 0 || o.g == nil {
+		return nil
+	}
+	if o.localInit == nil || o.localInitN != len(o.localInits) {
+		o.localInit = ops.Group(graph.NewScopeWithGraph(o.g), "sync_replicas_worker/local_step_init", o.localInits...)
+		o.localInitN = len(o.localInits)
+	}
+	return o.localInit
+}
+
+// ChiefUpdate returns the node of one round of the chief (take the mean
+// gradients, apply them, increment the global step, release the replicas).
+// ChiefQueueRunner runs it in a loop; tests may run it step by step.
+func (o *SyncReplicasOptimizer) ChiefUpdate() *graph.Node { return o.update }
+
+func (o *SyncReplicasOptimizer) built() error {
+	if o.update == nil {
+		return fmt.Errorf("train: sync replicas: ApplyGradients has not built a graph")
+	}
+	return nil
+}
+
+func (o *SyncReplicasOptimizer) logger() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
+}
+
+// InitTokens prepares the synchronisation after the chief has initialised
+// or restored the variables: it sets every accumulator's step to the global
+// step (so that gradients from before a restore are dropped), then enqueues
+// TotalReplicas tokens holding the global step. Only the chief calls it,
+// once, before it starts ChiefQueueRunner.
+func (o *SyncReplicasOptimizer) InitTokens(ctx context.Context, sess *session.Session) error {
+	if err := o.built(); err != nil {
+		return err
+	}
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{o.initTokens}); err != nil {
+		return fmt.Errorf("train: sync replicas: initialising the accumulators: %w", err)
+	}
+	return nil
+}
+
+// ChiefQueueRunner runs the chief's rounds until ctx ends (it then returns
+// nil) or Finish closes the token queue (nil too). It returns the error of
+// a round that failed otherwise. Run it on its own goroutine in the chief,
+// after InitTokens. It logs at Info when stale gradients were dropped.
+func (o *SyncReplicasOptimizer) ChiefQueueRunner(ctx context.Context, sess *session.Session) error {
+	if err := o.built(); err != nil {
+		return err
+	}
+	log := o.logger()
+	var lastDropped int64
+	fetches := append([]graph.Output{o.newStep}, o.dropped...)
+	for {
+		out, err := sess.Run(ctx, nil, fetches, []*graph.Node{o.update})
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(CheckFinished(err), ErrTrainingFinished) {
+				return nil
+			}
+			return fmt.Errorf("train: sync replicas: chief round: %w", err)
+		}
+		o.aggregations.Add(1)
+		var dropped int64
+		for _, t := range out[1:] {
+			dropped = max(dropped, t.Int64s()[0])
+		}
+		if dropped > lastDropped {
+			log.Info("sync replicas: stale gradients dropped", "global_step", out[0].Int64s()[0],
+				"dropped", dropped, "new", dropped-lastDropped)
+			lastDropped = dropped
+		}
+	}
+}
+
+// Aggregations returns the number of rounds ChiefQueueRunner completed.
+func (o *SyncReplicasOptimizer) Aggregations() int64 { return o.aggregations.Load() }
+
+// Dropped returns the number of stale gradients dropped so far: the largest
+// count over the accumulators (each replica step offers one gradient to
+// each, so they agree once all replicas have applied a step).
+func (o *SyncReplicasOptimizer) Dropped(ctx context.Context, sess *session.Session) (int64, error) {
+	if err := o.built(); err != nil {
+		return 0, err
+	}
+	out, err := sess.Run(ctx, nil, o.dropped, nil)
+	if err != nil {
+		return 0, fmt.Errorf("train: sync replicas: reading the dropped counts: %w", err)
+	}
+	var n int64
+	for _, t := range out {
+		n = max(n, t.Int64s()[0])
+	}
+	return n, nil
+}
+
+// Finish closes the token queue: replicas waiting for a token, and every
+// later step, fail with an error that CheckFinished turns into
+// ErrTrainingFinished. The chief calls it when training ends, then cancels
+// ChiefQueueRunner's context.
+func (o *SyncReplicasOptimizer) Finish(ctx context.Context, sess *session.Session) error {
+	if err := o.built(); err != nil {
+		return err
+	}
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{o.finish}); err != nil {
+		return fmt.Errorf("train: sync replicas: closing the token queue: %w", err)
+	}
+	return nil
+}
+
+// RunStep runs a replica's training step (the node ApplyGradients returned)
+// with feeds and returns the replica's new local step. Once the chief has
+// called Finish the error wraps ErrTrainingFinished.
+func (o *SyncReplicasOptimizer) RunStep(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, step *graph.Node) (int64, error) {
+	if step == nil || step.NumOutputs() == 0 {
+		return 0, fmt.Errorf("train: sync replicas: no replica step to run")
+	}
+	out, err := sess.Run(ctx, feeds, []graph.Output{step.Output(0)}, nil)
+	if err != nil {
+		return 0, CheckFinished(err)
+	}
+	return out[0].Int64s()[0], nil
+}
+
+// CheckFinished returns err wrapped with ErrTrainingFinished if it reports
+// a closed token queue (also when the error crossed a process boundary and
+// only its message is left), and err unchanged otherwise.
+func CheckFinished(err error) error {
+	if err == nil || errors.Is(err, ErrTrainingFinished) {
+		return err
+	}
+	if errors.Is(err, cpu.ErrQueueClosed) || strings.Contains(err.Error(), cpu.ErrQueueClosed.Error()) {
+		return fmt.Errorf("train: sync replicas: %w: %w", ErrTrainingFinished, err)
+	}
+	return err
+}
