@@ -45,6 +45,8 @@ type job struct {
 	sync *train.SyncReplicasOptimizer
 	// stale bounds how far this replica runs ahead (--staleness; nil otherwise).
 	stale *train.StalenessBound
+	// replicas is the number of training processes.
+	replicas int
 }
 
 // checkpointDir is where checkpoints go: --checkpoint-dir, else --logdir.
@@ -116,6 +118,23 @@ func (j *job) initOrRestore(ctx context.Context, sess *session.Session, initAll,
 	return nil
 }
 
+// clusterRate is the whole cluster's training throughput seen from this
+// process: global steps made while it trained, times the examples per global
+// step (a batch per tower; with --sync, one per aggregated replica).
+func (j *job) clusterRate(st loopStats) float64 {
+	perStep := j.f.batch * len(j.towers)
+	if j.sync != nil {
+		perStep *= max(j.f.replicasToAggregate, 1)
+		if j.f.replicasToAggregate == 0 {
+			perStep = j.f.batch * j.replicas
+		}
+	}
+	if st.seconds == 0 {
+		return 0
+	}
+	return float64((st.lastGlobal-st.firstGlobal+1)*perStep) / st.seconds
+}
+
 // finalSave writes the checkpoint of the end of training.
 func (j *job) finalSave(ctx context.Context, sess *session.Session) error {
 	if j.saver == nil {
@@ -154,7 +173,7 @@ func buildJob(s *graph.Scope, f trainFlags, towerDevices []string, replicas, ind
 	if err != nil {
 		return nil, fmt.Errorf("--optimizer: %w", err)
 	}
-	j := &job{f: f, towers: towers, globalStep: train.CreateGlobalStep(s)}
+	j := &job{f: f, towers: towers, globalStep: train.CreateGlobalStep(s), replicas: replicas}
 	if f.sync {
 		agg := f.replicasToAggregate
 		if agg == 0 {
@@ -263,6 +282,9 @@ type loopStats struct {
 	localSteps int
 	loss       float64
 	seconds    float64
+	// firstGlobal and lastGlobal are the global steps seen at the first and
+	// last local step: their difference is the whole cluster's progress.
+	firstGlobal, lastGlobal int
 }
 
 // trainLoop runs training steps until the global step reaches target. Each
@@ -328,6 +350,10 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 		st.loss = out[0].Float64At(0)
 		// The fetched global step may precede this step's own increment.
 		gstep := int(out[1].Float64At(0)) + 1
+		if st.localSteps == 1 {
+			st.firstGlobal = gstep
+		}
+		st.lastGlobal = gstep
 		if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
 			return st, fmt.Errorf("%slocal step %d: loss is %v: lower --lr", prefix(who), st.localSteps, st.loss)
 		}
@@ -436,6 +462,7 @@ func (j *job) finalResult(ctx context.Context, sess *session.Session, ex example
 		ExamplesPerSecond: float64(st.localSteps*f.batch*len(j.towers)) / st.seconds,
 	}
 	res.Epochs = float64(res.GlobalStep*int64(f.batch)) / float64(n)
+	res.ClusterExamplesPerSecond = j.clusterRate(st)
 	m := j.towers[0]
 	if f.model == "linreg" {
 		out, err := sess.Run(ctx, nil, []graph.Output{m.Params["W"], m.Params["b"]}, nil)

@@ -131,6 +131,8 @@ type result struct {
 	TrainExamples     int      `json:"train_examples"`
 	TestExamples      int      `json:"test_examples,omitempty"`
 	ExamplesPerSecond float64  `json:"examples_per_second"`
+	// ClusterExamplesPerSecond is the whole cluster's throughput.
+	ClusterExamplesPerSecond float64 `json:"cluster_examples_per_second,omitempty"`
 	// PSVariables lists the variables each ps task held (cluster runs).
 	PSVariables map[string][]string `json:"ps_variables,omitempty"`
 	WallSeconds float64             `json:"wall_seconds"`
