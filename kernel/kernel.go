@@ -141,11 +141,11 @@ func (c *Context) alloc(i int, dt tensor.DType, shape []int) (t *tensor.Tensor, 
 			b.Spare, t, reused = nil, s, true
 		}
 		if t == nil {
-			t = tensor.New(dt, shape...)
+			t = newTensor(dt, shape)
 		}
 		b.Allocated = t
 	} else {
-		t = tensor.New(dt, shape...)
+		t = newTensor(dt, shape)
 	}
 	c.Outputs[i] = t
 	return t, reused
@@ -160,6 +160,35 @@ func (c *Context) alloc(i int, dt tensor.DType, shape []int) (t *tensor.Tensor, 
 type OutputBuffer struct {
 	Spare, Allocated *tensor.Tensor
 }
+
+// newTensor is tensor.New through a copy of the dims, so that shape does
+// not escape (tensor.New's may, into its panic message) and kernels can
+// pass dims built on their stack to Alloc without allocating when a spare
+// is reused.
+func newTensor(dt tensor.DType, shape []int) *tensor.Tensor {
+	if len(shape) > 8 {
+		return tensor.New(dt, append([]int(nil), shape...)...)
+	}
+	var dims [8]int
+	n := copy(dims[:], shape)
+	return tensor.New(dt, dims[:n]...)
+}
+
+// LockValue takes v's exclusive lock and returns its value, to be updated
+// in place until UnlockValue. It fails, without holding the lock, if v is
+// not initialized. Update is the same with a callback; hot kernels use this
+// form because a callback capturing their state is a heap allocation.
+func (v *Variable) LockValue() (*tensor.Tensor, error) {
+	v.mu.Lock()
+	if v.value == nil {
+		v.mu.Unlock()
+		return nil, fmt.Errorf("kernel: variable %q: %w: run its initializer first (e.g. the global variables initializer)", v.name, ErrUninitialized)
+	}
+	return v.value, nil
+}
+
+// UnlockValue releases the lock LockValue took.
+func (v *Variable) UnlockValue() { v.mu.Unlock() }
 
 func sameDims(a, b []int) bool {
 	if len(a) != len(b) {

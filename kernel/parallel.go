@@ -2,32 +2,31 @@ package kernel
 
 import (
 	"runtime"
-	"sync"
+
+	"github.com/distflow/distflow/kernel/linalg"
 )
 
 // minParallelWork is the number of elementary operations below which a
-// loop runs inline: spawning goroutines costs about a microsecond each.
+// loop runs inline: handing a range to another core costs about a
+// microsecond even when its worker is awake.
 const minParallelWork = 1 << 15
 
 // ParallelFor calls fn on disjoint ranges [lo, hi) covering [0, n), in
-// parallel across the available cores when n*costPerItem is large enough to
-// pay for it, else inline. It returns when every call has returned.
+// parallel across the available cores (on linalg's persistent pool) when
+// n*costPerItem is large enough to pay for it, else inline. It returns when
+// every call has returned.
 func ParallelFor(n, costPerItem int, fn func(lo, hi int)) {
-	workers := runtime.GOMAXPROCS(0)
-	if n <= 1 || workers == 1 || n*max(costPerItem, 1) < minParallelWork {
+	if Serial(n, costPerItem) {
 		fn(0, n)
 		return
 	}
-	workers = min(workers, n)
-	chunk := (n + workers - 1) / workers
-	var wg sync.WaitGroup
-	for lo := chunk; lo < n; lo += chunk {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			fn(lo, hi)
-		}(lo, min(lo+chunk, n))
-	}
-	fn(0, min(chunk, n))
-	wg.Wait()
+	linalg.Parallel(n, runtime.GOMAXPROCS(0), linalg.RangeFunc(fn))
+}
+
+// Serial reports whether ParallelFor(n, costPerItem, fn) would run fn inline.
+// Hot kernels test it first and call their loop directly, so that the
+// closure, which escapes to the heap because other goroutines may run it,
+// is only built when the loop really is split.
+func Serial(n, costPerItem int) bool {
+	return n <= 1 || runtime.GOMAXPROCS(0) == 1 || n*max(costPerItem, 1) < minParallelWork
 }

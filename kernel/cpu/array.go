@@ -116,7 +116,8 @@ func arrayExpandDims(c *kernel.Context) error {
 	if axis < 0 {
 		axis += r + 1
 	}
-	dims := append(append(append([]int{}, x.Shape()[:axis]...), 1), x.Shape()[axis:]...)
+	var dimsBuf [8]int
+	dims := append(append(append(dimsBuf[:0], x.Shape()[:axis]...), 1), x.Shape()[axis:]...)
 	arrayCopyAs(c, x, dims)
 	return nil
 }

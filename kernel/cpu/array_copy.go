@@ -65,10 +65,20 @@ func arrayFillPattern(dst, elem []byte) {
 // arrayElem returns the bytes of one element of dtype dt holding v
 // (converted as tensor.SetFloat64At does; bool is v != 0).
 func arrayElem(dt tensor.DType, v float64) []byte {
+	if dt == tensor.Float32 && v == 1 {
+		return arrayOneF32 // OnesLike of every float32 gradient
+	}
 	t := tensor.New(dt, 1)
 	t.SetFloat64At(0, v)
 	return arrayBytes(t)
 }
+
+// arrayOneF32 holds the bytes of float32 1; read only.
+var arrayOneF32 = func() []byte {
+	t := tensor.New(tensor.Float32, 1)
+	t.SetFloat64At(0, 1)
+	return arrayBytes(t)
+}()
 
 // arrayStrides returns row-major strides (in elements) for dims.
 func arrayStrides(dims []int) []int {

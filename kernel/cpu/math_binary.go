@@ -3,6 +3,10 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"slices"
+	"sync/atomic"
+
+	"github.com/distflow/distflow/graph"
 
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
@@ -107,7 +111,13 @@ func (p *mathBcast) runLen() int { return p.dims[len(p.dims)-1] }
 func (p *mathBcast) forRuns(lo, hi int, fn func(o, a, b int)) {
 	outer := len(p.dims) - 1
 	L := p.dims[outer]
-	idx := make([]int, outer)
+	var idxBuf [8]int
+	idx := idxBuf[:0]
+	if outer <= len(idxBuf) {
+		idx = idxBuf[:outer]
+	} else {
+		idx = make([]int, outer)
+	}
 	ao, bo := 0, 0
 	for i, r := outer-1, lo; i >= 0; i-- {
 		idx[i] = r % p.dims[i]
@@ -140,38 +150,55 @@ type mathVec[T, O any] struct {
 	cost int // rough cost per element, for ParallelFor
 }
 
-// mathApply computes o = a op b under plan p.
+// mathApply computes o = a op b under plan p. Small ops run inline
+// without building the closure ParallelFor needs (a heap allocation).
 func mathApply[T, O any](p *mathBcast, v mathVec[T, O], o []O, a, b []T) {
 	if p.n == 0 {
 		return
 	}
+	if len(p.dims) == 1 {
+		if kernel.Serial(p.n, v.cost) {
+			mathApplyFlat(p, v, o, a, b, 0, p.n)
+			return
+		}
+		kernel.ParallelFor(p.n, v.cost, func(lo, hi int) { mathApplyFlat(p, v, o, a, b, lo, hi) })
+		return
+	}
+	L := p.runLen()
+	if kernel.Serial(p.n/L, L*v.cost) {
+		mathApplyRuns(p, v, o, a, b, 0, p.n/L)
+		return
+	}
+	kernel.ParallelFor(p.n/L, L*v.cost, func(lo, hi int) { mathApplyRuns(p, v, o, a, b, lo, hi) })
+}
+
+// mathApplyFlat computes elements [lo, hi) of a plan with a single axis.
+func mathApplyFlat[T, O any](p *mathBcast, v mathVec[T, O], o []O, a, b []T, lo, hi int) {
+	aVec, bVec := p.sa[0] != 0, p.sb[0] != 0
+	switch {
+	case aVec && bVec:
+		v.vv(o[lo:hi], a[lo:hi], b[lo:hi])
+	case bVec:
+		v.sv(o[lo:hi], a[0], b[lo:hi])
+	default:
+		v.vs(o[lo:hi], a[lo:hi], b[0])
+	}
+}
+
+// mathApplyRuns computes runs [lo, hi) of plan p.
+func mathApplyRuns[T, O any](p *mathBcast, v mathVec[T, O], o []O, a, b []T, lo, hi int) {
 	last := len(p.dims) - 1
 	L := p.dims[last]
 	aVec, bVec := p.sa[last] != 0, p.sb[last] != 0
-	if last == 0 {
-		kernel.ParallelFor(p.n, v.cost, func(lo, hi int) {
-			switch {
-			case aVec && bVec:
-				v.vv(o[lo:hi], a[lo:hi], b[lo:hi])
-			case bVec:
-				v.sv(o[lo:hi], a[0], b[lo:hi])
-			default:
-				v.vs(o[lo:hi], a[lo:hi], b[0])
-			}
-		})
-		return
-	}
-	kernel.ParallelFor(p.n/L, L*v.cost, func(lo, hi int) {
-		p.forRuns(lo, hi, func(oo, ao, bo int) {
-			switch {
-			case aVec && bVec:
-				v.vv(o[oo:oo+L], a[ao:ao+L], b[bo:bo+L])
-			case bVec:
-				v.sv(o[oo:oo+L], a[ao], b[bo:bo+L])
-			default:
-				v.vs(o[oo:oo+L], a[ao:ao+L], b[bo])
-			}
-		})
+	p.forRuns(lo, hi, func(oo, ao, bo int) {
+		switch {
+		case aVec && bVec:
+			v.vv(o[oo:oo+L], a[ao:ao+L], b[bo:bo+L])
+		case bVec:
+			v.sv(o[oo:oo+L], a[ao], b[bo:bo+L])
+		default:
+			v.vs(o[oo:oo+L], a[ao:ao+L], b[bo])
+		}
 	})
 }
 
@@ -181,21 +208,49 @@ func mathBroadcastCopy[T any](p *mathBcast, o, a []T) {
 	if p.n == 0 {
 		return
 	}
-	last := len(p.dims) - 1
-	L := p.dims[last]
-	aVec := p.sa[last] != 0
-	kernel.ParallelFor(p.n/L, L, func(lo, hi int) {
-		p.forRuns(lo, hi, func(oo, ao, _ int) {
-			if aVec {
-				copy(o[oo:oo+L], a[ao:ao+L])
-				return
-			}
-			s, v := o[oo:oo+L], a[ao]
-			for i := range s {
-				s[i] = v
-			}
-		})
+	L := p.runLen()
+	if kernel.Serial(p.n/L, L) {
+		mathBroadcastRuns(p, o, a, 0, p.n/L)
+		return
+	}
+	kernel.ParallelFor(p.n/L, L, func(lo, hi int) { mathBroadcastRuns(p, o, a, lo, hi) })
+}
+
+func mathBroadcastRuns[T any](p *mathBcast, o, a []T, lo, hi int) {
+	L := p.runLen()
+	aVec := p.sa[len(p.dims)-1] != 0
+	p.forRuns(lo, hi, func(oo, ao, _ int) {
+		if aVec {
+			copy(o[oo:oo+L], a[ao:ao+L])
+			return
+		}
+		s, v := o[oo:oo+L], a[ao]
+		for i := range s {
+			s[i] = v
+		}
 	})
+}
+
+// mathPlans caches the broadcast plan of one node: its input shapes are
+// usually the same step after step, and planning allocates.
+type mathPlans struct{ last atomic.Pointer[mathPlanEntry] }
+
+type mathPlanEntry struct {
+	a, b []int
+	p    *mathBcast
+}
+
+// plan returns the plan of shapes a and b (immutable, shared by steps).
+func (c *mathPlans) plan(a, b []int) (*mathBcast, error) {
+	if e := c.last.Load(); e != nil && nnSameShape(e.a, a) && nnSameShape(e.b, b) {
+		return e.p, nil
+	}
+	p, err := mathNewBcast(a, b)
+	if err != nil {
+		return nil, err
+	}
+	c.last.Store(&mathPlanEntry{a: slices.Clone(a), b: slices.Clone(b), p: p})
+	return p, nil
 }
 
 // mathVecOf builds the run loops of an op from its scalar function. The
@@ -485,27 +540,30 @@ func init() {
 		{name: "LogicalOr", out: tensor.Bool, fns: map[tensor.DType]mathBinFn{
 			tensor.Bool: mathBin(mathVecOf(func(a, b bool) bool { return a || b }, 1))}},
 	} {
-		kernel.Register(op.name, kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
-			a, b := c.Inputs[0], c.Inputs[1]
-			fn := op.fns[a.DType()]
-			if fn == nil || b.DType() != a.DType() {
-				return c.Errorf("%s: unsupported dtypes %v and %v", op.name, a.DType(), b.DType())
-			}
-			p, err := mathNewBcast(a.Shape(), b.Shape())
-			if err != nil {
-				return c.Errorf("%s: %v", op.name, err)
-			}
-			if op.check != nil {
-				if err := op.check(b); err != nil {
+		kernel.Register(op.name, kernel.CPU, func(*graph.Node) (kernel.Kernel, error) {
+			plans := new(mathPlans)
+			return kernel.Func(func(c *kernel.Context) error {
+				a, b := c.Inputs[0], c.Inputs[1]
+				fn := op.fns[a.DType()]
+				if fn == nil || b.DType() != a.DType() {
+					return c.Errorf("%s: unsupported dtypes %v and %v", op.name, a.DType(), b.DType())
+				}
+				p, err := plans.plan(a.Shape(), b.Shape())
+				if err != nil {
 					return c.Errorf("%s: %v", op.name, err)
 				}
-			}
-			dt := op.out
-			if dt == tensor.Invalid {
-				dt = a.DType()
-			}
-			fn(p, a, b, c.Alloc(0, dt, p.out...))
-			return nil
-		}))
+				if op.check != nil {
+					if err := op.check(b); err != nil {
+						return c.Errorf("%s: %v", op.name, err)
+					}
+				}
+				dt := op.out
+				if dt == tensor.Invalid {
+					dt = a.DType()
+				}
+				fn(p, a, b, c.AllocUninit(0, dt, p.out...))
+				return nil
+			}), nil
+		})
 	}
 }

@@ -44,9 +44,12 @@ func mathMatMulFactory(n *graph.Node) (kernel.Kernel, error) {
 			return bad("inner dimensions differ")
 		}
 		batch := tensor.NumElements(as[:r-2])
-		o := c.Alloc(0, a.DType(), append(slices.Clone(as[:r-2]), m, nn)...)
+		var dimsBuf [8]int
+		dims := append(append(dimsBuf[:0], as[:r-2]...), m, nn)
+		o := c.AllocUninit(0, a.DType(), dims...)
 		if m == 0 || nn == 0 || k == 0 || batch == 0 {
-			return nil // empty, or a sum over nothing: zeros
+			clearOutput(o) // empty, or a sum over nothing: zeros
+			return nil
 		}
 		lda, ldb := as[r-1], bs[r-1]
 		sa, sb, so := m*k, k*nn, m*nn
@@ -216,4 +219,14 @@ func init() {
 	kernel.Register("MatMul", kernel.CPU, mathMatMulFactory)
 	kernel.Register("MatrixInverse", kernel.CPU, mathMatrixKernel("MatrixInverse", false))
 	kernel.Register("MatrixDeterminant", kernel.CPU, mathMatrixKernel("MatrixDeterminant", true))
+}
+
+// clearOutput zeroes a tensor from AllocUninit.
+func clearOutput(t *tensor.Tensor) {
+	switch d := t.Data().(type) {
+	case []float32:
+		clear(d)
+	case []float64:
+		clear(d)
+	}
 }

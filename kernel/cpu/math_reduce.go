@@ -167,6 +167,10 @@ func mathReduceARB[T mathNumber](k mathReduceKind, x []T, A, R, B int, out []T) 
 			}
 		})
 		out[0] = mathReduceRow(k, partial)
+	case B == 1 && kernel.Serial(A, R):
+		for a := range A { // inline, without a closure to allocate
+			out[a] = mathReduceRow(k, x[a*R:(a+1)*R])
+		}
 	case B == 1:
 		kernel.ParallelFor(A, R, func(lo, hi int) {
 			for a := lo; a < hi; a++ {
@@ -412,18 +416,44 @@ func mathErrBroadcastTo(from, to []int) error {
 	return fmt.Errorf("cannot broadcast %v to %v", tensor.MakeShape(from...), tensor.MakeShape(to...))
 }
 
-func mathBroadcastToKernel(c *kernel.Context) error {
-	x := c.Inputs[0]
-	target, err := mathShapeValue(c.Inputs[1])
-	if err != nil {
-		return c.Errorf("BroadcastTo: %v", err)
+func mathBroadcastToKernel(c *kernel.Context, plans *mathPlans) error {
+	x, st := c.Inputs[0], c.Inputs[1]
+	if st.Rank() != 1 || st.NumElements() > 8 {
+		o, err := mathBroadcastToSlow(x, st)
+		if err != nil {
+			return c.Errorf("BroadcastTo: %v", err)
+		}
+		c.SetOutput(0, o)
+		return nil
 	}
-	o, err := mathBroadcastTensor(x, target)
-	if err != nil {
-		return c.Errorf("BroadcastTo: %v", err)
+	// The common case without allocating: dims on the stack, the plan
+	// cached per node, the output from Alloc.
+	var buf [8]int
+	target := buf[:st.NumElements()]
+	for i := range target {
+		if target[i] = int(st.Float64At(i)); target[i] < 0 {
+			return c.Errorf("BroadcastTo: negative dimension in shape %v", st)
+		}
 	}
-	c.SetOutput(0, o)
+	if slices.Equal(x.Shape(), target) {
+		c.SetOutput(0, x)
+		return nil
+	}
+	p, err := plans.plan(x.Shape(), target)
+	if err != nil || !slices.Equal(p.out, target) {
+		return c.Errorf("BroadcastTo: %v", mathErrBroadcastTo(x.Shape(), target))
+	}
+	o := c.AllocUninit(0, x.DType(), target...)
+	mathBroadcastInto(p, x, o)
 	return nil
+}
+
+func mathBroadcastToSlow(x, st *tensor.Tensor) (*tensor.Tensor, error) {
+	target, err := mathShapeValue(st)
+	if err != nil {
+		return nil, err
+	}
+	return mathBroadcastTensor(x, target)
 }
 
 // mathSumToAxes returns the axes of a tensor of shape from to sum over so
@@ -484,6 +514,9 @@ func init() {
 	}
 	kernel.Register("ArgMax", kernel.CPU, mathArgFactory("ArgMax", true))
 	kernel.Register("ArgMin", kernel.CPU, mathArgFactory("ArgMin", false))
-	kernel.Register("BroadcastTo", kernel.CPU, kernel.Simple(mathBroadcastToKernel))
+	kernel.Register("BroadcastTo", kernel.CPU, func(*graph.Node) (kernel.Kernel, error) {
+		plans := new(mathPlans)
+		return kernel.Func(func(c *kernel.Context) error { return mathBroadcastToKernel(c, plans) }), nil
+	})
 	kernel.Register("SumToShape", kernel.CPU, kernel.Simple(mathSumToShapeKernel))
 }

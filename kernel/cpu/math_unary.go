@@ -199,6 +199,12 @@ func mathBroadcastTensor(x *tensor.Tensor, shape []int) (*tensor.Tensor, error) 
 		return nil, mathErrBroadcastTo(x.Shape(), shape)
 	}
 	o := tensor.New(x.DType(), shape...)
+	mathBroadcastInto(p, x, o)
+	return o, nil
+}
+
+// mathBroadcastInto writes x broadcast under plan p into o.
+func mathBroadcastInto(p *mathBcast, x, o *tensor.Tensor) {
 	switch d := o.Data().(type) {
 	case []float32:
 		mathBroadcastCopy(p, d, x.Float32s())
@@ -213,7 +219,6 @@ func mathBroadcastTensor(x *tensor.Tensor, shape []int) (*tensor.Tensor, error) 
 	case []bool:
 		mathBroadcastCopy(p, d, x.Bools())
 	}
-	return o, nil
 }
 
 func mathSelect[T any](o []T, cond []bool, a, b []T) {

@@ -58,11 +58,19 @@ func nnSameShape(a, b []int) bool {
 
 // nnParallel2 runs f over matching chunks of x and y in parallel.
 func nnParallel2[T any](x, y []T, cost int, f func(x, y []T)) {
+	if kernel.Serial(len(x), cost) {
+		f(x, y) // no closure to allocate
+		return
+	}
 	kernel.ParallelFor(len(x), cost, func(lo, hi int) { f(x[lo:hi], y[lo:hi]) })
 }
 
 // nnParallel3 runs f over matching chunks of a, b and y in parallel.
 func nnParallel3[T any](a, b, y []T, cost int, f func(a, b, y []T)) {
+	if kernel.Serial(len(y), cost) {
+		f(a, b, y)
+		return
+	}
 	kernel.ParallelFor(len(y), cost, func(lo, hi int) { f(a[lo:hi], b[lo:hi], y[lo:hi]) })
 }
 
@@ -97,14 +105,21 @@ func nnBiasAddT[T nnNumber](x, b, y []T) {
 	if C == 0 {
 		return
 	}
-	kernel.ParallelFor(len(x)/C, C, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			xr, yr := x[r*C:(r+1)*C], y[r*C:(r+1)*C]
-			for i, v := range xr {
-				yr[i] = v + b[i]
-			}
+	if rows := len(x) / C; kernel.Serial(rows, C) {
+		nnBiasAddRows(x, b, y, 0, rows)
+	} else {
+		kernel.ParallelFor(rows, C, func(lo, hi int) { nnBiasAddRows(x, b, y, lo, hi) })
+	}
+}
+
+func nnBiasAddRows[T nnNumber](x, b, y []T, lo, hi int) {
+	C := len(b)
+	for r := lo; r < hi; r++ {
+		xr, yr := x[r*C:(r+1)*C], y[r*C:(r+1)*C]
+		for i, v := range xr {
+			yr[i] = v + b[i]
 		}
-	})
+	}
 }
 
 func nnBiasAddGrad(c *kernel.Context) error {
@@ -144,23 +159,30 @@ func nnBiasGradFloat[T nnFloat](dy, db []T) {
 		return
 	}
 	rows := len(dy) / C
-	kernel.ParallelFor(C, rows, func(lo, hi int) {
-		var acc [nnBiasBlock]float64
-		for c0 := lo; c0 < hi; c0 += nnBiasBlock {
-			w := min(nnBiasBlock, hi-c0)
-			a := acc[:w]
-			clear(a)
-			for r := 0; r < rows; r++ {
-				row := dy[r*C+c0 : r*C+c0+w]
-				for i, v := range row {
-					a[i] += float64(v)
-				}
-			}
-			for i, v := range a {
-				db[c0+i] = T(v)
+	if kernel.Serial(C, rows) {
+		nnBiasGradCols(dy, db, rows, 0, C)
+		return
+	}
+	kernel.ParallelFor(C, rows, func(lo, hi int) { nnBiasGradCols(dy, db, rows, lo, hi) })
+}
+
+func nnBiasGradCols[T nnFloat](dy, db []T, rows, lo, hi int) {
+	C := len(db)
+	var acc [nnBiasBlock]float64
+	for c0 := lo; c0 < hi; c0 += nnBiasBlock {
+		w := min(nnBiasBlock, hi-c0)
+		a := acc[:w]
+		clear(a)
+		for r := 0; r < rows; r++ {
+			row := dy[r*C+c0 : r*C+c0+w]
+			for i, v := range row {
+				a[i] += float64(v)
 			}
 		}
-	})
+		for i, v := range a {
+			db[c0+i] = T(v)
+		}
+	}
 }
 
 func nnBiasGradInt[T ~int32 | ~int64](dy, db []T) {
@@ -503,30 +525,38 @@ func nnSparseXentRows[T nnFloat](x []T, idx32 []int32, idx64 []int64, loss, bp [
 	if cols == 0 {
 		return
 	}
+	if kernel.Serial(len(loss), cols*nnExpCost) {
+		nnSparseXentRange(x, idx32, idx64, loss, bp, cols, 0, len(loss))
+		return
+	}
 	kernel.ParallelFor(len(loss), cols*nnExpCost, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			xr, br := x[r*cols:(r+1)*cols], bp[r*cols:(r+1)*cols]
-			var label int
-			if idx32 != nil {
-				label = int(idx32[r])
-			} else {
-				label = int(idx64[r])
-			}
-			m := nnRowMax(xr)
-			var sum float64
-			for i, v := range xr {
-				e := math.Exp(float64(v - m))
-				br[i] = T(e)
-				sum += e
-			}
-			inv := 1 / sum
-			for i := range br {
-				br[i] = T(float64(br[i]) * inv)
-			}
-			br[label]--
-			loss[r] = T(math.Log(sum) - float64(xr[label]-m))
-		}
+		nnSparseXentRange(x, idx32, idx64, loss, bp, cols, lo, hi)
 	})
+}
+
+func nnSparseXentRange[T nnFloat](x []T, idx32 []int32, idx64 []int64, loss, bp []T, cols, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		xr, br := x[r*cols:(r+1)*cols], bp[r*cols:(r+1)*cols]
+		var label int
+		if idx32 != nil {
+			label = int(idx32[r])
+		} else {
+			label = int(idx64[r])
+		}
+		m := nnRowMax(xr)
+		var sum float64
+		for i, v := range xr {
+			e := math.Exp(float64(v - m))
+			br[i] = T(e)
+			sum += e
+		}
+		inv := 1 / sum
+		for i := range br {
+			br[i] = T(float64(br[i]) * inv)
+		}
+		br[label]--
+		loss[r] = T(math.Log(sum) - float64(xr[label]-m))
+	}
 }
 
 // ---- L2Loss ----

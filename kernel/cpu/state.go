@@ -25,7 +25,7 @@ func init() {
 	}))
 
 	stateRegisterApply("ApplyGradientDescent", 1, 2, func(*graph.Node) stateUpdate {
-		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			if g.DType() == tensor.Float32 {
 				stateGradientDescent(v[0].Float32s(), g.Float32s(), float32(sc[0]))
 			} else {
@@ -35,7 +35,7 @@ func init() {
 	})
 	stateRegisterApply("ApplyMomentum", 2, 3, func(n *graph.Node) stateUpdate {
 		nesterov := n.AttrBool("use_nesterov")
-		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			if g.DType() == tensor.Float32 {
 				stateMomentum(v[0].Float32s(), v[1].Float32s(), g.Float32s(), float32(sc[0]), float32(sc[1]), nesterov)
 			} else {
@@ -44,7 +44,7 @@ func init() {
 		}
 	})
 	stateRegisterApply("ApplyAdagrad", 2, 3, func(*graph.Node) stateUpdate {
-		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			if g.DType() == tensor.Float32 {
 				stateAdagrad(v[0].Float32s(), v[1].Float32s(), g.Float32s(), float32(sc[0]))
 			} else {
@@ -53,7 +53,7 @@ func init() {
 		}
 	})
 	stateRegisterApply("ApplyRMSProp", 3, 7, func(*graph.Node) stateUpdate {
-		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			// sc: lr, rho, momentum, epsilon.
 			if g.DType() == tensor.Float32 {
 				stateRMSProp(v[0].Float32s(), v[1].Float32s(), v[2].Float32s(), g.Float32s(),
@@ -64,7 +64,7 @@ func init() {
 		}
 	})
 	stateRegisterApply("ApplyAdam", 3, 9, func(*graph.Node) stateUpdate {
-		return func(v []*tensor.Tensor, g *tensor.Tensor, sc []float64) {
+		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			// sc: beta1_power, beta2_power, lr, beta1, beta2, epsilon. The
 			// bias-corrected step size is computed once, in float64.
 			lrT := sc[2] * math.Sqrt(1-sc[1]) / (1 - sc[0])
@@ -105,20 +105,22 @@ func stateAssignUpdate(c *kernel.Context, sign int) error {
 		return c.Errorf("%s does not support %v variables", c.Node.Op(), v.DType())
 	}
 	out := c.AllocUninit(0, v.DType(), t.Shape()...)
-	err := v.Update(func(val *tensor.Tensor) error {
-		switch val.DType() {
-		case tensor.Float32:
-			stateAddScaled(val.Float32s(), t.Float32s(), float32(sign))
-		case tensor.Float64:
-			stateAddScaled(val.Float64s(), t.Float64s(), float64(sign))
-		case tensor.Int32:
-			stateAddScaled(val.Int32s(), t.Int32s(), int32(sign))
-		case tensor.Int64:
-			stateAddScaled(val.Int64s(), t.Int64s(), int64(sign))
-		}
-		return out.CopyFrom(val)
-	})
-	return stateWrap(c, err)
+	val, err := v.LockValue()
+	if err != nil {
+		return stateWrap(c, err)
+	}
+	defer v.UnlockValue()
+	switch val.DType() {
+	case tensor.Float32:
+		stateAddScaled(val.Float32s(), t.Float32s(), float32(sign))
+	case tensor.Float64:
+		stateAddScaled(val.Float64s(), t.Float64s(), float64(sign))
+	case tensor.Int32:
+		stateAddScaled(val.Int32s(), t.Int32s(), int32(sign))
+	case tensor.Int64:
+		stateAddScaled(val.Int64s(), t.Int64s(), int64(sign))
+	}
+	return stateWrap(c, out.CopyFrom(val))
 }
 
 // stateWrap adds the node to an error of the variable (nil stays nil),
@@ -140,22 +142,40 @@ type stateFloat interface{ ~float32 | ~float64 }
 // units of kernel.ParallelFor.
 const stateCost = 8
 
+// The update loops below run inline when kernel.Serial says so, building
+// the closure for kernel.ParallelFor (a heap allocation) only when the loop
+// is split.
+
 func stateAddScaled[T stateNumber](dst, src []T, sign T) {
 	src = src[:len(dst)]
-	kernel.ParallelFor(len(dst), 1, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			dst[i] += sign * src[i]
-		}
-	})
+	if kernel.Serial(len(dst), 1) {
+		stateAddScaledRange(dst, src, sign)
+		return
+	}
+	kernel.ParallelFor(len(dst), 1, func(lo, hi int) { stateAddScaledRange(dst[lo:hi], src[lo:hi], sign) })
+}
+
+func stateAddScaledRange[T stateNumber](dst, src []T, sign T) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += sign * src[i]
+	}
 }
 
 func stateGradientDescent[T stateFloat](v, g []T, alpha T) {
 	g = g[:len(v)]
-	kernel.ParallelFor(len(v), 2, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			v[i] -= alpha * g[i]
-		}
-	})
+	if kernel.Serial(len(v), 2) {
+		stateGradientDescentRange(v, g, alpha)
+		return
+	}
+	kernel.ParallelFor(len(v), 2, func(lo, hi int) { stateGradientDescentRange(v[lo:hi], g[lo:hi], alpha) })
+}
+
+func stateGradientDescentRange[T stateFloat](v, g []T, alpha T) {
+	g = g[:len(v)]
+	for i := range v {
+		v[i] -= alpha * g[i]
+	}
 }
 
 func stateMomentum[T stateFloat](v, accum, g []T, lr, momentum T, nesterov bool) {
@@ -199,20 +219,30 @@ func stateRMSProp[T stateFloat](v, ms, mom, g []T, lr, rho, momentum, epsilon T)
 
 func stateAdam[T stateFloat](v, m, vv, g []T, lrT, beta1, beta2, epsilon T) {
 	m, vv, g = m[:len(v)], vv[:len(v)], g[:len(v)]
+	if kernel.Serial(len(v), stateCost) {
+		stateAdamRange(v, m, vv, g, lrT, beta1, beta2, epsilon)
+		return
+	}
 	kernel.ParallelFor(len(v), stateCost, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			gi := g[i]
-			a := m[i] + (gi-m[i])*(1-beta1)
-			b := vv[i] + (gi*gi-vv[i])*(1-beta2)
-			m[i], vv[i] = a, b
-			v[i] -= lrT * a / (T(math.Sqrt(float64(b))) + epsilon)
-		}
+		stateAdamRange(v[lo:hi], m[lo:hi], vv[lo:hi], g[lo:hi], lrT, beta1, beta2, epsilon)
 	})
+}
+
+func stateAdamRange[T stateFloat](v, m, vv, g []T, lrT, beta1, beta2, epsilon T) {
+	m, vv, g = m[:len(v)], vv[:len(v)], g[:len(v)]
+	for i := range v {
+		gi := g[i]
+		a := m[i] + (gi-m[i])*(1-beta1)
+		b := vv[i] + (gi*gi-vv[i])*(1-beta2)
+		m[i], vv[i] = a, b
+		v[i] -= lrT * a / (T(math.Sqrt(float64(b))) + epsilon)
+	}
 }
 
 // stateUpdate applies one update rule to the locked values of the refs (the
 // variable first), given the gradient and the scalar inputs in input order.
-type stateUpdate func(vals []*tensor.Tensor, grad *tensor.Tensor, scalars []float64)
+// They are passed as arrays, by value, so that they stay on the stack.
+type stateUpdate func(vals [4]*tensor.Tensor, grad *tensor.Tensor, scalars [8]float64)
 
 // stateRegisterApply registers the kernel of an Apply op whose first nRefs
 // inputs are refs and whose input gradIdx has the variable's shape; every
@@ -268,21 +298,23 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, update stateUpdate) error
 		scalars = append(scalars, t.Float64At(0))
 	}
 	vals := valsBuf[:nRefs]
-	return stateWrap(c, stateLockAll(refs, vals, func() error {
-		update(vals, g, scalars)
-		return nil
-	}))
+	for i, r := range refs {
+		val, err := r.LockValue()
+		if err != nil {
+			for _, locked := range refs[:i] {
+				locked.UnlockValue()
+			}
+			return stateWrap(c, err)
+		}
+		vals[i] = val
+	}
+	defer stateUnlockAll(refs)
+	update(valsBuf, g, scalarsBuf)
+	return nil
 }
 
-// stateLockAll holds the exclusive lock of every variable (in order) while f
-// runs, with vals[i] set to the value of refs[i]. It fails if one of them is
-// not initialized.
-func stateLockAll(refs []*kernel.Variable, vals []*tensor.Tensor, f func() error) error {
-	if len(refs) == 0 {
-		return f()
+func stateUnlockAll(refs []*kernel.Variable) {
+	for _, r := range refs {
+		r.UnlockValue()
 	}
-	return refs[0].Update(func(val *tensor.Tensor) error {
-		vals[0] = val
-		return stateLockAll(refs[1:], vals[1:], f)
-	})
 }

@@ -272,21 +272,7 @@ func (p ConvParams) col2im(col, dst []float32) {
 }
 
 // parallelFor runs f over [0, n) split into contiguous ranges, one per
-// processor; with one processor or n == 1 it runs inline.
+// processor, on the pool; with one processor or n == 1 it runs inline.
 func parallelFor(n int, f func(lo, hi int)) {
-	t := min(runtime.GOMAXPROCS(0), n)
-	if t <= 1 {
-		f(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for i := 1; i < t; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(n*i/t, n*(i+1)/t)
-		}()
-	}
-	f(0, n/t)
-	wg.Wait()
+	Parallel(n, runtime.GOMAXPROCS(0), RangeFunc(f))
 }

@@ -57,6 +57,11 @@ func grow[T float](s []T, n int) []T {
 // Measured on the 2-vCPU reference VM, waking a second thread costs 50-200 us,
 // so 128^3 (50 us serial) and the MLP shapes (7.8M multiply-adds, 230 us)
 // ran slower split in two, while 256^3 (16.7M) ran 1.4x faster.
+// Parts now run on the persistent pool (pool.go), whose workers stay awake
+// between the kernels of a step. On a quiet machine that made the MLP
+// layers about 1.3x faster split at 2^20, but with other processes on the
+// two cores it was slower than serial, so the threshold stays at 2^23
+// until it is measured on a quiet machine.
 const parallelMin = 1 << 23
 
 // gemm is the driver shared by all backends: argument checks, trivial cases,
@@ -82,44 +87,47 @@ func gemm[T float](kn *kernel[T], pool *sync.Pool, transA, transB bool, m, n, k 
 	g.parallel(pool, threads, m, n, mt, nt)
 }
 
-// parallel splits the dimension with more micro-tiles into contiguous tile
-// ranges, one per goroutine; each packs its own panels, so no
-// synchronisation is needed beyond the final wait. It is a separate
-// function so that only this path pays for the escaping closure.
+// gemmJob is one product split across the pool: parts are ranges of
+// micro-tiles of the dimension with more of them. Each part packs its own
+// panels, so no synchronisation is needed beyond the final wait. Jobs are
+// pooled so that a parallel product does not allocate.
+type gemmJob[T float] struct {
+	g          gemmArgs[T]
+	ws         *sync.Pool
+	splitM     bool
+	m, n, unit int
+}
+
+func (j *gemmJob[T]) Range(lo, hi int) {
+	ws := getWS[T](j.ws)
+	lo *= j.unit
+	if j.splitM {
+		j.g.run(ws, lo, min(hi*j.unit, j.m), 0, j.n)
+	} else {
+		j.g.run(ws, 0, j.m, lo, min(hi*j.unit, j.n))
+	}
+	j.ws.Put(ws)
+}
+
+var jobPoolF32, jobPoolF64 sync.Pool
+
 func (g gemmArgs[T]) parallel(pool *sync.Pool, threads, m, n, mt, nt int) {
-	splitM := mt >= nt
-	tiles, unit, size := nt, g.kn.nr, n
-	if splitM {
-		tiles, unit, size = mt, g.kn.mr, m
+	jobs := &jobPoolF32
+	if _, f64 := any(g.alpha).(float64); f64 {
+		jobs = &jobPoolF64
 	}
-	threads = min(threads, tiles)
-	var wg sync.WaitGroup
-	for t := range threads {
-		lo := tiles * t / threads * unit
-		hi := min(tiles*(t+1)/threads*unit, size)
-		wg.Add(1)
-		work := func() {
-			ws := getWS[T](pool)
-			if splitM {
-				g.run(ws, lo, hi, 0, n)
-			} else {
-				g.run(ws, 0, m, lo, hi)
-			}
-			pool.Put(ws)
-			wg.Done()
-		}
-		if t == threads-1 {
-			// Yield once so a helper starts on this P at once and the caller
-			// moves to the woken one. Without it the helper sits in this P's
-			// runnext until the caller blocks: measured here (2-vCPU VM) the
-			// idle P took 0.2-0.7 ms to steal it, serialising the halves.
-			runtime.Gosched()
-			work()
-		} else {
-			go work()
-		}
+	j, _ := jobs.Get().(*gemmJob[T])
+	if j == nil {
+		j = new(gemmJob[T])
 	}
-	wg.Wait()
+	*j = gemmJob[T]{g: g, ws: pool, splitM: mt >= nt, m: m, n: n, unit: g.kn.nr}
+	tiles := nt
+	if j.splitM {
+		tiles, j.unit = mt, g.kn.mr
+	}
+	Parallel(tiles, threads, j)
+	*j = gemmJob[T]{}
+	jobs.Put(j)
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
