@@ -379,28 +379,11 @@ func (e *Executor) checkFeeds(vals []*tensor.Tensor) error {
 		if t == nil {
 			return fmt.Errorf("executor: feed %s is nil", f)
 		}
-		if t.DType() != f.DType() || !shapeCompatible(f.Shape(), t.Shape()) {
+		if t.DType() != f.DType() || !f.Shape().AcceptsDims(t.Shape()) {
 			return fmt.Errorf("executor: feed %s: expected %v%v, got %v%v", f, f.DType(), f.Shape(), t.DType(), tensor.MakeShape(t.Shape()...))
 		}
 	}
 	return nil
-}
-
-// shapeCompatible reports whether concrete dims are an instance of s,
-// without allocating.
-func shapeCompatible(s tensor.Shape, dims []int) bool {
-	if !s.KnownRank() {
-		return true
-	}
-	if s.Rank() != len(dims) {
-		return false
-	}
-	for i, d := range dims {
-		if want := s.Dim(i); want >= 0 && want != d {
-			return false
-		}
-	}
-	return true
 }
 
 // run is the state of one step.
@@ -769,7 +752,7 @@ func compute(en *execNode, c *kernel.Context, slots []*tensor.Tensor) (err error
 		switch {
 		case t == nil:
 			return fmt.Errorf("executor: node %s: the kernel did not set output %d", en.node, o)
-		case t.DType() != out.DType() || !shapeCompatible(out.Shape(), t.Shape()):
+		case t.DType() != out.DType() || !out.Shape().AcceptsDims(t.Shape()):
 			return fmt.Errorf("executor: node %s: output %d is %v%v, but the graph says %v%v",
 				en.node, o, t.DType(), tensor.MakeShape(t.Shape()...), out.DType(), out.Shape())
 		}

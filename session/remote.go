@@ -195,7 +195,7 @@ func (s *Session) runRemote(ctx context.Context, feedOuts []graph.Output, vals [
 	req := &pb.RunStepRequest{Feeds: make([]*pb.NamedTensor, len(vals)), Fetches: make([]string, len(fetches)), Targets: targets}
 	for i, f := range feedOuts {
 		t := vals[i]
-		if t.DType() != f.DType() || !rpcShapeCompatible(f.Shape(), t.Shape()) {
+		if t.DType() != f.DType() || !f.Shape().AcceptsDims(t.Shape()) {
 			return nil, fmt.Errorf("session: feed %s: expected %v%v, got %v%v", f, f.DType(), f.Shape(), t.DType(), tensor.MakeShape(t.Shape()...))
 		}
 		req.Feeds[i] = &pb.NamedTensor{Name: f.Name(), Tensor: graph.TensorToProto(t)}
@@ -222,22 +222,6 @@ func (s *Session) runRemote(ctx context.Context, feedOuts []graph.Output, vals [
 		}
 	}
 	return out, nil
-}
-
-// rpcShapeCompatible reports whether dims are an instance of s.
-func rpcShapeCompatible(s tensor.Shape, dims []int) bool {
-	if !s.KnownRank() {
-		return true
-	}
-	if s.Rank() != len(dims) {
-		return false
-	}
-	for i, d := range dims {
-		if want := s.Dim(i); want >= 0 && want != d {
-			return false
-		}
-	}
-	return true
 }
 
 // rpcCloseTimeout bounds Close's CloseSession call to the master.

@@ -199,3 +199,21 @@ func NumElements(dims []int) int {
 	}
 	return n
 }
+
+// AcceptsDims reports whether a tensor with the concrete dims could have
+// shape s (unknown rank or dimensions accept anything). It does not allocate,
+// so executors can check every feed and output with it.
+func (s Shape) AcceptsDims(dims []int) bool {
+	if s.dims == nil {
+		return true
+	}
+	if len(s.dims) != len(dims) {
+		return false
+	}
+	for i, d := range dims {
+		if want := s.dims[i]; want >= 0 && want != d {
+			return false
+		}
+	}
+	return true
+}

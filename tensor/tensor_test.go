@@ -126,3 +126,23 @@ func FuzzUnmarshalBinary(f *testing.F) {
 		}
 	})
 }
+
+func TestAcceptsDims(t *testing.T) {
+	cases := []struct {
+		s    Shape
+		dims []int
+		want bool
+	}{
+		{UnknownShape(), []int{3, 4}, true},
+		{ScalarShape(), nil, true},
+		{ScalarShape(), []int{1}, false},
+		{MakeShape(-1, 784), []int{100, 784}, true},
+		{MakeShape(-1, 784), []int{100, 10}, false},
+		{MakeShape(2), []int{2, 1}, false},
+	}
+	for _, c := range cases {
+		if got := c.s.AcceptsDims(c.dims); got != c.want {
+			t.Errorf("%v.AcceptsDims(%v) = %v, want %v", c.s, c.dims, got, c.want)
+		}
+	}
+}
