@@ -205,8 +205,9 @@ func TestKillingOneWorkerLeavesTheOthersTraining(t *testing.T) {
 			t.Fatalf("%s failed after a peer died: %v\n%s", w.name, err, w.logs())
 		}
 	}
-	if !strings.Contains(ws[0].logs(), "global_step 3000/3000") {
-		t.Errorf("the chief did not reach the last global step:\n%s", ws[0].logs())
+	// The others' increments may carry the chief's last reading past 3000.
+	if last := lastFloat(t, ws[0].logs(), `global_step (\d+)/3000`); last < 3000 {
+		t.Errorf("the chief stopped at global step %v, want 3000:\n%s", last, tail(ws[0].logs(), 5))
 	}
 	if err := ps.wait(t, 30*time.Second); err != nil {
 		t.Errorf("ps did not exit cleanly: %v", err)
