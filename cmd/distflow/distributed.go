@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -200,8 +201,9 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	} else if err := waitForModel(ctx, sess, j, f.waitTimeout, log); err != nil {
 		return err
 	}
+	stopSync := func() {}
 	if j.sync != nil {
-		stopSync, err := j.startSync(ctx, sess, chief, log)
+		stopSync, err = j.startSync(ctx, sess, chief, log)
 		if err != nil {
 			return err
 		}
@@ -248,6 +250,7 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 		if err := j.sync.Finish(ctx, sess); err != nil {
 			log.Warn("finishing synchronous training", "err", err)
 		}
+		stopSync() // no aggregation after this: the global step is final
 	}
 	if chief {
 		if err := j.finalSave(ctx, sess); err != nil {
@@ -298,11 +301,14 @@ func (j *job) startSync(ctx context.Context, sess *session.Session, chief bool, 
 			log.Warn("the chief's aggregation loop stopped", "err", err)
 		}
 	}()
+	var once sync.Once
 	return func() {
-		cancel()
-		<-done
-		dropped, _ := j.sync.Dropped(context.Background(), sess)
-		log.Info("synchronous training", "aggregations", j.sync.Aggregations(), "stale_gradients_dropped", dropped)
+		once.Do(func() {
+			cancel()
+			<-done
+			dropped, _ := j.sync.Dropped(context.Background(), sess)
+			log.Info("synchronous training", "aggregations", j.sync.Aggregations(), "stale_gradients_dropped", dropped)
+		})
 	}, nil
 }
 
