@@ -14,7 +14,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/distflow/distflow/proto/distflowpb"
 )
@@ -135,9 +137,19 @@ func (g *grpcTransport) open(ctx context.Context, to int, key opKey) (stream, er
 	st, err := pb.NewRingClient(c).Chunks(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		cancel()
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
 		return nil, err
 	}
-	return &grpcStream{ctx: ctx, st: st, cancel: cancel}, nil
+	gs := &grpcStream{ctx: ctx, st: st, cancel: cancel, done: make(chan struct{})}
+	// The ack (or the failure) is awaited from the start, so that a peer
+	// that dies while this side has nothing to send is noticed at once.
+	go func() {
+		gs.err = st.RecvMsg(new(pb.RingAck))
+		close(gs.done)
+	}()
+	return gs, nil
 }
 
 func (g *grpcTransport) close() error {
@@ -153,6 +165,8 @@ func (g *grpcTransport) close() error {
 
 type grpcStream struct {
 	ctx    context.Context
+	done   chan struct{} // closed when the ack or a failure arrived
+	err    error         // of the ack, set before done is closed
 	st     grpc.ClientStreamingClient[pb.RingChunk, pb.RingAck]
 	cancel context.CancelFunc
 }
@@ -168,7 +182,8 @@ func (s *grpcStream) send(c *chunk) error {
 	if err := s.st.Send(msg); err != nil {
 		if errors.Is(err, io.EOF) {
 			// The server ended the stream: its status says why.
-			_, err = s.st.CloseAndRecv()
+			<-s.done
+			err = s.err
 		}
 		return s.why(err)
 	}
@@ -180,13 +195,31 @@ func (s *grpcStream) why(err error) error {
 	if ctxErr := s.ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
+	// The server's copy of the deadline may expire first.
+	switch status.Code(err) {
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	case codes.Canceled:
+		return fmt.Errorf("%w: %w", context.Canceled, err)
+	}
 	return err
 }
 
+func (s *grpcStream) broken() <-chan struct{} { return s.done }
+
 func (s *grpcStream) close() error {
 	defer s.cancel()
-	_, err := s.st.CloseAndRecv()
-	return s.why(err)
+	if err := s.st.CloseSend(); err != nil {
+		return s.why(err)
+	}
+	<-s.done
+	if s.err == nil {
+		return nil
+	}
+	if errors.Is(s.err, io.EOF) {
+		return errors.New("the peer ended the stream without an acknowledgement")
+	}
+	return s.why(s.err)
 }
 
 func (s *grpcStream) abort() { s.cancel() }

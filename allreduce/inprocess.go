@@ -86,6 +86,8 @@ func (s *memStream) send(c *chunk) error {
 	return nil
 }
 
+func (s *memStream) broken() <-chan struct{} { return s.to.box.closed }
+
 func (s *memStream) close() error {
 	if s.to.box.closedErr() != nil {
 		return ErrPeerUnreachable

@@ -35,10 +35,11 @@ type mailbox struct {
 	finished map[opKey]struct{}
 	order    []opKey
 	err      error // set by close
+	closed   chan struct{}
 }
 
 func newMailbox() *mailbox {
-	return &mailbox{ops: make(map[opKey]*inbox), finished: make(map[opKey]struct{})}
+	return &mailbox{ops: make(map[opKey]*inbox), finished: make(map[opKey]struct{}), closed: make(chan struct{})}
 }
 
 // inbox is one operation's received chunks, by index; its single consumer
@@ -183,6 +184,9 @@ func (m *mailbox) closedErr() error {
 // close fails every operation with err.
 func (m *mailbox) close(err error) {
 	m.mu.Lock()
+	if m.err == nil {
+		close(m.closed)
+	}
 	m.err = err
 	ops := m.ops
 	m.ops = make(map[opKey]*inbox)

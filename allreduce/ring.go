@@ -268,10 +268,16 @@ func (r *Ring) run(ctx context.Context, key opKey, ib *inbox, data []float32) er
 	}
 	err := <-sendErr
 	// The first cause wins over the cancellations it triggered.
-	// A sender that stopped on the context was waiting for the receiver,
-	// or was cancelled by it: the receiver's error is then the cause.
-	if err == nil || (recvErr != nil && isContextErr(err)) {
+	// A sender that stopped on the context while waiting for the receiver,
+	// or that the receiver cancelled, did not cause the failure: the
+	// receiver's error names the cause. A sender stuck on the next rank
+	// (its deadline passed while connecting or sending) is the cause.
+	var waiting *waitingError
+	if err == nil || (recvErr != nil && (errors.As(err, &waiting) || errors.Is(err, context.Canceled))) {
 		err = recvErr
+	}
+	if errors.As(err, &waiting) {
+		err = waiting.err
 	}
 	if err != nil {
 		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", key.name, "round", key.round, "err", err)
@@ -294,9 +300,16 @@ func (r *Ring) send(ctx context.Context, key opKey, next int, items []item, firs
 		if k >= first {
 			select {
 			case <-ready:
+			case <-st.broken():
+				err := st.close()
+				if isContextErr(err) {
+					// The operation's deadline ended the idle stream.
+					return &waitingError{wrap(err)}
+				}
+				return wrap(err)
 			case <-ctx.Done():
 				st.abort()
-				return wrap(ctx.Err())
+				return &waitingError{wrap(ctx.Err())}
 			}
 		}
 		c := &chunk{key: key, from: r.rank, size: r.size, index: k, length: len(data), offset: it.lo, data: data[it.lo:it.hi]}
@@ -344,3 +357,10 @@ func (r *Ring) receive(ctx context.Context, key opKey, ib *inbox, prev int, item
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
+
+// waitingError marks a sender that stopped while it waited for the
+// receiver to reduce a chunk, rather than on its own peer.
+type waitingError struct{ err error }
+
+func (e *waitingError) Error() string { return e.err.Error() }
+func (e *waitingError) Unwrap() error { return e.err }

@@ -21,4 +21,7 @@ type stream interface {
 	close() error
 	// abort ends the stream after a failure.
 	abort()
+	// broken is closed when the stream fails while the sender may be
+	// idle (the peer died): waiting for the next chunk to forward stops.
+	broken() <-chan struct{}
 }

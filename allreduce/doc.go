@@ -1,0 +1,45 @@
+// Package allreduce averages tensors among workers with no parameter
+// server: a ring all-reduce over its own small gRPC service (Ring.Chunks in
+// proto/distflowpb/allreduce.proto), or over memory for tests.
+//
+//	r, err := allreduce.New(allreduce.Config{
+//		Rank:  1,
+//		Peers: []string{"host0:2300", "host1:2300", "host2:2300"},
+//	})
+//	if err != nil { ... }
+//	defer r.Close()
+//	if err := r.Start(); err != nil { ... }
+//	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+//	defer cancel()
+//	err = r.AllReduceMean(ctx, "grads", step, grads) // grads []float32, in place
+//
+// # Algorithm
+//
+// With N ranks the tensor is cut into N segments. Reduce-scatter: in N-1
+// steps each rank sends one segment to the next rank and adds the segment it
+// receives from the previous one, after which rank r holds the complete sum
+// of segment r+1. All-gather: in N-1 more steps the complete segments go
+// round the ring. Each rank sends and receives 2(N-1)/N of the tensor,
+// whatever N. Segments are cut into chunks (Config.ChunkBytes, 1 MiB by
+// default) and pipelined: a chunk is forwarded as soon as it has been
+// reduced, while the next one is still arriving, so that sending and
+// receiving overlap. All ranks end with bit-identical results, since each
+// segment is summed once and then copied.
+//
+// # Contracts
+//
+// Every rank calls the same operations with the same (name, round) and the
+// same tensor length; (name, round) keys the chunks, so operations with
+// different keys may run concurrently and successive rounds never mix.
+// A second concurrent call with a running key fails with ErrBusy; peers
+// that disagree on the length fail with ErrMismatch. Every call blocks until
+// the operation completes or fails: give it a context with a deadline. A
+// dead peer fails the operation within that deadline (at once when a
+// stream to or from it breaks), with an error that names the peer's rank
+// and address. After a failure the tensor holds partial sums.
+//
+// NewInProcess connects N rings through memory (optionally delaying every
+// chunk, to simulate a slow network): the algorithm is the same, only the
+// transport differs. train.AllReduceTrainer and train.PeriodicAverager use
+// a ring to train with averaged gradients or averaged models.
+package allreduce
