@@ -152,8 +152,24 @@ func (g *grpcTransport) open(ctx context.Context, to int, key opKey) (stream, er
 	return gs, nil
 }
 
+// closeGrace bounds how long Close waits for peers' streams to finish.
+const closeGrace = 5 * time.Second
+
 func (g *grpcTransport) close() error {
-	g.srv.Stop() // closes the listener and breaks incoming streams
+	// A peer may still be waiting for the acknowledgement of the last chunks
+	// it sent us (we had all we needed and returned first): let its stream
+	// finish, up to a bound, before breaking what is left.
+	stopped := make(chan struct{})
+	go func() {
+		g.srv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(closeGrace):
+		g.srv.Stop()
+		<-stopped
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var errs []error

@@ -228,7 +228,7 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 		defer it.Close()
 		its = append(its, it)
 	}
-	target := f.targetSteps(n)
+	target := f.targetSteps(n, j.batchesPerStep())
 	log.Info("training", "model", f.model, "data", ex.source, "replica", index, "replicas", len(reps),
 		"global_steps", target, "batch", f.batch, "in_graph", f.inGraph)
 	events, err := openEvents(f.logdir, fmt.Sprintf("%s-%d", self.Job, self.Index))

@@ -122,13 +122,7 @@ func (j *job) initOrRestore(ctx context.Context, sess *session.Session, initAll,
 // process: global steps made while it trained, times the examples per global
 // step (a batch per tower; with --sync, one per aggregated replica).
 func (j *job) clusterRate(st loopStats) float64 {
-	perStep := j.f.batch * len(j.towers)
-	if j.sync != nil {
-		perStep *= max(j.f.replicasToAggregate, 1)
-		if j.f.replicasToAggregate == 0 {
-			perStep = j.f.batch * j.replicas
-		}
-	}
+	perStep := j.f.batch * j.batchesPerStep()
 	if st.seconds == 0 {
 		return 0
 	}
@@ -255,12 +249,25 @@ func loadExamples(f trainFlags) (examples, error) {
 	return examples{trainX: tr.Images, trainY: tr.Labels, testX: te.Images, testY: te.Labels, source: source}, nil
 }
 
-// targetSteps is the number of global steps the run trains for.
-func (f trainFlags) targetSteps(n int) int {
+// targetSteps is the number of global steps the run trains for: --steps,
+// or enough for --epochs when each global step consumes perStep batches
+// (one, or the aggregated replicas of synchronous training).
+func (f trainFlags) targetSteps(n, perStep int) int {
 	if f.steps > 0 {
 		return f.steps
 	}
-	return int(math.Ceil(f.epochs * float64(n) / float64(f.batch)))
+	return int(math.Ceil(f.epochs * float64(n) / float64(f.batch*perStep)))
+}
+
+// batchesPerStep is the number of batches one global step consumes.
+func (j *job) batchesPerStep() int {
+	if j.sync == nil {
+		return len(j.towers)
+	}
+	if j.f.replicasToAggregate > 0 {
+		return j.f.replicasToAggregate
+	}
+	return j.replicas
 }
 
 // batches returns an endless, shuffled iterator over shard `index` of

@@ -30,8 +30,9 @@ type localTask struct {
 
 func (t *localTask) name() string { return t.job + " " + strconv.Itoa(t.index) }
 
-// parseLocalCluster parses "ps=1,worker=2" (jobs ps, worker, chief).
-func parseLocalCluster(s string) (map[string]int, error) {
+// parseLocalCluster parses "ps=1,worker=2" (jobs ps, worker, chief); a
+// cluster without ps tasks is allowed for all-reduce training.
+func parseLocalCluster(s string, allReduce bool) (map[string]int, error) {
 	counts := map[string]int{}
 	for _, part := range strings.Split(s, ",") {
 		job, n, ok := strings.Cut(strings.TrimSpace(part), "=")
@@ -46,8 +47,10 @@ func parseLocalCluster(s string) (map[string]int, error) {
 		counts[job] += k
 	}
 	switch {
-	case counts["ps"] == 0:
-		return nil, fmt.Errorf("--local-cluster %q: needs at least one ps task", s)
+	case counts["ps"] == 0 && !allReduce:
+		return nil, fmt.Errorf("--local-cluster %q: needs at least one ps task (or --allreduce)", s)
+	case counts["ps"] > 0 && allReduce:
+		return nil, fmt.Errorf("--local-cluster %q: --allreduce trains without ps tasks", s)
 	case counts["worker"]+counts["chief"] == 0:
 		return nil, fmt.Errorf("--local-cluster %q: needs at least one worker", s)
 	case counts["chief"] > 1:
@@ -86,6 +89,9 @@ func (f trainFlags) childArgs() []string {
 	if f.staleness >= 0 {
 		a = append(a, "--staleness", strconv.Itoa(f.staleness))
 	}
+	if f.allReduce {
+		a = append(a, "--allreduce", "--average-every", strconv.Itoa(f.averageEvery))
+	}
 	a = append(a, "--save-checkpoint-steps", strconv.Itoa(f.saveSteps), "--save-checkpoint-secs", f.saveSecs.String(),
 		"--keep-checkpoints", strconv.Itoa(f.keepCkpts))
 	return a
@@ -98,7 +104,7 @@ func (f trainFlags) childArgs() []string {
 // process outlives the run: tasks die with this process (Pdeathsig), are
 // stopped on Ctrl-C, and all are stopped when one fails.
 func runLocalCluster(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error {
-	counts, err := parseLocalCluster(f.localCluster)
+	counts, err := parseLocalCluster(f.localCluster, f.allReduce)
 	if err != nil {
 		return err
 	}

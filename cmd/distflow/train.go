@@ -57,6 +57,9 @@ type trainFlags struct {
 	replicasToAggregate int
 	staleness           int
 	stepDelay           time.Duration
+	// All-reduce among workers, without parameter servers.
+	allReduce    bool
+	averageEvery int
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -107,6 +110,8 @@ func newTrainCommand() *cobra.Command {
 	fl.IntVar(&f.staleness, "staleness", -1, "bounded staleness: a worker runs at most this many steps ahead of the slowest (-1: unbounded)")
 	fl.DurationVar(&f.stepDelay, "step-delay", 0, "wait this long before every step (fault injection: a slow worker)")
 	_ = fl.MarkHidden("step-delay")
+	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
+	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket (set by --local-cluster)")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
@@ -181,7 +186,19 @@ func runTrain(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	if spec == nil {
+		if f.allReduce {
+			return errors.New("--allreduce needs workers: add --local-cluster worker=2 or --worker_hosts")
+		}
 		return trainLocal(ctx, f, stdout, stderr)
+	}
+	if f.allReduce {
+		if f.sync || f.inGraph || f.staleness >= 0 {
+			return errors.New("--allreduce is its own kind of synchronous training: drop --sync, --in-graph and --staleness")
+		}
+		return trainAllReduce(ctx, f, spec, self, stdout, stderr)
+	}
+	if f.averageEvery >= 0 {
+		return errors.New("--average-every goes with --allreduce")
 	}
 	return trainInCluster(ctx, f, spec, self, stdout, stderr)
 }
@@ -219,7 +236,7 @@ func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) err
 	}
 	defer it.Close()
 	n := ex.trainX.Shape()[0]
-	target := f.targetSteps(n)
+	target := f.targetSteps(n, j.batchesPerStep())
 	log.Info("training", "model", f.model, "data", ex.source, "examples", n, "steps", target,
 		"batch", f.batch, "optimizer", f.optimizer, "lr", f.lr)
 	events, err := openEvents(f.logdir, "local")
