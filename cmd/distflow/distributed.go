@@ -191,14 +191,8 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	}
 	defer sess.Close()
 
-	if chief {
-		ictx, cancel := context.WithTimeout(ctx, f.waitTimeout)
-		err := j.initOrRestore(ictx, sess, initOp, initDone, log)
-		cancel()
-		if err != nil {
-			return err
-		}
-	} else if err := waitForModel(ctx, sess, j, f.waitTimeout, log); err != nil {
+	ms, err := j.monitor(ctx, sess, chief, initOp, initDone, log)
+	if err != nil {
 		return err
 	}
 	stopSync := func() {}
@@ -235,7 +229,7 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	if err != nil {
 		return err
 	}
-	st, err := j.trainLoop(ctx, sess, its, target, n, self.String(), stderr, events)
+	st, err := j.trainLoop(ctx, ms, its, target, n, self.String(), stderr, events)
 	if err := closeEvents(events, err); err != nil {
 		return err
 	}
@@ -253,7 +247,7 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 		stopSync() // no aggregation after this: the global step is final
 	}
 	if chief {
-		if err := j.finalSave(ctx, sess); err != nil {
+		if err := ms.Close(ctx); err != nil { // the final checkpoint
 			return err
 		}
 		res, err = j.finalResult(ctx, sess, ex, st, started)
@@ -314,35 +308,6 @@ func (j *job) startSync(ctx context.Context, sess *session.Session, chief bool, 
 
 // backoff returns the next polling interval: doubling up to a second.
 func backoff(d time.Duration) time.Duration { return min(2*d, time.Second) }
-
-// waitForModel polls until the chief has initialised every variable, with
-// backing-off checks and a log line every few seconds.
-func waitForModel(ctx context.Context, sess *session.Session, j *job, timeout time.Duration, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	lastLog := time.Time{}
-	for d := 20 * time.Millisecond; ; d = backoff(d) {
-		out, err := sess.Run(ctx, nil, []graph.Output{j.initialized}, nil)
-		ready := 0
-		if err == nil {
-			ready = int(out[0].Float64At(0))
-			if ready == j.numVars {
-				log.Info("the model is ready")
-				return nil
-			}
-		}
-		if time.Since(lastLog) > 3*time.Second {
-			log.Info("waiting for the chief to initialise the model", "ready", ready, "variables", j.numVars, "last_error", err)
-			lastLog = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the model was not initialised within --wait-timeout %v (%d of %d variables ready): is the chief running? %w",
-				timeout, ready, j.numVars, ctx.Err())
-		case <-time.After(d):
-		}
-	}
-}
 
 // waitForReplicas waits until every replica has set its completion flag or
 // is no longer reachable (a crashed worker must not keep the cluster up).

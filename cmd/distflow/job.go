@@ -83,39 +83,22 @@ func (j *job) addSaver(s *graph.Scope, exclude []*ops.Variable, log *slog.Logger
 	return nil
 }
 
-// initOrRestore readies the model as a chief does: nothing if every
-// variable is already initialised (a restarted chief of a live cluster);
-// else the latest complete checkpoint, if any, and then initAfterRestore
-// for the variables checkpoints leave out; else initAll.
-func (j *job) initOrRestore(ctx context.Context, sess *session.Session, initAll, initAfterRestore *graph.Node, log *slog.Logger) error {
-	out, err := sess.Run(ctx, nil, []graph.Output{j.initialized}, nil)
-	if err != nil {
-		return fmt.Errorf("checking the model: %w", err)
-	}
-	if int(out[0].Float64At(0)) == j.numVars {
-		log.Info("the model is already initialised; continuing")
-		return nil
-	}
+// monitor readies the model through a train.MonitoredSession (the chief
+// initialises, restores or continues; the others wait for it) with the hooks
+// of this run: the NaN guard and, for a chief with a checkpoint directory,
+// the checkpoint saver.
+func (j *job) monitor(ctx context.Context, sess *session.Session, chief bool, initOp, afterRestore *graph.Node, log *slog.Logger) (*train.MonitoredSession, error) {
+	hooks := []train.Hook{train.NanGuardHook{Loss: j.towers[0].Loss}}
 	if j.saver != nil {
-		step, ok, err := j.saver.RestoreLatest(ctx, sess)
-		if err != nil {
-			return fmt.Errorf("restoring from %s: %w", j.saver.Dir(), err)
-		}
-		if ok {
-			if initAfterRestore != nil {
-				if _, err := sess.Run(ctx, nil, nil, []*graph.Node{initAfterRestore}); err != nil {
-					return fmt.Errorf("initialising after the restore: %w", err)
-				}
-			}
-			log.Info("resumed from a checkpoint", "dir", j.saver.Dir(), "global_step", step)
-			return nil
-		}
+		hooks = append(hooks, &train.CheckpointHook{Saver: j.saver, Schedule: &j.schedule, Logger: log})
 	}
-	log.Info("initialising the model")
-	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{initAll}); err != nil {
-		return fmt.Errorf("initialising the model: %w", err)
-	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, j.f.waitTimeout)
+	defer cancel()
+	return train.NewMonitoredSession(ctx, train.MonitoredConfig{
+		Session: sess, IsChief: chief, InitOp: initOp, AfterRestore: afterRestore, Saver: j.saver,
+		Ready: j.initialized, Variables: j.numVars, ReadyTimeout: j.f.waitTimeout,
+		GlobalStep: j.globalStep, Hooks: hooks, Logger: log,
+	})
 }
 
 // clusterRate is the whole cluster's training throughput seen from this
@@ -127,32 +110,6 @@ func (j *job) clusterRate(st loopStats) float64 {
 		return 0
 	}
 	return float64((st.lastGlobal-st.firstGlobal+1)*perStep) / st.seconds
-}
-
-// finalSave writes the checkpoint of the end of training.
-func (j *job) finalSave(ctx context.Context, sess *session.Session) error {
-	if j.saver == nil {
-		return nil
-	}
-	gs, err := sess.Run(ctx, nil, []graph.Output{j.globalStep.Value()}, nil)
-	if err != nil {
-		return err
-	}
-	return j.maybeSave(ctx, sess, int64(gs[0].Float64At(0)), true)
-}
-
-// maybeSave writes a checkpoint when the schedule says so (or force).
-func (j *job) maybeSave(ctx context.Context, sess *session.Session, gstep int64, force bool) error {
-	if j.saver == nil || !(force || j.schedule.Due(gstep, time.Now())) {
-		return nil
-	}
-	prefix, err := j.saver.Save(ctx, sess, gstep)
-	if err != nil {
-		return fmt.Errorf("saving a checkpoint at global step %d: %w", gstep, err)
-	}
-	j.schedule.Saved(gstep, time.Now())
-	j.log.Info("saved a checkpoint", "prefix", prefix, "global_step", gstep)
-	return nil
 }
 
 // buildJob builds the model (one tower per entry of towerDevices; "" is the
@@ -297,7 +254,8 @@ type loopStats struct {
 // trainLoop runs training steps until the global step reaches target. Each
 // step feeds one batch to each tower (its)  and runs the update. who names
 // the process in progress lines ("" for a single process).
-func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.Iterator, target, n int, who string, stderr io.Writer, events *summary.Writer) (loopStats, error) {
+func (j *job) trainLoop(ctx context.Context, ms *train.MonitoredSession, its []*data.Iterator, target, n int, who string, stderr io.Writer, events *summary.Writer) (loopStats, error) {
+	sess := ms.Session()
 	f := j.f
 	fetches := []graph.Output{j.towers[0].Loss, j.globalStep.Value()}
 	if f.model == "linreg" {
@@ -339,7 +297,7 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 				return st, ctx.Err()
 			}
 		}
-		out, err := sess.Run(ctx, feeds, fs, targets)
+		out, err := ms.Run(ctx, feeds, fs, targets)
 		if j.sync != nil && errors.Is(train.CheckFinished(err), train.ErrTrainingFinished) {
 			fmt.Fprintf(stderr, "%sthe chief finished synchronous training at local_step %d\n", prefix(who), st.localSteps)
 			break
@@ -361,9 +319,6 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 			st.firstGlobal = gstep
 		}
 		st.lastGlobal = gstep
-		if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
-			return st, fmt.Errorf("%slocal step %d: loss is %v: lower --lr", prefix(who), st.localSteps, st.loss)
-		}
 		done := gstep >= target
 		if st.localSteps%f.logEvery == 0 || done {
 			now := time.Now()
@@ -384,9 +339,6 @@ func (j *job) trainLoop(ctx context.Context, sess *session.Session, its []*data.
 				}
 			}
 			window, windowStart = 0, now
-		}
-		if err := j.maybeSave(ctx, sess, int64(gstep), false); err != nil {
-			return st, err
 		}
 		if done {
 			break

@@ -227,7 +227,8 @@ func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) err
 		return err
 	}
 	defer sess.Close()
-	if err := j.initOrRestore(ctx, sess, j.initOp, nil, log); err != nil {
+	ms, err := j.monitor(ctx, sess, true, j.initOp, nil, log)
+	if err != nil {
 		return err
 	}
 	it, err := batches(ctx, ex, f, 1, 0)
@@ -243,11 +244,11 @@ func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	st, err := j.trainLoop(ctx, sess, []*data.Iterator{it}, target, n, "", stderr, events)
+	st, err := j.trainLoop(ctx, ms, []*data.Iterator{it}, target, n, "", stderr, events)
 	if err := closeEvents(events, err); err != nil {
 		return err
 	}
-	if err := j.finalSave(ctx, sess); err != nil {
+	if err := ms.Close(ctx); err != nil { // the final checkpoint
 		return err
 	}
 	res, err := j.finalResult(ctx, sess, ex, st, started)
