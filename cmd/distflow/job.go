@@ -196,7 +196,8 @@ type examples struct {
 func loadExamples(f trainFlags) (examples, error) {
 	if f.model == "linreg" {
 		// SPEC section 6: y = 2x + 10 + noise(0.33).
-		x, y := data.Linear(max(f.steps*f.batch, 1000), int64(f.seed), 2, 10, 0.33)
+		// One example per step, between 1,000 and 100,000 (then repeated).
+		x, y := data.Linear(min(max(f.steps*f.batch, 1000), 100_000), int64(f.seed), 2, 10, 0.33)
 		return examples{trainX: x, trainY: y, source: "synthetic y=2x+10+N(0,0.33)"}, nil
 	}
 	tr, te, source, err := data.Load(f.dataDir)
