@@ -1,32 +1,14 @@
 package op_test
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/tensor"
 )
 
-// arrayIn builds one input of a shape-inference case.
-type arrayIn func(s *graph.Scope) graph.Output
-
-// ph is a placeholder input written "float32[?,3]" (or "int32<unknown>").
-func ph(spec string) arrayIn {
-	return func(s *graph.Scope) graph.Output {
-		i := strings.IndexAny(spec, "[<")
-		dt, err := tensor.ParseDType(spec[:i])
-		if err != nil {
-			panic(err)
-		}
-		sh, err := tensor.ParseShape(spec[i:])
-		if err != nil {
-			panic(err)
-		}
-		return s.Out("Placeholder", "x", nil, map[string]any{"dtype": dt, "shape": sh})
-	}
-}
+// arrayIn builds one input of a shape-inference case (see infer_test.go).
+type arrayIn = inferIn
 
 // cst is a constant input (1-D int32 from ints, or any tensor).
 func cst(v any) arrayIn {
@@ -47,12 +29,7 @@ func cst(v any) arrayIn {
 // TestArrayInfer checks shape inference in the compact form
 // "dtype[dims]" per output (joined by ";"), or an error substring.
 func TestArrayInfer(t *testing.T) {
-	cases := []struct {
-		op    string
-		in    []arrayIn
-		attrs map[string]any
-		want  string // outputs, or "error: substring"
-	}{
+	cases := []inferCase{
 		{"Reshape", []arrayIn{ph("float32[2,3,4]"), cst([]int{-1, 4})}, nil, "float32[6,4]"},
 		{"Reshape", []arrayIn{ph("float32[?,3]"), cst([]int{-1, 4})}, nil, "float32[?,4]"},
 		{"Reshape", []arrayIn{ph("int64[2,3]"), cst([]int{3, 2})}, nil, "int64[3,2]"},
@@ -108,36 +85,5 @@ func TestArrayInfer(t *testing.T) {
 		{"Pad", []arrayIn{ph("float32[2,3]")}, map[string]any{"paddings": []int{1, 1, 0, 2}}, "float32[4,5]"},
 		{"Pad", []arrayIn{ph("float32[2,3]")}, map[string]any{"paddings": []int{1, 1}}, "error: paddings [1 1] must hold 2 values per dimension of shape [2,3]"},
 	}
-	for _, c := range cases {
-		s := graph.NewScope()
-		var ins []graph.Output
-		for _, f := range c.in {
-			ins = append(ins, f(s))
-		}
-		n := s.AddNode(c.op, "", ins, c.attrs)
-		name := fmt.Sprintf("%s%v", c.op, c.attrs)
-		if want, ok := strings.CutPrefix(c.want, "error: "); ok {
-			err := s.Err()
-			if err == nil {
-				t.Errorf("%s: no error, want %q", name, want)
-				continue
-			}
-			if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), c.op) {
-				t.Errorf("%s: error %q, want it to name the op and contain %q", name, err, want)
-			}
-			continue
-		}
-		if err := s.Err(); err != nil {
-			t.Errorf("%s: %v", name, err)
-			continue
-		}
-		var got []string
-		for i := range n.NumOutputs() {
-			o := n.Output(i)
-			got = append(got, o.DType().String()+o.Shape().String())
-		}
-		if g := strings.Join(got, ";"); g != c.want {
-			t.Errorf("%s: got %s, want %s", name, g, c.want)
-		}
-	}
+	checkInfer(t, cases)
 }

@@ -1,7 +1,6 @@
 package op_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -10,11 +9,11 @@ import (
 	"github.com/distflow/distflow/tensor"
 )
 
-// nnIn builds one input of a shape-inference case.
-type nnIn func(s *graph.Scope) graph.Output
+// nnIn builds one input of a shape-inference case (see infer_test.go).
+type nnIn = inferIn
 
 // nnPH is a placeholder written "float32[?,3]" or "int32<unknown>" (see ph).
-func nnPH(spec string) nnIn { return nnIn(ph(spec)) }
+func nnPH(spec string) nnIn { return ph(spec) }
 
 // nnSizes is a constant int32 [4] shape input.
 func nnSizes(d ...int32) nnIn {
@@ -36,12 +35,7 @@ func nnWin(k, strides []int, padding string) map[string]any {
 // the error must contain besides the op name.
 func TestNNInfer(t *testing.T) {
 	same, valid := "SAME", "VALID"
-	cases := []struct {
-		op    string
-		in    []nnIn
-		attrs map[string]any
-		want  string
-	}{
+	cases := []inferCase{
 		{"BiasAdd", []nnIn{nnPH("float32[?,3]"), nnPH("float32[3]")}, nil, "float32[?,3]"},
 		{"BiasAdd", []nnIn{nnPH("float32[2,?]"), nnPH("float32[5]")}, nil, "float32[2,5]"},
 		{"BiasAdd", []nnIn{nnPH("int64[2,4,3]"), nnPH("int64[3]")}, nil, "int64[2,4,3]"},
@@ -113,40 +107,7 @@ func TestNNInfer(t *testing.T) {
 		{"L2Loss", []nnIn{nnPH("float32[5,3]")}, nil, "float32[]"},
 		{"L2Loss", []nnIn{nnPH("int32[5,3]")}, nil, "error: float32 or float64"},
 	}
-	for _, c := range cases {
-		s := graph.NewScope()
-		var ins []graph.Output
-		for _, f := range c.in {
-			ins = append(ins, f(s))
-		}
-		n := s.AddNode(c.op, "", ins, c.attrs)
-		name := fmt.Sprintf("%s%v", c.op, c.attrs)
-		if want, ok := strings.CutPrefix(c.want, "error: "); ok {
-			err := s.Err()
-			if err == nil {
-				t.Errorf("%s: no error, want %q", name, want)
-				continue
-			}
-			for _, w := range append(strings.Split(want, "|"), c.op) {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("%s: error %q does not contain %q", name, err, w)
-				}
-			}
-			continue
-		}
-		if err := s.Err(); err != nil {
-			t.Errorf("%s: %v", name, err)
-			continue
-		}
-		var got []string
-		for i := range n.NumOutputs() {
-			o := n.Output(i)
-			got = append(got, o.DType().String()+o.Shape().String())
-		}
-		if g := strings.Join(got, ";"); g != c.want {
-			t.Errorf("%s: got %s, want %s", name, g, c.want)
-		}
-	}
+	checkInfer(t, cases)
 }
 
 func TestWindowedOutputSize(t *testing.T) {
