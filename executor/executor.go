@@ -36,6 +36,10 @@ type Executor struct {
 	consts map[*tensor.Tensor]bool
 
 	maxWorkers int
+	// blocking is set when a kernel of the step may block (Blocking): only
+	// then does a step need a context of its own, cancelled on its first
+	// error so that the blocked kernel returns.
+	blocking bool
 
 	// Buffer recycling (see recycle). escapes marks the slots whose tensor may
 	// outlive the step: fetches, and inputs of stateful kernels that may keep
@@ -67,7 +71,9 @@ type execNode struct {
 // step's dataflow: a tensor from another task (Recv), a queue filled by
 // another step. Such a node runs on a goroutine of its own, outside the
 // bounded pool, so that waiting kernels cannot starve the nodes that would
-// unblock them. Kernels implement it without importing this package.
+// unblock them, and its step's kernel.Context.Ctx is cancelled on the
+// step's first error; a kernel that waits on Ctx must implement it. Kernels
+// implement it without importing this package.
 type Blocking interface {
 	MayBlock() bool
 }
@@ -258,6 +264,7 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 		}
 		if b, ok := en.kernel.(Blocking); ok && b.MayBlock() {
 			en.mayBlock = true
+			e.blocking = true
 		}
 	}
 	for i := range feeds {
@@ -418,10 +425,14 @@ type run struct {
 	closed    atomic.Bool // finished is closed
 	finished  chan struct{}
 
-	mu     sync.Mutex
-	queue  []int32 // ready nodes no worker has taken yet
-	active int     // running workers
-	err    error
+	mu   sync.Mutex
+	idle []*worker // retired spawned workers, reused by later spawns
+	// orphaned is set when RunStep returned before every worker retired:
+	// the last one recycles r.
+	orphaned bool
+	queue    []int32 // ready nodes no worker has taken yet
+	active   int     // running workers
+	err      error
 }
 
 func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tensor.Tensor) *run {
@@ -439,7 +450,13 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 			finished: make(chan struct{}, 1),
 		}
 	}
-	r.kctx, r.cancel = context.WithCancelCause(ctx)
+	if r.e.blocking {
+		r.kctx, r.cancel = context.WithCancelCause(ctx)
+	} else {
+		// No kernel waits on the context: the step stops through r.aborted,
+		// and the caller's context serves as is (no allocation).
+		r.kctx, r.cancel = ctx, noCancel
+	}
 	r.parent, r.parentDone = ctx, ctx.Done()
 	if step == nil {
 		r.stepBuf = kernel.Step{ID: e.stepID.Add(1)}
@@ -456,6 +473,8 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 	return r
 }
 
+func noCancel(error) {}
+
 // recycle ends a successful step: it offers every buffer the step allocated
 // and that did not escape to the next step's kernel of the same slot, and
 // returns r to the pool when no worker can touch it any more.
@@ -468,11 +487,22 @@ func (r *run) recycle() {
 		}
 	}
 	r.mu.Lock()
-	idle := r.active == 0 && !r.aborted.Load()
-	r.mu.Unlock()
-	if !idle {
-		return // a worker is still retiring: let the GC have r
+	if r.active != 0 || r.aborted.Load() {
+		// A worker is still retiring: the last one to retire resets r
+		// (see pop).
+		r.orphaned = !r.aborted.Load()
+		r.mu.Unlock()
+		return
 	}
+	r.mu.Unlock()
+	r.reset()
+}
+
+// reset clears a finished step that no worker touches any more and returns
+// it to the pool.
+func (r *run) reset() {
+	e := r.e
+	r.orphaned = false
 	r.cancel(nil)
 	clear(r.values)
 	clear(r.inputs)
@@ -505,7 +535,7 @@ func (r *run) start() {
 	spawn := r.spawnLocked()
 	r.mu.Unlock()
 	for range spawn {
-		go r.work(new(worker), -1)
+		go r.work(r.newWorker(), -1)
 	}
 	r.work(w, roots[0])
 }
@@ -541,6 +571,19 @@ func (r *run) costly(i int32) bool {
 
 // spawnLocked reserves workers for queued nodes, up to the pool size, and
 // returns how many goroutines the caller must start.
+// newWorker returns a retired worker of this or an earlier step of r, or a
+// new one.
+func (r *run) newWorker() *worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.idle); n > 0 {
+		w := r.idle[n-1]
+		r.idle = r.idle[:n-1]
+		return w
+	}
+	return new(worker)
+}
+
 func (r *run) spawnLocked() int {
 	n := min(len(r.queue), r.e.maxWorkers-r.active)
 	if n < 0 {
@@ -558,7 +601,7 @@ func (r *run) work(w *worker, next int32) {
 		if next < 0 {
 			if n := len(w.local); n > 0 {
 				next, w.local = w.local[n-1], w.local[:n-1]
-			} else if next = r.pop(); next < 0 {
+			} else if next = r.pop(w); next < 0 {
 				return
 			}
 		}
@@ -599,17 +642,29 @@ func (r *run) detach(i int32) {
 }
 
 // pop takes a queued node, or retires the worker and returns -1.
-func (r *run) pop() int32 {
+func (r *run) pop(w *worker) int32 {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if len(r.queue) > 0 && !r.aborted.Load() {
 		n := r.queue[0]
-		r.queue = r.queue[1:]
+		// Shift rather than reslice, so the queue keeps its capacity.
+		r.queue = r.queue[:copy(r.queue, r.queue[1:])]
+		r.mu.Unlock()
 		return n
+	}
+	if w != &r.w0 {
+		// Kept for the next step's spawned workers; r (and so w) is reused
+		// only once every worker has retired.
+		w.local = w.local[:0]
+		r.idle = append(r.idle, w)
 	}
 	r.active--
 	if r.active == 0 && r.aborted.Load() {
 		r.finish()
+	}
+	orphaned := r.active == 0 && r.orphaned
+	r.mu.Unlock()
+	if orphaned {
+		r.reset() // RunStep has returned: no one else holds r
 	}
 	return -1
 }
@@ -717,7 +772,7 @@ func (r *run) exec(i int32, w *worker) int32 {
 		spawn = r.spawnLocked()
 		r.mu.Unlock()
 		for range spawn {
-			go r.work(new(worker), -1)
+			go r.work(r.newWorker(), -1)
 		}
 	}
 	if r.remaining.Add(-1) == 0 {

@@ -81,7 +81,10 @@ func List(device string) []string {
 // Context is what a kernel sees during one step: its inputs, a place for
 // its outputs, and the step's shared state.
 type Context struct {
-	// Ctx is the step's context; long-running kernels check it.
+	// Ctx is the step's context; long-running kernels check it. It is done
+	// when the caller's context is and, in a step with a kernel that may
+	// block (executor.Blocking), also on the step's first error, so that a
+	// waiting kernel returns.
 	Ctx context.Context
 	// Node is the node being computed.
 	Node *graph.Node

@@ -30,3 +30,17 @@ func ParallelFor(n, costPerItem int, fn func(lo, hi int)) {
 func Serial(n, costPerItem int) bool {
 	return n <= 1 || runtime.GOMAXPROCS(0) == 1 || n*max(costPerItem, 1) < minParallelWork
 }
+
+// ParallelRange is ParallelFor for a loop given as a linalg.Ranger. A func
+// literal given to ParallelFor is a heap allocation on every split call; a
+// hot kernel can instead keep its loop state in a pooled struct with a
+// Range method.
+func ParallelRange(n, costPerItem int, r linalg.Ranger) {
+	if Serial(n, costPerItem) {
+		if n > 0 {
+			r.Range(0, n)
+		}
+		return
+	}
+	linalg.Parallel(n, runtime.GOMAXPROCS(0), r)
+}

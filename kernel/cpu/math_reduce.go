@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"sync/atomic"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
@@ -306,17 +307,35 @@ func mathReduceTensor(k mathReduceKind, mean bool, x, o *tensor.Tensor, axes []i
 	return nil
 }
 
+// reducePlan is what a reduction derives from its input shape; immutable
+// once built.
+type reducePlan struct {
+	in, axes, out []int
+}
+
 func mathReduceFactory(name string, k mathReduceKind, mean bool) kernel.Factory {
 	return func(n *graph.Node) (kernel.Kernel, error) {
 		axisAttr, keep := n.AttrInts("axis"), n.AttrBool("keep_dims")
+		// The axes and output shape of the last input shape, kept so that a
+		// step with the same shapes as the one before allocates nothing here.
+		var last atomic.Pointer[reducePlan]
 		return kernel.Func(func(c *kernel.Context) error {
 			x := c.Inputs[0]
-			axes, err := op.MathNormalizeAxes(axisAttr, x.Rank())
-			if err != nil {
-				return c.Errorf("%s: %v (input shape %v)", name, err, x.StaticShape())
+			plan := last.Load()
+			if plan == nil || !slices.Equal(plan.in, x.Shape()) {
+				axes, err := op.MathNormalizeAxes(axisAttr, x.Rank())
+				if err != nil {
+					return c.Errorf("%s: %v (input shape %v)", name, err, x.StaticShape())
+				}
+				plan = &reducePlan{
+					in:   slices.Clone(x.Shape()),
+					axes: axes,
+					out:  op.MathReducedShape(x.StaticShape(), axes, keep).Dims(),
+				}
+				last.Store(plan)
 			}
-			outShape := op.MathReducedShape(x.StaticShape(), axes, keep).Dims()
-			o := c.Alloc(0, x.DType(), outShape...)
+			axes := plan.axes
+			o := c.Alloc(0, x.DType(), plan.out...)
 			if err := mathReduceTensor(k, mean, x, o, axes); err != nil {
 				return c.Errorf("%s: %v", name, err)
 			}

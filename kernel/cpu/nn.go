@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
@@ -62,8 +63,27 @@ func nnParallel2[T any](x, y []T, cost int, f func(x, y []T)) {
 		f(x, y) // no closure to allocate
 		return
 	}
-	kernel.ParallelFor(len(x), cost, func(lo, hi int) { f(x[lo:hi], y[lo:hi]) })
+	j, _ := rangeJobs2.Get().(*rangeJob2[T])
+	if j == nil {
+		j = new(rangeJob2[T])
+	}
+	j.x, j.y, j.f = x, y, f
+	kernel.ParallelRange(len(x), cost, j)
+	*j = rangeJob2[T]{}
+	rangeJobs2.Put(j)
 }
+
+// rangeJob2 is nnParallel2's split loop, pooled so that it does not
+// allocate a closure per call (a pooled job of another element type is
+// dropped, not reused).
+type rangeJob2[T any] struct {
+	x, y []T
+	f    func(x, y []T)
+}
+
+func (j *rangeJob2[T]) Range(lo, hi int) { j.f(j.x[lo:hi], j.y[lo:hi]) }
+
+var rangeJobs2 sync.Pool
 
 // nnParallel3 runs f over matching chunks of a, b and y in parallel.
 func nnParallel3[T any](a, b, y []T, cost int, f func(a, b, y []T)) {

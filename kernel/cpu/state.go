@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
@@ -168,8 +169,25 @@ func stateGradientDescent[T stateFloat](v, g []T, alpha T) {
 		stateGradientDescentRange(v, g, alpha)
 		return
 	}
-	kernel.ParallelFor(len(v), 2, func(lo, hi int) { stateGradientDescentRange(v[lo:hi], g[lo:hi], alpha) })
+	j, _ := gdJobs.Get().(*gdJob[T])
+	if j == nil {
+		j = new(gdJob[T])
+	}
+	*j = gdJob[T]{v, g, alpha}
+	kernel.ParallelRange(len(v), 2, j)
+	*j = gdJob[T]{}
+	gdJobs.Put(j)
 }
+
+// gdJob is stateGradientDescent's split loop, pooled like rangeJob2.
+type gdJob[T stateFloat] struct {
+	v, g  []T
+	alpha T
+}
+
+func (j *gdJob[T]) Range(lo, hi int) { stateGradientDescentRange(j.v[lo:hi], j.g[lo:hi], j.alpha) }
+
+var gdJobs sync.Pool
 
 func stateGradientDescentRange[T stateFloat](v, g []T, alpha T) {
 	g = g[:len(v)]

@@ -64,6 +64,10 @@ func BenchmarkSgemm(b *testing.B) {
 					{"mlp_fwd_100x784x100", false, false, 100, 100, 784},
 					{"mlp_dW_784x100x100_TN", true, false, 784, 100, 100},
 					{"mlp_dX_100x100x784_NT", false, true, 100, 784, 100},
+					// CNN fc1 3136-1024, batch 50: forward, dX = dY*W^T, dW = X^T*dY.
+					{"cnn_fc1_fwd_50x1024x3136", false, false, 50, 1024, 3136},
+					{"cnn_fc1_dX_50x3136x1024_NT", false, true, 50, 3136, 1024},
+					{"cnn_fc1_dW_3136x1024x50_TN", true, false, 3136, 1024, 50},
 				} {
 					b.Run(s.name+suffix, func(b *testing.B) {
 						withProcs(procs, func() { benchGemm(b, be, s.ta, s.tb, s.m, s.n, s.k) })

@@ -26,10 +26,16 @@
 // kc x nc panels of nr-wide slivers, alpha*op(A) into mc x kc blocks of
 // mr-tall slivers, and a register-tiled mr x nr micro-kernel runs over them.
 // Packing turns any transpose and stride into unit-stride streams and lets
-// edge tiles run on zero padding. Products of at least 2^23 multiply-adds (see parallelMin)
-// are split over GOMAXPROCS goroutines by ranges of micro-tiles; smaller
-// ones run on the caller's goroutine. Packing buffers are pooled, so
-// steady-state calls below the parallel threshold do not allocate.
+// edge tiles run on zero padding. When op(A) has few slivers' worth of
+// columns to serve, the avx2 kernel reads it in place instead of packing
+// it, and a product with few rows, many columns and a long k is computed as
+// its transpose so that the large operand is the one read in place.
+// Products of at least 2^20 multiply-adds (see parallelMin) are split by
+// ranges of micro-tiles over the caller and a persistent pool of
+// GOMAXPROCS-1 workers (Parallel, shared with the convolutions and the CPU
+// kernels' parallel loops), which poll briefly for work before they sleep;
+// smaller ones run on the caller's goroutine. Packing buffers and the
+// split jobs are pooled, so steady-state calls do not allocate.
 //
 // # Contract
 //

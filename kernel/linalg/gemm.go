@@ -54,15 +54,13 @@ func grow[T float](s []T, n int) []T {
 }
 
 // parallelMin is the m*n*k below which a product runs on the calling goroutine.
-// Measured on the 2-vCPU reference VM, waking a second thread costs 50-200 us,
-// so 128^3 (50 us serial) and the MLP shapes (7.8M multiply-adds, 230 us)
-// ran slower split in two, while 256^3 (16.7M) ran 1.4x faster.
-// Parts now run on the persistent pool (pool.go), whose workers stay awake
-// between the kernels of a step. On a quiet machine that made the MLP
-// layers about 1.3x faster split at 2^20, but with other processes on the
-// two cores it was slower than serial, so the threshold stays at 2^23
-// until it is measured on a quiet machine.
-const parallelMin = 1 << 23
+// Measured on the 2-vCPU reference VM, waking a sleeping thread costs 50-200 us,
+// which once made the MLP shapes (7.8M multiply-adds, 230 us serial) slower
+// split in two. Parts now run on the persistent pool (pool.go), whose
+// workers stay awake between the kernels of a step, and split at 2^20 the
+// MLP training step ran about 8% faster than at 2^23 (models'
+// BenchmarkTrainStep/mlp, A B A B).
+const parallelMin = 1 << 20
 
 // gemm is the driver shared by all backends: argument checks, trivial cases,
 // splitting across goroutines, then the blocked loop nest.
@@ -75,7 +73,13 @@ func gemm[T float](kn *kernel[T], pool *sync.Pool, transA, transB bool, m, n, k 
 		scale(m, n, beta, c, ldc)
 		return
 	}
-	g := gemmArgs[T]{kn, transA, transB, k, alpha, a, lda, b, ldb, beta, c, ldc}
+	g := gemmArgs[T]{kn, transA, transB, false, k, alpha, a, lda, b, ldb, beta, c, ldc}
+	if swapOperands(kn, transB, m, n, k, alpha) {
+		// C^T = op(B)^T op(A)^T: the large op(B) becomes the A read in
+		// place, the few rows of op(A) the B that is packed.
+		g = gemmArgs[T]{kn, !transB, !transA, true, k, alpha, b, ldb, a, lda, beta, c, ldc}
+		m, n = n, m
+	}
 	mt, nt := ceilDiv(m, kn.mr), ceilDiv(n, kn.nr)
 	threads := runtime.GOMAXPROCS(0)
 	if m*n*k < parallelMin || threads == 1 || mt*nt < 2 {
@@ -85,6 +89,22 @@ func gemm[T float](kn *kernel[T], pool *sync.Pool, transA, transB bool, m, n, k 
 		return
 	}
 	g.parallel(pool, threads, m, n, mt, nt)
+}
+
+// swapOperands reports whether an m x n product is computed as its
+// transpose. A product with few rows and many columns (the input gradient
+// dY*W^T of a fully connected layer at a small batch: 50 x 3136 over
+// k = 1024 in the reference CNN's fc1) would pack all of op(B), a pass over the whole weight matrix for only
+// ceil(m/mr) micro-tiles of reuse. Transposed, op(B) is read in place by
+// the direct-A micro-kernel and only the m rows are packed. Only when op(B)
+// is B^T: B's rows are then the swapped A's rows, read with unit stride (read
+// by columns, at the 4 KiB stride of a 1024-wide matrix, the fc1 forward
+// product ran slower than packed). And only over a long k: every tile of
+// C^T is merged transposed from a scratch tile, which at k = 100 (the
+// MLP's dY*W^T) cost more than the packing it saves.
+func swapOperands[T float](kn *kernel[T], transB bool, m, n, k int, alpha T) bool {
+	return kn.microDA != nil && alpha == 1 && transB && k > kn.kc &&
+		ceilDiv(m, kn.nr) <= directSlivers && ceilDiv(n, kn.nr) > directSlivers
 }
 
 // gemmJob is one product split across the pool: parts are ranges of
@@ -149,15 +169,18 @@ func scale[T float](m, n int, beta T, c []T, ldc int) {
 type gemmArgs[T float] struct {
 	kn             *kernel[T]
 	transA, transB bool
-	k              int
-	alpha          T
-	a              []T
-	lda            int
-	b              []T
-	ldb            int
-	beta           T
-	c              []T
-	ldc            int
+	// transC: the product computed is C^T, so element (i, j) of the
+	// driver's C is c[j*ldc+i]; tiles are then always merged from ws.tile.
+	transC bool
+	k      int
+	alpha  T
+	a      []T
+	lda    int
+	b      []T
+	ldb    int
+	beta   T
+	c      []T
+	ldc    int
 }
 
 // run computes the block C[m0:m1, n0:n1] with the loop nest jc (nc) -> pc (kc)
@@ -188,11 +211,49 @@ func (g *gemmArgs[T]) run(ws *workspace[T], m0, m1, n0, n1 int) {
 					if full := mb / mr * mr; full < mb {
 						packA(mr, g.transA, g.a, g.lda, ic+full, mb-full, pc, kb, g.alpha, ws.a)
 					}
-					g.macroDirect(ws, ic, pc, kb, mb, nb, g.c[ic*g.ldc+jc:], beta)
+					g.macroDirect(ws, ic, pc, kb, mb, nb, g.c[g.offset(ic, jc):], beta)
 					continue
 				}
 				packA(mr, g.transA, g.a, g.lda, ic, mb, pc, kb, g.alpha, ws.a)
-				g.macro(ws, kb, mb, nb, g.c[ic*g.ldc+jc:], beta)
+				g.macro(ws, kb, mb, nb, g.c[g.offset(ic, jc):], beta)
+			}
+		}
+	}
+}
+
+// offset is the index in c of the driver's C element (i, j).
+func (g *gemmArgs[T]) offset(i, j int) int {
+	if g.transC {
+		return j*g.ldc + i
+	}
+	return i*g.ldc + j
+}
+
+// merge writes the valid mm x nn part of the micro-tile t (row stride nr)
+// to the tile at (ir, jr) of the block whose origin is c: C = T + beta*C.
+func (g *gemmArgs[T]) merge(t, c []T, ir, jr, mm, nn int, beta T) {
+	nr, ldc := g.kn.nr, g.ldc
+	if g.transC {
+		for j := range nn {
+			dst := c[(jr+j)*ldc+ir : (jr+j)*ldc+ir+mm]
+			for i := range dst {
+				v := t[i*nr+j]
+				if beta != 0 {
+					v += beta * dst[i]
+				}
+				dst[i] = v
+			}
+		}
+		return
+	}
+	for i := range mm {
+		dst := c[(ir+i)*ldc+jr : (ir+i)*ldc+jr+nn]
+		src := t[i*nr : i*nr+nn]
+		if beta == 0 {
+			copy(dst, src)
+		} else {
+			for j := range dst {
+				dst[j] = src[j] + beta*dst[j]
 			}
 		}
 	}
@@ -209,24 +270,14 @@ func (g *gemmArgs[T]) macro(ws *workspace[T], kb, mb, nb int, c []T, beta T) {
 		for ir := 0; ir < mb; ir += mr {
 			ap := ws.a[ir*kb : (ir+mr)*kb]
 			mm := min(mr, mb-ir)
-			if mm == mr && nn == nr {
+			if mm == mr && nn == nr && !g.transC {
 				kn.micro(kb, ap, bp, c[ir*ldc+jr:], ldc, beta)
 				continue
 			}
 			// Edge tile: compute the padded tile aside, merge the valid part.
 			t := ws.tile
 			kn.micro(kb, ap, bp, t, nr, 0)
-			for i := range mm {
-				dst := c[(ir+i)*ldc+jr : (ir+i)*ldc+jr+nn]
-				src := t[i*nr : i*nr+nn]
-				if beta == 0 {
-					copy(dst, src)
-				} else {
-					for j := range dst {
-						dst[j] = src[j] + beta*dst[j]
-					}
-				}
-			}
+			g.merge(t, c, ir, jr, mm, nn, beta)
 		}
 	}
 }
@@ -245,7 +296,7 @@ func (g *gemmArgs[T]) macroDirect(ws *workspace[T], ic, pc, kb, mb, nb int, c []
 		bp := ws.b[jr*kb : (jr+nr)*kb]
 		nn := min(nr, nb-jr)
 		for ir := 0; ir < mb; ir += mr {
-			if ir < full && nn == nr {
+			if ir < full && nn == nr && !g.transC {
 				kn.microDA(kb, g.a[(ic+ir)*rsa+pc*csa:], rsa, csa, bp, c[ir*ldc+jr:], ldc, beta)
 				continue
 			}
@@ -255,18 +306,7 @@ func (g *gemmArgs[T]) macroDirect(ws *workspace[T], ic, pc, kb, mb, nb int, c []
 			} else {
 				kn.micro(kb, ws.a[:mr*kb], bp, t, nr, 0)
 			}
-			mm := min(mr, mb-ir)
-			for i := range mm {
-				dst := c[(ir+i)*ldc+jr : (ir+i)*ldc+jr+nn]
-				src := t[i*nr : i*nr+nn]
-				if beta == 0 {
-					copy(dst, src)
-				} else {
-					for j := range dst {
-						dst[j] = src[j] + beta*dst[j]
-					}
-				}
-			}
+			g.merge(t, c, ir, jr, min(mr, mb-ir), nn, beta)
 		}
 	}
 }

@@ -57,6 +57,9 @@ func Cases(short bool) []Case {
 		// Just above the parallel threshold (2^23 multiply-adds), so the
 		// goroutine split runs under -race too.
 		cs = append(cs, Case{TransA: tr[0], TransB: tr[1], M: 256, N: 256, K: 128, Alpha: 1, Beta: 0.5, PadA: 1, PadB: 2, PadC: 3})
+		// Few rows, many columns: computed as C^T (swapOperands), split,
+		// over more than one kc block.
+		cs = append(cs, Case{TransA: tr[0], TransB: tr[1], M: 50, N: 1024, K: 300, Alpha: 1, Beta: 0.5, PadA: 1, PadB: 2, PadC: 3})
 		if short {
 			continue
 		}
