@@ -3,12 +3,12 @@ package checkpoint
 import "time"
 
 // Schedule decides when a training loop saves: every Steps global steps or
-// every Secs of wall time, whichever comes first (a zero field disables
+// every Every of wall time, whichever comes first (a zero field disables
 // that trigger; both zero never fires). The first call to Due sets the
 // baseline, so a restored run does not save at once. It is not safe for
 // concurrent use; the chief's loop owns it.
 //
-//	sched := checkpoint.Schedule{Steps: *saveSteps, Secs: *saveSecs}
+//	sched := checkpoint.Schedule{Steps: *saveSteps, Every: *saveEvery}
 //	for ... {
 //		gs := ... // the global step after this training step
 //		if sched.Due(gs, time.Now()) {
@@ -18,7 +18,7 @@ import "time"
 //	}
 type Schedule struct {
 	Steps int64
-	Secs  time.Duration
+	Every time.Duration
 
 	started  bool
 	lastStep int64
@@ -31,7 +31,7 @@ func (s *Schedule) Due(step int64, now time.Time) bool {
 		s.Saved(step, now)
 		return false
 	}
-	return s.Steps > 0 && step-s.lastStep >= s.Steps || s.Secs > 0 && now.Sub(s.lastTime) >= s.Secs
+	return s.Steps > 0 && step-s.lastStep >= s.Steps || s.Every > 0 && now.Sub(s.lastTime) >= s.Every
 }
 
 // Saved records a checkpoint written at step and now.

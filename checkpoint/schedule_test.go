@@ -20,8 +20,8 @@ func TestSchedule(t *testing.T) {
 		calls []call
 	}{
 		{"steps", checkpoint.Schedule{Steps: 100}, []call{{50, 0, false}, {149, 999, false}, {150, 999, true}, {250, 999, true}}},
-		{"secs", checkpoint.Schedule{Secs: 60 * time.Second}, []call{{0, 0, false}, {10, 59, false}, {11, 60, true}, {12, 119, false}, {13, 120, true}}},
-		{"both", checkpoint.Schedule{Steps: 10, Secs: 60 * time.Second}, []call{{0, 0, false}, {5, 61, true}, {14, 62, false}, {15, 63, true}}},
+		{"secs", checkpoint.Schedule{Every: 60 * time.Second}, []call{{0, 0, false}, {10, 59, false}, {11, 60, true}, {12, 119, false}, {13, 120, true}}},
+		{"both", checkpoint.Schedule{Steps: 10, Every: 60 * time.Second}, []call{{0, 0, false}, {5, 61, true}, {14, 62, false}, {15, 63, true}}},
 		{"never", checkpoint.Schedule{}, []call{{0, 0, false}, {1e6, 1e6, false}}},
 	}
 	for _, tc := range tests {

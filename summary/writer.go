@@ -89,7 +89,8 @@ func NewWriter(logdir string, opts WriterOptions) (*Writer, error) {
 		return nil, err
 	}
 	w := &Writer{path: f.Name(), now: now, logger: logger, f: f, bw: bufio.NewWriterSize(f, 64<<10)}
-	if err := w.AddEvent(&pb.Event{What: &pb.Event_FileVersion{FileVersion: FileVersion}}); err == nil {
+	err = w.AddEvent(&pb.Event{What: &pb.Event_FileVersion{FileVersion: FileVersion}})
+	if err == nil {
 		err = w.Flush()
 	}
 	if err != nil {

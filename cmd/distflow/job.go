@@ -79,7 +79,7 @@ func (j *job) addSaver(s *graph.Scope, exclude []*ops.Variable, log *slog.Logger
 		return err
 	}
 	j.saver, j.log = sv, log
-	j.schedule = checkpoint.Schedule{Steps: int64(j.f.saveSteps), Secs: j.f.saveSecs}
+	j.schedule = checkpoint.Schedule{Steps: int64(j.f.saveSteps), Every: time.Duration(j.f.saveSecs) * time.Second}
 	return nil
 }
 

@@ -92,7 +92,7 @@ func (f trainFlags) childArgs() []string {
 	if f.allReduce {
 		a = append(a, "--allreduce", "--average-every", strconv.Itoa(f.averageEvery))
 	}
-	a = append(a, "--save-checkpoint-steps", strconv.Itoa(f.saveSteps), "--save-checkpoint-secs", f.saveSecs.String(),
+	a = append(a, "--save-checkpoint-steps", strconv.Itoa(f.saveSteps), "--save-checkpoint-secs", strconv.Itoa(f.saveSecs),
 		"--keep-checkpoints", strconv.Itoa(f.keepCkpts))
 	return a
 }

@@ -50,7 +50,7 @@ type trainFlags struct {
 	// Checkpoints: where, how often, how many.
 	ckptDir   string
 	saveSteps int
-	saveSecs  time.Duration
+	saveSecs  int
 	keepCkpts int
 	// Synchronous training and bounded staleness.
 	sync                bool
@@ -103,7 +103,7 @@ func newTrainCommand() *cobra.Command {
 	fl.StringVar(&f.logdir, "logdir", "", "write TensorBoard event files (loss, throughput, weight histograms) to this directory")
 	fl.StringVar(&f.ckptDir, "checkpoint-dir", "", "save and restore checkpoints here (default: --logdir); the chief resumes from the latest complete one")
 	fl.IntVar(&f.saveSteps, "save-checkpoint-steps", 0, "save a checkpoint every N global steps (0: only at the end)")
-	fl.DurationVar(&f.saveSecs, "save-checkpoint-secs", 0, "save a checkpoint at least this often (0: off)")
+	fl.IntVar(&f.saveSecs, "save-checkpoint-secs", 0, "save a checkpoint at least every N seconds (0: off)")
 	fl.IntVar(&f.keepCkpts, "keep-checkpoints", 5, "how many recent checkpoints to keep")
 	fl.BoolVar(&f.sync, "sync", false, "synchronous training: each update averages the gradients of --replicas-to-aggregate workers")
 	fl.IntVar(&f.replicasToAggregate, "replicas-to-aggregate", 0, "gradients per synchronous update (default: every worker; fewer makes the rest backup workers)")

@@ -112,7 +112,7 @@ func (p *mathBcast) forRuns(lo, hi int, fn func(o, a, b int)) {
 	outer := len(p.dims) - 1
 	L := p.dims[outer]
 	var idxBuf [8]int
-	idx := idxBuf[:0]
+	var idx []int
 	if outer <= len(idxBuf) {
 		idx = idxBuf[:outer]
 	} else {
