@@ -174,3 +174,13 @@ func TestTrainWritesEventFiles(t *testing.T) {
 		t.Errorf("loss scalars at steps %v, want 100, 200 and 300", steps)
 	}
 }
+
+func TestTrainWritesCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	if _, stderr, err := run(t, "train", "--model", "linreg", "--steps", "200", "--cpuprofile", path); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Errorf("no profile written: %v", err)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,6 +49,8 @@ type trainFlags struct {
 	listenFD int
 	// logdir receives TensorBoard event files (one per process).
 	logdir string
+	// cpuProfile receives a pprof CPU profile of the run.
+	cpuProfile string
 	// Checkpoints: where, how often, how many.
 	ckptDir   string
 	saveSteps int
@@ -112,6 +116,7 @@ func newTrainCommand() *cobra.Command {
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process to the file")
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket (set by --local-cluster)")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
@@ -177,6 +182,17 @@ func (f *trainFlags) applyDefaults() error {
 func runTrain(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error {
 	if err := f.applyDefaults(); err != nil {
 		return err
+	}
+	if f.cpuProfile != "" {
+		out, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if f.localCluster != "" {
 		return runLocalCluster(ctx, f, stdout, stderr)
