@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/distflow/distflow/tensor"
@@ -194,7 +195,7 @@ func readRecord(f io.ReaderAt, file string, e VariableEntry) (*tensor.Tensor, er
 	if err := t.UnmarshalBinary(body[n+int(nameLen):]); err != nil {
 		return nil, fmt.Errorf("checkpoint: %s: variable %q: %w: %v", file, e.Name, ErrCorrupt, err)
 	}
-	if t.DType().String() != e.DType || !equalInts(t.Shape(), e.Shape) {
+	if t.DType().String() != e.DType || !slices.Equal(t.Shape(), e.Shape) {
 		return nil, fmt.Errorf("checkpoint: %s: variable %q: %w: record holds %v%v, index says %s%v", file, e.Name, ErrCorrupt, t.DType(), t.Shape(), e.DType, e.Shape)
 	}
 	return &t, nil
@@ -254,16 +255,4 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

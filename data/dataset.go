@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -435,7 +436,7 @@ func copyRows(dst *tensor.Tensor, i int, src *tensor.Tensor, r int) error {
 		shape = shape[1:]
 	}
 	want := dst.Shape()[1:]
-	if src.DType() != dst.DType() || !equalDims(shape, want) {
+	if src.DType() != dst.DType() || !slices.Equal(shape, want) {
 		return fmt.Errorf("data: Batch: element %d has a component of type %v and shape %v, the first element's is %v %v",
 			i, src.DType(), tensor.MakeShape(shape...), dst.DType(), tensor.MakeShape(want...))
 	}
@@ -459,18 +460,6 @@ func copyRows(dst *tensor.Tensor, i int, src *tensor.Tensor, r int) error {
 		copy(d[do:do+m], src.Uint8s()[so:so+m])
 	}
 	return nil
-}
-
-func equalDims(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Prefetch returns a dataset that computes up to n elements of d ahead, in a

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,10 +24,10 @@ func TestEmbedded(t *testing.T) {
 		if c.s.Len() != c.n {
 			t.Errorf("%s: %d examples, want %d", c.name, c.s.Len(), c.n)
 		}
-		if c.s.Images.DType() != tensor.Float32 || !equalDims(c.s.Images.Shape(), []int{c.n, ImageSize}) {
+		if c.s.Images.DType() != tensor.Float32 || !slices.Equal(c.s.Images.Shape(), []int{c.n, ImageSize}) {
 			t.Errorf("%s: images %v %v", c.name, c.s.Images.DType(), c.s.Images.Shape())
 		}
-		if c.s.Labels.DType() != tensor.Int32 || !equalDims(c.s.Labels.Shape(), []int{c.n}) {
+		if c.s.Labels.DType() != tensor.Int32 || !slices.Equal(c.s.Labels.Shape(), []int{c.n}) {
 			t.Errorf("%s: labels %v %v", c.name, c.s.Labels.DType(), c.s.Labels.Shape())
 		}
 		var lo, hi float32 = 1, 0

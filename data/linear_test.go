@@ -2,6 +2,7 @@ package data
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/distflow/distflow/tensor"
@@ -10,7 +11,7 @@ import (
 func TestLinear(t *testing.T) {
 	const n = 20000
 	x, y := Linear(n, 1, 2, 10, 0.33)
-	if !equalDims(x.Shape(), []int{n, 1}) || !equalDims(y.Shape(), []int{n, 1}) ||
+	if !slices.Equal(x.Shape(), []int{n, 1}) || !slices.Equal(y.Shape(), []int{n, 1}) ||
 		x.DType() != tensor.Float32 || y.DType() != tensor.Float32 {
 		t.Fatalf("shapes %v %v %v %v", x.DType(), x.Shape(), y.DType(), y.Shape())
 	}

@@ -3,6 +3,7 @@ package kernel
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -140,7 +141,7 @@ func (c *Context) AllocUninit(i int, dt tensor.DType, shape ...int) *tensor.Tens
 func (c *Context) alloc(i int, dt tensor.DType, shape []int) (t *tensor.Tensor, reused bool) {
 	if i < len(c.Buffers) {
 		b := &c.Buffers[i]
-		if s := b.Spare; s != nil && s.DType() == dt && sameDims(s.Shape(), shape) {
+		if s := b.Spare; s != nil && s.DType() == dt && slices.Equal(s.Shape(), shape) {
 			b.Spare, t, reused = nil, s, true
 		}
 		if t == nil {
@@ -192,18 +193,6 @@ func (v *Variable) LockValue() (*tensor.Tensor, error) {
 
 // UnlockValue releases the lock LockValue took.
 func (v *Variable) UnlockValue() { v.mu.Unlock() }
-
-func sameDims(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
 
 func clearData(d any) {
 	switch s := d.(type) {

@@ -242,7 +242,7 @@ type mathPlanEntry struct {
 
 // plan returns the plan of shapes a and b (immutable, shared by steps).
 func (c *mathPlans) plan(a, b []int) (*mathBcast, error) {
-	if e := c.last.Load(); e != nil && nnSameShape(e.a, a) && nnSameShape(e.b, b) {
+	if e := c.last.Load(); e != nil && slices.Equal(e.a, a) && slices.Equal(e.b, b) {
 		return e.p, nil
 	}
 	p, err := mathNewBcast(a, b)

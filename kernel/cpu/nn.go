@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/distflow/distflow/kernel"
@@ -43,19 +44,6 @@ type nnNumber interface {
 // nnExpCost is the rough cost of one math.Exp in elementary operations, used
 // to decide when ParallelFor pays off.
 const nnExpCost = 20
-
-// nnSameShape reports whether a and b have identical dimensions.
-func nnSameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
 
 // nnParallel2 runs f over matching chunks of x and y in parallel.
 func nnParallel2[T any](x, y []T, cost int, f func(x, y []T)) {
@@ -245,7 +233,7 @@ func nnReluT[T nnNumber](x, y []T) {
 
 func nnReluGrad(c *kernel.Context) error {
 	dy, y := c.Input(0), c.Input(1)
-	if dy.DType() != y.DType() || !nnSameShape(dy.Shape(), y.Shape()) {
+	if dy.DType() != y.DType() || !slices.Equal(dy.Shape(), y.Shape()) {
 		return c.Errorf("dy %v%v and y %v%v must have the same dtype and shape", dy.DType(), dy.Shape(), y.DType(), y.Shape())
 	}
 	dx := c.Alloc(0, dy.DType(), dy.Shape()...)
@@ -299,7 +287,7 @@ func nnUnaryFloat(f32 func(x, y []float32), f64 func(x, y []float64), cost int) 
 func nnBinaryFloat(f32 func(y, dy, dx []float32), f64 func(y, dy, dx []float64)) func(c *kernel.Context) error {
 	return func(c *kernel.Context) error {
 		y, dy := c.Input(0), c.Input(1)
-		if dy.DType() != y.DType() || !nnSameShape(dy.Shape(), y.Shape()) {
+		if dy.DType() != y.DType() || !slices.Equal(dy.Shape(), y.Shape()) {
 			return c.Errorf("y %v%v and dy %v%v must have the same dtype and shape", y.DType(), y.Shape(), dy.DType(), dy.Shape())
 		}
 		dx := c.Alloc(0, y.DType(), y.Shape()...)
@@ -455,7 +443,7 @@ func nnSoftmaxRows[T nnFloat](x, y []T, cols int, log bool) {
 
 func nnSoftmaxXent(c *kernel.Context) error {
 	logits, labels := c.Input(0), c.Input(1)
-	if logits.DType() != labels.DType() || logits.Rank() != 2 || !nnSameShape(logits.Shape(), labels.Shape()) {
+	if logits.DType() != labels.DType() || logits.Rank() != 2 || !slices.Equal(logits.Shape(), labels.Shape()) {
 		return c.Errorf("logits %v%v and labels %v%v must be [batch, classes] of one dtype and shape",
 			logits.DType(), logits.Shape(), labels.DType(), labels.Shape())
 	}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
@@ -76,7 +77,7 @@ func nnPoolFactory(f func(c *kernel.Context, w nnWindow) error) kernel.Factory {
 // orig_input_shape).
 func nnShapeArg(c *kernel.Context, i int, name string) ([]int, error) {
 	t := c.Input(i)
-	if t.DType() != tensor.Int32 || !nnSameShape(t.Shape(), []int{4}) {
+	if t.DType() != tensor.Int32 || !slices.Equal(t.Shape(), []int{4}) {
 		return nil, c.Errorf("%s must be int32 [4], got %v%v", name, t.DType(), t.Shape())
 	}
 	d := make([]int, 4)
@@ -157,7 +158,7 @@ func nnConv2DBackpropInput(c *kernel.Context, w nnWindow) error {
 	if err != nil {
 		return err
 	}
-	if !nnSameShape(dy.Shape(), out) {
+	if !slices.Equal(dy.Shape(), out) {
 		return c.Errorf("out_backprop %v does not match the output shape %v of input %v and filter %v", dy.Shape(), out, sizes, filter.Shape())
 	}
 	dx := c.Alloc(0, tensor.Float32, sizes...)
@@ -180,7 +181,7 @@ func nnConv2DBackpropFilter(c *kernel.Context, w nnWindow) error {
 	if err != nil {
 		return err
 	}
-	if !nnSameShape(dy.Shape(), out) {
+	if !slices.Equal(dy.Shape(), out) {
 		return c.Errorf("out_backprop %v does not match the output shape %v of input %v and filter %v", dy.Shape(), out, in.Shape(), sizes)
 	}
 	df := c.Alloc(0, tensor.Float32, sizes...)
@@ -333,7 +334,7 @@ func nnMaxPoolGrad(c *kernel.Context, w nnWindow) error {
 	if err != nil {
 		return err
 	}
-	if !nnSameShape(y.Shape(), p.outShape()) || !nnSameShape(dy.Shape(), p.outShape()) {
+	if !slices.Equal(y.Shape(), p.outShape()) || !slices.Equal(dy.Shape(), p.outShape()) {
 		return c.Errorf("orig_output %v and grad %v must have the pooled shape %v of orig_input %v", y.Shape(), dy.Shape(), p.outShape(), x.Shape())
 	}
 	dx := c.Alloc(0, x.DType(), x.Shape()...)
@@ -403,7 +404,7 @@ func nnAvgPoolGrad(c *kernel.Context, w nnWindow) error {
 	if err != nil {
 		return err
 	}
-	if !nnSameShape(dy.Shape(), p.outShape()) {
+	if !slices.Equal(dy.Shape(), p.outShape()) {
 		return c.Errorf("grad %v must have the pooled shape %v of orig_input_shape %v", dy.Shape(), p.outShape(), sizes)
 	}
 	dx := c.Alloc(0, dy.DType(), sizes...)

@@ -3,6 +3,7 @@ package cpu
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ func nnRun(t *testing.T, opName string, attrs map[string]any, inputs ...*tensor.
 // nnClose checks got against want element-wise within tol (relative to max(1,|want|)).
 func nnClose(t *testing.T, name string, got *tensor.Tensor, wantShape []int, want []float64, tol float64) {
 	t.Helper()
-	if !nnSameShape(got.Shape(), wantShape) {
+	if !slices.Equal(got.Shape(), wantShape) {
 		t.Fatalf("%s: shape %v, want %v", name, got.Shape(), wantShape)
 	}
 	if got.NumElements() != len(want) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"weak"
 
@@ -307,7 +308,7 @@ func syncApplyGradient(c *kernel.Context, k *syncHandleKernel) error {
 		} else {
 			a.sum = make([]float64, g.NumElements())
 		}
-	} else if !syncSameShape(a.sumShape, g.Shape()) {
+	} else if !slices.Equal(a.sumShape, g.Shape()) {
 		a.offered--
 		return c.Errorf("accumulator %q holds gradients of shape %v, got one of shape %v", a.name, a.sumShape, g.Shape())
 	}
@@ -320,18 +321,6 @@ func syncApplyGradient(c *kernel.Context, k *syncHandleKernel) error {
 	a.count++
 	a.broadcastLocked()
 	return nil
-}
-
-func syncSameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func syncAdd[T float32 | float64](sum []float64, g []T) {
