@@ -44,25 +44,11 @@ func init() {
 	Register("Fill", arrayFillGrad)
 }
 
-// arrayShapeOf returns the shape of x as a 1-D int32 tensor: a constant when
-// it is fully known at build time (so that what is built from it keeps a
-// static shape), else a Shape node.
-func arrayShapeOf(s *graph.Scope, x graph.Output) graph.Output {
-	if sh := x.Shape(); sh.FullyDefined() {
-		d := make([]int32, sh.Rank())
-		for i := range d {
-			d[i] = int32(sh.Dim(i))
-		}
-		return ops.Const(s, d)
-	}
-	return ops.Shape(s, x)
-}
-
 // arrayReshapeBack is the gradient of ops that only relabel dimensions: dy
 // reshaped to the input's shape. Extra inputs (Reshape's shape) get none.
 func arrayReshapeBack(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
 	out := make([]graph.Output, n.NumInputs())
-	out[0] = ops.Reshape(s, dys[0], arrayShapeOf(s, n.Input(0)))
+	out[0] = ops.Reshape(s, dys[0], shapeOf(s, n.Input(0)))
 	return out, nil
 }
 
@@ -145,7 +131,7 @@ func arraySplitGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.
 
 func arrayGatherGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
 	params, indices := n.Input(0), n.Input(1)
-	g := ops.GatherGrad(s, dys[0], indices, arrayShapeOf(s, params), n.AttrInt("axis"))
+	g := ops.GatherGrad(s, dys[0], indices, shapeOf(s, params), n.AttrInt("axis"))
 	return []graph.Output{g, {}}, nil
 }
 

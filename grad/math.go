@@ -12,23 +12,13 @@ import (
 // Binary ops broadcast, so the gradient of each operand is summed back to
 // its shape (mathSumTo); reductions broadcast the incoming gradient back.
 
-// mathShapeOf returns the shape of x as a 1-D int32 tensor: a constant when
-// it is known at build time (so later shapes are inferred exactly), else a
-// Shape node.
-func mathShapeOf(s *graph.Scope, x graph.Output) graph.Output {
-	if sh := x.Shape(); sh.FullyDefined() {
-		return ops.Const(s, sh.Dims())
-	}
-	return ops.Shape(s, x)
-}
-
 // mathSumTo reduces the gradient g of a broadcast result to the shape of the
 // operand x; it is the identity when both shapes are known and equal.
 func mathSumTo(s *graph.Scope, g, x graph.Output) graph.Output {
 	if xs, gs := x.Shape(), g.Shape(); xs.FullyDefined() && gs.FullyDefined() && xs.Equal(gs) {
 		return g
 	}
-	return ops.SumToShape(s, g, mathShapeOf(s, x))
+	return ops.SumToShape(s, g, shapeOf(s, x))
 }
 
 // mathScalar is a constant of x's dtype.
@@ -104,7 +94,7 @@ func mathSumGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Out
 	if err != nil {
 		return nil, err
 	}
-	return []graph.Output{ops.BroadcastTo(s, mathKeepDims(s, n, dys[0], axes), mathShapeOf(s, x))}, nil
+	return []graph.Output{ops.BroadcastTo(s, mathKeepDims(s, n, dys[0], axes), shapeOf(s, x))}, nil
 }
 
 func mathMeanGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
@@ -113,7 +103,7 @@ func mathMeanGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Ou
 		return nil, err
 	}
 	g := ops.Div(s, dys[0], mathReduceCount(s, x, n.Output(0), axes))
-	return []graph.Output{ops.BroadcastTo(s, mathKeepDims(s, n, g, axes), mathShapeOf(s, x))}, nil
+	return []graph.Output{ops.BroadcastTo(s, mathKeepDims(s, n, g, axes), shapeOf(s, x))}, nil
 }
 
 // mathExtremeGrad is the gradient of Max and Min: it flows to the elements
@@ -289,7 +279,7 @@ func init() {
 	})
 	Register("SumToShape", func(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
 		x := n.Input(0)
-		return []graph.Output{ops.BroadcastTo(s, dys[0], mathShapeOf(s, x)), {}}, nil
+		return []graph.Output{ops.BroadcastTo(s, dys[0], shapeOf(s, x)), {}}, nil
 	})
 
 	for _, name := range []string{"Greater", "GreaterEqual", "Less", "LessEqual", "Equal", "NotEqual"} {

@@ -55,7 +55,7 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return []graph.Output{ops.AvgPoolGrad(s, nnShapeOf(s, n.Input(0)), dys[0], k, st, pad)}, nil
+		return []graph.Output{ops.AvgPoolGrad(s, shapeOf(s, n.Input(0)), dys[0], k, st, pad)}, nil
 	})
 	Register("L2Loss", func(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
 		return []graph.Output{ops.Mul(s, n.Input(0), dys[0])}, nil
@@ -112,8 +112,8 @@ func nnConv2DGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Ou
 	pad := n.AttrString("padding")
 	input, filter, dy := n.Input(0), n.Input(1), dys[0]
 	return []graph.Output{
-		ops.Conv2DBackpropInput(s, nnShapeOf(s, input), filter, dy, st, pad),
-		ops.Conv2DBackpropFilter(s, input, nnShapeOf(s, filter), dy, st, pad),
+		ops.Conv2DBackpropInput(s, shapeOf(s, input), filter, dy, st, pad),
+		ops.Conv2DBackpropFilter(s, input, shapeOf(s, filter), dy, st, pad),
 	}, nil
 }
 
@@ -133,18 +133,4 @@ func nnWindowAttrs(n *graph.Node) (ksize, strides [2]int, padding string, err er
 		return
 	}
 	return ksize, strides, n.AttrString("padding"), nil
-}
-
-// nnShapeOf returns the shape of x as an int32 [rank] tensor: a constant when
-// known at build time (the backprop ops then infer static shapes), else a
-// Shape node evaluated at run time.
-func nnShapeOf(s *graph.Scope, x graph.Output) graph.Output {
-	if sh := x.Shape(); sh.FullyDefined() {
-		d := make([]int32, sh.Rank())
-		for i := range d {
-			d[i] = int32(sh.Dim(i))
-		}
-		return ops.Const(s, d)
-	}
-	return ops.Shape(s, x)
 }
