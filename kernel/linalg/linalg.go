@@ -91,6 +91,17 @@ func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int
 	gemm(&genericF64, &poolF64, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// CheckSgemm panics, with a message naming the offending operand, when the
+// arguments of an Sgemm call cannot describe its matrices. Every Backend
+// calls it first, so that all of them fail alike on a programmer error.
+func CheckSgemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	checkGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+}
+
+// ScaleC sets C = beta*C for an m x n matrix with row stride ldc, writing
+// zeros (not beta*NaN) when beta == 0: what Sgemm does when alpha or k is 0.
+func ScaleC(m, n int, beta float32, c []float32, ldc int) { scale(m, n, beta, c, ldc) }
+
 // checkGemm panics with a descriptive message when the arguments cannot
 // describe the matrices; the message names the offending operand.
 func checkGemm[T float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {

@@ -17,7 +17,6 @@ void openblas_set_num_threads(int num_threads);
 import "C"
 
 import (
-	"fmt"
 	"runtime"
 	"sync"
 
@@ -37,17 +36,12 @@ var (
 )
 
 func (openblasBackend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if m < 0 || n < 0 || k < 0 {
-		panic(fmt.Sprintf("linalg: gemm: negative size m=%d n=%d k=%d", m, n, k))
-	}
-	checkMat("A", transA, m, k, a, lda)
-	checkMat("B", transB, k, n, b, ldb)
-	checkMat("C", false, m, n, c, ldc)
+	linalg.CheckSgemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
 	}
 	if alpha == 0 || k == 0 {
-		scale(m, n, beta, c, ldc)
+		linalg.ScaleC(m, n, beta, c, ldc)
 		return
 	}
 	if p := runtime.GOMAXPROCS(0); p != threadsOf() {
@@ -72,37 +66,6 @@ func threadsOf() int {
 	threadsMu.Lock()
 	defer threadsMu.Unlock()
 	return threads
-}
-
-// checkMat panics, like the built-in backends, when x cannot hold a matrix
-// whose op() is rows x cols with row stride ld.
-func checkMat(name string, trans bool, rows, cols int, x []float32, ld int) {
-	if trans {
-		rows, cols = cols, rows
-	}
-	if ld < max(1, cols) {
-		panic(fmt.Sprintf("linalg: gemm: ld%s=%d smaller than row length %d", name, ld, cols))
-	}
-	if rows == 0 || cols == 0 {
-		return
-	}
-	if need := (rows-1)*ld + cols; len(x) < need {
-		panic(fmt.Sprintf("linalg: gemm: len(%s)=%d, need %d for %dx%d with stride %d", name, len(x), need, rows, cols, ld))
-	}
-}
-
-// scale sets C = beta*C, writing zeros (not beta*NaN) when beta == 0.
-func scale(m, n int, beta float32, c []float32, ldc int) {
-	for i := range m {
-		row := c[i*ldc : i*ldc+n]
-		if beta == 0 {
-			clear(row)
-		} else if beta != 1 {
-			for j := range row {
-				row[j] *= beta
-			}
-		}
-	}
 }
 
 func init() { linalg.Register(openblasBackend{}) }
