@@ -18,6 +18,7 @@ var ErrUninitialized = errors.New("variable is not initialized")
 type Resources struct {
 	mu        sync.Mutex
 	variables map[string]*Variable
+	others    map[string]any
 }
 
 // NewResources returns an empty resource container.
@@ -38,6 +39,25 @@ func (r *Resources) Variable(name string, dt tensor.DType, shape tensor.Shape) (
 	v := &Variable{name: name, dtype: dt, shape: shape}
 	r.variables[name] = v
 	return v, nil
+}
+
+// Resource returns the resource stored under key, first storing create()
+// there if there is none. Kernels keep state other than variables (queues,
+// accumulators) this way; key should name the kind of resource, so that
+// kinds do not collide. create runs at most once per key, under a lock, so
+// it must not call back into r.
+func (r *Resources) Resource(key string, create func() any) any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v, ok := r.others[key]; ok {
+		return v
+	}
+	if r.others == nil {
+		r.others = map[string]any{}
+	}
+	v := create()
+	r.others[key] = v
+	return v
 }
 
 // Lookup returns an existing variable.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
-	"weak"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
@@ -102,24 +100,11 @@ type syncResources struct {
 	queues map[string]*syncQueue
 }
 
-// syncRegistry maps weak.Pointer[kernel.Resources] to *syncResources. The
-// entry is deleted by a cleanup when the Resources is collected.
-var syncRegistry sync.Map
-
 // syncResourcesOf returns the sync resources of res, creating them.
 func syncResourcesOf(res *kernel.Resources) *syncResources {
-	key := weak.Make(res)
-	if v, ok := syncRegistry.Load(key); ok {
-		return v.(*syncResources)
-	}
-	v, loaded := syncRegistry.LoadOrStore(key, &syncResources{
-		accums: map[string]*syncAccumulator{},
-		queues: map[string]*syncQueue{},
-	})
-	if !loaded {
-		runtime.AddCleanup(res, func(k weak.Pointer[kernel.Resources]) { syncRegistry.Delete(k) }, key)
-	}
-	return v.(*syncResources)
+	return res.Resource("sync", func() any {
+		return &syncResources{accums: map[string]*syncAccumulator{}, queues: map[string]*syncQueue{}}
+	}).(*syncResources)
 }
 
 // syncHandleKernel is the kernel of a resource op or of an op using one:
