@@ -14,10 +14,8 @@ import (
 
 // Kernels of the sync family: conditional accumulators and FIFO queues.
 //
-// Both are resources that outlive steps. kernel.Resources holds only
-// variables, so this file keeps its own registry: one syncResources per
-// *kernel.Resources (held weakly, dropped when the Resources is collected),
-// holding the accumulators and queues by name. The name is the shared_name
+// Both are resources that outlive steps, kept in the task's kernel.Resources
+// (under the key "sync": the accumulators and queues by name). The name is the shared_name
 // attribute of the resource op, or else its node name, so that the graphs of
 // several workers that build the same resource op share one resource on the
 // ps, as they share variables.
