@@ -109,8 +109,10 @@ type MonitoredSession struct {
 	cfg       MonitoredConfig
 	log       *slog.Logger
 	localStep int64
-	stop      bool
-	closed    bool
+	// globalStep is the global step read with the last step.
+	globalStep int64
+	stop       bool
+	closed     bool
 	// RestoredStep is the global step of the checkpoint the chief resumed
 	// from, or -1.
 	RestoredStep int64
@@ -230,6 +232,10 @@ func (ms *MonitoredSession) waitReady(ctx context.Context) error {
 	}
 }
 
+// GlobalStep returns the global step after the last Run (read with that
+// step: with concurrent replicas it may lag by a step or two), or 0.
+func (ms *MonitoredSession) GlobalStep() int64 { return ms.globalStep }
+
 // ShouldStop reports whether a hook asked to stop.
 func (ms *MonitoredSession) ShouldStop() bool { return ms.stop }
 
@@ -261,6 +267,7 @@ func (ms *MonitoredSession) Run(ctx context.Context, feeds map[graph.Output]*ten
 	if ms.cfg.GlobalStep != nil {
 		// The read may precede this step's own increment.
 		step.GlobalStep = int64(out[len(fetches)].Float64At(0)) + 1
+		ms.globalStep = step.GlobalStep
 	}
 	for i, h := range ms.cfg.Hooks {
 		if err := h.AfterRun(ctx, step, out[bounds[i][0]:bounds[i][1]]); err != nil {

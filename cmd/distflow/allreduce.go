@@ -173,19 +173,10 @@ func trainAllReduce(ctx context.Context, f trainFlags, spec *cluster.Spec, self 
 		Epochs:                   float64(steps*f.batch*len(reps)) / float64(n),
 		ExamplesPerSecond:        float64(steps*f.batch) / seconds,
 		ClusterExamplesPerSecond: float64(steps*f.batch*len(reps)) / seconds}
-	if f.model == "linreg" {
-		out, err := sess.Run(ctx, nil, []graph.Output{m.Params["W"], m.Params["b"]}, nil)
-		if err != nil {
+	if f.model == "linreg" || rank == 0 { // the ranks hold the same model: one evaluates
+		if err := addModelFigures(ctx, sess, m, ex, &res); err != nil {
 			return err
 		}
-		w, b := out[0].Float64At(0), out[1].Float64At(0)
-		res.W, res.B = &w, &b
-	} else if rank == 0 {
-		acc, tl, err := evaluate(ctx, sess, m, ex.testX, ex.testY)
-		if err != nil {
-			return err
-		}
-		res.TestAccuracy, res.TestLoss, res.TestExamples = &acc, &tl, ex.testX.Shape()[0]
 	}
 	res.WallSeconds = time.Since(started).Seconds()
 	return report(stdout, res, f.jsonOut)

@@ -148,12 +148,7 @@ func buildJob(s *graph.Scope, f trainFlags, towerDevices []string, replicas, ind
 		return nil, err
 	}
 	j.initOp = ops.GlobalVariablesInitializer(s)
-	vars := ops.GlobalVariables(s.Graph())
-	flags := make([]graph.Output, len(vars))
-	for i, v := range vars {
-		flags[i] = ops.Cast(s, ops.IsVariableInitialized(s, v.Value()), tensor.Float32)
-	}
-	j.initialized, j.numVars = ops.AddN(s, flags...), len(vars)
+	j.initialized, j.numVars = train.ReadyOp(s, ops.GlobalVariables(s.Graph()))
 	if f.logdir != "" {
 		for _, v := range towers[0].Variables {
 			ops.HistogramSummary(s, v.Name(), v.Value())
@@ -258,7 +253,7 @@ type loopStats struct {
 func (j *job) trainLoop(ctx context.Context, ms *train.MonitoredSession, its []*data.Iterator, target, n int, who string, stderr io.Writer, events *summary.Writer) (loopStats, error) {
 	sess := ms.Session()
 	f := j.f
-	fetches := []graph.Output{j.towers[0].Loss, j.globalStep.Value()}
+	fetches := []graph.Output{j.towers[0].Loss}
 	if f.model == "linreg" {
 		fetches = append(fetches, j.towers[0].Params["W"], j.towers[0].Params["b"])
 	}
@@ -315,7 +310,7 @@ func (j *job) trainLoop(ctx context.Context, ms *train.MonitoredSession, its []*
 		window++
 		st.loss = out[0].Float64At(0)
 		// The fetched global step may precede this step's own increment.
-		gstep := int(out[1].Float64At(0)) + 1
+		gstep := int(ms.GlobalStep())
 		if st.localSteps == 1 {
 			st.firstGlobal = gstep
 		}
@@ -328,15 +323,15 @@ func (j *job) trainLoop(ctx context.Context, ms *train.MonitoredSession, its []*
 				prefix(who), st.localSteps, gstep, target, float64(gstep*f.batch)/float64(n), st.loss,
 				(elapsed / time.Duration(window)).Round(time.Microsecond), float64(window*examplesPerStep)/elapsed.Seconds())
 			if f.model == "linreg" {
-				line += fmt.Sprintf("  W %.4f  b %.4f", out[2].Float64At(0), out[3].Float64At(0))
+				line += fmt.Sprintf("  W %.4f  b %.4f", out[1].Float64At(0), out[2].Float64At(0))
 			}
 			fmt.Fprintln(stderr, line)
 			if events != nil {
 				writeEvents(events, int64(gstep), st.loss, float64(window*examplesPerStep)/elapsed.Seconds(),
 					float64(window)/elapsed.Seconds(), out[len(fetches):])
 				if f.model == "linreg" {
-					_ = events.AddScalar("W", int64(gstep), out[2].Float64At(0))
-					_ = events.AddScalar("b", int64(gstep), out[3].Float64At(0))
+					_ = events.AddScalar("W", int64(gstep), out[1].Float64At(0))
+					_ = events.AddScalar("b", int64(gstep), out[2].Float64At(0))
 				}
 			}
 			window, windowStart = 0, now
@@ -423,21 +418,29 @@ func (j *job) finalResult(ctx context.Context, sess *session.Session, ex example
 	}
 	res.Epochs = float64(res.GlobalStep*int64(f.batch)) / float64(n)
 	res.ClusterExamplesPerSecond = j.clusterRate(st)
-	m := j.towers[0]
-	if f.model == "linreg" {
-		out, err := sess.Run(ctx, nil, []graph.Output{m.Params["W"], m.Params["b"]}, nil)
-		if err != nil {
-			return result{}, err
-		}
-		w, b := out[0].Float64At(0), out[1].Float64At(0)
-		res.W, res.B = &w, &b
-	} else {
-		acc, tl, err := evaluate(ctx, sess, m, ex.testX, ex.testY)
-		if err != nil {
-			return result{}, err
-		}
-		res.TestAccuracy, res.TestLoss, res.TestExamples = &acc, &tl, ex.testX.Shape()[0]
+	if err := addModelFigures(ctx, sess, j.towers[0], ex, &res); err != nil {
+		return result{}, err
 	}
 	res.WallSeconds = time.Since(started).Seconds()
 	return res, nil
+}
+
+// addModelFigures puts what the trained model shows into res: W and b of
+// the linear regression, or a classifier's accuracy and loss on the test set.
+func addModelFigures(ctx context.Context, sess *session.Session, m *models.Model, ex examples, res *result) error {
+	if m.Name == "linreg" {
+		out, err := sess.Run(ctx, nil, []graph.Output{m.Params["W"], m.Params["b"]}, nil)
+		if err != nil {
+			return err
+		}
+		w, b := out[0].Float64At(0), out[1].Float64At(0)
+		res.W, res.B = &w, &b
+		return nil
+	}
+	acc, tl, err := evaluate(ctx, sess, m, ex.testX, ex.testY)
+	if err != nil {
+		return err
+	}
+	res.TestAccuracy, res.TestLoss, res.TestExamples = &acc, &tl, ex.testX.Shape()[0]
+	return nil
 }
