@@ -14,8 +14,11 @@ Models:
   cnn  conv5x5x32 SAME+relu+maxpool2, conv5x5x64 SAME+relu+maxpool2,
        dense 3136->1024 relu, dropout 0.5, dense 1024->10; batch 50; Adam or SGD.
 
-The data is read from the IDX .gz files with numpy (no torchvision). Timing
-excludes data loading, warm-up and evaluation: each configuration runs
+The data is read from the IDX .gz files with numpy (no torchvision). As in
+distflow's pipeline, the training set is reshuffled every epoch and each
+batch gathered from it inside the timed loop (--shuffle once keeps one fixed
+order of contiguous batches instead). Timing excludes data loading, warm-up
+and evaluation: each configuration runs
 --warmup steps, then --steps steps split into --windows equal windows, and
 reports the median window rate (the min and max are printed too).
 
@@ -135,17 +138,37 @@ def run(name, cfg, threads, args, train, test):
     xtr, ytr = train
     batch = cfg["batch"]
     nbatches = len(xtr) // batch
-    # One fixed shuffle; batches are contiguous views, so feeding costs nothing.
     g = torch.Generator().manual_seed(args.seed)
     perm = torch.randperm(len(xtr), generator=g)
-    xtr, ytr = xtr[perm].contiguous(), ytr[perm].contiguous()
+    if args.shuffle == "once":
+        # One fixed shuffle; batches are contiguous views, so feeding costs
+        # nothing (a lighter workload than distflow's, which reshuffles).
+        xtr, ytr = xtr[perm].contiguous(), ytr[perm].contiguous()
+    else:
+        # A new order every epoch, as distflow's input pipeline draws it:
+        # each batch is gathered into preallocated buffers (index_select
+        # with out=, PyTorch's fastest gather, allocating nothing).
+        xb_buf = torch.empty((batch, xtr.shape[1]), dtype=xtr.dtype)
+        yb_buf = torch.empty((batch,), dtype=ytr.dtype)
     step = 0
+
+    def next_batch():
+        nonlocal perm
+        e, j = divmod(step, nbatches)
+        i = j * batch
+        if args.shuffle == "once":
+            return xtr[i:i + batch], ytr[i:i + batch]
+        if j == 0 and e > 0:
+            perm = torch.randperm(len(xtr), generator=g)
+        idx = perm[i:i + batch]
+        torch.index_select(xtr, 0, idx, out=xb_buf)
+        torch.index_select(ytr, 0, idx, out=yb_buf)
+        return xb_buf, yb_buf
 
     def train_steps(n):
         nonlocal step
         for _ in range(n):
-            i = (step % nbatches) * batch
-            xb, yb = xtr[i:i + batch], ytr[i:i + batch]
+            xb, yb = next_batch()
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(xb), yb)
             loss.backward()
@@ -173,6 +196,7 @@ def run(name, cfg, threads, args, train, test):
         "steps": args.warmup + per_window * args.windows,
         "optimizer": cfg["optimizer"],
         "learning_rate": cfg["lr"],
+        "shuffle": args.shuffle,
         "final_loss": round(loss, 4),
         "test_accuracy": round(acc, 4),
     }
@@ -192,6 +216,8 @@ def main():
     p.add_argument("--data", default=os.environ.get("DISTFLOW_DATA", DEFAULT_DATA),
                    help="directory with the four Fashion-MNIST IDX files")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--shuffle", choices=["epoch", "once"], default="epoch",
+                   help="reshuffle the training set every epoch (as distflow does) or only once")
     args = p.parse_args()
     try:
         threads = [int(t) for t in args.threads.split(",") if t.strip()]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -43,11 +44,23 @@ type iter interface {
 
 // item is one element in flight. Rows of a FromTensors source travel as
 // (src, row) so that Shuffle, Shard, Take and Batch move them without
-// allocating; anything else carries materialised tensors in ts.
+// allocating; anything else carries materialised tensors in ts. A batch
+// carries the pool its tensors return to once their consumer is done with
+// them (see release).
 type item struct {
-	src *source
-	row int
-	ts  []*tensor.Tensor
+	src  *source
+	row  int
+	ts   []*tensor.Tensor
+	pool *batchPool
+}
+
+// release hands a batch's tensors back to the Batch stage that made them,
+// for a later batch to reuse; the caller must hold no reference to them.
+// It does nothing for other items.
+func (x item) release() {
+	if x.pool != nil {
+		x.pool.put(x.ts)
+	}
 }
 
 // source holds the tensors given to FromTensors.
@@ -198,9 +211,11 @@ type shardIter struct {
 
 func (it *shardIter) next() (item, error) {
 	for ; it.skip > 0; it.skip-- {
-		if _, err := it.in.next(); err != nil {
+		x, err := it.in.next()
+		if err != nil {
 			return item{}, err
 		}
+		x.release()
 	}
 	it.skip = it.n - 1
 	return it.in.next()
@@ -299,10 +314,40 @@ type shuffleIter struct {
 	buf  []item
 	cap  int
 	done bool // the input is exhausted
+
+	// While every buffered element is a row of one source (the usual
+	// shuffle of a FromTensors dataset), the buffer holds just their row
+	// numbers, in rows, with buf unused: a buffer of 60,000 rows is then
+	// 240 KB and stays in cache, where items would take 3 MB and a cache
+	// miss per draw. The draws are the same either way.
+	src  *source
+	rows []int32
 }
 
+// push adds x to the buffer.
+func (it *shuffleIter) push(x item) {
+	if x.src != nil && x.ts == nil && x.pool == nil && x.row <= math.MaxInt32 && len(it.buf) == 0 &&
+		(it.src == nil || it.src == x.src) {
+		if it.src == nil {
+			it.src = x.src
+			it.rows = make([]int32, 0, min(it.cap, 1<<16))
+		}
+		it.rows = append(it.rows, int32(x.row))
+		return
+	}
+	if len(it.rows) > 0 { // a different element: back to items
+		for _, r := range it.rows {
+			it.buf = append(it.buf, item{src: it.src, row: int(r)})
+		}
+		it.rows = it.rows[:0]
+	}
+	it.buf = append(it.buf, x)
+}
+
+func (it *shuffleIter) len() int { return len(it.buf) + len(it.rows) }
+
 func (it *shuffleIter) next() (item, error) {
-	for !it.done && len(it.buf) < it.cap {
+	for !it.done && it.len() < it.cap {
 		x, err := it.in.next()
 		if err == io.EOF {
 			it.done = true
@@ -311,15 +356,22 @@ func (it *shuffleIter) next() (item, error) {
 		if err != nil {
 			return item{}, err
 		}
-		it.buf = append(it.buf, x)
+		it.push(x)
 	}
-	if len(it.buf) == 0 {
+	n := it.len()
+	if n == 0 {
 		return item{}, io.EOF
 	}
 	// Swap-remove a random element; the next call refills the hole.
-	j := it.rng.IntN(len(it.buf))
+	j := it.rng.IntN(n)
+	last := n - 1
+	if len(it.rows) > 0 {
+		r := it.rows[j]
+		it.rows[j] = it.rows[last]
+		it.rows = it.rows[:last]
+		return item{src: it.src, row: int(r)}, nil
+	}
 	x := it.buf[j]
-	last := len(it.buf) - 1
 	it.buf[j] = it.buf[last]
 	it.buf[last] = item{}
 	it.buf = it.buf[:last]
@@ -334,14 +386,19 @@ func (it *shuffleIter) close() { it.in.close() }
 // agree in type and shape. The last batch has fewer than n elements unless
 // dropRemainder is set, in which case it is dropped.
 //
-// Each batch is a fresh, contiguous copy that belongs to the caller; apart
-// from the batch tensors themselves, batching allocates nothing per element.
+// Each batch is a contiguous copy of its elements. Its tensors are valid
+// until the consumer asks for the following element (Iterator.Next, or the
+// next stage of the pipeline once it has copied them): then they may be
+// reused for a later batch, so that a training loop does not allocate,
+// zero and collect a batch per step. A caller that keeps a batch longer
+// clones it (tensor.Clone). Apart from that, batching allocates nothing per
+// element or per batch.
 func (d *Dataset) Batch(n int, dropRemainder bool) *Dataset {
 	if n <= 0 {
 		return d.fail(fmt.Errorf("data: Batch: batch size %d is not positive", n))
 	}
 	return d.derive(func(ctx context.Context, epoch uint64) iter {
-		return &batchIter{in: d.open(ctx, epoch), n: n, drop: dropRemainder, pending: make([]item, 0, n)}
+		return &batchIter{in: d.open(ctx, epoch), n: n, drop: dropRemainder, pending: make([]item, 0, n), pool: new(batchPool)}
 	})
 }
 
@@ -351,6 +408,7 @@ type batchIter struct {
 	drop    bool
 	done    bool
 	pending []item // reused between batches
+	pool    *batchPool
 }
 
 func (it *batchIter) next() (item, error) {
@@ -370,28 +428,80 @@ func (it *batchIter) next() (item, error) {
 	if k == 0 || (it.drop && k < it.n) {
 		return item{}, io.EOF
 	}
-	out, err := stack(it.pending)
+	// Only full batches are recycled: a short last one has other shapes.
+	var pool *batchPool
+	if k == it.n {
+		pool = it.pool
+	}
+	out, err := stack(it.pending, pool)
+	for _, x := range it.pending {
+		x.release() // copied: an inner batch's buffers can be reused
+	}
 	clear(it.pending) // drop references to the elements
 	if err != nil {
 		return item{}, err
 	}
-	return item{ts: out}, nil
+	return item{ts: out, pool: pool}, nil
 }
 
 func (it *batchIter) close() { it.in.close() }
 
-// stack copies the elements xs into new tensors of shape [len(xs), ...].
-func stack(xs []item) ([]*tensor.Tensor, error) {
+// batchPool holds the tensors of batches that their consumers are done
+// with, for one Batch stage of one iterator to refill. The stage may run in
+// a Prefetch goroutine while the consumer releases batches, hence the lock.
+type batchPool struct {
+	mu   sync.Mutex
+	free [][]*tensor.Tensor
+}
+
+// maxFreeBatches bounds a pool: a pipeline has at most a few batches in
+// flight (the consumer's, a Prefetch buffer's, the one being stacked).
+const maxFreeBatches = 8
+
+func (p *batchPool) put(ts []*tensor.Tensor) {
+	p.mu.Lock()
+	if len(p.free) < maxFreeBatches {
+		p.free = append(p.free, ts)
+	}
+	p.mu.Unlock()
+}
+
+// get returns released batch tensors, or nil if there are none.
+func (p *batchPool) get() []*tensor.Tensor {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.free)
+	if n == 0 {
+		return nil
+	}
+	ts := p.free[n-1]
+	p.free[n-1] = nil
+	p.free = p.free[:n-1]
+	return ts
+}
+
+// stack copies the elements xs into tensors of shape [len(xs), ...]: a
+// released batch from pool if one fits, else new ones.
+func stack(xs []item, pool *batchPool) ([]*tensor.Tensor, error) {
 	// The first element fixes the arity, types and shapes.
 	first := xs[0]
 	arity := len(first.ts)
 	if first.src != nil {
 		arity = len(first.src.ts)
 	}
-	out := make([]*tensor.Tensor, arity)
-	for j := range out {
-		dt, shape := componentInfo(first, j)
-		out[j] = tensor.New(dt, append([]int{len(xs)}, shape...)...)
+	var out []*tensor.Tensor
+	if pool != nil {
+		out = pool.get()
+	}
+	if !fits(out, first, len(xs)) {
+		out = make([]*tensor.Tensor, arity)
+		for j := range out {
+			dt, shape := componentInfo(first, j)
+			out[j] = tensor.New(dt, append([]int{len(xs)}, shape...)...)
+		}
+	}
+	if gatherRows(out, xs) {
+		return out, nil
 	}
 	for i, x := range xs {
 		for j, dst := range out {
@@ -413,6 +523,76 @@ func stack(xs []item) ([]*tensor.Tensor, error) {
 		}
 	}
 	return out, nil
+}
+
+// fits reports whether the tensors ts can hold a batch of n elements shaped
+// like x.
+func fits(ts []*tensor.Tensor, x item, n int) bool {
+	arity := len(x.ts)
+	if x.src != nil {
+		arity = len(x.src.ts)
+	}
+	if ts == nil || len(ts) != arity {
+		return false
+	}
+	for j, t := range ts {
+		dt, shape := componentInfo(x, j)
+		s := t.Shape()
+		if t.DType() != dt || len(s) != len(shape)+1 || s[0] != n || !slices.Equal(s[1:], shape) {
+			return false
+		}
+	}
+	return true
+}
+
+// gatherRows is stack's fast path: when every element is a row of one
+// source (a shuffled or sharded FromTensors dataset), it copies component
+// by component with one type switch each, and reports true. Rows of one
+// source share its types and shapes, so nothing needs checking per row.
+func gatherRows(out []*tensor.Tensor, xs []item) bool {
+	src := xs[0].src
+	if src == nil {
+		return false
+	}
+	for _, x := range xs[1:] {
+		if x.src != src {
+			return false
+		}
+	}
+	for j, t := range src.ts {
+		m := tensor.NumElements(t.Shape()[1:])
+		switch d := out[j].Data().(type) {
+		case []float32:
+			gather(d, t.Float32s(), xs, m)
+		case []float64:
+			gather(d, t.Float64s(), xs, m)
+		case []int32:
+			gather(d, t.Int32s(), xs, m)
+		case []int64:
+			gather(d, t.Int64s(), xs, m)
+		case []bool:
+			gather(d, t.Bools(), xs, m)
+		case []uint8:
+			gather(d, t.Uint8s(), xs, m)
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// gather copies row xs[i].row of src (rows of m elements) to row i of dst.
+func gather[T any](dst, src []T, xs []item, m int) {
+	if m == 1 { // labels: an assignment, not a call to memmove per row
+		dst = dst[:len(xs)]
+		for i, x := range xs {
+			dst[i] = src[x.row]
+		}
+		return
+	}
+	for i, x := range xs {
+		copy(dst[i*m:(i+1)*m], src[x.row*m:(x.row+1)*m])
+	}
 }
 
 func arityError(i, got, want int) error {
@@ -550,19 +730,25 @@ func (d *Dataset) Iterator(ctx context.Context) *Iterator {
 // Iterator yields the elements of a Dataset. It is not safe for concurrent
 // use.
 type Iterator struct {
-	ctx context.Context
-	it  iter
-	err error // sticky: the error that ended the iteration
+	ctx  context.Context
+	it   iter
+	err  error // sticky: the error that ended the iteration
+	held item  // the element Next returned last, released by the next call
 }
 
 // Next returns the next element, or io.EOF after the last one, or the error
 // that stopped the pipeline (an invalid argument, a batch of mismatched
 // shapes, the context's error). After an error, every call returns it.
 //
-// A batch belongs to the caller. An element that comes straight from
-// FromTensors (without Batch) shares memory with the source tensors and must
-// not be modified.
+// A batch is the caller's to read and write until the next call to Next,
+// which may recycle its tensors for a later batch (see Dataset.Batch):
+// finish the step that consumes a batch before asking for the next one, or
+// clone what must outlive it. Close does not recycle the last batch. An
+// element that comes straight from FromTensors (without Batch) shares
+// memory with the source tensors and must not be modified.
 func (it *Iterator) Next() ([]*tensor.Tensor, error) {
+	it.held.release()
+	it.held = item{}
 	if it.err != nil {
 		return nil, it.err
 	}
@@ -578,6 +764,7 @@ func (it *Iterator) Next() ([]*tensor.Tensor, error) {
 	if x.src != nil {
 		return x.src.view(x.row), nil
 	}
+	it.held = x
 	return x.ts, nil
 }
 
@@ -590,6 +777,7 @@ func (it *Iterator) fail(err error) {
 // have exited. Next returns io.EOF after Close. Close may be called more
 // than once.
 func (it *Iterator) Close() {
+	it.held = item{} // the caller may still read it: not recycled
 	if it.it != nil {
 		it.it.close()
 		it.it = nil

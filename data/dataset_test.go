@@ -29,7 +29,8 @@ func rangeDataset(t testing.TB, n int) *Dataset {
 	return d
 }
 
-// collect runs d to the end and returns its elements.
+// collect runs d to the end and returns its elements, cloned: Next may
+// recycle a batch's tensors once the next element is asked for.
 func collect(t testing.TB, d *Dataset) [][]*tensor.Tensor {
 	t.Helper()
 	it := d.Iterator(context.Background())
@@ -43,7 +44,11 @@ func collect(t testing.TB, d *Dataset) [][]*tensor.Tensor {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, x)
+		c := make([]*tensor.Tensor, len(x))
+		for i, v := range x {
+			c[i] = v.Clone()
+		}
+		out = append(out, c)
 	}
 }
 
@@ -426,10 +431,69 @@ func TestBatchAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	// Two tensors (header, shape, data, boxed slice) and the result slice;
-	// nothing per element. Allow a little slack for the repeat's new pass.
-	if allocs > 16 {
-		t.Errorf("%v allocations per batch of %d, want a constant below 16", allocs, batch)
+	// The batch tensors are recycled: nothing per element or per batch.
+	// Allow a little slack for the repeat's new pass.
+	if allocs > 2 {
+		t.Errorf("%v allocations per batch of %d, want at most 2", allocs, batch)
+	}
+}
+
+// TestBatchRecycling checks the ownership contract of batches: the next
+// call to Next may reuse the previous batch's tensors (and does, for full
+// batches, with and without Prefetch), every batch holds the right rows,
+// and Close leaves the last batch alone.
+func TestBatchRecycling(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		d        func() *Dataset
+		recycled bool
+	}{
+		{"batch", func() *Dataset { return rangeDataset(t, 30).Batch(4, true) }, true},
+		{"shuffled/prefetched", func() *Dataset { return rangeDataset(t, 30).Shuffle(30, 3).Repeat(3).Batch(4, false).Prefetch(2) }, true},
+		{"batch of batches", func() *Dataset { return rangeDataset(t, 30).Batch(2, true).Batch(3, true) }, true},
+		{"sharded batches", func() *Dataset { return rangeDataset(t, 30).Batch(2, true).Shard(2, 1) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := collect(t, tc.d())
+			it := tc.d().Iterator(context.Background())
+			defer it.Close()
+			seen := map[*float32]bool{}
+			reused := false
+			for i := 0; ; i++ {
+				b, err := it.Next()
+				if err == io.EOF {
+					if i != len(want) {
+						t.Fatalf("%d batches, want %d", i, len(want))
+					}
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := range b {
+					if !tensor.Equal(b[j], want[i][j]) {
+						t.Fatalf("batch %d component %d is %v, want %v", i, j, b[j], want[i][j])
+					}
+				}
+				p := &b[0].Float32s()[0]
+				reused = reused || seen[p]
+				seen[p] = true
+				// The consumer may write to its batch.
+				b[0].Float32s()[0] = -1
+			}
+			if reused != tc.recycled {
+				t.Errorf("batch tensors reused: %v, want %v", reused, tc.recycled)
+			}
+		})
+	}
+	it := rangeDataset(t, 8).Batch(4, true).Iterator(context.Background())
+	b, err := it.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	it.Close()
+	if got := b[1].Int32s(); !slices.Equal(got, []int32{0, 1, 2, 3}) {
+		t.Errorf("after Close, the last batch holds %v, want [0 1 2 3]", got)
 	}
 }
 
@@ -461,5 +525,19 @@ func BenchmarkBatch(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*bc.batch)/b.Elapsed().Seconds(), "examples/s")
 		})
+	}
+}
+
+// TestShuffleRowsMatchItems checks that the compact buffer of row numbers
+// draws the same order as the buffer of general elements: shuffling rows
+// and shuffling one-row batches of them give the same labels.
+func TestShuffleRowsMatchItems(t *testing.T) {
+	const n = 300
+	for _, buf := range []int{1, 7, n, 2 * n} {
+		rows := labels(t, rangeDataset(t, n).Shuffle(buf, 5).Repeat(2))
+		batches := labels(t, rangeDataset(t, n).Batch(1, false).Shuffle(buf, 5).Repeat(2))
+		if !slices.Equal(rows, batches) {
+			t.Errorf("buffer %d: rows drawn in another order than elements:\n%v\n%v", buf, rows, batches)
+		}
 	}
 }

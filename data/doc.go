@@ -32,6 +32,10 @@
 //		...
 //	}
 //
+// A batch is valid until the next call to Next, which may recycle its
+// tensors for a later batch (a training loop then allocates nothing per
+// step); clone a batch to keep it longer.
+//
 // Datasets are immutable descriptions; work happens only as an Iterator pulls
 // elements, and only Prefetch starts goroutines. Argument errors are kept in
 // the dataset and reported by Err and Iterator.Next rather than by panics.

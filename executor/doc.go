@@ -22,13 +22,15 @@
 // # A step (Run)
 //
 // A step copies the pending counts and runs the nodes whose count is zero.
-// When a node finishes, its successors' counts are decremented atomically;
-// the first successor that becomes ready runs next on the same goroutine.
-// Each other one is classified by the size of its inputs (all known by then):
-// a cheap node (under 16K input elements) goes on the worker's own stack,
-// because handing it to another goroutine costs more than running it; a
-// costly one goes to a shared ready queue served by a bounded pool of at
-// most GOMAXPROCS workers (at least 2), started on demand. The calling
+// When a node finishes, its successors' counts are decremented atomically,
+// and those that become ready are classified by the size of their inputs
+// (all known by then): cheap (under 16K input elements) or costly. The
+// first costly one (else the first cheap one) runs next on the same
+// goroutine, so that a chain of real work never waits for a handoff. Other
+// cheap nodes go on the worker's own stack, because handing them to another
+// goroutine costs more than running them; other costly ones go to a shared
+// ready queue served by a bounded pool of at most GOMAXPROCS workers (at
+// least 2), started on demand. The calling
 // goroutine is a worker itself, so a chain or a web of small ops (a
 // batch-1 training step) runs with no goroutine handoff and no lock: a few
 // atomic operations per node. Independent branches of real work run in

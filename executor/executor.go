@@ -747,19 +747,28 @@ func (r *run) exec(i int32, w *worker) int32 {
 	}
 	c.Inputs, c.Outputs, c.Buffers = nil, nil, nil
 
-	next := int32(-1)
+	// The first costly successor runs next on this worker, so that a chain
+	// of real work (a training step's matrix products, which split across
+	// the cores themselves) never waits for a goroutine handoff; cheap ones
+	// wait on the local stack, and further costly ones go to the pool.
+	next, nextCostly := int32(-1), false
 	var spawn int
 	locked := false
 	for _, s := range en.consumers {
 		if atomic.AddInt32(&r.pending[s], -1) != 0 {
 			continue
 		}
-		if next < 0 {
-			next = s
+		costly := r.costly(s)
+		switch {
+		case next < 0:
+			next, nextCostly = s, costly
 			continue
-		}
-		if !r.costly(s) {
+		case !costly:
 			w.local = append(w.local, s)
+			continue
+		case !nextCostly:
+			w.local = append(w.local, next)
+			next, nextCostly = s, true
 			continue
 		}
 		if !locked {

@@ -2,8 +2,11 @@ package executor_test
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/distflow/distflow/graph"
@@ -81,5 +84,70 @@ func TestBufferReuse(t *testing.T) {
 	addrs := v.([]uintptr)
 	if len(addrs) != 4 || addrs[1] != addrs[0] || addrs[2] != addrs[0] || addrs[3] != addrs[0] {
 		t.Errorf("intermediate buffer addresses over 4 steps %x: want the first one reused", addrs)
+	}
+}
+
+// ranOn records the goroutine that ran each ExecWhere node.
+var ranOn sync.Map // node name -> goroutine ID
+
+// goroutineID parses the current goroutine's ID from its stack header
+// ("goroutine 42 [running]:").
+func goroutineID() string {
+	var buf [64]byte
+	f := strings.Fields(string(buf[:runtime.Stack(buf[:], false)]))
+	return f[1]
+}
+
+func init() {
+	op.Register(op.Def{Name: "ExecWhere", Inputs: []op.Arg{{Name: "x"}}, Infer: op.PassThrough})
+	kernel.Register("ExecWhere", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		ranOn.Store(c.Node.Name(), goroutineID())
+		c.Outputs[0] = c.Inputs[0]
+		return nil
+	}))
+	// ExecWaitFor gives other goroutines up to a second to run the node
+	// named by its attribute "other", as a slow kernel would.
+	op.Register(op.Def{Name: "ExecWaitFor", Inputs: []op.Arg{{Name: "x"}}, Attrs: []op.Attr{{Name: "other", Type: op.AttrString}},
+		Infer: op.PassThrough})
+	kernel.Register("ExecWaitFor", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
+		other := c.Node.AttrString("other")
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); runtime.Gosched() {
+			if _, ok := ranOn.Load(other); ok {
+				break
+			}
+		}
+		c.Outputs[0] = c.Inputs[0]
+		return nil
+	}))
+}
+
+// TestCostlySuccessorRunsInline checks the scheduling rule for a node whose
+// completion readies a cheap and a costly successor: the costly one runs
+// next on the same goroutine (here the caller's), not on a worker it would
+// have to wake, whatever the order of the successors.
+func TestCostlySuccessorRunsInline(t *testing.T) {
+	s := graph.NewScope()
+	small := ops.Placeholder(s, "small", tensor.Float32, tensor.MakeShape(4))
+	big := ops.Placeholder(s, "big", tensor.Float32, tensor.MakeShape(1<<15))
+	a := s.Out("ExecWhere", "a", []graph.Output{small}, nil)
+	// The first successor of a; if it ran first, it would leave the costly
+	// one the time to be taken by another goroutine.
+	cheap := s.Out("ExecWaitFor", "cheap", []graph.Output{a}, map[string]any{"other": "costly"})
+	costly := s.WithControlDependencies(a.Node).Out("ExecWhere", "costly", []graph.Output{big}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := mustNew(t, s.Graph(), []graph.Output{small, big}, []graph.Output{cheap, costly}, nil, nil)
+	for range 20 {
+		ranOn.Clear()
+		if _, err := e.Run(context.Background(), []*tensor.Tensor{tensor.New(tensor.Float32, 4), tensor.New(tensor.Float32, 1<<15)}); err != nil {
+			t.Fatal(err)
+		}
+		caller := goroutineID()
+		for _, n := range []string{"a", "costly"} {
+			if g, _ := ranOn.Load(n); g != caller {
+				t.Fatalf("node %s ran on goroutine %v, want the caller's (%s)", n, g, caller)
+			}
+		}
 	}
 }

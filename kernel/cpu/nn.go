@@ -23,10 +23,10 @@ func init() {
 	kernel.Register("BiasAddGrad", kernel.CPU, kernel.Simple(nnBiasAddGrad))
 	kernel.Register("Relu", kernel.CPU, kernel.Simple(nnRelu))
 	kernel.Register("ReluGrad", kernel.CPU, kernel.Simple(nnReluGrad))
-	kernel.Register("Sigmoid", kernel.CPU, kernel.Simple(nnUnaryFloat(nnSigmoidF32, nnSigmoid[float64], 8)))
-	kernel.Register("Tanh", kernel.CPU, kernel.Simple(nnUnaryFloat(nnTanh[float32], nnTanh[float64], 20)))
-	kernel.Register("Softplus", kernel.CPU, kernel.Simple(nnUnaryFloat(nnSoftplus[float32], nnSoftplus[float64], 40)))
-	kernel.Register("SigmoidGrad", kernel.CPU, kernel.Simple(nnBinaryFloat(nnSigmoidGrad[float32], nnSigmoidGrad[float64])))
+	kernel.Register("Sigmoid", kernel.CPU, kernel.Simple(nnUnaryFloat(nnSigmoidF32, nnSigmoid[float64], 1, nnExpCost)))
+	kernel.Register("Tanh", kernel.CPU, kernel.Simple(nnUnaryFloat(nnTanh[float32], nnTanh[float64], 20, 20)))
+	kernel.Register("Softplus", kernel.CPU, kernel.Simple(nnUnaryFloat(nnSoftplus[float32], nnSoftplus[float64], 40, 40)))
+	kernel.Register("SigmoidGrad", kernel.CPU, kernel.Simple(nnBinaryFloat(nnSigmoidGradF32, nnSigmoidGrad[float64])))
 	kernel.Register("TanhGrad", kernel.CPU, kernel.Simple(nnBinaryFloat(nnTanhGrad[float32], nnTanhGrad[float64])))
 	kernel.Register("Softmax", kernel.CPU, kernel.Simple(nnSoftmaxKernel(false)))
 	kernel.Register("LogSoftmax", kernel.CPU, kernel.Simple(nnSoftmaxKernel(true)))
@@ -92,7 +92,7 @@ func nnBiasAdd(c *kernel.Context) error {
 	if x.Rank() < 1 || b.Rank() != 1 || x.Shape()[x.Rank()-1] != b.Shape()[0] {
 		return c.Errorf("bias %v does not match the last dimension of value %v", b.Shape(), x.Shape())
 	}
-	y := c.Alloc(0, x.DType(), x.Shape()...)
+	y := c.AllocUninit(0, x.DType(), x.Shape()...)
 	switch x.DType() {
 	case tensor.Float32:
 		nnBiasAddT(x.Float32s(), b.Float32s(), y.Float32s())
@@ -122,6 +122,13 @@ func nnBiasAddT[T nnNumber](x, b, y []T) {
 
 func nnBiasAddRows[T nnNumber](x, b, y []T, lo, hi int) {
 	C := len(b)
+	if x32, ok := any(x).([]float32); ok {
+		b32, y32 := any(b).([]float32), any(y).([]float32)
+		for r := lo; r < hi; r++ {
+			nnAddF32(x32[r*C:(r+1)*C], b32, y32[r*C:(r+1)*C])
+		}
+		return
+	}
 	for r := lo; r < hi; r++ {
 		xr, yr := x[r*C:(r+1)*C], y[r*C:(r+1)*C]
 		for i, v := range xr {
@@ -139,9 +146,9 @@ func nnBiasAddGrad(c *kernel.Context) error {
 	db := c.Alloc(0, dy.DType(), C)
 	switch dy.DType() {
 	case tensor.Float32:
-		nnBiasGradFloat(dy.Float32s(), db.Float32s())
+		nnBiasGradFloat(dy.Float32s(), db.Float32s(), nnBiasGradF32)
 	case tensor.Float64:
-		nnBiasGradFloat(dy.Float64s(), db.Float64s())
+		nnBiasGradFloat(dy.Float64s(), db.Float64s(), nnBiasGradCols[float64])
 	case tensor.Int32:
 		nnBiasGradInt(dy.Int32s(), db.Int32s())
 	case tensor.Int64:
@@ -161,17 +168,19 @@ const nnBiasBlock = 64
 // order (results do not depend on the core count) without scratch buffers;
 // each worker still streams whole rows, which is what the memory system
 // wants when C is small.
-func nnBiasGradFloat[T nnFloat](dy, db []T) {
+//
+// cols sums the columns [lo, hi): nnBiasGradCols or a vectorised version.
+func nnBiasGradFloat[T nnFloat](dy, db []T, cols func(dy, db []T, rows, lo, hi int)) {
 	C := len(db)
 	if C == 0 {
 		return
 	}
 	rows := len(dy) / C
 	if kernel.Serial(C, rows) {
-		nnBiasGradCols(dy, db, rows, 0, C)
+		cols(dy, db, rows, 0, C)
 		return
 	}
-	kernel.ParallelFor(C, rows, func(lo, hi int) { nnBiasGradCols(dy, db, rows, lo, hi) })
+	kernel.ParallelFor(C, rows, func(lo, hi int) { cols(dy, db, rows, lo, hi) })
 }
 
 func nnBiasGradCols[T nnFloat](dy, db []T, rows, lo, hi int) {
@@ -209,7 +218,7 @@ func nnBiasGradInt[T ~int32 | ~int64](dy, db []T) {
 
 func nnRelu(c *kernel.Context) error {
 	x := c.Input(0)
-	y := c.Alloc(0, x.DType(), x.Shape()...)
+	y := c.AllocUninit(0, x.DType(), x.Shape()...)
 	switch x.DType() {
 	case tensor.Float32:
 		nnParallel2(x.Float32s(), y.Float32s(), 1, nnReluT[float32])
@@ -236,7 +245,7 @@ func nnReluGrad(c *kernel.Context) error {
 	if dy.DType() != y.DType() || !slices.Equal(dy.Shape(), y.Shape()) {
 		return c.Errorf("dy %v%v and y %v%v must have the same dtype and shape", dy.DType(), dy.Shape(), y.DType(), y.Shape())
 	}
-	dx := c.Alloc(0, dy.DType(), dy.Shape()...)
+	dx := c.AllocUninit(0, dy.DType(), dy.Shape()...)
 	switch dy.DType() {
 	case tensor.Float32:
 		nnParallel3(dy.Float32s(), y.Float32s(), dx.Float32s(), 1, nnReluGradT[float32])
@@ -266,16 +275,18 @@ func nnReluGradT[T nnNumber](dy, y, dx []T) {
 	}
 }
 
-// nnUnaryFloat makes the kernel of a float-only element-wise op.
-func nnUnaryFloat(f32 func(x, y []float32), f64 func(x, y []float64), cost int) func(c *kernel.Context) error {
+// nnUnaryFloat makes the kernel of a float-only element-wise op; cost32
+// and cost64 are the rough costs of one element in elementary operations
+// (see kernel.ParallelFor).
+func nnUnaryFloat(f32 func(x, y []float32), f64 func(x, y []float64), cost32, cost64 int) func(c *kernel.Context) error {
 	return func(c *kernel.Context) error {
 		x := c.Input(0)
-		y := c.Alloc(0, x.DType(), x.Shape()...)
+		y := c.AllocUninit(0, x.DType(), x.Shape()...)
 		switch x.DType() {
 		case tensor.Float32:
-			nnParallel2(x.Float32s(), y.Float32s(), cost, f32)
+			nnParallel2(x.Float32s(), y.Float32s(), cost32, f32)
 		case tensor.Float64:
-			nnParallel2(x.Float64s(), y.Float64s(), cost, f64)
+			nnParallel2(x.Float64s(), y.Float64s(), cost64, f64)
 		default:
 			return c.Errorf("unsupported dtype %v: want float32 or float64", x.DType())
 		}
@@ -290,7 +301,7 @@ func nnBinaryFloat(f32 func(y, dy, dx []float32), f64 func(y, dy, dx []float64))
 		if dy.DType() != y.DType() || !slices.Equal(dy.Shape(), y.Shape()) {
 			return c.Errorf("y %v%v and dy %v%v must have the same dtype and shape", y.DType(), y.Shape(), dy.DType(), dy.Shape())
 		}
-		dx := c.Alloc(0, y.DType(), y.Shape()...)
+		dx := c.AllocUninit(0, y.DType(), y.Shape()...)
 		switch y.DType() {
 		case tensor.Float32:
 			nnParallel3(y.Float32s(), dy.Float32s(), dx.Float32s(), 2, f32)
@@ -310,10 +321,10 @@ func nnSigmoid[T nnFloat](x, y []T) {
 	}
 }
 
-// nnSigmoidF32 is the float32 sigmoid through nnExp32, about 3x faster
-// than going through float64 math.Exp (the MLP's hidden layer spent 15% of a
-// training step there).
-func nnSigmoidF32(x, y []float32) {
+// nnSigmoidF32Scalar is the float32 sigmoid through nnExp32, about 3x
+// faster than going through float64 math.Exp; nnSigmoidF32 runs it eight
+// lanes at a time where it can.
+func nnSigmoidF32Scalar(x, y []float32) {
 	y = y[:len(x)]
 	for i, v := range x {
 		y[i] = 1 / (1 + nnExp32(-v))
@@ -383,7 +394,7 @@ func nnSoftmaxKernel(log bool) func(c *kernel.Context) error {
 			return c.Errorf("logits must have rank >= 1, got shape %v", x.Shape())
 		}
 		cols := x.Shape()[x.Rank()-1]
-		y := c.Alloc(0, x.DType(), x.Shape()...)
+		y := c.AllocUninit(0, x.DType(), x.Shape()...)
 		switch x.DType() {
 		case tensor.Float32:
 			nnSoftmaxRows(x.Float32s(), y.Float32s(), cols, log)
@@ -448,8 +459,8 @@ func nnSoftmaxXent(c *kernel.Context) error {
 			logits.DType(), logits.Shape(), labels.DType(), labels.Shape())
 	}
 	n, cols := logits.Shape()[0], logits.Shape()[1]
-	loss := c.Alloc(0, logits.DType(), n)
-	bp := c.Alloc(1, logits.DType(), n, cols)
+	loss := c.AllocUninit(0, logits.DType(), n)
+	bp := c.AllocUninit(1, logits.DType(), n, cols)
 	switch logits.DType() {
 	case tensor.Float32:
 		nnXentRows(logits.Float32s(), labels.Float32s(), loss.Float32s(), bp.Float32s(), cols)
@@ -514,11 +525,13 @@ func nnSparseSoftmaxXent(c *kernel.Context) error {
 	default:
 		return c.Errorf("labels must be int32 or int64, got %v", labels.DType())
 	}
-	loss := c.Alloc(0, logits.DType(), n)
-	bp := c.Alloc(1, logits.DType(), n, cols)
+	loss := c.AllocUninit(0, logits.DType(), n)
+	bp := c.AllocUninit(1, logits.DType(), n, cols)
 	switch logits.DType() {
 	case tensor.Float32:
-		nnSparseXentRows(logits.Float32s(), idx32, idx64, loss.Float32s(), bp.Float32s(), cols)
+		if cols > 0 {
+			nnSparseXentF32(logits.Float32s(), idx32, idx64, loss.Float32s(), bp.Float32s(), cols)
+		}
 	case tensor.Float64:
 		nnSparseXentRows(logits.Float64s(), idx32, idx64, loss.Float64s(), bp.Float64s(), cols)
 	default:
@@ -564,6 +577,43 @@ func nnSparseXentRange[T nnFloat](x []T, idx32 []int32, idx64 []int64, loss, bp 
 		}
 		br[label]--
 		loss[r] = T(math.Log(sum) - float64(xr[label]-m))
+	}
+}
+
+// nnSparseXentF32 is nnSparseXentRows for float32 with the exponentials
+// taken in float32 (nnExp32, within 2 ulp), over the whole batch at once so
+// that they vectorise however few the classes; sums, logarithms and the
+// normalisation stay in float64. The batches of the reference models are
+// too small to split across cores.
+func nnSparseXentF32(x []float32, idx32 []int32, idx64 []int64, loss, bp []float32, cols int) {
+	rows := len(loss)
+	x, bp = x[:rows*cols], bp[:rows*cols]
+	for r := range rows {
+		xr, br := x[r*cols:(r+1)*cols], bp[r*cols:(r+1)*cols]
+		m := nnRowMax(xr)
+		for i, v := range xr {
+			br[i] = v - m
+		}
+	}
+	nnExpF32(bp, bp)
+	for r := range rows {
+		xr, br := x[r*cols:(r+1)*cols], bp[r*cols:(r+1)*cols]
+		var label int
+		if idx32 != nil {
+			label = int(idx32[r])
+		} else {
+			label = int(idx64[r])
+		}
+		var sum float64
+		for _, e := range br {
+			sum += float64(e)
+		}
+		inv := 1 / sum
+		for i, e := range br {
+			br[i] = float32(float64(e) * inv)
+		}
+		br[label]--
+		loss[r] = float32(math.Log(sum) - float64(xr[label]-nnRowMax(xr)))
 	}
 }
 
