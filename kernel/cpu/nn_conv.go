@@ -253,10 +253,49 @@ func nnMaxPool(c *kernel.Context, w nnWindow) error {
 	if err != nil {
 		return err
 	}
-	y := c.Alloc(0, x.DType(), p.outShape()...)
+	// Every output element is written.
+	y := c.AllocUninit(0, x.DType(), p.outShape()...)
 	return nnPoolFloat(c, 0,
-		func() { nnMaxPoolT(p, x.Float32s(), y.Float32s()) },
+		func() {
+			if p.tiles2x2() {
+				nnMaxPool2x2(p, x.Float32s(), y.Float32s())
+				return
+			}
+			nnMaxPoolT(p, x.Float32s(), y.Float32s())
+		},
 		func() { nnMaxPoolT(p, x.Float64s(), y.Float64s()) })
+}
+
+// tiles2x2 reports whether p is a 2x2, stride-2 pooling whose windows tile
+// the input exactly (no padding, no clipped edge) over a multiple of 8
+// channels, as in the reference CNN: the vectorised float32 path.
+func (p nnPool) tiles2x2() bool {
+	return poolHasAVX && p.KH == 2 && p.KW == 2 && p.SH == 2 && p.SW == 2 && p.PadTop == 0 && p.PadLeft == 0 &&
+		p.H == 2*p.OH && p.W == 2*p.OW && p.OW > 0 && p.C > 0 && p.C%8 == 0
+}
+
+// nnMaxPool2x2 is nnMaxPoolT for tiles2x2 poolings, one output row at a
+// time. Output row r reads input rows 2r and 2r+1 (H is 2*OH).
+func nnMaxPool2x2(p nnPool, x, y []float32) {
+	in, out := p.W*p.C, p.OW*p.C
+	kernel.ParallelFor(p.N*p.OH, 2*in, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			x0 := x[2*r*in : (2*r+2)*in]
+			poolMax2x2Row(x0, x0[in:], y[r*out:(r+1)*out], p.OW, p.C)
+		}
+	})
+}
+
+// nnMaxPoolGrad2x2 is nnMaxPoolGradT for tiles2x2 poolings. The windows do
+// not overlap and cover the input, so every dx element is written once.
+func nnMaxPoolGrad2x2(p nnPool, x, dy, dx []float32) {
+	in, out := p.W*p.C, p.OW*p.C
+	kernel.ParallelFor(p.N*p.OH, 4*in, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			x0, dx0 := x[2*r*in:(2*r+2)*in], dx[2*r*in:(2*r+2)*in]
+			poolMaxGrad2x2Row(x0, x0[in:], dy[r*out:(r+1)*out], dx0, dx0[in:], p.OW, p.C)
+		}
+	})
 }
 
 // nnMaxPoolT computes MaxPool with the channel loop innermost, so that every
@@ -336,6 +375,11 @@ func nnMaxPoolGrad(c *kernel.Context, w nnWindow) error {
 	}
 	if !slices.Equal(y.Shape(), p.outShape()) || !slices.Equal(dy.Shape(), p.outShape()) {
 		return c.Errorf("orig_output %v and grad %v must have the pooled shape %v of orig_input %v", y.Shape(), dy.Shape(), p.outShape(), x.Shape())
+	}
+	if x.DType() == tensor.Float32 && p.tiles2x2() {
+		dx := c.AllocUninit(0, x.DType(), x.Shape()...)
+		nnMaxPoolGrad2x2(p, x.Float32s(), dy.Float32s(), dx.Float32s())
+		return nil
 	}
 	dx := c.Alloc(0, x.DType(), x.Shape()...)
 	return nnPoolFloat(c, 0,

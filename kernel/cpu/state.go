@@ -70,7 +70,7 @@ func init() {
 			// bias-corrected step size is computed once, in float64.
 			lrT := sc[2] * math.Sqrt(1-sc[1]) / (1 - sc[0])
 			if g.DType() == tensor.Float32 {
-				stateAdam(v[0].Float32s(), v[1].Float32s(), v[2].Float32s(), g.Float32s(),
+				stateAdamF32(v[0].Float32s(), v[1].Float32s(), v[2].Float32s(), g.Float32s(),
 					float32(lrT), float32(sc[3]), float32(sc[4]), float32(sc[5]))
 			} else {
 				stateAdam(v[0].Float64s(), v[1].Float64s(), v[2].Float64s(), g.Float64s(), lrT, sc[3], sc[4], sc[5])
@@ -190,6 +190,10 @@ func (j *gdJob[T]) Range(lo, hi int) { stateGradientDescentRange(j.v[lo:hi], j.g
 var gdJobs sync.Pool
 
 func stateGradientDescentRange[T stateFloat](v, g []T, alpha T) {
+	if v32, ok := any(v).([]float32); ok {
+		nnSubScaledF32(v32, any(g).([]float32), any(alpha).(float32))
+		return
+	}
 	g = g[:len(v)]
 	for i := range v {
 		v[i] -= alpha * g[i]
@@ -245,6 +249,23 @@ func stateAdam[T stateFloat](v, m, vv, g []T, lrT, beta1, beta2, epsilon T) {
 		stateAdamRange(v[lo:hi], m[lo:hi], vv[lo:hi], g[lo:hi], lrT, beta1, beta2, epsilon)
 	})
 }
+
+// stateAdamF32 is stateAdam for float32, on the vectorised loop. The
+// reference CNN's fc1 weight alone has 3.2M elements.
+func stateAdamF32(v, m, vv, g []float32, lrT, beta1, beta2, epsilon float32) {
+	m, vv, g = m[:len(v)], vv[:len(v)], g[:len(v)]
+	if kernel.Serial(len(v), stateAdamF32Cost) {
+		stateAdamRangeF32(v, m, vv, g, lrT, beta1, beta2, epsilon)
+		return
+	}
+	kernel.ParallelFor(len(v), stateAdamF32Cost, func(lo, hi int) {
+		stateAdamRangeF32(v[lo:hi], m[lo:hi], vv[lo:hi], g[lo:hi], lrT, beta1, beta2, epsilon)
+	})
+}
+
+// stateAdamF32Cost is the cost of one element of the vectorised loop, in
+// the units of kernel.ParallelFor: seven streams of memory per element.
+const stateAdamF32Cost = 2
 
 func stateAdamRange[T stateFloat](v, m, vv, g []T, lrT, beta1, beta2, epsilon T) {
 	m, vv, g = m[:len(v)], vv[:len(v)], g[:len(v)]

@@ -17,7 +17,8 @@ import (
 //   - mc=144: the packed 144x256 A block (144 KiB) sits in the 512 KiB L2;
 //   - nc=4080: the packed 256x4080 B panel (4 MiB) lives in the shared L3.
 var (
-	avx2F32 = kernel[float32]{mr: 6, nr: 16, mc: 144, kc: 256, nc: 4080, micro: microAVX2, microDA: microDAAVX2}
+	avx2F32 = kernel[float32]{mr: 6, nr: 16, mc: 144, kc: 256, nc: 4080, micro: microAVX2, microDA: microDAAVX2,
+		microHalf: microHalfAVX2, microHalfDA: microHalfDAAVX2}
 
 	poolF32AVX2 sync.Pool
 )
@@ -41,6 +42,26 @@ func microDAAVX2(kc int, a []float32, rsa, csa int, bp, c []float32, ldc int, be
 	_ = bp[16*kc-1]
 	_ = c[5*ldc+15]
 	sgemm6x16da(kc, &a[0], rsa, csa, &bp[0], &c[0], ldc, beta)
+}
+
+//go:noescape
+func sgemm6x8(kc int, a *float32, b *float32, c *float32, ldc int, beta float32)
+
+func microHalfAVX2(kc int, ap, bp, c []float32, ldc int, beta float32) {
+	_ = ap[6*kc-1]
+	_ = bp[16*kc-1]
+	_ = c[5*ldc+7]
+	sgemm6x8(kc, &ap[0], &bp[0], &c[0], ldc, beta)
+}
+
+//go:noescape
+func sgemm6x8da(kc int, a *float32, rsa, csa int, b *float32, c *float32, ldc int, beta float32)
+
+func microHalfDAAVX2(kc int, a []float32, rsa, csa int, bp, c []float32, ldc int, beta float32) {
+	_ = a[5*rsa+(kc-1)*csa]
+	_ = bp[16*kc-1]
+	_ = c[5*ldc+7]
+	sgemm6x8da(kc, &a[0], rsa, csa, &bp[0], &c[0], ldc, beta)
 }
 
 type avx2Backend struct{}

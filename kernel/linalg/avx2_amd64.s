@@ -260,3 +260,183 @@ dawithbeta:
 	STOREROWBETA(Y14, Y15)
 	VZEROUPPER
 	RET
+
+// The 6x8 tiles below serve the last column sliver of a product whose width
+// leaves at most 8 columns there (the MLP's 100 = 6*16+4, the transposed
+// fc1 input gradient's 50 = 3*16+2): half the work of a 6x16 tile. B is
+// still packed 16 wide; only the first 8 values of each k step are read.
+// The accumulators are Y4, Y6, ..., Y14 (row r in Y(4+2r)).
+#define STEP8(aoff, boff) \
+	VMOVUPS      boff(DI), Y0;      \
+	VBROADCASTSS (aoff)(SI), Y2;    \
+	VBROADCASTSS (aoff+4)(SI), Y3;  \
+	VFMADD231PS  Y0, Y2, Y4;        \
+	VFMADD231PS  Y0, Y3, Y6;        \
+	VBROADCASTSS (aoff+8)(SI), Y2;  \
+	VBROADCASTSS (aoff+12)(SI), Y3; \
+	VFMADD231PS  Y0, Y2, Y8;        \
+	VFMADD231PS  Y0, Y3, Y10;       \
+	VBROADCASTSS (aoff+16)(SI), Y2; \
+	VBROADCASTSS (aoff+20)(SI), Y3; \
+	VFMADD231PS  Y0, Y2, Y12;       \
+	VFMADD231PS  Y0, Y3, Y14
+
+#define STOREROW8(r) \
+	VMOVUPS r, (DX); \
+	ADDQ    R8, DX
+
+#define STOREROW8BETA(r) \
+	VFMADD231PS (DX), Y3, r; \
+	VMOVUPS     r, (DX);     \
+	ADDQ        R8, DX
+
+// func sgemm6x8(kc int, a *float32, b *float32, c *float32, ldc int, beta float32)
+TEXT ·sgemm6x8(SB), NOSPLIT, $0-44
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
+	VXORPS Y8, Y8, Y8
+	VXORPS Y10, Y10, Y10
+	VXORPS Y12, Y12, Y12
+	VXORPS Y14, Y14, Y14
+
+	MOVQ CX, R10
+	SHRQ $2, R10
+	JZ   tail8
+
+loop8:
+	STEP8(0, 0)
+	STEP8(24, 64)
+	STEP8(48, 128)
+	STEP8(72, 192)
+	ADDQ $96, SI
+	ADDQ $256, DI
+	DECQ R10
+	JNZ  loop8
+
+tail8:
+	ANDQ $3, CX
+	JZ   store8
+
+loop18:
+	STEP8(0, 0)
+	ADDQ $24, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  loop18
+
+store8:
+	MOVL  beta+40(FP), AX
+	TESTL $0x7fffffff, AX
+	JNZ   withbeta8
+	STOREROW8(Y4)
+	STOREROW8(Y6)
+	STOREROW8(Y8)
+	STOREROW8(Y10)
+	STOREROW8(Y12)
+	STOREROW8(Y14)
+	VZEROUPPER
+	RET
+
+withbeta8:
+	VBROADCASTSS beta+40(FP), Y3
+	STOREROW8BETA(Y4)
+	STOREROW8BETA(Y6)
+	STOREROW8BETA(Y8)
+	STOREROW8BETA(Y10)
+	STOREROW8BETA(Y12)
+	STOREROW8BETA(Y14)
+	VZEROUPPER
+	RET
+
+#define STEP8DA(boff) \
+	VMOVUPS      boff(DI), Y0;    \
+	VBROADCASTSS (SI), Y2;        \
+	VBROADCASTSS (SI)(R9*1), Y3;  \
+	VFMADD231PS  Y0, Y2, Y4;      \
+	VFMADD231PS  Y0, Y3, Y6;      \
+	VBROADCASTSS (SI)(R9*2), Y2;  \
+	VBROADCASTSS (R11), Y3;       \
+	VFMADD231PS  Y0, Y2, Y8;      \
+	VFMADD231PS  Y0, Y3, Y10;     \
+	VBROADCASTSS (R11)(R9*1), Y2; \
+	VBROADCASTSS (R11)(R9*2), Y3; \
+	VFMADD231PS  Y0, Y2, Y12;     \
+	VFMADD231PS  Y0, Y3, Y14;     \
+	ADDQ         R12, SI;         \
+	ADDQ         R12, R11
+
+// func sgemm6x8da(kc int, a *float32, rsa, csa int, b *float32, c *float32, ldc int, beta float32)
+TEXT ·sgemm6x8da(SB), NOSPLIT, $0-60
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ rsa+16(FP), R9
+	SHLQ $2, R9
+	MOVQ csa+24(FP), R12
+	SHLQ $2, R12
+	MOVQ b+32(FP), DI
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R8
+	SHLQ $2, R8
+	LEAQ (SI)(R9*2), R11
+	ADDQ R9, R11
+
+	VXORPS Y4, Y4, Y4
+	VXORPS Y6, Y6, Y6
+	VXORPS Y8, Y8, Y8
+	VXORPS Y10, Y10, Y10
+	VXORPS Y12, Y12, Y12
+	VXORPS Y14, Y14, Y14
+
+	MOVQ CX, R10
+	SHRQ $2, R10
+	JZ   datail8
+
+daloop8:
+	STEP8DA(0)
+	STEP8DA(64)
+	STEP8DA(128)
+	STEP8DA(192)
+	ADDQ $256, DI
+	DECQ R10
+	JNZ  daloop8
+
+datail8:
+	ANDQ $3, CX
+	JZ   dastore8
+
+daloop18:
+	STEP8DA(0)
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  daloop18
+
+dastore8:
+	MOVL  beta+56(FP), AX
+	TESTL $0x7fffffff, AX
+	JNZ   dawithbeta8
+	STOREROW8(Y4)
+	STOREROW8(Y6)
+	STOREROW8(Y8)
+	STOREROW8(Y10)
+	STOREROW8(Y12)
+	STOREROW8(Y14)
+	VZEROUPPER
+	RET
+
+dawithbeta8:
+	VBROADCASTSS beta+56(FP), Y3
+	STOREROW8BETA(Y4)
+	STOREROW8BETA(Y6)
+	STOREROW8BETA(Y8)
+	STOREROW8BETA(Y10)
+	STOREROW8BETA(Y12)
+	STOREROW8BETA(Y14)
+	VZEROUPPER
+	RET

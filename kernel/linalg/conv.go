@@ -64,10 +64,11 @@ func (p ConvParams) check(name string, in, filter, out int) {
 }
 
 // Conv2D computes output = conv(input, filter); output is overwritten.
-// It lowers to one Sgemm per chunk of images (im2col): the patch matrix
-// [images*OH*OW, KH*KW*C] times the filter seen as [KH*KW*C, Cout], which is
-// exactly the HWIO layout. Slices are borrowed for the call only; safe for
-// concurrent use on distinct outputs.
+// It is the product of the patch matrix [images*OH*OW, KH*KW*C] and the
+// filter seen as [KH*KW*C, Cout], which is exactly the HWIO layout: an
+// implicit GEMM on the avx2 backend, else one Sgemm per chunk of images
+// (im2col). Slices are borrowed for the call only; safe for concurrent use
+// on distinct outputs.
 func Conv2D(p ConvParams, input, filter, output []float32) {
 	conv2D(Default(), p, input, filter, output)
 }
@@ -122,6 +123,10 @@ func conv2D(be Backend, p ConvParams, input, filter, output []float32) {
 		be.Sgemm(false, false, p.N*rowsPer, p.Cout, kkc, 1, input, kkc, filter, p.Cout, 0, output, p.Cout)
 		return
 	}
+	if p.direct(be, false) {
+		convForwardDirect(p, input, filter, output)
+		return
+	}
 	chunk := p.chunk()
 	col := getCol(chunk * rowsPer * kkc)
 	defer colPool.Put(col)
@@ -141,6 +146,10 @@ func conv2DBackpropInput(be Backend, p ConvParams, filter, dOut, dInput []float3
 	kkc, rowsPer := p.KH*p.KW*p.C, p.OH*p.OW
 	if p.pointwise() {
 		be.Sgemm(false, true, p.N*rowsPer, kkc, p.Cout, 1, dOut, p.Cout, filter, p.Cout, 0, dInput, kkc)
+		return
+	}
+	if p.direct(be, true) {
+		convBackpropInputDirect(p, filter, dOut, dInput)
 		return
 	}
 	chunk := p.chunk()
@@ -166,6 +175,10 @@ func conv2DBackpropFilter(be Backend, p ConvParams, input, dOut, dFilter []float
 	kkc, rowsPer := p.KH*p.KW*p.C, p.OH*p.OW
 	if p.pointwise() {
 		be.Sgemm(true, false, kkc, p.Cout, p.N*rowsPer, 1, input, kkc, dOut, p.Cout, 0, dFilter, p.Cout)
+		return
+	}
+	if p.direct(be, false) {
+		convBackpropFilterDirect(p, input, dOut, dFilter)
 		return
 	}
 	chunk := p.chunk()

@@ -146,6 +146,14 @@ var convCases = []convCase{
 	{1, 3, 3, 2, 5, 5, 2, 1, 1, true},  // filter wider than the image
 	{3, 14, 14, 8, 5, 5, 16, 1, 1, true},
 	{3, 28, 28, 1, 5, 5, 32, 1, 1, true},
+	// Enough input channels for the implicit-GEMM input gradient (avx2):
+	// partial row tiles and column slivers, an even filter (SAME pads one
+	// more row below), VALID, and a strided layer that falls back to col2im.
+	{2, 9, 7, 16, 5, 5, 20, 1, 1, true},
+	{2, 8, 7, 16, 4, 2, 5, 1, 1, true},
+	{2, 6, 5, 17, 3, 2, 33, 1, 1, false},
+	{2, 9, 9, 16, 3, 3, 16, 2, 2, true},
+	{2, 14, 14, 32, 5, 5, 64, 1, 1, true}, // the reference CNN's second layer
 }
 
 func TestConv(t *testing.T) {
@@ -198,4 +206,28 @@ func TestConvChunked(t *testing.T) {
 	compare(t, "output", out, refConv(p, in, f), p.KH*p.KW*p.C)
 	compare(t, "dInput", dIn, refBackpropInput(p, f, g), p.KH*p.KW*p.Cout)
 	compare(t, "dFilter", dF, refBackpropFilter(p, in, g), p.N*p.OH*p.OW)
+}
+
+// TestConvDirectChunked forces the implicit-GEMM forward pass and input
+// gradient to pad the batch in several chunks.
+func TestConvDirectChunked(t *testing.T) {
+	be, ok := Get("avx2")
+	if !ok {
+		t.Skip("no avx2 backend on this CPU")
+	}
+	p, _ := NewConvParams(5, 9, 8, 16, 3, 3, 20, 1, 1, true)
+	if !p.direct(be, true) {
+		t.Fatalf("%+v does not take the direct path", p)
+	}
+	defer func(n int) { convPadElems = n }(convPadElems)
+	convPadElems = 2 * 11 * 10 * 20 // two padded images of the input gradient's problem
+	rng := rand.New(rand.NewPCG(7, 8))
+	in := randF32(rng, p.N*p.H*p.W*p.C)
+	f := randF32(rng, p.KH*p.KW*p.C*p.Cout)
+	g := randF32(rng, p.N*p.OH*p.OW*p.Cout)
+	out, dIn := nanF32(len(g)), nanF32(len(in))
+	conv2D(be, p, in, f, out)
+	conv2DBackpropInput(be, p, f, g, dIn)
+	compare(t, "output", out, refConv(p, in, f), p.KH*p.KW*p.C)
+	compare(t, "dInput", dIn, refBackpropInput(p, f, g), p.KH*p.KW*p.Cout)
 }

@@ -24,6 +24,12 @@ type kernel[T float] struct {
 	// it lies (element (r, l) at a[r*rsa+l*csa]) instead of packed, for
 	// alpha == 1. See directA.
 	microDA func(kc int, a []T, rsa, csa int, bp, c []T, ldc int, beta T)
+	// microHalf and microHalfDA, if not nil, are micro and microDA for the
+	// first nr/2 columns only (B still packed nr wide): the last sliver of
+	// a product whose width leaves at most nr/2 columns there, such as the
+	// MLP's 100 = 6*16+4, costs half a full tile instead of a whole one.
+	microHalf   func(kc int, ap, bp, c []T, ldc int, beta T)
+	microHalfDA func(kc int, a []T, rsa, csa int, bp, c []T, ldc int, beta T)
 }
 
 // directSlivers is the number of nr-wide column slivers up to which A is
@@ -145,9 +151,24 @@ func (g gemmArgs[T]) parallel(pool *sync.Pool, threads, m, n, mt, nt int) {
 	if j.splitM {
 		tiles, j.unit = mt, g.kn.mr
 	}
-	Parallel(tiles, threads, j)
+	Parallel(tiles, gemmParts(threads, m, n, g.k), j)
 	*j = gemmJob[T]{}
 	jobs.Put(j)
+}
+
+// gemmPartWork is the multiply-adds below which a product is not cut into
+// more parts than threads. Each part packs its own panels, so more parts
+// cost more packing; but parts are claimed, not assigned (see Parallel), so
+// on a shared machine a thread that is descheduled holds up only its own
+// small part while the others take the rest.
+const gemmPartWork = 1 << 21
+
+// gemmParts returns how many parts an m x n x k product is split into on
+// threads threads: one per thread, up to four per thread for large
+// products, always a multiple of threads (3 parts on 2 threads would leave
+// one thread a third of the work to do alone at the end).
+func gemmParts(threads, m, n, k int) int {
+	return threads * min(4, max(1, m*n*k/(threads*gemmPartWork)))
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -276,7 +297,11 @@ func (g *gemmArgs[T]) macro(ws *workspace[T], kb, mb, nb int, c []T, beta T) {
 			}
 			// Edge tile: compute the padded tile aside, merge the valid part.
 			t := ws.tile
-			kn.micro(kb, ap, bp, t, nr, 0)
+			if 2*nn <= nr && kn.microHalf != nil {
+				kn.microHalf(kb, ap, bp, t, nr, 0)
+			} else {
+				kn.micro(kb, ap, bp, t, nr, 0)
+			}
 			g.merge(t, c, ir, jr, mm, nn, beta)
 		}
 	}
@@ -301,9 +326,15 @@ func (g *gemmArgs[T]) macroDirect(ws *workspace[T], ic, pc, kb, mb, nb int, c []
 				continue
 			}
 			t := ws.tile
-			if ir < full {
+			half := 2*nn <= nr && kn.microHalf != nil
+			switch {
+			case ir < full && half:
+				kn.microHalfDA(kb, g.a[(ic+ir)*rsa+pc*csa:], rsa, csa, bp, t, nr, 0)
+			case ir < full:
 				kn.microDA(kb, g.a[(ic+ir)*rsa+pc*csa:], rsa, csa, bp, t, nr, 0)
-			} else {
+			case half:
+				kn.microHalf(kb, ws.a[:mr*kb], bp, t, nr, 0)
+			default:
 				kn.micro(kb, ws.a[:mr*kb], bp, t, nr, 0)
 			}
 			g.merge(t, c, ir, jr, min(mr, mb-ir), nn, beta)
@@ -371,18 +402,25 @@ func packA[T float](mr int, trans bool, a []T, lda, i0, mb, p0, kb int, alpha T,
 // packB copies op(B)[p0:p0+kb, j0:j0+nb] into nr-column slivers: sliver s
 // holds, for each l, the nr values op(B)[p0+l, j0+s*nr+c]. Columns past nb are zero.
 func packB[T float](nr int, trans bool, b []T, ldb, p0, kb, j0, nb int, dst []T) {
-	for s := 0; s < nb; s += nr {
+	full := 0
+	if !trans && nr == 16 {
+		// Full 16-wide slivers row by row: each row of B is read once,
+		// front to back. Sliver by sliver, the reads would stride by ldb,
+		// and at the 4 KiB stride of a 1024-wide weight (the reference
+		// CNN's fc1) every line came from memory unprefetched, in cache
+		// sets that keep only 8 of them. Fixed-size array copies avoid a
+		// memmove call per 64 bytes.
+		full = nb / 16 * 16
+		for l := range kb {
+			src := b[(p0+l)*ldb+j0:][:full]
+			for s := 0; s < full; s += 16 {
+				*(*[16]T)(dst[s*kb+l*16:]) = *(*[16]T)(src[s:])
+			}
+		}
+	}
+	for s := full; s < nb; s += nr {
 		d := dst[s*kb : (s+nr)*kb]
 		cols := min(nr, nb-s)
-		if !trans && cols == 16 && nr == 16 {
-			// Fixed-size array copies avoid a memmove call per 64 bytes.
-			off := p0*ldb + j0 + s
-			for l := 0; l < kb; l++ {
-				*(*[16]T)(d[l*16:]) = *(*[16]T)(b[off:])
-				off += ldb
-			}
-			continue
-		}
 		if cols < nr {
 			clear(d)
 		}
