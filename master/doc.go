@@ -30,4 +30,19 @@
 // Recv for a Send that will never come) outlives it. The error returned
 // names the task that failed first and, from the worker, the node. Steps of
 // one session may run concurrently.
+//
+// # Lost tasks
+//
+// A task is lost when a call to it fails because it cannot be reached
+// (worker.ErrUnavailable) or because it no longer knows a graph registered
+// on it (worker.ErrNoGraph): it was restarted, as a supervisor restarts a
+// crashed ps, and its graphs and variables are gone. Registrations also
+// report the worker's incarnation, a number chosen when it started, so a
+// restart is noticed by a new plan too. The master then drops every plan
+// with a partition registered on that task before the loss (and
+// deregisters the plans' other partitions), so that the next step of each
+// signature registers it again instead of failing on a stale handle. The
+// step that found out fails with an error wrapping the sentinel: the
+// client, such as train.MonitoredSession, waits for the task and restores
+// the variables before it goes on.
 package master

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -60,6 +61,14 @@ type Master struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// gen counts, per task, how often the task was found lost (unreachable,
+	// or restarted without the graphs registered on it). A partition
+	// registered under an older generation is stale: its plan is dropped,
+	// and the next step of its signature registers it again.
+	gen map[string]uint64
+	// inc is the incarnation each task reported when a partition was last
+	// registered on it; forgotten when the task is found lost.
+	inc map[string]uint64
 }
 
 var _ Service = (*Master)(nil)
@@ -75,7 +84,8 @@ func New(cfg Config) *Master {
 			cfg.Devices = append(cfg.Devices, t+"/cpu:0")
 		}
 	}
-	return &Master{cfg: cfg, log: log.With("task", cfg.Task), sessions: map[string]*session{}}
+	return &Master{cfg: cfg, log: log.With("task", cfg.Task), sessions: map[string]*session{},
+		gen: map[string]uint64{}, inc: map[string]uint64{}}
 }
 
 // session is a client's graph and the plans of the signatures it ran.
@@ -89,6 +99,7 @@ type session struct {
 	mu     sync.RWMutex // guards g against Import while steps resolve names
 	g      *graph.Graph
 	plans  map[string]*plan
+	tasks  map[string]bool // every task a partition was registered on
 	closed bool
 }
 
@@ -107,6 +118,7 @@ type plan struct {
 type part struct {
 	task    string
 	handle  string
+	gen     uint64 // the task's generation when the partition was registered
 	targets []string
 	fetches []string // sorted, distinct; a fixed order keeps one executor per plan on the worker
 }
@@ -151,6 +163,7 @@ func (m *Master) CreateSession(ctx context.Context, req *pb.CreateSessionRequest
 		timeout: time.Duration(cfg.GetStepTimeoutMs()) * time.Millisecond,
 		g:       g,
 		plans:   map[string]*plan{},
+		tasks:   map[string]bool{},
 	}
 	if s.deflt == "" && m.cfg.Task != "" {
 		s.deflt = m.cfg.Task + "/cpu:0"
@@ -380,7 +393,11 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 			if len(errs) == 0 {
 				cancel() // the first failure ends the step everywhere
 			}
-			errs = append(errs, fmt.Errorf("task %s: %w", p.parts[r.i].task, r.err))
+			pt := p.parts[r.i]
+			errs = append(errs, fmt.Errorf("task %s: %w", pt.task, r.err))
+			if lost(r.err) {
+				m.lose(pt.task, pt.gen, r.err)
+			}
 			continue
 		}
 		resps[r.i] = r.resp
@@ -392,6 +409,65 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 	}
 	m.cleanup(stepID, p, first)
 	return resps, first
+}
+
+// lost reports whether a call's error says that its task is lost: it could
+// not be reached, or it no longer knows the graph registered on it (it was
+// restarted). A task that reports a peer unreachable counts too: which of
+// them is gone is not known here, and re-registering costs little.
+func lost(err error) bool {
+	return errors.Is(err, worker.ErrNoGraph) || errors.Is(err, worker.ErrUnavailable)
+}
+
+// lose handles a task found lost by a call, which reports the loss with
+// cause: the task's stale plans are dropped and its incarnation forgotten,
+// so that the next registration takes the task as it then is.
+func (m *Master) lose(task string, seen uint64, cause error) {
+	m.invalidate(task, seen, cause)
+	m.mu.Lock()
+	delete(m.inc, task)
+	m.mu.Unlock()
+}
+
+// invalidate records that task was found lost by a call to a partition
+// registered on it under generation seen: the task's generation moves on
+// (once per loss, however many steps saw it), and every plan of every
+// session with a partition registered on the task under an older
+// generation is dropped, so that the next step of its signature registers
+// it again (on the restarted task) instead of failing on it. The dropped
+// plans' partitions on the other tasks are deregistered in the background.
+func (m *Master) invalidate(task string, seen uint64, cause error) {
+	m.mu.Lock()
+	if seen == m.gen[task] {
+		m.gen[task]++
+		m.log.Info("master: lost a task; its partitions will be registered again", "peer", task, "err", cause)
+	}
+	cur := m.gen[task]
+	sessions := make([]*session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		sessions = append(sessions, s)
+	}
+	m.mu.Unlock()
+	for _, s := range sessions {
+		var stale []*part
+		s.mu.Lock()
+		for key, q := range s.plans {
+			select {
+			case <-q.ready:
+			default:
+				continue // being built: its registrations are fresh, or fail
+			}
+			if q.err != nil || !slices.ContainsFunc(q.parts, func(pt *part) bool { return pt.task == task && pt.gen < cur }) {
+				continue
+			}
+			delete(s.plans, key)
+			stale = append(stale, q.parts...)
+		}
+		s.mu.Unlock()
+		if len(stale) > 0 {
+			go m.deregister(s.handle, stale)
+		}
+	}
 }
 
 // rootCause picks, among a failed step's errors in arrival order, the first
@@ -545,17 +621,10 @@ func (m *Master) buildPlan(ctx context.Context, s *session, sig *signature, p *p
 
 	// Register the partitions; undo on failure.
 	for i, t := range tasks {
-		w, err := m.cfg.Workers.Worker(t)
-		if err == nil {
-			var resp *pb.RegisterGraphResponse
-			resp, err = w.RegisterGraph(ctx, &pb.RegisterGraphRequest{SessionHandle: s.handle, Graph: parts[t].ToProto()})
-			if err == nil {
-				p.parts[i].handle = resp.GetGraphHandle()
-				continue
-			}
+		if err := m.register(ctx, s, parts[t], p.parts[i]); err != nil {
+			m.deregister(s.handle, p.parts[:i+1])
+			return fmt.Errorf("registering the partition of task %s: %w", t, err)
 		}
-		m.deregister(s.handle, p.parts[:i])
-		return fmt.Errorf("registering the partition of task %s: %w", t, err)
 	}
 	if m.log.Enabled(ctx, slog.LevelDebug) {
 		sizes := make([]string, len(tasks))
@@ -579,6 +648,54 @@ func sinks(g *graph.Graph) []string {
 		}
 	}
 	return out
+}
+
+// register registers g, the partition of pt.task, and records its handle,
+// the task's generation and its incarnation in pt. A call that finds the
+// task lost, or an incarnation that says it was restarted, invalidates the
+// task's stale plans (see lose and checkIncarnation).
+func (m *Master) register(ctx context.Context, s *session, g *graph.Graph, pt *part) error {
+	m.mu.Lock()
+	gen := m.gen[pt.task]
+	m.mu.Unlock()
+	w, err := m.cfg.Workers.Worker(pt.task)
+	if err != nil {
+		return err
+	}
+	resp, err := w.RegisterGraph(ctx, &pb.RegisterGraphRequest{SessionHandle: s.handle, Graph: g.ToProto()})
+	if err != nil {
+		if lost(err) {
+			m.lose(pt.task, gen, err)
+		}
+		return err
+	}
+	pt.handle, pt.gen = resp.GetGraphHandle(), gen
+	s.mu.Lock()
+	s.tasks[pt.task] = true
+	s.mu.Unlock()
+	return m.checkIncarnation(pt.task, gen, resp.GetIncarnation())
+}
+
+// checkIncarnation records the incarnation a task reported when a
+// partition was registered on it under generation gen. Another one than
+// before means the task was restarted, and the variables the session used
+// there are gone: its stale plans are dropped, and the error (wrapping
+// worker.ErrNoGraph, as the stale plans' steps would fail) tells the
+// caller, which must ready the model again before it goes on.
+func (m *Master) checkIncarnation(task string, gen, inc uint64) error {
+	if inc == 0 {
+		return nil // a worker that does not tell
+	}
+	m.mu.Lock()
+	old, known := m.inc[task]
+	m.inc[task] = inc
+	m.mu.Unlock()
+	if !known || old == inc {
+		return nil
+	}
+	err := fmt.Errorf("task %s was restarted (incarnation %x, was %x): the graphs and variables it held are gone: %w", task, inc, old, worker.ErrNoGraph)
+	m.invalidate(task, gen, err)
+	return err
 }
 
 // deregister drops registered partitions, best effort.
@@ -615,22 +732,20 @@ func (m *Master) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 	s.plans = nil
 	s.mu.Unlock()
 	// Closing the session on a task drops all its graphs there, so the
-	// partitions need no separate deregistration: one call per task, all at
-	// once, so that a task that is gone costs one timeout, not one per plan.
-	tasks := map[string]bool{}
+	// partitions need no separate deregistration: one call per task that
+	// holds some (including those of plans dropped after a lost task), all
+	// at once, so that a task that is gone costs one timeout, not one per
+	// plan.
 	for _, p := range plans {
 		select {
 		case <-p.ready:
 		case <-ctx.Done():
 			return nil, m.errorf("close session %q: %w", s.handle, ctx.Err())
 		}
-		if p.err != nil {
-			continue
-		}
-		for _, pt := range p.parts {
-			tasks[pt.task] = true
-		}
 	}
+	s.mu.Lock()
+	tasks := maps.Clone(s.tasks)
+	s.mu.Unlock()
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex

@@ -19,6 +19,7 @@ import (
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/worker"
 	"github.com/distflow/distflow/worker/workertest"
 )
 
@@ -542,5 +543,67 @@ func TestFeedOneOutputOfAMultiOutputNode(t *testing.T) {
 	}
 	if !tensor.Equal(got[1], feed) {
 		t.Errorf("fetch of the fed tensor = %v, want %v", got[1], feed)
+	}
+}
+
+// TestLostTaskIsRegisteredAgain: when the ps is restarted (its graphs and
+// variables are gone) or cut off, the step that finds out fails naming it,
+// and the master drops every plan with a partition on it: the next steps
+// register their partitions again instead of failing on stale handles.
+func TestLostTaskIsRegisteredAgain(t *testing.T) {
+	tests := []struct {
+		name  string
+		fault func(net *workertest.Network)
+		// fetch is what the first step after the fault fetches: the loss,
+		// as before (a registered plan), or the ps's sum of W (a new one).
+		fetch string
+		is    error
+		// heal brings the ps back after the failed step.
+		heal func(net *workertest.Network)
+	}{
+		{name: "restarted between steps", fault: func(n *workertest.Network) { n.Restart(ps) }, fetch: "loss/Identity:0", is: worker.ErrNoGraph},
+		{name: "restarted, then a new signature", fault: func(n *workertest.Network) { n.Restart(ps) }, fetch: "wsum/Identity:0", is: worker.ErrNoGraph},
+		{name: "cut, then restarted", fault: func(n *workertest.Network) { n.Cut(ps) }, fetch: "loss/Identity:0", is: worker.ErrUnavailable,
+			heal: func(n *workertest.Network) { n.Restart(ps) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := linearModel(t)
+			net := cluster()
+			m := newMaster(net, wk0)
+			c := open(t, m, g, nil)
+			c.mustRun(nil, nil, initName(g))
+			for i := range 3 {
+				c.mustRun(batch(i), []string{"loss/Identity:0"}, "train")
+			}
+			before := net.Local(ps).Incarnation()
+			tc.fault(net)
+			_, err := c.run(context.Background(), batch(3), []string{tc.fetch}, "train")
+			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), ps) {
+				t.Fatalf("the step after the fault: %v; want an error naming %s that wraps %v", err, ps, tc.is)
+			}
+			if tc.heal != nil {
+				tc.heal(net)
+			}
+			if net.Local(ps).Incarnation() == before {
+				t.Errorf("the restarted ps kept its incarnation %d", before)
+			}
+			// No stale handle is used again: initialising (as a chief
+			// restoring the model would) and training work at once.
+			regs := net.Calls(ps, "RegisterGraph")
+			c.mustRun(nil, nil, initName(g))
+			for i := range 3 {
+				c.mustRun(batch(i), []string{"loss/Identity:0"}, "train")
+			}
+			if got := net.Calls(ps, "RegisterGraph") - regs; got != 2 {
+				t.Errorf("%d registrations on the restarted ps, want 2 (init and train)", got)
+			}
+			// The dropped plans' partitions on the live workers are
+			// deregistered: what is left are the two new plans'.
+			waitFor(t, func() bool { return net.Local(wk0).NumGraphs() == 2 && net.Local(wk1).NumGraphs() == 1 })
+			if got := c.mustRun(nil, []string{"wsum/Identity:0"})[0].Float32s()[0]; got == 1.5 {
+				t.Errorf("sum of W = %v: not trained since the restart", got)
+			}
+		})
 	}
 }

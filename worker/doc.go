@@ -16,6 +16,9 @@
 // belong to their session: RegisterGraph returns a handle, DeregisterGraph
 // and CloseSession drop them. Each registered graph caches one executor per
 // signature (feeds, fetches, targets), built by the first step that uses it.
+// A Worker also has an incarnation, a random number chosen when it is made
+// and reported by GetStatus and RegisterGraph: a master that sees it change
+// knows the task was restarted and lost its graphs and variables.
 //
 // # Steps
 //

@@ -29,6 +29,11 @@ var (
 	// ErrNoWorkers is wrapped when a step needs a tensor from another task
 	// and the worker has no Cache to reach it.
 	ErrNoWorkers = errors.New("no worker cache to reach other tasks")
+	// ErrUnavailable is wrapped by the errors of calls that could not reach
+	// a task (connection refused, peer gone). Transports wrap it (the rpc
+	// package's ErrUnavailable is this error), so that a master can tell a
+	// lost task from a failed computation.
+	ErrUnavailable = errors.New("peer unavailable")
 )
 
 // Config configures a Worker.
@@ -63,6 +68,8 @@ type Worker struct {
 	log   *slog.Logger
 	res   *kernel.Resources
 	steps *rendezvous.Table
+	// incarnation tells this run of the task from earlier and later ones.
+	incarnation uint64
 
 	mu     sync.Mutex
 	graphs map[string]*registered // by graph handle
@@ -90,11 +97,12 @@ func New(cfg Config) *Worker {
 		log = slog.Default()
 	}
 	return &Worker{
-		cfg:    cfg,
-		log:    log.With("task", cfg.Task),
-		res:    kernel.NewResources(),
-		steps:  rendezvous.NewTable(),
-		graphs: map[string]*registered{},
+		cfg:         cfg,
+		log:         log.With("task", cfg.Task),
+		res:         kernel.NewResources(),
+		steps:       rendezvous.NewTable(),
+		incarnation: rand.Uint64() | 1, // never 0, which means "unknown"
+		graphs:      map[string]*registered{},
 	}
 }
 
@@ -107,14 +115,19 @@ func (w *Worker) Device() string { return w.cfg.Task + "/cpu:0" }
 // Resources returns the worker's variables, shared by all its sessions.
 func (w *Worker) Resources() *kernel.Resources { return w.res }
 
+// Incarnation returns the random non-zero number chosen when the worker
+// was made: a task that reports another one was restarted.
+func (w *Worker) Incarnation() uint64 { return w.incarnation }
+
 // errorf returns an error naming the worker's task.
 func (w *Worker) errorf(format string, args ...any) error {
 	return fmt.Errorf("worker: task %s: "+format, append([]any{w.cfg.Task}, args...)...)
 }
 
-// GetStatus reports the task, its devices and the variables it holds.
+// GetStatus reports the task, its incarnation, its devices and the
+// variables it holds.
 func (w *Worker) GetStatus(ctx context.Context, req *pb.GetStatusRequest) (*pb.GetStatusResponse, error) {
-	resp := &pb.GetStatusResponse{Task: w.cfg.Task, Devices: []string{w.Device()}}
+	resp := &pb.GetStatusResponse{Task: w.cfg.Task, Devices: []string{w.Device()}, Incarnation: w.incarnation}
 	for _, name := range w.res.VariableNames() {
 		v, ok := w.res.Lookup(name)
 		if !ok {
@@ -136,8 +149,9 @@ func (w *Worker) GetStatus(ctx context.Context, req *pb.GetStatusRequest) (*pb.G
 	return resp, nil
 }
 
-// RegisterGraph installs a partition and returns its handle. Kernels are
-// built lazily, once per signature, by the first RunGraph that uses it.
+// RegisterGraph installs a partition and returns its handle and the
+// worker's incarnation. Kernels are built lazily, once per signature, by
+// the first RunGraph that uses it.
 func (w *Worker) RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest) (*pb.RegisterGraphResponse, error) {
 	if req.GetGraph() == nil {
 		return nil, w.errorf("register graph of session %q: no graph", req.GetSessionHandle())
@@ -157,7 +171,7 @@ func (w *Worker) RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest
 	w.graphs[r.handle] = r
 	w.mu.Unlock()
 	w.log.Debug("worker: registered graph", "session", r.session, "graph", r.handle, "nodes", g.NumNodes())
-	return &pb.RegisterGraphResponse{GraphHandle: r.handle}, nil
+	return &pb.RegisterGraphResponse{GraphHandle: r.handle, Incarnation: w.incarnation}, nil
 }
 
 // DeregisterGraph drops a partition. Steps already running on it finish.

@@ -289,3 +289,36 @@ func TestShutdownCallsOnShutdownOnce(t *testing.T) {
 		t.Errorf("OnShutdown calls: %q", reasons)
 	}
 }
+
+// TestIncarnation: a worker reports one non-zero incarnation in GetStatus
+// and RegisterGraph; a restarted task reports another.
+func TestIncarnation(t *testing.T) {
+	ctx := context.Background()
+	net := workertest.NewCluster(ps)
+	incarnation := func() uint64 {
+		w, err := net.Worker(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := w.GetStatus(ctx, &pb.GetStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := w.RegisterGraph(ctx, &pb.RegisterGraphRequest{SessionHandle: "s", Graph: sendGraph(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.GetIncarnation() == 0 || reg.GetIncarnation() != st.GetIncarnation() {
+			t.Fatalf("GetStatus reports incarnation %x, RegisterGraph %x: want one non-zero number", st.GetIncarnation(), reg.GetIncarnation())
+		}
+		return st.GetIncarnation()
+	}
+	first := incarnation()
+	if again := incarnation(); again != first {
+		t.Errorf("incarnation %x, then %x: want one per run of the task", first, again)
+	}
+	net.Restart(ps)
+	if restarted := incarnation(); restarted == first {
+		t.Errorf("the restarted task kept incarnation %x", first)
+	}
+}

@@ -195,7 +195,10 @@ type GetStatusResponse struct {
 	Task    string   `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	Devices []string `protobuf:"bytes,2,rep,name=devices,proto3" json:"devices,omitempty"`
 	// The variables held on this task (of every session), by name.
-	Variables     []*VariableStatus `protobuf:"bytes,3,rep,name=variables,proto3" json:"variables,omitempty"`
+	Variables []*VariableStatus `protobuf:"bytes,3,rep,name=variables,proto3" json:"variables,omitempty"`
+	// A random number chosen when the task started: a different value for
+	// the same task means it was restarted and lost its graphs and variables.
+	Incarnation   uint64 `protobuf:"fixed64,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -249,6 +252,13 @@ func (x *GetStatusResponse) GetVariables() []*VariableStatus {
 		return x.Variables
 	}
 	return nil
+}
+
+func (x *GetStatusResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 // RegisterGraphRequest installs one partition of a session's graph; the
@@ -306,8 +316,11 @@ func (x *RegisterGraphRequest) GetGraph() *GraphDef {
 }
 
 type RegisterGraphResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GraphHandle   string                 `protobuf:"bytes,1,opt,name=graph_handle,json=graphHandle,proto3" json:"graph_handle,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	GraphHandle string                 `protobuf:"bytes,1,opt,name=graph_handle,json=graphHandle,proto3" json:"graph_handle,omitempty"`
+	// The worker's incarnation (see GetStatusResponse): a master that sees it
+	// change knows that the task was restarted and lost what it held.
+	Incarnation   uint64 `protobuf:"fixed64,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,6 +360,13 @@ func (x *RegisterGraphResponse) GetGraphHandle() string {
 		return x.GraphHandle
 	}
 	return ""
+}
+
+func (x *RegisterGraphResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type DeregisterGraphRequest struct {
@@ -950,16 +970,18 @@ const file_worker_proto_rawDesc = "" +
 	"\x05dtype\x18\x02 \x01(\x0e2\x12.distflow.DataTypeR\x05dtype\x12\x12\n" +
 	"\x04dims\x18\x03 \x03(\x03R\x04dims\x12 \n" +
 	"\vinitialized\x18\x04 \x01(\bR\vinitialized\x12\x14\n" +
-	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\"y\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\"\x9b\x01\n" +
 	"\x11GetStatusResponse\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\x18\n" +
 	"\adevices\x18\x02 \x03(\tR\adevices\x126\n" +
-	"\tvariables\x18\x03 \x03(\v2\x18.distflow.VariableStatusR\tvariables\"g\n" +
+	"\tvariables\x18\x03 \x03(\v2\x18.distflow.VariableStatusR\tvariables\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\x06R\vincarnation\"g\n" +
 	"\x14RegisterGraphRequest\x12%\n" +
 	"\x0esession_handle\x18\x01 \x01(\tR\rsessionHandle\x12(\n" +
-	"\x05graph\x18\x02 \x01(\v2\x12.distflow.GraphDefR\x05graph\":\n" +
+	"\x05graph\x18\x02 \x01(\v2\x12.distflow.GraphDefR\x05graph\"\\\n" +
 	"\x15RegisterGraphResponse\x12!\n" +
-	"\fgraph_handle\x18\x01 \x01(\tR\vgraphHandle\"b\n" +
+	"\fgraph_handle\x18\x01 \x01(\tR\vgraphHandle\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x06R\vincarnation\"b\n" +
 	"\x16DeregisterGraphRequest\x12%\n" +
 	"\x0esession_handle\x18\x01 \x01(\tR\rsessionHandle\x12!\n" +
 	"\fgraph_handle\x18\x02 \x01(\tR\vgraphHandle\"\x19\n" +

@@ -13,7 +13,6 @@ package workertest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -25,8 +24,9 @@ import (
 	"github.com/distflow/distflow/worker"
 )
 
-// ErrUnreachable is wrapped by every call to or from a cut task.
-var ErrUnreachable = errors.New("task unreachable")
+// ErrUnreachable is wrapped by every call to or from a cut task. It wraps
+// worker.ErrUnavailable, as the errors of a real transport do.
+var ErrUnreachable = fmt.Errorf("task unreachable: %w", worker.ErrUnavailable)
 
 // Network connects in-process worker services by task name. It is safe for
 // concurrent use.
@@ -37,6 +37,7 @@ type Network struct {
 	cut      map[string]chan struct{} // closed while the task is cut
 	delay    map[string]time.Duration
 	calls    map[string]int // by "task method"
+	log      *slog.Logger   // of the workers NewCluster and Restart make
 }
 
 // NewNetwork returns an empty network.
@@ -52,15 +53,34 @@ func NewNetwork() *Network {
 // Workers log to a discarding logger; use NewNetwork and Add for others.
 func NewCluster(tasks ...string) *Network {
 	n := NewNetwork()
-	log := slog.New(slog.DiscardHandler)
+	n.log = slog.New(slog.DiscardHandler)
 	for _, t := range tasks {
-		w := worker.New(worker.Config{Task: t, Workers: n.From(t), Logger: log})
-		n.Add(t, w)
 		n.mu.Lock()
-		n.workers[t] = w
+		n.install(t)
 		n.mu.Unlock()
 	}
 	return n
+}
+
+// install makes a new worker for task and serves it; n.mu must be held.
+func (n *Network) install(task string) *worker.Worker {
+	w := worker.New(worker.Config{Task: task, Workers: n.From(task), Logger: n.log})
+	n.services[task], n.workers[task] = w, w
+	return w
+}
+
+// Restart replaces a task made by NewCluster with a new worker, as a
+// supervisor restarts a crashed process on the same address: the calls in
+// flight to or from the old one fail with ErrUnreachable, and the new one
+// has no graphs, no variables and another incarnation. Cut and Delay of
+// the task are undone. It returns the new worker.
+func (n *Network) Restart(task string) *worker.Worker {
+	n.Cut(task)
+	n.mu.Lock()
+	w := n.install(task)
+	n.mu.Unlock()
+	n.Heal(task)
+	return w
 }
 
 // Add registers the service of a task.
