@@ -2,15 +2,24 @@
 """Parameter transfer between two distflow processes beside iperf3, A B A B.
 
 Alternates iperf3 (one TCP stream over loopback) and distflow's
-BenchmarkParameterTransfer (pull and push of float32 variables between a ps
-process and a worker over gRPC) for --rounds rounds, and prints the medians and
-the ratio of distflow's 64 MiB transfers to iperf3. Usage, from the repository
-root (needs Debian's iperf3 and Go):
+BenchmarkParameterTransfer for --rounds rounds, and prints the medians, ranges
+and the ratio of distflow's 64 MiB transfers to iperf3, in bandwidth and in CPU
+time (iperf3's CPU time per 64 MiB over distflow's, both processes counted
+each side: a figure that holds when the cores are shared). The benchmark moves
+float32 variables of 4 KiB, 1 MiB and 64 MiB between a ps process and a worker
+as training does: pull (the worker reads the ps's variable) and push (the ps
+assigns it a value computed on the worker), both through RecvTensor, which goes
+over the tensor channel (raw TCP beside gRPC, see rpc/doc.go); fetch and feed
+(64 MiB) are the same transfers made by a client's session, with the copies of
+fetching the tensor from the step or feeding it in. --grpc-only measures with
+DISTFLOW_BENCH_GRPC_ONLY=1: the worker receives over gRPC, as before the
+channel. Usage, from the repository root (needs Debian's iperf3 and Go):
 
     /usr/bin/python3 bench/network.py --rounds 3
 """
 import argparse
 import json
+import os
 import re
 import socket
 import statistics
@@ -25,55 +34,80 @@ def free_port():
 
 
 def iperf3(seconds):
+    """One iperf3 measurement: bandwidth in MB/s, and the CPU time of sender and
+    receiver together per 64 MiB in ms, as the benchmark reports it."""
     port = free_port()
     server = subprocess.Popen(["iperf3", "-s", "-p", str(port), "-B", "127.0.0.1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        # No probe connection: iperf3's server takes any connection for a
+        # test's control connection. The client is retried until the server
+        # listens.
         deadline = time.time() + 10
-        while True:  # wait until the server accepts connections
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        while True:
+            r = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds), "-J"],
+                               capture_output=True, text=True)
+            out = json.loads(r.stdout)
+            if "error" not in out:
                 break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    raise RuntimeError("iperf3 server did not start")
-                time.sleep(0.05)
-        r = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds), "-J"],
-                           capture_output=True, text=True, check=True)
-        return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 8 / 1e6  # MB/s
+            if "refused" not in out["error"] or time.time() > deadline or server.poll() is not None:
+                raise RuntimeError("iperf3: " + out["error"])
+            time.sleep(0.05)
+        end = out["end"]
+        recv, cpu = end["sum_received"], end["cpu_utilization_percent"]
+        cpu_s = (cpu["host_total"] + cpu["remote_total"]) / 100 * recv["seconds"]
+        return recv["bits_per_second"] / 8 / 1e6, cpu_s / recv["bytes"] * (64 << 20) * 1e3
     finally:
         server.kill()
         server.wait()
 
 
-def distflow():
+def distflow(grpc_only):
+    env = dict(os.environ, DISTFLOW_BENCH_GRPC_ONLY="1" if grpc_only else "")
     out = subprocess.run(["go", "test", "-run", "XXX", "-bench", "ParameterTransfer", "-benchtime", "2s",
-                          "./cmd/distflow/"], capture_output=True, text=True, check=True).stdout
-    res = {}
-    for m in re.finditer(r"BenchmarkParameterTransfer/(\w+)/(\w+)-\d+\s+\d+\s+[\d.]+ ns/op\s+([\d.]+) MB/s", out):
+                          "./cmd/distflow/"], capture_output=True, text=True, check=True, env=env).stdout
+    res, cpu = {}, {}
+    for m in re.finditer(r"BenchmarkParameterTransfer/(\w+)/(\w+)-\d+\s+\d+\s+[\d.]+ ns/op\s+([\d.]+) MB/s(?:\s+([\d.]+) cpu-ms/op)?", out):
         res[f"{m.group(1)}/{m.group(2)}"] = float(m.group(3))
+        if m.group(4):
+            cpu[f"{m.group(1)}/{m.group(2)}"] = float(m.group(4))
     if not res:
         raise RuntimeError("no benchmark lines:\n" + out)
-    return res
+    return res, cpu
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iperf-seconds", type=int, default=5)
+    p.add_argument("--grpc-only", action="store_true", help="receive over gRPC, not the tensor channel")
     a = p.parse_args()
-    ip, ours = [], []
+    ip, ip_cpu, ours, ours_cpu = [], [], [], []
     for r in range(a.rounds):
-        ip.append(iperf3(a.iperf_seconds))
-        ours.append(distflow())
-        print(f"round {r + 1}: iperf3 {ip[-1]:.0f} MB/s, distflow {ours[-1]}", file=sys.stderr)
-    res = {"iperf3_MBps": statistics.median(ip), "iperf3_range": [min(ip), max(ip)]}
+        bw, cpu = iperf3(a.iperf_seconds)
+        ip.append(bw)
+        ip_cpu.append(cpu)
+        bw, cpu = distflow(a.grpc_only)
+        ours.append(bw)
+        ours_cpu.append(cpu)
+        print(f"round {r + 1}: iperf3 {ip[-1]:.0f} MB/s ({ip_cpu[-1]:.1f} CPU ms per 64 MiB), distflow {ours[-1]} "
+              f"CPU ms per transfer {ours_cpu[-1]}", file=sys.stderr)
+    res = {"iperf3_MBps": statistics.median(ip), "iperf3_range": [min(ip), max(ip)],
+           "iperf3_cpu_ms_per_64MiB": statistics.median(ip_cpu)}
     for k in ours[0]:
         vals = [o[k] for o in ours if k in o]
         res[k + "_MBps"] = statistics.median(vals)
         res[k + "_range"] = [min(vals), max(vals)]
-    for k in ("pull/64MiB", "push/64MiB"):
-        res[k + "_vs_iperf3"] = res[k + "_MBps"] / res["iperf3_MBps"]
+        cpus = [o[k] for o in ours_cpu if k in o]
+        if cpus:
+            res[k + "_cpu_ms"] = statistics.median(cpus)
+    # Bandwidth against iperf3's; and CPU cost, iperf3's over distflow's (which
+    # holds when other work shares the cores and bandwidths swing).
+    for k in ("pull/64MiB", "push/64MiB", "fetch/64MiB", "feed/64MiB"):
+        if k + "_MBps" in res:
+            res[k + "_vs_iperf3"] = res[k + "_MBps"] / res["iperf3_MBps"]
+        if k + "_cpu_ms" in res:
+            res[k + "_cpu_vs_iperf3"] = res["iperf3_cpu_ms_per_64MiB"] / res[k + "_cpu_ms"]
     print(json.dumps(res))
 
 

@@ -92,8 +92,9 @@ func (c *WorkerCache) Worker(task string) (worker.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rpc: task %s: %w", task, err)
 	}
-	raw := newWorkerClient(cc, task+" at "+addr)
-	w := newWorkerClient(cc, raw.peer)
+	peer := task + " at " + addr
+	raw := newWorkerClient(cc, peer, nil)
+	w := newWorkerClient(cc, peer, newTensorPool(addr, peer, c.opts))
 	var up atomic.Bool
 	log := c.opts.logger()
 	w.ready = func(ctx context.Context) error {
@@ -118,6 +119,9 @@ func (c *WorkerCache) Close() error {
 	defer c.mu.Unlock()
 	c.closed = true
 	var errs []error
+	for _, w := range c.clients {
+		w.tensors.close()
+	}
 	for _, cc := range c.conns {
 		errs = append(errs, cc.Close())
 	}
@@ -196,7 +200,9 @@ func waitForTask(ctx context.Context, w worker.Service, task, addr string, log *
 		actx, cancel := context.WithTimeout(ctx, max(delay, 500*time.Millisecond))
 		start := time.Now()
 		_, err := w.GetStatus(actx, &pb.GetStatusRequest{})
-		attemptTimedOut := actx.Err() != nil && ctx.Err() == nil
+		// gRPC may fail a call whose deadline is about to pass before the
+		// context says so: its error counts as the attempt's timeout.
+		attemptTimedOut := ctx.Err() == nil && (actx.Err() != nil || errors.Is(err, context.DeadlineExceeded))
 		cancel()
 		if err == nil {
 			if attempt > 1 {

@@ -6,9 +6,9 @@
 // backed by a connection, so masters, workers and tests never see gRPC.
 //
 //	srv := rpc.NewServer(rpc.Options{})
-//	rpc.RegisterWorker(srv, w) // w: a *worker.Worker
+//	rpc.RegisterWorker(srv, w) // w: a *worker.Worker; its tensors also go over the tensor channel
 //	rpc.RegisterMaster(srv, m) // m: a *master.Master
-//	go srv.Serve(lis)
+//	go srv.Serve(lis)          // gRPC and the tensor channel on one listener
 //
 //	ws, conn, err := rpc.DialWorker("127.0.0.1:2222", rpc.Options{})
 //	defer conn.Close()
@@ -21,16 +21,30 @@
 //
 // # Tensors
 //
-// RecvTensor streams a tensor's raw little-endian bytes in messages of at
-// most 4 MiB; the first carries dtype and dims, and the receiver allocates
-// the tensor once and copies each chunk into place, so tensors of any size
-// (1 GiB and more) move without one huge message. The messages are
-// protobuf (pb.RecvTensorResponse, byte for byte), but the server's codec
-// writes a few header bytes followed by the sender's tensor memory itself,
-// without marshalling a copy, and the client's codec for RecvTensor parses
-// the header and copies the bytes straight from gRPC's receive buffers into
-// the tensor, without unmarshalling one (codec.go). Other messages are not
-// limited in size either.
+// RecvTensor, the bulk of a cluster's traffic, goes over the tensor
+// channel: plain TCP (TLS when Options.TLS is set) on the task's own
+// address, beside gRPC. The Server tells the two apart by a connection's
+// first bytes; the sender writes a small header and then the tensor's own
+// memory in one writev, and the receiver reads the bytes straight into the
+// tensor it allocates, which moves 64 MiB several times faster than a gRPC
+// stream (see tensorchan.go for the wire format). Clients keep a pool of
+// connections per peer, reused across steps; every request carries the
+// step's deadline, is authenticated like a gRPC call, and ends when the
+// step's context does; errors unwrap to the same sentinels as over gRPC.
+// A peer that does not offer the channel (an older server, or one with
+// Options.NoTensorChannel) is served over gRPC, as is a client with
+// NoTensorChannel.
+//
+// Over gRPC, RecvTensor streams a tensor's raw little-endian bytes in
+// messages of at most 4 MiB; the first carries dtype and dims, and the
+// receiver allocates the tensor once and copies each chunk into place, so
+// tensors of any size (1 GiB and more) move without one huge message. The
+// messages are protobuf (pb.RecvTensorResponse, byte for byte), but the
+// server's codec writes a few header bytes followed by the sender's tensor
+// memory itself, without marshalling a copy, and the client's codec for
+// RecvTensor parses the header and copies the bytes straight from gRPC's
+// receive buffers into the tensor, without unmarshalling one (codec.go).
+// Other messages are not limited in size either.
 //
 // # Waiting for peers
 //
@@ -53,9 +67,10 @@
 // # Security
 //
 // Options is the one place for transport security: TLS configures the
-// credentials of servers and clients, Authenticate is called by the
-// server's unary and stream interceptors before every call, and
-// PerRPCCredentials attaches a client's token. Nothing else in distflow
+// credentials of servers and clients (gRPC and the tensor channel),
+// Authenticate is called by the server's unary and stream interceptors
+// before every call and by the tensor channel before every request, and
+// PerRPCCredentials attaches a client's token to both. Nothing else in distflow
 // deals with it, so the security work that follows changes this package
 // only.
 package rpc

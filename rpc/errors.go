@@ -19,8 +19,8 @@ import (
 
 // ErrUnavailable is wrapped by errors of calls that could not reach their
 // peer (connection refused, peer gone) and by WaitForTasks when tasks stay
-// unreachable.
-var ErrUnavailable = errors.New("peer unavailable")
+// unreachable. It is worker.ErrUnavailable, which a master tests.
+var ErrUnavailable = worker.ErrUnavailable
 
 // ErrUnauthenticated is wrapped by errors of calls the peer refused because
 // Options.Authenticate failed.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 
-	"google.golang.org/grpc"
-
 	"github.com/distflow/distflow/master"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/session"
@@ -20,8 +18,8 @@ func init() {
 }
 
 // RegisterMaster serves m as the MasterService of s.
-func RegisterMaster(s *grpc.Server, m master.Service) {
-	pb.RegisterMasterServiceServer(s, &masterServer{m: m})
+func RegisterMaster(s *Server, m master.Service) {
+	pb.RegisterMasterServiceServer(s.grpc, &masterServer{m: m})
 }
 
 // masterServer adapts a master.Service to the generated server interface.

@@ -39,6 +39,12 @@ type Options struct {
 	PerRPCCredentials credentials.PerRPCCredentials
 	// Logger receives the waits for peers (nil: slog.Default()).
 	Logger *slog.Logger
+	// NoTensorChannel turns the tensor channel off: a server serves gRPC
+	// only, as servers before it did, and a client receives every tensor
+	// over gRPC. By default a client receives tensors over the channel
+	// when its peer offers it, and over gRPC otherwise (see the package
+	// documentation).
+	NoTensorChannel bool
 }
 
 func (o Options) logger() *slog.Logger {
@@ -62,11 +68,11 @@ const (
 	bufferSize  = 256 << 10
 )
 
-// NewServer returns a gRPC server configured for distflow: unlimited
-// message sizes, keepalive, TLS from opts.TLS and interceptors that run
-// opts.Authenticate before every unary and streaming call. Register the
-// services with RegisterWorker and RegisterMaster.
-func NewServer(opts Options) *grpc.Server {
+// serverOptions are the gRPC server's options: unlimited message sizes,
+// keepalive, the given transport credentials (nil: plaintext) and
+// interceptors that run opts.Authenticate before every unary and streaming
+// call.
+func serverOptions(opts Options, creds credentials.TransportCredentials) []grpc.ServerOption {
 	so := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
@@ -85,10 +91,10 @@ func NewServer(opts Options) *grpc.Server {
 		grpc.ChainUnaryInterceptor(opts.unaryInterceptor),
 		grpc.ChainStreamInterceptor(opts.streamInterceptor),
 	}
-	if opts.TLS != nil {
-		so = append(so, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	if creds != nil {
+		so = append(so, grpc.Creds(creds))
 	}
-	return grpc.NewServer(so...)
+	return so
 }
 
 // authenticate is the single check every incoming call goes through.

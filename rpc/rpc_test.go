@@ -2,15 +2,8 @@ package rpc_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"log/slog"
-	"math/big"
 	"net"
 	"strings"
 	"sync"
@@ -43,7 +36,8 @@ func checkToken(ctx context.Context) error {
 	return errors.New("bad or missing token")
 }
 
-// TestAuthenticate: the interceptors check every unary and streaming call.
+// TestAuthenticate: the interceptors check every unary and streaming call,
+// and the tensor channel every request.
 func TestAuthenticate(t *testing.T) {
 	w := worker.New(worker.Config{Task: suiteTask})
 	srvOpts := rpc.Options{Authenticate: checkToken}
@@ -75,6 +69,7 @@ func TestAuthenticate(t *testing.T) {
 					t.Errorf("err = %v, want one wrapping ErrUnauthenticated with the check's message", e)
 				}
 			}
+			wantChannel(t, c) // the refusal came over the tensor channel
 		})
 	}
 }
@@ -82,24 +77,10 @@ func TestAuthenticate(t *testing.T) {
 // TestTLS: with Options.TLS on both ends calls work; a plaintext client
 // cannot talk to a TLS server.
 func TestTLS(t *testing.T) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "distflow test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	roots := x509.NewCertPool()
-	roots.AddCert(cert)
-	srv := rpc.Options{TLS: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}}
+	srv, cli := testTLS(t)
 	w := worker.New(worker.Config{Task: suiteTask})
 
-	c := serveWorker(t, w, srv, rpc.Options{TLS: &tls.Config{RootCAs: roots}})
+	c := serveWorker(t, w, srv, cli)
 	if st, err := c.GetStatus(ctxT(t), &pb.GetStatusRequest{}); err != nil || st.GetTask() != suiteTask {
 		t.Errorf("GetStatus over TLS = %v, %v", st, err)
 	}

@@ -13,11 +13,15 @@ import (
 	"github.com/distflow/distflow/worker"
 )
 
-// RegisterWorker serves w as the WorkerService of s. Errors of w reach the
-// client with their message and a status code for the sentinels callers
-// test (see RemoteError).
-func RegisterWorker(s *grpc.Server, w worker.Service) {
-	pb.RegisterWorkerServiceServer(s, &workerServer{w: w})
+// RegisterWorker serves w as the WorkerService of s, and its RecvTensor on
+// the tensor channel too (unless Options.NoTensorChannel). Errors of w
+// reach the client with their message and a status code for the sentinels
+// callers test (see RemoteError). Register before Serve.
+func RegisterWorker(s *Server, w worker.Service) {
+	pb.RegisterWorkerServiceServer(s.grpc, &workerServer{w: w})
+	s.mu.Lock()
+	s.worker = w
+	s.mu.Unlock()
 }
 
 // workerServer adapts a worker.Service to the generated server interface.
@@ -86,27 +90,33 @@ func (s *workerServer) Shutdown(ctx context.Context, r *pb.ShutdownRequest) (*pb
 }
 
 // DialWorker returns a worker.Service that calls the task at target
-// ("host:port" or "grpc://host:port") and the io.Closer of its connection.
-// It does not wait for the peer: every call waits until the peer is
-// reachable or the call's context ends (so give calls a deadline), and its
-// errors name the address.
+// ("host:port" or "grpc://host:port") and the io.Closer of its
+// connections. It does not wait for the peer: every call waits until the
+// peer is reachable or the call's context ends (so give calls a deadline),
+// and its errors name the address.
 func DialWorker(target string, opts Options) (worker.Service, io.Closer, error) {
 	cc, addr, err := dial(target, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	return newWorkerClient(cc, addr), cc, nil
+	c := newWorkerClient(cc, addr, newTensorPool(addr, addr, opts))
+	return c, closerFunc(func() error { c.tensors.close(); return cc.Close() }), nil
 }
 
-func newWorkerClient(cc *grpc.ClientConn, peer string) *workerClient {
-	return &workerClient{c: pb.NewWorkerServiceClient(cc), cc: cc, peer: peer}
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+func newWorkerClient(cc *grpc.ClientConn, peer string, tensors *tensorPool) *workerClient {
+	return &workerClient{c: pb.NewWorkerServiceClient(cc), cc: cc, peer: peer, tensors: tensors}
 }
 
 // workerClient is a worker.Service over a gRPC connection.
 type workerClient struct {
-	c    pb.WorkerServiceClient
-	cc   grpc.ClientConnInterface // for RecvTensor, which bypasses c
-	peer string                   // named in errors
+	c       pb.WorkerServiceClient
+	cc      grpc.ClientConnInterface // for RecvTensor, which bypasses c
+	peer    string                   // named in errors
+	tensors *tensorPool              // the tensor channel, nil when off
 	// ready, when set, runs before every call: a WorkerCache waits there
 	// for a task that has not answered yet (see WaitForTasks).
 	ready func(ctx context.Context) error
@@ -119,6 +129,11 @@ func (c *workerClient) wait(ctx context.Context) error {
 	return c.ready(ctx)
 }
 
+// waitForReady makes a call wait out a peer's transient unavailability
+// (a task still starting, a restarted ps) until the call's deadline. The
+// cleanup calls (DeregisterGraph, CleanupStep, CloseSession) go without it:
+// they are best effort, and a peer that is gone must not hold a closing
+// session until its deadline.
 var waitForReady = grpc.WaitForReady(true)
 
 func (c *workerClient) GetStatus(ctx context.Context, r *pb.GetStatusRequest) (*pb.GetStatusResponse, error) {
@@ -141,7 +156,7 @@ func (c *workerClient) DeregisterGraph(ctx context.Context, r *pb.DeregisterGrap
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := c.c.DeregisterGraph(ctx, r, waitForReady)
+	resp, err := c.c.DeregisterGraph(ctx, r)
 	return resp, fromStatus(ctx, c.peer, "DeregisterGraph", err)
 }
 
@@ -153,13 +168,26 @@ func (c *workerClient) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb
 	return resp, fromStatus(ctx, c.peer, "RunGraph", err)
 }
 
-// RecvTensor allocates the tensor from the first chunk and copies each
-// chunk's bytes into it straight from gRPC's receive buffers (see
-// tensorReceiver), checking that they add up to the tensor's size.
+// RecvTensor receives the tensor over the tensor channel when the peer
+// offers it, else over gRPC (recvTensorGRPC).
 func (c *workerClient) RecvTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
+	if c.tensors != nil {
+		t, err := c.tensors.recv(ctx, stepID, key)
+		if !errors.Is(err, errFallback) {
+			return t, err
+		}
+	}
+	return c.recvTensorGRPC(ctx, stepID, key)
+}
+
+// recvTensorGRPC allocates the tensor from the first chunk of the
+// RecvTensor stream and copies each chunk's bytes into it straight from
+// gRPC's receive buffers (see tensorReceiver), checking that they add up
+// to the tensor's size.
+func (c *workerClient) recvTensorGRPC(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream if we stop reading early
 	stream, err := c.cc.NewStream(ctx, recvTensorDesc, pb.WorkerService_RecvTensor_FullMethodName, waitForReady, forceTensorCodec)
@@ -203,7 +231,7 @@ func (c *workerClient) CleanupStep(ctx context.Context, r *pb.CleanupStepRequest
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := c.c.CleanupStep(ctx, r, waitForReady)
+	resp, err := c.c.CleanupStep(ctx, r)
 	return resp, fromStatus(ctx, c.peer, "CleanupStep", err)
 }
 
@@ -211,7 +239,7 @@ func (c *workerClient) CloseSession(ctx context.Context, r *pb.WorkerCloseSessio
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := c.c.CloseSession(ctx, r, waitForReady)
+	resp, err := c.c.CloseSession(ctx, r)
 	return resp, fromStatus(ctx, c.peer, "CloseSession", err)
 }
 

@@ -1,6 +1,7 @@
 // Package server runs one task of a distflow cluster: a master service and
-// a worker service on one gRPC server (package rpc), reaching the other
-// tasks through an rpc.WorkerCache.
+// a worker service on one rpc.Server (gRPC, and the tensor channel for
+// tensors, on the task's one address), reaching the other tasks through an
+// rpc.WorkerCache.
 //
 //	spec, self, err := cluster.FromFlags("127.0.0.1:2222", "127.0.0.1:2223", "", "ps", 0)
 //	srv, err := server.New(server.Config{Cluster: spec, Task: self})

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/master"
 	"github.com/distflow/distflow/placement"
@@ -54,7 +52,8 @@ func (c *Config) validate() error {
 }
 
 // Server runs one task of a cluster: a master service and a worker service
-// on one gRPC server. Tasks start in any order: Start does not wait for
+// on one rpc.Server (gRPC, and the tensor channel for tensors, on the
+// task's one address). Tasks start in any order: Start does not wait for
 // peers; the first step that needs a task waits for it (logged, bounded by
 // the step's deadline; see rpc.WorkerCache). Its methods are safe for
 // concurrent use.
@@ -62,7 +61,7 @@ type Server struct {
 	cfg    Config
 	task   string
 	log    *slog.Logger
-	grpc   *grpc.Server
+	rpc    *rpc.Server
 	cache  *rpc.WorkerCache
 	worker *worker.Worker
 	master *master.Master
@@ -102,9 +101,9 @@ func New(cfg Config) (*Server, error) {
 	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown})
 	self.Service = s.worker
 	s.master = master.New(master.Config{Task: task, Devices: placement.DevicesOf(cfg.Cluster), Workers: s.cache, Logger: base})
-	s.grpc = rpc.NewServer(cfg.RPC)
-	rpc.RegisterWorker(s.grpc, s.worker)
-	rpc.RegisterMaster(s.grpc, s.master)
+	s.rpc = rpc.NewServer(cfg.RPC)
+	rpc.RegisterWorker(s.rpc, s.worker)
+	rpc.RegisterMaster(s.rpc, s.master)
 	return s, nil
 }
 
@@ -135,7 +134,7 @@ func (s *Server) Start() error {
 	s.started = true
 	lis := s.lis
 	go func() {
-		if err := s.grpc.Serve(lis); err != nil {
+		if err := s.rpc.Serve(lis); err != nil {
 			s.log.Error("server: serving failed", "addr", lis.Addr().String(), "err", err)
 			s.stop("serving failed: " + err.Error())
 		}
@@ -210,7 +209,7 @@ func (s *Server) stop(reason string) {
 		if started {
 			graceful := make(chan struct{})
 			go func() {
-				s.grpc.GracefulStop()
+				s.rpc.GracefulStop()
 				close(graceful)
 			}()
 			t := time.NewTimer(stopGrace)
@@ -219,7 +218,7 @@ func (s *Server) stop(reason string) {
 				t.Stop()
 			case <-t.C:
 				s.log.Warn("server: calls still running after the grace period; cutting them", "grace", stopGrace)
-				s.grpc.Stop()
+				s.rpc.Stop()
 				<-graceful
 			}
 		} else if lis != nil {

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
@@ -23,6 +28,7 @@ import (
 type benchCluster struct {
 	spec   *cluster.Spec
 	worker *server.Server
+	psPID  int
 }
 
 func newBenchCluster(b *testing.B) *benchCluster {
@@ -40,7 +46,10 @@ func newBenchCluster(b *testing.B) *benchCluster {
 		b.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil)) // keep benchmark lines whole
-	srv, err := server.New(server.Config{Cluster: spec, Task: cluster.TaskID{Job: "worker"}, Listener: l, Logger: quiet})
+	// DISTFLOW_BENCH_GRPC_ONLY=1 turns the worker's tensor channel off:
+	// both directions then move over gRPC (the ps falls back to it).
+	opts := rpc.Options{NoTensorChannel: os.Getenv("DISTFLOW_BENCH_GRPC_ONLY") != ""}
+	srv, err := server.New(server.Config{Cluster: spec, Task: cluster.TaskID{Job: "worker"}, Listener: l, Logger: quiet, RPC: opts})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -48,7 +57,7 @@ func newBenchCluster(b *testing.B) *benchCluster {
 		b.Fatal(err)
 	}
 	b.Cleanup(srv.Stop)
-	return &benchCluster{spec: spec, worker: srv}
+	return &benchCluster{spec: spec, worker: srv, psPID: ps.cmd.Process.Pid}
 }
 
 func (c *benchCluster) session(b *testing.B, g *graph.Graph) *session.Session {
@@ -60,10 +69,40 @@ func (c *benchCluster) session(b *testing.B, g *graph.Graph) *session.Session {
 	return sess
 }
 
+// cpuTime is the CPU time (user and system) used so far by the benchmark's
+// process and the ps process together, from /proc (Linux; ok is false
+// elsewhere). Unlike bandwidth it holds on a busy machine.
+func (c *benchCluster) cpuTime() (d time.Duration, ok bool) {
+	for _, pid := range []string{"self", strconv.Itoa(c.psPID)} {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return 0, false
+		}
+		// Fields after the command name, which ends at the last ')':
+		// utime and stime are the 12th and 13th, in clock ticks (100 a second).
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 13 {
+			return 0, false
+		}
+		for _, v := range f[11:13] {
+			ticks, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			d += time.Duration(ticks) * 10 * time.Millisecond
+		}
+	}
+	return d, true
+}
+
 // BenchmarkParameterTransfer moves a float32 variable between a ps process
-// and a worker: pull (the worker reads the variable: Send on the ps, Recv
-// over gRPC on the worker) and push (the worker feeds a tensor assigned to
-// the variable on the ps). MB/s is the bandwidth.
+// and a worker (the benchmark's process) as training does: pull (the
+// worker reads the ps's variable: Send on the ps, RecvTensor from the
+// worker) and push (the ps assigns it a worker variable's value: RecvTensor
+// from the ps). fetch and feed (64 MiB only) are a client's session moving
+// the same tensor: pull and push plus the copies of fetching it from the
+// step or feeding it into the step. MB/s is the bandwidth; cpu-ms/op the
+// CPU time of both processes per transfer (see cpuTime).
 func BenchmarkParameterTransfer(b *testing.B) {
 	c := newBenchCluster(b)
 	ctx := context.Background()
@@ -75,9 +114,11 @@ func BenchmarkParameterTransfer(b *testing.B) {
 		s := graph.NewScope()
 		onPS, onWorker := s.WithDevice("/job:ps/task:0"), s.WithDevice("/job:worker/task:0")
 		v := ops.NewVariable(onPS, "v_"+size.name, tensor.Float32, []int{n}, ops.ZerosInit())
+		u := ops.NewVariable(onWorker, "u_"+size.name, tensor.Float32, []int{n}, ops.ConstantInit(1.5))
 		pull := ops.Identity(onWorker, v.Value())
+		push := ops.Assign(onPS, v.Value(), ops.Identity(onWorker, u.Value()))
 		x := ops.Placeholder(onWorker, "x", tensor.Float32, tensor.MakeShape(n))
-		push := ops.Assign(onPS, v.Value(), ops.Identity(onWorker, x))
+		feed := ops.Assign(onPS, v.Value(), ops.Identity(onWorker, x))
 		init := ops.GlobalVariablesInitializer(s)
 		if err := s.Err(); err != nil {
 			b.Fatal(err)
@@ -90,21 +131,43 @@ func BenchmarkParameterTransfer(b *testing.B) {
 		for i := range value.Float32s() {
 			value.Float32s()[i] = float32(i)
 		}
-		b.Run("pull/"+size.name, func(b *testing.B) {
-			b.SetBytes(int64(size.bytes))
-			for i := 0; i < b.N; i++ {
-				if _, err := sess.Run(ctx, nil, []graph.Output{pull}, nil); err != nil {
-					b.Fatal(err)
+		bench := func(name string, run func() error) {
+			b.Run(name+"/"+size.name, func(b *testing.B) {
+				b.SetBytes(int64(size.bytes))
+				for range 3 { // warm up: connections, buffers, the heap's size
+					if err := run(); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
+				cpu0, cpuOK := c.cpuTime()
+				for b.Loop() {
+					if err := run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if cpu1, ok := c.cpuTime(); ok && cpuOK {
+					b.ReportMetric((cpu1-cpu0).Seconds()*1e3/float64(b.N), "cpu-ms/op")
+				}
+			})
+		}
+		bench("pull", func() error {
+			_, err := sess.Run(ctx, nil, nil, []*graph.Node{pull.Node})
+			return err
 		})
-		b.Run("push/"+size.name, func(b *testing.B) {
-			b.SetBytes(int64(size.bytes))
-			for i := 0; i < b.N; i++ {
-				if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{x: value}, nil, []*graph.Node{push.Node}); err != nil {
-					b.Fatal(err)
-				}
-			}
+		bench("push", func() error {
+			_, err := sess.Run(ctx, nil, nil, []*graph.Node{push.Node})
+			return err
+		})
+		if size.name != "64MiB" {
+			continue
+		}
+		bench("fetch", func() error {
+			_, err := sess.Run(ctx, nil, []graph.Output{pull}, nil)
+			return err
+		})
+		bench("feed", func() error {
+			_, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{x: value}, nil, []*graph.Node{feed.Node})
+			return err
 		})
 	}
 }

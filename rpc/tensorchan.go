@@ -1,0 +1,647 @@
+package rpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"path"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/worker"
+)
+
+// The tensor channel carries RecvTensor over plain TCP (or TLS) beside
+// gRPC, on the same address: one stream of gRPC messages runs at about a
+// quarter of what a TCP connection moves on loopback (16 KiB HTTP/2 frames,
+// each handed between goroutines), while here the sender writes the
+// tensor's memory to the socket in one writev and the receiver reads it
+// straight into the new tensor.
+//
+// A connection starts with the client's hello, tensorHello, which the
+// server answers with the same 24 bytes; it is as long as HTTP/2's client
+// preface, so a gRPC server that does not know the channel reads it in
+// full, finds it bogus and hangs up, and the client falls back to gRPC.
+// Then, one at a time, requests and responses (integers little-endian):
+//
+//	request:  u32 length of the rest | i64 step id | i64 timeout in ns (0: none)
+//	          | u16 key length | key | u16 metadata pairs | (u16 n | name | u32 n | value)...
+//	response: u8 0 | u8 dtype | u8 rank | u64 dims... | u64 byte length | the bytes
+//	      or: u8 1 | u32 status code | u16 n | reason | u32 n | message
+//
+// The metadata are those of the client's PerRPCCredentials, checked by
+// the server's Options.Authenticate as for a gRPC call; an error response
+// carries the status code and sentinel name of a gRPC error, so errors
+// unwrap to the same sentinels either way. Connections are pooled per peer
+// and reused across steps.
+var (
+	tensorHello       = []byte("distflow-tensors/1.0\r\n\r\n")
+	tensorHelloPrefix = []byte("distflow-tensors/")
+)
+
+// tensorALPN is the channel's TLS application protocol name.
+const tensorALPN = "distflow-tensors/1"
+
+const (
+	respTensor = 0
+	respError  = 1
+
+	maxRequestSize = 1 << 20 // a key and credentials: anything larger is garbage
+	maxRank        = 64
+	maxIdleConns   = 8           // per peer
+	reprobeAfter   = time.Minute // a peer without the channel is asked again after this
+	ioBufferSize   = 32 << 10
+)
+
+var recvTensorMethod = pb.WorkerService_RecvTensor_FullMethodName
+
+// tensorRequest is one request read by the server.
+type tensorRequest struct {
+	step    int64
+	timeout time.Duration
+	key     string
+	md      metadata.MD
+}
+
+func appendRequest(b []byte, step int64, timeout time.Duration, key string, md map[string]string) []byte {
+	start := len(b)
+	b = binary.LittleEndian.AppendUint32(b, 0) // length, below
+	b = binary.LittleEndian.AppendUint64(b, uint64(step))
+	b = binary.LittleEndian.AppendUint64(b, uint64(timeout))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(key)))
+	b = append(b, key...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(md)))
+	for k, v := range md {
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(k)))
+		b = append(b, k...)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
+		b = append(b, v...)
+	}
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	return b
+}
+
+// frame is a little-endian decoder over one received request or response
+// header; its first error sticks.
+type frame struct {
+	b   []byte
+	err error
+}
+
+func (f *frame) next(n int) []byte {
+	if f.err != nil || n > len(f.b) {
+		f.err = errShortFrame
+		return nil
+	}
+	v := f.b[:n]
+	f.b = f.b[n:]
+	return v
+}
+
+var errShortFrame = fmt.Errorf("%w: truncated tensor channel frame", tensor.ErrCorrupt)
+
+func (f *frame) u16() int { return int(binary.LittleEndian.Uint16(f.pad(f.next(2), 2))) }
+func (f *frame) u32() int { return int(binary.LittleEndian.Uint32(f.pad(f.next(4), 4))) }
+func (f *frame) u64() uint64 {
+	return binary.LittleEndian.Uint64(f.pad(f.next(8), 8))
+}
+func (f *frame) str(n int) string { return string(f.next(n)) }
+
+// pad keeps the decoders safe after an error.
+func (f *frame) pad(b []byte, n int) []byte {
+	if len(b) < n {
+		return make([]byte, n)
+	}
+	return b
+}
+
+func readRequest(r *bufio.Reader) (*tensorRequest, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint32(n[:])
+	if size > maxRequestSize {
+		return nil, fmt.Errorf("%w: tensor channel request of %d bytes", tensor.ErrCorrupt, size)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	f := &frame{b: b}
+	req := &tensorRequest{step: int64(f.u64()), timeout: time.Duration(f.u64())}
+	req.key = f.str(f.u16())
+	pairs := f.u16()
+	req.md = make(metadata.MD, pairs)
+	for range pairs {
+		k := f.str(f.u16())
+		req.md.Append(k, f.str(f.u32()))
+	}
+	return req, f.err
+}
+
+// ---- server ----
+
+// tensorServerConn is one tensor-channel connection on the server.
+// busy and draining are guarded by the Server's mu.
+type tensorServerConn struct {
+	conn     net.Conn
+	busy     bool
+	draining bool // the server is stopping: close once idle
+}
+
+// closeIfIdle closes c unless a request is in progress. Call with the
+// Server's mu held.
+func (c *tensorServerConn) closeIfIdle() {
+	if !c.busy {
+		c.conn.Close()
+	}
+}
+
+// serveTensors answers the hello and serves requests on c until the
+// client hangs up or the server stops.
+func (s *Server) serveTensors(c net.Conn) {
+	sc := &tensorServerConn{conn: c}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	w := s.worker
+	if w == nil { // no worker here: the client falls back to gRPC, which says so
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.conns[sc] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, sc)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	// Socket buffers are left to Linux's autotuning (up to tcp_rmem's
+	// maximum): fixed 4 MiB buffers measured no better.
+	if _, err := c.Write(tensorHello); err != nil {
+		return
+	}
+
+	// The reader reads the next request while one is served: the client
+	// sends none before its response, so a read that fails means it hung
+	// up (or cancelled), and the request in progress stops waiting.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reqs := make(chan *tensorRequest)
+	go func() {
+		defer cancel()
+		defer close(reqs)
+		r := bufio.NewReaderSize(c, 4<<10)
+		for {
+			req, err := readRequest(r)
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+					s.opts.logger().Debug("rpc: tensor channel: bad request", "remote", c.RemoteAddr().String(), "err", err)
+				}
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	p := &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()}
+	if tc, ok := c.(*tls.Conn); ok {
+		p.AuthInfo = credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+	}
+	base := peer.NewContext(ctx, p)
+	var hdr []byte
+	for req := range reqs {
+		s.mu.Lock()
+		sc.busy = true
+		s.mu.Unlock()
+		var err error
+		hdr, err = s.serveRequest(base, c, w, req, hdr[:0])
+		s.mu.Lock()
+		sc.busy = false
+		draining := sc.draining
+		s.mu.Unlock()
+		if err != nil || draining {
+			return
+		}
+	}
+}
+
+// serveRequest answers one request; an error means the connection is
+// broken.
+func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Service, req *tensorRequest, hdr []byte) ([]byte, error) {
+	ctx := metadata.NewIncomingContext(connCtx, req.md)
+	ctx = grpc.NewContextWithServerTransportStream(ctx, methodStream{}) // grpc.Method(ctx), as for a gRPC call
+	if req.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.timeout)
+		defer cancel()
+	}
+	t, err := s.recvAuthenticated(ctx, w, req)
+	if err != nil {
+		st := status.Convert(toStatus(err))
+		hdr = append(hdr, respError)
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(st.Code()))
+		reason := reasonOf(st)
+		hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(reason)))
+		hdr = append(hdr, reason...)
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(st.Message())))
+		hdr = append(hdr, st.Message()...)
+		// The request's deadline may be what failed it: the answer gets
+		// time of its own.
+		ctx, cancel := context.WithTimeout(connCtx, sniffTimeout)
+		defer cancel()
+		return hdr, writeAll(ctx, c, net.Buffers{hdr})
+	}
+	raw := t.RawBytes()
+	hdr = append(hdr, respTensor, byte(t.DType()), byte(t.Rank()))
+	for _, d := range t.Shape() {
+		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(d))
+	}
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(len(raw)))
+	return hdr, writeAll(ctx, c, net.Buffers{hdr, raw})
+}
+
+func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *tensorRequest) (*tensor.Tensor, error) {
+	if err := s.opts.authenticate(ctx, recvTensorMethod); err != nil {
+		return nil, err
+	}
+	t, err := w.RecvTensor(ctx, req.step, req.key)
+	if err != nil {
+		return nil, err
+	}
+	if t.Rank() > maxRank {
+		return nil, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", req.key, t.Rank(), maxRank)
+	}
+	return t, nil
+}
+
+// methodStream gives a tensor-channel request the method name of
+// RecvTensor for grpc.Method; it carries no headers.
+type methodStream struct{}
+
+func (methodStream) Method() string               { return recvTensorMethod }
+func (methodStream) SetHeader(metadata.MD) error  { return nil }
+func (methodStream) SendHeader(metadata.MD) error { return nil }
+func (methodStream) SetTrailer(metadata.MD) error { return nil }
+
+// writeAll writes bufs (with writev on TCP), giving up when ctx ends.
+func writeAll(ctx context.Context, c net.Conn, bufs net.Buffers) error {
+	if d, ok := ctx.Deadline(); ok {
+		c.SetWriteDeadline(d)
+	} else {
+		c.SetWriteDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetWriteDeadline(time.Unix(1, 0)) })
+	defer stop()
+	_, err := bufs.WriteTo(c)
+	return err
+}
+
+// ---- client ----
+
+// tensorPool is a client's pool of tensor-channel connections to one peer.
+// It is safe for concurrent use.
+type tensorPool struct {
+	addr string // host:port
+	peer string // named in errors
+	opts Options
+	tlsc *tls.Config // nil for plaintext
+
+	mu      sync.Mutex
+	idle    []*tensorClientConn
+	closed  bool
+	offline time.Time // until then, the peer is taken not to offer the channel
+}
+
+// newTensorPool returns the pool of peer at addr, or nil when opts turn the
+// channel off.
+func newTensorPool(addr, peer string, opts Options) *tensorPool {
+	if opts.NoTensorChannel {
+		return nil
+	}
+	p := &tensorPool{addr: addr, peer: peer, opts: opts}
+	if opts.TLS != nil {
+		p.tlsc = opts.TLS.Clone()
+		if p.tlsc.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			p.tlsc.ServerName = host
+		}
+		p.tlsc.NextProtos = []string{tensorALPN}
+	}
+	return p
+}
+
+type tensorClientConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+	buf  []byte // request encoding, reused
+}
+
+// errFallback tells RecvTensor to use gRPC: the channel could not be
+// opened (a peer without it, or not reachable: gRPC waits for it).
+var errFallback = errors.New("rpc: tensor channel not available")
+
+// recv receives a tensor over the channel. It returns errFallback when
+// the caller should use gRPC instead.
+func (p *tensorPool) recv(ctx context.Context, step int64, key string) (*tensor.Tensor, error) {
+	var md map[string]string
+	if pc := p.opts.PerRPCCredentials; pc != nil {
+		if pc.RequireTransportSecurity() && p.tlsc == nil {
+			return nil, errFallback // gRPC reports the misconfiguration
+		}
+		var err error
+		audience := "https://" + p.addr + path.Dir(recvTensorMethod) // as gRPC passes it
+		if md, err = pc.GetRequestMetadata(ctx, audience); err != nil {
+			return nil, fmt.Errorf("rpc: RecvTensor %q on %s: getting request credentials: %w", key, p.peer, err)
+		}
+	}
+	if len(key) > math.MaxUint16 {
+		return nil, errFallback // no such keys are made; gRPC carries any
+	}
+	c, err := p.get(ctx)
+	if err != nil {
+		return nil, errFallback
+	}
+	t, err := p.exchange(ctx, c, step, key, md)
+	var re *RemoteError
+	if err == nil || errors.As(err, &re) { // a whole answer: c can serve again
+		p.put(c)
+		return t, err
+	}
+	c.conn.Close()
+	return nil, p.error(ctx, key, err)
+}
+
+// get returns an idle connection that is still open, or dials a new one.
+func (p *tensorPool) get(ctx context.Context) (*tensorClientConn, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, net.ErrClosed
+		}
+		if time.Now().Before(p.offline) {
+			p.mu.Unlock()
+			return nil, errFallback
+		}
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			return p.dial(ctx)
+		}
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		// A server closes idle connections when it stops: such a one
+		// would fail the request after sending it, when a new
+		// connection would do (a restarted peer).
+		if idleOpen(c.conn) {
+			return c, nil
+		}
+		c.conn.Close()
+	}
+}
+
+func (p *tensorPool) put(c *tensorClientConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle) >= maxIdleConns {
+		c.conn.Close()
+		return
+	}
+	p.idle = append(p.idle, c)
+}
+
+// close closes the idle connections; those in use are closed when
+// returned.
+func (p *tensorPool) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, c := range p.idle {
+		c.conn.Close()
+	}
+	p.idle = nil
+}
+
+// dial opens a connection and exchanges the hello. A peer that answers
+// with anything else, or hangs up, does not offer the channel: it is not
+// asked again for reprobeAfter.
+func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(sniffTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	conn.SetDeadline(deadline)
+	hello := func() error {
+		if p.tlsc != nil {
+			tc := tls.Client(conn, p.tlsc)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				return err
+			}
+			conn = tc
+		}
+		if _, err := conn.Write(tensorHello); err != nil {
+			return err
+		}
+		ack := make([]byte, len(tensorHello))
+		if _, err := io.ReadFull(conn, ack); err != nil {
+			return err
+		}
+		if !bytes.Equal(ack, tensorHello) {
+			return fmt.Errorf("unexpected answer %q", ack)
+		}
+		return nil
+	}
+	if err := hello(); err != nil {
+		conn.Close()
+		var ne net.Error
+		if ctx.Err() == nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			p.mu.Lock()
+			p.offline = time.Now().Add(reprobeAfter)
+			p.mu.Unlock()
+			p.opts.logger().Info("rpc: "+p.peer+" does not offer the tensor channel; tensors go over gRPC", "peer", p.peer, "err", err)
+		}
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	return &tensorClientConn{conn: conn, r: bufio.NewReaderSize(conn, ioBufferSize)}, nil
+}
+
+// exchange sends one request on c and reads the response; a *RemoteError
+// is the peer's answer, after which c is still usable.
+func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int64, key string, md map[string]string) (*tensor.Tensor, error) {
+	var timeout time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(d); timeout <= 0 {
+			return nil, ctx.Err()
+		}
+		c.conn.SetDeadline(d)
+	} else {
+		c.conn.SetDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	c.buf = appendRequest(c.buf[:0], step, timeout, key, md)
+	if _, err := c.conn.Write(c.buf); err != nil {
+		return nil, err
+	}
+	kind, err := c.r.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case respError:
+		var h [4]byte
+		if _, err := io.ReadFull(c.r, h[:]); err != nil {
+			return nil, err
+		}
+		code := codes.Code(binary.LittleEndian.Uint32(h[:]))
+		reason, err := readString(c.r, 2)
+		if err != nil {
+			return nil, err
+		}
+		msg, err := readString(c.r, 4)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: code, Msg: msg, Reason: reason}
+	case respTensor:
+	default:
+		return nil, fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
+	}
+	var h [2]byte
+	if _, err := io.ReadFull(c.r, h[:]); err != nil {
+		return nil, err
+	}
+	dt, rank := tensor.DType(h[0]), int(h[1])
+	if !dt.Valid() {
+		return nil, fmt.Errorf("%w: invalid dtype %d", tensor.ErrCorrupt, h[0])
+	}
+	dims := make([]byte, 8*rank+8)
+	if _, err := io.ReadFull(c.r, dims); err != nil {
+		return nil, err
+	}
+	shape := make([]int, rank)
+	size := uint64(dt.Size())
+	for i := range shape {
+		d := binary.LittleEndian.Uint64(dims[8*i:])
+		if d > 0 && size > (1<<46)/d {
+			return nil, fmt.Errorf("%w: bad dimensions in a tensor of %v", tensor.ErrCorrupt, dt)
+		}
+		size *= d
+		shape[i] = int(d)
+	}
+	if n := binary.LittleEndian.Uint64(dims[8*rank:]); n != size {
+		return nil, fmt.Errorf("%w: %d bytes announced for %v%v, want %d", tensor.ErrCorrupt, n, dt, shape, size)
+	}
+	t := tensor.New(dt, shape...)
+	raw := t.RawBytes()
+	if n, err := io.ReadFull(c.r, raw); err != nil {
+		return nil, fmt.Errorf("got %d of the %d bytes of %v%v: %w", n, len(raw), dt, shape, err)
+	}
+	if dt == tensor.Bool { // keep bools 0 or 1 whatever the peer sent
+		for i := range raw {
+			raw[i] = min(raw[i], 1)
+		}
+	}
+	return t, nil
+}
+
+func readString(r *bufio.Reader, lenSize int) (string, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(r, h[:lenSize]); err != nil {
+		return "", err
+	}
+	n := int(binary.LittleEndian.Uint32(h[:]))
+	if n > maxRequestSize {
+		return "", fmt.Errorf("%w: string of %d bytes", tensor.ErrCorrupt, n)
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(r, b)
+	return string(b), err
+}
+
+// error maps a failed exchange to the errors of the gRPC path: the peer's
+// own error as is, the end of ctx as DeadlineExceeded or Canceled, a
+// broken connection as Unavailable, all naming the peer.
+func (p *tensorPool) error(ctx context.Context, key string, err error) error {
+	var re *RemoteError
+	switch {
+	case errors.As(err, &re):
+		return re
+	case errors.Is(err, tensor.ErrCorrupt):
+		return fmt.Errorf("rpc: RecvTensor %q on %s: %w", key, p.peer, err)
+	case ctx.Err() != nil || deadlinePassed(ctx, err):
+		cerr := ctx.Err()
+		if cerr == nil { // the socket's deadline fired just before ctx's
+			cerr = context.DeadlineExceeded
+		}
+		code := codes.Canceled
+		if errors.Is(cerr, context.DeadlineExceeded) {
+			code = codes.DeadlineExceeded
+		}
+		re = &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: code, Msg: fmt.Sprintf("tensor %q: %v", key, err)}
+		return fmt.Errorf("%w (%w)", re, cerr)
+	default:
+		return &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: codes.Unavailable, Msg: fmt.Sprintf("tensor %q: connection lost: %v", key, err)}
+	}
+}
+
+// deadlinePassed reports whether err is a socket timeout at ctx's deadline.
+func deadlinePassed(ctx context.Context, err error) bool {
+	d, ok := ctx.Deadline()
+	return ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(d)
+}
+
+// reasonOf returns the distflow sentinel name in a status's details.
+func reasonOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
