@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -209,28 +210,76 @@ func runConformance(t *testing.T, mk makeRings, sizes []int) {
 		if err := rings[2].Close(); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 		defer cancel()
-		start := time.Now()
 		errs := parallel(rings[:2], func(r *Ring) error {
 			return r.AllReduce(ctx, "dead", 0, make([]float32, 1000))
 		})
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("failing took %v with a 1s deadline", d)
-		}
-		// Rank 0 waits for the dead rank 2 and names it. Rank 1 names rank 2
-		// (its send failed) or, when rank 0 gave up first, the broken
-		// stream from rank 0.
-		if err := errs[0]; err == nil || !strings.Contains(err.Error(), "rank 2") {
-			t.Errorf("rank 0: error %v does not name rank 2", err)
-		}
-		if err := errs[1]; err == nil || !strings.Contains(err.Error(), "rank 2") && !strings.Contains(err.Error(), "stream from rank 0") {
-			t.Errorf("rank 1: error %v names neither rank 2 nor the broken stream from rank 0", err)
-		}
+		// Rank 0 waits for the dead rank 2, rank 1 cannot send to it:
+		// both name it, within their deadline.
+		checkDeadPeer(t, rings, errs, ctx)
 		if err := rings[2].AllReduce(ctx, "dead", 0, nil); !errors.Is(err, ErrClosed) {
 			t.Errorf("closed ring: %v, want ErrClosed", err)
 		}
 	})
+
+	t.Run("peer killed midway", func(t *testing.T) {
+		// Rank 2 dies once it has taken in its first chunk and rank 0 has
+		// taken one from it: every stream is then up. Rank 1 sees rank 0
+		// give up rather than rank 2 die, yet names rank 2.
+		rings := mk(t, 3, 64<<10)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		got := make(chan struct{}, 2)
+		var once0, once2 sync.Once
+		rings[0].testReceived = func(opKey, int) { once0.Do(func() { got <- struct{}{} }) }
+		rings[2].testReceived = func(opKey, int) { once2.Do(func() { got <- struct{}{} }) }
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for i, r := range rings {
+			wg.Go(func() { errs[i] = r.AllReduce(ctx, "big", 0, make([]float32, 4<<20)) })
+		}
+		<-got
+		<-got
+		rings[2].Close()
+		wg.Wait()
+		if !errors.Is(errs[2], ErrClosed) {
+			t.Errorf("rank 2: %v, want ErrClosed", errs[2])
+		}
+		checkDeadPeer(t, rings, errs[:2], ctx)
+	})
+}
+
+// taskNames names n ranks' tasks as a cluster's workers.
+func taskNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("/job:worker/task:%d", i)
+	}
+	return names
+}
+
+// checkDeadPeer checks that the errors of the surviving ranks (by rank)
+// name rank 2, with its task and address, as the dead rank, before ctx's
+// deadline.
+func checkDeadPeer(t *testing.T, rings []*Ring, errs []error, ctx context.Context) {
+	t.Helper()
+	// The slack is for goroutines that -race on a loaded machine wakes
+	// late; the ring keeps a fifth of the time for its probes.
+	deadline, _ := ctx.Deadline()
+	if late := time.Since(deadline); late > 300*time.Millisecond {
+		t.Errorf("the survivors failed %v after their deadline", late)
+	}
+	for rank, err := range errs {
+		var pe *PeerDownError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrPeerUnreachable) {
+			t.Errorf("rank %d: %v, want a PeerDownError", rank, err)
+			continue
+		}
+		if want := rings[rank].peer(2); !slices.Equal(pe.Down, []int{2}) || !strings.Contains(err.Error(), want+" is down") {
+			t.Errorf("rank %d: down %v, error %q; want rank 2 named as %q", rank, pe.Down, err, want)
+		}
+	}
 }
 
 func TestSchedule(t *testing.T) {

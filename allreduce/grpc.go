@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -49,7 +50,7 @@ func New(cfg Config) (*Ring, error) {
 		}
 	}
 	r := &Ring{
-		rank: cfg.Rank, size: len(cfg.Peers), peers: append([]string(nil), cfg.Peers...),
+		rank: cfg.Rank, size: len(cfg.Peers), peers: append([]string(nil), cfg.Peers...), names: append([]string(nil), cfg.Names...),
 		chunk: chunkElems(cfg.ChunkBytes), log: log, box: newMailbox(),
 	}
 	g := &grpcTransport{ring: r, lis: lis, conns: make(map[int]*grpc.ClientConn)}
@@ -150,6 +151,30 @@ func (g *grpcTransport) open(ctx context.Context, to int, key opKey) (stream, er
 		close(gs.done)
 	}()
 	return gs, nil
+}
+
+// probe opens an empty stream to rank to and waits for its
+// acknowledgement. It does not wait for a peer that cannot be reached
+// (no WaitForReady): a refused connection fails at once.
+func (g *grpcTransport) probe(ctx context.Context, to int) error {
+	c, err := g.conn(to)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := pb.NewRingClient(c).Chunks(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	err = st.RecvMsg(new(pb.RingAck))
+	if status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), ErrClosed.Error()) {
+		return errPeerLeft
+	}
+	return err
 }
 
 // closeGrace bounds how long Close waits for peers' streams to finish.
@@ -271,6 +296,11 @@ type ringService struct {
 }
 
 func (s *ringService) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingAck]) error {
+	// A closed ring may still serve while it stops gracefully: it answers
+	// neither chunks nor probes.
+	if err := s.ring.box.closedErr(); err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
 	var key opKey
 	from := -1
 	for {

@@ -17,6 +17,8 @@ type InProcessConfig struct {
 	// Delay, when positive, holds every chunk that long before delivering
 	// it (waiting on the sender's side): a slow network for tests.
 	Delay time.Duration
+	// Names is as in Config.
+	Names []string
 }
 
 // NewInProcess returns n started rings connected by memory, one per rank:
@@ -29,6 +31,9 @@ func NewInProcess(n int, cfg InProcessConfig) ([]*Ring, error) {
 	if cfg.ChunkBytes < 0 {
 		return nil, fmt.Errorf("%w: negative chunk size %d", ErrInvalidConfig, cfg.ChunkBytes)
 	}
+	if len(cfg.Names) != 0 && len(cfg.Names) != n {
+		return nil, fmt.Errorf("%w: %d names for %d ranks", ErrInvalidConfig, len(cfg.Names), n)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -37,7 +42,7 @@ func NewInProcess(n int, cfg InProcessConfig) ([]*Ring, error) {
 	rings := make([]*Ring, n)
 	for i := range rings {
 		rings[i] = &Ring{
-			rank: i, size: n, peers: make([]string, n),
+			rank: i, size: n, peers: make([]string, n), names: cfg.Names,
 			chunk: chunkElems(cfg.ChunkBytes), log: log,
 			box: newMailbox(), tr: net, started: true,
 		}
@@ -58,6 +63,13 @@ func (n *memNetwork) open(ctx context.Context, to int, key opKey) (stream, error
 		return nil, ErrPeerUnreachable
 	}
 	return &memStream{ctx: ctx, to: n.rings[to], key: key, delay: n.delay}, nil
+}
+
+func (n *memNetwork) probe(_ context.Context, to int) error {
+	if n.rings[to].box.closedErr() != nil {
+		return ErrPeerUnreachable
+	}
+	return nil
 }
 
 type memStream struct {

@@ -5,7 +5,7 @@ import (
 )
 
 func inProcess(t testing.TB, n, chunkBytes int) []*Ring {
-	rings, err := NewInProcess(n, InProcessConfig{ChunkBytes: chunkBytes, Logger: quiet})
+	rings, err := NewInProcess(n, InProcessConfig{ChunkBytes: chunkBytes, Logger: quiet, Names: taskNames(n)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 )
 
 // Sentinel errors, wrapped by the errors that the package returns.
@@ -51,6 +54,9 @@ type Config struct {
 	// ChunkBytes is the size of the pieces a segment is sent in (0:
 	// DefaultChunkBytes; rounded down to whole float32s, at least one).
 	ChunkBytes int
+	// Names optionally names the task of each rank (such as
+	// "/job:worker/task:2"), indexed like Peers, for errors.
+	Names []string
 }
 
 func (c Config) validate() error {
@@ -62,6 +68,9 @@ func (c Config) validate() error {
 	}
 	if c.ChunkBytes < 0 {
 		return fmt.Errorf("%w: negative chunk size %d", ErrInvalidConfig, c.ChunkBytes)
+	}
+	if len(c.Names) != 0 && len(c.Names) != len(c.Peers) {
+		return fmt.Errorf("%w: %d names for %d peers", ErrInvalidConfig, len(c.Names), len(c.Peers))
 	}
 	seen := make(map[string]int, len(c.Peers))
 	for i, p := range c.Peers {
@@ -88,7 +97,8 @@ func chunkElems(bytes int) int {
 type Ring struct {
 	rank, size int
 	peers      []string
-	chunk      int // elements per chunk
+	names      []string // task names by rank, or nil
+	chunk      int      // elements per chunk
 	log        *slog.Logger
 	box        *mailbox
 	tr         transport
@@ -109,12 +119,125 @@ func (r *Ring) Rank() int { return r.rank }
 // Size returns the number of ranks.
 func (r *Ring) Size() int { return r.size }
 
-// peer names rank i in errors: its rank and, if known, its address.
+// peer names rank i in errors: its rank and, if known, its task and
+// address.
 func (r *Ring) peer(i int) string {
-	if i >= 0 && i < len(r.peers) && r.peers[i] != "" {
-		return fmt.Sprintf("rank %d (%s)", i, r.peers[i])
+	name := fmt.Sprintf("rank %d", i)
+	if i >= 0 && i < len(r.names) && r.names[i] != "" {
+		name += " " + r.names[i]
 	}
-	return fmt.Sprintf("rank %d", i)
+	if i >= 0 && i < len(r.peers) && r.peers[i] != "" {
+		name += " (" + r.peers[i] + ")"
+	}
+	return name
+}
+
+// PeerDownError is the error of an operation during which ranks of the
+// ring went down: after the failure, this rank probed every peer, and
+// these did not answer. It names them whichever neighbour the failure
+// arrived through (in a ring, a dead rank's neighbours see it die; the
+// others see a neighbour give up). It wraps ErrPeerUnreachable and the
+// failure as this rank saw it.
+type PeerDownError struct {
+	// Rank is the rank that reports; Op names the operation.
+	Rank int
+	Op   string
+	// Down lists the ranks that did not answer, and Peers describes each
+	// (rank, task name if configured, address).
+	Down  []int
+	Peers []string
+	// Err is the failure of the operation on this rank.
+	Err error
+}
+
+func (e *PeerDownError) Error() string {
+	verb := "is"
+	if len(e.Peers) > 1 {
+		verb = "are"
+	}
+	return fmt.Sprintf("allreduce: rank %d: %s: %s %s down (%v)", e.Rank, e.Op, strings.Join(e.Peers, ", "), verb, e.Err)
+}
+
+// Unwrap returns ErrPeerUnreachable and the failure.
+func (e *PeerDownError) Unwrap() []error { return []error{ErrPeerUnreachable, e.Err} }
+
+// probeBudget is the share of an operation's time (a fifth) kept to probe
+// the peers after a failure, so that the error names a dead rank within
+// the caller's deadline; maxProbe bounds it.
+const (
+	probeBudget = 5
+	maxProbe    = time.Second
+	minProbe    = 100 * time.Millisecond
+)
+
+// opContext returns the context of an operation: ctx, with a deadline
+// earlier by the probing budget if ctx has one.
+func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	budget := min(time.Until(deadline)/probeBudget, maxProbe)
+	return context.WithDeadline(ctx, deadline.Add(-budget))
+}
+
+// explain turns the failure err of operation key into a PeerDownError if
+// some peers do not answer a probe (ctx is the caller's context, whose
+// deadline bounds the probes). Failures that no dead peer explains (this
+// ring closed, peers that disagree, a cancelled caller) are returned as
+// they are.
+func (r *Ring) explain(ctx context.Context, key opKey, err error) error {
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrMismatch) || errors.Is(err, ErrBusy) || errors.Is(ctx.Err(), context.Canceled) {
+		return err
+	}
+	// The probes have the time left to ctx's deadline (at least a little,
+	// so that a deadline missed by the operation still names a dead peer),
+	// at most maxProbe.
+	wait := maxProbe
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(max(time.Until(deadline), minProbe), maxProbe)
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
+	// A peer that refuses (or is closed, in process) is down, unless it
+	// answers that it closed its ring (another survivor leaving); one that
+	// does not answer in time (a hung process, or a port that accepts
+	// connections nobody serves) is down only if no peer refused and the
+	// probe had more than the least time.
+	refused, silent := make([]bool, r.size), make([]bool, r.size)
+	var wg sync.WaitGroup
+	for i := range r.size {
+		if i != r.rank {
+			wg.Go(func() {
+				if err := r.tr.probe(pctx, i); err != nil && !errors.Is(err, errPeerLeft) {
+					if pctx.Err() != nil {
+						silent[i] = true
+					} else {
+						refused[i] = true
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	down := refused
+	if !slices.Contains(refused, true) {
+		if wait <= minProbe {
+			return err // too little time to tell a dead peer from a slow one
+		}
+		down = silent
+	}
+	pe := &PeerDownError{Rank: r.rank, Op: key.String(), Err: err}
+	for i, d := range down {
+		if d {
+			pe.Down = append(pe.Down, i)
+			pe.Peers = append(pe.Peers, r.peer(i))
+		}
+	}
+	if len(pe.Down) == 0 {
+		return err
+	}
+	return pe
 }
 
 // AllReduce replaces data, on every rank, by the element-wise sum of the
@@ -126,8 +249,11 @@ func (r *Ring) peer(i int) string {
 //
 // It blocks until the operation is complete, ctx is done, or a peer fails:
 // give ctx a deadline, since a dead peer is detected by a broken stream or
-// by the deadline. Errors name the peer involved. After an error data holds
-// partial sums.
+// by the deadline. After a failure the ring probes the peers, keeping a
+// fifth of the time to ctx's deadline (at most a second) for it: if some
+// are down the error is a *PeerDownError that names them, on every rank
+// that survives; otherwise it names the neighbour involved. After an error
+// data holds partial sums.
 func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []float32) error {
 	if err := r.ready(); err != nil {
 		return err
@@ -141,7 +267,14 @@ func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []f
 		return fmt.Errorf("allreduce: rank %d: %q round %d: %w", r.rank, name, round, err)
 	}
 	defer r.box.finish(key)
-	return r.run(ctx, key, ib, data)
+	opCtx, cancel := opContext(ctx)
+	defer cancel()
+	if err := r.run(opCtx, key, ib, data); err != nil {
+		err = r.explain(ctx, key, err)
+		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", key.name, "round", key.round, "err", err)
+		return err
+	}
+	return nil
 }
 
 // AllReduceMean is AllReduce followed by a division by the number of ranks:
@@ -278,9 +411,6 @@ func (r *Ring) run(ctx context.Context, key opKey, ib *inbox, data []float32) er
 	}
 	if errors.As(err, &waiting) {
 		err = waiting.err
-	}
-	if err != nil {
-		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", key.name, "round", key.round, "err", err)
 	}
 	return err
 }

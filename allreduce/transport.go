@@ -1,6 +1,12 @@
 package allreduce
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// errPeerLeft is a probe's answer from a peer whose ring is closed.
+var errPeerLeft = errors.New("allreduce: the peer closed its ring")
 
 // transport moves the chunks of one operation from a rank to the next. The
 // receiving side files what arrives in the receiving Ring's mailbox
@@ -9,6 +15,11 @@ import "context"
 type transport interface {
 	// open starts the stream of operation key to rank to.
 	open(ctx context.Context, to int, key opKey) (stream, error)
+	// probe reports whether rank to answers (nil), has closed its ring
+	// (errPeerLeft: its process is alive, leaving after a failure or the
+	// end of training) or is down, without waiting for a peer that is not
+	// serving.
+	probe(ctx context.Context, to int) error
 }
 
 // stream sends the chunks of one operation in order.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel/cpu"
@@ -38,19 +39,35 @@ var ErrTrainingFinished = errors.New("training is finished")
 // replicas are backup workers: each round proceeds as soon as the fastest
 // ReplicasToAggregate gradients are in, and the late ones are dropped.
 //
-// Tokens follow TensorFlow: InitTokens enqueues TotalReplicas tokens and
-// every round enqueues TotalReplicas more, so every replica can start its
-// next step. With backup workers the tokens of the slow replicas pile up;
-// a fast replica that later dequeues an old token starts from a stale local
-// step and its next gradient is dropped (counted, not silent).
+// Tokens. After SetReplica every replica has a token queue of its own and
+// each round puts one token in each: a replica whose gradient went into a
+// round waits for that round's update and no replica can take another's
+// token, so that without backup workers every round averages exactly one
+// gradient per replica, computed on the same variables (the single-process
+// step on the union of the replicas' batches), and none is dropped.
+// Without SetReplica the replicas share one queue, TensorFlow's scheme:
+// InitTokens enqueues TotalReplicas-ReplicasToAggregate tokens and every
+// round TotalReplicas, and a fast replica may take a slow one's token and
+// put two gradients into a round. (TensorFlow starts with
+// ReplicasToAggregate tokens: without backup workers each replica then runs
+// a second step on the parameters of the first, and those gradients are
+// dropped.)
+//
+// A replica's new local step is the global step read after its token, not
+// the token's value: with backup workers the tokens of a slow replica pile
+// up, and a replica whose gradient was dropped, or whose token is old,
+// skips ahead to the current step and computes its next gradient on fresh
+// variables instead of one that would be dropped. (The queue of a replica
+// that stopped grows by one token, about a hundred bytes, per round.)
 //
 // The first ApplyGradients on a graph builds the shared part (accumulators,
 // token queue, chief update); each call builds one replica's training step,
 // with its own local step variable on the replica's device (the device the
 // scope's device function gives ordinary ops, so that between-graph
 // replicas do not share it). In between-graph replication every worker
-// builds the same graph with its own optimizer; in one process several
-// replicas can share one graph by calling ApplyGradients once each.
+// builds the same graph with its own optimizer (and calls SetReplica with
+// its index); in one process several replicas can share one graph by
+// calling ApplyGradients once each (after SetReplica(0)).
 //
 // The optimizer's methods that run steps are safe for concurrent use;
 // building is not.
@@ -65,15 +82,19 @@ type SyncReplicasOptimizer struct {
 	globalStep *ops.Variable
 	vars       []*ops.Variable
 	accums     []graph.Output
-	queue      graph.Output
-	update     *graph.Node  // the chief's round: take, apply, increment, enqueue
-	newStep    graph.Output // the global step after the round
-	initTokens *graph.Node
-	finish     *graph.Node
-	dropped    []graph.Output
-	localInits []*graph.Node
-	localInit  *graph.Node // Group of localInits, built by LocalStepInit
-	localInitN int         // len(localInits) when localInit was built
+	// firstReplica is the index of the first replica built on this graph
+	// (SetReplica), -1 for one shared token queue; nextReplica counts the
+	// replicas built.
+	firstReplica, nextReplica int
+	queues                    []graph.Output // one, or one per replica
+	update                    *graph.Node    // the chief's round: take, apply, increment, enqueue
+	newStep                   graph.Output   // the global step after the round
+	initTokens                *graph.Node
+	finish                    *graph.Node
+	dropped                   []graph.Output
+	localInits                []*graph.Node
+	localInit                 *graph.Node // Group of localInits, built by LocalStepInit
+	localInitN                int         // len(localInits) when localInit was built
 
 	aggregations atomic.Int64
 }
@@ -82,7 +103,16 @@ type SyncReplicasOptimizer struct {
 // gradients, out of totalReplicas replicas (>= replicasToAggregate >= 1;
 // ApplyGradients reports invalid counts).
 func NewSyncReplicas(opt Optimizer, replicasToAggregate, totalReplicas int) *SyncReplicasOptimizer {
-	return &SyncReplicasOptimizer{opt: opt, replicasToAggregate: replicasToAggregate, totalReplicas: totalReplicas}
+	return &SyncReplicasOptimizer{opt: opt, replicasToAggregate: replicasToAggregate, totalReplicas: totalReplicas, firstReplica: -1}
+}
+
+// SetReplica gives every replica a token queue of its own (see the type's
+// documentation): the next ApplyGradients builds replica i, 0 <= i <
+// TotalReplicas, and later calls on the same graph build i+1, i+2, ...
+// Every process of a between-graph replication calls it, with its own
+// replica index, before ApplyGradients; the chief is replica 0.
+func (o *SyncReplicasOptimizer) SetReplica(i int) {
+	o.firstReplica, o.nextReplica = i, i
 }
 
 // Name returns "SyncReplicas".
@@ -167,18 +197,43 @@ func (o *SyncReplicasOptimizer) buildShared(s *graph.Scope, gvs []GradVar, gs *o
 		return fmt.Errorf("train: sync replicas: wrapped optimizer %s: %w", o.opt.Name(), err)
 	}
 	gsScope := root.WithDevice(gs.Node().Device())
-	o.queue = ops.FIFOQueue(gsScope, gs.DType(), -1, "sync_replicas/token_queue")
 	newStep := ops.AssignAdd(gsScope.WithControlDependencies(apply), gs.Value(), ops.Scalar(gsScope, gs.DType(), 1))
-	count := ops.Const(gsScope, []int32{int32(o.totalReplicas)})
-	o.update = ops.QueueEnqueueMany(gsScope.SubScope("release"), o.queue, ops.Fill(gsScope, count, newStep))
-	o.newStep = newStep
+	release := gsScope.SubScope("release")
 	initScope := gsScope.SubScope("init_tokens").WithControlDependencies(setSteps...)
-	o.initTokens = ops.QueueEnqueueMany(initScope, o.queue, ops.Fill(initScope, count, gs.Value()))
-	o.finish = ops.QueueClose(root.SubScope("finish"), o.queue, true)
+	o.queues, o.initTokens = nil, nil
+	if o.firstReplica < 0 {
+		q := ops.FIFOQueue(gsScope, gs.DType(), -1, "sync_replicas/token_queue")
+		o.queues = append(o.queues, q)
+		o.update = ops.QueueEnqueueMany(release, q, ops.Fill(release, ops.Const(release, []int32{int32(o.totalReplicas)}), newStep))
+		if extra := o.totalReplicas - o.replicasToAggregate; extra > 0 {
+			o.initTokens = ops.QueueEnqueueMany(initScope, q, ops.Fill(initScope, ops.Const(initScope, []int32{int32(extra)}), gs.Value()))
+		}
+	} else {
+		// No initial tokens: every replica's first step is free, and a
+		// replica only waits once it has a gradient in the current round.
+		one := ops.Reshape(release, newStep, ops.Const(release, []int32{1}))
+		var enqueues []*graph.Node
+		for i := range o.totalReplicas {
+			q := ops.FIFOQueue(gsScope, gs.DType(), -1, fmt.Sprintf("sync_replicas/token_queue_%d", i))
+			o.queues = append(o.queues, q)
+			enqueues = append(enqueues, ops.QueueEnqueueMany(release, q, one))
+		}
+		o.update = ops.Group(release, "all", enqueues...)
+	}
+	if o.initTokens == nil {
+		o.initTokens = ops.Group(initScope, "set_steps", setSteps...)
+	}
+	o.newStep = newStep
+	var closes []*graph.Node
+	for _, q := range o.queues {
+		closes = append(closes, ops.QueueClose(root.SubScope("finish"), q, true))
+	}
+	o.finish = ops.Group(root, "finish/all", closes...)
 	if err := root.Err(); err != nil {
 		return fmt.Errorf("train: sync replicas: %w", err)
 	}
 	o.g, o.globalStep, o.localInits, o.localInit = g, gs, nil, nil
+	o.nextReplica = o.firstReplica
 	return nil
 }
 
@@ -198,8 +253,21 @@ func (o *SyncReplicasOptimizer) buildReplica(s *graph.Scope, gvs []GradVar) (*gr
 	for i, gv := range gvs {
 		applies = append(applies, ops.AccumulatorApplyGradient(rs, o.accums[i], ls, gv.Grad))
 	}
-	token := ops.QueueDequeue(rs.WithControlDependencies(applies...), o.queue, tensor.ScalarShape())
-	step := rs.AddNode("Assign", "step", []graph.Output{ls, token}, nil)
+	queue := o.queues[0]
+	if o.firstReplica >= 0 {
+		if o.nextReplica >= o.totalReplicas {
+			return nil, fmt.Errorf("train: sync replicas: replica %d of %d: SetReplica takes 0 to %d", o.nextReplica, o.totalReplicas, o.totalReplicas-1)
+		}
+		queue = o.queues[o.nextReplica]
+		o.nextReplica++
+	}
+	token := ops.QueueDequeue(rs.WithControlDependencies(applies...), queue, tensor.ScalarShape())
+	// The global step as it is after the token: adding zero is a read that
+	// a control dependency can order (a variable's value is read when the
+	// step starts). It is at least the token's value.
+	gsScope := rs.WithDevice(o.globalStep.Node().Device()).WithControlDependencies(token.Node)
+	fresh := ops.AssignAdd(gsScope.SubScope("fresh_step"), o.globalStep.Value(), ops.Scalar(gsScope, o.globalStep.DType(), 0))
+	step := rs.AddNode("Assign", "step", []graph.Output{ls, fresh}, nil)
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("train: sync replicas: replica step: %w", err)
 	}
@@ -245,9 +313,10 @@ func (o *SyncReplicasOptimizer) logger() *slog.Logger {
 
 // InitTokens prepares the synchronisation after the chief has initialised
 // or restored the variables: it sets every accumulator's step to the global
-// step (so that gradients from before a restore are dropped), then enqueues
-// TotalReplicas tokens holding the global step. Only the chief calls it,
-// once, before it starts ChiefQueueRunner.
+// step (so that gradients from before a restore are dropped), then, with
+// a shared token queue, enqueues one token for each backup worker
+// (TotalReplicas-ReplicasToAggregate) holding the global step. Only the
+// chief calls it, once, before it starts ChiefQueueRunner.
 func (o *SyncReplicasOptimizer) InitTokens(ctx context.Context, sess *session.Session) error {
 	if err := o.built(); err != nil {
 		return err
@@ -267,17 +336,33 @@ func (o *SyncReplicasOptimizer) ChiefQueueRunner(ctx context.Context, sess *sess
 		return err
 	}
 	log := o.logger()
+	last, err := o.readStep(ctx, sess)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	var lastDropped int64
 	fetches := append([]graph.Output{o.newStep}, o.dropped...)
 	for {
 		out, err := sess.Run(ctx, nil, fetches, []*graph.Node{o.update})
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(CheckFinished(err), ErrTrainingFinished) {
+				// The last round may have updated the variables and
+				// failed to release the replicas (Finish closed the
+				// queues): the global step says whether it counts.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				if gs, err := o.readStep(rctx, sess); err == nil && gs > last {
+					o.aggregations.Add(gs - last)
+				}
 				return nil
 			}
 			return fmt.Errorf("train: sync replicas: chief round: %w", err)
 		}
 		o.aggregations.Add(1)
+		last = out[0].Int64s()[0]
 		var dropped int64
 		for _, t := range out[1:] {
 			dropped = max(dropped, t.Int64s()[0])
@@ -290,7 +375,16 @@ func (o *SyncReplicasOptimizer) ChiefQueueRunner(ctx context.Context, sess *sess
 	}
 }
 
-// Aggregations returns the number of rounds ChiefQueueRunner completed.
+func (o *SyncReplicasOptimizer) readStep(ctx context.Context, sess *session.Session) (int64, error) {
+	out, err := sess.Run(ctx, nil, []graph.Output{o.globalStep.Value()}, nil)
+	if err != nil {
+		return 0, fmt.Errorf("train: sync replicas: reading the global step: %w", err)
+	}
+	return out[0].Int64s()[0], nil
+}
+
+// Aggregations returns the number of rounds ChiefQueueRunner ran: the
+// updates it applied, including a last one whose release Finish cut short.
 func (o *SyncReplicasOptimizer) Aggregations() int64 { return o.aggregations.Load() }
 
 // Dropped returns the number of stale gradients dropped so far: the largest
