@@ -13,11 +13,24 @@ import (
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/worker"
 )
 
 // ErrNotReady is wrapped by the error of a non-chief replica whose model was
 // not initialised by the chief within MonitoredConfig.ReadyTimeout.
 var ErrNotReady = errors.New("the model is not ready")
+
+// TaskLost reports whether err says that a task of the cluster was lost: it
+// could not be reached (worker.ErrUnavailable), or it no longer knows the
+// graphs registered on it because it was restarted (worker.ErrNoGraph).
+// These are the errors a MonitoredSession with WaitForCluster recovers
+// from; the rpc package keeps both kinds across the wire.
+func TaskLost(err error) bool {
+	return errors.Is(err, worker.ErrUnavailable) || errors.Is(err, worker.ErrNoGraph)
+}
+
+// defaultMaxRecoveries bounds a session's recoveries from lost tasks.
+const defaultMaxRecoveries = 5
 
 // Hook observes and steers a MonitoredSession, as TensorFlow's session run
 // hooks do. Embed NoHook to implement only what is needed.
@@ -78,8 +91,22 @@ type MonitoredConfig struct {
 	// how many there are; without Ready, readiness is not checked.
 	Ready     graph.Output
 	Variables int
-	// ReadyTimeout bounds how long a replica waits for the chief (0: 2 min).
+	// ReadyTimeout bounds how long a replica waits for the chief, and each
+	// WaitForCluster call (0: 2 min).
 	ReadyTimeout time.Duration
+	// WaitForCluster, when set, makes the session recover from the loss of
+	// a task, such as a ps killed and restarted by its supervisor: a step
+	// that fails with a TaskLost error waits for the cluster with it (bounded
+	// by ReadyTimeout), readies the model again as NewMonitoredSession does
+	// (the chief finds it initialised, or restores the latest checkpoint,
+	// every variable of it, since a restarted ps lost its share; the others
+	// wait for the chief), and runs again. It must return nil once every
+	// task the session uses answers, or an error naming the missing ones
+	// when ctx ends. Nil means that such steps fail.
+	WaitForCluster func(ctx context.Context) error
+	// MaxRecoveries bounds the recoveries of the session (0: 5); the loss
+	// after the last one fails the step.
+	MaxRecoveries int
 	// GlobalStep is read with every step (default: the graph's).
 	GlobalStep *ops.Variable
 	Hooks      []Hook
@@ -113,8 +140,9 @@ type MonitoredSession struct {
 	globalStep int64
 	stop       bool
 	closed     bool
+	recoveries int
 	// RestoredStep is the global step of the checkpoint the chief resumed
-	// from, or -1.
+	// from (at its start or in its latest recovery), or -1.
 	RestoredStep int64
 }
 
@@ -129,6 +157,9 @@ func NewMonitoredSession(ctx context.Context, cfg MonitoredConfig) (*MonitoredSe
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
+	if cfg.MaxRecoveries == 0 {
+		cfg.MaxRecoveries = defaultMaxRecoveries
+	}
 	if g := cfg.graphOf(); cfg.GlobalStep == nil && g != nil {
 		cfg.GlobalStep = GlobalStep(g)
 	}
@@ -137,17 +168,55 @@ func NewMonitoredSession(ctx context.Context, cfg MonitoredConfig) (*MonitoredSe
 		log = slog.Default()
 	}
 	ms := &MonitoredSession{cfg: cfg, log: log, RestoredStep: -1}
-	var err error
-	if cfg.IsChief {
-		err = ms.initOrRestore(ctx)
-	} else {
-		err = ms.waitReady(ctx)
-	}
-	if err != nil {
+	if err := ms.readyModel(ctx); err != nil {
 		return nil, err
 	}
 	return ms, nil
 }
+
+// readyModel makes the model ready: the chief initialises, restores or
+// continues; the others wait for it.
+func (ms *MonitoredSession) readyModel(ctx context.Context) error {
+	if ms.cfg.IsChief {
+		return ms.initOrRestore(ctx)
+	}
+	return ms.waitReady(ctx)
+}
+
+// recover handles the failure of a step (or of a hook after it) with
+// cause: when cause says a task was lost and WaitForCluster is set, it
+// waits for the cluster and readies the model again, as often as that
+// fails the same way, within MaxRecoveries for the session. It returns nil
+// when the step can run again, else the error that ends training.
+func (ms *MonitoredSession) recover(ctx context.Context, cause error) error {
+	for {
+		if ms.cfg.WaitForCluster == nil || !TaskLost(cause) || ctx.Err() != nil {
+			return cause
+		}
+		if ms.recoveries >= ms.cfg.MaxRecoveries {
+			return fmt.Errorf("train: giving up after %d recoveries from lost tasks: %w", ms.recoveries, cause)
+		}
+		ms.recoveries++
+		ms.log.Warn("lost a task; waiting for the cluster, then readying the model again",
+			"recovery", ms.recoveries, "max_recoveries", ms.cfg.MaxRecoveries, "err", cause)
+		wctx, cancel := context.WithTimeout(ctx, ms.cfg.ReadyTimeout)
+		err := ms.cfg.WaitForCluster(wctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("train: recovering from a lost task (%v): the cluster did not come back within %v: %w", cause, ms.cfg.ReadyTimeout, err)
+		}
+		if err := ms.readyModel(ctx); err != nil {
+			cause = fmt.Errorf("train: readying the model after a lost task: %w", err)
+			continue
+		}
+		ms.log.Info("recovered from a lost task", "recovery", ms.recoveries, "restored_step", ms.RestoredStep)
+		return nil
+	}
+}
+
+// Recoveries returns how many recoveries from a lost task the session has
+// attempted.
+func (ms *MonitoredSession) Recoveries() int { return ms.recoveries }
 
 // graphOf returns the graph the configuration's nodes belong to, or nil.
 func (c MonitoredConfig) graphOf() *graph.Graph {
@@ -244,6 +313,10 @@ func (ms *MonitoredSession) Session() *session.Session { return ms.cfg.Session }
 
 // Run runs one training step (feeds, fetches and targets as in
 // session.Run) with the hooks' extra fetches, then the hooks' AfterRun.
+// With WaitForCluster set, a step that fails because a task was lost is
+// run again once the cluster and the model have recovered (see
+// MonitoredConfig.WaitForCluster); a hook that fails so after a step that
+// ran ends its AfterRun calls for that step.
 func (ms *MonitoredSession) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor, fetches []graph.Output, targets []*graph.Node) ([]*tensor.Tensor, error) {
 	if ms.closed {
 		return nil, errors.New("train: monitored session: Run after Close")
@@ -260,8 +333,11 @@ func (ms *MonitoredSession) Run(ctx context.Context, feeds map[graph.Output]*ten
 		all = append(all, extra...)
 	}
 	out, err := ms.cfg.Session.Run(ctx, feeds, all, targets)
-	if err != nil {
-		return nil, err
+	for err != nil {
+		if err = ms.recover(ctx, err); err != nil {
+			return nil, err
+		}
+		out, err = ms.cfg.Session.Run(ctx, feeds, all, targets)
 	}
 	ms.localStep++
 	if ms.cfg.GlobalStep != nil {
@@ -271,7 +347,10 @@ func (ms *MonitoredSession) Run(ctx context.Context, feeds map[graph.Output]*ten
 	}
 	for i, h := range ms.cfg.Hooks {
 		if err := h.AfterRun(ctx, step, out[bounds[i][0]:bounds[i][1]]); err != nil {
-			return nil, err
+			if err := ms.recover(ctx, err); err != nil {
+				return nil, err
+			}
+			break
 		}
 	}
 	ms.stop = ms.stop || step.stop

@@ -3,16 +3,22 @@ package train_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/distflow/distflow/checkpoint"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/master"
 	"github.com/distflow/distflow/ops"
+	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
+	"github.com/distflow/distflow/worker/workertest"
 )
 
 // monitoredQuadratic builds min (w - 3)^2 with SGD and a global step.
@@ -155,5 +161,191 @@ func TestMonitoredSessionGivesUpWithoutAChief(t *testing.T) {
 	cfg.ReadyTimeout = 200 * time.Millisecond
 	if _, err := train.NewMonitoredSession(context.Background(), cfg); !errors.Is(err, train.ErrNotReady) {
 		t.Errorf("NewMonitoredSession = %v, want ErrNotReady", err)
+	}
+}
+
+const (
+	psTask = "/job:ps/task:0"
+	wk0    = "/job:worker/task:0"
+	wk1    = "/job:worker/task:1"
+)
+
+// replicatedQuadratic is the quadratic on 1 ps + 2 workers in memory: its
+// variables on the ps, a master per worker, and a way to wait for the ps.
+type replicatedQuadratic struct {
+	*monitoredQuadratic
+	net   *workertest.Network
+	saver *checkpoint.Saver
+	dir   string
+}
+
+func newReplicatedQuadratic(t *testing.T) *replicatedQuadratic {
+	t.Helper()
+	s := graph.NewScope()
+	ps := s.WithDevice(psTask)
+	w := ops.NewVariable(ps, "w", tensor.Float32, nil, ops.ZerosInit())
+	loss := ops.Square(s, ops.Sub(s, w.Value(), ops.Scalar(s, tensor.Float32, 3)))
+	step, err := train.Minimize(s, train.NewGradientDescent(0.1), loss, train.CreateGlobalStep(ps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &monitoredQuadratic{s: s, w: w, loss: loss, step: step, init: ops.GlobalVariablesInitializer(s)}
+	q.ready, q.numVars = train.ReadyOp(s, ops.GlobalVariables(s.Graph()))
+	dir := t.TempDir()
+	saver, err := checkpoint.NewSaver(s, nil, checkpoint.SaverConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &replicatedQuadratic{monitoredQuadratic: q, net: workertest.NewCluster(psTask, wk0, wk1), saver: saver, dir: dir}
+}
+
+// session opens a session on the master of task.
+func (r *replicatedQuadratic) session(t *testing.T, task string) *session.Session {
+	t.Helper()
+	m := master.New(master.Config{Task: task, Devices: []string{psTask + "/cpu:0", wk0 + "/cpu:0", wk1 + "/cpu:0"},
+		Workers: r.net.From(task), Logger: slog.New(slog.DiscardHandler)})
+	sess, err := session.New(r.s.Graph(), session.WithMaster(m, &pb.SessionConfig{DefaultDevice: task, DeviceFilters: []string{"/job:ps", task}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
+// waitForPS polls the ps until it answers or ctx ends.
+func (r *replicatedQuadratic) waitForPS(ctx context.Context) error {
+	w, err := r.net.Worker(psTask)
+	if err != nil {
+		return err
+	}
+	for {
+		_, err := w.GetStatus(ctx, &pb.GetStatusRequest{})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s is not reachable: %w (%w)", psTask, err, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestMonitoredSessionRecoversFromARestartedPS: the ps is restarted (its
+// variables are gone) after a checkpoint; the chief's next step restores
+// the checkpoint, the other replica's waits for it, and both go on from the
+// checkpoint's global step.
+func TestMonitoredSessionRecoversFromARestartedPS(t *testing.T) {
+	ctx := context.Background()
+	r := newReplicatedQuadratic(t)
+	open := func(task string, chief bool) *train.MonitoredSession {
+		cfg := r.config(r.session(t, task), chief)
+		cfg.Saver, cfg.WaitForCluster, cfg.ReadyTimeout = r.saver, r.waitForPS, 30*time.Second
+		if chief {
+			cfg.Hooks = []train.Hook{&train.CheckpointHook{Saver: r.saver, Schedule: &checkpoint.Schedule{Steps: 10}}}
+		}
+		ms, err := train.NewMonitoredSession(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	chief := open(wk0, true)
+	other := open(wk1, false)
+	for range 10 {
+		for _, ms := range []*train.MonitoredSession{chief, other} {
+			if _, err := ms.Run(ctx, nil, nil, []*graph.Node{r.step}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, saved, err := checkpoint.Latest(r.dir)
+	if err != nil || saved < 10 {
+		t.Fatalf("the latest checkpoint is at global step %d (%v), want one at 10 or later", saved, err)
+	}
+	r.net.Restart(psTask)
+
+	// The other replica finds out first and waits for the chief.
+	otherDone := make(chan error, 1)
+	go func() {
+		_, err := other.Run(ctx, nil, nil, []*graph.Node{r.step})
+		otherDone <- err
+	}()
+	out, err := chief.Run(ctx, nil, []graph.Output{r.w.Value()}, []*graph.Node{r.step})
+	if err != nil {
+		t.Fatalf("the chief's step after the restart: %v", err)
+	}
+	if err := <-otherDone; err != nil {
+		t.Fatalf("the other replica's step after the restart: %v", err)
+	}
+	if chief.RestoredStep != saved || chief.Recoveries() != 1 || other.Recoveries() != 1 {
+		t.Errorf("restored step %d, recoveries %d and %d; want %d, 1 and 1", chief.RestoredStep, chief.Recoveries(), other.Recoveries(), saved)
+	}
+	// The chief's step and perhaps the other replica's after the checkpoint.
+	if gs := chief.GlobalStep(); gs != saved+1 && gs != saved+2 {
+		t.Errorf("global step %d after the recovery, want %d or %d", gs, saved+1, saved+2)
+	}
+	if w := out[0].Float64At(0); w <= 0 || w >= 3 {
+		t.Errorf("w = %v after the recovery: not restored", w)
+	}
+}
+
+// TestMonitoredSessionLostTaskFailures: without WaitForCluster, when the
+// lost task does not come back in time, or after MaxRecoveries, the step
+// fails naming the task.
+func TestMonitoredSessionLostTaskFailures(t *testing.T) {
+	tests := []struct {
+		name string
+		wait bool
+		max  int
+		// losses is how often the ps is restarted, each before a step; the
+		// last step must fail. Zero: the ps is cut off for good.
+		losses     int
+		want       string
+		recoveries int // attempted
+	}{
+		{name: "no WaitForCluster", losses: 1, want: "no such graph"},
+		{name: "the ps does not come back", wait: true, want: "did not come back within", recoveries: 1},
+		{name: "too many losses", wait: true, max: 2, losses: 3, want: "giving up after 2 recoveries", recoveries: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			r := newReplicatedQuadratic(t)
+			cfg := r.config(r.session(t, wk0), true)
+			cfg.Saver, cfg.ReadyTimeout, cfg.MaxRecoveries = r.saver, 200*time.Millisecond, tc.max
+			if tc.wait {
+				cfg.WaitForCluster = r.waitForPS
+			}
+			ms, err := train.NewMonitoredSession(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			step := func() error {
+				_, err := ms.Run(ctx, nil, nil, []*graph.Node{r.step})
+				return err
+			}
+			if err := step(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.losses == 0 {
+				r.net.Cut(psTask)
+			}
+			for i := 1; i < tc.losses; i++ {
+				r.net.Restart(psTask)
+				if err := step(); err != nil {
+					t.Fatalf("the step after loss %d: %v", i, err)
+				}
+			}
+			if tc.losses > 0 {
+				r.net.Restart(psTask)
+			}
+			if err := step(); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), psTask) {
+				t.Errorf("Run = %v, want an error naming %s with %q", err, psTask, tc.want)
+			}
+			if got := ms.Recoveries(); got != tc.recoveries {
+				t.Errorf("%d recoveries, want %d", got, tc.recoveries)
+			}
+		})
 	}
 }
