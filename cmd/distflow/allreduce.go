@@ -32,9 +32,10 @@ func trainAllReduce(ctx context.Context, f trainFlags, spec *cluster.Spec, self 
 	}
 	reps := replicas(spec)
 	rank := -1
-	peers := make([]string, len(reps))
+	peers, names := make([]string, len(reps)), make([]string, len(reps))
 	for i, r := range reps {
 		peers[i], _ = spec.Address(r)
+		names[i] = r.String()
 		if r == self {
 			rank = i
 		}
@@ -46,7 +47,7 @@ func trainAllReduce(ctx context.Context, f trainFlags, spec *cluster.Spec, self 
 	if err != nil {
 		return err
 	}
-	ring, err := allreduce.New(allreduce.Config{Rank: rank, Peers: peers, Listener: lis, Logger: log})
+	ring, err := allreduce.New(allreduce.Config{Rank: rank, Peers: peers, Names: names, Listener: lis, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -190,6 +191,10 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 		return err
 	}
 	defer sess.Close()
+	if recoverable(f) {
+		closeWait := j.addClusterWait(spec, self, reps, log)
+		defer closeWait()
+	}
 
 	ms, err := j.monitor(ctx, sess, chief, initOp, initDone, log)
 	if err != nil {
@@ -272,6 +277,33 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	}
 	res.Task = self.String()
 	return report(stdout, res, f.jsonOut)
+}
+
+// recoverable reports whether a run survives the loss of a task that its
+// supervisor restarts: asynchronous training with checkpoints to restore
+// the lost variables from. (The synchronous and bounded-staleness state on
+// the ps, queues and counters, is not in checkpoints.)
+func recoverable(f trainFlags) bool {
+	return f.checkpointDir() != "" && !f.sync && f.staleness < 0 && !f.allReduce
+}
+
+// addClusterWait lets j's monitored session recover from a lost task: it
+// waits for the tasks the session uses (the ps tasks, and with in-graph
+// replication the other replicas) with backing-off checks and a log line
+// naming each missing task and its address. The returned function closes
+// the connections it uses.
+func (j *job) addClusterWait(spec *cluster.Spec, self cluster.TaskID, reps []cluster.TaskID, log *slog.Logger) (closeWait func()) {
+	var tasks []string
+	for _, t := range spec.Tasks() {
+		if t.Job == "ps" || j.f.inGraph && t != self && slices.Contains(reps, t) {
+			tasks = append(tasks, t.String())
+		}
+	}
+	cache := rpc.NewWorkerCache(spec, self.String(), nil, rpc.Options{Logger: log})
+	j.waitForCluster = func(ctx context.Context) error {
+		return rpc.WaitForTasks(ctx, cache, tasks, log)
+	}
+	return func() { cache.Close() }
 }
 
 // startSync prepares synchronous training once the model is ready: every

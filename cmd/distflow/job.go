@@ -47,6 +47,10 @@ type job struct {
 	stale *train.StalenessBound
 	// replicas is the number of training processes.
 	replicas int
+	// waitForCluster, when set, waits until the tasks the session uses
+	// answer: the monitored session then recovers from a lost task (see
+	// train.MonitoredConfig.WaitForCluster).
+	waitForCluster func(ctx context.Context) error
 }
 
 // checkpointDir is where checkpoints go: --checkpoint-dir, else --logdir.
@@ -97,7 +101,7 @@ func (j *job) monitor(ctx context.Context, sess *session.Session, chief bool, in
 	return train.NewMonitoredSession(ctx, train.MonitoredConfig{
 		Session: sess, IsChief: chief, InitOp: initOp, AfterRestore: afterRestore, Saver: j.saver,
 		Ready: j.initialized, Variables: j.numVars, ReadyTimeout: j.f.waitTimeout,
-		GlobalStep: j.globalStep, Hooks: hooks, Logger: log,
+		GlobalStep: j.globalStep, Hooks: hooks, Logger: log, WaitForCluster: j.waitForCluster,
 	})
 }
 
@@ -134,6 +138,7 @@ func buildJob(s *graph.Scope, f trainFlags, towerDevices []string, replicas, ind
 			return nil, fmt.Errorf("--replicas-to-aggregate %d: want 1 to %d (the number of workers)", agg, replicas)
 		}
 		j.sync = train.NewSyncReplicas(opt, agg, replicas)
+		j.sync.SetReplica(index) // a token queue of its own
 		opt = j.sync
 	}
 	if f.staleness >= 0 {
@@ -223,18 +228,27 @@ func (j *job) batchesPerStep() int {
 	return j.replicas
 }
 
-// batches returns an endless, shuffled iterator over shard `index` of
-// `shards` of the training set.
+// batches returns an endless iterator over the batches of shard
+// index of shards (the training loop's feed for one worker). Every epoch,
+// all shards are cut from one permutation of the whole training set, the
+// same on every worker (the seed does not depend on index), as PyTorch's
+// DistributedSampler does: together the workers see each example once per
+// epoch, and the union of the workers' k-th batches is the k-th batch of
+// shards*batch examples of a single process with the same seed. A
+// synchronous step over the shards is then exactly the single-process step
+// on that batch. (Fixed shards shuffled separately see the same examples
+// but in batches no single process would draw.) One shard is the
+// single-process pipeline.
 func batches(ctx context.Context, ex examples, f trainFlags, shards, index int) (*data.Iterator, error) {
 	ds, err := data.FromTensors(ex.trainX, ex.trainY)
 	if err != nil {
 		return nil, err
 	}
+	ds = ds.Shuffle(ex.trainX.Shape()[0], int64(f.seed))
 	if shards > 1 {
 		ds = ds.Shard(shards, index)
 	}
-	n := ex.trainX.Shape()[0]
-	return ds.Shuffle(n, int64(f.seed+index)).Repeat(-1).Batch(f.batch, true).Prefetch(2).Iterator(ctx), nil
+	return ds.Repeat(-1).Batch(f.batch, true).Prefetch(2).Iterator(ctx), nil
 }
 
 // loopStats is what a training loop did.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,12 +98,18 @@ func (f trainFlags) childArgs() []string {
 	return a
 }
 
+// maxPSRestarts bounds how often a local cluster restarts each ps task.
+const maxPSRestarts = 3
+
 // runLocalCluster starts every task of a cluster as a process of this binary
 // on free loopback ports, interleaves their logs with a task prefix, and
 // reports the chief's result. Listening sockets are created here and passed
 // to the tasks, so no port can be taken between choosing and using it. No
 // process outlives the run: tasks die with this process (Pdeathsig), are
-// stopped on Ctrl-C, and all are stopped when one fails.
+// stopped on Ctrl-C, and all are stopped when one fails, except that, as a
+// supervisor would, it restarts a ps task that dies (on the same socket, a
+// few times at most) when the workers can recover from it (see
+// recoverable), and an asynchronous run goes on without a non-chief worker.
 func runLocalCluster(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error {
 	counts, err := parseLocalCluster(f.localCluster, f.allReduce)
 	if err != nil {
@@ -162,13 +169,18 @@ func runLocalCluster(ctx context.Context, f trainFlags, stdout, stderr io.Writer
 			tasks = append(tasks, t)
 		}
 	}
-	// The children hold the sockets now.
-	for _, fs := range listeners {
+	// The children hold the sockets now; the ps tasks' stay open here when
+	// a ps that dies is to be restarted on them.
+	supervise := recoverable(f)
+	for job, fs := range listeners {
+		if job == "ps" && supervise {
+			continue
+		}
 		for _, lf := range fs {
 			lf.Close()
 		}
+		delete(listeners, job)
 	}
-	listeners = nil
 
 	// Wait for the training tasks; the chief stops the ps tasks at the end.
 	var trainers, servers []*localTask
@@ -179,14 +191,15 @@ func runLocalCluster(ctx context.Context, f trainFlags, stdout, stderr io.Writer
 			trainers = append(trainers, t)
 		}
 	}
-	failed := make(chan *localTask, len(tasks))
+	failed := make(chan *localTask, len(tasks)+maxPSRestarts*len(servers))
+	watch := func(t *localTask) {
+		<-t.done
+		if t.err != nil {
+			failed <- t
+		}
+	}
 	for _, t := range tasks {
-		go func(t *localTask) {
-			<-t.done
-			if t.err != nil {
-				failed <- t
-			}
-		}(t)
+		go watch(t)
 	}
 	allTrained := make(chan struct{})
 	go func() {
@@ -195,25 +208,39 @@ func runLocalCluster(ctx context.Context, f trainFlags, stdout, stderr io.Writer
 		}
 		close(allTrained)
 	}()
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(stderr, "local cluster: interrupted; stopping every task")
-		stopTasks(tasks)
-		return ctx.Err()
-	case t := <-failed:
-		if t.job != "worker" || t.index == 0 || counts["chief"] > 0 && t.job == "chief" {
-			stopTasks(tasks)
-			return fmt.Errorf("local cluster: %s failed: %v", t.name(), t.err)
-		}
-		// An asynchronous run survives the loss of a non-chief worker.
-		fmt.Fprintf(stderr, "local cluster: %s failed (%v); the others go on\n", t.name(), t.err)
+	restarts := map[int]int{} // by ps index
+	for trained := false; !trained; {
 		select {
-		case <-allTrained:
 		case <-ctx.Done():
+			fmt.Fprintln(stderr, "local cluster: interrupted; stopping every task")
 			stopTasks(tasks)
 			return ctx.Err()
+		case t := <-failed:
+			switch {
+			case t.job == "ps" && supervise && restarts[t.index] < maxPSRestarts:
+				restarts[t.index]++
+				fmt.Fprintf(stderr, "local cluster: %s died (%v); restarting it on its address (%d of %d)\n",
+					t.name(), t.err, restarts[t.index], maxPSRestarts)
+				nt := &localTask{job: t.job, index: t.index, done: make(chan struct{})}
+				nt.cmd = exec.Command(exe, t.cmd.Args[1:]...)
+				nt.cmd.ExtraFiles = t.cmd.ExtraFiles
+				nt.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+				if err := startTask(nt, stderr, &out); err != nil {
+					stopTasks(tasks)
+					return err
+				}
+				tasks[slices.Index(tasks, t)], servers[slices.Index(servers, t)] = nt, nt
+				go watch(nt)
+			case t.job == "worker" && t.index > 0 || t.job == "worker" && counts["chief"] > 0:
+				// An asynchronous run survives the loss of a non-chief worker.
+				fmt.Fprintf(stderr, "local cluster: %s failed (%v); the others go on\n", t.name(), t.err)
+			default:
+				stopTasks(tasks)
+				return fmt.Errorf("local cluster: %s failed: %v", t.name(), t.err)
+			}
+		case <-allTrained:
+			trained = true
 		}
-	case <-allTrained:
 	}
 	// The ps tasks exit when the chief tells them; give them a moment.
 	deadline := time.After(10 * time.Second)
@@ -250,6 +277,9 @@ func startTask(t *localTask, w io.Writer, mu *sync.Mutex) error {
 	if err := t.cmd.Start(); err != nil {
 		return fmt.Errorf("local cluster: starting %s: %w", t.name(), err)
 	}
+	mu.Lock()
+	fmt.Fprintf(w, "local cluster: started %s (pid %d)\n", t.name(), t.cmd.Process.Pid)
+	mu.Unlock()
 	prefix := fmt.Sprintf("[%s] ", t.name())
 	var wg sync.WaitGroup
 	copyLines := func(r io.Reader, keepJSON bool) {

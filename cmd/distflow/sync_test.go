@@ -4,12 +4,14 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/tensor"
 )
 
 // TestSyncTrainingLinearRegression is the reference workload: linear
@@ -79,14 +81,18 @@ func TestBackupWorkers(t *testing.T) {
 
 // TestSynchronousModesTrainTheMLP trains the MLP in the two synchronous
 // modes: sync replicas on a ps and a ring all-reduce without one. Each
-// step averages two batches, so the learning rate doubles (the linear
-// scaling rule) to match single-process training of the same epochs.
+// step averages two batches, so --lr-scaling linear doubles the single
+// process's learning rate. The workers cut their batches from one
+// permutation per epoch, so a synchronous step is the single-process step
+// on a batch of 200 (the union of theirs): what remains between the modes
+// and the single process is the larger batch. Measured over seeds 1-4
+// (docs/BENCHMARKS.md): 0.10 to 0.37 points below; the issue allows 1.
 func TestSynchronousModesTrainTheMLP(t *testing.T) {
 	if _, err := os.Stat(data.DefaultFashionMNISTDir); err != nil {
 		t.Skipf("needs the full Fashion-MNIST (apt-get install dataset-fashion-mnist): %v", err)
 	}
-	base := []string{"train", "--model", "mlp", "--data", data.DefaultFashionMNISTDir, "--epochs", "10", "--json"}
-	stdout, stderr, err := run(t, append(base, "--lr", "0.2")...)
+	base := []string{"train", "--model", "mlp", "--data", data.DefaultFashionMNISTDir, "--epochs", "10", "--lr", "0.2", "--json"}
+	stdout, stderr, err := run(t, base...)
 	if err != nil {
 		t.Fatalf("single process: %v\n%s", err, stderr)
 	}
@@ -94,24 +100,26 @@ func TestSynchronousModesTrainTheMLP(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		args []string
-		tol  float64
 	}{
-		// Measured: sync 0.3 to 1.5 points below the single process (which
-		// stale gradients are dropped varies), all-reduce 1.0 below in every
-		// run. The issue asks for 1 point; this test guards against
-		// regressions at 2 (docs/BENCHMARKS.md has the figures).
-		{"sync replicas", []string{"--sync", "--local-cluster", "ps=1,worker=2"}, 0.02},
-		{"all-reduce", []string{"--allreduce", "--local-cluster", "worker=2"}, 0.02},
+		{"sync replicas", []string{"--sync", "--local-cluster", "ps=1,worker=2"}},
+		{"all-reduce", []string{"--allreduce", "--local-cluster", "worker=2"}},
 	} {
-		stdout, stderr, err := run(t, append(append(base, "--lr", "0.4"), c.args...)...)
+		stdout, stderr, err := run(t, append(append(base, "--lr-scaling", "linear"), c.args...)...)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", c.name, err, tail(stderr, 20))
 		}
 		res := lastJSON(t, stdout)
 		acc := res["test_accuracy"].(float64)
-		t.Logf("%s: test accuracy %.4f (single process %.4f), %.0f examples/s", c.name, acc, single, res["cluster_examples_per_second"])
-		if single-acc > c.tol {
-			t.Errorf("%s: test accuracy %.4f, more than %.1f points below single-process %.4f", c.name, acc, 100*c.tol, single)
+		t.Logf("%s: test accuracy %.4f (single process %.4f), lr %v, %.0f examples/s", c.name, acc, single,
+			res["learning_rate"], res["cluster_examples_per_second"])
+		if lr := res["learning_rate"].(float64); lr != 0.4 {
+			t.Errorf("%s: learning rate %v, want 0.4 (0.2 scaled linearly by 2 batches)", c.name, lr)
+		}
+		if single-acc > 0.01 {
+			t.Errorf("%s: test accuracy %.4f, more than 1 point below single-process %.4f", c.name, acc, single)
+		}
+		if m := regexp.MustCompile(`stale_gradients_dropped=(\d+)`).FindStringSubmatch(stderr); m != nil && m[1] != "0" {
+			t.Errorf("%s: %s stale gradients dropped without backup workers", c.name, m[1])
 		}
 	}
 }
@@ -126,6 +134,131 @@ func TestAllReduceLinearRegression(t *testing.T) {
 		res := lastJSON(t, stdout)
 		if w, b := res["W"].(float64), res["b"].(float64); math.Abs(w-2) >= 0.05 || math.Abs(b-10) >= 0.1 {
 			t.Errorf("%v: W = %.4f, b = %.4f", mode, w, b)
+		}
+	}
+}
+
+// TestLearningRateScaling checks the rate that --lr-scaling gives each mode
+// of a cluster of 3 training tasks.
+func TestLearningRateScaling(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		f       trainFlags
+		batches int
+		lr      float64
+	}{
+		{"asynchronous", trainFlags{lr: 0.1, lrScaling: "linear", averageEvery: -1}, 1, 0.1},
+		{"sync, none", trainFlags{lr: 0.1, lrScaling: "none", sync: true, averageEvery: -1}, 3, 0.1},
+		{"sync, linear", trainFlags{lr: 0.1, lrScaling: "linear", sync: true, averageEvery: -1}, 3, 0.30000000000000004},
+		{"sync, backup worker", trainFlags{lr: 0.1, lrScaling: "linear", sync: true, replicasToAggregate: 2, averageEvery: -1}, 2, 0.2},
+		{"all-reduce, sqrt", trainFlags{lr: 0.1, lrScaling: "sqrt", allReduce: true, averageEvery: -1}, 3, 0.1 * math.Sqrt(3)},
+		{"periodic averaging", trainFlags{lr: 0.1, lrScaling: "linear", allReduce: true, averageEvery: 4}, 1, 0.1},
+		{"in-graph", trainFlags{lr: 0.1, lrScaling: "linear", inGraph: true, averageEvery: -1}, 3, 0.30000000000000004},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := tc.f.averagedBatches(3)
+			if lr := tc.f.scaledLR(k); k != tc.batches || lr != tc.lr {
+				t.Errorf("%d batches per update, lr %v; want %d, %v", k, lr, tc.batches, tc.lr)
+			}
+		})
+	}
+	f := trainFlags{model: "mlp", lrScaling: "cubic"}
+	if err := f.applyDefaults(); err == nil || !strings.Contains(err.Error(), "--lr-scaling") {
+		t.Errorf("--lr-scaling cubic: %v, want an error naming the flag", err)
+	}
+}
+
+// TestEpochShardsMakeTheSingleProcessBatch checks that the k-th batches of
+// two workers' shards together are the k-th batch, twice as large, of a
+// single process with the same seed, across epochs.
+func TestEpochShardsMakeTheSingleProcessBatch(t *testing.T) {
+	const n, batch = 40, 4
+	x := tensor.New(tensor.Float32, n, 1)
+	y := tensor.New(tensor.Int32, n)
+	for i := range n {
+		x.Float32s()[i], y.Int32s()[i] = float32(i), int32(i)
+	}
+	ex := examples{trainX: x, trainY: y}
+	f := trainFlags{batch: batch, seed: 7}
+	ctx := t.Context()
+	open := func(f trainFlags, shards, index int) *data.Iterator {
+		it, err := batches(ctx, ex, f, shards, index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(it.Close)
+		return it
+	}
+	big := f
+	big.batch = 2 * batch
+	single, w0, w1 := open(big, 1, 0), open(f, 2, 0), open(f, 2, 1)
+	seen := map[int32]int{}
+	for k := range 3 * n / (2 * batch) { // three epochs
+		want, err := single.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int32
+		for _, it := range []*data.Iterator{w0, w1} {
+			b, err := it.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, b[1].Int32s()...)
+		}
+		wantLabels := slices.Clone(want[1].Int32s())
+		slices.Sort(got)
+		slices.Sort(wantLabels)
+		if !slices.Equal(got, wantLabels) {
+			t.Fatalf("batch %d: the workers' examples %v, the single process's %v", k, got, wantLabels)
+		}
+		if k < n/(2*batch) {
+			for _, l := range got {
+				seen[l]++
+			}
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("the first epoch saw %d distinct examples of %d", len(seen), n)
+	}
+}
+
+// TestAllReduceNamesTheDeadWorker kills one of three all-reduce workers
+// mid-training: both survivors fail within their step deadline with an
+// error that names the dead worker's task and address, whichever
+// neighbour the failure reached them through.
+func TestAllReduceNamesTheDeadWorker(t *testing.T) {
+	const stepTimeout = 5 * time.Second
+	files, addrs := freeListeners(t, 3)
+	common := []string{"train", "--model", "linreg", "--steps", "1000000", "--log-every", "100", "--allreduce",
+		"--worker_hosts", strings.Join(addrs, ","), "--step-timeout", stepTimeout.String(), "--wait-timeout", "30s"}
+	var ws []*task
+	for i := range 3 {
+		ws = append(ws, startTestTask(t, "worker "+strconv.Itoa(i), files[i],
+			append(common, "--job_name", "worker", "--task_index", strconv.Itoa(i))...))
+	}
+	// The workers hold their own copies of the listening sockets: once
+	// worker 2 dies, nothing listens on its port.
+	for _, f := range files {
+		f.Close()
+	}
+	ws[2].waitLine(t, "step 200/", 60*time.Second)
+	if err := ws[2].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	// A survivor that has already exited may be named too: "rank 0 ...,
+	// rank 2 ... are down".
+	want := regexp.MustCompile(`rank 2 /job:worker/task:2 \(` + regexp.QuoteMeta(addrs[2]) + `\) (is|are) down`)
+	for _, w := range ws[:2] {
+		if err := w.wait(t, 30*time.Second); err == nil {
+			t.Errorf("%s exited without an error after worker 2 died", w.name)
+		}
+		if took := time.Since(killed); took > stepTimeout {
+			t.Errorf("%s failed %v after worker 2 died: more than the step deadline %v", w.name, took, stepTimeout)
+		}
+		if !want.MatchString(w.logs()) {
+			t.Errorf("%s does not report %q:\n%s", w.name, want, tail(w.logs(), 5))
 		}
 	}
 }

@@ -64,6 +64,9 @@ type trainFlags struct {
 	// All-reduce among workers, without parameter servers.
 	allReduce    bool
 	averageEvery int
+	// lrScaling adapts --lr to the batches a synchronous step averages:
+	// none, linear or sqrt.
+	lrScaling string
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -116,6 +119,8 @@ func newTrainCommand() *cobra.Command {
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
+	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
+		`"none" uses --lr as given, as TensorFlow's SyncReplicasOptimizer and Horovod do (their scripts scale it); "linear" uses k times --lr (Goyal et al. 2017: --lr is then the single-process rate for one batch); "sqrt" uses sqrt(k) times --lr`)
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process to the file")
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket (set by --local-cluster)")
 	_ = fl.MarkHidden("listen-fd")
@@ -176,7 +181,40 @@ func (f *trainFlags) applyDefaults() error {
 	case f.lr <= 0 || math.IsNaN(f.lr) || math.IsInf(f.lr, 0):
 		return fmt.Errorf("--lr %v: must be a positive number", f.lr)
 	}
+	switch f.lrScaling {
+	case "", "none", "linear", "sqrt":
+	default:
+		return fmt.Errorf("--lr-scaling %q: want none, linear or sqrt", f.lrScaling)
+	}
 	return nil
+}
+
+// averagedBatches is the number of batches that one update averages with
+// reps training tasks (chief and workers): the aggregated replicas of
+// --sync, the ranks of --allreduce (each worker's own steps with
+// --average-every), the towers of --in-graph; 1 for asynchronous training.
+func (f trainFlags) averagedBatches(reps int) int {
+	switch {
+	case f.allReduce && f.averageEvery < 0, f.inGraph:
+		return reps
+	case f.sync && f.replicasToAggregate > 0:
+		return f.replicasToAggregate
+	case f.sync:
+		return reps
+	}
+	return 1
+}
+
+// scaledLR is --lr adapted by --lr-scaling to updates that average k
+// batches.
+func (f trainFlags) scaledLR(k int) float64 {
+	switch f.lrScaling {
+	case "linear":
+		return f.lr * float64(k)
+	case "sqrt":
+		return f.lr * math.Sqrt(float64(k))
+	}
+	return f.lr
 }
 
 func runTrain(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error {
@@ -195,11 +233,20 @@ func runTrain(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error
 		defer pprof.StopCPUProfile()
 	}
 	if f.localCluster != "" {
+		counts, err := parseLocalCluster(f.localCluster, f.allReduce)
+		if err != nil {
+			return err
+		}
+		// The tasks are given the scaled rate as their --lr.
+		f.lr = f.scaledLR(f.averagedBatches(counts["chief"] + counts["worker"]))
 		return runLocalCluster(ctx, f, stdout, stderr)
 	}
 	spec, self, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, f.jobName, f.taskIndex)
 	if err != nil {
 		return err
+	}
+	if spec != nil {
+		f.lr = f.scaledLR(f.averagedBatches(len(replicas(spec))))
 	}
 	if spec == nil {
 		if f.allReduce {
