@@ -268,7 +268,7 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	} else {
 		res = result{Model: f.model, Optimizer: f.optimizer, LearningRate: f.lr, Batch: f.batch,
 			LocalSteps: st.localSteps, Loss: st.loss, Data: ex.source, TrainExamples: n,
-			ExamplesPerSecond: float64(st.localSteps*f.batch) / st.seconds,
+			ExamplesPerSecond: st.examplesPerSecond(f.batch),
 			WallSeconds:       time.Since(started).Seconds()}
 		if gs, err := sess.Run(ctx, nil, []graph.Output{j.globalStep.Value()}, nil); err == nil {
 			res.GlobalStep = int64(gs[0].Float64At(0))

@@ -113,7 +113,7 @@ func (j *job) clusterRate(st loopStats) float64 {
 	if st.seconds == 0 {
 		return 0
 	}
-	return float64((st.lastGlobal-st.firstGlobal+1)*perStep) / st.seconds
+	return float64((st.lastGlobal-st.firstGlobal)*perStep) / st.seconds
 }
 
 // buildJob builds the model (one tower per entry of towerDevices; "" is the
@@ -255,10 +255,31 @@ func batches(ctx context.Context, ex examples, f trainFlags, shards, index int) 
 type loopStats struct {
 	localSteps int
 	loss       float64
+	// timedSteps and seconds are the local steps after the warm-up and the
+	// time they took: the throughput figures leave out the first steps,
+	// which build the executors and connections and fault the buffers in.
+	timedSteps int
 	seconds    float64
-	// firstGlobal and lastGlobal are the global steps seen at the first and
-	// last local step: their difference is the whole cluster's progress.
+	// firstGlobal and lastGlobal are the global steps seen at the end of
+	// the warm-up and at the last local step: their difference is the whole
+	// cluster's progress in the timed steps.
 	firstGlobal, lastGlobal int
+}
+
+// warmupSteps is how many first steps of a run of target steps the
+// throughput figures leave out (as bench/torch_train.py does for PyTorch):
+// 20, or a tenth of a short run (none under 10 steps).
+func warmupSteps(target int) int {
+	return min(20, target/10)
+}
+
+// examplesPerSecond is the throughput of this process's timed steps, of
+// perStep examples each.
+func (st loopStats) examplesPerSecond(perStep int) float64 {
+	if st.seconds == 0 {
+		return 0
+	}
+	return float64(st.timedSteps*perStep) / st.seconds
 }
 
 // trainLoop runs training steps until the global step reaches target. Each
@@ -279,6 +300,9 @@ func (j *job) trainLoop(ctx context.Context, ms *train.MonitoredSession, its []*
 	targets := []*graph.Node{j.trainOp}
 	feeds := map[graph.Output]*tensor.Tensor{}
 	var st loopStats
+	// The throughput is timed from the end of the warm-up; a run that ends
+	// before it is timed whole.
+	warmup, timedFrom := warmupSteps(target), 0
 	start := time.Now()
 	window, windowStart := 0, start
 	examplesPerStep := f.batch * len(j.towers)
@@ -325,8 +349,11 @@ func (j *job) trainLoop(ctx context.Context, ms *train.MonitoredSession, its []*
 		st.loss = out[0].Float64At(0)
 		// The fetched global step may precede this step's own increment.
 		gstep := int(ms.GlobalStep())
-		if st.localSteps == 1 {
-			st.firstGlobal = gstep
+		switch st.localSteps {
+		case 1:
+			st.firstGlobal = gstep - 1
+		case warmup:
+			start, timedFrom, st.firstGlobal = time.Now(), warmup, gstep
 		}
 		st.lastGlobal = gstep
 		done := gstep >= target
@@ -355,6 +382,7 @@ func (j *job) trainLoop(ctx context.Context, ms *train.MonitoredSession, its []*
 		}
 	}
 	st.seconds = time.Since(start).Seconds()
+	st.timedSteps = st.localSteps - timedFrom
 	if j.stale != nil {
 		if err := j.stale.Done(ctx, sess); err != nil {
 			return st, err
@@ -428,7 +456,7 @@ func (j *job) finalResult(ctx context.Context, sess *session.Session, ex example
 		Model: f.model, Optimizer: f.optimizer, LearningRate: f.lr, Batch: f.batch,
 		GlobalStep: int64(gs[0].Float64At(0)), LocalSteps: st.localSteps, Loss: st.loss,
 		Data: ex.source, TrainExamples: n,
-		ExamplesPerSecond: float64(st.localSteps*f.batch*len(j.towers)) / st.seconds,
+		ExamplesPerSecond: st.examplesPerSecond(f.batch * len(j.towers)),
 	}
 	res.Epochs = float64(res.GlobalStep*int64(f.batch)) / float64(n)
 	res.ClusterExamplesPerSecond = j.clusterRate(st)
