@@ -3,17 +3,10 @@ package rpc_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"slices"
 	"strings"
@@ -27,6 +20,7 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/rpc/rpctest"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
 )
@@ -93,23 +87,8 @@ func TestTensorChannelRoundTrip(t *testing.T) {
 // testTLS returns server and client options with a fresh self-signed
 // certificate for 127.0.0.1.
 func testTLS(t *testing.T) (srv, cli rpc.Options) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "distflow test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	roots := x509.NewCertPool()
-	roots.AddCert(cert)
-	return rpc.Options{TLS: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}},
-		rpc.Options{TLS: &tls.Config{RootCAs: roots}}
+	server, client := rpctest.SelfSignedTLS(t)
+	return rpc.Options{TLS: server}, rpc.Options{TLS: client}
 }
 
 // TestTensorChannelTLS: with TLS, gRPC calls and the tensor channel share

@@ -2,17 +2,11 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"slices"
 	"strings"
@@ -29,6 +23,7 @@ import (
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/rpc/rpctest"
 	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
@@ -344,23 +339,10 @@ func (tokenCreds) RequireTransportSecurity() bool { return true }
 // RPCs and tensors (gRPC and the tensor channel on one port) pass between
 // the tasks, and a client without the token is refused.
 func TestSecureCluster(t *testing.T) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "distflow test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	roots := x509.NewCertPool()
-	roots.AddCert(cert)
+	serverTLS, clientTLS := rpctest.SelfSignedTLS(t)
 	opts := rpc.Options{
 		// One config serves and dials: the certificate and the roots that trust it.
-		TLS: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, RootCAs: roots},
+		TLS: &tls.Config{Certificates: serverTLS.Certificates, RootCAs: clientTLS.RootCAs},
 		Authenticate: func(ctx context.Context) error {
 			if md, _ := metadata.FromIncomingContext(ctx); slices.Equal(md.Get("authorization"), []string{"Bearer s3cret"}) {
 				return nil
