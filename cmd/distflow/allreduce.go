@@ -127,6 +127,8 @@ func trainAllReduce(ctx context.Context, f trainFlags, spec *cluster.Spec, self 
 	log.Info("training", "model", f.model, "mode", mode, "rank", rank, "ranks", len(reps), "steps", steps, "batch", f.batch)
 
 	var loss float64
+	// Throughput is timed after the warm-up, as in the ps modes (see trainLoop).
+	warmup, timedFrom := warmupSteps(steps), 0
 	trainStart := time.Now()
 	window, windowStart := 0, trainStart
 	for step := 1; step <= steps; step++ {
@@ -150,6 +152,9 @@ func trainAllReduce(ctx context.Context, f trainFlags, spec *cluster.Spec, self 
 			return fmt.Errorf("%s: step %d: %w", self, step, err)
 		}
 		window++
+		if step == warmup {
+			trainStart, timedFrom = time.Now(), warmup
+		}
 		if step%f.logEvery == 0 || step == steps {
 			now := time.Now()
 			line := fmt.Sprintf("%s: step %d/%d  epoch %.2f  loss %.4f  %.0f examples/s (all ranks)",
@@ -168,12 +173,13 @@ func trainAllReduce(ctx context.Context, f trainFlags, spec *cluster.Spec, self 
 		}
 	}
 	seconds := time.Since(trainStart).Seconds()
+	timed := steps - timedFrom
 
 	res := result{Model: f.model, Optimizer: f.optimizer, LearningRate: f.lr, Batch: f.batch, Task: self.String(),
 		GlobalStep: int64(steps), LocalSteps: steps, Loss: loss, Data: ex.source, TrainExamples: n,
 		Epochs:                   float64(steps*f.batch*len(reps)) / float64(n),
-		ExamplesPerSecond:        float64(steps*f.batch) / seconds,
-		ClusterExamplesPerSecond: float64(steps*f.batch*len(reps)) / seconds}
+		ExamplesPerSecond:        float64(timed*f.batch) / seconds,
+		ClusterExamplesPerSecond: float64(timed*f.batch*len(reps)) / seconds}
 	if f.model == "linreg" || rank == 0 { // the ranks hold the same model: one evaluates
 		if err := addModelFigures(ctx, sess, m, ex, &res); err != nil {
 			return err
