@@ -2,11 +2,7 @@
 
 package linalg
 
-import (
-	"sync"
-
-	"golang.org/x/sys/cpu"
-)
+import "golang.org/x/sys/cpu"
 
 // The AVX2+FMA kernel: a 6x16 float32 tile (12 ymm accumulators, 2 for B,
 // 2 for broadcasts of A), the BLIS Zen choice. Each k step issues 12 FMAs
@@ -20,7 +16,7 @@ var (
 	avx2F32 = kernel[float32]{mr: 6, nr: 16, mc: 144, kc: 256, nc: 4080, micro: microAVX2, microDA: microDAAVX2,
 		microHalf: microHalfAVX2, microHalfDA: microHalfDAAVX2}
 
-	poolF32AVX2 sync.Pool
+	poolF32AVX2 wsPool[float32]
 )
 
 //go:noescape

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 )
 
 // ConvParams describes a 2-D convolution with NHWC input [N,H,W,C], HWIO
@@ -102,20 +101,6 @@ func (p ConvParams) chunk() int {
 	return max(1, min(p.N, maxColElems/per))
 }
 
-var colPool sync.Pool
-
-func getCol(n int) *[]float32 {
-	bp, _ := colPool.Get().(*[]float32)
-	if bp == nil {
-		bp = new([]float32)
-	}
-	if cap(*bp) < n {
-		*bp = make([]float32, n)
-	}
-	*bp = (*bp)[:n]
-	return bp
-}
-
 func conv2D(be Backend, p ConvParams, input, filter, output []float32) {
 	p.check("Conv2D", len(input), len(filter), len(output))
 	kkc, rowsPer := p.KH*p.KW*p.C, p.OH*p.OW
@@ -128,8 +113,8 @@ func conv2D(be Backend, p ConvParams, input, filter, output []float32) {
 		return
 	}
 	chunk := p.chunk()
-	col := getCol(chunk * rowsPer * kkc)
-	defer colPool.Put(col)
+	col := getScratch(chunk * rowsPer * kkc)
+	defer putScratch(col)
 	for n0 := 0; n0 < p.N; n0 += chunk {
 		nb := min(chunk, p.N-n0)
 		parallelFor(nb, func(lo, hi int) {
@@ -153,8 +138,8 @@ func conv2DBackpropInput(be Backend, p ConvParams, filter, dOut, dInput []float3
 		return
 	}
 	chunk := p.chunk()
-	col := getCol(chunk * rowsPer * kkc)
-	defer colPool.Put(col)
+	col := getScratch(chunk * rowsPer * kkc)
+	defer putScratch(col)
 	img := p.H * p.W * p.C
 	for n0 := 0; n0 < p.N; n0 += chunk {
 		nb := min(chunk, p.N-n0)
@@ -182,8 +167,8 @@ func conv2DBackpropFilter(be Backend, p ConvParams, input, dOut, dFilter []float
 		return
 	}
 	chunk := p.chunk()
-	col := getCol(chunk * rowsPer * kkc)
-	defer colPool.Put(col)
+	col := getScratch(chunk * rowsPer * kkc)
+	defer putScratch(col)
 	for n0 := 0; n0 < p.N; n0 += chunk {
 		nb := min(chunk, p.N-n0)
 		parallelFor(nb, func(lo, hi int) {

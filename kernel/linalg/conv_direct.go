@@ -24,22 +24,9 @@ import (
 //     packed output gradient; images are split across cores into private
 //     accumulators that are summed at the end.
 
-// One pool per kind of buffer: a buffer drawn from a pool shared by
-// buffers of very different sizes is often too small and reallocated.
-var (
-	convPadPool, convPackPool, convFlipPool  sync.Pool // forward: padded images, packed filter, flipped filter
-	convImagePool, convGradPool, convAccPool sync.Pool // filter gradient: padded image, packed dOut, partial sums
-	convOffsPool                             sync.Pool
-)
-
-func getBuf(pool *sync.Pool, n int) *[]float32 {
-	bp, _ := pool.Get().(*[]float32)
-	if bp == nil {
-		bp = new([]float32)
-	}
-	*bp = grow(*bp, n)
-	return bp
-}
+// convOffsPool holds the tap offsets of the filter gradient (a few hundred
+// ints; scratch.go keeps the float buffers).
+var convOffsPool sync.Pool
 
 func getOffs(n int) *[]int {
 	bp, _ := convOffsPool.Get().(*[]int)
@@ -151,11 +138,11 @@ func convForwardDirect(p ConvParams, input, filter, output []float32) {
 	// The padded copy is bounded like im2col's buffer: a chunk of images at
 	// a time (the whole batch of the reference CNN).
 	chunk := max(1, min(p.N, convPadElems/img))
-	pad := getBuf(&convPadPool, chunk*img)
-	defer convPadPool.Put(pad)
+	pad := getScratch(chunk * img)
+	defer putScratch(pad)
 	slivers := ceilDiv(p.Cout, convNR)
-	packed := getBuf(&convPackPool, slivers*convNR*kkc)
-	defer convPackPool.Put(packed)
+	packed := getScratch(slivers * convNR * kkc)
+	defer putScratch(packed)
 	packB(convNR, false, filter, p.Cout, 0, kkc, 0, p.Cout, *packed)
 	segs := max(1, convKC/kwc) // filter rows per micro-kernel call
 	for n0 := 0; n0 < p.N; n0 += chunk {
@@ -210,8 +197,8 @@ func convBackpropInputDirect(p ConvParams, filter, dOut, dInput []float32) {
 		StrideH: 1, StrideW: 1, PadTop: p.KH - 1 - p.PadTop, PadLeft: p.KW - 1 - p.PadLeft,
 		OH: p.H, OW: p.W,
 	}
-	flipped := getBuf(&convFlipPool, len(filter[:p.KH*p.KW*p.C*p.Cout]))
-	defer convFlipPool.Put(flipped)
+	flipped := getScratch(len(filter[:p.KH*p.KW*p.C*p.Cout]))
+	defer putScratch(flipped)
 	f := *flipped
 	for kh := range p.KH {
 		for kw := range p.KW {
@@ -244,13 +231,13 @@ func convBackpropFilterDirect(p ConvParams, input, dOut, dFilter []float32) {
 	}
 	parts := min(p.N, 2*runtime.GOMAXPROCS(0))
 	size := kkc * p.Cout
-	acc := getBuf(&convAccPool, (parts-1)*size)
-	defer convAccPool.Put(acc)
+	acc := getScratch((parts - 1) * size)
+	defer putScratch(acc)
 	rowsPer := max(1, convKC/p.OW) // output rows per micro-kernel call
 	Parallel(parts, parts, RangeFunc(func(lo, hi int) {
-		pad, packed := getBuf(&convImagePool, img), getBuf(&convGradPool, slivers*convNR*k)
-		defer convImagePool.Put(pad)
-		defer convGradPool.Put(packed)
+		pad, packed := getScratch(img), getScratch(slivers*convNR*k)
+		defer putScratch(pad)
+		defer putScratch(packed)
 		var scratch [convMR * convNR]float32
 		g := convGather{csa: p.StrideW * p.C, seglen: p.OW, segstride: p.StrideH * wp * p.C}
 		for part := lo; part < hi; part++ {

@@ -45,11 +45,32 @@ type workspace[T float] struct {
 	a, b, tile []T
 }
 
-func getWS[T float](p *sync.Pool) *workspace[T] {
-	if w, ok := p.Get().(*workspace[T]); ok {
+// wsPool keeps workspaces between products, at most one more than there
+// are processors. Not a sync.Pool: every garbage collection empties one,
+// and the reference CNN's fc1 products then reallocated their megabytes of
+// packing buffers every few training steps.
+type wsPool[T float] struct {
+	mu   sync.Mutex
+	free []*workspace[T]
+}
+
+func (p *wsPool[T]) get() *workspace[T] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k := len(p.free); k > 0 {
+		w := p.free[k-1]
+		p.free = p.free[:k-1]
 		return w
 	}
 	return new(workspace[T])
+}
+
+func (p *wsPool[T]) put(w *workspace[T]) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) <= runtime.GOMAXPROCS(0) {
+		p.free = append(p.free, w)
+	}
 }
 
 func grow[T float](s []T, n int) []T {
@@ -70,7 +91,7 @@ const parallelMin = 1 << 20
 
 // gemm is the driver shared by all backends: argument checks, trivial cases,
 // splitting across goroutines, then the blocked loop nest.
-func gemm[T float](kn *kernel[T], pool *sync.Pool, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+func gemm[T float](kn *kernel[T], pool *wsPool[T], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	checkGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
@@ -89,9 +110,9 @@ func gemm[T float](kn *kernel[T], pool *sync.Pool, transA, transB bool, m, n, k 
 	mt, nt := ceilDiv(m, kn.mr), ceilDiv(n, kn.nr)
 	threads := runtime.GOMAXPROCS(0)
 	if m*n*k < parallelMin || threads == 1 || mt*nt < 2 {
-		ws := getWS[T](pool)
+		ws := pool.get()
 		g.run(ws, 0, m, 0, n)
-		pool.Put(ws)
+		pool.put(ws)
 		return
 	}
 	g.parallel(pool, threads, m, n, mt, nt)
@@ -119,25 +140,25 @@ func swapOperands[T float](kn *kernel[T], transB bool, m, n, k int, alpha T) boo
 // pooled so that a parallel product does not allocate.
 type gemmJob[T float] struct {
 	g          gemmArgs[T]
-	ws         *sync.Pool
+	ws         *wsPool[T]
 	splitM     bool
 	m, n, unit int
 }
 
 func (j *gemmJob[T]) Range(lo, hi int) {
-	ws := getWS[T](j.ws)
+	ws := j.ws.get()
 	lo *= j.unit
 	if j.splitM {
 		j.g.run(ws, lo, min(hi*j.unit, j.m), 0, j.n)
 	} else {
 		j.g.run(ws, 0, j.m, lo, min(hi*j.unit, j.n))
 	}
-	j.ws.Put(ws)
+	j.ws.put(ws)
 }
 
 var jobPoolF32, jobPoolF64 sync.Pool
 
-func (g gemmArgs[T]) parallel(pool *sync.Pool, threads, m, n, mt, nt int) {
+func (g gemmArgs[T]) parallel(pool *wsPool[T], threads, m, n, mt, nt int) {
 	jobs := &jobPoolF32
 	if _, f64 := any(g.alpha).(float64); f64 {
 		jobs = &jobPoolF64

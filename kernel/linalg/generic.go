@@ -1,7 +1,5 @@
 package linalg
 
-import "sync"
-
 // The portable kernel: a 2x4 register tile in plain Go (see micro2x4).
 // kc=256 keeps a 2-row A sliver plus a 4-column B sliver (6 KiB) in L1,
 // mc=128 keeps the packed A block (128 KiB) in L2, and nc bounds the packed
@@ -10,8 +8,8 @@ var (
 	genericF32 = kernel[float32]{mr: 2, nr: 4, mc: 128, kc: 256, nc: 4096, micro: micro2x4[float32]}
 	genericF64 = kernel[float64]{mr: 2, nr: 4, mc: 128, kc: 256, nc: 2048, micro: micro2x4[float64]}
 
-	poolF32Generic sync.Pool
-	poolF64        sync.Pool
+	poolF32Generic wsPool[float32]
+	poolF64        wsPool[float64]
 )
 
 type genericBackend struct{}
