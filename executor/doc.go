@@ -39,6 +39,17 @@
 // A slot is released (set to nil, so the tensor can be collected) once its
 // last consumer has run; fetched and fed slots are kept.
 //
+// A Variable node's output is the variable's own buffer, shared without a
+// copy (kernel.Variable is copy-on-write; the kernel records its
+// kernel.Lease in kernel.OutputBuffer). The executor counts the live slots
+// that hold the buffer or alias it (through Identity, Reshape and other
+// forwarding kernels) and hands the share back when the last of them is
+// released, so that the variable's next update runs in place. A shared
+// buffer that a stateful kernel may keep (Send, a queue) is never handed
+// back: the variable moves to another buffer on its next update instead. A
+// fetched one is copied for the caller when the step ends, and then handed
+// back. A failed step hands back nothing, which is safe.
+//
 // The first error aborts the step: no further node starts, the context
 // handed to kernels is cancelled (so blocking kernels return), and Run
 // returns that error, which names the node and op. A kernel panic is

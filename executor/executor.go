@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,11 @@ type Executor struct {
 	// them. spare holds, per node output slot, a tensor from an earlier step
 	// that no one holds any more, offered to the kernel's next Alloc.
 	escapes []bool
+	// kept marks the slots read by a stateful kernel that may keep its
+	// input: the escapes other than fetches. A fetch of a variable's shared
+	// buffer is copied instead (see RunStep), so only these keep the
+	// variable's buffer shared beyond the step.
+	kept    []bool
 	spare   []atomic.Pointer[tensor.Tensor]
 	runPool sync.Pool // of *run, reused only after a step whose workers all retired
 
@@ -182,6 +188,7 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 	e.numSlots += len(feeds)
 	e.consumerRefs = make([]int32, e.numSlots)
 	e.escapes = make([]bool, e.numSlots)
+	e.kept = make([]bool, e.numSlots)
 	e.spare = make([]atomic.Pointer[tensor.Tensor], e.numSlots)
 	e.pending = make([]int32, len(e.nodes))
 	slotOf := func(o graph.Output) int32 {
@@ -250,6 +257,7 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 			for _, s := range en.inSlots {
 				if s >= 0 {
 					e.escapes[s] = true
+					e.kept[s] = true
 				}
 			}
 		}
@@ -368,8 +376,18 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feedValues []
 	out := make([]*tensor.Tensor, len(e.fetches))
 	for i, s := range e.fetches {
 		t := r.values[s]
-		if e.consts[t] {
+		switch org := r.origin[s]; {
+		case e.consts[t]:
 			t = t.Clone()
+		case org >= 0 && r.buffers[org].Lease.Valid():
+			// A variable's buffer: the caller gets a copy it may modify,
+			// and the slot is dead now (pinned slots are dropped here, once).
+			if j := slices.Index(e.fetches[:i], s); j >= 0 {
+				t = out[j]
+				break
+			}
+			t = t.Clone()
+			r.drop(s)
 		}
 		out[i] = t
 	}
@@ -416,6 +434,10 @@ type run struct {
 	buffers []kernel.OutputBuffer
 	origin  []int32
 	escaped []atomic.Bool
+	// alive[s], for a slot s holding a variable's shared buffer (a Lease
+	// in buffers[s]), counts the live slots whose origin is s; the lease is
+	// released when it drops to zero, unless the buffer escaped.
+	alive []atomic.Int32
 
 	stepBuf kernel.Step // the step of Run calls given none
 	w0      worker      // the caller's worker
@@ -447,6 +469,7 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 			buffers:  make([]kernel.OutputBuffer, e.numSlots),
 			origin:   make([]int32, e.numSlots),
 			escaped:  make([]atomic.Bool, e.numSlots),
+			alive:    make([]atomic.Int32, e.numSlots),
 			finished: make(chan struct{}, 1),
 		}
 	}
@@ -509,6 +532,7 @@ func (r *run) reset() {
 	clear(r.buffers)
 	for i := range r.escaped {
 		r.escaped[i].Store(false)
+		r.alive[i].Store(0)
 	}
 	r.parent, r.kctx, r.cancel, r.parentDone, r.step = nil, nil, nil, nil, nil
 	r.closed.Store(false)
@@ -738,11 +762,13 @@ func (r *run) exec(i int32, w *worker) int32 {
 		c.Inputs[k] = nil
 		if s >= 0 && atomic.AddInt32(&r.refs[s], -1) == 0 {
 			r.values[s] = nil
+			r.drop(s)
 		}
 	}
 	for o := en.outBase; o < en.outBase+en.numOut; o++ {
 		if e.consumerRefs[o] == 0 {
 			r.values[o] = nil
+			r.drop(o)
 		}
 	}
 	c.Inputs, c.Outputs, c.Buffers = nil, nil, nil
@@ -846,7 +872,7 @@ func (r *run) track(en *execNode, c *kernel.Context) {
 		s := en.outBase + int32(o)
 		t := c.Outputs[o]
 		org := int32(-1)
-		if c.Buffers[o].Allocated != nil {
+		if c.Buffers[o].Allocated != nil || c.Buffers[o].Lease.Valid() {
 			org = s
 		} else if lo, hi := dataRange(t); lo < hi {
 			for k, in := range en.inSlots {
@@ -862,9 +888,32 @@ func (r *run) track(en *execNode, c *kernel.Context) {
 			}
 		}
 		r.origin[s] = org
-		if org >= 0 && e.escapes[s] {
+		shared := org >= 0 && r.buffers[org].Lease.Valid()
+		if shared && e.kept[s] || !shared && org >= 0 && e.escapes[s] {
 			r.escaped[org].Store(true)
 		}
+		if shared {
+			// Counted before the slot's producer releases its inputs, so
+			// an alias keeps a shared buffer alive from its creation.
+			r.alive[org].Add(1)
+		}
+	}
+}
+
+// drop notes that slot s is dead (no later node reads it). When s was the
+// last live slot holding a variable's shared buffer and the buffer did not
+// escape the step, the share goes back to the variable, which may then
+// update the buffer in place. A slot is dropped only after its producer's
+// track, by the one consumer that brought its count to zero, so the
+// escaped flags that matter are set by then.
+func (r *run) drop(s int32) {
+	org := r.origin[s]
+	if org < 0 {
+		return
+	}
+	l := r.buffers[org].Lease
+	if l.Valid() && r.alive[org].Add(-1) == 0 && !r.escaped[org].Load() {
+		l.Release()
 	}
 }
 

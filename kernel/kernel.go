@@ -161,8 +161,25 @@ func (c *Context) alloc(i int, dt tensor.DType, shape []int) (t *tensor.Tensor, 
 // Spare to nil) when its dtype and shape match the request. Alloc records
 // in Allocated the tensor it returned, so that the executor knows which
 // outputs it created and may recycle once the step no longer needs them.
+//
+// A kernel whose output is a variable's own buffer (see Variable.Share)
+// records its share in Lease with ShareOutput; the executor releases it
+// once no tensor of the step aliases the buffer any more, unless the tensor
+// escapes the step (a fetch, a Send), and then never.
 type OutputBuffer struct {
 	Spare, Allocated *tensor.Tensor
+	Lease            Lease
+}
+
+// ShareOutput stores as output i a variable's buffer t shared under l. If
+// the executor tracks buffers, it releases l when the step no longer holds
+// t; otherwise l is never released, which is safe: the variable copies on
+// its next update.
+func (c *Context) ShareOutput(i int, t *tensor.Tensor, l Lease) {
+	c.Outputs[i] = t
+	if i < len(c.Buffers) {
+		c.Buffers[i].Lease = l
+	}
 }
 
 // newTensor is tensor.New through a copy of the dims, so that shape does
@@ -179,16 +196,35 @@ func newTensor(dt tensor.DType, shape []int) *tensor.Tensor {
 }
 
 // LockValue takes v's exclusive lock and returns its value, to be updated
-// in place until UnlockValue. It fails, without holding the lock, if v is
-// not initialized. Update is the same with a callback; hot kernels use this
-// form because a callback capturing their state is a heap allocation.
+// in place until UnlockValue. If readers share the value's buffer, the
+// variable first moves to a copy (see Variable). It fails, without holding
+// the lock, if v is not initialized. Update is the same with a callback; hot
+// kernels use this form because a callback capturing their state is a heap
+// allocation.
 func (v *Variable) LockValue() (*tensor.Tensor, error) {
 	v.mu.Lock()
 	if v.value == nil {
 		v.mu.Unlock()
-		return nil, fmt.Errorf("kernel: variable %q: %w: run its initializer first (e.g. the global variables initializer)", v.name, ErrUninitialized)
+		return nil, v.uninitialized()
 	}
-	return v.value, nil
+	v.own(true)
+	return v.value.t, nil
+}
+
+// LockValueMoving is LockValue for a kernel that writes every element of
+// the value as a function of the old one: if readers share the value's
+// buffer, the variable moves to another buffer without a copy, dst, whose
+// contents are unspecified, and the old value is src, to be read only;
+// otherwise src is dst and the update runs in place. The kernel must not
+// fail once it holds the lock, since dst may be garbage until it is done.
+func (v *Variable) LockValueMoving() (dst, src *tensor.Tensor, err error) {
+	v.mu.Lock()
+	if v.value == nil {
+		v.mu.Unlock()
+		return nil, nil, v.uninitialized()
+	}
+	src = v.own(false)
+	return v.value.t, src, nil
 }
 
 // UnlockValue releases the lock LockValue took.

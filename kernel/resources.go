@@ -3,8 +3,10 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/distflow/distflow/tensor"
 )
@@ -80,16 +82,65 @@ func (r *Resources) VariableNames() []string {
 	return names
 }
 
-// Variable is mutable state with a fixed dtype and shape. Reads return a
-// copy, so a reader never sees a half-applied update; updates run under an
-// exclusive lock.
+// Variable is mutable state with a fixed dtype and shape. Updates run under
+// an exclusive lock; a reader never sees a value change under it.
+//
+// Reads by the graph (Share) are copy-on-write: they hand out the
+// variable's own buffer and count a share of it. An in-place update of a
+// buffer with outstanding shares first moves the variable to another buffer
+// (a spare, else a fresh one) holding a copy of the value, and the old
+// buffer is retired: it never changes again, so every reader keeps its
+// snapshot. A share is handed back with Lease.Release once its holder is
+// done (the executor does so when the last tensor aliasing the buffer is
+// dead); a share never handed back (a fetched or sent tensor) keeps the
+// buffer retired-on-update forever. A retired buffer whose last share comes
+// back becomes the variable's spare, so that a copy-on-write in steady state
+// allocates nothing.
+//
+// Invariants: shares of a buffer are taken only while it is current, under
+// the read lock; a buffer is retired, or written in place, only under the
+// exclusive lock; so once a retired buffer's count reaches zero no one holds
+// it and it may be reused.
 type Variable struct {
 	name  string
 	dtype tensor.DType
 	shape tensor.Shape
 
 	mu    sync.RWMutex
-	value *tensor.Tensor // nil until initialized
+	value *varBuffer // nil until initialized
+	spare atomic.Pointer[varBuffer]
+}
+
+// varBuffer is one buffer a variable holds or held.
+type varBuffer struct {
+	t       *tensor.Tensor
+	shares  atomic.Int32 // outstanding Leases
+	retired atomic.Bool  // no longer the variable's value: never written again
+}
+
+// Lease is a reader's share of a variable's buffer, from Variable.Share.
+// The zero Lease is valid and releases nothing.
+type Lease struct {
+	v *Variable
+	b *varBuffer
+}
+
+// Valid reports whether l holds a share.
+func (l Lease) Valid() bool { return l.b != nil }
+
+// Release hands the share back: the caller and everyone it gave the tensor
+// to must not use it any more. It must be called at most once per Lease;
+// never calling it is safe (the variable copies on its next update).
+func (l Lease) Release() {
+	if l.b == nil {
+		return
+	}
+	if l.b.shares.Add(-1) == 0 && l.b.retired.Load() {
+		// No one holds the retired buffer any more: keep it for the next
+		// copy-on-write. A release racing with the retirement may miss
+		// it, which only costs an allocation.
+		l.v.spare.Store(l.b)
+	}
 }
 
 // Name returns the variable's name (its Variable node's name).
@@ -108,14 +159,34 @@ func (v *Variable) Initialized() bool {
 	return v.value != nil
 }
 
+func (v *Variable) uninitialized() error {
+	return fmt.Errorf("kernel: variable %q: %w: run its initializer first (e.g. the global variables initializer)", v.name, ErrUninitialized)
+}
+
 // Read returns a copy of the value.
 func (v *Variable) Read() (*tensor.Tensor, error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if v.value == nil {
-		return nil, fmt.Errorf("kernel: variable %q: %w: run its initializer first (e.g. the global variables initializer)", v.name, ErrUninitialized)
+		return nil, v.uninitialized()
 	}
-	return v.value.Clone(), nil
+	return v.value.t.Clone(), nil
+}
+
+// Share returns the value without a copy, with a share of its buffer. The
+// tensor never changes (a later update moves the variable to another
+// buffer) and must not be modified. Release the lease when no one holds the
+// tensor any more, so that updates can run in place again; a tensor that
+// escapes to holders one cannot track must keep its lease unreleased.
+func (v *Variable) Share() (*tensor.Tensor, Lease, error) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	b := v.value
+	if b == nil {
+		return nil, Lease{}, v.uninitialized()
+	}
+	b.shares.Add(1)
+	return b.t, Lease{v, b}, nil
 }
 
 // ReadInto copies the value into dst, which must have the variable's dtype
@@ -124,22 +195,93 @@ func (v *Variable) ReadInto(dst *tensor.Tensor) error {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if v.value == nil {
-		return fmt.Errorf("kernel: variable %q: %w: run its initializer first (e.g. the global variables initializer)", v.name, ErrUninitialized)
+		return v.uninitialized()
 	}
-	return dst.CopyFrom(v.value)
+	return dst.CopyFrom(v.value.t)
 }
 
 // Assign replaces the value with a copy of t, which must match the
 // variable's dtype and shape.
 func (v *Variable) Assign(t *tensor.Tensor) error {
+	return v.assign(t, false)
+}
+
+// Adopt replaces the value with t itself, without a copy: the caller hands
+// t over and neither it nor anyone else may use t afterwards. t must match
+// the variable's dtype and shape.
+func (v *Variable) Adopt(t *tensor.Tensor) error {
+	return v.assign(t, true)
+}
+
+func (v *Variable) assign(t *tensor.Tensor, adopt bool) error {
 	if t.DType() != v.dtype || !v.shape.IsCompatibleWith(t.StaticShape()) {
 		return fmt.Errorf("kernel: cannot assign %v%v to variable %q of %v%v", t.DType(), tensor.MakeShape(t.Shape()...), v.name, v.dtype, v.shape)
 	}
-	c := t.Clone()
 	v.mu.Lock()
-	v.value = c
-	v.mu.Unlock()
+	defer v.mu.Unlock()
+	old := v.value
+	switch {
+	case adopt:
+		v.retire()
+		v.value = &varBuffer{t: t}
+	case old != nil && old.shares.Load() == 0 && slices.Equal(old.t.Shape(), t.Shape()):
+		// No reader holds the buffer: overwrite it in place.
+		return old.t.CopyFrom(t)
+	default:
+		v.retire()
+		b := v.takeSpare(t.Shape())
+		if b == nil {
+			v.value = &varBuffer{t: t.Clone()}
+			return nil
+		}
+		v.value = b
+		return b.t.CopyFrom(t)
+	}
 	return nil
+}
+
+// retire marks the current buffer as no longer the value. Held by v.mu.
+func (v *Variable) retire() {
+	if b := v.value; b != nil {
+		b.retired.Store(true)
+		if b.shares.Load() == 0 {
+			v.spare.Store(b)
+		}
+	}
+}
+
+// takeSpare returns the spare buffer, reset, if it has the given shape.
+// Held by v.mu.
+func (v *Variable) takeSpare(shape []int) *varBuffer {
+	b := v.spare.Swap(nil)
+	if b == nil || b == v.value || b.shares.Load() != 0 || !slices.Equal(b.t.Shape(), shape) {
+		return nil
+	}
+	b.retired.Store(false)
+	return b
+}
+
+// own makes the value's buffer writable in place: if a reader shares it,
+// the variable moves to another buffer, holding a copy of the value if
+// copy is set (else its contents are unspecified), and own returns the old
+// value; otherwise it returns the value itself. Held by v.mu exclusively.
+func (v *Variable) own(copy bool) *tensor.Tensor {
+	b := v.value
+	if b.shares.Load() == 0 {
+		return b.t
+	}
+	v.retire()
+	nb := v.takeSpare(b.t.Shape())
+	switch {
+	case nb == nil && copy:
+		nb = &varBuffer{t: b.t.Clone()}
+	case nb == nil:
+		nb = &varBuffer{t: tensor.New(b.t.DType(), b.t.Shape()...)}
+	case copy:
+		_ = nb.t.CopyFrom(b.t) // same dtype and shape
+	}
+	v.value = nb
+	return b.t
 }
 
 // Update runs f on the value in place under the exclusive lock. It fails if
@@ -148,7 +290,8 @@ func (v *Variable) Update(f func(value *tensor.Tensor) error) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.value == nil {
-		return fmt.Errorf("kernel: variable %q: %w: run its initializer first (e.g. the global variables initializer)", v.name, ErrUninitialized)
+		return v.uninitialized()
 	}
-	return f(v.value)
+	v.own(true)
+	return f(v.value.t)
 }

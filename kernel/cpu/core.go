@@ -45,12 +45,11 @@ func coreIdentity(c *kernel.Context) error {
 	return nil
 }
 
-// coreVariable outputs a copy of the variable's current value, so that a
-// later update in the same or another step never changes a tensor already
-// handed to consumers.
+// coreVariable outputs the variable's current value without a copy: the
+// variable is copy-on-write (kernel.Variable), so a later update in the same
+// or another step never changes a tensor already handed to consumers.
 func coreVariable(n *graph.Node) (kernel.Kernel, error) {
 	name, dt, shape := n.Name(), n.AttrDType("dtype"), n.AttrShape("shape")
-	dims, full := shape.Dims(), shape.FullyDefined()
 	return kernel.Func(func(c *kernel.Context) error {
 		if c.Resources == nil {
 			return c.Errorf("no resource container to hold variable %q", name)
@@ -59,21 +58,13 @@ func coreVariable(n *graph.Node) (kernel.Kernel, error) {
 		if err != nil {
 			return fmt.Errorf("kernel: node %s: %w", c.Node, err)
 		}
-		if !full || !v.Initialized() {
-			t, err := v.Read()
-			if err == nil {
-				c.Outputs[0] = t
-				return nil
-			}
+		t, lease, err := v.Share()
+		if err != nil {
 			// The error names the variable, says to run its initializer and
 			// wraps kernel.ErrUninitialized.
 			return fmt.Errorf("kernel: node %s: %w", c.Node, err)
 		}
-		// The copy goes into a buffer recycled from an earlier step when
-		// the executor has one: reading a variable then allocates nothing.
-		if err := v.ReadInto(c.AllocUninit(0, dt, dims...)); err != nil {
-			return fmt.Errorf("kernel: node %s: %w", c.Node, err)
-		}
+		c.ShareOutput(0, t, lease)
 		return nil
 	}), nil
 }

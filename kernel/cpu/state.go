@@ -25,16 +25,18 @@ func init() {
 		return nil
 	}))
 
-	stateRegisterApply("ApplyGradientDescent", 1, 2, func(*graph.Node) stateUpdate {
+	// The float32 updates of GradientDescent and Adam read the old value
+	// from vals[3] when the variable moves (stateApply).
+	stateRegisterApply("ApplyGradientDescent", 1, 2, true, func(*graph.Node) stateUpdate {
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			if g.DType() == tensor.Float32 {
-				stateGradientDescent(v[0].Float32s(), g.Float32s(), float32(sc[0]))
+				stateGradientDescent(v[0].Float32s(), stateSrc(v[3]), g.Float32s(), float32(sc[0]))
 			} else {
-				stateGradientDescent(v[0].Float64s(), g.Float64s(), sc[0])
+				stateGradientDescent(v[0].Float64s(), nil, g.Float64s(), sc[0])
 			}
 		}
 	})
-	stateRegisterApply("ApplyMomentum", 2, 3, func(n *graph.Node) stateUpdate {
+	stateRegisterApply("ApplyMomentum", 2, 3, false, func(n *graph.Node) stateUpdate {
 		nesterov := n.AttrBool("use_nesterov")
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			if g.DType() == tensor.Float32 {
@@ -44,7 +46,7 @@ func init() {
 			}
 		}
 	})
-	stateRegisterApply("ApplyAdagrad", 2, 3, func(*graph.Node) stateUpdate {
+	stateRegisterApply("ApplyAdagrad", 2, 3, false, func(*graph.Node) stateUpdate {
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			if g.DType() == tensor.Float32 {
 				stateAdagrad(v[0].Float32s(), v[1].Float32s(), g.Float32s(), float32(sc[0]))
@@ -53,7 +55,7 @@ func init() {
 			}
 		}
 	})
-	stateRegisterApply("ApplyRMSProp", 3, 7, func(*graph.Node) stateUpdate {
+	stateRegisterApply("ApplyRMSProp", 3, 7, false, func(*graph.Node) stateUpdate {
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			// sc: lr, rho, momentum, epsilon.
 			if g.DType() == tensor.Float32 {
@@ -64,13 +66,13 @@ func init() {
 			}
 		}
 	})
-	stateRegisterApply("ApplyAdam", 3, 9, func(*graph.Node) stateUpdate {
+	stateRegisterApply("ApplyAdam", 3, 9, true, func(*graph.Node) stateUpdate {
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			// sc: beta1_power, beta2_power, lr, beta1, beta2, epsilon. The
 			// bias-corrected step size is computed once, in float64.
 			lrT := sc[2] * math.Sqrt(1-sc[1]) / (1 - sc[0])
 			if g.DType() == tensor.Float32 {
-				stateAdamF32(v[0].Float32s(), v[1].Float32s(), v[2].Float32s(), g.Float32s(),
+				stateAdamF32(v[0].Float32s(), stateSrc(v[3]), v[1].Float32s(), v[2].Float32s(), g.Float32s(),
 					float32(lrT), float32(sc[3]), float32(sc[4]), float32(sc[5]))
 			} else {
 				stateAdam(v[0].Float64s(), v[1].Float64s(), v[2].Float64s(), g.Float64s(), lrT, sc[3], sc[4], sc[5])
@@ -163,17 +165,37 @@ func stateAddScaledRange[T stateNumber](dst, src []T, sign T) {
 	}
 }
 
-func stateGradientDescent[T stateFloat](v, g []T, alpha T) {
+// stateChunk is how many elements an update that moves its variable copies
+// from the old buffer before updating them: few enough that the update
+// finds them in cache, so that moving costs about no extra memory traffic.
+const stateChunk = 4096
+
+// stateSrc returns the old value of a variable that moved, or nil.
+func stateSrc(t *tensor.Tensor) []float32 {
+	if t == nil {
+		return nil
+	}
+	return t.Float32s()
+}
+
+func stateSub[T any](s []T, lo, hi int) []T {
+	if s == nil {
+		return nil
+	}
+	return s[lo:hi]
+}
+
+func stateGradientDescent[T stateFloat](v, src, g []T, alpha T) {
 	g = g[:len(v)]
 	if kernel.Serial(len(v), 2) {
-		stateGradientDescentRange(v, g, alpha)
+		stateGradientDescentFrom(v, src, g, alpha)
 		return
 	}
 	j, _ := gdJobs.Get().(*gdJob[T])
 	if j == nil {
 		j = new(gdJob[T])
 	}
-	*j = gdJob[T]{v, g, alpha}
+	*j = gdJob[T]{v, src, g, alpha}
 	kernel.ParallelRange(len(v), 2, j)
 	*j = gdJob[T]{}
 	gdJobs.Put(j)
@@ -181,11 +203,28 @@ func stateGradientDescent[T stateFloat](v, g []T, alpha T) {
 
 // gdJob is stateGradientDescent's split loop, pooled like rangeJob2.
 type gdJob[T stateFloat] struct {
-	v, g  []T
-	alpha T
+	v, src, g []T
+	alpha     T
 }
 
-func (j *gdJob[T]) Range(lo, hi int) { stateGradientDescentRange(j.v[lo:hi], j.g[lo:hi], j.alpha) }
+func (j *gdJob[T]) Range(lo, hi int) {
+	stateGradientDescentFrom(j.v[lo:hi], stateSub(j.src, lo, hi), j.g[lo:hi], j.alpha)
+}
+
+// stateGradientDescentFrom is stateGradientDescentRange on v, first copied
+// from src if the variable moved.
+func stateGradientDescentFrom[T stateFloat](v, src, g []T, alpha T) {
+	if src == nil {
+		stateGradientDescentRange(v, g, alpha)
+		return
+	}
+	src = src[:len(v)]
+	for lo := 0; lo < len(v); lo += stateChunk {
+		hi := min(lo+stateChunk, len(v))
+		copy(v[lo:hi], src[lo:hi])
+		stateGradientDescentRange(v[lo:hi], g[lo:hi], alpha)
+	}
+}
 
 var gdJobs sync.Pool
 
@@ -252,15 +291,31 @@ func stateAdam[T stateFloat](v, m, vv, g []T, lrT, beta1, beta2, epsilon T) {
 
 // stateAdamF32 is stateAdam for float32, on the vectorised loop. The
 // reference CNN's fc1 weight alone has 3.2M elements.
-func stateAdamF32(v, m, vv, g []float32, lrT, beta1, beta2, epsilon float32) {
+// src is the variable's old value if it moved (else nil).
+func stateAdamF32(v, src, m, vv, g []float32, lrT, beta1, beta2, epsilon float32) {
 	m, vv, g = m[:len(v)], vv[:len(v)], g[:len(v)]
 	if kernel.Serial(len(v), stateAdamF32Cost) {
-		stateAdamRangeF32(v, m, vv, g, lrT, beta1, beta2, epsilon)
+		stateAdamFromF32(v, src, m, vv, g, lrT, beta1, beta2, epsilon)
 		return
 	}
 	kernel.ParallelFor(len(v), stateAdamF32Cost, func(lo, hi int) {
-		stateAdamRangeF32(v[lo:hi], m[lo:hi], vv[lo:hi], g[lo:hi], lrT, beta1, beta2, epsilon)
+		stateAdamFromF32(v[lo:hi], stateSub(src, lo, hi), m[lo:hi], vv[lo:hi], g[lo:hi], lrT, beta1, beta2, epsilon)
 	})
+}
+
+// stateAdamFromF32 is stateAdamRangeF32 on v, first copied from src if the
+// variable moved.
+func stateAdamFromF32(v, src, m, vv, g []float32, lrT, beta1, beta2, epsilon float32) {
+	if src == nil {
+		stateAdamRangeF32(v, m, vv, g, lrT, beta1, beta2, epsilon)
+		return
+	}
+	src = src[:len(v)]
+	for lo := 0; lo < len(v); lo += stateChunk {
+		hi := min(lo+stateChunk, len(v))
+		copy(v[lo:hi], src[lo:hi])
+		stateAdamRangeF32(v[lo:hi], m[lo:hi], vv[lo:hi], g[lo:hi], lrT, beta1, beta2, epsilon)
+	}
 }
 
 // stateAdamF32Cost is the cost of one element of the vectorised loop, in
@@ -280,22 +335,27 @@ func stateAdamRange[T stateFloat](v, m, vv, g []T, lrT, beta1, beta2, epsilon T)
 
 // stateUpdate applies one update rule to the locked values of the refs (the
 // variable first), given the gradient and the scalar inputs in input order.
-// They are passed as arrays, by value, so that they stay on the stack.
+// They are passed as arrays, by value, so that they stay on the stack. A
+// rule registered as moving gets in vals[3] the variable's old value when
+// the variable moved to another buffer (readers shared the old one), and
+// must then compute vals[0] from it; vals[3] is nil for an update in place.
 type stateUpdate func(vals [4]*tensor.Tensor, grad *tensor.Tensor, scalars [8]float64)
 
 // stateRegisterApply registers the kernel of an Apply op whose first nRefs
 // inputs are refs and whose input gradIdx has the variable's shape; every
-// other input is a scalar.
-func stateRegisterApply(op string, nRefs, gradIdx int, build func(n *graph.Node) stateUpdate) {
+// other input is a scalar. moving says that the rule reads a moved float32
+// variable's old value from vals[3] (see stateUpdate) rather than needing a
+// copy of it first.
+func stateRegisterApply(op string, nRefs, gradIdx int, moving bool, build func(n *graph.Node) stateUpdate) {
 	kernel.Register(op, kernel.CPU, kernel.Borrowing(func(n *graph.Node) (kernel.Kernel, error) {
 		update := build(n)
 		return kernel.Func(func(c *kernel.Context) error {
-			return stateApply(c, nRefs, gradIdx, update)
+			return stateApply(c, nRefs, gradIdx, moving, update)
 		}), nil
 	}))
 }
 
-func stateApply(c *kernel.Context, nRefs, gradIdx int, update stateUpdate) error {
+func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update stateUpdate) error {
 	v := c.Ref(0)
 	dt, shape := v.DType(), v.Shape()
 	if !dt.IsFloat() {
@@ -337,8 +397,21 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, update stateUpdate) error
 		scalars = append(scalars, t.Float64At(0))
 	}
 	vals := valsBuf[:nRefs]
+	moving = moving && dt == tensor.Float32
 	for i, r := range refs {
-		val, err := r.LockValue()
+		var val, src *tensor.Tensor
+		var err error
+		if i == 0 && moving {
+			// The variable is the tensor readers share (the slots are
+			// private): if it moves, the rule reads its old value
+			// instead of a copy.
+			val, src, err = r.LockValueMoving()
+			if src != val {
+				valsBuf[3] = src
+			}
+		} else {
+			val, err = r.LockValue()
+		}
 		if err != nil {
 			for _, locked := range refs[:i] {
 				locked.UnlockValue()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -144,69 +145,94 @@ func TestApplyKernelsMatchTensorFlowFormulas(t *testing.T) {
 	grad := []float64{0.5, -1, 2, 0, 0.25, -0.75}
 	for _, tc := range cases {
 		for _, dt := range []tensor.DType{tensor.Float32, tensor.Float64} {
-			name := tc.op + "/" + dt.String()
-			if tc.attrs != nil {
-				name += "/nesterov"
+			for _, shared := range []bool{false, true} {
+				name := tc.op + "/" + dt.String()
+				if tc.attrs != nil {
+					name += "/nesterov"
+				}
+				if shared {
+					// Readers share every ref during the update: the
+					// variables move (copy-on-write) and the readers' values
+					// stay as they were.
+					name += "/shared"
+				}
+				t.Run(name, func(t *testing.T) {
+					s := graph.NewScope()
+					var inputs []graph.Output
+					for j := 0; j <= tc.slots; j++ {
+						inputs = append(inputs, stateVar(s, "v", dt, 2, 3))
+					}
+					sc := tc.scalars
+					// Scalars fill the positions between the refs and the end,
+					// except the gradient's.
+					total := tc.slots + 1 + len(sc) + 1
+					k := 0
+					for i := tc.slots + 1; i < total; i++ {
+						if i == tc.gradIdx {
+							inputs = append(inputs, stateConst(s, stateTensor(dt, grad, 2, 3)))
+							continue
+						}
+						inputs = append(inputs, stateConst(s, stateTensor(dt, []float64{sc[k]})))
+						k++
+					}
+					n := s.AddNode(tc.op, "", inputs, tc.attrs)
+					if err := s.Err(); err != nil {
+						t.Fatal(err)
+					}
+					if n.NumOutputs() != 0 {
+						t.Fatalf("%s has %d outputs, want 0", tc.op, n.NumOutputs())
+					}
+					res := kernel.NewResources()
+					want := make([][]float64, tc.slots+1)
+					for j := range want {
+						want[j] = append([]float64(nil), init[j]...)
+						v, _ := res.Variable(inputs[j].Node.Name(), dt, tensor.MakeShape(2, 3))
+						if err := v.Assign(stateTensor(dt, init[j], 2, 3)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					k2 := stateKernel(t, n)
+					for step := 0; step < 2; step++ {
+						var held []*tensor.Tensor
+						var before [][]float64
+						var leases []kernel.Lease
+						for j := 0; shared && j <= tc.slots; j++ {
+							v, _ := res.Lookup(inputs[j].Node.Name())
+							h, l, err := v.Share()
+							if err != nil {
+								t.Fatal(err)
+							}
+							held, before, leases = append(held, h), append(before, stateValues(h)), append(leases, l)
+						}
+						if _, err := stateRunNode(n, k2, res); err != nil {
+							t.Fatal(err)
+						}
+						for j, h := range held {
+							if !slices.Equal(stateValues(h), before[j]) {
+								t.Fatalf("step %d: ref %d changed under a reader: %v, was %v", step, j, stateValues(h), before[j])
+							}
+							leases[j].Release()
+						}
+						for i := range grad {
+							tc.step(want, grad, sc, i)
+						}
+					}
+					tol := 1e-12
+					if dt == tensor.Float32 {
+						tol = 2e-6
+					}
+					for j := range want {
+						v, _ := res.Lookup(inputs[j].Node.Name())
+						got, err := v.Read()
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !stateClose(stateValues(got), want[j], tol) {
+							t.Errorf("ref %d after 2 steps = %v, want %v", j, stateValues(got), want[j])
+						}
+					}
+				})
 			}
-			t.Run(name, func(t *testing.T) {
-				s := graph.NewScope()
-				var inputs []graph.Output
-				for j := 0; j <= tc.slots; j++ {
-					inputs = append(inputs, stateVar(s, "v", dt, 2, 3))
-				}
-				sc := tc.scalars
-				// Scalars fill the positions between the refs and the end,
-				// except the gradient's.
-				total := tc.slots + 1 + len(sc) + 1
-				k := 0
-				for i := tc.slots + 1; i < total; i++ {
-					if i == tc.gradIdx {
-						inputs = append(inputs, stateConst(s, stateTensor(dt, grad, 2, 3)))
-						continue
-					}
-					inputs = append(inputs, stateConst(s, stateTensor(dt, []float64{sc[k]})))
-					k++
-				}
-				n := s.AddNode(tc.op, "", inputs, tc.attrs)
-				if err := s.Err(); err != nil {
-					t.Fatal(err)
-				}
-				if n.NumOutputs() != 0 {
-					t.Fatalf("%s has %d outputs, want 0", tc.op, n.NumOutputs())
-				}
-				res := kernel.NewResources()
-				want := make([][]float64, tc.slots+1)
-				for j := range want {
-					want[j] = append([]float64(nil), init[j]...)
-					v, _ := res.Variable(inputs[j].Node.Name(), dt, tensor.MakeShape(2, 3))
-					if err := v.Assign(stateTensor(dt, init[j], 2, 3)); err != nil {
-						t.Fatal(err)
-					}
-				}
-				k2 := stateKernel(t, n)
-				for step := 0; step < 2; step++ {
-					if _, err := stateRunNode(n, k2, res); err != nil {
-						t.Fatal(err)
-					}
-					for i := range grad {
-						tc.step(want, grad, sc, i)
-					}
-				}
-				tol := 1e-12
-				if dt == tensor.Float32 {
-					tol = 2e-6
-				}
-				for j := range want {
-					v, _ := res.Lookup(inputs[j].Node.Name())
-					got, err := v.Read()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !stateClose(stateValues(got), want[j], tol) {
-						t.Errorf("ref %d after 2 steps = %v, want %v", j, stateValues(got), want[j])
-					}
-				}
-			})
 		}
 	}
 }
