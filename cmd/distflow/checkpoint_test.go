@@ -178,6 +178,10 @@ func TestRestartedPSIsRecovered(t *testing.T) {
 		dir := t.TempDir()
 		began = time.Now()
 		ps, ws := startTasks(t, 2, append(args, "--wait-timeout", "60s", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100")...)
+		// Both workers train when the ps is killed (on a loaded machine the
+		// chief may otherwise finish alone before worker 1 starts, leaving
+		// no chief to restore the model for it).
+		ws[1].waitLine(t, "local_step 100 ", 60*time.Second)
 		ws[0].waitLine(t, "saved a checkpoint", 60*time.Second)
 		if err := ps.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
@@ -193,7 +197,10 @@ func TestRestartedPSIsRecovered(t *testing.T) {
 		restarted := startTestTask(t, "restarted ps", ps.cmd.ExtraFiles[0], args...)
 		for _, w := range ws {
 			if err := w.wait(t, 120*time.Second); err != nil {
-				t.Fatalf("%s after the ps was restarted: %v\n%s", w.name, err, tail(w.logs(), 30))
+				for _, tk := range append(ws, restarted) {
+					t.Logf("%s:\n%s", tk.name, tail(tk.logs(), 40))
+				}
+				t.Fatalf("%s after the ps was restarted: %v", w.name, err)
 			}
 		}
 		if err := restarted.wait(t, 30*time.Second); err != nil {
