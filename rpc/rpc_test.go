@@ -6,13 +6,13 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/metadata"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/internal/testlog"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/rpc"
@@ -92,24 +92,6 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects logs from concurrent goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestWaitForTasks: tasks that come up late are waited for (and logged);
 // tasks that never come up are named in the error at the deadline.
 func TestWaitForTasks(t *testing.T) {
@@ -141,7 +123,7 @@ func TestWaitForTasks(t *testing.T) {
 		t.Cleanup(s.Stop)
 	}
 	serve(up, "/job:ps/task:0")
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	cache := rpc.NewWorkerCache(spec, "/job:client/task:0", nil, rpc.Options{Logger: log})
 	defer cache.Close()

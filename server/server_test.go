@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/grad"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/testlog"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
@@ -234,26 +234,6 @@ func TestShutdownEndsJoin(t *testing.T) {
 	}
 }
 
-// syncBuffer is an io.Writer safe for concurrent use, for captured logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
-
 // TestWorkerStartsBeforePS: a worker whose step needs the ps waits for it
 // (logging who it waits for) and works once the ps is up.
 func TestWorkerStartsBeforePS(t *testing.T) {
@@ -263,7 +243,7 @@ func TestWorkerStartsBeforePS(t *testing.T) {
 	psName := "/job:ps/task:0"
 	psAddr := tc.lis[psName].Addr().String()
 	tc.lis[psName].Close()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	w := tc.start(t, "worker", 0, slog.New(slog.NewTextHandler(&logs, nil)))
 	ctx := ctxTimeout(t, 60*time.Second)
 	g, init := linearModel(t, 0)
@@ -352,7 +332,7 @@ func TestSecureCluster(t *testing.T) {
 		PerRPCCredentials: tokenCreds("s3cret"),
 	}
 	tc := newTestCluster(t, map[string]int{"ps": 1, "worker": 1})
-	var logs syncBuffer
+	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	tc.startWith(t, "ps", 0, log, opts)
 	w := tc.startWith(t, "worker", 0, log, opts)

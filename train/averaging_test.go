@@ -1,7 +1,6 @@
 package train_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/testlog"
 	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
@@ -243,29 +243,11 @@ func TestPeriodicAveragingLinearRegression(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination shared by the workers' loggers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestAdaptiveTauGrowsWithSlowerCommunication(t *testing.T) {
 	// Local steps take at least 2ms (simulated compute); communication
 	// is either in-memory (tens of microseconds) or held 5ms per chunk.
 	const compute = 2 * time.Millisecond
-	var logs syncBuffer
+	var logs testlog.Buffer
 	fast := trainAveraging(t, 2, 100, compute, 0, train.AveragingConfig{Tau0: 1, Logger: quiet})
 	slow := trainAveraging(t, 2, 100, compute, 5*time.Millisecond,
 		train.AveragingConfig{Tau0: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
