@@ -555,15 +555,19 @@ func nnSparseXentRows[T nnFloat](x []T, idx32 []int32, idx64 []int64, loss, bp [
 	})
 }
 
+// nnLabel is row r's class index, from whichever of the int32 or int64
+// label slices is set.
+func nnLabel(idx32 []int32, idx64 []int64, r int) int {
+	if idx32 != nil {
+		return int(idx32[r])
+	}
+	return int(idx64[r])
+}
+
 func nnSparseXentRange[T nnFloat](x []T, idx32 []int32, idx64 []int64, loss, bp []T, cols, lo, hi int) {
 	for r := lo; r < hi; r++ {
 		xr, br := x[r*cols:(r+1)*cols], bp[r*cols:(r+1)*cols]
-		var label int
-		if idx32 != nil {
-			label = int(idx32[r])
-		} else {
-			label = int(idx64[r])
-		}
+		label := nnLabel(idx32, idx64, r)
 		m := nnRowMax(xr)
 		var sum float64
 		for i, v := range xr {
@@ -598,12 +602,7 @@ func nnSparseXentF32(x []float32, idx32 []int32, idx64 []int64, loss, bp []float
 	nnExpF32(bp, bp)
 	for r := range rows {
 		xr, br := x[r*cols:(r+1)*cols], bp[r*cols:(r+1)*cols]
-		var label int
-		if idx32 != nil {
-			label = int(idx32[r])
-		} else {
-			label = int(idx64[r])
-		}
+		label := nnLabel(idx32, idx64, r)
 		var sum float64
 		for _, e := range br {
 			sum += float64(e)
