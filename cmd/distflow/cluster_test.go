@@ -326,23 +326,8 @@ func TestLocalClusterRestartsADeadPS(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var stdout strings.Builder
 	cmd.Stdout = &stdout
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := startStreaming(t, cmd)
 	var logs strings.Builder
-	lines := make(chan string, 10000)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
 	pid := regexp.MustCompile(`local cluster: started ps 0 \(pid (\d+)\)`)
 	psPID, killed := 0, false
 	deadline := time.After(120 * time.Second)

@@ -12,11 +12,12 @@ import (
 	"time"
 )
 
-// startLauncher starts `distflow train --local-cluster ...` and returns it
-// with the ps address it printed (which every task has on its command line).
-func startLauncher(t *testing.T, args ...string) (*exec.Cmd, string, <-chan string) {
+// startStreaming starts cmd, killed at the end of the test, and returns its
+// standard error line by line; the channel closes when cmd closes it. Lines
+// that find the channel's buffer (10,000) full are dropped rather than
+// blocking cmd.
+func startStreaming(t *testing.T, cmd *exec.Cmd) <-chan string {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +37,15 @@ func startLauncher(t *testing.T, args ...string) (*exec.Cmd, string, <-chan stri
 		}
 		close(lines)
 	}()
+	return lines
+}
+
+// startLauncher starts `distflow train --local-cluster ...` and returns it
+// with the ps address it printed (which every task has on its command line).
+func startLauncher(t *testing.T, args ...string) (*exec.Cmd, string, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	lines := startStreaming(t, cmd)
 	re := regexp.MustCompile(`local cluster: ps \[([^\]\s]+)`)
 	deadline := time.After(30 * time.Second)
 	for {
