@@ -178,10 +178,6 @@ func TestRestartedPSIsRecovered(t *testing.T) {
 		dir := t.TempDir()
 		began = time.Now()
 		ps, ws := startTasks(t, 2, append(args, "--wait-timeout", "60s", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100")...)
-		// Both workers train when the ps is killed (on a loaded machine the
-		// chief may otherwise finish alone before worker 1 starts, leaving
-		// no chief to restore the model for it).
-		ws[1].waitLine(t, "local_step 100 ", 60*time.Second)
 		ws[0].waitLine(t, "saved a checkpoint", 60*time.Second)
 		if err := ps.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
