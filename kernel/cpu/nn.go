@@ -221,7 +221,7 @@ func nnRelu(c *kernel.Context) error {
 	y := c.AllocUninit(0, x.DType(), x.Shape()...)
 	switch x.DType() {
 	case tensor.Float32:
-		nnParallel2(x.Float32s(), y.Float32s(), 1, nnReluT[float32])
+		nnParallel2(x.Float32s(), y.Float32s(), 1, nnReluF32)
 	case tensor.Float64:
 		nnParallel2(x.Float64s(), y.Float64s(), 1, nnReluT[float64])
 	case tensor.Int32:
@@ -248,7 +248,7 @@ func nnReluGrad(c *kernel.Context) error {
 	dx := c.AllocUninit(0, dy.DType(), dy.Shape()...)
 	switch dy.DType() {
 	case tensor.Float32:
-		nnParallel3(dy.Float32s(), y.Float32s(), dx.Float32s(), 1, nnReluGradT[float32])
+		nnParallel3(dy.Float32s(), y.Float32s(), dx.Float32s(), 1, nnReluGradF32)
 	case tensor.Float64:
 		nnParallel3(dy.Float64s(), y.Float64s(), dx.Float64s(), 1, nnReluGradT[float64])
 	case tensor.Int32:

@@ -20,6 +20,12 @@ func nnAddAVX(a, b, y *float32, n int)
 func nnColSums16AVX(dy *float32, stride, rows int, db *float32)
 
 //go:noescape
+func nnReluAVX(x, y *float32, n int)
+
+//go:noescape
+func nnReluGradAVX(dy, y, dx *float32, n int)
+
+//go:noescape
 func nnSubScaledAVX(v, grad *float32, n int, alpha float32)
 
 // nnHasAVX and nnHasAVX2 gate the vectorised loops of nn_amd64.s.
@@ -114,4 +120,30 @@ func nnBiasGradF32(dy, db []float32, rows, lo, hi int) {
 		}
 	}
 	nnBiasGradCols(dy, db, rows, lo, hi)
+}
+
+// nnReluF32 is nnReluT for float32, eight lanes at a time with AVX.
+func nnReluF32(x, y []float32) {
+	y = y[:len(x)]
+	n := 0
+	if nnHasAVX {
+		n = len(x) &^ 7
+	}
+	if n > 0 {
+		nnReluAVX(&x[0], &y[0], n)
+	}
+	nnReluT(x[n:], y[n:])
+}
+
+// nnReluGradF32 is nnReluGradT for float32, eight lanes at a time with AVX.
+func nnReluGradF32(dy, y, dx []float32) {
+	dy, dx = dy[:len(y)], dx[:len(y)]
+	n := 0
+	if nnHasAVX {
+		n = len(y) &^ 7
+	}
+	if n > 0 {
+		nnReluGradAVX(&dy[0], &y[0], &dx[0], n)
+	}
+	nnReluGradT(dy[n:], y[n:], dx[n:])
 }

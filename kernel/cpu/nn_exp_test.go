@@ -65,6 +65,14 @@ func TestNNVectorLoopsMatchScalar(t *testing.T) {
 		nnSigmoidGrad(y, dy, want)
 		same("sigmoid gradient", got, want)
 
+		nnReluF32(x, got)
+		nnReluT(x, want)
+		same("relu", got, want)
+
+		nnReluGradF32(dy, x, got)
+		nnReluGradT(dy, x, want)
+		same("relu gradient", got, want)
+
 		nnAddF32(x, dy, got)
 		for i := range want {
 			want[i] = x[i] + dy[i]

@@ -8,6 +8,12 @@ func nnSigmoidF32(x, y []float32) { nnSigmoidF32Scalar(x, y) }
 // nnSigmoidGradF32 is nnSigmoidGrad for float32 (vectorised on amd64).
 func nnSigmoidGradF32(y, dy, dx []float32) { nnSigmoidGrad(y, dy, dx) }
 
+// nnReluF32 is nnReluT for float32 (vectorised on amd64).
+func nnReluF32(x, y []float32) { nnReluT(x, y) }
+
+// nnReluGradF32 is nnReluGradT for float32 (vectorised on amd64).
+func nnReluGradF32(dy, y, dx []float32) { nnReluGradT(dy, y, dx) }
+
 // nnAddF32 sets y = a + b element-wise (vectorised on amd64).
 func nnAddF32(a, b, y []float32) {
 	b, y = b[:len(a)], y[:len(a)]
