@@ -75,8 +75,16 @@ type part struct {
 	gen uint64
 }
 
-// spinFor is how long an idle worker polls for work before it sleeps.
-const spinFor = 30 * time.Microsecond
+// spinFor is how long an idle worker polls for work before it sleeps: about
+// what waking it costs, so that polling never wastes more than twice the
+// better choice's time. At 30 us the worker slept through the serial ops
+// between the MLP step's two parallel products and woke late for the
+// second; the step took 460-510 us on two cores, more than on one
+// (420-440), and 260-290 us at 100 us and more (models'
+// BenchmarkTrainStep/mlp). Polling takes a core that another process on
+// the machine could use; a local cluster therefore gives its tasks a
+// share of the cores each (see taskEnv in cmd/distflow).
+const spinFor = 250 * time.Microsecond
 
 var pool struct {
 	once  sync.Once
