@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,6 +99,22 @@ func (f trainFlags) childArgs() []string {
 	return a
 }
 
+// taskEnv is the environment of a local cluster's tasks: this process's,
+// with GOMAXPROCS set, unless it is set already, to this machine's cores
+// shared among the training tasks (as torchrun sets OMP_NUM_THREADS=1).
+// Each task's kernels would otherwise split across every core, and their
+// pools' idle workers, which poll for the next kernel before they sleep,
+// would take turns with the other tasks' work on the same cores.
+func taskEnv(counts map[string]int, stderr io.Writer) []string {
+	env := os.Environ()
+	if os.Getenv("GOMAXPROCS") != "" {
+		return env
+	}
+	procs := max(1, runtime.NumCPU()/(counts["worker"]+counts["chief"]))
+	fmt.Fprintf(stderr, "local cluster: each task uses %d of %d cores (set GOMAXPROCS to choose)\n", procs, runtime.NumCPU())
+	return append(env, "GOMAXPROCS="+strconv.Itoa(procs))
+}
+
 // maxPSRestarts bounds how often a local cluster restarts each ps task.
 const maxPSRestarts = 3
 
@@ -151,6 +168,7 @@ func runLocalCluster(ctx context.Context, f trainFlags, stdout, stderr io.Writer
 	clusterArgs := []string{"--ps_hosts", strings.Join(hosts["ps"], ","),
 		"--worker_hosts", strings.Join(hosts["worker"], ","), "--chief_hosts", strings.Join(hosts["chief"], ",")}
 	fmt.Fprintf(stderr, "local cluster: ps %v, worker %v, chief %v\n", hosts["ps"], hosts["worker"], hosts["chief"])
+	env := taskEnv(counts, stderr)
 
 	var out sync.Mutex // serialises the interleaved log lines
 	var tasks []*localTask
@@ -160,6 +178,7 @@ func runLocalCluster(ctx context.Context, f trainFlags, stdout, stderr io.Writer
 			args := append(f.childArgs(), clusterArgs...)
 			args = append(args, "--job_name", job, "--task_index", strconv.Itoa(i), "--listen-fd", "3")
 			t.cmd = exec.Command(exe, args...)
+			t.cmd.Env = env
 			t.cmd.ExtraFiles = []*os.File{listeners[job][i]}
 			t.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 			if err := startTask(t, stderr, &out); err != nil {
@@ -223,6 +242,7 @@ func runLocalCluster(ctx context.Context, f trainFlags, stdout, stderr io.Writer
 					t.name(), t.err, restarts[t.index], maxPSRestarts)
 				nt := &localTask{job: t.job, index: t.index, done: make(chan struct{})}
 				nt.cmd = exec.Command(exe, t.cmd.Args[1:]...)
+				nt.cmd.Env = t.cmd.Env
 				nt.cmd.ExtraFiles = t.cmd.ExtraFiles
 				nt.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 				if err := startTask(nt, stderr, &out); err != nil {

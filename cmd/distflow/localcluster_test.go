@@ -6,6 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,4 +177,42 @@ func atoi(s string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// TestTaskEnvSharesTheCores checks that a local cluster's tasks get the
+// machine's cores shared among the training tasks, and that a GOMAXPROCS
+// the user set is passed on untouched.
+func TestTaskEnvSharesTheCores(t *testing.T) {
+	gomaxprocs := func(env []string) []string {
+		var vals []string
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "GOMAXPROCS="); ok {
+				vals = append(vals, v)
+			}
+		}
+		return vals
+	}
+	t.Setenv("GOMAXPROCS", "")
+	os.Unsetenv("GOMAXPROCS")
+	var log strings.Builder
+	for _, tc := range []struct {
+		counts map[string]int
+		want   int
+	}{
+		{map[string]int{"ps": 1, "worker": 2}, max(1, runtime.NumCPU()/2)},
+		{map[string]int{"worker": 1}, runtime.NumCPU()},
+		{map[string]int{"ps": 2, "chief": 1, "worker": 2 * runtime.NumCPU()}, 1},
+	} {
+		got := gomaxprocs(taskEnv(tc.counts, &log))
+		if want := []string{strconv.Itoa(tc.want)}; !slices.Equal(got, want) {
+			t.Errorf("%v: GOMAXPROCS %v, want %v", tc.counts, got, want)
+		}
+	}
+	if !strings.Contains(log.String(), "set GOMAXPROCS to choose") {
+		t.Errorf("the share is not logged: %q", log.String())
+	}
+	t.Setenv("GOMAXPROCS", "7")
+	if got := gomaxprocs(taskEnv(map[string]int{"ps": 1, "worker": 2}, &log)); !slices.Equal(got, []string{"7"}) {
+		t.Errorf("with GOMAXPROCS=7 set: %v, want [7]", got)
+	}
 }
