@@ -107,6 +107,7 @@ func (c *WorkerCache) Worker(task string) (worker.Service, error) {
 		up.Store(true)
 		return nil
 	}
+	w.answered = &up
 	c.clients[task] = w
 	c.conns = append(c.conns, cc)
 	return w, nil

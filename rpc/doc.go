@@ -54,7 +54,10 @@
 // a cluster.Spec lazily and, before the first call to a task, waits for it
 // like WaitForTasks: retried, logged every few seconds ("waiting for
 // /job:ps/task:0 at 127.0.0.1:2222"), and failing with an error naming the
-// task when the caller's deadline passes.
+// task when the caller's deadline passes. Once a task has answered, a call
+// to it that finds it unreachable fails at once (ErrUnavailable, naming
+// it), as TensorFlow's UnavailableError does: the loss of a task is
+// reported to whoever can recover from it, not waited out in silence.
 //
 // # Errors
 //

@@ -171,3 +171,71 @@ func TestWaitForTasks(t *testing.T) {
 		}
 	})
 }
+
+// TestLostTaskFailsFast: once a task of a WorkerCache has answered, a call
+// that finds it gone fails at once with ErrUnavailable naming it, instead
+// of waiting for it until the call's deadline; a task that comes back on
+// the same address is called again.
+func TestLostTaskFailsFast(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	spec, err := cluster.NewSpec(map[string][]string{"ps": {addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(l net.Listener) *rpc.Server {
+		s := rpc.NewServer(rpc.Options{})
+		rpc.RegisterWorker(s, worker.New(worker.Config{Task: "/job:ps/task:0"}))
+		go s.Serve(l)
+		t.Cleanup(s.Stop)
+		return s
+	}
+	s := serve(l)
+	cache := rpc.NewWorkerCache(spec, "/job:worker/task:0", nil, rpc.Options{})
+	defer cache.Close()
+	ps, err := cache.Worker("/job:ps/task:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.GetStatus(ctxT(t), &pb.GetStatusRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	for _, call := range []struct {
+		name string
+		do   func() error
+	}{
+		{"RunGraph", func() error {
+			_, err := ps.RunGraph(ctx, &pb.RunGraphRequest{GraphHandle: "g", StepId: 1})
+			return err
+		}},
+		{"RecvTensor", func() error { _, err := ps.RecvTensor(ctx, 1, "k"); return err }},
+	} {
+		err := call.do()
+		if !errors.Is(err, rpc.ErrUnavailable) || !strings.Contains(err.Error(), "/job:ps/task:0") {
+			t.Errorf("%s to the stopped task: %v, want ErrUnavailable naming /job:ps/task:0", call.name, err)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the calls to the stopped task took %v, want them to fail at once, not wait for it", d)
+	}
+
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", addr, err)
+	}
+	serve(l)
+	if err := rpc.WaitForTasks(ctxT(t), cache, []string{"/job:ps/task:0"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.GetStatus(ctxT(t), &pb.GetStatusRequest{}); err != nil {
+		t.Errorf("GetStatus after the task came back: %v", err)
+	}
+}

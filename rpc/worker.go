@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -120,6 +121,9 @@ type workerClient struct {
 	// ready, when set, runs before every call: a WorkerCache waits there
 	// for a task that has not answered yet (see WaitForTasks).
 	ready func(ctx context.Context) error
+	// answered, when set, says that the task has answered once (see
+	// waitOpt).
+	answered *atomic.Bool
 }
 
 func (c *workerClient) wait(ctx context.Context) error {
@@ -130,17 +134,30 @@ func (c *workerClient) wait(ctx context.Context) error {
 }
 
 // waitForReady makes a call wait out a peer's transient unavailability
-// (a task still starting, a restarted ps) until the call's deadline. The
-// cleanup calls (DeregisterGraph, CleanupStep, CloseSession) go without it:
-// they are best effort, and a peer that is gone must not hold a closing
-// session until its deadline.
+// (a task still starting) until the call's deadline. The cleanup calls
+// (DeregisterGraph, CleanupStep, CloseSession) go without it: they are best
+// effort, and a peer that is gone must not hold a closing session until
+// its deadline.
 var waitForReady = grpc.WaitForReady(true)
+
+// waitOpt is the wait option of a call: waitForReady, except that once a
+// WorkerCache's task has answered, a call to it fails at once with
+// ErrUnavailable while it cannot be reached (a refused connection), so
+// that the loss of a task is reported, and recovered from (see
+// train.MonitoredSession), instead of waited out in silence until the
+// step's deadline. A connection still being made is waited for either way.
+func (c *workerClient) waitOpt() grpc.CallOption {
+	if c.answered != nil && c.answered.Load() {
+		return grpc.WaitForReady(false)
+	}
+	return waitForReady
+}
 
 func (c *workerClient) GetStatus(ctx context.Context, r *pb.GetStatusRequest) (*pb.GetStatusResponse, error) {
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := c.c.GetStatus(ctx, r, waitForReady)
+	resp, err := c.c.GetStatus(ctx, r, c.waitOpt())
 	return resp, fromStatus(ctx, c.peer, "GetStatus", err)
 }
 
@@ -148,7 +165,7 @@ func (c *workerClient) RegisterGraph(ctx context.Context, r *pb.RegisterGraphReq
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := c.c.RegisterGraph(ctx, r, waitForReady)
+	resp, err := c.c.RegisterGraph(ctx, r, c.waitOpt())
 	return resp, fromStatus(ctx, c.peer, "RegisterGraph", err)
 }
 
@@ -164,7 +181,7 @@ func (c *workerClient) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := c.c.RunGraph(ctx, r, waitForReady)
+	resp, err := c.c.RunGraph(ctx, r, c.waitOpt())
 	return resp, fromStatus(ctx, c.peer, "RunGraph", err)
 }
 
@@ -190,7 +207,7 @@ func (c *workerClient) RecvTensor(ctx context.Context, stepID int64, key string)
 func (c *workerClient) recvTensorGRPC(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream if we stop reading early
-	stream, err := c.cc.NewStream(ctx, recvTensorDesc, pb.WorkerService_RecvTensor_FullMethodName, waitForReady, forceTensorCodec)
+	stream, err := c.cc.NewStream(ctx, recvTensorDesc, pb.WorkerService_RecvTensor_FullMethodName, c.waitOpt(), forceTensorCodec)
 	if err != nil {
 		return nil, fromStatus(ctx, c.peer, "RecvTensor", err)
 	}
@@ -247,6 +264,6 @@ func (c *workerClient) Shutdown(ctx context.Context, r *pb.ShutdownRequest) (*pb
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := c.c.Shutdown(ctx, r, waitForReady)
+	resp, err := c.c.Shutdown(ctx, r, c.waitOpt())
 	return resp, fromStatus(ctx, c.peer, "Shutdown", err)
 }

@@ -178,15 +178,19 @@ func TestRestartedPSIsRecovered(t *testing.T) {
 		dir := t.TempDir()
 		began = time.Now()
 		ps, ws := startTasks(t, 2, append(args, "--wait-timeout", "60s", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100")...)
+		// Both workers are training when the ps dies: a worker still
+		// starting could otherwise see the chief finish alone, and find no
+		// ps (stopped by the chief) to train with.
 		ws[0].waitLine(t, "saved a checkpoint", 60*time.Second)
+		ws[1].waitLine(t, "local_step", 60*time.Second)
 		if err := ps.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		ps.wait(t, 10*time.Second)
 		saved := lastFloat(t, ws[0].logs(), `saved a checkpoint.* global_step=(\d+)`)
-		// The workers wait for the ps, saying so, until it is back. (A worker
-		// that had no call in flight to the ps finds out with its next
-		// step, which waits for the connection until the ps is back.)
+		// The workers wait for the ps, saying so, until it is back (a
+		// worker with no call in flight to the ps finds out at its next
+		// step, which fails at once).
 		addr := ps.cmd.Args[slices.Index(ps.cmd.Args, "--ps_hosts")+1]
 		waitAnyLine(t, ws, "waiting for /job:ps/task:0 at "+addr, 30*time.Second)
 		args := ps.cmd.Args[1 : len(ps.cmd.Args)-2] // as started, without --listen-fd 3
