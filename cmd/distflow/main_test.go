@@ -175,12 +175,16 @@ func TestTrainWritesEventFiles(t *testing.T) {
 	}
 }
 
-func TestTrainWritesCPUProfile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cpu.prof")
-	if _, stderr, err := run(t, "train", "--model", "linreg", "--steps", "200", "--cpuprofile", path); err != nil {
+func TestTrainWritesProfiles(t *testing.T) {
+	dir := t.TempDir()
+	cpu, mem := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "mem.prof")
+	if _, stderr, err := run(t, "train", "--model", "linreg", "--steps", "200", "--cpuprofile", cpu, "--memprofile", mem); err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
-	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
-		t.Errorf("no profile written: %v", err)
+	for _, path := range []string{cpu, mem} {
+		// pprof profiles are gzipped protocol buffers.
+		if b, err := os.ReadFile(path); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s: no pprof profile written (%d bytes, %v)", filepath.Base(path), len(b), err)
+		}
 	}
 }

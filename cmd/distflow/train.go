@@ -49,8 +49,9 @@ type trainFlags struct {
 	listenFD int
 	// logdir receives TensorBoard event files (one per process).
 	logdir string
-	// cpuProfile receives a pprof CPU profile of the run.
-	cpuProfile string
+	// cpuProfile receives a pprof CPU profile of the run, memProfile
+	// its memory profile (allocations and what is in use at the end).
+	cpuProfile, memProfile string
 	// Checkpoints: where, how often, how many.
 	ckptDir   string
 	saveSteps int
@@ -122,6 +123,7 @@ func newTrainCommand() *cobra.Command {
 	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
 		`"none" uses --lr as given, as TensorFlow's SyncReplicasOptimizer and Horovod do (their scripts scale it); "linear" uses k times --lr (Goyal et al. 2017: --lr is then the single-process rate for one batch); "sqrt" uses sqrt(k) times --lr`)
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process to the file")
+	fl.StringVar(&f.memProfile, "memprofile", "", "write a pprof memory profile of this process to the file at the end (go tool pprof -sample_index=alloc_space for what was allocated)")
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket (set by --local-cluster)")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
@@ -231,6 +233,18 @@ func runTrain(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if f.memProfile != "" {
+		out, err := os.Create(f.memProfile)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(out, 0); err != nil {
+				fmt.Fprintf(stderr, "--memprofile: %v\n", err)
+			}
+			out.Close()
+		}()
 	}
 	if f.localCluster != "" {
 		counts, err := parseLocalCluster(f.localCluster, f.allReduce)
