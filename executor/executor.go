@@ -71,6 +71,7 @@ type execNode struct {
 	numOut    int32
 	consumers []int32 // distinct successors (data and control) in the pruned subgraph
 	mayBlock  bool    // the kernel implements Blocking and may wait
+	leases    bool    // the kernel is a kernel.InputLeaser
 }
 
 // Blocking is implemented by kernels that may wait for something outside the
@@ -254,10 +255,13 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 			}
 		}
 		if keeps := n.Def() != nil && n.Def().Stateful && !borrows(en.kernel); keeps {
+			// A leaser keeps a shared variable buffer under a lease of its
+			// own (see exec), so the step's share may go back.
+			en.leases = leasesInputs(en.kernel)
 			for _, s := range en.inSlots {
 				if s >= 0 {
 					e.escapes[s] = true
-					e.kept[s] = true
+					e.kept[s] = e.kept[s] || !en.leases
 				}
 			}
 		}
@@ -291,6 +295,13 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 func borrows(k kernel.Kernel) bool {
 	b, ok := k.(kernel.InputBorrower)
 	return ok && b.BorrowsInputs()
+}
+
+// leasesInputs reports whether a stateful kernel takes leases of its own
+// on the variable buffers it keeps.
+func leasesInputs(k kernel.Kernel) bool {
+	l, ok := k.(kernel.InputLeaser)
+	return ok && l.LeasesInputs()
 }
 
 // buildKernel calls a kernel factory, turning a panic into an error.
@@ -572,6 +583,8 @@ type worker struct {
 	// local holds ready nodes too cheap to be worth a handoff to another
 	// goroutine; this worker runs them itself, last in first out.
 	local []int32
+	// leases backs c.InputLeases.
+	leases []kernel.Lease
 }
 
 // costlyElems is the number of input elements from which a ready node is
@@ -749,8 +762,18 @@ func (r *run) exec(i int32, w *worker) int32 {
 		}
 	}
 
+	if en.leases {
+		w.leases = r.leaseInputs(en, w.leases[:0])
+		c.InputLeases = w.leases
+	}
+
 	e.executed.Add(1)
-	if err := compute(en, c, r.values[en.outBase:en.outBase+en.numOut]); err != nil {
+	err := compute(en, c, r.values[en.outBase:en.outBase+en.numOut])
+	if en.leases {
+		clear(w.leases) // the kernel's now
+		c.InputLeases = nil
+	}
+	if err != nil {
 		r.abort(err)
 		return -1
 	}
@@ -915,6 +938,22 @@ func (r *run) drop(s int32) {
 	if l.Valid() && r.alive[org].Add(-1) == 0 && !r.escaped[org].Load() {
 		l.Release()
 	}
+}
+
+// leaseInputs appends to dst, for each input of en, a share of its own of
+// the variable buffer the input is, or the zero Lease. The inputs' slots
+// are alive, so the step's shares are held.
+func (r *run) leaseInputs(en *execNode, dst []kernel.Lease) []kernel.Lease {
+	for _, s := range en.inSlots {
+		var l kernel.Lease
+		if s >= 0 {
+			if org := r.origin[s]; org >= 0 {
+				l = r.buffers[org].Lease.Dup()
+			}
+		}
+		dst = append(dst, l)
+	}
+	return dst
 }
 
 // dataRange returns the addresses spanned by t's elements; lo == hi when it

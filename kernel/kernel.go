@@ -102,6 +102,10 @@ type Context struct {
 	// Buffers, set by the executor, has one entry per output (or is nil):
 	// the buffers Alloc may reuse and the record of what it allocated.
 	Buffers []OutputBuffer
+	// InputLeases, set by the executor for an InputLeaser, has one entry
+	// per input: a share of the variable buffer the input is (a valid
+	// Lease), which the kernel now owns, or the zero Lease.
+	InputLeases []Lease
 }
 
 // Step is per-step information shared by all kernels of one step.
@@ -272,6 +276,19 @@ func Borrowing(f Factory) Factory {
 type borrowing struct{ Kernel }
 
 func (borrowing) BorrowsInputs() bool { return true }
+
+// InputLeaser is implemented by kernels of stateful ops that keep an input
+// beyond Compute (Send hands it to the rendezvous) and can say when they
+// are done with it. An input that is a variable's shared buffer (see
+// Variable.Share) then comes with a share of its own in
+// Context.InputLeases, released by the kernel, or whoever it gives the
+// tensor to, once no one reads it; the executor hands back the step's
+// share as for a stateless consumer, and the variable can be updated in
+// place again without copying. A share never released is safe: the
+// variable copies on its next update.
+type InputLeaser interface {
+	LeasesInputs() bool
+}
 
 // Errorf returns an error naming the node and its op.
 func (c *Context) Errorf(format string, args ...any) error {

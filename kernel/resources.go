@@ -143,6 +143,15 @@ func (l Lease) Release() {
 	}
 }
 
+// Dup returns another share of l's buffer, to be released on its own. l
+// must be held (not yet released).
+func (l Lease) Dup() Lease {
+	if l.b != nil {
+		l.b.shares.Add(1)
+	}
+	return l
+}
+
 // Name returns the variable's name (its Variable node's name).
 func (v *Variable) Name() string { return v.name }
 

@@ -60,9 +60,10 @@ type Local struct {
 // localItem is either a sent tensor waiting for its receiver (ready == nil)
 // or a receiver waiting for its tensor (ready != nil, closed by Send).
 type localItem struct {
-	t     *tensor.Tensor
-	sent  bool
-	ready chan struct{}
+	t       *tensor.Tensor
+	release func() // see SendLent; nil for Send
+	sent    bool
+	ready   chan struct{}
 }
 
 // NewLocal returns an empty rendezvous.
@@ -73,7 +74,13 @@ func NewLocal() *Local {
 // Send makes t available under key and wakes its receiver, if one waits. It
 // never blocks. It fails if key was already sent and not yet received, or if
 // the rendezvous is aborted.
-func (l *Local) Send(key string, t *tensor.Tensor) error {
+func (l *Local) Send(key string, t *tensor.Tensor) error { return l.SendLent(key, t, nil) }
+
+// SendLent is Send of a tensor that its sender lends: release (if not nil)
+// may be called once no one reads t any more, by a receiver that takes it
+// with RecvLent. A receiver that takes it with Recv, a tensor never
+// received, and an aborted rendezvous leave it uncalled.
+func (l *Local) SendLent(key string, t *tensor.Tensor, release func()) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
@@ -81,13 +88,13 @@ func (l *Local) Send(key string, t *tensor.Tensor) error {
 	}
 	it, ok := l.items[key]
 	if !ok {
-		l.items[key] = &localItem{t: t, sent: true}
+		l.items[key] = &localItem{t: t, release: release, sent: true}
 		return nil
 	}
 	if it.sent {
 		return fmt.Errorf("rendezvous: send %q: %w", key, ErrDuplicateSend)
 	}
-	it.t, it.sent = t, true
+	it.t, it.release, it.sent = t, release, true
 	close(it.ready)
 	return nil
 }
@@ -97,6 +104,28 @@ func (l *Local) Send(key string, t *tensor.Tensor) error {
 // ErrAborted and the abort reason), or when another Recv already waits for the
 // same key.
 func (l *Local) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
+	it, err := l.recv(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return it.t, nil
+}
+
+// RecvLent is Recv that also returns the release function of a tensor
+// sent with SendLent, which the caller must call once it no longer reads
+// the tensor; it does nothing for a tensor sent with Send.
+func (l *Local) RecvLent(ctx context.Context, key string) (*tensor.Tensor, func(), error) {
+	it, err := l.recv(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if it.release == nil {
+		return it.t, func() {}, nil
+	}
+	return it.t, it.release, nil
+}
+
+func (l *Local) recv(ctx context.Context, key string) (*localItem, error) {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
@@ -106,7 +135,7 @@ func (l *Local) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 	if ok && it.sent {
 		delete(l.items, key)
 		l.mu.Unlock()
-		return it.t, nil
+		return it, nil
 	}
 	if ok {
 		l.mu.Unlock()
@@ -121,7 +150,7 @@ func (l *Local) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 		l.mu.Lock()
 		l.deleteIfSame(key, it)
 		l.mu.Unlock()
-		return it.t, nil
+		return it, nil
 	case <-l.aborted:
 		// Abort cleared the table; l.err is set before aborted is closed.
 		l.mu.Lock()
@@ -133,7 +162,7 @@ func (l *Local) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 		defer l.mu.Unlock()
 		if it.sent { // sent while we were giving up: deliver it anyway
 			l.deleteIfSame(key, it)
-			return it.t, nil
+			return it, nil
 		}
 		l.deleteIfSame(key, it)
 		return nil, fmt.Errorf("rendezvous: recv %q: %w", key, ctx.Err())

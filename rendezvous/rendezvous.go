@@ -16,3 +16,9 @@ type Rendezvous interface {
 	// ends or the rendezvous is aborted, so a failed step never hangs.
 	Recv(ctx context.Context, key string) (*tensor.Tensor, error)
 }
+
+// Lender is implemented by a Rendezvous whose senders can lend a tensor:
+// see Local.SendLent.
+type Lender interface {
+	SendLent(key string, t *tensor.Tensor, release func()) error
+}

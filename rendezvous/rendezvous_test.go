@@ -466,3 +466,61 @@ func TestTableConcurrentSteps(t *testing.T) {
 		t.Errorf("%d steps left", tab.Len())
 	}
 }
+
+// TestSendLent: the release function of a lent tensor reaches a receiver
+// that takes it with RecvLent, whether it waited or not, and only that one;
+// a tensor sent with Send comes with a release that does nothing.
+func TestSendLent(t *testing.T) {
+	ctx := context.Background()
+	l := NewLocal()
+	released := 0
+	x := tensor.Scalar(float32(1))
+
+	if err := l.SendLent("a", x, func() { released++ }); err != nil {
+		t.Fatal(err)
+	}
+	got, release, err := l.RecvLent(ctx, "a")
+	if err != nil || got != x {
+		t.Fatalf("RecvLent = %v, %v; want the sent tensor", got, err)
+	}
+	if released != 0 {
+		t.Fatal("released before the receiver said so")
+	}
+	release()
+	if released != 1 {
+		t.Fatalf("release ran %d times, want 1", released)
+	}
+
+	done := make(chan func())
+	go func() {
+		_, release, err := l.RecvLent(ctx, "b") // before or after the send
+		if err != nil {
+			t.Error(err)
+		}
+		done <- release
+	}()
+	if err := l.SendLent("b", x, func() { released += 10 }); err != nil {
+		t.Fatal(err)
+	}
+	(<-done)()
+	if released != 11 {
+		t.Fatalf("released = %d after the second receiver's release, want 11", released)
+	}
+
+	// Recv does not hand the release over: the lender's share is kept.
+	if err := l.SendLent("c", x, func() { t.Error("released through Recv") }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Recv(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	// Send's tensors come with a release that does nothing.
+	if err := l.Send("d", x); err != nil {
+		t.Fatal(err)
+	}
+	_, release, err = l.RecvLent(ctx, "d")
+	if err != nil || release == nil {
+		t.Fatalf("RecvLent of a sent tensor: err %v, or no release function", err)
+	}
+	release()
+}

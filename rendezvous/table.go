@@ -113,6 +113,10 @@ func NewRouter(local *Local, task string, fetch func(ctx context.Context, sendTa
 
 func (r *router) Send(key string, t *tensor.Tensor) error { return r.local.Send(key, t) }
 
+func (r *router) SendLent(key string, t *tensor.Tensor, release func()) error {
+	return r.local.SendLent(key, t, release)
+}
+
 func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 	sendDev, _, _, err := ParseKey(key)
 	if err != nil {

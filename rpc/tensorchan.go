@@ -266,7 +266,7 @@ func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Serv
 		ctx, cancel = context.WithTimeout(ctx, req.timeout)
 		defer cancel()
 	}
-	t, err := s.recvAuthenticated(ctx, w, req)
+	t, release, err := s.recvAuthenticated(ctx, w, req)
 	if err != nil {
 		st := status.Convert(toStatus(err))
 		hdr = append(hdr, respError)
@@ -288,21 +288,33 @@ func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Serv
 		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(d))
 	}
 	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(len(raw)))
-	return hdr, writeAll(ctx, c, net.Buffers{hdr, raw})
+	err = writeAll(ctx, c, net.Buffers{hdr, raw})
+	release() // written or failed: the socket has what it took of raw
+	return hdr, err
 }
 
-func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *tensorRequest) (*tensor.Tensor, error) {
+// recvAuthenticated returns the requested tensor and the function to call
+// once it is written (see worker.Lender).
+func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *tensorRequest) (*tensor.Tensor, func(), error) {
 	if err := s.opts.authenticate(ctx, recvTensorMethod); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	t, err := w.RecvTensor(ctx, req.step, req.key)
+	release := func() {}
+	var t *tensor.Tensor
+	var err error
+	if l, ok := w.(worker.Lender); ok {
+		t, release, err = l.LendTensor(ctx, req.step, req.key)
+	} else {
+		t, err = w.RecvTensor(ctx, req.step, req.key)
+	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if t.Rank() > maxRank {
-		return nil, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", req.key, t.Rank(), maxRank)
+		release()
+		return nil, nil, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", req.key, t.Rank(), maxRank)
 	}
-	return t, nil
+	return t, release, nil
 }
 
 // methodStream gives a tensor-channel request the method name of

@@ -26,6 +26,13 @@ type Service interface {
 	Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error)
 }
 
+// Lender is implemented by a Service that can lend the tensors RecvTensor
+// returns (*Worker): LendTensor also returns a function that the caller
+// calls once it no longer reads the tensor.
+type Lender interface {
+	LendTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, func(), error)
+}
+
 // Cache resolves task names to their worker services: a map in tests, gRPC
 // clients in a cluster.
 type Cache interface {

@@ -330,6 +330,18 @@ func (w *Worker) RecvTensor(ctx context.Context, stepID int64, key string) (*ten
 	return t, nil
 }
 
+// LendTensor is RecvTensor for a caller that writes the tensor out and is
+// then done with it (the rpc package's tensor channel): it also returns
+// the function to call then, which hands a variable's buffer sent by Send
+// back to the variable (see rendezvous.Local.SendLent).
+func (w *Worker) LendTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, func(), error) {
+	t, release, err := w.steps.Get(stepID).RecvLent(ctx, key)
+	if err != nil {
+		return nil, nil, w.errorf("step %d: %w", stepID, err)
+	}
+	return t, release, nil
+}
+
 // CleanupStep forgets a step's rendezvous. With an abort reason, every
 // pending Recv and RecvTensor of the step fails with it.
 func (w *Worker) CleanupStep(ctx context.Context, req *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {

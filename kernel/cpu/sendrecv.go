@@ -38,23 +38,47 @@ func partitionRendezvous(c *kernel.Context) (rendezvous.Rendezvous, error) {
 	return rv, nil
 }
 
-// partitionSend hands its input to the rendezvous without a copy: kernels
-// never modify their inputs, so the receiver may share it. It never blocks.
+// partitionSendKernel hands its input to the rendezvous without a copy:
+// kernels never modify their inputs, so the receiver may share it. It
+// never blocks. An input that is a variable's buffer is lent under the
+// kernel's lease (see kernel.InputLeaser): a peer that writes it to the
+// wire releases it then, so the variable is updated in place again
+// instead of moving to a copy at its next update.
+type partitionSendKernel struct{ key string }
+
 func partitionSend(n *graph.Node) (kernel.Kernel, error) {
 	key, err := partitionKey(n)
 	if err != nil {
 		return nil, err
 	}
-	return kernel.Func(func(c *kernel.Context) error {
-		rv, err := partitionRendezvous(c)
-		if err != nil {
-			return err
-		}
-		if err := rv.Send(key, c.Inputs[0]); err != nil {
-			return fmt.Errorf("kernel: node %s: %w", c.Node, err)
-		}
-		return nil
-	}), nil
+	return partitionSendKernel{key: key}, nil
+}
+
+// LeasesInputs reports that Send takes its input's lease.
+func (partitionSendKernel) LeasesInputs() bool { return true }
+
+func (k partitionSendKernel) Compute(c *kernel.Context) error {
+	var lease kernel.Lease
+	if len(c.InputLeases) > 0 {
+		lease = c.InputLeases[0]
+	}
+	rv, err := partitionRendezvous(c)
+	if err != nil {
+		lease.Release()
+		return err
+	}
+	if l, ok := rv.(rendezvous.Lender); ok && lease.Valid() {
+		err = l.SendLent(k.key, c.Inputs[0], lease.Release)
+	} else {
+		// A share that cannot be lent is kept for good: the variable
+		// copies at its next update.
+		err = rv.Send(k.key, c.Inputs[0])
+	}
+	if err != nil {
+		lease.Release() // not handed over
+		return fmt.Errorf("kernel: node %s: %w", c.Node, err)
+	}
+	return nil
 }
 
 // partitionRecvKernel waits for its tensor; it may block on another task, so
