@@ -45,8 +45,11 @@
 // that hold the buffer or alias it (through Identity, Reshape and other
 // forwarding kernels) and hands the share back when the last of them is
 // released, so that the variable's next update runs in place. A shared
-// buffer that a stateful kernel may keep (Send, a queue) is never handed
-// back: the variable moves to another buffer on its next update instead. A
+// buffer that a stateful kernel may keep (a queue) is never handed back:
+// the variable moves to another buffer on its next update instead. A
+// kernel.InputLeaser (Send) gets a share of its own for such an input,
+// which it hands back itself (once a peer has written the tensor to the
+// wire), so the step's share goes back as usual. A
 // fetched one is copied for the caller when the step ends, and then handed
 // back. A failed step hands back nothing, which is safe.
 //

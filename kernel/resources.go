@@ -92,8 +92,10 @@ func (r *Resources) VariableNames() []string {
 // buffer is retired: it never changes again, so every reader keeps its
 // snapshot. A share is handed back with Lease.Release once its holder is
 // done (the executor does so when the last tensor aliasing the buffer is
-// dead); a share never handed back (a fetched or sent tensor) keeps the
-// buffer retired-on-update forever. A retired buffer whose last share comes
+// dead, and a peer that a Send lent it to once it is written to the wire,
+// see InputLeaser); a share never handed back (a tensor enqueued, or sent
+// to a receiver in the same process) keeps the buffer retired-on-update
+// forever. A retired buffer whose last share comes
 // back becomes the variable's spare, so that a copy-on-write in steady state
 // allocates nothing.
 //
