@@ -164,6 +164,13 @@ func (s *Server) Master() master.Service { return s.master }
 // Worker returns the server's worker service (in process).
 func (s *Server) Worker() worker.Service { return s.worker }
 
+// Workers returns the cache through which the server's master and worker
+// reach the cluster's tasks. A wait for tasks that steps will call next
+// (rpc.WaitForTasks) belongs on it: a task that is back is then back on
+// the connection those steps use, which may otherwise still be backing off
+// from the refused attempts of the task's absence.
+func (s *Server) Workers() worker.Cache { return s.cache }
+
 // Join blocks until the server stops (a Shutdown RPC, Stop, or a serving
 // error), returning nil, or until ctx ends, returning ctx.Err() (the server
 // keeps running: call Stop).

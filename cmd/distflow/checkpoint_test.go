@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -235,5 +236,55 @@ func TestRestartedPSIsRecovered(t *testing.T) {
 	}
 	if math.Abs(acc-want) > 0.01 {
 		t.Errorf("test accuracy %.4f after the recovery is not within 1 point of the uninterrupted run's %.4f", acc, want)
+	}
+}
+
+// TestPSBackAfterRefusedConnectionsIsRecovered: the ps stays down long
+// enough for the connections to it to be refused and their retries to back
+// off (its socket is closed, as when a machine's ps process dies), then a
+// new one listens on the same address; the chief restores the checkpoint
+// and both workers finish.
+func TestPSBackAfterRefusedConnectionsIsRecovered(t *testing.T) {
+	args := []string{"train", "--model", "mlp", "--data", "embedded", "--epochs", "20", "--lr", "0.1", "--log-every", "100", "--json",
+		"--wait-timeout", "60s", "--checkpoint-dir", t.TempDir(), "--save-checkpoint-steps", "100"}
+	ps, ws := startTasks(t, 2, args...)
+	ws[0].waitLine(t, "saved a checkpoint", 60*time.Second)
+	ws[1].waitLine(t, "local_step", 60*time.Second)
+	if err := ps.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ps.wait(t, 10*time.Second)
+	addr := ps.cmd.Args[slices.Index(ps.cmd.Args, "--ps_hosts")+1]
+	ps.cmd.ExtraFiles[0].Close() // nothing listens: connections are refused
+
+	// The chief logs its wait every 3 s: a second line says that the ps
+	// has refused connections for that long.
+	waiting := "waiting for /job:ps/task:0 at " + addr
+	for deadline := time.Now().Add(30 * time.Second); strings.Count(ws[0].logs(), waiting) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the chief did not wait for the ps twice within 30 s:\n%s", tail(ws[0].logs(), 20))
+		}
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", addr, err)
+	}
+	f, err := l.(*net.TCPListener).File()
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	restarted := startTestTask(t, "restarted ps", f, ps.cmd.Args[1:len(ps.cmd.Args)-2]...)
+	for _, w := range ws {
+		if err := w.wait(t, 120*time.Second); err != nil {
+			for _, tk := range append(ws, restarted) {
+				t.Logf("%s:\n%s", tk.name, tail(tk.logs(), 40))
+			}
+			t.Fatalf("%s after the ps came back: %v", w.name, err)
+		}
+	}
+	if !strings.Contains(ws[0].logs(), "recovered from a lost task") {
+		t.Errorf("the chief did not recover:\n%s", tail(ws[0].logs(), 20))
 	}
 }

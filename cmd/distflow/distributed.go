@@ -192,8 +192,7 @@ func runReplica(ctx context.Context, f trainFlags, spec *cluster.Spec, reps []cl
 	}
 	defer sess.Close()
 	if recoverable(f) {
-		closeWait := j.addClusterWait(spec, self, reps, log)
-		defer closeWait()
+		j.addClusterWait(srv, spec, self, reps, log)
 	}
 
 	ms, err := j.monitor(ctx, sess, chief, initOp, initDone, log)
@@ -290,20 +289,18 @@ func recoverable(f trainFlags) bool {
 // addClusterWait lets j's monitored session recover from a lost task: it
 // waits for the tasks the session uses (the ps tasks, and with in-graph
 // replication the other replicas) with backing-off checks and a log line
-// naming each missing task and its address. The returned function closes
-// the connections it uses.
-func (j *job) addClusterWait(spec *cluster.Spec, self cluster.TaskID, reps []cluster.TaskID, log *slog.Logger) (closeWait func()) {
+// naming each missing task and its address, on the connections of srv,
+// whose master runs the session's steps (see server.Server.Workers).
+func (j *job) addClusterWait(srv *server.Server, spec *cluster.Spec, self cluster.TaskID, reps []cluster.TaskID, log *slog.Logger) {
 	var tasks []string
 	for _, t := range spec.Tasks() {
 		if t.Job == "ps" || j.f.inGraph && t != self && slices.Contains(reps, t) {
 			tasks = append(tasks, t.String())
 		}
 	}
-	cache := rpc.NewWorkerCache(spec, self.String(), nil, rpc.Options{Logger: log})
 	j.waitForCluster = func(ctx context.Context) error {
-		return rpc.WaitForTasks(ctx, cache, tasks, log)
+		return rpc.WaitForTasks(ctx, srv.Workers(), tasks, log)
 	}
-	return func() { cache.Close() }
 }
 
 // startSync prepares synchronous training once the model is ready: every

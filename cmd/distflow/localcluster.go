@@ -100,18 +100,21 @@ func (f trainFlags) childArgs() []string {
 }
 
 // taskEnv is the environment of a local cluster's tasks: this process's,
-// with GOMAXPROCS set, unless it is set already, to this machine's cores
-// shared among the training tasks (as torchrun sets OMP_NUM_THREADS=1).
-// Each task's kernels would otherwise split across every core, and their
-// pools' idle workers, which poll for the next kernel before they sleep,
-// would take turns with the other tasks' work on the same cores.
+// with GOMAXPROCS set, unless it is set already, to the cores this process
+// may use shared among the training tasks (as torchrun sets
+// OMP_NUM_THREADS=1). Each task's kernels would otherwise split across
+// every core, and their pools' idle workers, which poll for the next
+// kernel before they sleep, would take turns with the other tasks' work
+// on the same cores.
 func taskEnv(counts map[string]int, stderr io.Writer) []string {
 	env := os.Environ()
 	if os.Getenv("GOMAXPROCS") != "" {
 		return env
 	}
-	procs := max(1, runtime.NumCPU()/(counts["worker"]+counts["chief"]))
-	fmt.Fprintf(stderr, "local cluster: each task uses %d of %d cores (set GOMAXPROCS to choose)\n", procs, runtime.NumCPU())
+	// GOMAXPROCS(0): the cores this process may use, CPU quotas included.
+	cores := runtime.GOMAXPROCS(0)
+	procs := max(1, cores/(counts["worker"]+counts["chief"]))
+	fmt.Fprintf(stderr, "local cluster: each task uses %d of %d cores (set GOMAXPROCS to choose)\n", procs, cores)
 	return append(env, "GOMAXPROCS="+strconv.Itoa(procs))
 }
 

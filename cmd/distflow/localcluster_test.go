@@ -199,9 +199,9 @@ func TestTaskEnvSharesTheCores(t *testing.T) {
 		counts map[string]int
 		want   int
 	}{
-		{map[string]int{"ps": 1, "worker": 2}, max(1, runtime.NumCPU()/2)},
-		{map[string]int{"worker": 1}, runtime.NumCPU()},
-		{map[string]int{"ps": 2, "chief": 1, "worker": 2 * runtime.NumCPU()}, 1},
+		{map[string]int{"ps": 1, "worker": 2}, max(1, runtime.GOMAXPROCS(0)/2)},
+		{map[string]int{"worker": 1}, runtime.GOMAXPROCS(0)},
+		{map[string]int{"ps": 2, "chief": 1, "worker": 2 * runtime.GOMAXPROCS(0)}, 1},
 	} {
 		got := gomaxprocs(taskEnv(tc.counts, &log))
 		if want := []string{strconv.Itoa(tc.want)}; !slices.Equal(got, want) {
