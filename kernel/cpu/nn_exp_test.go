@@ -27,7 +27,7 @@ func TestExp32Accuracy(t *testing.T) {
 // including at the edges of exp's range, for infinities and NaN, and for
 // every length of tail.
 func TestNNVectorLoopsMatchScalar(t *testing.T) {
-	special := []float32{0, -0, 1, -1, 87.2, 87.3, 87.31, 88.2, 88.3, 88.31, -87.2, -87.3, -87.31, -88.3, -88.31,
+	special := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 87.2, 87.3, 87.31, 88.2, 88.3, 88.31, -87.2, -87.3, -87.31, -88.3, -88.31,
 		100, -100, 1e-30, -1e-30, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3.4e38, -3.4e38}
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{0, 1, 7, 8, 9, 16, 23, 100, 1000} {
