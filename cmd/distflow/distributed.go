@@ -66,10 +66,46 @@ func inheritedListener(fd int) (net.Listener, error) {
 }
 
 // inheritedListenerFromFile turns a socket file into a listener and closes
-// the file (the listener holds its own descriptor).
+// the file (the listener holds its own descriptor). Connections already
+// waiting on the socket are closed (see dropPending).
 func inheritedListenerFromFile(f *os.File) (net.Listener, error) {
 	defer f.Close()
-	return net.FileListener(f)
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	if tl, ok := l.(*net.TCPListener); ok {
+		if err := dropPending(tl); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// dropPending closes the connections waiting in l's queue. A task that
+// takes over a socket (a ps restarted on its predecessor's) finds there
+// the connections made while no one served it, carrying requests of the
+// task that died: a tensor request for one of its steps would wait here
+// for the whole step timeout for a step this process never runs. Their
+// clients see the connection closed and connect again.
+func dropPending(l *net.TCPListener) error {
+	defer l.SetDeadline(time.Time{})
+	for {
+		// A deadline in the past would fail Accept before it looked at
+		// the queue; a short one ends the loop once the queue is empty.
+		if err := l.SetDeadline(time.Now().Add(time.Millisecond)); err != nil {
+			return err
+		}
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil
+			}
+			return err
+		}
+		c.Close()
+	}
 }
 
 // serve runs a started server until a Shutdown RPC or a signal.

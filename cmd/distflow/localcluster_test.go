@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,4 +217,54 @@ func TestTaskEnvSharesTheCores(t *testing.T) {
 	if got := gomaxprocs(taskEnv(map[string]int{"ps": 1, "worker": 2}, &log)); !slices.Equal(got, []string{"7"}) {
 		t.Errorf("with GOMAXPROCS=7 set: %v, want [7]", got)
 	}
+}
+
+// TestInheritedListenerDropsPendingConnections: a task taking over a
+// listening socket closes the connections queued on it before it started
+// (a restarted ps would otherwise serve its predecessor's requests), and
+// then serves new ones.
+func TestInheritedListenerDropsPendingConnections(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.(*net.TCPListener).File()
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	var stale []net.Conn
+	for range 3 { // queued by the kernel: nothing accepts yet
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("a request of the task that died")); err != nil {
+			t.Fatal(err)
+		}
+		stale = append(stale, c)
+	}
+	taken, err := inheritedListenerFromFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for i, c := range stale {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("queued connection %d: read %d bytes, %v; want it closed", i, n, err)
+		}
+	}
+	fresh, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	served, err := taken.Accept()
+	if err != nil {
+		t.Fatalf("a connection made after the takeover: %v", err)
+	}
+	served.Close()
 }
