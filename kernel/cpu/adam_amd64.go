@@ -14,12 +14,9 @@ var adamHasAVX = cpu.X86.HasAVX
 // otherwise).
 func stateAdamRangeF32(v, m, vv, g []float32, lrT, beta1, beta2, epsilon float32) {
 	m, vv, g = m[:len(v)], vv[:len(v)], g[:len(v)]
-	n := 0
-	if adamHasAVX {
-		n = len(v) &^ 7
-	}
-	if n > 0 {
+	if n := nnLanes(adamHasAVX, len(v)); n > 0 {
 		adamAVX(&v[0], &m[0], &vv[0], &g[0], n, lrT, 1-beta1, 1-beta2, epsilon)
+		v, m, vv, g = v[n:], m[n:], vv[n:], g[n:]
 	}
-	stateAdamRange(v[n:], m[n:], vv[n:], g[n:], lrT, beta1, beta2, epsilon)
+	stateAdamRange(v, m, vv, g, lrT, beta1, beta2, epsilon)
 }

@@ -331,6 +331,33 @@ func nnSigmoidF32Scalar(x, y []float32) {
 	}
 }
 
+// nnExpF32Scalar sets y[i] = nnExp32(x[i]); nnExpF32 runs it eight lanes
+// at a time where it can.
+func nnExpF32Scalar(x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] = nnExp32(v)
+	}
+}
+
+// nnAddF32Scalar sets y = a + b element-wise; nnAddF32 runs it eight lanes
+// at a time where it can.
+func nnAddF32Scalar(a, b, y []float32) {
+	b, y = b[:len(a)], y[:len(a)]
+	for i, v := range a {
+		y[i] = v + b[i]
+	}
+}
+
+// nnSubScaledF32Scalar sets v[i] -= alpha*g[i] (the gradient descent
+// update); nnSubScaledF32 runs it eight lanes at a time where it can.
+func nnSubScaledF32Scalar(v, g []float32, alpha float32) {
+	g = g[:len(v)]
+	for i := range v {
+		v[i] -= alpha * g[i]
+	}
+}
+
 // nnExp32 is exp for float32 within 2 ulp (Cephes expf): x = n*ln2 + r with
 // |r| <= ln2/2, a degree-6 polynomial for exp(r), then a scaling by 2^n
 // built in the exponent bits. It returns +Inf above 88.3 and 0 below -87.3
