@@ -35,9 +35,16 @@ type monitoredQuadratic struct {
 func newMonitoredQuadratic(t *testing.T) *monitoredQuadratic {
 	t.Helper()
 	s := graph.NewScope()
-	w := ops.NewVariable(s, "w", tensor.Float32, nil, ops.ZerosInit())
+	return buildQuadratic(t, s, s)
+}
+
+// buildQuadratic builds the model in s, its variables (w and the global
+// step) in vars.
+func buildQuadratic(t *testing.T, s, vars *graph.Scope) *monitoredQuadratic {
+	t.Helper()
+	w := ops.NewVariable(vars, "w", tensor.Float32, nil, ops.ZerosInit())
 	loss := ops.Square(s, ops.Sub(s, w.Value(), ops.Scalar(s, tensor.Float32, 3)))
-	step, err := train.Minimize(s, train.NewGradientDescent(0.1), loss, train.CreateGlobalStep(s))
+	step, err := train.Minimize(s, train.NewGradientDescent(0.1), loss, train.CreateGlobalStep(vars))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,15 +189,7 @@ type replicatedQuadratic struct {
 func newReplicatedQuadratic(t *testing.T) *replicatedQuadratic {
 	t.Helper()
 	s := graph.NewScope()
-	ps := s.WithDevice(psTask)
-	w := ops.NewVariable(ps, "w", tensor.Float32, nil, ops.ZerosInit())
-	loss := ops.Square(s, ops.Sub(s, w.Value(), ops.Scalar(s, tensor.Float32, 3)))
-	step, err := train.Minimize(s, train.NewGradientDescent(0.1), loss, train.CreateGlobalStep(ps))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := &monitoredQuadratic{s: s, w: w, loss: loss, step: step, init: ops.GlobalVariablesInitializer(s)}
-	q.ready, q.numVars = train.ReadyOp(s, ops.GlobalVariables(s.Graph()))
+	q := buildQuadratic(t, s, s.WithDevice(psTask))
 	dir := t.TempDir()
 	saver, err := checkpoint.NewSaver(s, nil, checkpoint.SaverConfig{Dir: dir})
 	if err != nil {
