@@ -214,41 +214,23 @@ func (v *Variable) ReadInto(dst *tensor.Tensor) error {
 // Assign replaces the value with a copy of t, which must match the
 // variable's dtype and shape.
 func (v *Variable) Assign(t *tensor.Tensor) error {
-	return v.assign(t, false)
-}
-
-// Adopt replaces the value with t itself, without a copy: the caller hands
-// t over and neither it nor anyone else may use t afterwards. t must match
-// the variable's dtype and shape.
-func (v *Variable) Adopt(t *tensor.Tensor) error {
-	return v.assign(t, true)
-}
-
-func (v *Variable) assign(t *tensor.Tensor, adopt bool) error {
 	if t.DType() != v.dtype || !v.shape.IsCompatibleWith(t.StaticShape()) {
 		return fmt.Errorf("kernel: cannot assign %v%v to variable %q of %v%v", t.DType(), tensor.MakeShape(t.Shape()...), v.name, v.dtype, v.shape)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	old := v.value
-	switch {
-	case adopt:
-		v.retire()
-		v.value = &varBuffer{t: t}
-	case old != nil && old.shares.Load() == 0 && slices.Equal(old.t.Shape(), t.Shape()):
+	if old := v.value; old != nil && old.shares.Load() == 0 && slices.Equal(old.t.Shape(), t.Shape()) {
 		// No reader holds the buffer: overwrite it in place.
 		return old.t.CopyFrom(t)
-	default:
-		v.retire()
-		b := v.takeSpare(t.Shape())
-		if b == nil {
-			v.value = &varBuffer{t: t.Clone()}
-			return nil
-		}
-		v.value = b
-		return b.t.CopyFrom(t)
 	}
-	return nil
+	v.retire()
+	b := v.takeSpare(t.Shape())
+	if b == nil {
+		v.value = &varBuffer{t: t.Clone()}
+		return nil
+	}
+	v.value = b
+	return b.t.CopyFrom(t)
 }
 
 // retire marks the current buffer as no longer the value. Held by v.mu.
