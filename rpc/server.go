@@ -70,9 +70,6 @@ func serverTLS(cfg *tls.Config) *tls.Config {
 	return c
 }
 
-// GRPC returns the underlying gRPC server, to register other services.
-func (s *Server) GRPC() *grpc.Server { return s.grpc }
-
 // Serve accepts connections on lis until Stop or GracefulStop, and
 // returns lis's Accept error (nil after a stop). It closes lis.
 func (s *Server) Serve(lis net.Listener) error {
