@@ -49,29 +49,16 @@ type workspace[T float] struct {
 // are processors. Not a sync.Pool: every garbage collection empties one,
 // and the reference CNN's fc1 products then reallocated their megabytes of
 // packing buffers every few training steps.
-type wsPool[T float] struct {
-	mu   sync.Mutex
-	free []*workspace[T]
-}
+type wsPool[T float] struct{ list freeList[*workspace[T]] }
 
 func (p *wsPool[T]) get() *workspace[T] {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if k := len(p.free); k > 0 {
-		w := p.free[k-1]
-		p.free = p.free[:k-1]
+	if w, ok := p.list.get(); ok {
 		return w
 	}
 	return new(workspace[T])
 }
 
-func (p *wsPool[T]) put(w *workspace[T]) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.free) <= runtime.GOMAXPROCS(0) {
-		p.free = append(p.free, w)
-	}
-}
+func (p *wsPool[T]) put(w *workspace[T]) { p.list.put(w, runtime.GOMAXPROCS(0)+1) }
 
 func grow[T float](s []T, n int) []T {
 	if cap(s) < n {

@@ -5,6 +5,35 @@ import (
 	"sync"
 )
 
+// freeList keeps items between uses, as a sync.Pool would, except that
+// garbage collection does not empty it and it holds a bounded number.
+type freeList[E any] struct {
+	mu   sync.Mutex
+	free []E
+}
+
+// get returns a kept item, if there is one.
+func (l *freeList[E]) get() (e E, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := len(l.free)
+	if k == 0 {
+		return e, false
+	}
+	e = l.free[k-1]
+	l.free = l.free[:k-1]
+	return e, true
+}
+
+// put keeps e unless keep items are kept already.
+func (l *freeList[E]) put(e E, keep int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.free) < keep {
+		l.free = append(l.free, e)
+	}
+}
+
 // Scratch buffers of the convolutions (padded images, packed operands,
 // partial sums) are kept between calls in free lists by size class, a
 // power of two each. Two things a sync.Pool did wrong here: one pool shared
@@ -13,10 +42,7 @@ import (
 // garbage collection emptied it, so a training step reallocated megabytes
 // every few steps. The lists are bounded: at most scratchKeep buffers per
 // class, none above scratchMaxClass.
-var scratch [scratchMaxClass + 1]struct {
-	mu   sync.Mutex
-	free []*[]float32
-}
+var scratch [scratchMaxClass + 1]freeList[*[]float32]
 
 const (
 	scratchKeep     = 8
@@ -28,16 +54,10 @@ const (
 func getScratch(n int) *[]float32 {
 	class := bits.Len(uint(max(n, 1) - 1))
 	if class <= scratchMaxClass {
-		s := &scratch[class]
-		s.mu.Lock()
-		if k := len(s.free); k > 0 {
-			bp := s.free[k-1]
-			s.free = s.free[:k-1]
-			s.mu.Unlock()
+		if bp, ok := scratch[class].get(); ok {
 			*bp = (*bp)[:n]
 			return bp
 		}
-		s.mu.Unlock()
 	}
 	buf := make([]float32, n, 1<<class)
 	return &buf
@@ -45,14 +65,7 @@ func getScratch(n int) *[]float32 {
 
 // putScratch returns a buffer from getScratch to its free list.
 func putScratch(bp *[]float32) {
-	class := bits.Len(uint(cap(*bp))) - 1
-	if class > scratchMaxClass {
-		return
+	if class := bits.Len(uint(cap(*bp))) - 1; class <= scratchMaxClass {
+		scratch[class].put(bp, scratchKeep)
 	}
-	s := &scratch[class]
-	s.mu.Lock()
-	if len(s.free) < scratchKeep {
-		s.free = append(s.free, bp)
-	}
-	s.mu.Unlock()
 }
