@@ -12,8 +12,14 @@ import (
 // AddNode is a no-op returning a nil node, and Err reports it. Check Err once
 // after building. Sub-scopes share the graph and the error.
 type Scope struct {
-	graph    *Graph
-	prefix   string
+	graph  *Graph
+	prefix string
+	// varPrefix prefixes the names of variables: the prefix without the
+	// name scopes (see NameScope), as TensorFlow's variable scopes do.
+	varPrefix string
+	// reuse makes variable builders return the existing variable of the
+	// same name instead of adding one (see ReuseVariables).
+	reuse    bool
 	device   string
 	deviceFn DeviceFunc
 	control  []*Node
@@ -52,8 +58,37 @@ func (s *Scope) SetErr(err error) {
 func (s *Scope) SubScope(name string) *Scope {
 	c := *s
 	c.prefix = s.graph.uniqueScope(s.prefix + name)
+	c.varPrefix = s.varPrefix + c.prefix[len(s.prefix):]
 	return &c
 }
+
+// NameScope returns a scope whose node names are prefixed by name, as
+// SubScope's, but whose variables are named as in s: the towers of in-graph
+// replication are built in name scopes ("tower_1/") over variables named
+// once ("dense/W"), as with TensorFlow's tf.name_scope.
+func (s *Scope) NameScope(name string) *Scope {
+	c := *s
+	c.prefix = s.graph.uniqueScope(s.prefix + name)
+	return &c
+}
+
+// ReuseVariables returns a scope in which variable builders return the
+// variable of the same name that the graph already has (its dtype and shape
+// must match) instead of adding a new one, and fail when there is none, as
+// TensorFlow's variable_scope(reuse=True): a model function called again
+// for another tower or mode shares the first call's variables.
+func (s *Scope) ReuseVariables() *Scope {
+	c := *s
+	c.reuse = true
+	return &c
+}
+
+// Reusing reports whether variable builders reuse existing variables.
+func (s *Scope) Reusing() bool { return s.reuse }
+
+// VariablePrefix returns the prefix of variable names: Prefix without the
+// name scopes.
+func (s *Scope) VariablePrefix() string { return s.varPrefix }
 
 // WithDevice returns a scope that requests the device for its nodes
 // ("/job:ps/task:0"). Placement honours it.

@@ -73,8 +73,11 @@ func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init
 	if s.Err() != nil {
 		return nil
 	}
+	if s.Reusing() {
+		return reuseVariable(s, s.VariablePrefix()+name, dt, shape)
+	}
 	if init == nil {
-		s.SetErr(fmt.Errorf("ops: variable %q: no initializer", s.Prefix()+name))
+		s.SetErr(fmt.Errorf("ops: variable %q: no initializer", s.VariablePrefix()+name))
 		return nil
 	}
 	// Like TensorFlow's variables, the nodes ignore the scope's control
@@ -82,7 +85,7 @@ func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init
 	// initializer runs once, on its own. Sub-names derive from the node's
 	// unique name, so a second variable "w" (named "w_1") gets "w_1/Assign".
 	is := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device()).WithDeviceFunc(s.DeviceFunc())
-	n := is.AddNode("Variable", s.Prefix()+name, nil, map[string]any{"dtype": dt, "shape": tensor.MakeShape(shape...)})
+	n := is.AddNode("Variable", s.VariablePrefix()+name, nil, map[string]any{"dtype": dt, "shape": tensor.MakeShape(shape...)})
 	if n == nil {
 		s.SetErr(is.Err())
 		return nil
@@ -100,6 +103,21 @@ func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init
 		g.AddToCollection(TrainableVariablesCollection, n)
 	}
 	return &Variable{node: n, init: assign}
+}
+
+// reuseVariable returns the variable called name of s's graph, which must
+// have the dtype and shape asked for (see graph.Scope.ReuseVariables).
+func reuseVariable(s *graph.Scope, name string, dt tensor.DType, shape []int) *Variable {
+	v := LookupVariable(s.Graph(), name)
+	switch {
+	case v == nil:
+		s.SetErr(fmt.Errorf("ops: variable %q does not exist, and the scope reuses variables: create it first in a scope that does not", name))
+		return nil
+	case v.DType() != dt || !v.Shape().Equal(tensor.MakeShape(shape...)):
+		s.SetErr(fmt.Errorf("ops: variable %q is %v%v; reusing it as %v%v", name, v.DType(), v.Shape(), dt, tensor.MakeShape(shape...)))
+		return nil
+	}
+	return v
 }
 
 // GlobalVariables returns the variables of g made by NewVariable, in

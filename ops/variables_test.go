@@ -204,3 +204,39 @@ func (s stateSess) fetch(fetches ...graph.Output) []*tensor.Tensor {
 	}
 	return out
 }
+
+func TestReuseVariablesSharesAcrossNameScopes(t *testing.T) {
+	s := graph.NewScope()
+	build := func(s *graph.Scope) *ops.Variable {
+		return ops.NewVariable(s.SubScope("dense"), "W", tensor.Float32, []int{2, 3}, ops.ZerosInit())
+	}
+	first := build(s.NameScope("tower_0"))
+	second := build(s.NameScope("tower_1").ReuseVariables())
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if first.Name() != "dense/W" || second != nil && second.Node() != first.Node() {
+		t.Fatalf("got variables %v and %v; want one variable dense/W", first, second)
+	}
+	if n := len(ops.GlobalVariables(s.Graph())); n != 1 {
+		t.Fatalf("%d variables; want 1", n)
+	}
+	for _, tc := range []struct {
+		name  string
+		dt    tensor.DType
+		shape []int
+		want  string
+	}{
+		{"missing", tensor.Float32, []int{2, 3}, "does not exist"},
+		{"W", tensor.Float32, []int{3, 2}, "reusing it as"},
+		{"W", tensor.Int32, []int{2, 3}, "reusing it as"},
+	} {
+		s2 := graph.NewScopeWithGraph(s.Graph())
+		if v := ops.NewVariable(s2.ReuseVariables(), "dense/"+tc.name, tc.dt, tc.shape, ops.ZerosInit()); v != nil {
+			t.Errorf("%s %v%v: got %v; want an error", tc.name, tc.dt, tc.shape, v)
+		}
+		if err := s2.Err(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v%v: error %v; want %q", tc.name, tc.dt, tc.shape, err, tc.want)
+		}
+	}
+}

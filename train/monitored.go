@@ -35,8 +35,9 @@ const defaultMaxRecoveries = 5
 // Hook observes and steers a MonitoredSession, as TensorFlow's session run
 // hooks do. Embed NoHook to implement only what is needed.
 type Hook interface {
-	// BeforeRun returns extra tensors to fetch with the coming step.
-	BeforeRun(step *StepContext) []graph.Output
+	// BeforeRun returns extra tensors to fetch with the coming step; an
+	// error ends training before the step runs.
+	BeforeRun(ctx context.Context, step *StepContext) ([]graph.Output, error)
 	// AfterRun sees the step and the values of its extra fetches; it may
 	// call step.RequestStop, or return an error to end training.
 	AfterRun(ctx context.Context, step *StepContext, extra []*tensor.Tensor) error
@@ -48,7 +49,7 @@ type Hook interface {
 type NoHook struct{}
 
 // BeforeRun fetches nothing.
-func (NoHook) BeforeRun(*StepContext) []graph.Output { return nil }
+func (NoHook) BeforeRun(context.Context, *StepContext) ([]graph.Output, error) { return nil, nil }
 
 // AfterRun does nothing.
 func (NoHook) AfterRun(context.Context, *StepContext, []*tensor.Tensor) error { return nil }
@@ -328,7 +329,10 @@ func (ms *MonitoredSession) Run(ctx context.Context, feeds map[graph.Output]*ten
 	}
 	bounds := make([][2]int, len(ms.cfg.Hooks))
 	for i, h := range ms.cfg.Hooks {
-		extra := h.BeforeRun(step)
+		extra, err := h.BeforeRun(ctx, step)
+		if err != nil {
+			return nil, err
+		}
 		bounds[i] = [2]int{len(all), len(all) + len(extra)}
 		all = append(all, extra...)
 	}
@@ -394,7 +398,9 @@ type NanGuardHook struct {
 }
 
 // BeforeRun fetches the loss.
-func (h NanGuardHook) BeforeRun(*StepContext) []graph.Output { return []graph.Output{h.Loss} }
+func (h NanGuardHook) BeforeRun(context.Context, *StepContext) ([]graph.Output, error) {
+	return []graph.Output{h.Loss}, nil
+}
 
 // AfterRun checks it.
 func (h NanGuardHook) AfterRun(_ context.Context, step *StepContext, extra []*tensor.Tensor) error {
