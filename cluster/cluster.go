@@ -3,8 +3,6 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,8 +68,10 @@ type Spec struct {
 
 // NewSpec validates jobs and returns the cluster they describe. Job names
 // must be identifiers; every job needs at least one task (the chief job at
-// most one); every address must be host:port with a port in 1-65535; no two
-// tasks may share an address. jobs is copied.
+// most one); every address must pass CheckAddress; no two tasks may share an
+// address, however written: host names compare without case, ports by
+// value, IP addresses in canonical form, and localhost:P is the same as
+// 127.0.0.1:P and [::1]:P (no other name is resolved). jobs is copied.
 func NewSpec(jobs map[string][]string) (*Spec, error) {
 	return newSpec(jobs, func(t TaskID) string { return t.String() }, func(job string) string { return fmt.Sprintf("job %q", job) })
 }
@@ -87,7 +87,11 @@ func newSpec(jobs map[string][]string, where func(TaskID) string, jobWhere func(
 		s.names = append(s.names, job)
 	}
 	sort.Strings(s.names)
-	owner := map[string]TaskID{} // normalised address -> first task using it
+	type use struct {
+		t    TaskID
+		addr string
+	}
+	owner := map[string]use{} // endpoint (see endpoints) -> first task using it
 	for _, job := range s.names {
 		addrs := jobs[job]
 		if err := checkJobName(job); err != nil {
@@ -101,14 +105,18 @@ func newSpec(jobs map[string][]string, where func(TaskID) string, jobWhere func(
 		}
 		for i, a := range addrs {
 			t := TaskID{job, i}
-			norm, err := checkAddress(a)
+			eps, err := endpoints(a)
 			if err != nil {
 				return nil, fmt.Errorf("cluster: %s: %w %q: %v", where(t), ErrBadAddress, a, err)
 			}
-			if prev, dup := owner[norm]; dup {
-				return nil, fmt.Errorf("cluster: %w: %q is used by both %s and %s", ErrDuplicateAddress, a, where(prev), where(t))
+			for _, ep := range eps {
+				if prev, dup := owner[ep]; dup {
+					return nil, fmt.Errorf("cluster: %w: %s and %s have the same address %s", ErrDuplicateAddress, where(prev.t), where(t), sameAddress(prev.addr, a, ep))
+				}
 			}
-			owner[norm] = t
+			for _, ep := range eps {
+				owner[ep] = use{t, a}
+			}
 		}
 		s.jobs[job] = append([]string(nil), addrs...)
 	}
@@ -130,58 +138,6 @@ func checkJobName(name string) error {
 		}
 	}
 	return nil
-}
-
-// checkAddress validates host:port and returns a normalised form (lower-case
-// host) for duplicate detection. Host names are not resolved.
-func checkAddress(a string) (string, error) {
-	if a == "" {
-		return "", errors.New("the address is empty")
-	}
-	if strings.ContainsAny(a, " \t\r\n") {
-		return "", errors.New("the address contains whitespace")
-	}
-	if strings.Contains(a, "://") {
-		return "", errors.New("want host:port without a scheme")
-	}
-	host, port, err := net.SplitHostPort(a)
-	if err != nil {
-		if !strings.Contains(a, ":") || strings.HasPrefix(a, "[") && strings.HasSuffix(a, "]") {
-			return "", errors.New("missing port (want host:port)")
-		}
-		var ae *net.AddrError
-		if errors.As(err, &ae) {
-			return "", errors.New(ae.Err)
-		}
-		return "", err
-	}
-	if host == "" {
-		return "", errors.New("empty host (want host:port)")
-	}
-	if port == "" {
-		return "", errors.New("missing port (want host:port)")
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		return "", fmt.Errorf("port %q is not a number", port)
-	}
-	if p < 1 || p > 65535 {
-		return "", fmt.Errorf("port %d is out of range 1-65535", p)
-	}
-	if strings.Contains(host, ":") {
-		ip, err := netip.ParseAddr(host)
-		if err != nil {
-			return "", fmt.Errorf("bad IPv6 host %q", host)
-		}
-		host = ip.String()
-	} else {
-		for _, r := range host {
-			if !(r == '.' || r == '-' || r == '_' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z') {
-				return "", fmt.Errorf("host %q has the character %q", host, r)
-			}
-		}
-	}
-	return net.JoinHostPort(strings.ToLower(host), strconv.Itoa(p)), nil
 }
 
 // Jobs returns the job names, sorted.

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -100,6 +101,7 @@ func TestFlagErrors(t *testing.T) {
 		{"own job empty", "p:1", "", "", "worker", 0, cluster.ErrNoAddress, []string{"/job:worker/task:0", "--worker_hosts is empty"}},
 		{"index too big", "p:1", "w:1,w:2", "", "worker", 2, cluster.ErrIndexOutOfRange, []string{"--task_index 2", "--worker_hosts lists 2 task(s)"}},
 		{"negative index", "p:1", "w:1", "", "ps", -1, cluster.ErrIndexOutOfRange, []string{"--task_index -1", "--ps_hosts lists 1"}},
+		{"spaces for commas", "p:1", "w:1 w:2", "", "worker", 0, cluster.ErrBadAddress, []string{"--worker_hosts entry 1", `"w:1 w:2"`, "separate entries with commas"}},
 		{"stray comma", "p:1,", "w:1", "", "worker", 0, cluster.ErrBadAddress, []string{"--ps_hosts entry 2", "empty"}},
 		{"missing port", "p:1", "w:1, w2", "", "worker", 0, cluster.ErrBadAddress, []string{"/job:worker/task:1", "--worker_hosts entry 2", `"w2"`, "missing port"}},
 		{"port range", "p:70000", "w:1", "", "worker", 0, cluster.ErrBadAddress, []string{"--ps_hosts entry 1", "out of range 1-65535"}},
@@ -109,7 +111,18 @@ func TestFlagErrors(t *testing.T) {
 		{"scheme", "grpc://p:1", "w:1", "", "worker", 0, cluster.ErrBadAddress, []string{"without a scheme"}},
 		{"too many colons", "a:b:1", "w:1", "", "worker", 0, cluster.ErrBadAddress, []string{"too many colons"}},
 		{"bad host", "p@x:1", "w:1", "", "worker", 0, cluster.ErrBadAddress, []string{"character '@'"}},
-		{"duplicate", "h:1", "w:1, H:1", "", "worker", 0, cluster.ErrDuplicateAddress, []string{`"H:1"`, "/job:ps/task:0 (--ps_hosts entry 1)", "/job:worker/task:1 (--worker_hosts entry 2)"}},
+		{"duplicate", "h:1", "w:1, H:1", "", "worker", 0, cluster.ErrDuplicateAddress, []string{"/job:ps/task:0 (--ps_hosts entry 1) and /job:worker/task:1 (--worker_hosts entry 2) have the same address h:1", `written "h:1" and "H:1"`}},
+		{"duplicate same spelling", "127.0.0.1:2222", "127.0.0.1:2222", "", "worker", 0, cluster.ErrDuplicateAddress, []string{"/job:ps/task:0 (--ps_hosts entry 1) and /job:worker/task:0 (--worker_hosts entry 1) have the same address 127.0.0.1:2222"}},
+		{"duplicate in one job", "p:1", "w:1,w:2,w:1", "", "worker", 0, cluster.ErrDuplicateAddress, []string{"/job:worker/task:0 (--worker_hosts entry 1) and /job:worker/task:2 (--worker_hosts entry 3)"}},
+		{"duplicate localhost", "localhost:2222", "127.0.0.1:2222", "", "worker", 0, cluster.ErrDuplicateAddress, []string{"same address 127.0.0.1:2222", "localhost is both 127.0.0.1 and ::1"}},
+		{"duplicate localhost v6", "[::1]:2222", "LocalHost:2222", "", "worker", 0, cluster.ErrDuplicateAddress, []string{"same address [::1]:2222", `"[::1]:2222" and "LocalHost:2222"`}},
+		{"duplicate leading zero", "p:02222", "p:2222", "", "worker", 0, cluster.ErrDuplicateAddress, []string{"same address p:2222"}},
+		{"duplicate mapped v4", "[::ffff:10.0.0.1]:1", "10.0.0.1:1", "", "worker", 0, cluster.ErrDuplicateAddress, []string{"same address 10.0.0.1:1"}},
+		{"duplicate chief", "p:1", "w:1", "W:1", "worker", 0, cluster.ErrDuplicateAddress, []string{"--chief_hosts entry 1", "--worker_hosts entry 1"}},
+		{"port sign", "p:+1", "w:1", "", "worker", 0, cluster.ErrBadAddress, []string{`port "+1" is not a number`}},
+		{"port huge", "p:0000100000", "w:1", "", "worker", 0, cluster.ErrBadAddress, []string{"out of range"}},
+		{"port too many digits", "p:99999999999999999999999", "w:1", "", "worker", 0, cluster.ErrBadAddress, []string{"out of range"}},
+		{"job typo", "p:1", "w:1", "", "wroker", 0, cluster.ErrUnknownJob, []string{`"wroker"`, `did you mean "worker"?`}},
 		{"two chiefs", "p:1", "w:1", "c:1,c:2", "worker", 0, cluster.ErrEmptyJob, []string{"--chief_hosts", "at most one"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,7 +145,8 @@ func TestTFConfigErrors(t *testing.T) {
 		{"syntax line 2", "{\"cluster\": {}\n  \"task\": 1}", cluster.ErrBadConfig, []string{"line 2, column 3"}},
 		{"truncated", `{"cluster": {"ps": [`, cluster.ErrBadConfig, []string{"unexpected end"}},
 		{"trailing data", `{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps"}} x`, cluster.ErrBadConfig, []string{"extra data", "offset 53"}},
-		{"wrong type", `{"cluster": {"ps": ["a:1", 2]}, "task": {"type": "ps"}}`, cluster.ErrBadConfig, []string{"offset 27", "column 28", "got a JSON number, want a string"}},
+		{"wrong type", `{"cluster": {"ps": ["a:1", 2]}, "task": {"type": "ps"}}`, cluster.ErrBadConfig, []string{"offset 27", "column 28", "cluster.ps: got a JSON number, want a string"}},
+		{"job is a string", `{"cluster": {"ps": ["a:1"], "worker": "b:1,c:1"}, "task": {"type": "ps"}}`, cluster.ErrBadConfig, []string{"cluster.worker: got a JSON string, want a list"}},
 		{"index is a string", `{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": "0"}}`, cluster.ErrBadConfig, []string{"task.index", "want an integer"}},
 		{"not an object", `[1]`, cluster.ErrBadConfig, []string{"got a JSON array, want an object"}},
 		{"no cluster", `{"task": {"type": "ps"}}`, cluster.ErrBadConfig, []string{`no "cluster"`}},
@@ -149,6 +163,11 @@ func TestTFConfigErrors(t *testing.T) {
 		{"bad job name", `{"cluster": {"ps-0": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker"}}`, cluster.ErrBadJobName, []string{`"ps-0"`, "identifiers"}},
 		{"job name digit", `{"cluster": {"1ps": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker"}}`, cluster.ErrBadJobName, []string{`"1ps"`}},
 		{"duplicate", `{"cluster": {"ps": ["a:1"], "worker": ["b:1", "a:1"]}, "task": {"type": "worker"}}`, cluster.ErrDuplicateAddress, []string{"cluster.ps[0]", "cluster.worker[1]"}},
+		{"no task, typo", `{"cluster": {"ps": ["a:1"]}, "tsk": {"type": "ps"}}`, cluster.ErrBadConfig, []string{`no "task"`, `there is a field "tsk": did you mean "task"?`}},
+		{"no cluster, typo", `{"clutser": {"ps": ["a:1"]}, "task": {"type": "ps"}}`, cluster.ErrBadConfig, []string{`no "cluster"`, `did you mean "cluster"?`}},
+		{"no type, typo", `{"cluster": {"ps": ["a:1"]}, "task": {"tpye": "ps"}}`, cluster.ErrBadConfig, []string{`no "type"`, `there is a field "tpye"`}},
+		{"unknown job typo", `{"cluster": {"ps": ["a:1"], "worker": ["b:1"]}, "task": {"type": "wroker"}}`, cluster.ErrUnknownJob, []string{`"wroker"`, `did you mean "worker"?`}},
+		{"duplicate localhost", `{"cluster": {"ps": ["localhost:5"], "worker": ["[::1]:5"]}, "task": {"type": "worker"}}`, cluster.ErrDuplicateAddress, []string{"/job:ps/task:0 (TF_CONFIG cluster.ps[0]) and /job:worker/task:0 (TF_CONFIG cluster.worker[0]) have the same address [::1]:5"}},
 		{"duplicate ipv6", `{"cluster": {"ps": ["[::1]:1"], "worker": ["[0:0::1]:1"]}, "task": {"type": "worker"}}`, cluster.ErrDuplicateAddress, []string{"/job:ps/task:0", "/job:worker/task:0"}},
 		{"bad ipv6", `{"cluster": {"worker": ["[::zz]:1"]}, "task": {"type": "worker"}}`, cluster.ErrBadAddress, []string{"IPv6"}},
 		{"missing port", `{"cluster": {"worker": ["b"]}, "task": {"type": "worker"}}`, cluster.ErrBadAddress, []string{"missing port"}},
@@ -188,6 +207,128 @@ func TestNewSpecErrors(t *testing.T) {
 	jobs["evaluator"][0] = "x:1"
 	if spec.Addresses("evaluator")[0] != "e:1" {
 		t.Error("NewSpec kept the caller's slice")
+	}
+}
+
+// TestNotDuplicates lists addresses that look alike but are different
+// endpoints, so a cluster may list them all.
+func TestNotDuplicates(t *testing.T) {
+	for _, addrs := range [][]string{
+		{"127.0.0.1:2222", "127.0.0.2:2222", "[::1]:2222"}, // distinct loopback addresses
+		{"localhost:2222", "localhost:2223"},
+		{"h:1", "h.example.com:1"},       // not resolved
+		{"host:1", "host.:1"},            // a search-domain name and a root one
+		{"10.0.0.1:1", "[::10.0.0.1]:1"}, // IPv4-compatible is not IPv4-mapped
+	} {
+		if _, err := cluster.NewSpec(map[string][]string{"worker": addrs}); err != nil {
+			t.Errorf("%v: %v", addrs, err)
+		}
+	}
+}
+
+func TestCheckAddress(t *testing.T) {
+	for _, tc := range []struct {
+		addr    string
+		wantMsg string // "" for a good address
+	}{
+		{"h:1", ""},
+		{"127.0.0.1:65535", ""},
+		{"[::1]:2222", ""},
+		{"[fe80::1%eth0]:2222", ""},
+		{"Host-1.example.COM:02222", ""},
+		{"h", "missing port"},
+		{"[::1]", "missing port"},
+		{"::1", "too many colons"},
+		{"h:", "missing port"},
+		{":1", "empty host"},
+		{"h:65536", "out of range"},
+		{"h:-1", "not a number"},
+		{"h:1 ", "whitespace"},
+		{"http://h:1", "scheme"},
+		{"h/x:1", "character '/'"},
+		{"", "empty"},
+	} {
+		err := cluster.CheckAddress(tc.addr)
+		if tc.wantMsg == "" {
+			if err != nil {
+				t.Errorf("CheckAddress(%q) = %v", tc.addr, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("CheckAddress(%q) accepted it", tc.addr)
+			continue
+		}
+		checkErr(t, err, cluster.ErrBadAddress, []string{fmt.Sprintf("%q", tc.addr), tc.wantMsg})
+	}
+}
+
+func TestTFConfigWarnings(t *testing.T) {
+	const good = `"cluster": {"ps": ["a:1"], "worker": ["b:1"]}`
+	for _, tc := range []struct {
+		name string
+		js   string
+		want []string
+	}{
+		{"none", `{` + good + `, "task": {"type": "ps", "index": 0}}`, nil},
+		{"TensorFlow's quiet keys", `{` + good + `, "task": {"type": "ps", "trial": "3"}, "environment": "cloud", "rpc_layer": "grpc"}`, nil},
+		{"not JSON", `{"tsk": `, nil},
+		{"not an object", `[{"tsk": 1}]`, nil},
+		{"empty", ``, nil},
+		{"typo", `{` + good + `, "tsk": {"type": "ps"}}`, []string{
+			`TF_CONFIG: unknown field "tsk" (did you mean "task"?); distflow reads "cluster" and "task"`}},
+		{"unknown, nothing close", `{` + good + `, "task": {"type": "ps"}, "foo": 1}`, []string{
+			`TF_CONFIG: unknown field "foo"; distflow reads "cluster" and "task"`}},
+		{"task keys", `{` + good + `, "task": {"type": "ps", "indx": 0, "idx": 1, "zzz": 2, "Trial": 3}}`, []string{
+			`TF_CONFIG: unknown field "task.indx" (did you mean "task.index"?); distflow reads "task.type" and "task.index"`,
+			`TF_CONFIG: unknown field "task.idx" (did you mean "task.index"?); distflow reads "task.type" and "task.index"`,
+			`TF_CONFIG: unknown field "task.zzz"; distflow reads "task.type" and "task.index"`,
+			`TF_CONFIG: unknown field "task.Trial" (did you mean "task.trial"?); distflow reads "task.type" and "task.index"`}},
+		{"capitals", `{"Cluster": {"ps": ["a:1"]}, "task": {"TYPE": "ps"}}`, []string{
+			`TF_CONFIG: field "Cluster" is read as "cluster", but TensorFlow would not read it: write "cluster"`,
+			`TF_CONFIG: field "task.TYPE" is read as "task.type", but TensorFlow would not read it: write "task.type"`}},
+		{"twice", `{` + good + `, "task": {"type": "ps"}, "task": {"type": "worker", "index": 0, "index": 0}}`, []string{
+			`TF_CONFIG: field "task" appears more than once; the last one is used`,
+			`TF_CONFIG: field "task.index" appears more than once; the last one is used`}},
+		{"estimator keys", `{` + good + `, "task": {"type": "ps"}, "model_dir": "/tmp/m", "session_master": ""}`, []string{
+			`TF_CONFIG: field "model_dir" is TensorFlow Estimator's; distflow ignores it`,
+			`TF_CONFIG: field "session_master" is TensorFlow Estimator's; distflow ignores it`}},
+		{"job typo", `{"cluster": {"ps": ["a:1"], "wroker": ["b:1"], "evaluater": ["c:1"], "shard": ["d:1"]}, "task": {"type": "ps"}}`, []string{
+			`TF_CONFIG: job "wroker" in "cluster" is not one of TensorFlow's (chief, worker, ps, evaluator, master): did you mean "worker"?`,
+			`TF_CONFIG: job "evaluater" in "cluster" is not one of TensorFlow's (chief, worker, ps, evaluator, master): did you mean "evaluator"?`}},
+		{"task not an object", `{` + good + `, "task": "ps"}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cluster.TFConfigWarnings(tc.js); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("TFConfigWarnings =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestFromEnvWarn(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		env      string
+		ok       bool
+		wantErr  error
+		warnings int
+	}{
+		{"unset", "", false, nil, 0},
+		{"good", `{"cluster": {"worker": ["w:1"]}, "task": {"type": "worker"}}`, true, nil, 0},
+		{"good with a warning", `{"cluster": {"worker": ["w:1"]}, "task": {"type": "worker", "indx": 0}}`, true, nil, 1},
+		{"error with a warning", `{"cluster": {"worker": ["w:1"]}, "tsk": {"type": "worker"}}`, true, cluster.ErrBadConfig, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(cluster.EnvVar, tc.env)
+			spec, self, ok, ws, err := cluster.FromEnvWarn()
+			if ok != tc.ok || !errors.Is(err, tc.wantErr) || len(ws) != tc.warnings {
+				t.Fatalf("FromEnvWarn = %v %v ok=%v warnings=%q err=%v", spec, self, ok, ws, err)
+			}
+			if tc.ok && err == nil && (spec == nil || self.String() != "/job:worker/task:0") {
+				t.Errorf("FromEnvWarn = %v %v", spec, self)
+			}
+		})
 	}
 }
 
@@ -252,6 +393,10 @@ func checkErr(t *testing.T, err, want error, msgs []string) {
 	}
 }
 
+// FuzzFromTFConfig feeds hostile TF_CONFIG documents to FromTFConfig and
+// TFConfigWarnings: neither may panic, errors must name the package, and an
+// accepted cluster must be whole. Seeds beyond these are in
+// testdata/fuzz/FuzzFromTFConfig.
 func FuzzFromTFConfig(f *testing.F) {
 	for _, s := range []string{
 		`{"cluster": {"ps": ["a:1"], "worker": ["b:1", "c:2"]}, "task": {"type": "worker", "index": 1}}`,
@@ -259,24 +404,64 @@ func FuzzFromTFConfig(f *testing.F) {
 		`{"cluster": {"ps": []}, "task": {"type": "ps", "index": -3}}`,
 		`{"cluster": null, "task": null}`,
 		`{"cluster": {"ps": ["a:1",]}`, `[]`, `"x"`, ``, `{}`,
+		`{"Cluster": {"wroker": ["localhost:1"], "ps": ["127.0.0.1:1"]}, "tsk": {"tpye": "ps"}, "task": {"type": "ps"}}`,
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, js string) {
-		spec, self, err := cluster.FromTFConfig(js)
-		if err != nil {
-			if spec != nil || !strings.HasPrefix(err.Error(), "cluster: ") {
-				t.Fatalf("error %q with spec %v", err, spec)
+		for _, w := range cluster.TFConfigWarnings(js) {
+			if !strings.HasPrefix(w, "TF_CONFIG: ") {
+				t.Fatalf("warning %q does not start with TF_CONFIG", w)
 			}
-			return
 		}
-		addr, err := spec.Address(self)
-		if err != nil || addr == "" {
-			t.Fatalf("accepted config whose own task %v has no address: %v", self, err)
-		}
-		// A valid spec is accepted again by NewSpec.
-		if _, err := cluster.NewSpec(spec.JSON()); err != nil {
-			t.Fatalf("NewSpec rejects an accepted spec: %v", err)
-		}
+		spec, self, err := cluster.FromTFConfig(js)
+		checkFuzzResult(t, spec, self, err)
 	})
+}
+
+// FuzzFromFlags does the same for the flag values of FromFlags. Seeds
+// beyond these are in testdata/fuzz/FuzzFromFlags.
+func FuzzFromFlags(f *testing.F) {
+	for _, s := range []struct {
+		ps, worker, chief, job string
+		index                  int
+	}{
+		{"ps0:2222", "w0:2222, w1:2222", "", "worker", 1},
+		{"localhost:1", "127.0.0.1:1", "", "ps", 0},
+		{"[::1]:1", "[::ffff:127.0.0.1]:1,[::1]:2", "c:1", "chief", 0},
+		{",", " , ", "c:1,c:2", "chief", -1},
+		{"p:00001", "w:99999999999999999999", "", "worker", 1 << 40},
+	} {
+		f.Add(s.ps, s.worker, s.chief, s.job, s.index)
+	}
+	f.Fuzz(func(t *testing.T, ps, worker, chief, job string, index int) {
+		spec, self, err := cluster.FromFlags(ps, worker, chief, job, index)
+		checkFuzzResult(t, spec, self, err)
+	})
+}
+
+// checkFuzzResult checks what any cluster constructor promises.
+func checkFuzzResult(t *testing.T, spec *cluster.Spec, self cluster.TaskID, err error) {
+	t.Helper()
+	if err != nil {
+		if spec != nil || !strings.HasPrefix(err.Error(), "cluster: ") {
+			t.Fatalf("error %q with spec %v", err, spec)
+		}
+		return
+	}
+	addr, err := spec.Address(self)
+	if err != nil || addr == "" {
+		t.Fatalf("accepted a cluster whose own task %v has no address: %v", self, err)
+	}
+	for _, job := range spec.Jobs() {
+		for _, a := range spec.Addresses(job) {
+			if err := cluster.CheckAddress(a); err != nil {
+				t.Fatalf("accepted a bad address: %v", err)
+			}
+		}
+	}
+	// A valid spec is accepted again by NewSpec.
+	if _, err := cluster.NewSpec(spec.JSON()); err != nil {
+		t.Fatalf("NewSpec rejects an accepted spec: %v", err)
+	}
 }

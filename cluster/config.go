@@ -43,6 +43,9 @@ func FromFlags(ps, worker, chief string, jobName string, taskIndex int) (*Spec, 
 			if e == "" {
 				return nil, TaskID{}, fmt.Errorf("cluster: %s entry %d: %w: the entry is empty (stray comma?)", fj.flag, k+1, ErrBadAddress)
 			}
+			if strings.ContainsAny(e, " \t\r\n") {
+				return nil, TaskID{}, fmt.Errorf("cluster: %s entry %d: %w %q: the entry contains whitespace (separate entries with commas)", fj.flag, k+1, ErrBadAddress, e)
+			}
 			entries[k] = e
 		}
 		jobs[fj.job] = entries
@@ -55,7 +58,7 @@ func FromFlags(ps, worker, chief string, jobName string, taskIndex int) (*Spec, 
 	case jobName == "":
 		return nil, TaskID{}, fmt.Errorf("cluster: %w: --job_name is required (one of ps, worker, chief)", ErrBadConfig)
 	case !known:
-		return nil, TaskID{}, fmt.Errorf("cluster: --job_name: %w %q: the flags describe jobs ps, worker, chief", ErrUnknownJob, jobName)
+		return nil, TaskID{}, fmt.Errorf("cluster: --job_name: %w %q: the flags describe jobs ps, worker, chief%s", ErrUnknownJob, jobName, didYouMean(jobName, []string{"ps", "worker", "chief"}))
 	case len(jobs[jobName]) == 0:
 		return nil, TaskID{}, fmt.Errorf("cluster: task %s: %w: %s is empty", self, ErrNoAddress, flag)
 	case taskIndex < 0 || taskIndex >= len(jobs[jobName]):
@@ -71,8 +74,8 @@ func FromFlags(ps, worker, chief string, jobName string, taskIndex int) (*Spec, 
 	return spec, self, nil
 }
 
-// tfConfig is the part of TF_CONFIG distflow reads; other keys
-// ("environment", "rpc_layer") are ignored.
+// tfConfig is the part of TF_CONFIG distflow reads; TFConfigWarnings
+// reports the other keys.
 type tfConfig struct {
 	Cluster map[string][]string `json:"cluster"`
 	Task    *struct {
@@ -104,16 +107,19 @@ func FromTFConfig(js string) (*Spec, TaskID, error) {
 		return nil, TaskID{}, fmt.Errorf("cluster: TF_CONFIG: %w: invalid JSON at offset %d (line %d, column %d): extra data after the object", ErrBadConfig, o, line, col)
 	}
 	if cfg.Cluster == nil {
-		return nil, TaskID{}, fmt.Errorf(`cluster: TF_CONFIG: %w: no "cluster" object (want {"cluster": {"worker": ["host:port", ...]}, "task": {...}})`, ErrBadConfig)
+		return nil, TaskID{}, fmt.Errorf(`cluster: TF_CONFIG: %w: no "cluster" object %s`, ErrBadConfig,
+			misspelling(js, "", "cluster", `(want {"cluster": {"worker": ["host:port", ...]}, "task": {...}})`))
 	}
 	if len(cfg.Cluster) == 0 {
 		return nil, TaskID{}, fmt.Errorf(`cluster: TF_CONFIG: %w: "cluster" has no jobs`, ErrBadConfig)
 	}
 	if cfg.Task == nil {
-		return nil, TaskID{}, fmt.Errorf(`cluster: TF_CONFIG: %w: no "task" object (want "task": {"type": "worker", "index": 0})`, ErrBadConfig)
+		return nil, TaskID{}, fmt.Errorf(`cluster: TF_CONFIG: %w: no "task" object %s`, ErrBadConfig,
+			misspelling(js, "", "task", `(want "task": {"type": "worker", "index": 0})`))
 	}
 	if cfg.Task.Type == "" {
-		return nil, TaskID{}, fmt.Errorf(`cluster: TF_CONFIG: %w: "task" has no "type"`, ErrBadConfig)
+		return nil, TaskID{}, fmt.Errorf(`cluster: TF_CONFIG: %w: "task" has no "type" %s`, ErrBadConfig,
+			misspelling(js, "task", "type", `(want "task": {"type": "worker", "index": 0})`))
 	}
 	self := TaskID{Job: cfg.Task.Type}
 	if cfg.Task.Index != nil {
@@ -122,7 +128,8 @@ func FromTFConfig(js string) (*Spec, TaskID, error) {
 	addrs, known := cfg.Cluster[self.Job]
 	switch {
 	case !known:
-		return nil, TaskID{}, fmt.Errorf("cluster: TF_CONFIG task: %w %q: the cluster has jobs %s", ErrUnknownJob, self.Job, strings.Join(sortedKeys(cfg.Cluster), ", "))
+		jobs := sortedKeys(cfg.Cluster)
+		return nil, TaskID{}, fmt.Errorf("cluster: TF_CONFIG task: %w %q: the cluster has jobs %s%s", ErrUnknownJob, self.Job, strings.Join(jobs, ", "), didYouMean(self.Job, jobs))
 	case len(addrs) == 0:
 		return nil, TaskID{}, fmt.Errorf("cluster: TF_CONFIG task %s: %w: cluster.%s is empty", self, ErrNoAddress, self.Job)
 	case self.Index < 0 || self.Index >= len(addrs):
@@ -148,6 +155,18 @@ func FromEnv() (spec *Spec, self TaskID, ok bool, err error) {
 	return spec, self, true, err
 }
 
+// FromEnvWarn is FromEnv that also returns TFConfigWarnings of the
+// variable, for the caller to print: they come with an error too, which they
+// may explain (a misspelt "task" is both a warning and a missing task).
+func FromEnvWarn() (spec *Spec, self TaskID, ok bool, warnings []string, err error) {
+	js, set := os.LookupEnv(EnvVar)
+	if !set || strings.TrimSpace(js) == "" {
+		return nil, TaskID{}, false, nil, nil
+	}
+	spec, self, err = FromTFConfig(js)
+	return spec, self, true, TFConfigWarnings(js), err
+}
+
 // jsonError turns a decoding error into one that says where in the
 // document it happened.
 func jsonError(js string, err error) error {
@@ -160,14 +179,36 @@ func jsonError(js string, err error) error {
 	case errors.As(err, &typ):
 		off, line, col := position(js, typ.Offset-1)
 		field := typ.Field
-		if field == "" {
+		switch field {
+		case "":
 			field = "the document"
+		case "cluster":
+			field += jobOfTypeError(js)
 		}
 		return fmt.Errorf("cluster: TF_CONFIG: %w: at offset %d (line %d, column %d): %s: got a JSON %s, want %s", ErrBadConfig, off, line, col, field, typ.Value, jsonKind(typ.Type))
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("cluster: TF_CONFIG: %w: invalid JSON: unexpected end of the document", ErrBadConfig)
 	}
 	return fmt.Errorf("cluster: TF_CONFIG: %w: invalid JSON: %v", ErrBadConfig, err)
+}
+
+// jobOfTypeError returns ".job" for the first job of the "cluster" object
+// of js whose value is not a list of strings (encoding/json names the map,
+// not its key), or "".
+func jobOfTypeError(js string) string {
+	top, _ := objectFields([]byte(js))
+	cl, ok := lastField(top, "cluster")
+	if !ok {
+		return ""
+	}
+	jobs, _ := objectFields(cl)
+	for _, j := range jobs {
+		var addrs []string
+		if json.Unmarshal(j.value, &addrs) != nil {
+			return "." + j.name
+		}
+	}
+	return ""
 }
 
 // jsonKind names a Go target type the way a TF_CONFIG author thinks of it.

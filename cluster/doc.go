@@ -16,12 +16,20 @@
 //	// The same cluster, the way a scheduler such as Kubernetes starts tasks:
 //	//   TF_CONFIG='{"cluster": {"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]},
 //	//               "task": {"type": "worker", "index": 1}}'
-//	spec, self, ok, err := cluster.FromEnv()
+//	spec, self, ok, warnings, err := cluster.FromEnvWarn()
+//	for _, w := range warnings {
+//		slog.Warn(w) // TF_CONFIG: unknown field "tsk" (did you mean "task"?); ...
+//	}
 //
 // Validation rejects malformed descriptions with an error that names the
 // offending job, task, address or JSON offset; the sentinel errors (ErrBadConfig,
 // ErrUnknownJob, ErrIndexOutOfRange, ErrDuplicateAddress, ErrBadAddress,
-// ErrBadJobName, ErrEmptyJob, ErrNoAddress) let callers test the kind.
+// ErrBadJobName, ErrEmptyJob, ErrNoAddress) let callers test the kind. Two
+// tasks may not share an address however it is written (host names without
+// case, ports by value, localhost as 127.0.0.1 and ::1); no name is resolved.
+// TF_CONFIG keys that distflow does not read are not errors, as TensorFlow
+// has keys distflow has no use for, but TFConfigWarnings lists the ones that
+// look like mistakes.
 //
 // A task is named "/job:<job>/task:<index>" (TaskID.String); that name is the
 // key that placement, partitioning and the worker cache use.
