@@ -1,0 +1,529 @@
+package localcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/distflow/distflow/cluster"
+)
+
+// The defaults of the Config fields left zero.
+const (
+	DefaultTailLines     = 50
+	DefaultMaxPSRestarts = 3
+	DefaultStopGrace     = 5 * time.Second
+	DefaultPSExitGrace   = 10 * time.Second
+)
+
+// pipeGrace bounds how long Run reads a task's output after the task exited,
+// when a process it started still holds its stdout or stderr.
+const pipeGrace = time.Second
+
+// ErrInTask is returned by Run in a process that is itself a task of a local
+// cluster (IsTask): a task starting a cluster of its own would start the
+// program again and again.
+var ErrInTask = errors.New("localcluster: Run called in a task of a local cluster")
+
+// Config says what Run starts and how it supervises it. The zero value of
+// every field but Jobs is a sensible default.
+type Config struct {
+	// Jobs are the tasks to start. Run checks them as Parse does, except
+	// that any number of ps tasks, none included, is accepted.
+	Jobs Jobs
+
+	// Args are the command-line arguments of every task, without the
+	// program name; nil means os.Args[1:]. The program is this process's
+	// own executable (os.Executable). Leave out the flag that made this
+	// process call Run: a task does not start a cluster (see ErrInTask),
+	// but it should not be asked to.
+	Args []string
+
+	// Env holds "KEY=value" entries added to every task's environment,
+	// which is otherwise this process's. TF_CONFIG, EnvTask and EnvListenFD
+	// are Run's and cannot be set here; a GOMAXPROCS here wins over Run's.
+	Env []string
+
+	// Stdout receives the chief's standard output, unchanged: the chief's
+	// results are the run's. Nil means os.Stdout.
+	Stdout io.Writer
+
+	// Stderr receives the chief's standard error, each line prefixed with
+	// the task ("[worker 0] "), Run's own lines ("local cluster: ..."),
+	// and the other tasks' output, prefixed, when Verbose is set or when
+	// that task fails. Nil means os.Stderr. Run writes to Stdout and
+	// Stderr one whole line per Write call, from several goroutines but
+	// never two at once.
+	Stderr io.Writer
+
+	// Verbose shows every task's output on Stderr, and a line per task
+	// started with its process id. Without it, the output of every task
+	// but the chief is kept, its last TailLines lines only, and shown
+	// when that task fails.
+	Verbose bool
+
+	// TailLines is how many lines of a task's output are kept to show
+	// when it fails (each cut to 8 KiB); 0 means DefaultTailLines.
+	TailLines int
+
+	// RestartPS restarts a ps task that exits with an error while
+	// training goes on, on the same listening socket (so at the same
+	// address), at most MaxPSRestarts times per task. Run keeps the ps
+	// sockets open for that. Without it, a ps that fails ends the run.
+	RestartPS bool
+
+	// MaxPSRestarts bounds the restarts of each ps task; 0 means
+	// DefaultMaxPSRestarts.
+	MaxPSRestarts int
+
+	// TolerateWorkerLoss lets the run go on when a worker other than the
+	// chief fails. Without it, any task's failure stops every task.
+	TolerateWorkerLoss bool
+
+	// StopGrace is how long a task may take to exit after SIGTERM before
+	// it is killed; 0 means DefaultStopGrace.
+	StopGrace time.Duration
+
+	// PSExitGrace is how long the ps tasks may take to exit by themselves
+	// (the chief tells them to) once every training task has exited,
+	// before they are stopped; 0 means DefaultPSExitGrace.
+	PSExitGrace time.Duration
+}
+
+// withDefaults checks c and fills in the defaults.
+func (c Config) withDefaults() (Config, error) {
+	if err := c.Jobs.check(c.Jobs.String()); err != nil {
+		return c, err
+	}
+	switch {
+	case c.TailLines < 0:
+		return c, fmt.Errorf("localcluster: Config.TailLines %d is negative", c.TailLines)
+	case c.MaxPSRestarts < 0:
+		return c, fmt.Errorf("localcluster: Config.MaxPSRestarts %d is negative", c.MaxPSRestarts)
+	case c.StopGrace < 0:
+		return c, fmt.Errorf("localcluster: Config.StopGrace %v is negative", c.StopGrace)
+	case c.PSExitGrace < 0:
+		return c, fmt.Errorf("localcluster: Config.PSExitGrace %v is negative", c.PSExitGrace)
+	}
+	for _, kv := range c.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return c, fmt.Errorf("localcluster: Config.Env entry %q is not KEY=value", kv)
+		}
+		if k == cluster.EnvVar || k == EnvTask || k == EnvListenFD {
+			return c, fmt.Errorf("localcluster: Config.Env sets %s, which Run sets for each task", k)
+		}
+	}
+	if c.Args == nil {
+		c.Args = os.Args[1:]
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	c.TailLines = cmp(c.TailLines, DefaultTailLines)
+	c.MaxPSRestarts = cmp(c.MaxPSRestarts, DefaultMaxPSRestarts)
+	c.StopGrace = cmp(c.StopGrace, DefaultStopGrace)
+	c.PSExitGrace = cmp(c.PSExitGrace, DefaultPSExitGrace)
+	return c, nil
+}
+
+// cmp returns v, or def when v is zero.
+func cmp[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// TaskError is the error Run returns when a task ends the run: the chief
+// failed, or another task failed and its failure is not tolerated.
+type TaskError struct {
+	Job   string // "ps", "worker" or "chief"
+	Index int
+	// Err is how the task ended: an *exec.ExitError with its exit status
+	// or the signal that killed it.
+	Err error
+}
+
+func (e *TaskError) Error() string {
+	return fmt.Sprintf("localcluster: %s %d failed: %v", e.Job, e.Index, e.Err)
+}
+
+func (e *TaskError) Unwrap() error { return e.Err }
+
+// taskID names a task of the local cluster.
+type taskID struct {
+	job   string
+	index int
+}
+
+func (t taskID) String() string { return t.job + " " + strconv.Itoa(t.index) }
+
+// proc is one process of a task; a restarted ps task has several in turn.
+type proc struct {
+	id   taskID
+	cmd  *exec.Cmd
+	tail *tail // the output kept to show on failure; nil when shown
+	// err is how the process ended; set before done is closed.
+	err  error
+	done chan struct{}
+	// handled: Run's loop has seen it exit (used by Run's goroutine only).
+	handled bool
+}
+
+// launcher is the state of one Run.
+type launcher struct {
+	cfg    Config
+	exe    string
+	env    []string
+	addrs  map[string][]string
+	files  map[taskID]*os.File // the listening sockets, until closed
+	out    *output
+	chief  taskID
+	exited chan *proc // every process started sends itself here once
+}
+
+// Run starts every task of cfg.Jobs as a process of this program and
+// supervises them until the run ends. It blocks until every task has exited.
+//
+// Each task gets this process's environment and cfg.Env, TF_CONFIG naming
+// every task's loopback address and its own task (read it with
+// cluster.FromEnv), EnvTask=1, and its listening socket, already bound to
+// its address, as file descriptor 3 (EnvListenFD=3; see Listener). Unless
+// GOMAXPROCS is set, each task gets as GOMAXPROCS the cores this process
+// may use divided among the training tasks.
+//
+// No task outlives the run. When ctx is cancelled, every task gets SIGTERM,
+// and SIGKILL if it still runs after cfg.StopGrace, and Run returns
+// ctx.Err(). When a task fails (exits non-zero or is killed), every task is
+// stopped in the same way and Run returns a *TaskError naming it, unless the
+// failure is tolerated: a ps is restarted (cfg.RestartPS), a worker other
+// than the chief is let go (cfg.TolerateWorkerLoss). On Linux the tasks also
+// die with this process (SIGKILL), however it ends.
+//
+// The run ends when every training task has exited. The ps tasks are then
+// given cfg.PSExitGrace to exit by themselves before they are stopped, and
+// Run returns nil: the chief exited 0. A ps task that exits 0 while training
+// goes on is not restarted (the chief told it to exit).
+//
+// Run needs a Unix system: the listening sockets are passed as inherited
+// file descriptors. It returns ErrInTask in a task of a local cluster.
+func Run(ctx context.Context, cfg Config) error {
+	if IsTask() {
+		return ErrInTask
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("localcluster: finding this program to start its tasks: %w", err)
+	}
+	env, note := taskEnv(os.Environ(), cfg.Env, cfg.Jobs)
+	l := &launcher{
+		cfg:   cfg,
+		exe:   exe,
+		env:   env,
+		addrs: map[string][]string{},
+		files: map[taskID]*os.File{},
+		out:   &output{stdout: cfg.Stdout, stderr: cfg.Stderr},
+		chief: taskID{"worker", 0},
+		// Room for every process that can start, so that a process
+		// exiting never waits for Run.
+		exited: make(chan *proc, cfg.Jobs.PS*(1+cfg.MaxPSRestarts)+cfg.Jobs.training()),
+	}
+	if cfg.Jobs.Chief > 0 {
+		l.chief = taskID{"chief", 0}
+	}
+	defer l.closeFiles(func(taskID) bool { return true })
+	if err := l.listen(); err != nil {
+		return err
+	}
+	l.out.logf("%s%s", l.describe(), note)
+
+	var procs []*proc
+	for _, jc := range []jobCount{{"ps", cfg.Jobs.PS}, {"chief", cfg.Jobs.Chief}, {"worker", cfg.Jobs.Worker}} {
+		for i := range jc.n {
+			p, err := l.start(taskID{jc.job, i})
+			if err != nil {
+				l.stopAll(procs)
+				return err
+			}
+			procs = append(procs, p)
+		}
+	}
+	// The tasks hold their sockets now; the ps tasks' stay open here when
+	// a ps that dies is to be restarted on them.
+	l.closeFiles(func(id taskID) bool { return id.job != "ps" || !cfg.RestartPS })
+	return l.supervise(ctx, procs)
+}
+
+// listen creates every task's listening socket on a free loopback port.
+func (l *launcher) listen() error {
+	for _, jc := range []jobCount{{"chief", l.cfg.Jobs.Chief}, {"ps", l.cfg.Jobs.PS}, {"worker", l.cfg.Jobs.Worker}} {
+		for i := range jc.n {
+			id := taskID{jc.job, i}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return fmt.Errorf("localcluster: listening on loopback for %s: %w", id, err)
+			}
+			f, err := ln.(*net.TCPListener).File()
+			ln.Close() // f is a duplicate that keeps the socket open
+			if err != nil {
+				return fmt.Errorf("localcluster: passing the socket of %s: %w", id, err)
+			}
+			l.addrs[jc.job] = append(l.addrs[jc.job], ln.Addr().String())
+			l.files[id] = f
+		}
+	}
+	return nil
+}
+
+// closeFiles closes the sockets of the tasks for which which is true.
+func (l *launcher) closeFiles(which func(taskID) bool) {
+	for id, f := range l.files {
+		if which(id) {
+			f.Close()
+			delete(l.files, id)
+		}
+	}
+}
+
+// describe names the cluster's jobs and addresses: "ps [a], worker [b c]".
+func (l *launcher) describe() string {
+	var parts []string
+	for _, jc := range l.cfg.Jobs.counts() {
+		if jc.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s [%s]", jc.job, strings.Join(l.addrs[jc.job], " ")))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tfConfig is TF_CONFIG for task id.
+func (l *launcher) tfConfig(id taskID) string {
+	type task struct {
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+	}
+	b, err := json.Marshal(struct {
+		Cluster map[string][]string `json:"cluster"`
+		Task    task                `json:"task"`
+	}{l.addrs, task{id.job, id.index}})
+	if err != nil {
+		panic(err) // strings and ints always marshal
+	}
+	return string(b)
+}
+
+// taskEnv is the environment of a local cluster's tasks: environ without
+// the variables Run sets per task, then extra, then GOMAXPROCS unless either
+// sets it. note says what Run chose.
+//
+// GOMAXPROCS is the cores this process may use shared among the training
+// tasks (as torchrun sets OMP_NUM_THREADS=1). Each task's kernels would
+// otherwise split across every core, and their pools' idle workers, which
+// poll for the next kernel before they sleep, would take turns with the
+// other tasks' work on the same cores.
+func taskEnv(environ, extra []string, jobs Jobs) (env []string, note string) {
+	ours := []string{cluster.EnvVar, EnvTask, EnvListenFD}
+	set := false
+	for _, kv := range slices.Concat(environ, extra) {
+		k, v, _ := strings.Cut(kv, "=")
+		if slices.Contains(ours, k) {
+			continue
+		}
+		if k == "GOMAXPROCS" {
+			set = v != ""
+		}
+		env = append(env, kv)
+	}
+	if set {
+		return env, ""
+	}
+	// GOMAXPROCS(0): the cores this process may use, CPU quotas included.
+	cores := runtime.GOMAXPROCS(0)
+	procs := max(1, cores/jobs.training())
+	note = fmt.Sprintf("; each task uses %d of %d cores (set GOMAXPROCS to choose)", procs, cores)
+	return append(env, "GOMAXPROCS="+strconv.Itoa(procs)), note
+}
+
+// start starts a process of task id. Its exit is sent to l.exited.
+func (l *launcher) start(id taskID) (*proc, error) {
+	cmd := exec.Command(l.exe, l.cfg.Args...)
+	cmd.Env = append(slices.Clip(l.env), cluster.EnvVar+"="+l.tfConfig(id), EnvTask+"=1", EnvListenFD+"=3")
+	cmd.ExtraFiles = []*os.File{l.files[id]}
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.WaitDelay = pipeGrace
+	p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
+	prefix := "[" + id.String() + "] "
+	var stdout, stderr *lineWriter
+	switch {
+	case id == l.chief:
+		stdout, stderr = l.out.passthrough(), l.out.prefixed(prefix)
+	case l.cfg.Verbose:
+		stdout, stderr = l.out.prefixed(prefix), l.out.prefixed(prefix)
+	default:
+		p.tail = newTail(l.cfg.TailLines)
+		stdout, stderr = toTail(p.tail), toTail(p.tail)
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("localcluster: starting %s: %w", id, err)
+	}
+	if l.cfg.Verbose {
+		l.out.logf("started %s (pid %d)", id, cmd.Process.Pid)
+	}
+	go func() {
+		err := cmd.Wait()
+		if errors.Is(err, exec.ErrWaitDelay) {
+			// It exited 0, but a process it started kept its output.
+			err = nil
+		}
+		stdout.flush()
+		stderr.flush()
+		p.err = err
+		close(p.done)
+		l.exited <- p
+	}()
+	return p, nil
+}
+
+// supervise waits for the training tasks to end, handling failures, then
+// for the ps tasks.
+func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
+	interrupted := func() error {
+		l.out.logf("interrupted; stopping every task")
+		l.stopAll(procs)
+		return ctx.Err()
+	}
+	restarts := map[int]int{} // by ps index
+	for training := l.cfg.Jobs.training(); training > 0; {
+		var p *proc
+		select {
+		case <-ctx.Done():
+			return interrupted()
+		case p = <-l.exited:
+		}
+		p.handled = true
+		if ctx.Err() != nil {
+			// It may have died of the same Ctrl-C.
+			return interrupted()
+		}
+		if p.id.job != "ps" {
+			training--
+		}
+		switch {
+		case p.err == nil:
+			// A ps exiting 0 was told to by the chief.
+		case p.id.job == "ps" && l.cfg.RestartPS && restarts[p.id.index] < l.cfg.MaxPSRestarts:
+			restarts[p.id.index]++
+			l.out.logf("%s died (%v); restarting it on its address (%d of %d)", p.id, p.err, restarts[p.id.index], l.cfg.MaxPSRestarts)
+			l.showTail(p)
+			np, err := l.start(p.id)
+			if err != nil {
+				l.stopAll(procs)
+				return err
+			}
+			procs[slices.Index(procs, p)] = np
+		case p.id != l.chief && p.id.job == "worker" && l.cfg.TolerateWorkerLoss:
+			l.out.logf("%s failed (%v); the others go on", p.id, p.err)
+			l.showTail(p)
+		default:
+			l.out.logf("%s failed (%v); stopping every task", p.id, p.err)
+			l.showTail(p)
+			l.stopAll(procs)
+			return &TaskError{Job: p.id.job, Index: p.id.index, Err: p.err}
+		}
+	}
+
+	// Every training task has exited, the chief with 0. The ps tasks exit
+	// when the chief tells them; give them a moment.
+	waiting := 0
+	for _, p := range procs {
+		if !p.handled {
+			waiting++
+		}
+	}
+	if waiting == 0 {
+		return nil
+	}
+	grace := time.NewTimer(l.cfg.PSExitGrace)
+	defer grace.Stop()
+	for waiting > 0 {
+		select {
+		case <-ctx.Done():
+			return interrupted()
+		case p := <-l.exited:
+			p.handled = true
+			waiting--
+			if p.err != nil {
+				l.out.logf("%s failed after training (%v)", p.id, p.err)
+				l.showTail(p)
+			}
+		case <-grace.C:
+			for _, p := range procs {
+				if !p.handled {
+					l.out.logf("%s did not exit within %v of the end of training; stopping it", p.id, l.cfg.PSExitGrace)
+				}
+			}
+			l.stopAll(procs)
+			return nil
+		}
+	}
+	return nil
+}
+
+// showTail shows the output kept of a process that failed.
+func (l *launcher) showTail(p *proc) {
+	if p.tail != nil {
+		l.out.dumpTail(p.tail, "["+p.id.String()+"] ")
+	}
+}
+
+// stopAll stops the processes still running: SIGTERM, then SIGKILL after
+// the stop grace period. It returns when all have exited.
+func (l *launcher) stopAll(procs []*proc) {
+	var running []*proc
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		default:
+			running = append(running, p)
+			if p.cmd.Process.Signal(syscall.SIGTERM) != nil {
+				_ = p.cmd.Process.Kill() // no SIGTERM here (Windows)
+			}
+		}
+	}
+	grace := time.NewTimer(l.cfg.StopGrace)
+	defer grace.Stop()
+	for i, p := range running {
+		select {
+		case <-p.done:
+		case <-grace.C:
+			for _, q := range running[i:] {
+				_ = q.cmd.Process.Kill()
+			}
+			for _, q := range running[i:] {
+				<-q.done
+			}
+			return
+		}
+	}
+}
