@@ -36,6 +36,8 @@ func newRootCommand() *cobra.Command {
 	root.SetGlobalNormalizationFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
 	})
+	// An unknown flag is told with the one probably meant; subcommands inherit it.
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(newTrainCommand())
 	root.AddCommand(newServerCommand())
 	root.AddCommand(newStatusCommand())
