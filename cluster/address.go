@@ -18,10 +18,30 @@ const DefaultPort = 2222
 // and a decimal port in 1-65535. Host names are not resolved. The error
 // wraps ErrBadAddress and names addr.
 func CheckAddress(addr string) error {
-	if _, err := endpoints(addr); err != nil {
-		return fmt.Errorf("cluster: %w %q: %v", ErrBadAddress, addr, err)
+	_, err := ParseAddress(addr, 0)
+	return err
+}
+
+// ParseAddress returns the task address s as host:port, adding defaultPort
+// when s is a host alone: "h", "[::1]" (an IPv6 address needs its brackets
+// either way). A defaultPort of 0 means a port is required. The result
+// passes CheckAddress; the error wraps ErrBadAddress and names s.
+func ParseAddress(s string, defaultPort int) (string, error) {
+	addr := s
+	if defaultPort != 0 && s != "" {
+		switch bracketed := strings.HasPrefix(s, "["); {
+		case bracketed && strings.HasSuffix(s, "]"), !bracketed && !strings.Contains(s, ":"):
+			addr = net.JoinHostPort(strings.Trim(s, "[]"), strconv.Itoa(defaultPort))
+		case !bracketed && strings.Count(s, ":") > 1:
+			if _, err := netip.ParseAddr(s); err == nil {
+				return "", fmt.Errorf("cluster: %w %q: an IPv6 address needs brackets: [%s] or [%s]:%d", ErrBadAddress, s, s, s, defaultPort)
+			}
+		}
 	}
-	return nil
+	if _, err := endpoints(addr); err != nil {
+		return "", fmt.Errorf("cluster: %w %q: %v", ErrBadAddress, s, err)
+	}
+	return addr, nil
 }
 
 // endpoints validates the address a and returns the endpoints it reaches,

@@ -263,6 +263,46 @@ func TestCheckAddress(t *testing.T) {
 	}
 }
 
+func TestParseAddress(t *testing.T) {
+	for _, tc := range []struct {
+		in          string
+		defaultPort int
+		want        string // the address, or a part of the error
+		ok          bool
+	}{
+		{"h", 2222, "h:2222", true},
+		{"h:1", 2222, "h:1", true},
+		{"127.0.0.1", 2222, "127.0.0.1:2222", true},
+		{"[::1]", 2222, "[::1]:2222", true},
+		{"[::1]:5", 2222, "[::1]:5", true},
+		{"h", 0, "missing port", false},
+		{"[::1]", 0, "missing port", false},
+		{"::1", 2222, "an IPv6 address needs brackets: [::1] or [::1]:2222", false},
+		{"fe80::1:2222", 2222, "needs brackets", false},
+		{"a:b:c", 2222, "too many colons", false},
+		{"[::1", 2222, "missing ']'", false},
+		{"[h]", 2222, "", true}, // net.SplitHostPort accepts brackets around a name
+		{"h:", 2222, "missing port", false},
+		{"", 2222, "empty", false},
+		{"h@x", 2222, "character '@'", false},
+		{"h:x", 2222, `port "x" is not a number`, false},
+		{"grpc://h:1", 2222, "scheme", false},
+	} {
+		got, err := cluster.ParseAddress(tc.in, tc.defaultPort)
+		if !tc.ok {
+			if err == nil {
+				t.Errorf("ParseAddress(%q, %d) = %q, want an error", tc.in, tc.defaultPort, got)
+				continue
+			}
+			checkErr(t, err, cluster.ErrBadAddress, []string{fmt.Sprintf("%q", tc.in), tc.want})
+			continue
+		}
+		if err != nil || tc.want != "" && got != tc.want {
+			t.Errorf("ParseAddress(%q, %d) = %q, %v, want %q", tc.in, tc.defaultPort, got, err, tc.want)
+		}
+	}
+}
+
 func TestTFConfigWarnings(t *testing.T) {
 	const good = `"cluster": {"ps": ["a:1"], "worker": ["b:1"]}`
 	for _, tc := range []struct {
