@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/distflow/distflow/cluster"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/tensor"
@@ -20,12 +21,27 @@ func newStatusCommand() *cobra.Command {
 	var asJSON bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "status HOST:PORT...",
+		Use:   "status HOST[:PORT]...",
 		Short: "Show what tasks of a running cluster hold: their devices and variables",
+		Long: fmt.Sprintf(`Show what tasks of a running cluster hold: their devices and variables.
+
+A task is host:port, host, [IPv6]:port or [IPv6]; without a port, %d.`, cluster.DefaultPort),
 		Example: `  distflow status 127.0.0.1:2222 127.0.0.1:2223
-  distflow status --json 127.0.0.1:2222`,
+  distflow status --json --timeout 2s ps0 worker0:2223`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, addrs []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout <= 0 {
+				return fmt.Errorf("status: bad --timeout %v: it must be positive", timeout)
+			}
+			// Every address is checked before the first is asked.
+			addrs := make([]string, len(args))
+			for i, a := range args {
+				addr, err := cluster.ParseAddress(a, cluster.DefaultPort)
+				if err != nil {
+					return err
+				}
+				addrs[i] = addr
+			}
 			var all []*pb.GetStatusResponse
 			for _, addr := range addrs {
 				st, err := taskStatus(cmd.Context(), addr, timeout)
@@ -44,19 +60,28 @@ func newStatusCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the statuses as one JSON array")
-	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for each task")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for each task (positive)")
 	return cmd
 }
 
+// taskStatus asks the task at addr for its status, waiting for it (a task
+// still starting) at most timeout. The error names addr.
 func taskStatus(ctx context.Context, addr string, timeout time.Duration) (*pb.GetStatusResponse, error) {
 	w, closer, err := rpc.DialWorker(addr, rpc.Options{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("status: task at %s: %w", addr, err)
 	}
 	defer closer.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return w.GetStatus(ctx, &pb.GetStatusRequest{})
+	st, err := w.GetStatus(ctx, &pb.GetStatusRequest{})
+	switch {
+	case err == nil:
+		return st, nil
+	case ctx.Err() == context.DeadlineExceeded:
+		return nil, fmt.Errorf("status: no answer from %s within %v (is a distflow task running there?): %w", addr, timeout, err)
+	}
+	return nil, fmt.Errorf("status: task at %s: %w", addr, err)
 }
 
 func printStatus(w io.Writer, st *pb.GetStatusResponse) {
