@@ -57,6 +57,13 @@ type architecture struct {
 	variables func(s *graph.Scope, c Config) params
 	// tower builds placeholders, the forward pass and the losses.
 	tower func(s *graph.Scope, c Config, p params) *Model
+	// forward computes the model's output (the regression, or logits)
+	// from its input x, with dropout when training.
+	forward func(s *graph.Scope, c Config, p params, x graph.Output, training bool) graph.Output
+	// feature names the input, and classes the classes of a classifier
+	// (0: a regression).
+	feature string
+	classes int
 }
 
 // params are a model's variables by name ("hidden/W").
@@ -65,9 +72,9 @@ type params map[string]*ops.Variable
 func (p params) value(name string) graph.Output { return p[name].Value() }
 
 var architectures = map[string]architecture{
-	"linreg": {linregVariables, linregTower},
-	"mlp":    {mlpVariables, mlpTower},
-	"cnn":    {cnnVariables, cnnTower},
+	"linreg": {linregVariables, linregTower, linregForward, "x", 0},
+	"mlp":    {mlpVariables, mlpTower, mlpForward, "images", 10},
+	"cnn":    {cnnVariables, cnnTower, cnnForward, "images", 10},
 }
 
 // Build builds the model called name: its variables and one tower.
@@ -135,10 +142,14 @@ func linregVariables(s *graph.Scope, c Config) params {
 	}
 }
 
+func linregForward(s *graph.Scope, _ Config, p params, x graph.Output, _ bool) graph.Output {
+	return ops.BiasAdd(s, ops.MatMul(s, x, p.value("W"), false, false), p.value("b"))
+}
+
 func linregTower(s *graph.Scope, c Config, p params) *Model {
 	x := ops.Placeholder(s, "x", c.DType, tensor.MakeShape(-1, 1))
 	y := ops.Placeholder(s, "y", c.DType, tensor.MakeShape(-1, 1))
-	pred := ops.BiasAdd(s, ops.MatMul(s, x, p.value("W"), false, false), p.value("b"))
+	pred := linregForward(s, c, p, x, false)
 	loss := ops.Mean(s, ops.SquaredDifference(s, pred, y), nil, false)
 	return &Model{
 		Name: "linreg", Input: x, Label: y, Loss: loss, EvalLoss: loss,
@@ -155,11 +166,14 @@ func mlpVariables(s *graph.Scope, c Config) params {
 	return p
 }
 
+func mlpForward(s *graph.Scope, _ Config, p params, x graph.Output, _ bool) graph.Output {
+	return dense(s, p, "softmax", ops.Sigmoid(s, dense(s, p, "hidden", x)))
+}
+
 func mlpTower(s *graph.Scope, c Config, p params) *Model {
 	x := ops.Placeholder(s, "images", c.DType, tensor.MakeShape(-1, 784))
 	y := ops.Placeholder(s, "labels", tensor.Int32, tensor.MakeShape(-1))
-	h := ops.Sigmoid(s, dense(s, p, "hidden", x))
-	logits := dense(s, p, "softmax", h)
+	logits := mlpForward(s, c, p, x, false)
 	return classifier(s, "mlp", x, y, logits, logits)
 }
 
@@ -182,26 +196,28 @@ func cnnVariables(s *graph.Scope, c Config) params {
 	return p
 }
 
+// cnnForward is the CNN's logits of flattened images x, with dropout when
+// training.
+func cnnForward(s *graph.Scope, c Config, p params, x graph.Output, training bool) graph.Output {
+	conv := func(h graph.Output, layer string) graph.Output {
+		h = ops.Conv2D(s, h, p.value(layer+"/W"), [2]int{1, 1}, "SAME")
+		h = ops.Relu(s, ops.BiasAdd(s, h, p.value(layer+"/b")))
+		return ops.MaxPool(s, h, [2]int{2, 2}, [2]int{2, 2}, "SAME")
+	}
+	h := conv(conv(ops.ReshapeTo(s, x, -1, 28, 28, 1), "conv1"), "conv2")
+	h = ops.Relu(s, dense(s, p, "fc1", ops.ReshapeTo(s, h, -1, 7*7*64)))
+	if training {
+		h = ops.Dropout(s, h, 0.5, c.Seed+4)
+	}
+	return dense(s, p, "fc2", h)
+}
+
 func cnnTower(s *graph.Scope, c Config, p params) *Model {
 	x := ops.Placeholder(s, "images", c.DType, tensor.MakeShape(-1, 784))
 	y := ops.Placeholder(s, "labels", tensor.Int32, tensor.MakeShape(-1))
-	img := ops.ReshapeTo(s, x, -1, 28, 28, 1)
 	// The forward pass is built twice over the same variables: with dropout
 	// for training, without for evaluation, so neither path feeds a rate.
-	forward := func(s *graph.Scope, dropout bool) graph.Output {
-		conv := func(h graph.Output, layer string) graph.Output {
-			h = ops.Conv2D(s, h, p.value(layer+"/W"), [2]int{1, 1}, "SAME")
-			h = ops.Relu(s, ops.BiasAdd(s, h, p.value(layer+"/b")))
-			return ops.MaxPool(s, h, [2]int{2, 2}, [2]int{2, 2}, "SAME")
-		}
-		h := conv(conv(img, "conv1"), "conv2")
-		h = ops.Relu(s, dense(s, p, "fc1", ops.ReshapeTo(s, h, -1, 7*7*64)))
-		if dropout {
-			h = ops.Dropout(s, h, 0.5, c.Seed+4)
-		}
-		return dense(s, p, "fc2", h)
-	}
-	return classifier(s, "cnn", x, y, forward(s.SubScope("train"), true), forward(s.SubScope("eval"), false))
+	return classifier(s, "cnn", x, y, cnnForward(s.SubScope("train"), c, p, x, true), cnnForward(s.SubScope("eval"), c, p, x, false))
 }
 
 // denseVariables adds the Glorot-uniform weights and zero bias of a fully

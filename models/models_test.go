@@ -3,9 +3,11 @@ package models_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/ops"
@@ -155,5 +157,57 @@ func TestTowersShareVariables(t *testing.T) {
 		if d := tw.Loss.Node.Device(); d != fmt.Sprintf("/job:worker/task:%d", i) {
 			t.Errorf("tower %d loss on %q", i, d)
 		}
+	}
+}
+
+// TestEpochShardsMakeTheSingleProcessBatch checks that the k-th batches of
+// two replicas' shards together are the k-th batch, twice as large, of a
+// single process with the same seed, across epochs.
+func TestEpochShardsMakeTheSingleProcessBatch(t *testing.T) {
+	const n, batch = 40, 4
+	x := tensor.New(tensor.Float32, n, 1)
+	y := tensor.New(tensor.Int32, n)
+	for i := range n {
+		x.Float32s()[i], y.Int32s()[i] = float32(i), int32(i)
+	}
+	d := models.Data{TrainX: x, TrainY: y}
+	open := func(batch, replicas, index int) *data.Iterator {
+		in, err := d.TrainInput("x", batch)(estimator.InputContext{NumReplicas: replicas, ReplicaIndex: index, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		it := in.Dataset.Iterator(t.Context())
+		t.Cleanup(it.Close)
+		return it
+	}
+	single, w0, w1 := open(2*batch, 1, 0), open(batch, 2, 0), open(batch, 2, 1)
+	seen := map[int32]int{}
+	for k := range 3 * n / (2 * batch) { // three epochs
+		want, err := single.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int32
+		for _, it := range []*data.Iterator{w0, w1} {
+			b, err := it.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, b[1].Int32s()...)
+		}
+		wantLabels := slices.Clone(want[1].Int32s())
+		slices.Sort(got)
+		slices.Sort(wantLabels)
+		if !slices.Equal(got, wantLabels) {
+			t.Fatalf("batch %d: the replicas' examples %v, the single process's %v", k, got, wantLabels)
+		}
+		if k < n/(2*batch) {
+			for _, l := range got {
+				seen[l]++
+			}
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("the first epoch saw %d distinct examples of %d", len(seen), n)
 	}
 }

@@ -1,0 +1,165 @@
+package estimator_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/estimator"
+)
+
+// runCluster trains the linear model with strategy on a cluster of the
+// given jobs whose tasks are goroutines of this test, each with its own
+// estimator and server on a loopback listener, and returns the chief's
+// estimator and every task's result.
+func runCluster(t *testing.T, jobs map[string]int, strategy estimator.Strategy, steps int64) (*estimator.Estimator, []*estimator.Result) {
+	t.Helper()
+	addrs := map[string][]string{}
+	lis := map[cluster.TaskID]net.Listener{}
+	for _, job := range []string{"ps", "worker"} {
+		for i := range jobs[job] {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrs[job] = append(addrs[job], l.Addr().String())
+			lis[cluster.TaskID{Job: job, Index: i}] = l
+		}
+	}
+	spec, err := cluster.NewSpec(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		chief   *estimator.Estimator
+		results []*estimator.Result
+	)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for task, l := range lis {
+		est, err := estimator.New(linearModel, estimator.RunConfig{
+			Cluster: spec, Task: task, Strategy: strategy, Listener: l, Seed: 1,
+			Logger: quiet, Progress: io.Discard, WaitTimeout: 20 * time.Second, StepTimeout: 20 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: steps})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("%s: %v", task, err)
+				cancel()
+				return
+			}
+			if res.Chief {
+				chief = est
+			}
+			results = append(results, res)
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if chief == nil {
+		t.Fatal("no task ended as the chief")
+	}
+	return chief, results
+}
+
+// TestEveryStrategyTrainsOnACluster trains the same model with each
+// strategy on 1 ps + 2 workers (2 workers without ps for the collective
+// strategies) and checks that it reaches what one process reaches.
+func TestEveryStrategyTrainsOnACluster(t *testing.T) {
+	ps := map[string]int{"ps": 1, "worker": 2}
+	ring := map[string]int{"worker": 2}
+	for _, tc := range []struct {
+		strategy estimator.Strategy
+		jobs     map[string]int
+	}{
+		{estimator.Async{}, ps},
+		{estimator.Sync{}, ps},
+		{estimator.Sync{ReplicasToAggregate: 1}, ps},
+		{estimator.Staleness{Bound: 2}, ps},
+		{estimator.InGraph{}, ps},
+		{estimator.AllReduce{}, ring},
+		{estimator.Averaging{Every: 4}, ring},
+	} {
+		t.Run(tc.strategy.String(), func(t *testing.T) {
+			est, results := runCluster(t, tc.jobs, tc.strategy, 400)
+			m, err := est.Evaluate(context.Background(), linearInput(200, false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m["mae"] > 0.1 {
+				t.Errorf("mean absolute error %.4f after training; want < 0.1", m["mae"])
+			}
+			w, err := est.VariableValue("w")
+			if err != nil || math.Abs(w.Float64At(0)-2) > 0.05 {
+				t.Errorf("w = %v (%v); want about 2", w, err)
+			}
+			served := 0
+			for _, r := range results {
+				if r.Served {
+					served++
+				}
+			}
+			if want := tc.jobs["ps"]; tc.strategy.String() == "in-graph" {
+				want++ // the other worker only serves
+				if served != want {
+					t.Errorf("%d tasks served; want %d", served, want)
+				}
+			} else if served != want {
+				t.Errorf("%d tasks served; want %d", served, want)
+			}
+		})
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	spec, err := cluster.NewSpec(map[string][]string{"ps": {"127.0.0.1:1"}, "worker": {"127.0.0.1:2", "127.0.0.1:3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := cluster.TaskID{Job: "worker"}
+	for _, tc := range []struct {
+		cfg  estimator.RunConfig
+		want string
+	}{
+		{estimator.RunConfig{Strategy: estimator.Sync{}}, "coordinates the workers of a cluster"},
+		{estimator.RunConfig{Cluster: spec, Task: worker, Strategy: estimator.AllReduce{}}, "without parameter servers"},
+		{estimator.RunConfig{Cluster: spec, Task: worker, Strategy: estimator.Sync{ReplicasToAggregate: 3}}, "ReplicasToAggregate 3"},
+		{estimator.RunConfig{Cluster: spec, Task: worker, Strategy: estimator.Staleness{Bound: -1}}, "Staleness.Bound -1"},
+		{estimator.RunConfig{StepTimeout: -time.Second}, "StepTimeout"},
+		{estimator.RunConfig{SaveCheckpointsSteps: -1}, "SaveCheckpointsSteps"},
+		{estimator.RunConfig{Cluster: spec, Task: cluster.TaskID{Job: "worker", Index: 5}}, "not in the cluster"},
+	} {
+		_, err := estimator.New(linearModel, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v; want one naming %q", tc.cfg, err, tc.want)
+		}
+	}
+	est, err := estimator.New(linearModel, estimator.RunConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stop := range []estimator.Stop{{}, {MaxSteps: -1}, {Epochs: math.NaN(), ExamplesPerEpoch: 10}, {Epochs: 1}} {
+		if _, err := est.Train(context.Background(), linearInput(10, true), stop); err == nil {
+			t.Errorf("Stop %+v: no error", stop)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package estimator
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/placement"
+)
+
+// RunConfig says where and how an estimator trains. The zero value trains
+// in this process, asynchronously, with no checkpoints; New checks it.
+type RunConfig struct {
+	// Cluster is the cluster this process is a task of, and Task the task;
+	// a nil Cluster trains in this process. See FromEnvironment for
+	// TF_CONFIG, and cluster.FromFlags for the TensorFlow 1.x flags.
+	Cluster *cluster.Spec
+	Task    cluster.TaskID
+	// Strategy is how the replicas share the model: Async{} (nil),
+	// Sync{}, Staleness{}, InGraph{}, AllReduce{} or Averaging{}.
+	Strategy Strategy
+
+	// ModelDir receives the event files for TensorBoard (one per process)
+	// and, unless CheckpointDir is set, the checkpoints; "" writes neither.
+	ModelDir string
+	// CheckpointDir receives the checkpoints (default ModelDir). The chief
+	// resumes from the latest complete one. Every ps task writes its shard
+	// there: on several machines it must be a shared filesystem.
+	CheckpointDir string
+	// SaveCheckpointsSteps and SaveCheckpointsSecs schedule checkpoints
+	// (0: only the final one); KeepCheckpoints is how many are kept (0: 5).
+	SaveCheckpointsSteps int64
+	SaveCheckpointsSecs  time.Duration
+	KeepCheckpoints      int
+	// LogEverySteps is the interval of progress lines and summaries, in
+	// local steps (0: 100).
+	LogEverySteps int
+	// Seed makes initial weights, shuffling and dropout reproducible; it is
+	// passed to input functions.
+	Seed int64
+	// StepTimeout is the deadline of one distributed step (0: 1 min).
+	StepTimeout time.Duration
+	// WaitTimeout bounds every wait for peers: the cluster to come up, the
+	// chief to initialise the model, a lost task to come back, the other
+	// replicas to finish (0: 2 min).
+	WaitTimeout time.Duration
+	// PSPlacement spreads the variables over the ps tasks (default
+	// round-robin).
+	PSPlacement placement.Strategy
+	// Listener is where this task serves; nil means the listening socket
+	// handed down by a local-cluster launcher, or else the task's address.
+	Listener net.Listener
+	// Logger receives the runtime's records (sessions, checkpoints,
+	// recoveries); nil means slog.Default().
+	Logger *slog.Logger
+	// Progress receives one progress line per LogEverySteps (nil: standard
+	// error; io.Discard for none).
+	Progress io.Writer
+	// StepDelay waits this long before every step: fault injection that
+	// makes a slow worker.
+	StepDelay time.Duration
+}
+
+// Default deadlines and intervals.
+const (
+	DefaultStepTimeout   = time.Minute
+	DefaultWaitTimeout   = 2 * time.Minute
+	DefaultLogEverySteps = 100
+)
+
+// FromEnvironment returns a RunConfig for the cluster and task described by
+// the TF_CONFIG environment variable (none: a single process), with the
+// given strategy. Unknown TF_CONFIG fields are logged as warnings.
+func FromEnvironment(strategy Strategy) (RunConfig, error) {
+	spec, self, ok, warnings, err := cluster.FromEnvWarn()
+	if err != nil {
+		return RunConfig{}, err
+	}
+	for _, w := range warnings {
+		slog.Warn(w)
+	}
+	cfg := RunConfig{Strategy: strategy}
+	if ok {
+		cfg.Cluster, cfg.Task = spec, self
+	}
+	return cfg, nil
+}
+
+// withDefaults fills the zero fields and checks the others.
+func (c RunConfig) withDefaults() (RunConfig, error) {
+	if c.Strategy == nil {
+		c.Strategy = Async{}
+	}
+	if c.CheckpointDir == "" {
+		c.CheckpointDir = c.ModelDir
+	}
+	if c.KeepCheckpoints == 0 {
+		c.KeepCheckpoints = 5
+	}
+	if c.LogEverySteps == 0 {
+		c.LogEverySteps = DefaultLogEverySteps
+	}
+	if c.StepTimeout == 0 {
+		c.StepTimeout = DefaultStepTimeout
+	}
+	if c.WaitTimeout == 0 {
+		c.WaitTimeout = DefaultWaitTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Progress == nil {
+		c.Progress = os.Stderr
+	}
+	var errs []error
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf("estimator: RunConfig."+format, args...))
+		}
+	}
+	check(c.SaveCheckpointsSteps < 0, "SaveCheckpointsSteps %d: must not be negative", c.SaveCheckpointsSteps)
+	check(c.SaveCheckpointsSecs < 0, "SaveCheckpointsSecs %v: must not be negative", c.SaveCheckpointsSecs)
+	check(c.LogEverySteps < 0, "LogEverySteps %d: must be positive", c.LogEverySteps)
+	check(c.StepTimeout < 0, "StepTimeout %v: must be positive", c.StepTimeout)
+	check(c.WaitTimeout < 0, "WaitTimeout %v: must be positive", c.WaitTimeout)
+	check(c.StepDelay < 0, "StepDelay %v: must not be negative", c.StepDelay)
+	if c.Cluster != nil {
+		if !c.Cluster.Contains(c.Task) {
+			errs = append(errs, fmt.Errorf("estimator: RunConfig.Task %s is not in the cluster (%s)", c.Task, c.Cluster))
+		} else if c.Task.Job != "ps" && c.Task.Job != "worker" && c.Task.Job != "chief" {
+			errs = append(errs, fmt.Errorf("estimator: RunConfig.Task %s: distflow runs jobs ps, worker and chief", c.Task))
+		}
+		if c.Cluster.NumTasks("chief") > 1 {
+			errs = append(errs, fmt.Errorf("estimator: the cluster has %d chief tasks; want at most one", c.Cluster.NumTasks("chief")))
+		}
+		if len(replicas(c.Cluster)) == 0 {
+			errs = append(errs, errors.New("estimator: the cluster has no worker or chief task to train"))
+		}
+	}
+	if err := c.Strategy.validate(c.Cluster); err != nil {
+		errs = append(errs, err)
+	}
+	if c.CheckpointDir != "" {
+		abs, err := filepath.Abs(c.CheckpointDir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("estimator: RunConfig.CheckpointDir %q: %w", c.CheckpointDir, err))
+		}
+		c.CheckpointDir = abs
+	}
+	return c, errors.Join(errs...)
+}
+
+// replicas lists the tasks that train: the chief (if any) first, then the
+// workers. The first one is the chief.
+func replicas(spec *cluster.Spec) []cluster.TaskID {
+	var out []cluster.TaskID
+	for _, job := range []string{"chief", "worker"} {
+		for i := 0; i < spec.NumTasks(job); i++ {
+			out = append(out, cluster.TaskID{Job: job, Index: i})
+		}
+	}
+	return out
+}
+
+// replicaIndex is the position of task among the replicas, or -1 for a
+// task that does not train (a ps).
+func replicaIndex(spec *cluster.Spec, task cluster.TaskID) int {
+	for i, r := range replicas(spec) {
+		if r == task {
+			return i
+		}
+	}
+	return -1
+}
+
+// IsChief reports whether the configured task is the chief: the chief
+// task, or worker 0 when there is none, or the only process.
+func (c RunConfig) IsChief() bool {
+	return c.Cluster == nil || replicaIndex(c.Cluster, c.Task) == 0
+}

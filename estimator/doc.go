@@ -1,0 +1,35 @@
+// Package estimator is distflow's training protocol as a library, in the
+// spirit of tf.estimator: the user writes a model function and an input
+// function; the estimator owns the loop, the cluster roles, checkpoints,
+// summaries, hooks, evaluation, export, and the end of training.
+//
+//	model := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
+//		w := ops.NewVariable(s, "w", tensor.Float32, []int{4, 1}, ops.ZerosInit())
+//		pred := ops.MatMul(s, f["x"], w.Value(), false, false)
+//		spec := &estimator.Spec{Predictions: map[string]graph.Output{"y": pred}}
+//		if mode != estimator.Predict {
+//			spec.Loss = ops.Mean(s, ops.SquaredDifference(s, pred, labels), nil, false)
+//			spec.Optimizer = train.NewGradientDescent(0.1)
+//		}
+//		return spec, nil
+//	}
+//	cfg, _ := estimator.FromEnvironment(estimator.Sync{})   // TF_CONFIG, or one process
+//	est, _ := estimator.New(model, cfg)
+//	res, err := estimator.TrainAndEvaluate(ctx, est,
+//		estimator.TrainSpec{Input: trainInput, Stop: estimator.Stop{MaxSteps: 1000}},
+//		estimator.EvalSpec{Input: evalInput, ExportDir: "/models/mine"})
+//
+// The same program runs in one process or as any task of a cluster
+// (RunConfig.Cluster and Task, from TF_CONFIG or the TensorFlow 1.x
+// flags): a ps serves until the chief ends training; every worker trains
+// its replica; the chief also initialises or restores the model, saves
+// checkpoints, keeps the trained model, waits for the other replicas,
+// stops the cluster, then evaluates and exports. The strategy (Async,
+// Sync, Staleness, InGraph, AllReduce, Averaging) is a value of the
+// configuration. Package localcluster starts such a program as a whole
+// cluster of local processes.
+//
+// A model function is called once per tower and mode, in scopes that
+// reuse the first call's variables, so the same code builds the training
+// towers, the evaluation graph and the exported prediction graph.
+package estimator

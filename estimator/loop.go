@@ -1,0 +1,266 @@
+package estimator
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/summary"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// Stop says how long to train. MaxSteps wins; otherwise Epochs passes over
+// ExamplesPerEpoch examples (the whole cluster's, counted in global steps
+// of the strategy's batches). ExamplesPerEpoch, when set, also shows the
+// epoch in progress lines.
+type Stop struct {
+	// MaxSteps is the global step at which training stops (a run resumed
+	// from a checkpoint trains the rest).
+	MaxSteps int64
+	// Epochs and ExamplesPerEpoch give MaxSteps from the batch size.
+	Epochs           float64
+	ExamplesPerEpoch int
+}
+
+func (s Stop) validate() error {
+	switch {
+	case s.MaxSteps < 0:
+		return fmt.Errorf("estimator: Stop.MaxSteps %d: must be positive", s.MaxSteps)
+	case s.MaxSteps > 0:
+		return nil
+	case math.IsNaN(s.Epochs) || math.IsInf(s.Epochs, 0) || s.Epochs <= 0:
+		return fmt.Errorf("estimator: Stop: give MaxSteps, or a positive number of Epochs (got %v)", s.Epochs)
+	case s.ExamplesPerEpoch <= 0:
+		return fmt.Errorf("estimator: Stop.Epochs %v needs ExamplesPerEpoch (got %d)", s.Epochs, s.ExamplesPerEpoch)
+	}
+	return nil
+}
+
+// steps is the global step to train to, with batches of batch examples of
+// which each global step consumes perStep.
+func (s Stop) steps(batch, perStep int) int64 {
+	if s.MaxSteps > 0 {
+		return s.MaxSteps
+	}
+	return int64(math.Ceil(s.Epochs * float64(s.ExamplesPerEpoch) / float64(batch*perStep)))
+}
+
+// loopStats is what a training loop did.
+type loopStats struct {
+	localSteps int
+	loss       float64
+	towers     int
+	// timedSteps and seconds are the local steps after the warm-up and the
+	// time they took: the throughput figures leave out the first steps,
+	// which build the executors and connections and fault the buffers in.
+	timedSteps int
+	seconds    float64
+	// firstGlobal and lastGlobal are the global steps seen at the end of
+	// the warm-up and at the last local step: their difference is the whole
+	// cluster's progress in the timed steps.
+	firstGlobal, lastGlobal int
+}
+
+// warmupSteps is how many first steps of a run of target steps the
+// throughput figures leave out (as bench/torch_train.py does for PyTorch):
+// 20, or a tenth of a short run (none under 10 steps).
+func warmupSteps(target int64) int { return int(min(20, target/10)) }
+
+// examplesPerSecond is the throughput of this process's timed steps, of
+// perStep examples each.
+func (st loopStats) examplesPerSecond(perStep int) float64 {
+	if st.seconds == 0 {
+		return 0
+	}
+	return float64(st.timedSteps*perStep) / st.seconds
+}
+
+// clusterRate is the whole cluster's throughput seen from this process:
+// global steps made while it trained, of perStep examples each.
+func (st loopStats) clusterRate(perStep int) float64 {
+	if st.seconds == 0 {
+		return 0
+	}
+	return float64((st.lastGlobal-st.firstGlobal)*perStep) / st.seconds
+}
+
+// loop is the training loop of the ps strategies and of a single process.
+type loop struct {
+	r         *replica
+	ms        *train.MonitoredSession
+	towers    []*tower
+	ins       []*openInput
+	trainOp   *graph.Node
+	coord     coordinator
+	perStep   int
+	summaries graph.Output
+	// batch is the batch size, read from the first batch.
+	batch int
+}
+
+// run trains until the global step reaches the stop's target: each step
+// feeds one batch to each tower and runs the update.
+func (l *loop) run(ctx context.Context) (loopStats, error) {
+	r, cfg := l.r, l.r.cfg
+	sess := l.ms.Session()
+	l.batch = l.ins[0].first[0].Shape()[0]
+	target := r.stop.steps(l.batch, l.perStep)
+	spec := l.towers[0].spec
+	logNames := sortedNames(spec.Log)
+	fetches := []graph.Output{spec.Loss}
+	for _, n := range logNames {
+		fetches = append(fetches, spec.Log[n])
+	}
+	// On logging steps the merged summaries are fetched too.
+	logFetches := fetches
+	events, err := openEvents(cfg.ModelDir, r.eventSuffix())
+	if err != nil {
+		return loopStats{}, err
+	}
+	if events != nil && l.summaries.Valid() {
+		logFetches = append(fetches[:len(fetches):len(fetches)], l.summaries)
+	}
+	st, err := l.steps(ctx, target, fetches, logFetches, logNames, events)
+	if events != nil {
+		if cerr := events.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("estimator: event file: %w", cerr)
+		}
+	}
+	if err != nil {
+		return st, err
+	}
+	if l.coord != nil {
+		if err := l.coord.done(ctx, sess); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []graph.Output, logNames []string, events *summary.Writer) (loopStats, error) {
+	r, cfg := l.r, l.r.cfg
+	sess := l.ms.Session()
+	r.log.Info("training", "strategy", cfg.Strategy.String(), "replica", r.index, "replicas", r.numReplicas(),
+		"global_steps", target, "batch", l.batch)
+	targets := []*graph.Node{l.trainOp}
+	feeds := map[graph.Output]*tensor.Tensor{}
+	st := loopStats{towers: len(l.towers)}
+	// The throughput is timed from the end of the warm-up; a run that ends
+	// before it is timed whole.
+	warmup, timedFrom := warmupSteps(target), 0
+	start := time.Now()
+	window, windowStart := 0, start
+	examplesPerStep := l.batch * len(l.towers)
+	for int64(l.ms.GlobalStep()) < target || st.localSteps == 0 {
+		for i, t := range l.towers {
+			b, err := l.ins[i].next()
+			if err != nil {
+				return st, fmt.Errorf("estimator: %sreading a batch: %w", r.who(), err)
+			}
+			if err := t.feeds(feeds, b); err != nil {
+				return st, err
+			}
+		}
+		logging := (st.localSteps+1)%cfg.LogEverySteps == 0
+		fs := fetches
+		if logging {
+			fs = logFetches
+		}
+		if l.coord != nil {
+			if err := l.coord.beforeStep(ctx, sess); err != nil {
+				return st, fmt.Errorf("estimator: %s%w", r.who(), err)
+			}
+		}
+		if cfg.StepDelay > 0 { // fault injection: a slow worker
+			select {
+			case <-time.After(cfg.StepDelay):
+			case <-ctx.Done():
+				return st, ctx.Err()
+			}
+		}
+		out, err := l.ms.Run(ctx, feeds, fs, targets)
+		if l.coord != nil && l.coord.finished(err) {
+			r.log.Info("the chief finished synchronous training", "local_step", st.localSteps)
+			break
+		}
+		if err != nil {
+			return st, fmt.Errorf("estimator: %slocal step %d: %w", r.who(), st.localSteps+1, err)
+		}
+		if l.coord != nil {
+			if err := l.coord.afterStep(ctx, sess); err != nil {
+				return st, err
+			}
+		}
+		st.localSteps++
+		window++
+		st.loss = out[0].Float64At(0)
+		gstep := int(l.ms.GlobalStep())
+		switch st.localSteps {
+		case 1:
+			st.firstGlobal = gstep - 1
+		case warmup:
+			start, timedFrom, st.firstGlobal = time.Now(), warmup, gstep
+		}
+		st.lastGlobal = gstep
+		done := int64(gstep) >= target || l.ms.ShouldStop()
+		if st.localSteps%cfg.LogEverySteps == 0 || done {
+			now := time.Now()
+			elapsed := now.Sub(windowStart)
+			rate := float64(window*examplesPerStep) / elapsed.Seconds()
+			var line strings.Builder
+			fmt.Fprintf(&line, "%slocal_step %d  global_step %d/%d", r.who(), st.localSteps, gstep, target)
+			if n := r.stop.ExamplesPerEpoch; n > 0 {
+				fmt.Fprintf(&line, "  epoch %.2f", float64(gstep*l.batch*l.perStep)/float64(n))
+			}
+			fmt.Fprintf(&line, "  loss %.4f  avg_step %s  %.0f examples/s", st.loss,
+				(elapsed / time.Duration(window)).Round(time.Microsecond), rate)
+			for i, n := range logNames {
+				fmt.Fprintf(&line, "  %s %.4f", n, out[1+i].Float64At(0))
+			}
+			fmt.Fprintln(cfg.Progress, line.String())
+			if events != nil {
+				_ = events.AddScalar("loss", int64(gstep), st.loss)
+				_ = events.AddScalar("examples_per_second", int64(gstep), rate)
+				_ = events.AddScalar("steps_per_second", int64(gstep), float64(window)/elapsed.Seconds())
+				for i, n := range logNames {
+					_ = events.AddScalar(n, int64(gstep), out[1+i].Float64At(0))
+				}
+				for _, t := range out[len(fetches):] {
+					_ = events.AddSummary(t.Uint8s(), int64(gstep))
+				}
+			}
+			window, windowStart = 0, now
+		}
+		if done {
+			break
+		}
+	}
+	st.seconds = time.Since(start).Seconds()
+	st.timedSteps = st.localSteps - timedFrom
+	return st, nil
+}
+
+// eventSuffix names this process's event file.
+func (r *replica) eventSuffix() string {
+	if r.cfg.Cluster == nil {
+		return "local"
+	}
+	return fmt.Sprintf("%s-%d", r.cfg.Task.Job, r.cfg.Task.Index)
+}
+
+// openEvents opens the event file of this process in dir ("" means no
+// events: a nil writer).
+func openEvents(dir, suffix string) (*summary.Writer, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	w, err := summary.NewWriter(dir, summary.WriterOptions{Suffix: suffix})
+	if err != nil {
+		return nil, fmt.Errorf("estimator: event file in %s: %w", dir, err)
+	}
+	return w, nil
+}

@@ -1,0 +1,248 @@
+package estimator
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// Mode says what a model function builds its model for.
+type Mode int
+
+const (
+	// Train builds the training loss and its optimizer.
+	Train Mode = iota
+	// Eval builds the loss and the evaluation metrics (no dropout).
+	Eval
+	// Predict builds the predictions only: labels are not fed.
+	Predict
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Train:
+		return "train"
+	case Eval:
+		return "eval"
+	case Predict:
+		return "predict"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Features are a model's inputs by name: placeholders of one batch each,
+// whose first dimension is the batch.
+type Features map[string]graph.Output
+
+// Spec is what a model function returns (tf.estimator.EstimatorSpec).
+type Spec struct {
+	// Loss is the scalar mean loss of a batch; required in Train and Eval.
+	Loss graph.Output
+	// Optimizer turns Loss into updates; required in Train. The strategy
+	// builds the update with it (and may wrap it, as sync replicas do), so
+	// the model function does not call Minimize itself.
+	Optimizer train.Optimizer
+	// Predictions are the model's outputs by name; required in Predict.
+	// They are what an export serves.
+	Predictions map[string]graph.Output
+	// EvalMetrics are the evaluation metrics by name (Eval). The mean loss
+	// is added as "loss".
+	EvalMetrics map[string]Metric
+	// Log names tensors printed with each progress line (Train), as
+	// TensorFlow's LoggingTensorHook does: scalars, or the first element.
+	Log map[string]graph.Output
+}
+
+// ModelFn builds a model into s for mode from the features and, in Train
+// and Eval, the labels (invalid in Predict). It creates its variables with
+// ops.NewVariable in s; the estimator calls it again for other towers and
+// modes in scopes that reuse them (graph.Scope.ReuseVariables), so the
+// variables must be created the same way in every mode. Graph-building
+// errors may be left in the scope: the estimator checks s.Err().
+type ModelFn func(s *graph.Scope, features Features, labels graph.Output, mode Mode) (*Spec, error)
+
+// Metric is an evaluation metric over a whole evaluation set: the sum of
+// Value over all batches divided by the sum of Weight. Both are float32
+// scalars computed per batch.
+type Metric struct {
+	Value, Weight graph.Output
+}
+
+// MeanMetric is the mean of the elements of x over the evaluation set.
+func MeanMetric(s *graph.Scope, x graph.Output) Metric {
+	x = ops.Cast(s, x, tensor.Float32)
+	return Metric{Value: ops.Sum(s, x, nil, false), Weight: ops.Cast(s, ops.Size(s, x), tensor.Float32)}
+}
+
+// Accuracy is the fraction of predictions equal to their labels (class
+// indices of the same dtype).
+func Accuracy(s *graph.Scope, labels, predictions graph.Output) Metric {
+	return MeanMetric(s, ops.Equal(s, labels, predictions))
+}
+
+// InputContext tells an input function which replica it feeds, so that
+// sharding is its own decision (tf.distribute.InputContext).
+type InputContext struct {
+	// NumReplicas is the number of replicas (or towers) that read input.
+	NumReplicas int
+	// ReplicaIndex is the one this input feeds, from 0.
+	ReplicaIndex int
+	// Seed is RunConfig.Seed: the same on every replica, so that replicas
+	// can cut their shards from one shuffle.
+	Seed int64
+}
+
+// Input is a pipeline of batches: each element holds one tensor per
+// feature, in the order of Features, followed by the labels when the
+// element has one more component than there are features.
+type Input struct {
+	Dataset  *data.Dataset
+	Features []string
+}
+
+// InputFn makes the input of one replica. For training it usually repeats
+// for ever (training stops at its step limit); for evaluation it ends.
+type InputFn func(ic InputContext) (*Input, error)
+
+// featureSpec is the dtype and shape (batch dimension unknown) of one
+// feature, or of the labels.
+type featureSpec struct {
+	Name  string
+	DType tensor.DType
+	Shape tensor.Shape
+}
+
+// inputSpec describes the batches of an input: its features and labels.
+type inputSpec struct {
+	features []featureSpec
+	labels   *featureSpec
+}
+
+// specOf describes a batch of in (taken as representative), with its first
+// dimension made unknown.
+func specOf(in *Input, batch []*tensor.Tensor) (inputSpec, error) {
+	nf := len(in.Features)
+	if nf == 0 {
+		return inputSpec{}, fmt.Errorf("estimator: the input names no features (Input.Features is empty)")
+	}
+	if len(batch) != nf && len(batch) != nf+1 {
+		return inputSpec{}, fmt.Errorf("estimator: the input's elements have %d components; want one per feature (%d: %v), and the labels", len(batch), nf, in.Features)
+	}
+	seen := map[string]bool{}
+	describe := func(name string, t *tensor.Tensor) (featureSpec, error) {
+		dims := t.Shape()
+		if len(dims) == 0 {
+			return featureSpec{}, fmt.Errorf("estimator: input %q is a scalar; want a batch (is the dataset batched?)", name)
+		}
+		dims = append([]int{-1}, dims[1:]...)
+		return featureSpec{Name: name, DType: t.DType(), Shape: tensor.MakeShape(dims...)}, nil
+	}
+	var spec inputSpec
+	for i, name := range in.Features {
+		if name == "" || seen[name] {
+			return inputSpec{}, fmt.Errorf("estimator: feature name %q is empty or repeated in %v", name, in.Features)
+		}
+		seen[name] = true
+		f, err := describe(name, batch[i])
+		if err != nil {
+			return inputSpec{}, err
+		}
+		spec.features = append(spec.features, f)
+	}
+	if len(batch) == nf+1 {
+		l, err := describe("labels", batch[nf])
+		if err != nil {
+			return inputSpec{}, err
+		}
+		spec.labels = &l
+	}
+	return spec, nil
+}
+
+// placeholders adds a placeholder per feature (and for the labels when
+// withLabels) to s.
+func (sp inputSpec) placeholders(s *graph.Scope, withLabels bool) (Features, graph.Output) {
+	fs := Features{}
+	for _, f := range sp.features {
+		fs[f.Name] = ops.Placeholder(s, f.Name, f.DType, f.Shape)
+	}
+	var labels graph.Output
+	if withLabels && sp.labels != nil {
+		labels = ops.Placeholder(s, "labels", sp.labels.DType, sp.labels.Shape)
+	}
+	return fs, labels
+}
+
+// feeds maps the placeholders of a tower to the tensors of a batch.
+func (t *tower) feeds(into map[graph.Output]*tensor.Tensor, batch []*tensor.Tensor) error {
+	if len(batch) < len(t.order) || (t.labels.Valid() && len(batch) != len(t.order)+1) {
+		return fmt.Errorf("estimator: a batch has %d components; the model was built for %d features and labels", len(batch), len(t.order))
+	}
+	for i, name := range t.order {
+		into[t.features[name]] = batch[i]
+	}
+	if t.labels.Valid() {
+		into[t.labels] = batch[len(t.order)]
+	}
+	return nil
+}
+
+// tower is the model built once for one mode on one device.
+type tower struct {
+	features Features
+	order    []string // feature names in input order
+	labels   graph.Output
+	spec     *Spec
+	// batchSize is the batch's first dimension (float32 scalar).
+	batchSize graph.Output
+}
+
+// buildTower calls the model function in s for mode with placeholders of
+// sp, and checks what it returns.
+func buildTower(s *graph.Scope, fn ModelFn, sp inputSpec, mode Mode) (*tower, error) {
+	features, labels := sp.placeholders(s, mode != Predict)
+	if (mode == Train || mode == Eval) && !labels.Valid() {
+		return nil, fmt.Errorf("estimator: %s needs labels: the input's elements have no component after the features", mode)
+	}
+	spec, err := fn(s, features, labels, mode)
+	if err == nil {
+		err = s.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("estimator: the model function (%s): %w", mode, err)
+	}
+	if spec == nil {
+		return nil, fmt.Errorf("estimator: the model function (%s) returned no spec", mode)
+	}
+	switch {
+	case mode != Predict && !spec.Loss.Valid():
+		return nil, fmt.Errorf("estimator: the model function's spec has no Loss (mode %s)", mode)
+	case mode == Train && spec.Optimizer == nil:
+		return nil, fmt.Errorf("estimator: the model function's spec has no Optimizer (mode train)")
+	case mode == Predict && len(spec.Predictions) == 0:
+		return nil, fmt.Errorf("estimator: the model function's spec has no Predictions (mode predict)")
+	}
+	t := &tower{features: features, labels: labels, spec: spec}
+	for _, f := range sp.features {
+		t.order = append(t.order, f.Name)
+	}
+	first := features[t.order[0]]
+	t.batchSize = ops.Cast(s, ops.Slice(s, ops.Shape(s, first), []int{0}, []int{1}), tensor.Float32)
+	t.batchSize = ops.ReshapeTo(s, t.batchSize)
+	return t, s.Err()
+}
+
+// sortedNames returns the keys of m in order.
+func sortedNames[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

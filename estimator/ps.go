@@ -1,0 +1,313 @@
+package estimator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/distflow/distflow/checkpoint"
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/placement"
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/server"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// trainOnPS is the training loop of the parameter-server strategies, and
+// of a single process: build the towers and the update (the variables on
+// the ps tasks), ready the model through a monitored session (the chief
+// initialises or restores; the others wait), train to the step limit, and
+// end: the chief saves the final checkpoint, keeps the trained variables,
+// waits for the other replicas and stops the cluster.
+func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
+	cfg, log := r.cfg, r.log
+	s := graph.NewScope()
+	towerDevices := []string{""}
+	var filters []string
+	var srv *server.Server
+	if cfg.Cluster != nil {
+		var err error
+		if srv, err = r.startServer(); err != nil {
+			return nil, err
+		}
+		defer srv.Stop()
+		self := cfg.Task.String()
+		s = s.WithDeviceFunc(placement.ReplicaDeviceSetter(placement.ReplicaConfig{
+			PSTasks: cfg.Cluster.NumTasks("ps"), WorkerDevice: self, Strategy: cfg.PSPlacement,
+		}))
+		filters = []string{"/job:ps", self}
+		if plan.inGraph {
+			towerDevices, filters = nil, nil
+			for _, t := range r.reps {
+				towerDevices = append(towerDevices, t.String())
+			}
+		}
+	}
+
+	// One input per tower: a replica's own shard, or each tower's.
+	ins := make([]*openInput, len(towerDevices))
+	for i := range towerDevices {
+		ic := InputContext{NumReplicas: r.numReplicas(), ReplicaIndex: r.index, Seed: cfg.Seed}
+		if plan.inGraph {
+			ic.ReplicaIndex = i
+		}
+		in, err := openTrainInput(ctx, r.input, ic)
+		if err != nil {
+			return nil, err
+		}
+		defer in.close()
+		ins[i] = in
+	}
+	spec := ins[0].spec
+	r.e.rememberInput(spec)
+
+	towers := make([]*tower, len(towerDevices))
+	var modelVars []*ops.Variable
+	for i, d := range towerDevices {
+		ts := s
+		if len(towerDevices) > 1 {
+			ts = s.NameScope(fmt.Sprintf("tower_%d", i))
+			if i > 0 {
+				ts = ts.ReuseVariables()
+			}
+		}
+		if d != "" {
+			ts = ts.WithDevice(d)
+		}
+		t, err := buildTower(ts, r.e.fn, spec, Train)
+		if err != nil {
+			return nil, err
+		}
+		towers[i] = t
+		if i == 0 {
+			modelVars = ops.GlobalVariables(s.Graph())
+		}
+	}
+	trainable := ops.TrainableVariables(s.Graph())
+	if len(trainable) == 0 {
+		return nil, fmt.Errorf("estimator: the model function created no trainable variable")
+	}
+	globalStep := train.CreateGlobalStep(s)
+	opt := towers[0].spec.Optimizer
+	if plan.optimizer != nil {
+		opt = plan.optimizer(opt)
+	}
+	if plan.build != nil {
+		plan.build(s)
+	}
+	var trainOp *graph.Node
+	var err error
+	if len(towers) == 1 {
+		trainOp, err = train.Minimize(s, opt, towers[0].spec.Loss, globalStep)
+	} else {
+		losses := make([]graph.Output, len(towers))
+		for i, t := range towers {
+			losses[i] = t.spec.Loss
+		}
+		trainOp, err = averagedUpdate(s, opt, losses, trainable, globalStep)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("estimator: building the update: %w", err)
+	}
+
+	// One completion flag per replica, on the ps tasks: the chief stops the
+	// cluster once every replica that is still alive has finished.
+	var done []*ops.Variable
+	var markDone, initDone *graph.Node
+	if cfg.Cluster != nil && !plan.inGraph {
+		ds := s.SubScope("replica_done")
+		for _, t := range r.reps {
+			done = append(done, ops.NewVariable(ds, fmt.Sprintf("%s_%d", t.Job, t.Index), tensor.Float32, nil, ops.ZerosInit(), ops.NotTrainable()))
+		}
+		markDone = ops.Assign(s, done[r.index].Value(), ops.Scalar(s, tensor.Float32, 1)).Node
+		initDone = ops.VariablesInitializer(s, done...)
+	}
+	var saver *checkpoint.Saver
+	if r.chief() && cfg.CheckpointDir != "" {
+		skip := map[*graph.Node]bool{}
+		for _, v := range done {
+			skip[v.Node()] = true
+		}
+		var vars []*ops.Variable
+		for _, v := range ops.GlobalVariables(s.Graph()) {
+			if !skip[v.Node()] {
+				vars = append(vars, v)
+			}
+		}
+		if saver, err = checkpoint.NewSaver(s, vars, checkpoint.SaverConfig{Dir: cfg.CheckpointDir, Keep: cfg.KeepCheckpoints, Logger: log}); err != nil {
+			return nil, err
+		}
+	}
+	var summaries graph.Output
+	if cfg.ModelDir != "" {
+		for _, v := range trainable {
+			ops.HistogramSummary(s, v.Name(), v.Value())
+		}
+		summaries = ops.MergeAllSummaries(s)
+	}
+	for _, h := range r.hooks {
+		if err := h.Begin(s); err != nil {
+			return nil, fmt.Errorf("estimator: a hook's Begin: %w", err)
+		}
+	}
+	initOp := ops.GlobalVariablesInitializer(s)
+	ready, numVars := train.ReadyOp(s, ops.GlobalVariables(s.Graph()))
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("estimator: building the training graph: %w", err)
+	}
+
+	var sess *session.Session
+	if srv != nil {
+		sess, err = session.New(s.Graph(), session.WithMaster(srv.Master(), &pb.SessionConfig{
+			DeviceFilters: filters, DefaultDevice: cfg.Task.String(), StepTimeoutMs: cfg.StepTimeout.Milliseconds(),
+		}))
+	} else {
+		sess, err = session.New(s.Graph())
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+
+	mcfg := train.MonitoredConfig{
+		Session: sess, IsChief: r.chief(), InitOp: initOp, AfterRestore: initDone, Saver: saver,
+		Ready: ready, Variables: numVars, ReadyTimeout: cfg.WaitTimeout, GlobalStep: globalStep, Logger: log,
+		Hooks: []train.Hook{train.NanGuardHook{Loss: towers[0].spec.Loss}},
+	}
+	if saver != nil {
+		mcfg.Hooks = append(mcfg.Hooks, &train.CheckpointHook{Saver: saver, Schedule: &checkpoint.Schedule{
+			Steps: cfg.SaveCheckpointsSteps, Every: cfg.SaveCheckpointsSecs,
+		}, Logger: log})
+	}
+	for _, h := range r.hooks {
+		mcfg.Hooks = append(mcfg.Hooks, h)
+	}
+	if srv != nil {
+		// The tasks the session uses: the ps tasks, and with in-graph
+		// replication the other replicas. A missing one is named after
+		// WaitTimeout, not left to the step deadline.
+		var tasks []string
+		for _, t := range cfg.Cluster.Tasks() {
+			if t.Job == "ps" || plan.inGraph && t != cfg.Task && slices.Contains(r.reps, t) {
+				tasks = append(tasks, t.String())
+			}
+		}
+		wait := func(ctx context.Context) error { return rpc.WaitForTasks(ctx, srv.Workers(), tasks, log) }
+		wctx, cancel := context.WithTimeout(ctx, cfg.WaitTimeout)
+		err := wait(wctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("estimator: %s: waiting for the cluster (wait timeout %v): %w", cfg.Task, cfg.WaitTimeout, err)
+		}
+		if plan.recoverable && cfg.CheckpointDir != "" {
+			mcfg.WaitForCluster = wait
+		}
+	}
+	mctx, cancel := context.WithTimeout(ctx, cfg.WaitTimeout)
+	ms, err := train.NewMonitoredSession(mctx, mcfg)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range r.hooks {
+		if err := h.AfterCreateSession(ctx, sess); err != nil {
+			return nil, fmt.Errorf("estimator: a hook's AfterCreateSession: %w", err)
+		}
+	}
+	var endCoordination func(context.Context)
+	if plan.coordinator != nil {
+		if endCoordination, err = plan.coordinator.begin(ctx, sess, r.chief(), log); err != nil {
+			return nil, err
+		}
+	}
+
+	l := &loop{
+		r: r, ms: ms, towers: towers, ins: ins, trainOp: trainOp, coord: plan.coordinator,
+		perStep: r.cfg.Strategy.batchesPerStep(r.numReplicas()), summaries: summaries,
+	}
+	st, err := l.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if markDone != nil {
+		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{markDone}); err != nil {
+			return nil, fmt.Errorf("estimator: %s: reporting completion: %w", cfg.Task, err)
+		}
+	}
+	res := r.result(st, l.batch)
+	if !r.chief() {
+		if gs, err := sess.Run(ctx, nil, []graph.Output{globalStep.Value()}, nil); err == nil {
+			res.GlobalStep = int64(gs[0].Float64At(0))
+		}
+		return res, nil // the session closes before the chief stops the ps tasks
+	}
+	if endCoordination != nil {
+		endCoordination(ctx)
+	}
+	if err := ms.Close(ctx); err != nil { // the final checkpoint
+		return nil, err
+	}
+	if err := r.e.keepTrained(ctx, sess, modelVars, globalStep); err != nil {
+		return nil, err
+	}
+	res.GlobalStep = r.e.trainedStep()
+	if cfg.Cluster != nil {
+		if done != nil {
+			waitForReplicas(ctx, sess, r, done)
+		}
+		sess.Close() // while every task still answers
+		res.PSVariables = psVariables(ctx, r)
+		shutdownCluster(ctx, r, plan.inGraph)
+	}
+	return res, nil
+}
+
+// openInput is an input being read: its iterator and its first batch,
+// taken to learn the features' dtypes and shapes.
+type openInput struct {
+	it    *data.Iterator
+	first []*tensor.Tensor
+	spec  inputSpec
+}
+
+// openTrainInput calls fn and reads the first batch.
+func openTrainInput(ctx context.Context, fn InputFn, ic InputContext) (*openInput, error) {
+	in, err := fn(ic)
+	if err != nil {
+		return nil, fmt.Errorf("estimator: the input function: %w", err)
+	}
+	if in == nil || in.Dataset == nil {
+		return nil, fmt.Errorf("estimator: the input function returned no dataset")
+	}
+	if err := in.Dataset.Err(); err != nil {
+		return nil, fmt.Errorf("estimator: the input function's dataset: %w", err)
+	}
+	it := in.Dataset.Iterator(ctx)
+	first, err := it.Next()
+	if err != nil {
+		it.Close()
+		return nil, fmt.Errorf("estimator: reading the first batch of the input: %w", err)
+	}
+	spec, err := specOf(in, first)
+	if err != nil {
+		it.Close()
+		return nil, err
+	}
+	return &openInput{it: it, first: first, spec: spec}, nil
+}
+
+// next returns the next batch (the first one first).
+func (in *openInput) next() ([]*tensor.Tensor, error) {
+	if b := in.first; b != nil {
+		in.first = nil
+		return b, nil
+	}
+	return in.it.Next()
+}
+
+func (in *openInput) close() { in.it.Close() }

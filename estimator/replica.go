@@ -1,0 +1,222 @@
+package estimator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/localcluster"
+	"github.com/distflow/distflow/ops"
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/server"
+	"github.com/distflow/distflow/session"
+)
+
+// replica is one call of Train in one process: a training replica of a
+// cluster (or the only process), or a task that only serves.
+type replica struct {
+	e     *Estimator
+	cfg   RunConfig
+	input InputFn
+	stop  Stop
+	hooks []Hook
+	log   *slog.Logger
+	// reps are the cluster's training tasks (the chief first; nil for a
+	// single process) and index this one's position among them (-1 for a
+	// ps task).
+	reps    []cluster.TaskID
+	index   int
+	started time.Time
+}
+
+func (r *replica) chief() bool { return r.index == 0 }
+
+// numReplicas is the number of training processes.
+func (r *replica) numReplicas() int { return max(1, len(r.reps)) }
+
+// who names this process in progress lines ("" for a single process).
+func (r *replica) who() string {
+	if r.cfg.Cluster == nil {
+		return ""
+	}
+	return r.cfg.Task.String() + ": "
+}
+
+// listener is where this task serves: the configured listener, the one a
+// local-cluster launcher handed down, or nil (the task's address).
+func (r *replica) listener() (net.Listener, error) {
+	if r.cfg.Listener != nil {
+		return r.cfg.Listener, nil
+	}
+	return localcluster.Listener()
+}
+
+// startServer starts this task's server (master and worker services).
+func (r *replica) startServer() (*server.Server, error) {
+	lis, err := r.listener()
+	if err != nil {
+		return nil, err
+	}
+	srv, err := server.New(server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+// serve runs this task's server until the chief ends training (a Shutdown
+// RPC) or ctx ends, which is not an error: a ps is stopped by a signal too.
+func (r *replica) serve(ctx context.Context) (*Result, error) {
+	srv, err := r.startServer()
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	r.log.Info("serving", "target", srv.Target())
+	reason := "signal received"
+	if err := srv.Join(ctx); err == nil {
+		reason = srv.StopReason()
+	}
+	r.log.Info("exiting", "reason", reason)
+	return &Result{Task: r.cfg.Task.String(), Strategy: r.cfg.Strategy.String(), Served: true,
+		WallSeconds: time.Since(r.started).Seconds()}, nil
+}
+
+// result is what this replica's loop did, as a Result.
+func (r *replica) result(st loopStats, batch int) *Result {
+	res := &Result{
+		Strategy: r.cfg.Strategy.String(), LocalSteps: st.localSteps, GlobalStep: int64(st.lastGlobal),
+		Loss: st.loss, BatchSize: batch, ExamplesPerSecond: st.examplesPerSecond(batch * st.towers),
+		WallSeconds: time.Since(r.started).Seconds(), Chief: r.chief(),
+	}
+	if r.cfg.Cluster != nil {
+		res.Task = r.cfg.Task.String()
+		res.ClusterExamplesPerSecond = st.clusterRate(batch * r.cfg.Strategy.batchesPerStep(r.numReplicas()))
+	}
+	if n := r.stop.ExamplesPerEpoch; n > 0 {
+		res.Epochs = float64(res.GlobalStep*int64(batch*r.cfg.Strategy.batchesPerStep(r.numReplicas()))) / float64(n)
+	}
+	return res
+}
+
+// backoff returns the next polling interval: doubling up to a second.
+func backoff(d time.Duration) time.Duration { return min(2*d, time.Second) }
+
+// waitForReplicas waits until every replica has set its completion flag or
+// is no longer reachable (a crashed worker must not keep the cluster up),
+// for at most WaitTimeout.
+func waitForReplicas(ctx context.Context, sess *session.Session, r *replica, done []*ops.Variable) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.WaitTimeout)
+	defer cancel()
+	flags := make([]graph.Output, len(done))
+	for i, v := range done {
+		flags[i] = v.Value()
+	}
+	gone := map[int]bool{}
+	lastLog := time.Time{}
+	for d := 20 * time.Millisecond; ; d = backoff(d) {
+		out, err := sess.Run(ctx, nil, flags, nil)
+		if err != nil {
+			r.log.Warn("cannot read the replicas' completion flags", "err", err)
+			return
+		}
+		var waiting []string
+		for i, t := range r.reps {
+			if out[i].Float64At(0) == 1 || gone[i] {
+				continue
+			}
+			if !reachable(ctx, r.cfg.Cluster, t) {
+				r.log.Warn("replica is gone; not waiting for it", "replica", t.String())
+				gone[i] = true
+				continue
+			}
+			waiting = append(waiting, t.String())
+		}
+		if len(waiting) == 0 {
+			return
+		}
+		if time.Since(lastLog) > 3*time.Second {
+			r.log.Info("waiting for replicas to finish", "replicas", waiting)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			r.log.Warn("replicas did not finish within the wait timeout; stopping the cluster anyway", "replicas", waiting, "wait_timeout", r.cfg.WaitTimeout)
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// TaskStatus asks the task at addr what it holds, waiting at most timeout.
+func TaskStatus(ctx context.Context, addr string, timeout time.Duration) (*pb.GetStatusResponse, error) {
+	w, closer, err := rpc.DialWorker(addr, rpc.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return w.GetStatus(ctx, &pb.GetStatusRequest{})
+}
+
+// psVariables lists the variables each ps task holds, for the result.
+func psVariables(ctx context.Context, r *replica) map[string][]string {
+	out := map[string][]string{}
+	for i := 0; i < r.cfg.Cluster.NumTasks("ps"); i++ {
+		t := cluster.TaskID{Job: "ps", Index: i}
+		addr, _ := r.cfg.Cluster.Address(t)
+		st, err := TaskStatus(ctx, addr, 2*time.Second)
+		if err != nil {
+			r.log.Warn("cannot read the status of a ps task", "ps", t.String(), "err", err)
+			continue
+		}
+		for _, v := range st.GetVariables() {
+			out[t.String()] = append(out[t.String()], v.GetName())
+		}
+	}
+	return out
+}
+
+// reachable reports whether task answers a status request within a second.
+func reachable(ctx context.Context, spec *cluster.Spec, task cluster.TaskID) bool {
+	addr, err := spec.Address(task)
+	if err != nil {
+		return false
+	}
+	_, err = TaskStatus(ctx, addr, time.Second)
+	return err == nil
+}
+
+// shutdownCluster tells the serving tasks (the ps tasks, and with in-graph
+// replication the other workers) that training is finished.
+func shutdownCluster(ctx context.Context, r *replica, inGraph bool) {
+	self := r.cfg.Task
+	for _, t := range r.cfg.Cluster.Tasks() {
+		if t == self || (t.Job != "ps" && !inGraph) {
+			continue
+		}
+		addr, err := r.cfg.Cluster.Address(t)
+		if err != nil {
+			continue
+		}
+		w, closer, err := rpc.DialWorker(addr, rpc.Options{})
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := w.Shutdown(cctx, &pb.ShutdownRequest{Reason: fmt.Sprintf("training finished (%s)", self)}); err == nil {
+			r.log.Info("stopped task", "stopped", t.String())
+		}
+		cancel()
+		closer.Close()
+	}
+}

@@ -1,0 +1,302 @@
+package estimator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/train"
+)
+
+// Strategy is how the replicas of a cluster share one model. Each
+// strategy is one implementation of this interface; RunConfig.Strategy
+// chooses it. The parameter-server strategies (Async, Sync, Staleness,
+// InGraph) describe their part of the shared ps training loop as a psPlan;
+// the collective ones (AllReduce, Averaging) run a loop of their own.
+type Strategy interface {
+	// String names the strategy in logs and results.
+	String() string
+	// validate checks the strategy against the cluster (nil: a single
+	// process) before anything starts.
+	validate(c *cluster.Spec) error
+	// batchesPerStep is how many batches one global step consumes, and
+	// averaged how many batches one update averages, with n replicas.
+	batchesPerStep(n int) int
+	averaged(n int) int
+	// train trains as replica r and returns what it did.
+	train(ctx context.Context, r *replica) (*Result, error)
+}
+
+// AveragedBatches is how many batches one update of the model averages
+// under the configured strategy and cluster: 1 for asynchronous training,
+// the aggregated replicas of Sync, the towers of InGraph, the ranks of
+// AllReduce. Learning rates are often scaled by it (Goyal et al. 2017).
+func (c RunConfig) AveragedBatches() int {
+	s := c.Strategy
+	if s == nil {
+		s = Async{}
+	}
+	n := 1
+	if c.Cluster != nil {
+		n = len(replicas(c.Cluster))
+	}
+	return s.averaged(n)
+}
+
+// needsCluster is the validation of strategies that coordinate replicas.
+func needsCluster(name string, c *cluster.Spec, ps bool) error {
+	switch {
+	case c == nil:
+		return fmt.Errorf("estimator: strategy %s coordinates the workers of a cluster: configure one (RunConfig.Cluster, TF_CONFIG or a local cluster)", name)
+	case ps && c.NumTasks("ps") == 0:
+		return fmt.Errorf("estimator: strategy %s keeps the variables on parameter servers: the cluster has no ps task", name)
+	case !ps && c.NumTasks("ps") > 0:
+		return fmt.Errorf("estimator: strategy %s trains without parameter servers: the cluster has ps tasks (%v)", name, c.Addresses("ps"))
+	}
+	return nil
+}
+
+// Async is between-graph asynchronous training on parameter servers: each
+// worker applies its gradients as soon as it has them. Without a cluster it
+// is plain training in this process. It survives a ps that dies and is
+// restarted, when checkpoints are kept.
+type Async struct{}
+
+func (Async) String() string { return "async" }
+
+func (Async) validate(c *cluster.Spec) error {
+	if c == nil {
+		return nil
+	}
+	return needsCluster("async", c, true)
+}
+
+func (Async) batchesPerStep(int) int { return 1 }
+func (Async) averaged(int) int       { return 1 }
+
+func (Async) train(ctx context.Context, r *replica) (*Result, error) {
+	return trainOnPS(ctx, r, psPlan{recoverable: true})
+}
+
+// Sync is synchronous training on parameter servers (the sync-replicas
+// optimizer): each update averages the gradients of ReplicasToAggregate
+// replicas (0: all); with fewer than all, the slowest are backup workers
+// whose stale gradients are dropped.
+type Sync struct {
+	ReplicasToAggregate int
+}
+
+func (s Sync) String() string { return "sync" }
+
+func (s Sync) validate(c *cluster.Spec) error {
+	if err := needsCluster("sync", c, true); err != nil {
+		return err
+	}
+	if n := len(replicas(c)); s.ReplicasToAggregate < 0 || s.ReplicasToAggregate > n {
+		return fmt.Errorf("estimator: Sync.ReplicasToAggregate %d: want 1 to %d (the number of workers), or 0 for all", s.ReplicasToAggregate, n)
+	}
+	return nil
+}
+
+func (s Sync) aggregate(n int) int {
+	if s.ReplicasToAggregate > 0 {
+		return s.ReplicasToAggregate
+	}
+	return n
+}
+
+func (s Sync) batchesPerStep(n int) int { return s.aggregate(n) }
+func (s Sync) averaged(n int) int       { return s.aggregate(n) }
+
+func (s Sync) train(ctx context.Context, r *replica) (*Result, error) {
+	c := &syncCoordinator{}
+	return trainOnPS(ctx, r, psPlan{
+		optimizer: func(opt train.Optimizer) train.Optimizer {
+			c.opt = train.NewSyncReplicas(opt, s.aggregate(len(r.reps)), len(r.reps))
+			c.opt.SetReplica(r.index) // a token queue of its own
+			return c.opt
+		},
+		coordinator: c,
+	})
+}
+
+// Staleness is asynchronous training on parameter servers in which no
+// replica runs more than Bound steps ahead of the slowest.
+type Staleness struct {
+	Bound int
+}
+
+func (s Staleness) String() string { return fmt.Sprintf("staleness(%d)", s.Bound) }
+
+func (s Staleness) validate(c *cluster.Spec) error {
+	if s.Bound < 0 {
+		return fmt.Errorf("estimator: Staleness.Bound %d: must not be negative", s.Bound)
+	}
+	return needsCluster("staleness", c, true)
+}
+
+func (Staleness) batchesPerStep(int) int { return 1 }
+func (Staleness) averaged(int) int       { return 1 }
+
+func (s Staleness) train(ctx context.Context, r *replica) (*Result, error) {
+	c := &stalenessCoordinator{}
+	return trainOnPS(ctx, r, psPlan{
+		build: func(sc *graph.Scope) {
+			c.bound = train.NewStalenessBound(sc, len(r.reps), r.index, s.Bound)
+		},
+		coordinator: c,
+	})
+}
+
+// InGraph is in-graph replication: the chief builds one tower per replica
+// (each on its task, the variables on the ps tasks) and applies the mean
+// of their gradients; the other workers only serve.
+type InGraph struct{}
+
+func (InGraph) String() string { return "in-graph" }
+
+func (InGraph) validate(c *cluster.Spec) error {
+	if c == nil {
+		return nil
+	}
+	return needsCluster("in-graph", c, true)
+}
+
+func (InGraph) batchesPerStep(n int) int { return n }
+func (InGraph) averaged(n int) int       { return n }
+
+func (InGraph) train(ctx context.Context, r *replica) (*Result, error) {
+	if r.index > 0 {
+		return r.serve(ctx)
+	}
+	return trainOnPS(ctx, r, psPlan{inGraph: r.cfg.Cluster != nil})
+}
+
+// psPlan is a parameter-server strategy's part of the shared training
+// loop (trainOnPS).
+type psPlan struct {
+	// inGraph builds one tower per replica on the chief.
+	inGraph bool
+	// recoverable: the run survives a lost ps, restored from checkpoints
+	// (the queues and counters of the other plans are not in checkpoints).
+	recoverable bool
+	// optimizer, if set, wraps the model's optimizer.
+	optimizer func(train.Optimizer) train.Optimizer
+	// build, if set, adds the plan's own nodes to the graph.
+	build func(s *graph.Scope)
+	// coordinator, if set, coordinates the replicas around the steps.
+	coordinator coordinator
+}
+
+// coordinator coordinates the replicas of a ps strategy around the steps
+// of the training loop.
+type coordinator interface {
+	// begin runs once the model is ready; it returns a function that the
+	// chief calls after its last step (nil: nothing to do).
+	begin(ctx context.Context, sess *session.Session, chief bool, log *slog.Logger) (end func(context.Context), err error)
+	// beforeStep and afterStep run around each step.
+	beforeStep(ctx context.Context, sess *session.Session) error
+	afterStep(ctx context.Context, sess *session.Session) error
+	// finished reports whether a step's error means that training is over
+	// for this replica (the chief ended it).
+	finished(err error) bool
+	// done runs after this replica's last step.
+	done(ctx context.Context, sess *session.Session) error
+}
+
+// syncCoordinator runs the token queue and the chief's aggregation loop of
+// synchronous training.
+type syncCoordinator struct {
+	opt *train.SyncReplicasOptimizer
+}
+
+func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chief bool, log *slog.Logger) (func(context.Context), error) {
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{c.opt.LocalStepInit()}); err != nil {
+		return nil, fmt.Errorf("estimator: synchronous training: setting the local step: %w", err)
+	}
+	if !chief {
+		return nil, nil
+	}
+	if err := c.opt.InitTokens(ctx, sess); err != nil {
+		return nil, fmt.Errorf("estimator: synchronous training: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if err := c.opt.ChiefQueueRunner(runCtx, sess); err != nil {
+			log.Warn("the chief's aggregation loop stopped", "err", err)
+		}
+	}()
+	return func(ctx context.Context) {
+		// Release the replicas still waiting for a token: training is over.
+		if err := c.opt.Finish(ctx, sess); err != nil {
+			log.Warn("finishing synchronous training", "err", err)
+		}
+		cancel()
+		<-stopped // no aggregation after this: the global step is final
+		dropped, _ := c.opt.Dropped(ctx, sess)
+		log.Info("synchronous training", "aggregations", c.opt.Aggregations(), "stale_gradients_dropped", dropped)
+	}, nil
+}
+
+func (c *syncCoordinator) beforeStep(context.Context, *session.Session) error { return nil }
+func (c *syncCoordinator) afterStep(context.Context, *session.Session) error  { return nil }
+func (c *syncCoordinator) done(context.Context, *session.Session) error       { return nil }
+
+func (c *syncCoordinator) finished(err error) bool {
+	return errors.Is(train.CheckFinished(err), train.ErrTrainingFinished)
+}
+
+// stalenessCoordinator keeps a replica within the staleness bound.
+type stalenessCoordinator struct {
+	bound *train.StalenessBound
+}
+
+func (c *stalenessCoordinator) begin(context.Context, *session.Session, bool, *slog.Logger) (func(context.Context), error) {
+	return nil, nil
+}
+
+func (c *stalenessCoordinator) beforeStep(ctx context.Context, sess *session.Session) error {
+	if err := c.bound.Wait(ctx, sess); err != nil {
+		return fmt.Errorf("waiting for the slowest replica: %w", err)
+	}
+	return nil
+}
+
+func (c *stalenessCoordinator) afterStep(ctx context.Context, sess *session.Session) error {
+	return c.bound.Advance(ctx, sess)
+}
+
+func (c *stalenessCoordinator) finished(error) bool { return false }
+
+func (c *stalenessCoordinator) done(ctx context.Context, sess *session.Session) error {
+	return c.bound.Done(ctx, sess)
+}
+
+// averagedUpdate computes each tower's gradients on its device and applies
+// their mean once (in-graph replication).
+func averagedUpdate(s *graph.Scope, opt train.Optimizer, losses []graph.Output, vars []*ops.Variable, step *ops.Variable) (*graph.Node, error) {
+	perVar := make([][]graph.Output, len(vars))
+	for i, loss := range losses {
+		gvs, err := opt.ComputeGradients(s.SubScope(fmt.Sprintf("tower_%d_gradients", i)), loss, vars)
+		if err != nil {
+			return nil, err
+		}
+		for k, gv := range gvs {
+			perVar[k] = append(perVar[k], gv.Grad)
+		}
+	}
+	as := s.SubScope("average_gradients")
+	gvs := make([]train.GradVar, len(vars))
+	for k, v := range vars {
+		scale := ops.Scalar(as, v.DType(), 1/float64(len(losses)))
+		gvs[k] = train.GradVar{Var: v, Grad: ops.Mul(as, ops.AddN(as, perVar[k]...), scale)}
+	}
+	return opt.ApplyGradients(s, gvs, step)
+}
