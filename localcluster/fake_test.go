@@ -1,0 +1,226 @@
+package localcluster_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/localcluster"
+)
+
+// TestMain runs the fake task program when this test binary was started by
+// Run as a task of a test's cluster, a launcher when a test started it as
+// one (see TestTasksDieWithTheLauncher), and the tests otherwise.
+func TestMain(m *testing.M) {
+	if localcluster.IsTask() {
+		os.Exit(fakeTask(os.Args[1:]))
+	}
+	if os.Getenv("LCTEST_LAUNCHER") == "1" {
+		os.Exit(fakeLauncher())
+	}
+	os.Exit(m.Run())
+}
+
+// fakeLauncher runs a ps=1,worker=2 cluster of serving tasks until it is
+// killed.
+func fakeLauncher() int {
+	err := localcluster.Run(context.Background(), localcluster.Config{
+		Jobs: localcluster.Jobs{PS: 1, Worker: 2},
+		Args: []string{"serve"},
+	})
+	fmt.Fprintln(os.Stderr, err)
+	return 1
+}
+
+// fakeTask is the program of the tests' tasks. Every task checks that
+// TF_CONFIG names it and that Listener is bound to its address, says hello
+// on stdout and stderr, and serves one-line requests on its listener:
+// "who" is answered with the task's name, GOMAXPROCS and start number (how
+// many times this task started in the run's LCTEST_DIR), "quit" with "bye"
+// and an exit 0, "die" with "dying", lines of output and an exit 4. It exits 0
+// on SIGTERM. args[0], the mode, makes some tasks do more:
+//
+//	serve        nothing more
+//	chief-fails  the chief exits 3
+//	ps-crashes   ps 0 exits 1 (before serving) while it started no more than
+//	             LCTEST_CRASHES times; the chief asks ps 0 "who", prints the
+//	             answer and tells it to quit
+//	worker-lost  the chief tells worker 1 to die, says so once it is gone,
+//	             then tells ps 0 to quit
+//	ps-lingers   the chief exits 0 at once
+//	stubborn     worker 1 ignores SIGTERM
+//	chatty       every task writes 500 lines on stdout and on stderr at once
+//	             and exits 0
+//	long         the chief writes a 3 MiB line on stderr, then
+//	             "<512 KiB line>\nend\nno newline" on stdout, and exits 0
+func fakeTask(args []string) int {
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "fake task: "+format+"\n", a...)
+		return 90
+	}
+	if len(args) != 1 {
+		return fail("args %q, want a mode", args)
+	}
+	mode := args[0]
+	spec, self, ok, err := cluster.FromEnv()
+	if err != nil || !ok {
+		return fail("TF_CONFIG: %v (set: %v)", err, ok)
+	}
+	name := self.Job + " " + strconv.Itoa(self.Index)
+	isChief := self.Job == "chief" || self.Job == "worker" && self.Index == 0 && !spec.HasJob("chief")
+	if mode == "stubborn" && name == "worker 1" {
+		signal.Ignore(syscall.SIGTERM)
+	} else {
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			<-term
+			os.Exit(0)
+		}()
+	}
+	lis, err := localcluster.Listener()
+	if err != nil || lis == nil {
+		return fail("Listener() = %v, %v", lis, err)
+	}
+	if addr, _ := spec.Address(self); lis.Addr().String() != addr {
+		return fail("listening on %s, TF_CONFIG says %s", lis.Addr(), addr)
+	}
+	start := 1
+	if dir := os.Getenv("LCTEST_DIR"); dir != "" {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fail("%v", err)
+		}
+		f.Write([]byte{'.'})
+		fi, _ := f.Stat()
+		f.Close()
+		start = int(fi.Size())
+	}
+	fmt.Println("hello from", name)
+	fmt.Fprintln(os.Stderr, "hello from", name)
+
+	switch {
+	case mode == "chief-fails" && isChief:
+		fmt.Println("the chief's result")
+		fmt.Fprintln(os.Stderr, "about to fail")
+		return 3
+	case mode == "ps-crashes" && name == "ps 0":
+		crashes, _ := strconv.Atoi(os.Getenv("LCTEST_CRASHES"))
+		if start <= crashes {
+			fmt.Printf("ps 0 crashing (start %d)\n", start)
+			return 1
+		}
+	case mode == "ps-crashes" && isChief:
+		ps := spec.Addresses("ps")[0]
+		fmt.Println("ps answered:", ask(ps, "who"))
+		ask(ps, "quit")
+		return 0
+	case mode == "worker-lost" && isChief:
+		ask(spec.Addresses("worker")[1], "die")
+		fmt.Println("worker 1 is gone")
+		ask(spec.Addresses("ps")[0], "quit")
+		return 0
+	case mode == "ps-lingers" && isChief:
+		return 0
+	case mode == "chatty":
+		var wg sync.WaitGroup
+		for _, f := range []*os.File{os.Stdout, os.Stderr} {
+			wg.Go(func() {
+				w := bufio.NewWriterSize(f, 100) // many writes, some cutting lines
+				for i := range 500 {
+					fmt.Fprintf(w, "%s says %d on %s %s\n", name, i, f.Name(), strings.Repeat("=", i%70))
+				}
+				w.Flush()
+			})
+		}
+		wg.Wait()
+		return 0
+	case mode == "long" && isChief:
+		os.Stderr.WriteString(strings.Repeat("e", 3<<20) + "\n")
+		os.Stdout.WriteString(strings.Repeat("o", 512<<10) + "\nend\nno newline")
+		return 0
+	}
+	serve(lis, fmt.Sprintf("%s %d %d", name, runtime.GOMAXPROCS(0), start))
+	return 0
+}
+
+// serve answers requests (see fakeTask) until an exit request.
+func serve(lis net.Listener, who string) {
+	for {
+		c, err := lis.Accept()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fake task: accept:", err)
+			os.Exit(91)
+		}
+		go func() {
+			req, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				c.Close()
+				return
+			}
+			switch strings.TrimSpace(req) {
+			case "who":
+				fmt.Fprintln(c, who)
+				c.Close()
+			case "quit":
+				fmt.Fprintln(c, "bye")
+				os.Exit(0)
+			case "die":
+				for i := range 200 {
+					fmt.Printf("%s dying, line %d\n", who, i)
+				}
+				fmt.Fprintln(c, "dying")
+				os.Exit(4)
+			}
+		}()
+	}
+}
+
+// ask sends a request to addr and returns the answer; for "quit" and "die",
+// it returns once the task closed the connection (as it exits). It tries
+// again until it has an answer: a restarting task drops the connections
+// queued before it started (see Listener).
+func ask(addr, req string) string {
+	for {
+		if answer, ok := askOnce(addr, req); ok {
+			return answer
+		}
+		time.Sleep(10 * time.Millisecond) // a client's back-off, not synchronisation
+	}
+}
+
+func askOnce(addr, req string) (string, bool) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return "", false
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintln(c, req); err != nil {
+		return "", false
+	}
+	r := bufio.NewReader(c)
+	answer, err := r.ReadString('\n')
+	if err != nil {
+		return "", false
+	}
+	if req == "quit" || req == "die" {
+		r.WriteTo(discard{})
+	}
+	return strings.TrimSpace(answer), true
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
