@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
@@ -20,6 +22,7 @@ import (
 	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
 )
 
 // benchCluster is a ps in its own distflow process and a worker task served
@@ -41,7 +44,7 @@ func newBenchCluster(b *testing.B) *benchCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := inheritedListenerFromFile(files[1])
+	l, err := net.FileListener(files[1])
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -175,25 +178,26 @@ func BenchmarkParameterTransfer(b *testing.B) {
 // BenchmarkLinearRegressionStep is the per-step overhead of training through
 // a cluster (variables on a ps process) against the local session, batch 1.
 func BenchmarkLinearRegressionStep(b *testing.B) {
-	f := trainFlags{model: "linreg", staleness: -1}
-	if err := f.applyDefaults(); err != nil {
-		b.Fatal(err)
-	}
 	x := tensor.MustFromSlice([]float32{0.5}, 1, 1)
 	y := tensor.MustFromSlice([]float32{11}, 1, 1)
 	bench := func(b *testing.B, s *graph.Scope, open func(g *graph.Graph) *session.Session) {
-		j, err := buildJob(s, f, []string{""}, 1, 0)
+		m, err := models.Build(s, "linreg", models.Config{Seed: 1})
 		if err != nil {
 			b.Fatal(err)
 		}
-		sess := open(s.Graph())
-		ctx := context.Background()
-		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{j.initOp}); err != nil {
+		trainOp, err := train.Minimize(s, train.NewGradientDescent(0.01), m.Loss, train.CreateGlobalStep(s))
+		if err != nil {
 			b.Fatal(err)
 		}
-		feeds := map[graph.Output]*tensor.Tensor{j.towers[0].Input: x, j.towers[0].Label: y}
+		initOp := ops.GlobalVariablesInitializer(s)
+		sess := open(s.Graph())
+		ctx := context.Background()
+		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{initOp}); err != nil {
+			b.Fatal(err)
+		}
+		feeds := map[graph.Output]*tensor.Tensor{m.Input: x, m.Label: y}
 		step := func() {
-			if _, err := sess.Run(ctx, feeds, []graph.Output{j.towers[0].Loss}, []*graph.Node{j.trainOp}); err != nil {
+			if _, err := sess.Run(ctx, feeds, []graph.Output{m.Loss}, []*graph.Node{trainOp}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -132,7 +132,7 @@ func freeListeners(t testing.TB, n int) ([]*os.File, []string) {
 func startTestTask(t testing.TB, name string, l *os.File, args ...string) *task {
 	t.Helper()
 	tk := &task{name: name, seen: make(chan string, 10000), done: make(chan error, 1)}
-	tk.cmd = exec.Command(binary, append(args, "--listen-fd", "3")...)
+	tk.cmd = exec.Command(binary, append(args, "-v", "--listen-fd", "3")...)
 	tk.cmd.ExtraFiles = []*os.File{l}
 	tk.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := tk.cmd.StderrPipe()
@@ -321,7 +321,7 @@ func tail(s string, n int) string {
 // supervises its ps: one that dies is restarted on its address, and the
 // workers recover and finish training.
 func TestLocalClusterRestartsADeadPS(t *testing.T) {
-	cmd := exec.Command(binary, "train", "--model", "mlp", "--data", "embedded", "--epochs", "10", "--lr", "0.1",
+	cmd := exec.Command(binary, "train", "-v", "--model", "mlp", "--data", "embedded", "--epochs", "10", "--lr", "0.1",
 		"--local-cluster", "ps=1,worker=2", "--checkpoint-dir", t.TempDir(), "--save-checkpoint-steps", "100", "--json")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var stdout strings.Builder

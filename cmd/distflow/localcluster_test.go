@@ -2,15 +2,10 @@ package main
 
 import (
 	"bufio"
-	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,8 +87,13 @@ func tasksOf(psAddr string) []string {
 	var found []string
 	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range paths {
+		// A task has the cluster in its TF_CONFIG (a hand-started one, on
+		// its command line).
 		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(string(b), psAddr) && strings.Contains(string(b), "--job_name") {
+		env, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
+		task := strings.Contains(string(b), psAddr) && strings.Contains(string(b), "--job_name") ||
+			strings.Contains(string(env), "TF_CONFIG=") && strings.Contains(string(env), psAddr)
+		if err == nil && task {
 			stat, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "stat"))
 			if !strings.Contains(string(stat), ") Z ") { // zombies are already dead
 				found = append(found, filepath.Base(filepath.Dir(p)))
@@ -141,13 +141,10 @@ func TestLocalClusterCrashedChiefStopsEverything(t *testing.T) {
 	// Kill the chief (worker 0): the launcher must stop the rest and fail.
 	killed := false
 	for _, pid := range tasksOf(ps) {
-		b, _ := os.ReadFile("/proc/" + pid + "/cmdline")
-		args := strings.Split(string(b), "\x00")
-		for i, a := range args {
-			if a == "--job_name" && args[i+1] == "worker" && args[i+3] == "0" {
-				p, _ := os.FindProcess(atoi(pid))
-				killed = p.Kill() == nil
-			}
+		env, _ := os.ReadFile("/proc/" + pid + "/environ")
+		if strings.Contains(string(env), `"task":{"type":"worker","index":0}`) {
+			p, _ := os.FindProcess(atoi(pid))
+			killed = p.Kill() == nil
 		}
 	}
 	if !killed {
@@ -179,92 +176,4 @@ func atoi(s string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
-}
-
-// TestTaskEnvSharesTheCores checks that a local cluster's tasks get the
-// machine's cores shared among the training tasks, and that a GOMAXPROCS
-// the user set is passed on untouched.
-func TestTaskEnvSharesTheCores(t *testing.T) {
-	gomaxprocs := func(env []string) []string {
-		var vals []string
-		for _, kv := range env {
-			if v, ok := strings.CutPrefix(kv, "GOMAXPROCS="); ok {
-				vals = append(vals, v)
-			}
-		}
-		return vals
-	}
-	t.Setenv("GOMAXPROCS", "")
-	os.Unsetenv("GOMAXPROCS")
-	var log strings.Builder
-	for _, tc := range []struct {
-		counts map[string]int
-		want   int
-	}{
-		{map[string]int{"ps": 1, "worker": 2}, max(1, runtime.GOMAXPROCS(0)/2)},
-		{map[string]int{"worker": 1}, runtime.GOMAXPROCS(0)},
-		{map[string]int{"ps": 2, "chief": 1, "worker": 2 * runtime.GOMAXPROCS(0)}, 1},
-	} {
-		got := gomaxprocs(taskEnv(tc.counts, &log))
-		if want := []string{strconv.Itoa(tc.want)}; !slices.Equal(got, want) {
-			t.Errorf("%v: GOMAXPROCS %v, want %v", tc.counts, got, want)
-		}
-	}
-	if !strings.Contains(log.String(), "set GOMAXPROCS to choose") {
-		t.Errorf("the share is not logged: %q", log.String())
-	}
-	t.Setenv("GOMAXPROCS", "7")
-	if got := gomaxprocs(taskEnv(map[string]int{"ps": 1, "worker": 2}, &log)); !slices.Equal(got, []string{"7"}) {
-		t.Errorf("with GOMAXPROCS=7 set: %v, want [7]", got)
-	}
-}
-
-// TestInheritedListenerDropsPendingConnections: a task taking over a
-// listening socket closes the connections queued on it before it started
-// (a restarted ps would otherwise serve its predecessor's requests), and
-// then serves new ones.
-func TestInheritedListenerDropsPendingConnections(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := l.(*net.TCPListener).File()
-	l.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	var stale []net.Conn
-	for range 3 { // queued by the kernel: nothing accepts yet
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := c.Write([]byte("a request of the task that died")); err != nil {
-			t.Fatal(err)
-		}
-		stale = append(stale, c)
-	}
-	taken, err := inheritedListenerFromFile(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	for i, c := range stale {
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if n, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("queued connection %d: read %d bytes, %v; want it closed", i, n, err)
-		}
-	}
-	fresh, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
-	served, err := taken.Accept()
-	if err != nil {
-		t.Fatalf("a connection made after the takeover: %v", err)
-	}
-	served.Close()
 }

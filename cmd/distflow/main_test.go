@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,8 +34,13 @@ func TestMain(m *testing.M) {
 }
 
 // run executes distflow and returns stdout, stderr and the exit error.
+// Training runs are verbose (-v), for the tests that read the runtime's
+// logs, unless they ask for --quiet.
 func run(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
+	if len(args) > 0 && args[0] == "train" && !slices.Contains(args, "--quiet") {
+		args = append([]string{"train", "-v"}, args[1:]...)
+	}
 	cmd := exec.Command(binary, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -125,6 +131,7 @@ func TestTrainRejectsBadFlags(t *testing.T) {
 		{[]string{"train", "--optimizer", "lbfgs"}, "lbfgs"},
 		{[]string{"train", "--data", "/nonexistent/fmnist"}, "/nonexistent/fmnist"},
 		{[]string{"train", "--no-such-flag"}, "no-such-flag"},
+		{[]string{"train", "--lr-scaling", "cubic"}, "--lr-scaling"},
 	}
 	for _, c := range cases {
 		_, stderr, err := run(t, c.args...)

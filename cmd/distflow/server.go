@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,7 +35,7 @@ The server exits cleanly (status 0) when a client sends it a Shutdown request
 or on SIGTERM or SIGINT. Flags accept underscores and dashes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			spec, self, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, f.jobName, f.taskIndex)
+			spec, self, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, f.jobName, f.taskIndex, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -55,4 +56,16 @@ or on SIGTERM or SIGINT. Flags accept underscores and dashes.`,
 	}
 	addClusterFlags(cmd.Flags(), &f.psHosts, &f.workerHosts, &f.chiefHosts, &f.jobName, &f.taskIndex)
 	return cmd
+}
+
+// serve runs a started server until a Shutdown RPC or a signal.
+func serve(ctx context.Context, srv *server.Server, log *slog.Logger) error {
+	log.Info("serving", "target", srv.Target())
+	if err := srv.Join(ctx); err != nil {
+		srv.Stop()
+		log.Info("exiting", "reason", "signal received")
+		return nil
+	}
+	log.Info("exiting", "reason", srv.StopReason())
+	return nil
 }

@@ -4,14 +4,14 @@ import (
 	"math"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/data"
-	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/estimator"
 )
 
 // TestSyncTrainingLinearRegression is the reference workload: linear
@@ -141,85 +141,38 @@ func TestAllReduceLinearRegression(t *testing.T) {
 // TestLearningRateScaling checks the rate that --lr-scaling gives each mode
 // of a cluster of 3 training tasks.
 func TestLearningRateScaling(t *testing.T) {
+	spec, err := cluster.NewSpec(map[string][]string{"ps": {"127.0.0.1:1"}, "worker": {"127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noPS, err := cluster.NewSpec(map[string][]string{"worker": {"127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name    string
 		f       trainFlags
 		batches int
 		lr      float64
 	}{
-		{"asynchronous", trainFlags{lr: 0.1, lrScaling: "linear", averageEvery: -1}, 1, 0.1},
-		{"sync, none", trainFlags{lr: 0.1, lrScaling: "none", sync: true, averageEvery: -1}, 3, 0.1},
-		{"sync, linear", trainFlags{lr: 0.1, lrScaling: "linear", sync: true, averageEvery: -1}, 3, 0.30000000000000004},
-		{"sync, backup worker", trainFlags{lr: 0.1, lrScaling: "linear", sync: true, replicasToAggregate: 2, averageEvery: -1}, 2, 0.2},
-		{"all-reduce, sqrt", trainFlags{lr: 0.1, lrScaling: "sqrt", allReduce: true, averageEvery: -1}, 3, 0.1 * math.Sqrt(3)},
-		{"periodic averaging", trainFlags{lr: 0.1, lrScaling: "linear", allReduce: true, averageEvery: 4}, 1, 0.1},
-		{"in-graph", trainFlags{lr: 0.1, lrScaling: "linear", inGraph: true, averageEvery: -1}, 3, 0.30000000000000004},
+		{"asynchronous", trainFlags{lr: 0.1, lrScaling: "linear", staleness: -1, averageEvery: -1}, 1, 0.1},
+		{"sync, none", trainFlags{lr: 0.1, lrScaling: "none", sync: true, staleness: -1, averageEvery: -1}, 3, 0.1},
+		{"sync, linear", trainFlags{lr: 0.1, lrScaling: "linear", sync: true, staleness: -1, averageEvery: -1}, 3, 0.30000000000000004},
+		{"sync, backup worker", trainFlags{lr: 0.1, lrScaling: "linear", sync: true, replicasToAggregate: 2, staleness: -1, averageEvery: -1}, 2, 0.2},
+		{"all-reduce, sqrt", trainFlags{lr: 0.1, lrScaling: "sqrt", allReduce: true, staleness: -1, averageEvery: -1}, 3, 0.1 * math.Sqrt(3)},
+		{"periodic averaging", trainFlags{lr: 0.1, lrScaling: "linear", allReduce: true, staleness: -1, averageEvery: 4}, 1, 0.1},
+		{"in-graph", trainFlags{lr: 0.1, lrScaling: "linear", inGraph: true, staleness: -1, averageEvery: -1}, 3, 0.30000000000000004},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := tc.f.averagedBatches(3)
+			cfg := estimator.RunConfig{Cluster: spec, Task: cluster.TaskID{Job: "worker"}, Strategy: tc.f.strategy()}
+			if tc.f.allReduce {
+				cfg.Cluster = noPS
+			}
+			k := cfg.AveragedBatches()
 			if lr := tc.f.scaledLR(k); k != tc.batches || lr != tc.lr {
 				t.Errorf("%d batches per update, lr %v; want %d, %v", k, lr, tc.batches, tc.lr)
 			}
 		})
-	}
-	f := trainFlags{model: "mlp", lrScaling: "cubic"}
-	if err := f.applyDefaults(); err == nil || !strings.Contains(err.Error(), "--lr-scaling") {
-		t.Errorf("--lr-scaling cubic: %v, want an error naming the flag", err)
-	}
-}
-
-// TestEpochShardsMakeTheSingleProcessBatch checks that the k-th batches of
-// two workers' shards together are the k-th batch, twice as large, of a
-// single process with the same seed, across epochs.
-func TestEpochShardsMakeTheSingleProcessBatch(t *testing.T) {
-	const n, batch = 40, 4
-	x := tensor.New(tensor.Float32, n, 1)
-	y := tensor.New(tensor.Int32, n)
-	for i := range n {
-		x.Float32s()[i], y.Int32s()[i] = float32(i), int32(i)
-	}
-	ex := examples{trainX: x, trainY: y}
-	f := trainFlags{batch: batch, seed: 7}
-	ctx := t.Context()
-	open := func(f trainFlags, shards, index int) *data.Iterator {
-		it, err := batches(ctx, ex, f, shards, index)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(it.Close)
-		return it
-	}
-	big := f
-	big.batch = 2 * batch
-	single, w0, w1 := open(big, 1, 0), open(f, 2, 0), open(f, 2, 1)
-	seen := map[int32]int{}
-	for k := range 3 * n / (2 * batch) { // three epochs
-		want, err := single.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []int32
-		for _, it := range []*data.Iterator{w0, w1} {
-			b, err := it.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, b[1].Int32s()...)
-		}
-		wantLabels := slices.Clone(want[1].Int32s())
-		slices.Sort(got)
-		slices.Sort(wantLabels)
-		if !slices.Equal(got, wantLabels) {
-			t.Fatalf("batch %d: the workers' examples %v, the single process's %v", k, got, wantLabels)
-		}
-		if k < n/(2*batch) {
-			for _, l := range got {
-				seen[l]++
-			}
-		}
-	}
-	if len(seen) != n {
-		t.Errorf("the first epoch saw %d distinct examples of %d", len(seen), n)
 	}
 }
 

@@ -10,15 +10,18 @@ import (
 	"math"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
-	"github.com/distflow/distflow/data"
-	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/localcluster"
 	"github.com/distflow/distflow/models"
-	"github.com/distflow/distflow/session"
-	"github.com/distflow/distflow/summary"
+	"github.com/distflow/distflow/placement"
+	"github.com/distflow/distflow/train"
 )
 
 // trainFlags are the options of `distflow train`. Zero values mean "the
@@ -34,6 +37,8 @@ type trainFlags struct {
 	seed      int
 	jsonOut   bool
 	logEvery  int
+	verbose   bool
+	quiet     bool
 
 	// The cluster, as the original programs took it (or TF_CONFIG).
 	psHosts, workerHosts, chiefHosts string
@@ -45,7 +50,8 @@ type trainFlags struct {
 	psStrategy   string
 	stepTimeout  time.Duration
 	waitTimeout  time.Duration
-	// listenFD is an inherited listening socket (set by --local-cluster).
+	// listenFD is an inherited listening socket (tests that start tasks
+	// by hand pass one, as a local cluster does).
 	listenFD int
 	// logdir receives TensorBoard event files (one per process).
 	logdir string
@@ -68,6 +74,8 @@ type trainFlags struct {
 	// lrScaling adapts --lr to the batches a synchronous step averages:
 	// none, linear or sqrt.
 	lrScaling string
+	// export receives the trained model as a new numbered version.
+	export string
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -85,15 +93,19 @@ func newTrainCommand() *cobra.Command {
 		Short: "Train a reference model (linreg, mlp, cnn) and report its accuracy and speed",
 		Example: `  distflow train --model mlp                 # embedded Fashion-MNIST subset
   distflow train --model cnn --data /usr/share/datasets/fashion-mnist
+  distflow train --model mlp --local-cluster ps=1,worker=2 --export /tmp/models/mlp
   distflow train --model linreg --steps 2000 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runTrain(cmd.Context(), *f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if err := f.check(cmd.Flags()); err != nil {
+				return err
+			}
+			return runTrain(cmd.Context(), *f, cmd.Flags(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "mlp", "model to train: linreg, mlp or cnn")
-	fl.IntVar(&f.steps, "steps", 0, "training steps (overrides --epochs)")
+	fl.IntVar(&f.steps, "steps", 0, "global steps to train to (overrides --epochs)")
 	fl.Float64Var(&f.epochs, "epochs", 0, "passes over the training data (default: the model's)")
 	fl.IntVar(&f.batch, "batch", 0, "examples per step (default: the model's)")
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default: the model's)")
@@ -102,29 +114,32 @@ func newTrainCommand() *cobra.Command {
 	fl.IntVar(&f.seed, "seed", 1, "seed of initial weights, shuffling and dropout")
 	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object with the results as the last line of stdout")
 	fl.IntVar(&f.logEvery, "log-every", 0, "print a progress line every N steps (default: the model's)")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log what the runtime does (sessions, checkpoints, recoveries), and every task's output with --local-cluster")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the result and errors")
 	addClusterFlags(fl, &f.psHosts, &f.workerHosts, &f.chiefHosts, &f.jobName, &f.taskIndex)
 	fl.StringVar(&f.localCluster, "local-cluster", "", `start a whole cluster of local processes and train on it, e.g. "ps=1,worker=2"`)
 	fl.BoolVar(&f.inGraph, "in-graph", false, "in-graph replication: the chief builds one tower per worker and averages their gradients (the other workers only serve)")
 	fl.StringVar(&f.psStrategy, "ps-strategy", "round-robin", "how variables are spread over ps tasks: round-robin or greedy (balanced by bytes)")
-	fl.DurationVar(&f.stepTimeout, "step-timeout", time.Minute, "deadline of one distributed step")
-	fl.DurationVar(&f.waitTimeout, "wait-timeout", 2*time.Minute, "how long to wait for peers: the cluster to come up, the chief to initialise the model")
+	fl.DurationVar(&f.stepTimeout, "step-timeout", estimator.DefaultStepTimeout, "deadline of one distributed step")
+	fl.DurationVar(&f.waitTimeout, "wait-timeout", estimator.DefaultWaitTimeout, "how long to wait for peers: the cluster to come up, the chief to initialise the model, a lost task to come back")
 	fl.StringVar(&f.logdir, "logdir", "", "write TensorBoard event files (loss, throughput, weight histograms) to this directory")
 	fl.StringVar(&f.ckptDir, "checkpoint-dir", "", "save and restore checkpoints here (default: --logdir); the chief resumes from the latest complete one")
 	fl.IntVar(&f.saveSteps, "save-checkpoint-steps", 0, "save a checkpoint every N global steps (0: only at the end)")
 	fl.IntVar(&f.saveSecs, "save-checkpoint-secs", 0, "save a checkpoint at least every N seconds (0: off)")
-	fl.IntVar(&f.keepCkpts, "keep-checkpoints", 5, "how many recent checkpoints to keep")
+	fl.IntVar(&f.keepCkpts, "keep-checkpoints", 5, "how many recent checkpoints to keep (at least 1)")
 	fl.BoolVar(&f.sync, "sync", false, "synchronous training: each update averages the gradients of --replicas-to-aggregate workers")
 	fl.IntVar(&f.replicasToAggregate, "replicas-to-aggregate", 0, "gradients per synchronous update (default: every worker; fewer makes the rest backup workers)")
-	fl.IntVar(&f.staleness, "staleness", -1, "bounded staleness: a worker runs at most this many steps ahead of the slowest (-1: unbounded)")
+	fl.IntVar(&f.staleness, "staleness", -1, "bounded staleness: a worker runs at most this many steps ahead of the slowest (default: unbounded)")
 	fl.DurationVar(&f.stepDelay, "step-delay", 0, "wait this long before every step (fault injection: a slow worker)")
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
 	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
 		`"none" uses --lr as given, as TensorFlow's SyncReplicasOptimizer and Horovod do (their scripts scale it); "linear" uses k times --lr (Goyal et al. 2017: --lr is then the single-process rate for one batch); "sqrt" uses sqrt(k) times --lr`)
+	fl.StringVar(&f.export, "export", "", "export the trained model into a new numbered version under this directory (the chief alone), for distflow serve")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process to the file")
 	fl.StringVar(&f.memProfile, "memprofile", "", "write a pprof memory profile of this process to the file at the end (go tool pprof -sample_index=alloc_space for what was allocated)")
-	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket (set by --local-cluster)")
+	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
 }
@@ -132,6 +147,7 @@ func newTrainCommand() *cobra.Command {
 // result is what `train --json` prints.
 type result struct {
 	Model             string   `json:"model"`
+	Strategy          string   `json:"strategy"`
 	Optimizer         string   `json:"optimizer"`
 	LearningRate      float64  `json:"learning_rate"`
 	Batch             int      `json:"batch"`
@@ -152,59 +168,115 @@ type result struct {
 	ClusterExamplesPerSecond float64 `json:"cluster_examples_per_second,omitempty"`
 	// PSVariables lists the variables each ps task held (cluster runs).
 	PSVariables map[string][]string `json:"ps_variables,omitempty"`
-	WallSeconds float64             `json:"wall_seconds"`
+	// Export is the exported model version (--export).
+	Export      string  `json:"export,omitempty"`
+	WallSeconds float64 `json:"wall_seconds"`
 }
 
-func (f *trainFlags) applyDefaults() error {
+// check validates every flag before anything is loaded or started, and
+// fills in the model's defaults. Errors name the flag and what is allowed.
+func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	d, ok := modelDefaults[f.model]
 	if !ok {
 		return fmt.Errorf("--model %q: want one of %v", f.model, models.Names)
 	}
-	if f.steps == 0 && f.epochs == 0 {
+	set := fl.Changed
+	var errs []error
+	bad := func(cond bool, format string, args ...any) {
+		if cond {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	bad(set("steps") && f.steps <= 0, "--steps %d: must be positive", f.steps)
+	bad(set("epochs") && !(f.epochs > 0 && !math.IsInf(f.epochs, 0)), "--epochs %v: must be a positive number", f.epochs)
+	bad(set("batch") && f.batch <= 0, "--batch %d: must be positive", f.batch)
+	bad(set("lr") && !(f.lr > 0 && !math.IsInf(f.lr, 0)), "--lr %v: must be a positive number", f.lr)
+	bad(set("log-every") && f.logEvery <= 0, "--log-every %d: must be positive", f.logEvery)
+	bad(f.stepTimeout <= 0, "--step-timeout %v: must be positive (a step without a deadline could wait for ever)", f.stepTimeout)
+	bad(f.waitTimeout <= 0, "--wait-timeout %v: must be positive", f.waitTimeout)
+	bad(f.saveSteps < 0, "--save-checkpoint-steps %d: must not be negative (0: only at the end)", f.saveSteps)
+	bad(f.saveSecs < 0, "--save-checkpoint-secs %d: must not be negative (0: off)", f.saveSecs)
+	bad(f.keepCkpts < 1, "--keep-checkpoints %d: must be at least 1", f.keepCkpts)
+	bad(set("staleness") && f.staleness < 0, "--staleness %d: must not be negative (leave it out for unbounded)", f.staleness)
+	bad(f.replicasToAggregate < 0, "--replicas-to-aggregate %d: must not be negative", f.replicasToAggregate)
+	bad(f.replicasToAggregate > 0 && !f.sync, "--replicas-to-aggregate goes with --sync")
+	bad(set("average-every") && f.averageEvery < 0, "--average-every %d: must not be negative (0 adapts it)", f.averageEvery)
+	bad(f.averageEvery >= 0 && !f.allReduce, "--average-every goes with --allreduce")
+	bad(f.verbose && f.quiet, "--verbose and --quiet: choose one")
+	if f.optimizer != "" {
+		if _, err := train.NewOptimizer(f.optimizer, 0.1); err != nil {
+			errs = append(errs, fmt.Errorf("--optimizer %q: want sgd, momentum, adagrad, rmsprop or adam", f.optimizer))
+		}
+	}
+	switch f.lrScaling {
+	case "none", "linear", "sqrt":
+	default:
+		errs = append(errs, fmt.Errorf("--lr-scaling %q: want none, linear or sqrt", f.lrScaling))
+	}
+	switch f.psStrategy {
+	case "round-robin", "greedy":
+	default:
+		errs = append(errs, fmt.Errorf("--ps-strategy %q: want round-robin or greedy", f.psStrategy))
+	}
+	modes := 0
+	for _, m := range []bool{f.sync, f.staleness >= 0, f.inGraph, f.allReduce} {
+		if m {
+			modes++
+		}
+	}
+	bad(modes > 1, "--sync, --staleness, --in-graph and --allreduce are different strategies: choose one")
+	hosts := f.psHosts != "" || f.workerHosts != "" || f.chiefHosts != "" || f.jobName != ""
+	bad(f.localCluster != "" && hosts, "--local-cluster chooses the cluster itself: drop --ps_hosts/--worker_hosts/--chief_hosts/--job_name")
+	if f.localCluster != "" {
+		var opts []localcluster.ParseOption
+		if f.allReduce {
+			opts = append(opts, localcluster.WithoutPS())
+		}
+		if jobs, err := localcluster.Parse(f.localCluster, opts...); err != nil {
+			errs = append(errs, fmt.Errorf("--local-cluster: %w", err))
+		} else if f.allReduce && jobs.PS > 0 {
+			errs = append(errs, fmt.Errorf("--local-cluster %q: --allreduce trains without ps tasks", f.localCluster))
+		}
+	} else if !hosts && os.Getenv(cluster.EnvVar) == "" {
+		bad(f.sync || f.staleness >= 0, "--sync and --staleness coordinate the workers of a cluster: add --local-cluster or the cluster flags")
+		bad(f.allReduce, "--allreduce needs workers: add --local-cluster worker=2 or --worker_hosts")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if !set("steps") && !set("epochs") {
 		f.steps, f.epochs = d.steps, d.epochs
 	}
-	if f.batch == 0 {
+	if !set("batch") {
 		f.batch = d.batch
 	}
-	if f.lr == 0 {
+	if !set("lr") {
 		f.lr = d.lr
 	}
 	if f.optimizer == "" {
 		f.optimizer = d.optimizer
 	}
-	if f.logEvery == 0 {
+	if !set("log-every") {
 		f.logEvery = d.logEvery
-	}
-	switch {
-	case f.steps < 0 || f.epochs < 0:
-		return fmt.Errorf("--steps and --epochs must not be negative")
-	case f.batch <= 0:
-		return fmt.Errorf("--batch %d: must be positive", f.batch)
-	case f.lr <= 0 || math.IsNaN(f.lr) || math.IsInf(f.lr, 0):
-		return fmt.Errorf("--lr %v: must be a positive number", f.lr)
-	}
-	switch f.lrScaling {
-	case "", "none", "linear", "sqrt":
-	default:
-		return fmt.Errorf("--lr-scaling %q: want none, linear or sqrt", f.lrScaling)
 	}
 	return nil
 }
 
-// averagedBatches is the number of batches that one update averages with
-// reps training tasks (chief and workers): the aggregated replicas of
-// --sync, the ranks of --allreduce (each worker's own steps with
-// --average-every), the towers of --in-graph; 1 for asynchronous training.
-func (f trainFlags) averagedBatches(reps int) int {
+// strategy is the estimator strategy the flags choose.
+func (f trainFlags) strategy() estimator.Strategy {
 	switch {
-	case f.allReduce && f.averageEvery < 0, f.inGraph:
-		return reps
-	case f.sync && f.replicasToAggregate > 0:
-		return f.replicasToAggregate
+	case f.allReduce && f.averageEvery >= 0:
+		return estimator.Averaging{Every: f.averageEvery}
+	case f.allReduce:
+		return estimator.AllReduce{}
 	case f.sync:
-		return reps
+		return estimator.Sync{ReplicasToAggregate: f.replicasToAggregate}
+	case f.staleness >= 0:
+		return estimator.Staleness{Bound: f.staleness}
+	case f.inGraph:
+		return estimator.InGraph{}
 	}
-	return 1
+	return estimator.Async{}
 }
 
 // scaledLR is --lr adapted by --lr-scaling to updates that average k
@@ -219,145 +291,177 @@ func (f trainFlags) scaledLR(k int) float64 {
 	return f.lr
 }
 
-func runTrain(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error {
-	if err := f.applyDefaults(); err != nil {
+// logger is the runtime's log of this process: warnings and errors, every
+// record with --verbose, none with --quiet.
+func (f trainFlags) logger(stderr io.Writer) *slog.Logger {
+	level := slog.LevelWarn
+	switch {
+	case f.verbose:
+		level = slog.LevelInfo
+	case f.quiet:
+		level = slog.LevelError + 1
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stderr io.Writer) error {
+	stopProfiles, err := startProfiles(f.cpuProfile, f.memProfile, stderr)
+	if err != nil {
 		return err
 	}
-	if f.cpuProfile != "" {
-		out, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer out.Close()
-		if err := pprof.StartCPUProfile(out); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	defer stopProfiles()
+	if f.localCluster != "" {
+		return runLocalCluster(ctx, f, fl, stdout, stderr)
 	}
-	if f.memProfile != "" {
-		out, err := os.Create(f.memProfile)
-		if err != nil {
-			return fmt.Errorf("--memprofile: %w", err)
+	spec, self, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, f.jobName, f.taskIndex, stderr)
+	if err != nil {
+		return err
+	}
+	if f.listenFD != 0 { // a socket handed down, as a local cluster does
+		os.Setenv(localcluster.EnvListenFD, strconv.Itoa(f.listenFD))
+	}
+	progress := stderr
+	if f.quiet {
+		progress = io.Discard
+	}
+	cfg := estimator.RunConfig{
+		Cluster: spec, Task: self, Strategy: f.strategy(),
+		ModelDir: f.logdir, CheckpointDir: f.ckptDir, KeepCheckpoints: f.keepCkpts,
+		SaveCheckpointsSteps: int64(f.saveSteps), SaveCheckpointsSecs: time.Duration(f.saveSecs) * time.Second,
+		LogEverySteps: f.logEvery, Seed: int64(f.seed), StepTimeout: f.stepTimeout, WaitTimeout: f.waitTimeout,
+		Logger: f.logger(stderr), Progress: progress, StepDelay: f.stepDelay,
+	}
+	if f.psStrategy == "greedy" {
+		cfg.PSPlacement = placement.GreedyBySize
+	}
+	f.lr = f.scaledLR(cfg.AveragedBatches())
+	opt, err := train.NewOptimizer(f.optimizer, float32(f.lr))
+	if err != nil {
+		return fmt.Errorf("--optimizer: %w", err)
+	}
+	fn, err := models.ModelFn(f.model, models.Config{Seed: f.seed}, opt)
+	if err != nil {
+		return err
+	}
+	est, err := estimator.New(fn, cfg)
+	if err != nil {
+		return err
+	}
+	// A task that only serves (a ps; the other workers of in-graph
+	// replication) needs no data.
+	var ex models.Data
+	var ts estimator.TrainSpec
+	var es estimator.EvalSpec
+	if self.Job != "ps" && (!f.inGraph || cfg.IsChief()) {
+		if ex, err = models.LoadData(f.model, f.dataDir, int64(f.seed), f.steps, f.batch); err != nil {
+			return err
 		}
-		defer func() {
+		feature := models.Feature(f.model)
+		ts = estimator.TrainSpec{Input: ex.TrainInput(feature, f.batch),
+			Stop: estimator.Stop{MaxSteps: int64(f.steps), Epochs: f.epochs, ExamplesPerEpoch: ex.Examples()}}
+		es = estimator.EvalSpec{Input: ex.TestInput(feature, 1000), ExportDir: f.export}
+	} else {
+		ts = estimator.TrainSpec{Input: func(estimator.InputContext) (*estimator.Input, error) {
+			return nil, errors.New("a serving task reads no input")
+		}, Stop: estimator.Stop{MaxSteps: 1}}
+	}
+	res, err := estimator.TrainAndEvaluate(ctx, est, ts, es)
+	if err != nil {
+		return err
+	}
+	if res.Served {
+		return nil
+	}
+	r := result{
+		Model: f.model, Strategy: res.Strategy, Optimizer: f.optimizer, LearningRate: f.lr, Batch: f.batch,
+		Task: res.Task, GlobalStep: res.GlobalStep, LocalSteps: res.LocalSteps, Epochs: res.Epochs, Loss: res.Loss,
+		Data: ex.Source, TrainExamples: ex.Examples(), ExamplesPerSecond: res.ExamplesPerSecond,
+		ClusterExamplesPerSecond: res.ClusterExamplesPerSecond, PSVariables: res.PSVariables, Export: res.Export,
+	}
+	if acc, ok := res.Metrics["accuracy"]; ok {
+		loss := res.Metrics["loss"]
+		r.TestAccuracy, r.TestLoss, r.TestExamples = &acc, &loss, ex.TestX.Shape()[0]
+	}
+	if f.model == "linreg" && res.Chief {
+		w, err := est.VariableValue("linear/W")
+		if err != nil {
+			return err
+		}
+		b, err := est.VariableValue("linear/b")
+		if err != nil {
+			return err
+		}
+		wv, bv := w.Float64At(0), b.Float64At(0)
+		r.W, r.B = &wv, &bv
+	}
+	r.WallSeconds = res.WallSeconds
+	return report(stdout, r, f.jsonOut)
+}
+
+// startProfiles starts the CPU profile and returns what writes the profiles
+// at the end.
+func startProfiles(cpu, mem string, stderr io.Writer) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if cpu != "" {
+		out, err := os.Create(cpu)
+		if err != nil {
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			out.Close()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); out.Close() })
+	}
+	if mem != "" {
+		out, err := os.Create(mem)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("--memprofile: %w", err)
+		}
+		stops = append(stops, func() {
 			if err := pprof.Lookup("allocs").WriteTo(out, 0); err != nil {
 				fmt.Fprintf(stderr, "--memprofile: %v\n", err)
 			}
 			out.Close()
-		}()
+		})
 	}
-	if f.localCluster != "" {
-		counts, err := parseLocalCluster(f.localCluster, f.allReduce)
-		if err != nil {
-			return err
-		}
-		// The tasks are given the scaled rate as their --lr.
-		f.lr = f.scaledLR(f.averagedBatches(counts["chief"] + counts["worker"]))
-		return runLocalCluster(ctx, f, stdout, stderr)
-	}
-	spec, self, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, f.jobName, f.taskIndex)
-	if err != nil {
-		return err
-	}
-	if spec != nil {
-		f.lr = f.scaledLR(f.averagedBatches(len(replicas(spec))))
-	}
-	if spec == nil {
-		if f.allReduce {
-			return errors.New("--allreduce needs workers: add --local-cluster worker=2 or --worker_hosts")
-		}
-		return trainLocal(ctx, f, stdout, stderr)
-	}
+	return stop, nil
+}
+
+// runLocalCluster runs the same command as a local cluster of processes:
+// each task gets this command's flags, without --local-cluster and the
+// profiles, and its place in TF_CONFIG. The chief's output is the run's.
+func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stderr io.Writer) error {
+	var opts []localcluster.ParseOption
 	if f.allReduce {
-		if f.sync || f.inGraph || f.staleness >= 0 {
-			return errors.New("--allreduce is its own kind of synchronous training: drop --sync, --in-graph and --staleness")
+		opts = append(opts, localcluster.WithoutPS())
+	}
+	jobs, err := localcluster.Parse(f.localCluster, opts...)
+	if err != nil {
+		return fmt.Errorf("--local-cluster: %w", err)
+	}
+	args := []string{"train"}
+	fl.Visit(func(fv *pflag.Flag) {
+		switch fv.Name {
+		case "local-cluster", "cpuprofile", "memprofile":
+			return
 		}
-		return trainAllReduce(ctx, f, spec, self, stdout, stderr)
-	}
-	if f.averageEvery >= 0 {
-		return errors.New("--average-every goes with --allreduce")
-	}
-	return trainInCluster(ctx, f, spec, self, stdout, stderr)
-}
-
-// trainLocal trains in this process with a local session.
-func trainLocal(ctx context.Context, f trainFlags, stdout, stderr io.Writer) error {
-	started := time.Now()
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	ex, err := loadExamples(f)
-	if err != nil {
-		return err
-	}
-	s := graph.NewScope()
-	if f.sync || f.staleness >= 0 {
-		return errors.New("--sync and --staleness coordinate the workers of a cluster: add --local-cluster or the cluster flags")
-	}
-	j, err := buildJob(s, f, []string{""}, 1, 0)
-	if err != nil {
-		return err
-	}
-	if err := j.addSaver(s, nil, log); err != nil {
-		return err
-	}
-	sess, err := session.New(s.Graph())
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
-	ms, err := j.monitor(ctx, sess, true, j.initOp, nil, log)
-	if err != nil {
-		return err
-	}
-	it, err := batches(ctx, ex, f, 1, 0)
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	n := ex.trainX.Shape()[0]
-	target := f.targetSteps(n, j.batchesPerStep())
-	log.Info("training", "model", f.model, "data", ex.source, "examples", n, "steps", target,
-		"batch", f.batch, "optimizer", f.optimizer, "lr", f.lr)
-	events, err := openEvents(f.logdir, "local")
-	if err != nil {
-		return err
-	}
-	st, err := j.trainLoop(ctx, ms, []*data.Iterator{it}, target, n, "", stderr, events)
-	if err := closeEvents(events, err); err != nil {
-		return err
-	}
-	if err := ms.Close(ctx); err != nil { // the final checkpoint
-		return err
-	}
-	res, err := j.finalResult(ctx, sess, ex, st, started)
-	if err != nil {
-		return err
-	}
-	return report(stdout, res, f.jsonOut)
-}
-
-// openEvents opens the event file of this process in logdir ("" means no
-// events: a nil writer).
-func openEvents(logdir, suffix string) (*summary.Writer, error) {
-	if logdir == "" {
-		return nil, nil
-	}
-	w, err := summary.NewWriter(logdir, summary.WriterOptions{Suffix: suffix})
-	if err != nil {
-		return nil, fmt.Errorf("--logdir: %w", err)
-	}
-	return w, nil
-}
-
-// closeEvents closes the event writer and returns the training error, or
-// else the writer's.
-func closeEvents(w *summary.Writer, trainErr error) error {
-	if w == nil {
-		return trainErr
-	}
-	if err := w.Close(); err != nil && trainErr == nil {
-		return fmt.Errorf("--logdir: %w", err)
-	}
-	return trainErr
+		args = append(args, "--"+fv.Name+"="+fv.Value.String())
+	})
+	async := f.strategy().String() == estimator.Async{}.String()
+	return localcluster.Run(ctx, localcluster.Config{
+		Jobs: jobs, Args: args, Stdout: stdout, Stderr: stderr, Verbose: f.verbose,
+		// A supervisor restarts a ps that dies when the workers can recover
+		// from it: asynchronous training with checkpoints to restore from.
+		RestartPS:          async && (f.ckptDir != "" || f.logdir != ""),
+		TolerateWorkerLoss: async,
+	})
 }
 
 func report(w io.Writer, r result, asJSON bool) error {
@@ -375,6 +479,9 @@ func report(w io.Writer, r result, asJSON bool) error {
 	default:
 		fmt.Fprintf(w, "%s: global step %d, loss %.4f, %.0f examples/s, %.1f s\n",
 			who, r.GlobalStep, r.Loss, r.ExamplesPerSecond, r.WallSeconds)
+	}
+	if r.Export != "" {
+		fmt.Fprintf(w, "exported the model to %s\n", r.Export)
 	}
 	if !asJSON {
 		return nil
