@@ -134,15 +134,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}
-	c.TailLines = cmp(c.TailLines, DefaultTailLines)
-	c.MaxPSRestarts = cmp(c.MaxPSRestarts, DefaultMaxPSRestarts)
-	c.StopGrace = cmp(c.StopGrace, DefaultStopGrace)
-	c.PSExitGrace = cmp(c.PSExitGrace, DefaultPSExitGrace)
+	c.TailLines = orDefault(c.TailLines, DefaultTailLines)
+	c.MaxPSRestarts = orDefault(c.MaxPSRestarts, DefaultMaxPSRestarts)
+	c.StopGrace = orDefault(c.StopGrace, DefaultStopGrace)
+	c.PSExitGrace = orDefault(c.PSExitGrace, DefaultPSExitGrace)
 	return c, nil
 }
 
-// cmp returns v, or def when v is zero.
-func cmp[T comparable](v, def T) T {
+// orDefault returns v, or def when v is zero.
+func orDefault[T comparable](v, def T) T {
 	var zero T
 	if v == zero {
 		return def

@@ -285,17 +285,30 @@ func TestVerboseShowsEveryTask(t *testing.T) {
 }
 
 // TestFailingChiefStopsEverything: when the chief fails, every task is
-// stopped and Run names the chief and its exit status.
+// stopped and Run names the chief and its exit status, whatever
+// TolerateWorkerLoss says; worker 0 is not the chief when there is a chief
+// job.
 func TestFailingChiefStopsEverything(t *testing.T) {
-	r := start(t, localcluster.Config{Jobs: localcluster.Jobs{PS: 1, Worker: 2}, Args: []string{"chief-fails"}})
-	wantTaskError(t, r.wait(t), "worker", 0, 3)
-	checkTasks(t, r.marker, 0)
-	if got, want := r.stdout.String(), "hello from worker 0\nthe chief's result\n"; got != want {
-		t.Errorf("stdout %q, want %q", got, want)
+	for _, tc := range []struct {
+		jobs  localcluster.Jobs
+		chief string
+	}{
+		{localcluster.Jobs{PS: 1, Worker: 2}, "worker 0"},
+		{localcluster.Jobs{PS: 1, Worker: 2, Chief: 1}, "chief 0"},
+	} {
+		t.Run(tc.chief, func(t *testing.T) {
+			r := start(t, localcluster.Config{Jobs: tc.jobs, Args: []string{"chief-fails"}, TolerateWorkerLoss: true})
+			job, _, _ := strings.Cut(tc.chief, " ")
+			wantTaskError(t, r.wait(t), job, 0, 3)
+			checkTasks(t, r.marker, 0)
+			if got, want := r.stdout.String(), "hello from "+tc.chief+"\nthe chief's result\n"; got != want {
+				t.Errorf("stdout %q, want %q", got, want)
+			}
+			stderr := r.stderr.String()
+			wantIn(t, "stderr", stderr, "["+tc.chief+"] about to fail\n", "local cluster: "+tc.chief+" failed (exit status 3); stopping every task\n")
+			wantNotIn(t, "stderr", stderr, "hello from worker 1", "hello from ps 0")
+		})
 	}
-	stderr := r.stderr.String()
-	wantIn(t, "stderr", stderr, "[worker 0] about to fail\n", "local cluster: worker 0 failed (exit status 3); stopping every task\n")
-	wantNotIn(t, "stderr", stderr, "hello from worker 1", "hello from ps 0")
 }
 
 // TestCancelStopsEverything: cancelling the context stops every task, one
