@@ -1,0 +1,47 @@
+// Package serving serves model exports (package savedmodel) over
+// TensorFlow Serving's REST API, so that clients written for
+// tensorflow_model_server work unchanged.
+//
+//	srv, err := serving.New(serving.Config{BaseDir: "/models/mnist", ModelName: "mnist"})
+//	if err != nil { ... } // no complete version under /models/mnist
+//	ln, err := net.Listen("tcp", "127.0.0.1:8501")
+//	err = srv.Serve(ctx, ln) // until ctx is done, then a graceful shutdown
+//
+//	$ curl -d '{"instances": [[0.1, 0.2, ...]]}' http://127.0.0.1:8501/v1/models/mnist:predict
+//	{"predictions":[[0.01,0.9,...]]}
+//
+// # Endpoints
+//
+//	GET  /v1/models/NAME[/versions/V]             status: {"model_version_status":[...]}
+//	GET  /v1/models/NAME[/versions/V]/metadata    the signature_def "serving_default"
+//	POST /v1/models/NAME[/versions/V]:predict     row ("instances") or columnar ("inputs") format
+//
+// As in TensorFlow Serving, an instance of a single-input model is the bare
+// value of the input, and an object keyed by input name otherwise (always
+// allowed); a single output is answered as bare values, several as objects
+// keyed by output name. The columnar format takes and answers whole tensors.
+// "signature_name" may be given; only "serving_default" exists. Errors are
+// {"error": "..."}: 400 for a malformed or mismatched request (naming the
+// input), 404 for an unknown model or version, 405 for a wrong method, 413
+// for a body over Config.MaxBodyBytes, 500 for an internal failure.
+// float32 outputs are written in the shortest form that parses back to the
+// same float32, so a client gets the exact bits of an in-process prediction;
+// NaN and infinities are written NaN, Infinity and -Infinity as TensorFlow
+// Serving does (these are not standard JSON).
+//
+// # Batching
+//
+// Concurrent predict requests for a model whose inputs and outputs all have
+// a batch dimension are merged along it into one Predict call, up to
+// Config.MaxBatchSize rows or Config.BatchTimeout of waiting; each request
+// gets back exactly its rows. A batch closes early when no other request is
+// on its way, so a lone client does not pay the timeout.
+//
+// # Versions
+//
+// The server serves the newest complete version under Config.BaseDir (as
+// tensorflow_model_server's --model_base_path) and polls the directory; a
+// newer complete version is loaded and takes the new requests, while requests
+// holding the old one finish on it before it is closed. Incomplete and
+// unloadable versions are skipped and logged once.
+package serving

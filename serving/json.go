@@ -1,0 +1,406 @@
+package serving
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/distflow/distflow/savedmodel"
+	"github.com/distflow/distflow/tensor"
+)
+
+// errBadRequest is wrapped by every decoding error: the answer is a 400.
+var errBadRequest = errors.New("bad request")
+
+const defaultSignature = "serving_default"
+
+// request is a decoded predict request.
+type request struct {
+	// rows is true for the row format ("instances"), false for the
+	// columnar one ("inputs").
+	rows   bool
+	n      int // instances in the row format
+	inputs map[string]*tensor.Tensor
+}
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
+}
+
+// decodeRequest parses a predict request body against sig, as TensorFlow
+// Serving's REST API defines it: {"signature_name": ..., "instances": [...]}
+// or {"signature_name": ..., "inputs": ...}. Every error wraps
+// errBadRequest and names the input involved.
+func decodeRequest(body []byte, sig savedmodel.Signature) (*request, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, badRequest("JSON Parse error: %v", err)
+	}
+	if top == nil {
+		return nil, badRequest("the request body must be a JSON object")
+	}
+	if raw, ok := top["signature_name"]; ok {
+		var name string
+		if err := json.Unmarshal(raw, &name); err != nil {
+			return nil, badRequest("'signature_name' must be a string")
+		}
+		if name != defaultSignature && name != "" {
+			return nil, badRequest("Serving signature name: %q not found in signature def (the model has only %q)", name, defaultSignature)
+		}
+	}
+	inst, hasInst := top["instances"]
+	cols, hasCols := top["inputs"]
+	switch {
+	case hasInst && hasCols:
+		return nil, badRequest("Request body may have only one of 'instances' (row format) or 'inputs' (columnar format), not both")
+	case !hasInst && !hasCols:
+		return nil, badRequest("Missing 'instances' or 'inputs' key")
+	}
+	names := sig.InputNames()
+	if hasInst {
+		return decodeInstances(inst, sig, names)
+	}
+	return decodeColumns(cols, sig, names)
+}
+
+func parseAny(raw json.RawMessage) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, badRequest("JSON Parse error: %v", err)
+	}
+	return v, nil
+}
+
+func decodeInstances(raw json.RawMessage, sig savedmodel.Signature, names []string) (*request, error) {
+	v, err := parseAny(raw)
+	if err != nil {
+		return nil, err
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, badRequest("'instances' must be a JSON list")
+	}
+	if len(list) == 0 {
+		return nil, badRequest("'instances' is an empty list")
+	}
+	perInput := map[string][]any{}
+	if _, named := list[0].(map[string]any); named {
+		for i, e := range list {
+			obj, ok := e.(map[string]any)
+			if !ok {
+				return nil, badRequest("instance %d is not a JSON object, as instance 0 is: instances must all have named inputs or all be bare values", i)
+			}
+			for name := range obj {
+				if _, ok := sig.Inputs[name]; !ok {
+					return nil, badRequest("instance %d: unknown input %q (the model's inputs are %s)", i, name, strings.Join(names, ", "))
+				}
+			}
+			for _, name := range names {
+				val, ok := obj[name]
+				if !ok {
+					return nil, badRequest("instance %d: missing input %q", i, name)
+				}
+				perInput[name] = append(perInput[name], val)
+			}
+		}
+	} else {
+		if len(names) != 1 {
+			return nil, badRequest("the model has %d inputs (%s): each instance must be a JSON object keyed by input name", len(names), strings.Join(names, ", "))
+		}
+		perInput[names[0]] = list
+	}
+	req := &request{rows: true, n: len(list), inputs: map[string]*tensor.Tensor{}}
+	for name, vals := range perInput {
+		// The list of instances of one input is a tensor whose first
+		// dimension is the batch: ragged instances are rejected there.
+		t, err := toTensor(name, vals, sig.Inputs[name].DType)
+		if err != nil {
+			return nil, err
+		}
+		req.inputs[name] = t
+	}
+	return req, nil
+}
+
+func decodeColumns(raw json.RawMessage, sig savedmodel.Signature, names []string) (*request, error) {
+	v, err := parseAny(raw)
+	if err != nil {
+		return nil, err
+	}
+	req := &request{inputs: map[string]*tensor.Tensor{}}
+	obj, named := v.(map[string]any)
+	if !named {
+		if len(names) != 1 {
+			return nil, badRequest("the model has %d inputs (%s): 'inputs' must be a JSON object keyed by input name", len(names), strings.Join(names, ", "))
+		}
+		obj = map[string]any{names[0]: v}
+	}
+	for name, val := range obj {
+		ti, ok := sig.Inputs[name]
+		if !ok {
+			return nil, badRequest("unknown input %q (the model's inputs are %s)", name, strings.Join(names, ", "))
+		}
+		t, err := toTensor(name, val, ti.DType)
+		if err != nil {
+			return nil, err
+		}
+		req.inputs[name] = t
+	}
+	for _, name := range names {
+		if _, ok := req.inputs[name]; !ok {
+			return nil, badRequest("missing input %q", name)
+		}
+	}
+	return req, nil
+}
+
+// toTensor converts a JSON value (nested lists of numbers or booleans) to a
+// tensor of dtype dt, rejecting ragged lists and values of another type.
+func toTensor(name string, v any, dt tensor.DType) (*tensor.Tensor, error) {
+	var shape []int
+	for x := v; ; {
+		l, ok := x.([]any)
+		if !ok {
+			break
+		}
+		shape = append(shape, len(l))
+		if len(shape) > 32 {
+			return nil, badRequest("input %q: more than 32 nested lists", name)
+		}
+		if len(l) == 0 {
+			break
+		}
+		x = l[0]
+	}
+	n := tensor.NumElements(shape)
+	t := tensor.New(dt, shape...)
+	i := 0
+	var walk func(x any, depth int, path []int) error
+	walk = func(x any, depth int, path []int) error {
+		if depth < len(shape) {
+			l, ok := x.([]any)
+			if !ok || len(l) != shape[depth] {
+				got := "a scalar"
+				if ok {
+					got = fmt.Sprintf("a list of %d", len(l))
+				}
+				return badRequest("input %q: ragged value: the element at %v is %s, want a list of %d (all lists at one depth must have the same length)", name, path, got, shape[depth])
+			}
+			for j, e := range l {
+				if err := walk(e, depth+1, append(path, j)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if _, isList := x.([]any); isList {
+			return badRequest("input %q: ragged value: the element at %v is a list, want a scalar of type %v", name, path, dt)
+		}
+		if err := setElem(t, i, x, dt); err != nil {
+			return badRequest("input %q: element %v: %v", name, path, err)
+		}
+		i++
+		return nil
+	}
+	if err := walk(v, 0, nil); err != nil {
+		return nil, err
+	}
+	if i != n {
+		return nil, badRequest("input %q: %d elements for shape %v", name, i, shape)
+	}
+	return t, nil
+}
+
+func setElem(t *tensor.Tensor, i int, x any, dt tensor.DType) error {
+	if dt == tensor.Bool {
+		b, ok := x.(bool)
+		if !ok {
+			return fmt.Errorf("%s is not a boolean (the input is %v)", jsonKind(x), dt)
+		}
+		t.Bools()[i] = b
+		return nil
+	}
+	num, ok := x.(json.Number)
+	if !ok {
+		return fmt.Errorf("%s is not a number (the input is %v)", jsonKind(x), dt)
+	}
+	s := string(num)
+	switch dt {
+	case tensor.Float32:
+		f, err := strconv.ParseFloat(s, 32)
+		if err != nil {
+			return fmt.Errorf("%s is out of the range of float32", s)
+		}
+		t.Float32s()[i] = float32(f)
+	case tensor.Float64:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%s is out of the range of float64", s)
+		}
+		t.Float64s()[i] = f
+	case tensor.Int32, tensor.Int64, tensor.Uint8:
+		bits := map[tensor.DType]int{tensor.Int32: 32, tensor.Int64: 64, tensor.Uint8: 8}[dt]
+		if dt == tensor.Uint8 {
+			u, err := strconv.ParseUint(s, 10, bits)
+			if err != nil {
+				return fmt.Errorf("%s is not a %v", s, dt)
+			}
+			t.Uint8s()[i] = uint8(u)
+			return nil
+		}
+		v, err := strconv.ParseInt(s, 10, bits)
+		if err != nil {
+			return fmt.Errorf("%s is not an %v", s, dt)
+		}
+		if dt == tensor.Int32 {
+			t.Int32s()[i] = int32(v)
+		} else {
+			t.Int64s()[i] = v
+		}
+	default:
+		return fmt.Errorf("dtype %v is not supported over JSON", dt)
+	}
+	return nil
+}
+
+func jsonKind(x any) string {
+	switch x.(type) {
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case map[string]any:
+		return "an object"
+	case nil:
+		return "null"
+	}
+	return "a number"
+}
+
+// appendTensor appends t as nested JSON lists. float32 values get the
+// shortest decimal form that reads back as the same float32, so a client
+// parsing them as float32 gets the exact bits; NaN and infinities are written
+// NaN, Infinity and -Infinity, as TensorFlow Serving does.
+func appendTensor(b []byte, t *tensor.Tensor) []byte {
+	return appendElems(b, t, t.Shape(), 0)
+}
+
+// appendRow appends row i of t (a tensor of rank >= 1).
+func appendRow(b []byte, t *tensor.Tensor, i int) []byte {
+	per := tensor.NumElements(t.Shape()[1:])
+	return appendElems(b, t, t.Shape()[1:], i*per)
+}
+
+func appendElems(b []byte, t *tensor.Tensor, shape []int, off int) []byte {
+	if len(shape) == 0 {
+		return appendScalar(b, t, off)
+	}
+	per := tensor.NumElements(shape[1:])
+	b = append(b, '[')
+	for j := range shape[0] {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = appendElems(b, t, shape[1:], off+j*per)
+	}
+	return append(b, ']')
+}
+
+func appendScalar(b []byte, t *tensor.Tensor, i int) []byte {
+	switch t.DType() {
+	case tensor.Float32:
+		return appendFloat(b, float64(t.Float32s()[i]), 32)
+	case tensor.Float64:
+		return appendFloat(b, t.Float64s()[i], 64)
+	case tensor.Int32:
+		return strconv.AppendInt(b, int64(t.Int32s()[i]), 10)
+	case tensor.Int64:
+		return strconv.AppendInt(b, t.Int64s()[i], 10)
+	case tensor.Uint8:
+		return strconv.AppendUint(b, uint64(t.Uint8s()[i]), 10)
+	case tensor.Bool:
+		return strconv.AppendBool(b, t.Bools()[i])
+	}
+	return append(b, "null"...)
+}
+
+// appendFloat writes f as encoding/json does for a float of the given size.
+func appendFloat(b []byte, f float64, bits int) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(b, "NaN"...)
+	case math.IsInf(f, 1):
+		return append(b, "Infinity"...)
+	case math.IsInf(f, -1):
+		return append(b, "-Infinity"...)
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21)) {
+		format = 'e'
+	}
+	return strconv.AppendFloat(b, f, format, -1, bits)
+}
+
+// encodeResponse writes the predict answer for req: {"predictions": [...]}
+// in the row format (one entry per instance: the bare value with a single
+// output, an object keyed by output name with several), {"outputs": ...} in
+// the columnar one (the bare tensor or an object of tensors).
+func encodeResponse(req *request, out map[string]*tensor.Tensor) ([]byte, error) {
+	names := make([]string, 0, len(out))
+	for k := range out {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, 256)
+	if !req.rows {
+		b = append(b, `{"outputs":`...)
+		if len(names) == 1 {
+			b = appendTensor(b, out[names[0]])
+		} else {
+			b = append(b, '{')
+			for i, name := range names {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendQuote(b, name)
+				b = append(b, ':')
+				b = appendTensor(b, out[name])
+			}
+			b = append(b, '}')
+		}
+		return append(b, "}\n"...), nil
+	}
+	for _, name := range names {
+		if s := out[name].Shape(); len(s) == 0 || s[0] != req.n {
+			return nil, fmt.Errorf("output %q has shape %v: the row format ('instances') needs every output to have %d rows (use the columnar format, 'inputs')", name, s, req.n)
+		}
+	}
+	b = append(b, `{"predictions":[`...)
+	for r := range req.n {
+		if r > 0 {
+			b = append(b, ',')
+		}
+		if len(names) == 1 {
+			b = appendRow(b, out[names[0]], r)
+			continue
+		}
+		b = append(b, '{')
+		for i, name := range names {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendQuote(b, name)
+			b = append(b, ':')
+			b = appendRow(b, out[name], r)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}\n"...), nil
+}

@@ -1,0 +1,554 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distflow/distflow/savedmodel"
+	"github.com/distflow/distflow/tensor"
+)
+
+// ErrNoVersion is wrapped by New's error when the base directory holds no
+// complete version to serve.
+var ErrNoVersion = errors.New("serving: no servable version")
+
+// Config configures a Server. The zero value of every field but BaseDir
+// means its default.
+type Config struct {
+	// BaseDir holds the numbered versions of the model (as
+	// savedmodel.WriteVersion writes them); the newest complete one is served.
+	BaseDir string
+	// ModelName is the NAME of /v1/models/NAME (default "default").
+	ModelName string
+	// DisableBatching makes every request a Predict call of its own.
+	DisableBatching bool
+	// MaxBatchSize is the most rows merged into one Predict call (default 64).
+	MaxBatchSize int
+	// BatchTimeout is the longest a request waits for others to join its
+	// batch (default 2ms). A batch also closes as soon as no other request
+	// is on its way.
+	BatchTimeout time.Duration
+	// BatchThreads is how many batches may run at once (default GOMAXPROCS).
+	BatchThreads int
+	// PollInterval is how often BaseDir is checked for a newer version
+	// (default 1s; negative: never, Poll only).
+	PollInterval time.Duration
+	// MaxBodyBytes bounds a request body (default 32 MiB); a larger one is
+	// answered 413.
+	MaxBodyBytes int64
+	// Logger receives version changes and load failures (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.ModelName == "" {
+		c.ModelName = "default"
+	}
+	if c.MaxBatchSize == 0 {
+		c.MaxBatchSize = 64
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = 2 * time.Millisecond
+	}
+	if c.BatchThreads == 0 {
+		c.BatchThreads = runtime.GOMAXPROCS(0)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the first invalid field, by name.
+func (c Config) Validate() error {
+	switch {
+	case c.BaseDir == "":
+		return errors.New("serving: config: BaseDir is empty")
+	case strings.ContainsAny(c.ModelName, "/:"):
+		return fmt.Errorf("serving: config: ModelName %q may not contain '/' or ':'", c.ModelName)
+	case c.MaxBatchSize < 0:
+		return fmt.Errorf("serving: config: MaxBatchSize is %d, want > 0", c.MaxBatchSize)
+	case c.BatchTimeout < 0:
+		return fmt.Errorf("serving: config: BatchTimeout is %v, want > 0", c.BatchTimeout)
+	case c.BatchThreads < 0:
+		return fmt.Errorf("serving: config: BatchThreads is %d, want > 0", c.BatchThreads)
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("serving: config: MaxBodyBytes is %d, want > 0", c.MaxBodyBytes)
+	}
+	return nil
+}
+
+// servable is one loaded version. Requests hold a reference while they use
+// it; a retired servable is closed when its last reference is released.
+type servable struct {
+	version   int64
+	pred      *savedmodel.Predictor
+	batcher   *batcher // nil: no batching
+	names     []string // input names, sorted
+	batchable bool     // every input and output has a batch dimension
+
+	mu      sync.Mutex
+	refs    int
+	retired bool
+	closed  chan struct{}
+}
+
+func (sv *servable) release() {
+	sv.mu.Lock()
+	sv.refs--
+	last := sv.refs == 0 && sv.retired
+	sv.mu.Unlock()
+	if last {
+		sv.close()
+	}
+}
+
+func (sv *servable) retire() {
+	sv.mu.Lock()
+	sv.retired = true
+	last := sv.refs == 0
+	sv.mu.Unlock()
+	if last {
+		sv.close()
+	}
+}
+
+func (sv *servable) close() {
+	if sv.batcher != nil {
+		sv.batcher.close()
+	}
+	sv.pred.Close()
+	close(sv.closed)
+}
+
+// Server serves one model over TensorFlow Serving's REST API: the newest
+// complete version under Config.BaseDir, switching to a newer one when it
+// appears. It is an http.Handler; Serve runs it on a listener with the
+// polling loop. It is safe for concurrent use.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	pollMu sync.Mutex       // serialises Poll
+	logged map[int64]string // versions whose failure was logged, with the message
+	mu     sync.Mutex       // guards cur and closed
+	cur    *servable        // the version requests go to
+	closed bool
+}
+
+// New loads the newest complete version under cfg.BaseDir and returns a
+// server for it. It fails, wrapping ErrNoVersion, when there is none; the
+// error names the directory.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, log: cfg.Logger, logged: map[int64]string{}}
+	if err := s.Poll(context.Background()); err != nil {
+		return nil, err
+	}
+	if s.cur == nil {
+		return nil, fmt.Errorf("serving: %s holds no complete model version (export one with savedmodel.WriteVersion; a version is a numbered directory with a model.json): %w", cfg.BaseDir, ErrNoVersion)
+	}
+	return s, nil
+}
+
+// Version returns the version being served.
+func (s *Server) Version() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return 0
+	}
+	return s.cur.version
+}
+
+// Poll checks BaseDir now and, if a complete version newer than the served
+// one loads, switches to it: requests already holding the old version finish
+// on it, and it is closed after the last. A version that is incomplete or
+// fails to load is skipped and logged once (it is checked again at the next
+// poll, in case it was being copied). Poll returns an error only when BaseDir
+// cannot be listed.
+func (s *Server) Poll(ctx context.Context) error {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	st, err := savedmodel.Scan(s.cfg.BaseDir)
+	if err != nil {
+		return fmt.Errorf("serving: polling for versions: %w", err)
+	}
+	current := s.Version()
+	for i := len(st) - 1; i >= 0 && st[i].Version > current; i-- {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		v := st[i]
+		if v.Err != nil {
+			s.logOnce(v.Version, "serving: ignoring an incomplete version", v.Err)
+			continue
+		}
+		sv, err := s.load(v.Version, v.Dir)
+		if err != nil {
+			s.logOnce(v.Version, "serving: cannot load a version", err)
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			sv.retire()
+			return nil
+		}
+		old := s.cur
+		s.cur = sv
+		s.mu.Unlock()
+		delete(s.logged, v.Version)
+		if old != nil {
+			s.log.Info("serving: switched version", "model", s.cfg.ModelName, "from", old.version, "to", v.Version, "dir", v.Dir)
+			old.retire()
+		} else {
+			s.log.Info("serving: loaded version", "model", s.cfg.ModelName, "version", v.Version, "dir", v.Dir)
+		}
+		return nil
+	}
+	return nil
+}
+
+func (s *Server) logOnce(version int64, msg string, err error) {
+	if s.logged[version] == err.Error() {
+		return
+	}
+	s.logged[version] = err.Error()
+	s.log.Warn(msg, "model", s.cfg.ModelName, "version", version, "err", err)
+}
+
+func (s *Server) load(version int64, dir string) (*servable, error) {
+	p, err := savedmodel.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	sig := p.Signature()
+	sv := &servable{version: version, pred: p, names: sig.InputNames(), batchable: true, closed: make(chan struct{})}
+	for _, m := range []map[string]savedmodel.TensorInfo{sig.Inputs, sig.Outputs} {
+		for _, ti := range m {
+			if ti.Shape.Rank() < 1 || ti.Shape.Dim(0) >= 0 {
+				sv.batchable = false
+			}
+		}
+	}
+	if !s.cfg.DisableBatching && sv.batchable {
+		sv.batcher = newBatcher(p, s.cfg.MaxBatchSize, s.cfg.BatchTimeout, s.cfg.BatchThreads)
+	}
+	return sv, nil
+}
+
+// acquire returns the served version with a reference the caller releases.
+func (s *Server) acquire() *servable {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.cur == nil {
+		return nil
+	}
+	sv := s.cur
+	sv.mu.Lock()
+	sv.refs++
+	sv.mu.Unlock()
+	return sv
+}
+
+// Close stops serving: later requests get 503, and the loaded version is
+// closed once the requests using it end. Close does not wait for them.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	sv := s.cur
+	s.cur, s.closed = nil, true
+	s.mu.Unlock()
+	if sv != nil {
+		sv.retire()
+	}
+	return nil
+}
+
+// Serve serves HTTP on ln and polls BaseDir every PollInterval until ctx is
+// done; it then shuts the HTTP server down gracefully (in-flight requests
+// finish, for at most shutdownGrace), closes the server and returns nil. It
+// returns early with the error of a failing listener.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	var tick <-chan time.Time
+	if s.cfg.PollInterval > 0 {
+		t := time.NewTicker(s.cfg.PollInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-tick:
+			if err := s.Poll(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("serving: poll failed", "err", err)
+			}
+		case err := <-errc:
+			s.Close()
+			return fmt.Errorf("serving: %w", err)
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+			err := hs.Shutdown(sctx)
+			cancel()
+			s.Close()
+			if err != nil {
+				return fmt.Errorf("serving: shutting down: %w", err)
+			}
+			return nil
+		}
+	}
+}
+
+const shutdownGrace = 10 * time.Second
+
+// httpError is an answer other than 200: a status and TF Serving's
+// {"error": message}.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func writeError(w http.ResponseWriter, e *httpError) {
+	b := []byte(`{"error":`)
+	b = strconv.AppendQuote(b, e.msg)
+	writeJSON(w, e.status, append(b, "}\n"...))
+}
+
+// route is a parsed /v1/models/... path.
+type route struct {
+	name    string
+	version int64  // 0: the served one
+	verb    string // "", "metadata", "predict"
+}
+
+// parsePath splits /v1/models/NAME[/versions/V][/metadata|:predict].
+func parsePath(p string) (route, bool) {
+	rest, ok := strings.CutPrefix(p, "/v1/models/")
+	if !ok || rest == "" {
+		return route{}, false
+	}
+	var r route
+	if i := strings.LastIndexByte(rest, ':'); i >= 0 && !strings.Contains(rest[i:], "/") {
+		r.verb = rest[i+1:]
+		if r.verb != "predict" {
+			return route{}, false
+		}
+		rest = rest[:i]
+	}
+	parts := strings.Split(rest, "/")
+	if r.verb == "" && len(parts) > 1 && parts[len(parts)-1] == "metadata" {
+		r.verb = "metadata"
+		parts = parts[:len(parts)-1]
+	}
+	switch {
+	case len(parts) == 1:
+	case len(parts) == 3 && parts[1] == "versions":
+		v, err := strconv.ParseInt(parts[2], 10, 64)
+		if err != nil || v <= 0 {
+			return route{}, false
+		}
+		r.version = v
+	default:
+		return route{}, false
+	}
+	if parts[0] == "" {
+		return route{}, false
+	}
+	r.name = parts[0]
+	return r, true
+}
+
+// ServeHTTP answers the REST API. A panic in a handler is answered 500.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("serving: handler panicked", "path", r.URL.Path, "panic", p)
+			writeError(w, &httpError{http.StatusInternalServerError, fmt.Sprintf("internal error: %v", p)})
+		}
+	}()
+	rt, ok := parsePath(r.URL.Path)
+	if !ok {
+		writeError(w, &httpError{http.StatusNotFound, fmt.Sprintf("Malformed request: %s %s (want /v1/models/NAME[/versions/V][/metadata|:predict])", r.Method, r.URL.Path)})
+		return
+	}
+	want := http.MethodGet
+	if rt.verb == "predict" {
+		want = http.MethodPost
+	}
+	if r.Method != want {
+		w.Header().Set("Allow", want)
+		writeError(w, &httpError{http.StatusMethodNotAllowed, fmt.Sprintf("Method %s not allowed on %s (use %s)", r.Method, r.URL.Path, want)})
+		return
+	}
+	sv, herr := s.servableFor(rt)
+	if herr != nil {
+		writeError(w, herr)
+		return
+	}
+	defer sv.release()
+	var body []byte
+	switch rt.verb {
+	case "":
+		body = statusBody(sv.version)
+	case "metadata":
+		body = metadataBody(s.cfg.ModelName, sv.version, sv.pred.Signature())
+	case "predict":
+		body, herr = s.predict(w, r, sv)
+	}
+	if herr != nil {
+		writeError(w, herr)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Server) servableFor(rt route) (*servable, *httpError) {
+	spec := fmt.Sprintf("Latest(%s)", rt.name)
+	if rt.version != 0 {
+		spec = fmt.Sprintf("Specific(%s, %d)", rt.name, rt.version)
+	}
+	if rt.name != s.cfg.ModelName {
+		return nil, &httpError{http.StatusNotFound, "Servable not found for request: " + spec}
+	}
+	sv := s.acquire()
+	if sv == nil {
+		return nil, &httpError{http.StatusServiceUnavailable, "the server is shutting down"}
+	}
+	if rt.version != 0 && rt.version != sv.version {
+		sv.release()
+		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("Servable not found for request: %s (version %d is served)", spec, sv.version)}
+	}
+	return sv, nil
+}
+
+func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable) ([]byte, *httpError) {
+	batched := sv.batcher != nil
+	if batched {
+		sv.batcher.incoming.Add(1)
+	}
+	submitted := false
+	defer func() {
+		if batched && !submitted {
+			sv.batcher.incoming.Add(-1)
+		}
+	}()
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit)}
+		}
+		return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err)}
+	}
+	sig := sv.pred.Signature()
+	req, err := decodeRequest(raw, sig)
+	if err != nil {
+		return nil, &httpError{http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")}
+	}
+	if err := sv.pred.CheckInputs(req.inputs); err != nil {
+		return nil, &httpError{http.StatusBadRequest, strings.TrimPrefix(err.Error(), "savedmodel: ")}
+	}
+	var out map[string]*tensor.Tensor
+	if key, rows, ok := batchKey(req.inputs, sv.names); batched && ok && rows <= s.cfg.MaxBatchSize {
+		submitted = true
+		out, err = sv.batcher.submit(r.Context(), &batchItem{inputs: req.inputs, rows: rows, key: key, done: make(chan batchResult, 1)})
+	} else {
+		out, err = sv.pred.Predict(r.Context(), req.inputs)
+	}
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, savedmodel.ErrBadInput) {
+			status = http.StatusBadRequest
+		}
+		return nil, &httpError{status, strings.TrimPrefix(err.Error(), "savedmodel: ")}
+	}
+	body, err := encodeResponse(req, out)
+	if err != nil {
+		return nil, &httpError{http.StatusBadRequest, err.Error()}
+	}
+	return body, nil
+}
+
+func statusBody(version int64) []byte {
+	return fmt.Appendf(nil, `{"model_version_status":[{"version":"%d","state":"AVAILABLE","status":{"error_code":"OK","error_message":""}}]}`+"\n", version)
+}
+
+var tfDTypes = map[tensor.DType]string{
+	tensor.Float32: "DT_FLOAT", tensor.Float64: "DT_DOUBLE", tensor.Int32: "DT_INT32",
+	tensor.Int64: "DT_INT64", tensor.Bool: "DT_BOOL", tensor.Uint8: "DT_UINT8",
+}
+
+// metadataBody is TF Serving's GetModelMetadata answer: the signature_def
+// map with the one signature, serving_default.
+func metadataBody(name string, version int64, sig savedmodel.Signature) []byte {
+	b := []byte(`{"model_spec":{"name":`)
+	b = strconv.AppendQuote(b, name)
+	b = fmt.Appendf(b, `,"signature_name":"","version":"%d"},"metadata":{"signature_def":{"signature_def":{"serving_default":{`, version)
+	for i, part := range []struct {
+		key   string
+		infos map[string]savedmodel.TensorInfo
+		names []string
+	}{{"inputs", sig.Inputs, sig.InputNames()}, {"outputs", sig.Outputs, sig.OutputNames()}} {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, part.key...)
+		b = append(b, `":{`...)
+		for j, n := range part.names {
+			ti := part.infos[n]
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendQuote(b, n)
+			b = append(b, `:{"dtype":"`...)
+			b = append(b, tfDTypes[ti.DType]...)
+			b = append(b, `","tensor_shape":{`...)
+			if ti.Shape.KnownRank() {
+				b = append(b, `"dim":[`...)
+				for k, d := range ti.Shape.Dims() {
+					if k > 0 {
+						b = append(b, ',')
+					}
+					b = fmt.Appendf(b, `{"size":"%d","name":""}`, d)
+				}
+				b = append(b, `],"unknown_rank":false},"name":`...)
+			} else {
+				b = append(b, `"dim":[],"unknown_rank":true},"name":`...)
+			}
+			b = strconv.AppendQuote(b, ti.Name)
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	return append(b, `,"method_name":"tensorflow/serving/predict"}}}}}`+"\n"...)
+}
