@@ -63,8 +63,8 @@ type Config struct {
 	// the task ("[worker 0] "), Run's own lines ("local cluster: ..."),
 	// and the other tasks' output, prefixed, when Verbose is set or when
 	// that task fails. Nil means os.Stderr. Run writes to Stdout and
-	// Stderr one whole line per Write call, from several goroutines but
-	// never two at once.
+	// Stderr one line per Write call (lines longer than 1 MiB in pieces),
+	// from several goroutines but never two at once.
 	Stderr io.Writer
 
 	// Verbose shows every task's output on Stderr, and a line per task
