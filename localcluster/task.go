@@ -40,7 +40,8 @@ var listenerTaken struct {
 // listening itself, so that no other process can take the address between
 // Run choosing it and the task using it, and so that a restarted ps serves
 // on its predecessor's socket. Connections already queued on the socket are
-// closed first (see dropPending). The caller owns the listener; only the
+// closed first: they were made for a predecessor, and their clients see
+// them closed and connect again. The caller owns the listener; only the
 // first call returns it, later ones return ErrListenerTaken. It is safe for
 // concurrent use.
 func Listener() (net.Listener, error) {
