@@ -41,5 +41,6 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newTrainCommand())
 	root.AddCommand(newServerCommand())
 	root.AddCommand(newStatusCommand())
+	root.AddCommand(newServeCommand())
 	return root
 }

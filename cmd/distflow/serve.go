@@ -1,0 +1,81 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/distflow/distflow/serving"
+)
+
+func newServeCommand() *cobra.Command {
+	var (
+		modelDir, name, host string
+		port                 int
+		batching             bool
+		maxBatch             int
+		batchTimeout, poll   time.Duration
+		maxBody              int64
+	)
+	cmd := &cobra.Command{
+		Use:   "serve --model-dir DIR --port P",
+		Short: "Serve a model export over TensorFlow Serving's REST API",
+		Long: `Serve the newest complete version under --model-dir (numbered directories written
+by savedmodel.WriteVersion, as tensorflow_model_server's --model_base_path) over TensorFlow
+Serving's REST API, switching to newer versions as they appear. One line with the URL is
+printed when the server is ready; it serves until SIGINT or SIGTERM.`,
+		Example: `  distflow serve --model-dir /models/mnist --port 8501 --model-name mnist
+  curl -d '{"instances": [[0.1, ...]]}' http://127.0.0.1:8501/v1/models/mnist:predict`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case modelDir == "":
+				return errors.New("serve: --model-dir is required")
+			case port < 0 || port > 65535:
+				return fmt.Errorf("serve: bad --port %d: want 0 to 65535 (0 picks a free port)", port)
+			case maxBatch <= 0:
+				return fmt.Errorf("serve: bad --max-batch-size %d: it must be positive", maxBatch)
+			case batchTimeout <= 0:
+				return fmt.Errorf("serve: bad --batch-timeout %v: it must be positive", batchTimeout)
+			case poll <= 0:
+				return fmt.Errorf("serve: bad --poll-interval %v: it must be positive", poll)
+			case maxBody <= 0:
+				return fmt.Errorf("serve: bad --max-body-bytes %d: it must be positive", maxBody)
+			case name == "":
+				return errors.New("serve: --model-name is empty")
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			srv, err := serving.New(serving.Config{
+				BaseDir: modelDir, ModelName: name, DisableBatching: !batching,
+				MaxBatchSize: maxBatch, BatchTimeout: batchTimeout, PollInterval: poll,
+				MaxBodyBytes: maxBody, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				srv.Close()
+				return fmt.Errorf("serve: --host %s --port %d: %w", host, port, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "serving model %q version %d at http://%s/v1/models/%s\n", name, srv.Version(), ln.Addr(), name)
+			return srv.Serve(cmd.Context(), ln)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&modelDir, "model-dir", "", "base directory of the model's numbered versions (required)")
+	f.IntVar(&port, "port", 8501, "TCP port of the REST API (0: a free port)")
+	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
+	f.StringVar(&name, "model-name", "default", "the NAME of /v1/models/NAME")
+	f.BoolVar(&batching, "enable-batching", true, "merge concurrent requests into batches")
+	f.IntVar(&maxBatch, "max-batch-size", 64, "most rows in one batch")
+	f.DurationVar(&batchTimeout, "batch-timeout", 2*time.Millisecond, "longest a request waits for a batch to fill")
+	f.DurationVar(&poll, "poll-interval", time.Second, "how often --model-dir is checked for a new version")
+	f.Int64Var(&maxBody, "max-body-bytes", 32<<20, "largest request body accepted")
+	return cmd
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/savedmodel"
+	"github.com/distflow/distflow/savedmodel/savedmodeltest"
+	"github.com/distflow/distflow/tensor"
+)
+
+func TestServePredictsAndStopsOnSIGTERM(t *testing.T) {
+	b, err := savedmodeltest.MLP(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	base := t.TempDir()
+	_, dir, err := savedmodel.WriteVersion(base, b.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := savedmodel.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	cmd := exec.Command(binary, "serve", "--model_dir", base, "--port", "0", "--model-name", "mlp", "--batch-timeout", "1ms")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		io.Copy(io.Discard, stdout)
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no URL line from distflow serve; stderr:\n%s", stderr.String())
+	}
+	m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/v1/models/mlp)$`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("first line %q does not give the URL; stderr:\n%s", line, stderr.String())
+	}
+	url := m[1]
+
+	imgs := savedmodeltest.Images(3, 9)
+	want, err := p.Predict(context.Background(), map[string]*tensor.Tensor{"images": imgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([]string, 3)
+	for i := range rows {
+		vals := make([]string, 784)
+		for j, v := range imgs.Float32s()[i*784 : (i+1)*784] {
+			vals[j] = strconv.FormatFloat(float64(v), 'g', -1, 32)
+		}
+		rows[i] = "[" + strings.Join(vals, ",") + "]"
+	}
+	resp, err := http.Post(url+":predict", "application/json", strings.NewReader(`{"instances":[`+strings.Join(rows, ",")+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Predictions []struct {
+			Probabilities []json.Number `json:"probabilities"`
+			Classes       int32         `json:"classes"`
+		} `json:"predictions"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(got.Predictions) != 3 {
+		t.Fatalf("predict: status %d, %v, %+v", resp.StatusCode, err, got)
+	}
+	for i, pr := range got.Predictions {
+		if pr.Classes != want["classes"].Int32s()[i] {
+			t.Errorf("row %d: class %d, want %d", i, pr.Classes, want["classes"].Int32s()[i])
+		}
+		for j, n := range pr.Probabilities {
+			f, err := strconv.ParseFloat(string(n), 32)
+			if w := want["probabilities"].Float32s()[i*10+j]; err != nil || math.Float32bits(float32(f)) != math.Float32bits(w) {
+				t.Fatalf("row %d, probability %d: %s, want the bits of %v", i, j, n, w)
+			}
+		}
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("distflow serve after SIGTERM: %v (want exit status 0); stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("distflow serve did not exit after SIGTERM")
+	}
+}
+
+func TestServeRejectsBadFlags(t *testing.T) {
+	empty := t.TempDir()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--port", "0"}, "--model-dir is required"},
+		{[]string{"serve", "--model-dir", empty, "--port", "70000"}, "--port 70000"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0", "--max-batch-size", "0"}, "--max-batch-size"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0", "--batch-timeout", "-1ms"}, "--batch-timeout"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0", "--poll-interval", "0s"}, "--poll-interval"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0", "--max_body_bytes", "0"}, "--max-body-bytes"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0"}, "no complete model version"},
+		{[]string{"serve", "--model-dir", filepath.Join(empty, "nope"), "--port", "0"}, "does not exist"},
+	}
+	for _, c := range cases {
+		_, stderr, err := run(t, c.args...)
+		if err == nil || !strings.Contains(stderr, c.want) {
+			t.Errorf("distflow %s: err %v, stderr %q; want a failure mentioning %q", strings.Join(c.args, " "), err, stderr, c.want)
+		}
+	}
+}
