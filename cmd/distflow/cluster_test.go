@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -134,7 +133,7 @@ func startTestTask(t testing.TB, name string, l *os.File, args ...string) *task 
 	tk := &task{name: name, seen: make(chan string, 10000), done: make(chan error, 1)}
 	tk.cmd = exec.Command(binary, append(args, "-v", "--listen-fd", "3")...)
 	tk.cmd.ExtraFiles = []*os.File{l}
-	tk.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	tk.cmd.SysProcAttr = childAttrs()
 	stderr, err := tk.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -323,7 +322,7 @@ func tail(s string, n int) string {
 func TestLocalClusterRestartsADeadPS(t *testing.T) {
 	cmd := exec.Command(binary, "train", "-v", "--model", "mlp", "--data", "embedded", "--epochs", "10", "--lr", "0.1",
 		"--local-cluster", "ps=1,worker=2", "--checkpoint-dir", t.TempDir(), "--save-checkpoint-steps", "100", "--json")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttrs()
 	var stdout strings.Builder
 	cmd.Stdout = &stdout
 	lines := startStreaming(t, cmd)
@@ -343,7 +342,8 @@ func TestLocalClusterRestartsADeadPS(t *testing.T) {
 				psPID, _ = strconv.Atoi(m[1])
 			}
 			if !killed && psPID > 0 && strings.Contains(line, "saved a checkpoint") {
-				if err := syscall.Kill(psPID, syscall.SIGKILL); err != nil {
+				p, _ := os.FindProcess(psPID)
+				if err := p.Kill(); err != nil {
 					t.Fatal(err)
 				}
 				killed = true
