@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/distflow/distflow/internal/suggest"
 )
 
 // The keys of TF_CONFIG, by what distflow does with them.
@@ -51,7 +53,7 @@ func TFConfigWarnings(js string) []string {
 	if cl, ok := lastField(top, "cluster"); ok {
 		if fs, ok := objectFields(cl); ok {
 			for _, f := range fs {
-				if m := nearest(f.name, tfJobs); m != "" && !slices.Contains(tfJobs, f.name) {
+				if m := suggest.Nearest(f.name, tfJobs); m != "" && !slices.Contains(tfJobs, f.name) {
 					ws = append(ws, fmt.Sprintf("TF_CONFIG: job %q in \"cluster\" is not one of TensorFlow's (%s): did you mean %q?", f.name, strings.Join(tfJobs, ", "), m))
 				}
 			}
@@ -88,7 +90,7 @@ func fieldWarnings(prefix string, fs []field, read, quiet, ignored []string) []s
 			ws = append(ws, fmt.Sprintf("TF_CONFIG: field %q is read as %q, but TensorFlow would not read it: write %q", prefix+f.name, prefix+r, prefix+r))
 		default:
 			hint := ""
-			if m := nearest(f.name, known); m != "" {
+			if m := suggest.Nearest(f.name, known); m != "" {
 				hint = fmt.Sprintf(" (did you mean %q?)", prefix+m)
 			}
 			ws = append(ws, fmt.Sprintf("TF_CONFIG: unknown field %q%s; distflow reads %s", prefix+f.name, hint, reads))
@@ -117,7 +119,7 @@ func misspelling(js, parent, want, fallback string) string {
 		known = append(append([]string(nil), taskRead...), taskQuiet...)
 	}
 	for _, f := range fs {
-		if !slices.Contains(known, f.name) && nearest(strings.ToLower(f.name), known) == want {
+		if !slices.Contains(known, f.name) && suggest.Nearest(strings.ToLower(f.name), known) == want {
 			return fmt.Sprintf("(there is a field %q: did you mean %q?)", f.name, want)
 		}
 	}
@@ -127,7 +129,7 @@ func misspelling(js, parent, want, fallback string) string {
 // didYouMean returns ` (did you mean "x"?)` for the name in names nearest to
 // name, or "".
 func didYouMean(name string, names []string) string {
-	if m := nearest(name, names); m != "" {
+	if m := suggest.Nearest(name, names); m != "" {
 		return fmt.Sprintf(" (did you mean %q?)", m)
 	}
 	return ""

@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/distflow/distflow/internal/suggest"
 )
 
 // flagError is the root command's flag error function, which every
@@ -69,25 +71,7 @@ func nearestFlag(name string, fs *pflag.FlagSet) string {
 			names = append(names, f.Name)
 		}
 	})
-	limit := 1
-	if len(name) > 3 {
-		limit = 2
-	}
-	best, bestD := "", limit+1
-	for _, n := range names {
-		if d := editDistance(name, n); d > 0 && d < bestD {
-			best, bestD = n, d
-		}
-	}
-	if best != "" || len(name) < 3 {
-		return best
-	}
-	for _, n := range names {
-		if n != name && n[0] == name[0] && isSubsequence(name, n) {
-			return n
-		}
-	}
-	return ""
+	return suggest.Nearest(name, names)
 }
 
 // commandsWithFlag returns the paths of the commands other than cmd that
@@ -116,43 +100,4 @@ func inStyleOf(typed, name string) string {
 		return strings.ReplaceAll(name, "-", "_")
 	}
 	return name
-}
-
-// editDistance is the optimal-string-alignment distance between a and b
-// (insertions, deletions, substitutions and swaps of neighbours), in bytes.
-// Package cluster has the same for TF_CONFIG keys; neither package is the
-// other's to export it.
-func editDistance(a, b string) int {
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
-}
-
-// isSubsequence reports whether the bytes of s appear in t in order.
-func isSubsequence(s, t string) bool {
-	i := 0
-	for j := 0; i < len(s) && j < len(t); j++ {
-		if s[i] == t[j] {
-			i++
-		}
-	}
-	return i == len(s)
 }

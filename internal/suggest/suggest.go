@@ -1,13 +1,15 @@
-package cluster
+// Package suggest finds the name a user most likely meant: the flags,
+// TF_CONFIG keys and job names of error messages' "did you mean ...?".
+package suggest
 
-// nearest returns the candidate name most likely meant, or "" when none is
+// Nearest returns the candidate name most likely meant, or "" when none is
 // close: the nearest by edit distance (insertions, deletions, substitutions
 // and swaps of neighbours; at most one edit for names of up to three
 // letters, two beyond), else the first candidate that name abbreviates (same
 // first letter, the rest of name in order: "idx" for "index"; names of three
 // letters or more). Ties go to the earlier candidate; an exact match is not a
 // suggestion.
-func nearest(name string, candidates []string) string {
+func Nearest(name string, candidates []string) string {
 	limit := 1
 	if len(name) > 3 {
 		limit = 2
