@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc/rpcpb"
 )
 
 var errSenderFailed = errors.New("the sender failed")
@@ -59,7 +60,7 @@ func New(cfg Config) (*Ring, error) {
 		grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
 		grpc.ReadBufferSize(grpcBuffer), grpc.WriteBufferSize(grpcBuffer),
 	)
-	pb.RegisterRingServer(g.srv, &ringService{ring: r})
+	rpcpb.RegisterRingServer(g.srv, &ringService{ring: r})
 	r.tr = g
 	r.onClose = g.close
 	return r, nil
@@ -135,7 +136,7 @@ func (g *grpcTransport) open(ctx context.Context, to int, key opKey) (stream, er
 	ctx, cancel := context.WithCancel(ctx)
 	// WaitForReady: a peer that is still starting is waited for, until
 	// the operation's deadline.
-	st, err := pb.NewRingClient(c).Chunks(ctx, grpc.WaitForReady(true))
+	st, err := rpcpb.NewRingClient(c).Chunks(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		cancel()
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -163,7 +164,7 @@ func (g *grpcTransport) probe(ctx context.Context, to int) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := pb.NewRingClient(c).Chunks(ctx)
+	st, err := rpcpb.NewRingClient(c).Chunks(ctx)
 	if err != nil {
 		return err
 	}
@@ -291,7 +292,7 @@ func bytesFloats(b []byte) []float32 {
 
 // ringService receives the chunks that the previous rank streams.
 type ringService struct {
-	pb.UnimplementedRingServer
+	rpcpb.UnimplementedRingServer
 	ring *Ring
 }
 

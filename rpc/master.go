@@ -6,6 +6,7 @@ import (
 
 	"github.com/distflow/distflow/master"
 	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc/rpcpb"
 	"github.com/distflow/distflow/session"
 )
 
@@ -19,12 +20,12 @@ func init() {
 
 // RegisterMaster serves m as the MasterService of s.
 func RegisterMaster(s *Server, m master.Service) {
-	pb.RegisterMasterServiceServer(s.grpc, &masterServer{m: m})
+	rpcpb.RegisterMasterServiceServer(s.grpc, &masterServer{m: m})
 }
 
 // masterServer adapts a master.Service to the generated server interface.
 type masterServer struct {
-	pb.UnimplementedMasterServiceServer
+	rpcpb.UnimplementedMasterServiceServer
 	m master.Service
 }
 
@@ -62,12 +63,12 @@ func DialMaster(target string, opts Options) (master.Service, io.Closer, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	return &masterClient{c: pb.NewMasterServiceClient(cc), peer: addr}, cc, nil
+	return &masterClient{c: rpcpb.NewMasterServiceClient(cc), peer: addr}, cc, nil
 }
 
 // masterClient is a master.Service over a gRPC connection.
 type masterClient struct {
-	c    pb.MasterServiceClient
+	c    rpcpb.MasterServiceClient
 	peer string
 }
 

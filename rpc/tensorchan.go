@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc/rpcpb"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
 )
@@ -71,7 +71,7 @@ const (
 	ioBufferSize   = 32 << 10
 )
 
-var recvTensorMethod = pb.WorkerService_RecvTensor_FullMethodName
+var recvTensorMethod = rpcpb.WorkerService_RecvTensor_FullMethodName
 
 // tensorRequest is one request read by the server.
 type tensorRequest struct {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc/rpcpb"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
 )
@@ -19,7 +20,7 @@ import (
 // reach the client with their message and a status code for the sentinels
 // callers test (see RemoteError). Register before Serve.
 func RegisterWorker(s *Server, w worker.Service) {
-	pb.RegisterWorkerServiceServer(s.grpc, &workerServer{w: w})
+	rpcpb.RegisterWorkerServiceServer(s.grpc, &workerServer{w: w})
 	s.mu.Lock()
 	s.worker = w
 	s.mu.Unlock()
@@ -27,7 +28,7 @@ func RegisterWorker(s *Server, w worker.Service) {
 
 // workerServer adapts a worker.Service to the generated server interface.
 type workerServer struct {
-	pb.UnimplementedWorkerServiceServer
+	rpcpb.UnimplementedWorkerServiceServer
 	w worker.Service
 }
 
@@ -54,7 +55,7 @@ func (s *workerServer) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb
 // RecvTensor waits for the tensor, then streams its bytes in chunks of at
 // most chunkSize straight from the tensor's memory (see tensorChunk); the
 // first chunk carries dtype and dims.
-func (s *workerServer) RecvTensor(r *pb.RecvTensorRequest, stream pb.WorkerService_RecvTensorServer) error {
+func (s *workerServer) RecvTensor(r *pb.RecvTensorRequest, stream rpcpb.WorkerService_RecvTensorServer) error {
 	t, err := s.w.RecvTensor(stream.Context(), r.GetStepId(), r.GetRendezvousKey())
 	if err != nil {
 		return toStatus(err)
@@ -109,12 +110,12 @@ type closerFunc func() error
 func (f closerFunc) Close() error { return f() }
 
 func newWorkerClient(cc *grpc.ClientConn, peer string, tensors *tensorPool) *workerClient {
-	return &workerClient{c: pb.NewWorkerServiceClient(cc), cc: cc, peer: peer, tensors: tensors}
+	return &workerClient{c: rpcpb.NewWorkerServiceClient(cc), cc: cc, peer: peer, tensors: tensors}
 }
 
 // workerClient is a worker.Service over a gRPC connection.
 type workerClient struct {
-	c       pb.WorkerServiceClient
+	c       rpcpb.WorkerServiceClient
 	cc      grpc.ClientConnInterface // for RecvTensor, which bypasses c
 	peer    string                   // named in errors
 	tensors *tensorPool              // the tensor channel, nil when off
@@ -207,7 +208,7 @@ func (c *workerClient) RecvTensor(ctx context.Context, stepID int64, key string)
 func (c *workerClient) recvTensorGRPC(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream if we stop reading early
-	stream, err := c.cc.NewStream(ctx, recvTensorDesc, pb.WorkerService_RecvTensor_FullMethodName, c.waitOpt(), forceTensorCodec)
+	stream, err := c.cc.NewStream(ctx, recvTensorDesc, rpcpb.WorkerService_RecvTensor_FullMethodName, c.waitOpt(), forceTensorCodec)
 	if err != nil {
 		return nil, fromStatus(ctx, c.peer, "RecvTensor", err)
 	}
@@ -240,7 +241,7 @@ func (c *workerClient) recvTensorGRPC(ctx context.Context, stepID int64, key str
 }
 
 var (
-	recvTensorDesc   = &pb.WorkerService_ServiceDesc.Streams[0]
+	recvTensorDesc   = &rpcpb.WorkerService_ServiceDesc.Streams[0]
 	forceTensorCodec = grpc.ForceCodecV2(tensorCodec)
 )
 
