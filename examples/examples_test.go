@@ -1,0 +1,203 @@
+package examples_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/tensor"
+)
+
+// bin holds the example programs, built once by TestMain.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "distflow-examples-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = dir
+	code := 1
+	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./logistic", "./autoencoder").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the examples: %v\n%s", err, out)
+	} else {
+		code = m.Run()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is the JSON line an example prints.
+type result struct {
+	Strategy        string    `json:"strategy"`
+	Accuracy        *float64  `json:"accuracy"`
+	Loss            *float64  `json:"loss"`
+	GlobalStep      int64     `json:"global_step"`
+	Export          string    `json:"export"`
+	Probabilities   []float32 `json:"probabilities"`
+	Reconstructions []float32 `json:"reconstructions"`
+}
+
+// run runs an example program with args and returns the one line it prints
+// on stdout, decoded; it fails the test if the program fails or prints
+// anything else (the ps and the other workers of a cluster print nothing).
+func run(t *testing.T, program string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, program), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", program, strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var r result
+	if len(lines) != 1 {
+		t.Fatalf("%s %s printed %d lines on stdout, want one:\n%s", program, strings.Join(args, " "), len(lines), stdout.String())
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
+		t.Fatalf("%s: %v: %s", program, err, lines[0])
+	}
+	metric := r.Loss
+	if r.Accuracy != nil {
+		metric = r.Accuracy
+	}
+	if metric != nil {
+		t.Logf("%s %s: %.4f at global step %d, %.1f s", program, r.Strategy, *metric, r.GlobalStep, time.Since(start).Seconds())
+	}
+	return r
+}
+
+// clusters are the local clusters and strategies each example is run with.
+var clusters = []struct{ jobs, strategy string }{
+	{"ps=1,worker=2", "async"}, {"ps=1,worker=2", "sync"}, {"ps=1,worker=2", "staleness"},
+	{"ps=1,worker=2", "ingraph"}, {"worker=2", "allreduce"}, {"worker=2", "averaging"},
+}
+
+// checkExport loads the export of r and checks that it predicts, for the
+// first rows of features, bit for bit what the program predicted in process.
+func checkExport(t *testing.T, r result, feature string, features *tensor.Tensor, output string, want []float32) {
+	t.Helper()
+	if r.Export == "" || len(want) == 0 {
+		t.Fatalf("no export or no predictions in %+v", r)
+	}
+	p, err := estimator.Load(r.Export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.GlobalStep() != r.GlobalStep {
+		t.Errorf("the export is of global step %d; the program trained %d", p.GlobalStep(), r.GlobalStep)
+	}
+	out, err := p.Predict(context.Background(), map[string]*tensor.Tensor{feature: features})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out[output].Float32s()
+	if len(got) != len(want) {
+		t.Fatalf("the export predicts %d values; the program printed %d", len(got), len(want))
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s[%d]: the export predicts %v; the program printed %v", output, i, got[i], want[i])
+		}
+	}
+}
+
+// testRows reads the first n test rows (every fifth row) of the logistic
+// example's CSV file, as the program splits it.
+func testRows(t *testing.T, path string, n int) *tensor.Tensor {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xs []float32
+	for i := 4; i < 5*n; i += 5 {
+		rec := recs[1+i]
+		for _, v := range rec[:len(rec)-1] {
+			x, err := strconv.ParseFloat(v, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			xs = append(xs, float32(x))
+		}
+	}
+	return tensor.MustFromSlice(xs, n, len(recs[0])-1)
+}
+
+func TestLogistic(t *testing.T) {
+	const steps, n = "1000", 4
+	csvPath := filepath.Join("logistic", "testdata", "breast_cancer.csv")
+	rows := testRows(t, csvPath, n)
+	check := func(t *testing.T, r result) {
+		if r.Accuracy == nil || r.GlobalStep < 1000 {
+			t.Fatalf("result %+v; want an accuracy after at least 1000 steps", r)
+		}
+		checkExport(t, r, "x", rows, "probabilities", r.Probabilities)
+	}
+	common := []string{"--csv", csvPath, "--steps", steps, "--print-predictions", strconv.Itoa(n)}
+	ref := run(t, "logistic", append(common, "--export", t.TempDir())...)
+	check(t, ref)
+	if *ref.Accuracy < 0.95 {
+		t.Fatalf("in-process test accuracy %.4f; want at least 0.95", *ref.Accuracy)
+	}
+	for _, c := range clusters {
+		t.Run(c.strategy, func(t *testing.T) {
+			r := run(t, "logistic", append(common, "--export", t.TempDir(), "--local-cluster", c.jobs, "--strategy", c.strategy)...)
+			check(t, r)
+			// Every strategy approaches the same L2-regularised optimum.
+			if math.Abs(*r.Accuracy-*ref.Accuracy) > 0.01 {
+				t.Errorf("test accuracy %.4f; in process %.4f: want them within 1 point", *r.Accuracy, *ref.Accuracy)
+			}
+		})
+	}
+}
+
+func TestAutoencoder(t *testing.T) {
+	const steps, n = "300", 2
+	_, test, err := data.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := tensor.MustFromSlice(test.Images.Float32s()[:n*data.ImageSize], n, data.ImageSize)
+	check := func(t *testing.T, r result) {
+		if r.Loss == nil || r.GlobalStep < 300 {
+			t.Fatalf("result %+v; want a loss after at least 300 steps", r)
+		}
+		checkExport(t, r, "images", images, "reconstruction", r.Reconstructions)
+	}
+	common := []string{"--steps", steps, "--print-predictions", strconv.Itoa(n)}
+	ref := run(t, "autoencoder", append(common, "--export", t.TempDir())...)
+	check(t, ref)
+	for _, c := range clusters {
+		t.Run(c.strategy, func(t *testing.T) {
+			r := run(t, "autoencoder", append(common, "--export", t.TempDir(), "--local-cluster", c.jobs, "--strategy", c.strategy)...)
+			check(t, r)
+			if rel := *r.Loss / *ref.Loss; rel < 1-lossTolerance || rel > 1+lossTolerance {
+				t.Errorf("test loss %.5f; in process %.5f: want them within %.0f%%", *r.Loss, *ref.Loss, 100*lossTolerance)
+			}
+		})
+	}
+}
+
+const lossTolerance = 0.15
