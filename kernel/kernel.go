@@ -290,7 +290,30 @@ type InputLeaser interface {
 	LeasesInputs() bool
 }
 
-// Errorf returns an error naming the node and its op.
+// Errorf returns an error naming the node and its op. Like fmt.Errorf, it
+// wraps the operands of %w verbs, so that callers can test the sentinels of
+// kernels' errors (cpu.ErrQueueClosed, tensor.ErrShapeOverflow) with errors.Is.
 func (c *Context) Errorf(format string, args ...any) error {
-	return fmt.Errorf("kernel: node %s: %s", c.Node, fmt.Sprintf(format, args...))
+	return &NodeError{Node: c.Node, Err: fmt.Errorf(format, args...)}
 }
+
+// Wrap returns err as an error of the node being computed (nil stays nil).
+func (c *Context) Wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &NodeError{Node: c.Node, Err: err}
+}
+
+// NodeError is the error of a kernel that names its node, as Errorf and
+// Wrap make: "kernel: node NAME (OP): detail". The executor adds the node to
+// any other error.
+type NodeError struct {
+	Node *graph.Node
+	Err  error
+}
+
+func (e *NodeError) Error() string { return fmt.Sprintf("kernel: node %s: %v", e.Node, e.Err) }
+
+// Unwrap returns the detail.
+func (e *NodeError) Unwrap() error { return e.Err }

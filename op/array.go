@@ -109,9 +109,11 @@ func init() {
 		Attrs: []Attr{{Name: "depth", Type: AttrInt},
 			{Name: "on_value", Type: AttrFloat, Default: float32(1)},
 			{Name: "off_value", Type: AttrFloat, Default: float32(0)},
-			{Name: "dtype", Type: AttrDType, Default: tensor.Float32}},
-		Summary: "Appends a dimension of size depth: on_value where the index matches, off_value elsewhere (indices outside [0, depth) give all off_value).",
-		Infer:   arrayInferOneHot,
+			{Name: "dtype", Type: AttrDType, Default: tensor.Float32},
+			{Name: "axis", Type: AttrInt, Default: -1}},
+		Summary: "Inserts a dimension of size depth at axis (-1: last; else in [0, rank]): on_value where the index matches, " +
+			"off_value elsewhere (indices outside [0, depth) give all off_value).",
+		Infer: arrayInferOneHot,
 	})
 	Register(Def{
 		Name:    "Fill",
@@ -209,7 +211,7 @@ func arrayInferReshape(c *InferContext) error {
 	}
 	out, err := ArrayResolveReshape(in.NumElements(), dims)
 	if err != nil {
-		return fmt.Errorf("cannot reshape %v to %v: %v", in, dims, err)
+		return fmt.Errorf("cannot reshape %v to %v: %w", in, dims, err)
 	}
 	c.SetOutput(0, dt, tensor.MakeShape(out...))
 	return nil
@@ -232,6 +234,15 @@ func ArrayResolveReshape(n int, dims []int) ([]int, error) {
 		default:
 			prod *= d
 		}
+	}
+	known := make([]int, 0, len(out))
+	for _, d := range out {
+		if d >= 0 {
+			known = append(known, d)
+		}
+	}
+	if _, err := tensor.CheckNumElements(known); err != nil {
+		return nil, err
 	}
 	if n < 0 {
 		return out, nil
@@ -533,12 +544,36 @@ func arrayInferOneHot(c *InferContext) error {
 		return fmt.Errorf("invalid dtype %v", dt)
 	}
 	in := c.InputShape(0)
+	axis := c.Int("axis")
+	if axis < -1 {
+		return fmt.Errorf("axis must be -1 or in [0, rank], got %d", axis)
+	}
 	if !in.KnownRank() {
 		c.SetOutput(0, dt, tensor.UnknownShape())
 		return nil
 	}
-	c.SetOutput(0, dt, tensor.MakeShape(append(in.Dims(), depth)...))
+	dims, err := ArrayOneHotDims(in.Dims(), depth, axis)
+	if err != nil {
+		return err
+	}
+	c.SetOutput(0, dt, tensor.MakeShape(dims...))
 	return nil
+}
+
+// ArrayOneHotDims returns the shape of OneHot's output for indices of
+// shape dims, as TensorFlow's: depth inserted at axis (-1 means last), so
+// that for indices [batch, features] axis -1 gives [batch, features, depth],
+// axis 1 [batch, depth, features] and axis 0 [depth, batch, features].
+func ArrayOneHotDims(dims []int, depth, axis int) ([]int, error) {
+	if axis == -1 {
+		axis = len(dims)
+	}
+	if axis < 0 || axis > len(dims) {
+		return nil, fmt.Errorf("axis %d is out of range [-1, %d] for indices of shape %v", axis, len(dims), tensor.MakeShape(dims...))
+	}
+	out := make([]int, 0, len(dims)+1)
+	out = append(append(append(out, dims[:axis]...), depth), dims[axis:]...)
+	return out, nil
 }
 
 func arrayInferFill(c *InferContext) error {

@@ -100,12 +100,32 @@ func Register(d Def) {
 			}
 		}
 	}
+	d.Infer = checkOutputShapes(d.Infer)
 	mu.Lock()
 	defer mu.Unlock()
 	if _, dup := registry[d.Name]; dup {
 		panic(fmt.Sprintf("op.Register: op %q registered twice", d.Name))
 	}
 	registry[d.Name] = &d
+}
+
+// checkOutputShapes wraps an Infer function so that no op declares an output
+// whose element count overflows int (a variable, placeholder or Fill of
+// [65536, 65536, 65536, 65536]): such a shape is refused when the node is
+// added, for every op at once, instead of being taken as the wrapped-around
+// count.
+func checkOutputShapes(infer func(c *InferContext) error) func(c *InferContext) error {
+	return func(c *InferContext) error {
+		if err := infer(c); err != nil {
+			return err
+		}
+		for i, o := range c.Outputs {
+			if err := o.Shape.Check(); err != nil {
+				return fmt.Errorf("output %d: %w", i, err)
+			}
+		}
+		return nil
+	}
 }
 
 // Lookup returns the declaration of the named op.

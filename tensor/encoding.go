@@ -104,13 +104,12 @@ func FromRawBytes(dt DType, shape []int, raw []byte) (*Tensor, error) {
 	if !dt.Valid() {
 		return nil, fmt.Errorf("%w: invalid dtype %v", ErrCorrupt, dt)
 	}
-	for _, d := range shape {
-		if d < 0 {
-			return nil, fmt.Errorf("%w: negative dimension in %v", ErrCorrupt, shape)
-		}
+	n, err := CheckNumElements(shape)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	want := NumElements(shape) * dt.Size()
-	if len(raw) != want {
+	want := n * dt.Size()
+	if n > maxInt/dt.Size() || len(raw) != want {
 		return nil, fmt.Errorf("%w: %v%v needs %d bytes, got %d", ErrCorrupt, dt, shape, want, len(raw))
 	}
 	t := New(dt, shape...)

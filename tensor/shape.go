@@ -1,10 +1,16 @@
 package tensor
 
 import (
+	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 )
+
+// ErrShapeOverflow is wrapped by the errors of shapes whose element count
+// does not fit an int ([65536, 65536, 65536, 65536] has 2^64 elements).
+var ErrShapeOverflow = errors.New("tensor: element count overflows int")
 
 // Shape is a possibly partial shape, as known while a graph is built.
 // A nil dims slice means the rank is unknown; a dimension of -1 is unknown.
@@ -82,12 +88,24 @@ func (s Shape) FullyDefined() bool {
 	return true
 }
 
-// NumElements returns the product of the dimensions, or -1 if any is unknown.
+// NumElements returns the product of the dimensions, or -1 if any is
+// unknown or the product overflows int (Check tells the two apart).
 func (s Shape) NumElements() int {
 	if !s.FullyDefined() {
 		return -1
 	}
 	return NumElements(s.dims)
+}
+
+// Check reports an error wrapping ErrShapeOverflow if s is fully defined
+// and its element count does not fit an int. Shapes with unknown
+// dimensions pass: their count is checked when the tensor exists.
+func (s Shape) Check() error {
+	if !s.FullyDefined() {
+		return nil
+	}
+	_, err := CheckNumElements(s.dims)
+	return err
 }
 
 // IsCompatibleWith reports whether a concrete shape could be an instance of s.
@@ -191,14 +209,49 @@ func ParseShape(str string) (Shape, error) {
 	return Shape{dims: d}, nil
 }
 
-// NumElements returns the product of concrete dims (1 for a scalar).
+// NumElements returns the product of concrete dims (1 for a scalar), or -1
+// if it overflows int: a count that wrapped around (to 0 for
+// [65536, 65536, 65536, 65536]) is never returned. Tensors never have such
+// shapes (New and FromSlice refuse them); CheckNumElements says why a
+// shape from elsewhere is refused.
 func NumElements(dims []int) int {
-	n := 1
-	for _, d := range dims {
-		n *= d
+	n, err := CheckNumElements(dims)
+	if err != nil {
+		return -1
 	}
 	return n
 }
+
+// CheckNumElements returns the product of dims, or an error naming them if
+// a dimension is negative or the product overflows int (wrapping
+// ErrShapeOverflow).
+func CheckNumElements(dims []int) (int, error) {
+	zero := false
+	for _, d := range dims {
+		if d < 0 {
+			return 0, fmt.Errorf("tensor: negative dimension in shape %v", dims)
+		}
+		zero = zero || d == 0
+	}
+	if zero {
+		return 0, nil // however large the other dimensions
+	}
+	n := 1
+	overflow := false
+	for _, d := range dims {
+		hi, lo := bits.Mul64(uint64(n), uint64(d))
+		if hi != 0 || lo > uint64(maxInt) {
+			overflow = true
+		}
+		n = int(lo)
+	}
+	if overflow {
+		return 0, fmt.Errorf("%w: shape %v", ErrShapeOverflow, dims)
+	}
+	return n, nil
+}
+
+const maxInt = int(^uint(0) >> 1)
 
 // AcceptsDims reports whether a tensor with the concrete dims could have
 // shape s (unknown rank or dimensions accept anything). It does not allocate,

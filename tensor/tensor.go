@@ -19,7 +19,9 @@ type Tensor struct {
 }
 
 // New returns a zero-filled tensor of the given type and shape.
-// It panics if dt is invalid or a dimension is negative (programmer errors).
+// It panics if dt is invalid, a dimension is negative or the element count
+// overflows int (programmer errors: check shapes from users with
+// CheckNumElements first).
 func New(dt DType, shape ...int) *Tensor {
 	n := checkedNumElements(shape)
 	var data any
@@ -43,12 +45,11 @@ func New(dt DType, shape ...int) *Tensor {
 }
 
 func checkedNumElements(shape []int) int {
-	for _, d := range shape {
-		if d < 0 {
-			panic(fmt.Sprintf("tensor: negative dimension in shape %v", shape))
-		}
+	n, err := CheckNumElements(shape)
+	if err != nil {
+		panic(err.Error())
 	}
-	return NumElements(shape)
+	return n
 }
 
 // FromSlice wraps data (one of the supported slice types) without copying.
@@ -72,13 +73,12 @@ func FromSlice(data any, shape ...int) (*Tensor, error) {
 	default:
 		return nil, fmt.Errorf("tensor: unsupported data type %T", data)
 	}
-	for _, d := range shape {
-		if d < 0 {
-			return nil, fmt.Errorf("tensor: negative dimension in shape %v", shape)
-		}
+	want, err := CheckNumElements(shape)
+	if err != nil {
+		return nil, err
 	}
-	if NumElements(shape) != n {
-		return nil, fmt.Errorf("tensor: %d elements do not fill shape %v (%d elements)", n, shape, NumElements(shape))
+	if want != n {
+		return nil, fmt.Errorf("tensor: %d elements do not fill shape %v (%d elements)", n, shape, want)
 	}
 	return &Tensor{dtype: dt, shape: append([]int{}, shape...), data: data}, nil
 }
@@ -151,14 +151,13 @@ func (t *Tensor) Uint8s() []uint8 { d, _ := t.data.([]uint8); return d }
 
 // Reshaped returns a tensor sharing t's data with a new shape of equal size.
 func (t *Tensor) Reshaped(shape ...int) (*Tensor, error) {
-	for _, d := range shape {
-		if d < 0 {
-			return nil, fmt.Errorf("tensor: negative dimension in shape %v", shape)
-		}
+	n, err := CheckNumElements(shape)
+	if err != nil {
+		return nil, err
 	}
-	if NumElements(shape) != t.NumElements() {
+	if n != t.NumElements() {
 		return nil, fmt.Errorf("tensor: cannot reshape %v (%d elements) to %v (%d elements)",
-			t.shape, t.NumElements(), shape, NumElements(shape))
+			t.shape, t.NumElements(), shape, n)
 	}
 	return &Tensor{dtype: t.dtype, shape: append([]int{}, shape...), data: t.data}, nil
 }

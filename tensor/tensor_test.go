@@ -146,3 +146,62 @@ func TestAcceptsDims(t *testing.T) {
 		}
 	}
 }
+
+// TestShapeOverflow checks that an element count that does not fit an int
+// is refused, never taken as the wrapped-around product (2^64 mod 2^64 = 0
+// for [65536, 65536, 65536, 65536]).
+func TestShapeOverflow(t *testing.T) {
+	big := []int{65536, 65536, 65536, 65536}
+	for _, tc := range []struct {
+		dims     []int
+		n        int
+		overflow bool
+	}{
+		{big, 0, true},
+		{[]int{1 << 32, 1 << 31}, 0, true},                            // 2^63 > MaxInt64
+		{[]int{1 << 31, 1 << 31, 2}, 0, true},                         // 2^63
+		{[]int{1 << 31, (1 << 31) - 1}, (1 << 62) - (1 << 31), false}, // fits
+		{[]int{65536, 65536, 65536, 65536, 0}, 0, false},              // zero elements
+		{[]int{}, 1, false},
+	} {
+		n, err := CheckNumElements(tc.dims)
+		if tc.overflow {
+			if !errors.Is(err, ErrShapeOverflow) {
+				t.Errorf("CheckNumElements(%v) = %d, %v; want ErrShapeOverflow", tc.dims, n, err)
+			}
+			if got := NumElements(tc.dims); got != -1 {
+				t.Errorf("NumElements(%v) = %d, want -1", tc.dims, got)
+			}
+			if err := MakeShape(tc.dims...).Check(); !errors.Is(err, ErrShapeOverflow) {
+				t.Errorf("Shape%v.Check() = %v, want ErrShapeOverflow", tc.dims, err)
+			}
+			continue
+		}
+		if err != nil || n != tc.n {
+			t.Errorf("CheckNumElements(%v) = %d, %v; want %d", tc.dims, n, err, tc.n)
+		}
+	}
+	if _, err := CheckNumElements([]int{0, -1}); err == nil {
+		t.Error("CheckNumElements([0 -1]) accepted a negative dimension")
+	}
+	if err := MakeShape(-1, 65536, 65536, 65536).Check(); err != nil {
+		t.Errorf("a partial shape is checked when the tensor exists, got %v", err)
+	}
+	if _, err := FromSlice([]float32{}, big...); !errors.Is(err, ErrShapeOverflow) {
+		t.Errorf("FromSlice(empty, %v) = %v, want ErrShapeOverflow", big, err)
+	}
+	if _, err := New(Float32, 0).Reshaped(big...); !errors.Is(err, ErrShapeOverflow) {
+		t.Errorf("Reshaped(%v) = %v, want ErrShapeOverflow", big, err)
+	}
+	if _, err := FromRawBytes(Float32, big, nil); !errors.Is(err, ErrShapeOverflow) {
+		t.Errorf("FromRawBytes(%v) = %v, want ErrShapeOverflow", big, err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Errorf("New(%v) did not panic", big)
+			}
+		}()
+		New(Float32, big...)
+	}()
+}

@@ -61,6 +61,16 @@ func arrayReadDims(c *kernel.Context, t *tensor.Tensor, what string) ([]int, err
 	return dims, nil
 }
 
+// arrayCheckDims refuses output dims whose element count overflows int
+// (the error wraps tensor.ErrShapeOverflow), which Alloc would take for a
+// programmer error.
+func arrayCheckDims(c *kernel.Context, dims []int, what string) error {
+	if _, err := tensor.CheckNumElements(dims); err != nil {
+		return c.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // arrayCopyAs sets output 0 to a copy of x with the given dims (same size).
 func arrayCopyAs(c *kernel.Context, x *tensor.Tensor, dims []int) {
 	out := c.Alloc(0, x.DType(), dims...)
@@ -75,7 +85,7 @@ func arrayReshape(c *kernel.Context) error {
 	}
 	dims, err := op.ArrayResolveReshape(x.NumElements(), want)
 	if err != nil {
-		return c.Errorf("cannot reshape %v to %v: %v", x.StaticShape(), want, err)
+		return c.Errorf("cannot reshape %v to %v: %w", x.StaticShape(), want, err)
 	}
 	arrayCopyAs(c, x, dims)
 	return nil
@@ -133,7 +143,7 @@ func arraySqueeze(c *kernel.Context) error {
 	for _, a := range axes {
 		a, err := op.ArrayNormAxis(a, shape)
 		if err != nil {
-			return c.Errorf("%v", err)
+			return c.Errorf("%w", err)
 		}
 		if x.Shape()[a] != 1 {
 			return c.Errorf("cannot squeeze dimension %d of shape %v: size is %d, not 1", a, shape, x.Shape()[a])
@@ -169,7 +179,7 @@ func arrayConcat(c *kernel.Context) error {
 	first := c.Input(0)
 	axis, err := op.ArrayNormAxis(c.Node.AttrInt("axis"), first.StaticShape())
 	if err != nil {
-		return c.Errorf("%v", err)
+		return c.Errorf("%w", err)
 	}
 	dims := append([]int{}, first.Shape()...)
 	dims[axis] = 0
@@ -223,7 +233,7 @@ func arraySplit(c *kernel.Context) error {
 	num := c.Node.AttrInt("num_split")
 	axis, err := op.ArrayNormAxis(c.Node.AttrInt("axis"), x.StaticShape())
 	if err != nil {
-		return c.Errorf("%v", err)
+		return c.Errorf("%w", err)
 	}
 	if num < 1 || x.Shape()[axis]%num != 0 {
 		return c.Errorf("dimension %d of shape %v is not divisible by num_split %d", axis, x.StaticShape(), num)
@@ -274,7 +284,7 @@ func arrayGather(c *kernel.Context) error {
 	params, indices := c.Input(0), c.Input(1)
 	axis, err := op.ArrayNormAxis(c.Node.AttrInt("axis"), params.StaticShape())
 	if err != nil {
-		return c.Errorf("%v", err)
+		return c.Errorf("%w", err)
 	}
 	outer, n, inner := arrayGatherDims(params.Shape(), axis)
 	idx, err := arrayIndices(c, indices, n, "indices")
@@ -309,7 +319,7 @@ func arrayGatherGrad(c *kernel.Context) error {
 	}
 	axis, err := op.ArrayNormAxis(c.Node.AttrInt("axis"), ps)
 	if err != nil {
-		return c.Errorf("%v", err)
+		return c.Errorf("%w", err)
 	}
 	outer, n, inner := arrayGatherDims(dims, axis)
 	idx, err := arrayIndices(c, indices, n, "indices")
@@ -376,7 +386,21 @@ func arrayOneHot(c *kernel.Context) error {
 	default:
 		return c.Errorf("indices must be int32 or int64, got %v", indices.DType())
 	}
-	out := c.Alloc(0, dt, append(append([]int{}, indices.Shape()...), depth)...)
+	dims, err := op.ArrayOneHotDims(indices.Shape(), depth, c.Node.AttrInt("axis"))
+	if err != nil {
+		return c.Errorf("%w", err)
+	}
+	if err := arrayCheckDims(c, dims, "output shape"); err != nil {
+		return err
+	}
+	// The indices are [outer, inner] around axis; the output is
+	// [outer, depth, inner].
+	axis := len(dims) - 1
+	if a := c.Node.AttrInt("axis"); a >= 0 {
+		axis = a
+	}
+	inner := tensor.NumElements(indices.Shape()[axis:])
+	out := c.Alloc(0, dt, dims...)
 	ob := arrayBytes(out)
 	es := dt.Size()
 	if off := float64(c.Node.AttrFloat("off_value")); off != 0 {
@@ -386,7 +410,8 @@ func arrayOneHot(c *kernel.Context) error {
 	for i, v := range idx {
 		// Indices outside [0, depth) select nothing, as in TensorFlow.
 		if v >= 0 && v < depth {
-			copy(ob[(i*depth+v)*es:], on)
+			o, j := i/inner, i%inner
+			copy(ob[((o*depth+v)*inner+j)*es:], on)
 		}
 	}
 	return nil
@@ -405,6 +430,9 @@ func arrayFill(c *kernel.Context) error {
 		if d < 0 {
 			return c.Errorf("dims %v has a negative dimension", dims)
 		}
+	}
+	if err := arrayCheckDims(c, dims, "dims"); err != nil {
+		return err
 	}
 	out := c.Alloc(0, v.DType(), dims...)
 	arrayFillPattern(arrayBytes(out), arrayBytes(v))
@@ -436,6 +464,12 @@ func arrayTile(c *kernel.Context) error {
 			return c.Errorf("multiples %v has a negative entry", m)
 		}
 		dims[i] = x.Shape()[i] * k
+		if k != 0 && dims[i]/k != x.Shape()[i] {
+			return c.Errorf("tiling shape %v by %v: %w", x.StaticShape(), m, tensor.ErrShapeOverflow)
+		}
+	}
+	if err := arrayCheckDims(c, dims, "tiled shape"); err != nil {
+		return err
 	}
 	out := c.Alloc(0, x.DType(), dims...)
 	if out.NumElements() == 0 {
@@ -480,6 +514,12 @@ func arrayPad(c *kernel.Context) error {
 		}
 		before[i] = p[2*i]
 		dims[i] = d + p[2*i] + p[2*i+1]
+		if dims[i] < d {
+			return c.Errorf("padding shape %v by %v: %w", x.StaticShape(), p, tensor.ErrShapeOverflow)
+		}
+	}
+	if err := arrayCheckDims(c, dims, "padded shape"); err != nil {
+		return err
 	}
 	out := c.Alloc(0, x.DType(), dims...)
 	b := arrayBox{dst: arrayBytes(out), src: arrayBytes(x), dstDims: dims, srcDims: x.Shape(),

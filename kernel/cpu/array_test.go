@@ -97,6 +97,23 @@ func TestArrayKernelsHand(t *testing.T) {
 			[]*tensor.Tensor{arrayF32([]int{4, 3}, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0)}},
 		{"OneHot", map[string]any{"depth": 2, "on_value": float32(5), "off_value": float32(-1), "dtype": tensor.Int64},
 			[]*tensor.Tensor{arrayI32(1, 0)}, []*tensor.Tensor{tensor.MustFromSlice([]int64{-1, 5, 5, -1}, 2, 2)}},
+		// tf.one_hot's documented examples: indices [0, 2, -1, 1], depth 3,
+		// on 5, off 0; axis -1 gives [4, 3], axis 0 gives [3, 4].
+		{"OneHot", map[string]any{"depth": 3, "on_value": float32(5), "axis": -1}, []*tensor.Tensor{arrayI32(0, 2, -1, 1)},
+			[]*tensor.Tensor{arrayF32([]int{4, 3}, 5, 0, 0, 0, 0, 5, 0, 0, 0, 0, 5, 0)}},
+		{"OneHot", map[string]any{"depth": 3, "on_value": float32(5), "axis": 0}, []*tensor.Tensor{arrayI32(0, 2, -1, 1)},
+			[]*tensor.Tensor{arrayF32([]int{3, 4}, 5, 0, 0, 0, 0, 0, 0, 5, 0, 5, 0, 0)}},
+		// indices [[0, 2], [1, -1]] (batch 2, features 2), depth 3:
+		// axis -1 is [b, f, d], axis 1 is [b, d, f], axis 0 is [d, b, f],
+		// each 1 where indices[b, f] == d.
+		{"OneHot", map[string]any{"depth": 3}, []*tensor.Tensor{tensor.MustFromSlice([]int64{0, 2, 1, -1}, 2, 2)},
+			[]*tensor.Tensor{arrayF32([]int{2, 2, 3}, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0)}},
+		{"OneHot", map[string]any{"depth": 3, "axis": 1}, []*tensor.Tensor{tensor.MustFromSlice([]int64{0, 2, 1, -1}, 2, 2)},
+			[]*tensor.Tensor{arrayF32([]int{2, 3, 2}, 1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0)}},
+		{"OneHot", map[string]any{"depth": 3, "axis": 0}, []*tensor.Tensor{tensor.MustFromSlice([]int64{0, 2, 1, -1}, 2, 2)},
+			[]*tensor.Tensor{arrayF32([]int{3, 2, 2}, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0)}},
+		{"OneHot", map[string]any{"depth": 3, "axis": 0, "dtype": tensor.Int32}, []*tensor.Tensor{tensor.Scalar(int32(2))},
+			[]*tensor.Tensor{arrayI32(0, 0, 1)}},
 		{"Fill", nil, []*tensor.Tensor{arrayI32(2, 2), tensor.Scalar(7.5)}, []*tensor.Tensor{tensor.MustFromSlice([]float64{7.5, 7.5, 7.5, 7.5}, 2, 2)}},
 		{"Fill", nil, []*tensor.Tensor{arrayI32(0, 3), tensor.Scalar(true)}, []*tensor.Tensor{tensor.New(tensor.Bool, 0, 3)}},
 		{"ZerosLike", nil, []*tensor.Tensor{arrayI32(4, 5)}, []*tensor.Tensor{arrayI32(0, 0)}},

@@ -550,11 +550,11 @@ func init() {
 				}
 				p, err := plans.plan(a.Shape(), b.Shape())
 				if err != nil {
-					return c.Errorf("%s: %v", op.name, err)
+					return c.Errorf("%s: %w", op.name, err)
 				}
 				if op.check != nil {
 					if err := op.check(b); err != nil {
-						return c.Errorf("%s: %v", op.name, err)
+						return c.Errorf("%s: %w", op.name, err)
 					}
 				}
 				dt := op.out

@@ -174,7 +174,7 @@ func mathMatrixKernel(name string, det bool) kernel.Factory {
 		}
 		batch, n, err := mathSquareBatch(x)
 		if err != nil {
-			return c.Errorf("%s: %v", name, err)
+			return c.Errorf("%s: %w", name, err)
 		}
 		var o *tensor.Tensor
 		if det {

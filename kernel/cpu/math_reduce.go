@@ -337,7 +337,7 @@ func mathReduceFactory(name string, k mathReduceKind, mean bool) kernel.Factory 
 			axes := plan.axes
 			o := c.Alloc(0, x.DType(), plan.out...)
 			if err := mathReduceTensor(k, mean, x, o, axes); err != nil {
-				return c.Errorf("%s: %v", name, err)
+				return c.Errorf("%s: %w", name, err)
 			}
 			return nil
 		}), nil
@@ -409,7 +409,7 @@ func mathArgFactory(name string, greater bool) kernel.Factory {
 				err = fmt.Errorf("output_type must be int32 or int64, got %v", ot)
 			}
 			if err != nil {
-				return c.Errorf("%s: %v", name, err)
+				return c.Errorf("%s: %w", name, err)
 			}
 			return nil
 		}), nil
@@ -440,7 +440,7 @@ func mathBroadcastToKernel(c *kernel.Context, plans *mathPlans) error {
 	if st.Rank() != 1 || st.NumElements() > 8 {
 		o, err := mathBroadcastToSlow(x, st)
 		if err != nil {
-			return c.Errorf("BroadcastTo: %v", err)
+			return c.Errorf("BroadcastTo: %w", err)
 		}
 		c.SetOutput(0, o)
 		return nil
@@ -458,6 +458,9 @@ func mathBroadcastToKernel(c *kernel.Context, plans *mathPlans) error {
 		c.SetOutput(0, x)
 		return nil
 	}
+	if err := arrayCheckDims(c, target, "BroadcastTo"); err != nil {
+		return err
+	}
 	p, err := plans.plan(x.Shape(), target)
 	if err != nil || !slices.Equal(p.out, target) {
 		return c.Errorf("BroadcastTo: %v", mathErrBroadcastTo(x.Shape(), target))
@@ -470,6 +473,9 @@ func mathBroadcastToKernel(c *kernel.Context, plans *mathPlans) error {
 func mathBroadcastToSlow(x, st *tensor.Tensor) (*tensor.Tensor, error) {
 	target, err := mathShapeValue(st)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := tensor.CheckNumElements(target); err != nil {
 		return nil, err
 	}
 	return mathBroadcastTensor(x, target)
@@ -503,7 +509,7 @@ func mathSumToShapeKernel(c *kernel.Context) error {
 	x := c.Inputs[0]
 	target, err := mathShapeValue(c.Inputs[1])
 	if err != nil {
-		return c.Errorf("SumToShape: %v", err)
+		return c.Errorf("SumToShape: %w", err)
 	}
 	if slices.Equal(x.Shape(), target) {
 		c.SetOutput(0, x)
@@ -511,11 +517,11 @@ func mathSumToShapeKernel(c *kernel.Context) error {
 	}
 	axes, err := mathSumToAxes(x.Shape(), target)
 	if err != nil {
-		return c.Errorf("SumToShape: %v", err)
+		return c.Errorf("SumToShape: %w", err)
 	}
 	o := c.Alloc(0, x.DType(), target...)
 	if err := mathReduceTensor(mathRedSum, false, x, o, axes); err != nil {
-		return c.Errorf("SumToShape: %v", err)
+		return c.Errorf("SumToShape: %w", err)
 	}
 	return nil
 }

@@ -103,11 +103,11 @@ func nnConvParams(c *kernel.Context, w nnWindow, in, filter []int) (p linalg.Con
 	}
 	oh, _, err := op.WindowedOutputSize(in[1], filter[0], w.sh, w.padding)
 	if err != nil {
-		return p, nil, false, c.Errorf("input %v, filter %v: %v", in, filter, err)
+		return p, nil, false, c.Errorf("input %v, filter %v: %w", in, filter, err)
 	}
 	ow, _, err := op.WindowedOutputSize(in[2], filter[1], w.sw, w.padding)
 	if err != nil {
-		return p, nil, false, c.Errorf("input %v, filter %v: %v", in, filter, err)
+		return p, nil, false, c.Errorf("input %v, filter %v: %w", in, filter, err)
 	}
 	out = []int{in[0], oh, ow, filter[3]}
 	if tensor.NumElements(in) == 0 || tensor.NumElements(filter) == 0 || tensor.NumElements(out) == 0 {
@@ -115,7 +115,7 @@ func nnConvParams(c *kernel.Context, w nnWindow, in, filter []int) (p linalg.Con
 	}
 	p, err = linalg.NewConvParams(in[0], in[1], in[2], in[3], filter[0], filter[1], filter[3], w.sh, w.sw, w.padding == op.PaddingSame)
 	if err != nil {
-		return p, nil, false, c.Errorf("input %v, filter %v: %v", in, filter, err)
+		return p, nil, false, c.Errorf("input %v, filter %v: %w", in, filter, err)
 	}
 	return p, out, true, nil
 }
@@ -211,10 +211,10 @@ func nnPoolSetup(c *kernel.Context, w nnWindow, in []int) (nnPool, error) {
 	p := nnPool{N: in[0], H: in[1], W: in[2], C: in[3], KH: w.kh, KW: w.kw, SH: w.sh, SW: w.sw}
 	var err error
 	if p.OH, p.PadTop, err = op.WindowedOutputSize(p.H, p.KH, p.SH, w.padding); err != nil {
-		return p, c.Errorf("input %v, window %dx%d: %v", in, p.KH, p.KW, err)
+		return p, c.Errorf("input %v, window %dx%d: %w", in, p.KH, p.KW, err)
 	}
 	if p.OW, p.PadLeft, err = op.WindowedOutputSize(p.W, p.KW, p.SW, w.padding); err != nil {
-		return p, c.Errorf("input %v, window %dx%d: %v", in, p.KH, p.KW, err)
+		return p, c.Errorf("input %v, window %dx%d: %w", in, p.KH, p.KW, err)
 	}
 	return p, nil
 }

@@ -67,7 +67,7 @@ func summaryMerge(c *kernel.Context) error {
 func summaryOutput(c *kernel.Context, b []byte) error {
 	t, err := tensor.FromSlice(b, len(b))
 	if err != nil {
-		return c.Errorf("%v", err)
+		return c.Errorf("%w", err)
 	}
 	c.SetOutput(0, t)
 	return nil

@@ -404,7 +404,7 @@ func syncEnqueueMany(c *kernel.Context, k *syncHandleKernel) error {
 	}
 	elems, err := syncSplit(v)
 	if err != nil {
-		return c.Errorf("queue %q: %v", q.name, err)
+		return c.Errorf("queue %q: %w", q.name, err)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
