@@ -131,11 +131,11 @@ func mathProdGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Ou
 	attr := n.AttrInts("axis")
 	zero, one := mathScalar(s, x, 0), mathScalar(s, x, 1)
 	isZero := ops.Equal(s, x, zero)
-	safe := ops.Select(s, isZero, one, x)
+	safe := ops.SelectV2(s, isZero, one, x)
 	zeros := ops.Sum(s, ops.Cast(s, isZero, x.DType()), attr, true)
 	nonZeroProd := ops.Prod(s, safe, attr, true)
-	atZero := ops.Select(s, ops.Equal(s, zeros, one), nonZeroProd, zero)
-	others := ops.Select(s, isZero, atZero, ops.Div(s, mathKeepDims(s, n, n.Output(0), axes), safe))
+	atZero := ops.SelectV2(s, ops.Equal(s, zeros, one), nonZeroProd, zero)
+	others := ops.SelectV2(s, isZero, atZero, ops.Div(s, mathKeepDims(s, n, n.Output(0), axes), safe))
 	return []graph.Output{ops.Mul(s, others, mathKeepDims(s, n, dys[0], axes))}, nil
 }
 
@@ -188,17 +188,17 @@ func init() {
 		// (log is undefined there; the masked log avoids NaNs).
 		da := ops.Mul(s, dy, ops.Mul(s, b, ops.Pow(s, a, ops.Sub(s, b, mathScalar(s, b, 1)))))
 		pos := ops.Greater(s, a, mathScalar(s, a, 0))
-		logA := ops.Select(s, pos, ops.Log(s, ops.Select(s, pos, a, mathScalar(s, a, 1))), mathScalar(s, a, 0))
+		logA := ops.SelectV2(s, pos, ops.Log(s, ops.SelectV2(s, pos, a, mathScalar(s, a, 1))), mathScalar(s, a, 0))
 		return da, ops.Mul(s, dy, ops.Mul(s, y, logA))
 	}))
 	// Ties go to a, as in TensorFlow.
 	Register("Maximum", mathBinaryGrad(func(s *graph.Scope, a, b, y, dy graph.Output) (graph.Output, graph.Output) {
 		mask, zero := ops.GreaterEqual(s, a, b), mathScalar(s, dy, 0)
-		return ops.Select(s, mask, dy, zero), ops.Select(s, mask, zero, dy)
+		return ops.SelectV2(s, mask, dy, zero), ops.SelectV2(s, mask, zero, dy)
 	}))
 	Register("Minimum", mathBinaryGrad(func(s *graph.Scope, a, b, y, dy graph.Output) (graph.Output, graph.Output) {
 		mask, zero := ops.LessEqual(s, a, b), mathScalar(s, dy, 0)
-		return ops.Select(s, mask, dy, zero), ops.Select(s, mask, zero, dy)
+		return ops.SelectV2(s, mask, dy, zero), ops.SelectV2(s, mask, zero, dy)
 	}))
 	Register("SquaredDifference", mathBinaryGrad(func(s *graph.Scope, a, b, y, dy graph.Output) (graph.Output, graph.Output) {
 		d := ops.Mul(s, mathScalar(s, dy, 2), ops.Mul(s, dy, ops.Sub(s, a, b)))
@@ -235,12 +235,21 @@ func init() {
 		}
 		return []graph.Output{ops.Cast(s, dys[0], from)}, nil
 	})
+	// Select's dy has the shape of t and e, and the same cond picks it
+	// apart (TensorFlow's _SelectGrad).
 	Register("Select", func(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
-		cond, a, b, dy := n.Input(0), n.Input(1), n.Input(2), dys[0]
+		cond, dy := n.Input(0), dys[0]
+		zeros := ops.ZerosLike(s, dy)
+		return []graph.Output{{}, ops.Select(s, cond, dy, zeros), ops.Select(s, cond, zeros, dy)}, nil
+	})
+	// SelectV2 broadcasts: each branch's gradient is summed back to its
+	// shape (TensorFlow's _SelectGradV2).
+	Register("SelectV2", func(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+		cond, t, e, dy := n.Input(0), n.Input(1), n.Input(2), dys[0]
 		zero := mathScalar(s, dy, 0)
-		da := mathSumTo(s, ops.Select(s, cond, dy, zero), a)
-		db := mathSumTo(s, ops.Select(s, cond, zero, dy), b)
-		return []graph.Output{{}, da, db}, nil
+		dt := mathSumTo(s, ops.SelectV2(s, cond, dy, zero), t)
+		de := mathSumTo(s, ops.SelectV2(s, cond, zero, dy), e)
+		return []graph.Output{{}, dt, de}, nil
 	})
 	Register("AddN", func(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
 		out := make([]graph.Output, n.NumInputs())

@@ -85,10 +85,21 @@ func TestMathGradients(t *testing.T) {
 			Inputs: []*tensor.Tensor{rnd(25, 2, 3)}, Delta: 1e-2, Tol: 1e-3},
 		{Name: "CastToFloat64", Build: func(s *graph.Scope, x xs) graph.Output { return ops.Cast(s, x[0], tensor.Float64) },
 			Inputs: []*tensor.Tensor{gradtest.Random32(26, 2, 3)}},
-		{Name: "Select", Build: func(s *graph.Scope, x xs) graph.Output {
+		{Name: "SelectV2", Build: func(s *graph.Scope, x xs) graph.Output {
 			cond := ops.Const(s, tensor.MustFromSlice([]bool{true, false}, 2, 1))
-			return ops.Select(s, cond, x[0], x[1])
+			return ops.SelectV2(s, cond, x[0], x[1])
 		}, Inputs: []*tensor.Tensor{rnd(27, 2, 3), rnd(28, 3)}},
+		{Name: "SelectRows", Build: func(s *graph.Scope, x xs) graph.Output {
+			cond := ops.Const(s, []bool{true, false, true})
+			return ops.Select(s, cond, x[0], x[1])
+		}, Inputs: []*tensor.Tensor{rnd(59, 3, 3), rnd(60, 3, 3)}},
+		{Name: "SelectElements", Build: func(s *graph.Scope, x xs) graph.Output {
+			cond := ops.Const(s, tensor.MustFromSlice([]bool{true, false, false, true, true, false}, 2, 3))
+			return ops.Select(s, cond, x[0], x[1])
+		}, Inputs: []*tensor.Tensor{rnd(61, 2, 3), rnd(62, 2, 3)}},
+		{Name: "SelectScalar", Build: func(s *graph.Scope, x xs) graph.Output {
+			return ops.Select(s, ops.Const(s, false), x[0], x[1])
+		}, Inputs: []*tensor.Tensor{rnd(63, 2, 3), rnd(64, 2, 3)}},
 		{Name: "AddN", Build: func(s *graph.Scope, x xs) graph.Output { return ops.AddN(s, x[0], x[1], x[0]) },
 			Inputs: []*tensor.Tensor{rnd(29, 2, 3), rnd(30, 2, 3)}},
 		{Name: "SumAxis", Build: sum(ops.Sum, []int{1}, false, false), Inputs: []*tensor.Tensor{rnd(31, 2, 3, 4)}},

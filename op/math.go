@@ -105,28 +105,18 @@ func init() {
 	})
 
 	Register(Def{
-		Name:    "Select",
-		Inputs:  []Arg{{Name: "cond"}, {Name: "a"}, {Name: "b"}},
-		Summary: "cond ? a : b, element-wise; the three inputs broadcast together.",
-		Infer: func(c *InferContext) error {
-			if c.InputDType(0) != tensor.Bool {
-				return fmt.Errorf("cond must be bool, got %v", c.InputDType(0))
-			}
-			dt, err := c.SameDTypes(1, 2)
-			if err != nil {
-				return err
-			}
-			ab, err := BroadcastShapes(c.InputShape(1), c.InputShape(2))
-			if err != nil {
-				return err
-			}
-			out, err := BroadcastShapes(c.InputShape(0), ab)
-			if err != nil {
-				return fmt.Errorf("cond: %w", err)
-			}
-			c.SetOutput(0, dt, out)
-			return nil
-		},
+		Name:   "Select",
+		Inputs: []Arg{{Name: "cond"}, {Name: "t"}, {Name: "e"}},
+		Summary: "TensorFlow 1's where/Select: t and e have one shape; a scalar cond picks all of t or all of e, " +
+			"a vector cond picks rows of t or e (along their first dimension, cond's length), " +
+			"a cond of t's shape picks element-wise. No broadcasting (see SelectV2).",
+		Infer: mathSelectInfer,
+	})
+	Register(Def{
+		Name:    "SelectV2",
+		Inputs:  []Arg{{Name: "cond"}, {Name: "t"}, {Name: "e"}},
+		Summary: "cond ? t : e, element-wise; the three inputs broadcast together (numpy rules), as tf.where in TensorFlow 2.",
+		Infer:   mathSelectV2Infer,
 	})
 
 	Register(Def{
@@ -277,6 +267,95 @@ func init() {
 			return nil
 		},
 	})
+}
+
+// mathSelectDTypes checks Select's and SelectV2's dtypes: a bool cond, and
+// t and e of one dtype, which it returns.
+func mathSelectDTypes(c *InferContext) (tensor.DType, error) {
+	if c.InputDType(0) != tensor.Bool {
+		return tensor.Invalid, fmt.Errorf("cond must be bool, got %v", c.InputDType(0))
+	}
+	return c.SameDTypes(1, 2)
+}
+
+// MathSelectRows reports how Select (TensorFlow 1's rules) combines a cond
+// of shape cond with t and e of shape data: rows is true when a vector
+// cond picks rows of a data of rank > 1, and false when it picks all (a
+// scalar cond) or element-wise (cond has data's shape). Shapes that allow
+// neither are an error naming both. Unknown ranks or dimensions are
+// accepted; the kernel checks the concrete shapes with the same function.
+func MathSelectRows(cond, data tensor.Shape) (rows bool, err error) {
+	if !cond.KnownRank() || !data.KnownRank() {
+		return cond.Rank() == 1 && data.Rank() != 1, nil
+	}
+	switch {
+	case cond.Rank() == 0:
+		return false, nil
+	case cond.Rank() == 1 && data.Rank() > 1:
+		if d, n := data.Dim(0), cond.Dim(0); d >= 0 && n >= 0 && d != n {
+			return false, fmt.Errorf("a vector cond %v picks rows of t and e, whose first dimension must be its length; t and e have shape %v", cond, data)
+		}
+		return true, nil
+	case !cond.IsCompatibleWith(data):
+		return false, fmt.Errorf("cond has shape %v, t and e have shape %v: want cond a scalar, a vector of length %s or of shape %v (Select does not broadcast; SelectV2 does)",
+			cond, data, mathFirstDim(data), data)
+	}
+	return false, nil
+}
+
+// mathFirstDim renders the first dimension of s, "?" if unknown.
+func mathFirstDim(s tensor.Shape) string {
+	if s.Rank() < 1 || s.Dim(0) < 0 {
+		return "?"
+	}
+	return fmt.Sprint(s.Dim(0))
+}
+
+func mathSelectInfer(c *InferContext) error {
+	dt, err := mathSelectDTypes(c)
+	if err != nil {
+		return err
+	}
+	data, err := c.InputShape(1).Merge(c.InputShape(2))
+	if err != nil {
+		return fmt.Errorf("t and e must have the same shape, got %v and %v", c.InputShape(1), c.InputShape(2))
+	}
+	cond := c.InputShape(0)
+	rows, err := MathSelectRows(cond, data)
+	if err != nil {
+		return err
+	}
+	switch {
+	case rows && data.KnownRank() && cond.KnownRank():
+		d := data.Dims()
+		if d[0] < 0 {
+			d[0] = cond.Dim(0)
+		}
+		data = tensor.MakeShape(d...)
+	case !rows && cond.Rank() > 0:
+		if data, err = data.Merge(cond); err != nil {
+			return err
+		}
+	}
+	c.SetOutput(0, dt, data)
+	return nil
+}
+
+func mathSelectV2Infer(c *InferContext) error {
+	dt, err := mathSelectDTypes(c)
+	if err != nil {
+		return err
+	}
+	te, err := BroadcastShapes(c.InputShape(1), c.InputShape(2))
+	if err != nil {
+		return fmt.Errorf("t and e: %w", err)
+	}
+	out, err := BroadcastShapes(c.InputShape(0), te)
+	if err != nil {
+		return fmt.Errorf("cond: %w", err)
+	}
+	c.SetOutput(0, dt, out)
+	return nil
 }
 
 // mathBinaryInfer checks the dtypes of a broadcasting binary op and sets its

@@ -93,12 +93,26 @@ func GatherGrad(s *graph.Scope, dy, indices, paramsShape graph.Output, axis int)
 	return s.Out("GatherGrad", "GatherGrad", []graph.Output{dy, indices, paramsShape}, map[string]any{"axis": axis})
 }
 
-// OneHot appends a dimension of size depth to indices (int32 or int64),
+// OneHot adds a dimension of size depth to indices (int32 or int64),
 // holding on where the index matches and off elsewhere, as dtype dt.
-// Indices outside [0, depth) give rows of off.
-func OneHot(s *graph.Scope, indices graph.Output, depth int, on, off float32, dt tensor.DType) graph.Output {
-	return s.Out("OneHot", "OneHot", []graph.Output{indices},
-		map[string]any{"depth": depth, "on_value": on, "off_value": off, "dtype": dt})
+// Indices outside [0, depth) give rows of off. The new dimension is the
+// last one unless OneHotAxis says otherwise (tf.one_hot's axis).
+func OneHot(s *graph.Scope, indices graph.Output, depth int, on, off float32, dt tensor.DType, opts ...OneHotOption) graph.Output {
+	attrs := map[string]any{"depth": depth, "on_value": on, "off_value": off, "dtype": dt}
+	for _, o := range opts {
+		o(attrs)
+	}
+	return s.Out("OneHot", "OneHot", []graph.Output{indices}, attrs)
+}
+
+// OneHotOption sets an optional attribute of OneHot.
+type OneHotOption func(attrs map[string]any)
+
+// OneHotAxis puts the new dimension at axis: -1 (the default) appends it,
+// and for indices [batch, features], 1 gives [batch, depth, features] and
+// 0 gives [depth, batch, features], as TensorFlow's axis.
+func OneHotAxis(axis int) OneHotOption {
+	return func(attrs map[string]any) { attrs["axis"] = axis }
 }
 
 // Fill returns a tensor of shape dims (1-D int32) holding the scalar value

@@ -109,9 +109,24 @@ func Cast(s *graph.Scope, x graph.Output, dt tensor.DType) graph.Output {
 	return s.Out("Cast", "Cast", []graph.Output{x}, map[string]any{"dtype": dt})
 }
 
-// Select returns cond ? a : b element-wise; cond (bool), a and b broadcast together.
-func Select(s *graph.Scope, cond, a, b graph.Output) graph.Output {
-	return s.Out("Select", "Select", []graph.Output{cond, a, b}, nil)
+// Select is TensorFlow 1's tf.where(cond, t, e) (the Select op): t and e
+// have one shape, and cond (bool) is either
+//   - a scalar, which picks all of t or all of e;
+//   - a vector whose length is t's first dimension, which picks whole rows
+//     (cond[i] ? t[i, ...] : e[i, ...]) when t has rank > 1;
+//   - of t's shape, which picks element-wise.
+//
+// It never broadcasts: for numpy broadcasting of the three inputs (TF 2's
+// tf.where) use SelectV2. Other shapes are a build (or run) error naming
+// the node and the shapes.
+func Select(s *graph.Scope, cond, t, e graph.Output) graph.Output {
+	return s.Out("Select", "Select", []graph.Output{cond, t, e}, nil)
+}
+
+// SelectV2 returns cond ? t : e element-wise, with cond (bool), t and e
+// broadcast together numpy-style (TensorFlow's SelectV2, TF 2's tf.where).
+func SelectV2(s *graph.Scope, cond, t, e graph.Output) graph.Output {
+	return s.Out("SelectV2", "SelectV2", []graph.Output{cond, t, e}, nil)
 }
 
 // AddN returns the sum of one or more tensors of one shape and dtype.
@@ -152,16 +167,33 @@ func Prod(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Outpu
 	return mathReduce(s, "Prod", x, axis, keepDims)
 }
 
-// ArgMax returns the int64 index of the largest element of x along axis
-// (the first one on ties).
-func ArgMax(s *graph.Scope, x graph.Output, axis int) graph.Output {
-	return s.Out("ArgMax", "ArgMax", []graph.Output{x}, map[string]any{"axis": axis})
+// ArgMax returns the index of the largest element of x along axis (the
+// first one on ties), as int64 unless ArgOutputType asks for int32.
+func ArgMax(s *graph.Scope, x graph.Output, axis int, opts ...ArgOption) graph.Output {
+	return s.Out("ArgMax", "ArgMax", []graph.Output{x}, mathArgAttrs(axis, opts))
 }
 
-// ArgMin returns the int64 index of the smallest element of x along axis
-// (the first one on ties).
-func ArgMin(s *graph.Scope, x graph.Output, axis int) graph.Output {
-	return s.Out("ArgMin", "ArgMin", []graph.Output{x}, map[string]any{"axis": axis})
+// ArgMin returns the index of the smallest element of x along axis (the
+// first one on ties), as int64 unless ArgOutputType asks for int32.
+func ArgMin(s *graph.Scope, x graph.Output, axis int, opts ...ArgOption) graph.Output {
+	return s.Out("ArgMin", "ArgMin", []graph.Output{x}, mathArgAttrs(axis, opts))
+}
+
+// ArgOption sets an optional attribute of ArgMax and ArgMin.
+type ArgOption func(attrs map[string]any)
+
+// ArgOutputType sets the dtype of the indices: tensor.Int64 (the default,
+// as TensorFlow's) or tensor.Int32; others are a build error.
+func ArgOutputType(dt tensor.DType) ArgOption {
+	return func(attrs map[string]any) { attrs["output_type"] = dt }
+}
+
+func mathArgAttrs(axis int, opts []ArgOption) map[string]any {
+	attrs := map[string]any{"axis": axis}
+	for _, o := range opts {
+		o(attrs)
+	}
+	return attrs
 }
 
 // MatMul returns op(a) x op(b), where op transposes when asked. Operands of

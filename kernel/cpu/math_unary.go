@@ -5,10 +5,11 @@ import (
 	"slices"
 
 	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/op"
 	"github.com/distflow/distflow/tensor"
 )
 
-// Element-wise unary ops, Cast, Select and AddN.
+// Element-wise unary ops, Cast, Select, SelectV2 and AddN.
 
 type mathUnaryOp int
 
@@ -232,42 +233,93 @@ func mathSelect[T any](o []T, cond []bool, a, b []T) {
 	}
 }
 
+// mathSelectTypes checks the dtypes of Select and SelectV2.
+func mathSelectTypes(c *kernel.Context, name string) error {
+	cond, t, e := c.Inputs[0], c.Inputs[1], c.Inputs[2]
+	if cond.DType() != tensor.Bool || t.DType() != e.DType() {
+		return c.Errorf("%s: want a bool condition and values of one dtype, got %v, %v and %v", name, cond.DType(), t.DType(), e.DType())
+	}
+	return nil
+}
+
+// mathSelectKernel is Select with TensorFlow 1's rules (see
+// op.MathSelectRows): a scalar cond picks all of t or e, a vector cond
+// rows of them, a cond of their shape elements. It never broadcasts.
 func mathSelectKernel(c *kernel.Context) error {
-	cond, a, b := c.Inputs[0], c.Inputs[1], c.Inputs[2]
-	if cond.DType() != tensor.Bool || a.DType() != b.DType() {
-		return c.Errorf("Select: want a bool condition and values of one dtype, got %v, %v and %v", cond.DType(), a.DType(), b.DType())
+	if err := mathSelectTypes(c, "Select"); err != nil {
+		return err
 	}
-	pab, err := mathNewBcast(a.Shape(), b.Shape())
-	if err != nil {
-		return c.Errorf("Select: %v", err)
+	cond, t, e := c.Inputs[0], c.Inputs[1], c.Inputs[2]
+	if !slices.Equal(t.Shape(), e.Shape()) {
+		return c.Errorf("Select: t and e must have the same shape, got %v and %v", t.StaticShape(), e.StaticShape())
 	}
-	p, err := mathNewBcast(cond.Shape(), pab.out)
+	rows, err := op.MathSelectRows(cond.StaticShape(), t.StaticShape())
 	if err != nil {
-		return c.Errorf("Select: cond: %v", err)
+		return c.Errorf("Select: %w", err)
+	}
+	o := c.AllocUninit(0, t.DType(), t.Shape()...)
+	if cond.Rank() == 0 || rows {
+		// Whole rows (one row when cond is a scalar) of t or e.
+		ob, tb, eb := arrayBytes(o), arrayBytes(t), arrayBytes(e)
+		cs := cond.Bools()
+		if len(cs) == 0 {
+			return nil
+		}
+		row := len(ob) / len(cs)
+		for i, v := range cs {
+			src := eb
+			if v {
+				src = tb
+			}
+			copy(ob[i*row:(i+1)*row], src[i*row:(i+1)*row])
+		}
+		return nil
+	}
+	mathSelectElems(o, cond.Bools(), t, e)
+	return nil
+}
+
+// mathSelectElems sets o[i] = cond[i] ? t[i] : e[i]; all have one size.
+func mathSelectElems(o *tensor.Tensor, cs []bool, t, e *tensor.Tensor) {
+	switch d := o.Data().(type) {
+	case []float32:
+		mathSelect(d, cs, t.Float32s(), e.Float32s())
+	case []float64:
+		mathSelect(d, cs, t.Float64s(), e.Float64s())
+	case []int32:
+		mathSelect(d, cs, t.Int32s(), e.Int32s())
+	case []int64:
+		mathSelect(d, cs, t.Int64s(), e.Int64s())
+	case []uint8:
+		mathSelect(d, cs, t.Uint8s(), e.Uint8s())
+	case []bool:
+		mathSelect(d, cs, t.Bools(), e.Bools())
+	}
+}
+
+// mathSelectV2Kernel is SelectV2: cond, t and e broadcast together.
+func mathSelectV2Kernel(c *kernel.Context) error {
+	if err := mathSelectTypes(c, "SelectV2"); err != nil {
+		return err
+	}
+	cond, t, e := c.Inputs[0], c.Inputs[1], c.Inputs[2]
+	pte, err := mathNewBcast(t.Shape(), e.Shape())
+	if err != nil {
+		return c.Errorf("SelectV2: t and e: %w", err)
+	}
+	p, err := mathNewBcast(cond.Shape(), pte.out)
+	if err != nil {
+		return c.Errorf("SelectV2: cond: %w", err)
 	}
 	// Broadcasting is rare here: materialise the operands when shapes differ.
 	var ts [3]*tensor.Tensor
-	for i, t := range []*tensor.Tensor{cond, a, b} {
-		if ts[i], err = mathBroadcastTensor(t, p.out); err != nil {
-			return c.Errorf("Select: %v", err)
+	for i, x := range []*tensor.Tensor{cond, t, e} {
+		if ts[i], err = mathBroadcastTensor(x, p.out); err != nil {
+			return c.Errorf("SelectV2: %w", err)
 		}
 	}
-	o := c.Alloc(0, a.DType(), p.out...)
-	cs := ts[0].Bools()
-	switch d := o.Data().(type) {
-	case []float32:
-		mathSelect(d, cs, ts[1].Float32s(), ts[2].Float32s())
-	case []float64:
-		mathSelect(d, cs, ts[1].Float64s(), ts[2].Float64s())
-	case []int32:
-		mathSelect(d, cs, ts[1].Int32s(), ts[2].Int32s())
-	case []int64:
-		mathSelect(d, cs, ts[1].Int64s(), ts[2].Int64s())
-	case []uint8:
-		mathSelect(d, cs, ts[1].Uint8s(), ts[2].Uint8s())
-	case []bool:
-		mathSelect(d, cs, ts[1].Bools(), ts[2].Bools())
-	}
+	o := c.AllocUninit(0, t.DType(), p.out...)
+	mathSelectElems(o, ts[0].Bools(), ts[1], ts[2])
 	return nil
 }
 
@@ -345,5 +397,6 @@ func init() {
 	}))
 	kernel.Register("Cast", kernel.CPU, kernel.Simple(mathCastKernel))
 	kernel.Register("Select", kernel.CPU, kernel.Simple(mathSelectKernel))
+	kernel.Register("SelectV2", kernel.CPU, kernel.Simple(mathSelectV2Kernel))
 	kernel.Register("AddN", kernel.CPU, kernel.Simple(mathAddNKernel))
 }
