@@ -1,7 +1,13 @@
 package serving
 
 import (
+	"bytes"
 	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/distflow/distflow/savedmodel"
@@ -37,4 +43,144 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("row format with %d instances", req.n)
 		}
 	})
+}
+
+// fuzzSignatures are the signatures FuzzFastDecoder decodes against: two
+// named inputs, and one input of each dtype the JSON API takes.
+var fuzzSignatures = func() []savedmodel.Signature {
+	out := []savedmodel.Signature{{
+		Inputs: map[string]savedmodel.TensorInfo{
+			"x": {Name: "x:0", DType: tensor.Float32, Shape: tensor.MakeShape(-1, 3)},
+			"k": {Name: "k:0", DType: tensor.Int32, Shape: tensor.MakeShape(-1)},
+		},
+	}}
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.Float64, tensor.Int32, tensor.Int64, tensor.Uint8, tensor.Bool} {
+		out = append(out, savedmodel.Signature{Inputs: map[string]savedmodel.TensorInfo{
+			"x": {Name: "x:0", DType: dt, Shape: tensor.MakeShape(-1, 3)},
+		}})
+	}
+	return out
+}()
+
+// FuzzFastDecoder: whenever the fast decoder accepts a body, the general
+// decoder accepts it too and decodes the same request, bit for bit (the
+// fast decoder leaves every other body, and every error, to the general one).
+func FuzzFastDecoder(f *testing.F) {
+	for _, s := range []string{
+		`{"instances":[{"x":[1,2,3],"k":1}]}`,
+		`{"signature_name":"serving_default","instances":[{"x":[1,2,3],"k":1},{"k":-2,"x":[4,5,6.5e-3]}]}`,
+		`{"inputs":{"x":[[1,2,3]],"k":[7]}}`,
+		`{"instances":[[0.1,0.25,-3.5]]}`,
+		`{"instances":[[[1,2],[3,4]],[[5,6],[7,8]]]}`,
+		`{"instances":[[],[]]}`,
+		`{"inputs":[[true,false,true]]}`,
+		`{"inputs":1.5}`,
+		` { "inputs" : [ [ 0.30000001 , 1E3 , -0 ] ] } `,
+		`{"instances":[[0.83412766,0.000123,12345678901234567,1e-45,3.4028235e38]]}`,
+	} {
+		for i := range fuzzSignatures {
+			f.Add([]byte(s), uint8(i))
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
+		sig := fuzzSignatures[int(which)%len(fuzzSignatures)]
+		fast, ok := fastDecode(body, sig, sig.InputNames())
+		if !ok {
+			return
+		}
+		want, err := decodeGeneral(body, sig)
+		if err != nil {
+			t.Fatalf("the fast decoder accepts a body the general one rejects (%v)", err)
+		}
+		if fast.rows != want.rows || fast.n != want.n || len(fast.inputs) != len(want.inputs) {
+			t.Fatalf("fast decoder: rows %v n %d %d inputs; general: rows %v n %d %d inputs", fast.rows, fast.n, len(fast.inputs), want.rows, want.n, len(want.inputs))
+		}
+		for name, w := range want.inputs {
+			g := fast.inputs[name]
+			if g == nil || g.DType() != w.DType() || !slices.Equal(g.Shape(), w.Shape()) || !bytes.Equal(g.RawBytes(), w.RawBytes()) {
+				t.Fatalf("input %q: fast decoder %v, general %v", name, g, w)
+			}
+		}
+	})
+}
+
+// TestParseFloat32 compares the fast float32 conversion with strconv on
+// the shortest forms of random float32s and on random decimal literals.
+func TestParseFloat32(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	check := func(lit string) {
+		t.Helper()
+		want, werr := strconv.ParseFloat(lit, 32)
+		got, ok := parseFloat32([]byte(lit))
+		if ok != (werr == nil) || math.Float32bits(got) != math.Float32bits(float32(want)) {
+			t.Fatalf("parseFloat32(%q) = %v (%#x), %v; strconv: %v (%#x), %v", lit, got, math.Float32bits(got), ok, float32(want), math.Float32bits(float32(want)), werr)
+		}
+	}
+	for _, lit := range []string{"0", "-0", "0.0", "-0.000", "1", "-1", "0.1", "16777217", "16777219", "0.30000001", "3.4028235e38", "3.5e38", "1e-46", "123456789012345", "1234567890123456", "0.0000000000000000000001", "0.00000000000000000000001"} {
+		check(lit)
+	}
+	for range 200000 {
+		f := math.Float32frombits(r.Uint32())
+		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+			continue
+		}
+		check(string(appendFloat(nil, float64(f), 32)))
+		check(strconv.FormatFloat(float64(f), 'f', -1, 64))
+		check(strconv.FormatFloat(float64(r.Float32()), 'f', r.IntN(16), 64))
+		// Decimal literals near float32 midpoints: m.5 ulp.
+		m := r.Uint32N(1<<24) | 1<<23
+		e := r.IntN(40) - 30
+		check(strconv.FormatFloat(math.Ldexp(float64(m)+0.5, e), 'f', -1, 64))
+		var sb strings.Builder
+		for range 1 + r.IntN(17) {
+			sb.WriteByte(byte('0' + r.IntN(10)))
+		}
+		s := sb.String()
+		if p := r.IntN(len(s) + 1); p < len(s) {
+			s = s[:p] + "." + s[p:]
+			if p == 0 {
+				s = "0" + s
+			}
+		}
+		if s[0] == '0' && len(s) > 1 && s[1] != '.' {
+			s = "1" + s
+		}
+		check(s)
+	}
+}
+
+// TestFastDecoderTakesCommonBodies: the request forms clients send take the
+// fast decoder; bodies in error, and rare forms (duplicate keys, escapes),
+// are left to the general one.
+func TestFastDecoderTakesCommonBodies(t *testing.T) {
+	two, one := fuzzSignatures[0], fuzzSignatures[1]
+	for _, c := range []struct {
+		sig         savedmodel.Signature
+		body        string
+		fast, valid bool
+	}{
+		{one, `{"instances":[[0.1,0.2,0.3]]}`, true, true},
+		{one, `{"instances": [[0.1, 0.2, 0.3], [1e-7, -2, 3.5]]}` + "\n", true, true},
+		{one, `{"signature_name":"serving_default","instances":[{"x":[1,2,3]}]}`, true, true},
+		{one, `{"inputs":[[1,2,3]]}`, true, true},
+		{two, `{"instances":[{"x":[1,2,3],"k":1},{"k":2,"x":[4,5,6]}]}`, true, true},
+		{two, `{"inputs":{"x":[[1,2,3]],"k":[1]}}`, true, true},
+		{one, `{"instances":[[0.1,0.2,"a"]]}`, false, false},
+		{one, `{"instances":[[1,2,3],[1,2]]}`, false, false},
+		{one, `{"instances":[]}`, false, false},
+		{one, `{"instances":[[1,2,3]]} x`, false, false},
+		{one, `{"instances":[[1,2,3]],"instances":[[1,2,3]]}`, false, true},
+		{one, `{"instan\u0063es":[[1,2,3]]}`, false, true},
+		{one, `{"instances":[[01,2,3]]}`, false, false},
+		{two, `{"instances":[{"x":[1,2,3]}]}`, false, false},
+		{two, `{"instances":[{"x":[1,2,3],"k":1,"k":2}]}`, false, true},
+	} {
+		_, ok := fastDecode([]byte(c.body), c.sig, c.sig.InputNames())
+		if ok != c.fast {
+			t.Errorf("fastDecode(%s) ok = %v, want %v", c.body, ok, c.fast)
+		}
+		if _, err := decodeRequest([]byte(c.body), c.sig); (err == nil) != c.valid {
+			t.Errorf("decodeRequest(%s): %v", c.body, err)
+		}
+	}
 }

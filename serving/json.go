@@ -35,8 +35,24 @@ func badRequest(format string, args ...any) error {
 // decodeRequest parses a predict request body against sig, as TensorFlow
 // Serving's REST API defines it: {"signature_name": ..., "instances": [...]}
 // or {"signature_name": ..., "inputs": ...}. Every error wraps
-// errBadRequest and names the input involved.
+// errBadRequest and names the input involved. The common bodies take the
+// fast decoder (scan.go); the rest, and every body in error, decodeGeneral.
+// The returned request does not alias body.
 func decodeRequest(body []byte, sig savedmodel.Signature) (*request, error) {
+	return decodeNamed(body, sig, sig.InputNames())
+}
+
+// decodeNamed is decodeRequest with sig's input names, sorted, given.
+func decodeNamed(body []byte, sig savedmodel.Signature, names []string) (*request, error) {
+	if req, ok := fastDecode(body, sig, names); ok {
+		return req, nil
+	}
+	return decodeGeneral(body, sig)
+}
+
+// decodeGeneral is decodeRequest through encoding/json's generic values:
+// it accepts any valid request and words every error.
+func decodeGeneral(body []byte, sig savedmodel.Signature) (*request, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, badRequest("JSON Parse error: %v", err)
@@ -351,14 +367,16 @@ func appendFloat(b []byte, f float64, bits int) []byte {
 // encodeResponse writes the predict answer for req: {"predictions": [...]}
 // in the row format (one entry per instance: the bare value with a single
 // output, an object keyed by output name with several), {"outputs": ...} in
-// the columnar one (the bare tensor or an object of tensors).
-func encodeResponse(req *request, out map[string]*tensor.Tensor) ([]byte, error) {
-	names := make([]string, 0, len(out))
+// the columnar one (the bare tensor or an object of tensors), appended to b.
+func encodeResponse(b []byte, req *request, out map[string]*tensor.Tensor) ([]byte, error) {
+	var names []string
+	if len(out) <= 8 {
+		names = make([]string, 0, 8) // on the stack
+	}
 	for k := range out {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	b := make([]byte, 0, 256)
 	if !req.rows {
 		b = append(b, `{"outputs":`...)
 		if len(names) == 1 {

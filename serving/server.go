@@ -331,8 +331,13 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
+// jsonContentType is shared by every answer's header, unmodified.
+var jsonContentType = []string{"application/json"}
+
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(status)
 	w.Write(body)
 }
@@ -422,7 +427,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "metadata":
 		body = metadataBody(s.cfg.ModelName, sv.version, sv.pred.Signature())
 	case "predict":
-		body, herr = s.predict(w, r, sv)
+		buf := bufPool.Get().(*[]byte)
+		defer putBuffer(buf) // after the answer is written
+		body, herr = s.predict(w, r, sv, buf)
 	}
 	if herr != nil {
 		writeError(w, herr)
@@ -432,12 +439,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) servableFor(rt route) (*servable, *httpError) {
-	spec := fmt.Sprintf("Latest(%s)", rt.name)
-	if rt.version != 0 {
-		spec = fmt.Sprintf("Specific(%s, %d)", rt.name, rt.version)
+	spec := func() string {
+		if rt.version != 0 {
+			return fmt.Sprintf("Specific(%s, %d)", rt.name, rt.version)
+		}
+		return fmt.Sprintf("Latest(%s)", rt.name)
 	}
 	if rt.name != s.cfg.ModelName {
-		return nil, &httpError{http.StatusNotFound, "Servable not found for request: " + spec}
+		return nil, &httpError{http.StatusNotFound, "Servable not found for request: " + spec()}
 	}
 	sv := s.acquire()
 	if sv == nil {
@@ -445,12 +454,14 @@ func (s *Server) servableFor(rt route) (*servable, *httpError) {
 	}
 	if rt.version != 0 && rt.version != sv.version {
 		sv.release()
-		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("Servable not found for request: %s (version %d is served)", spec, sv.version)}
+		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("Servable not found for request: %s (version %d is served)", spec(), sv.version)}
 	}
 	return sv, nil
 }
 
-func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable) ([]byte, *httpError) {
+// predict answers a predict request. buf is a pooled buffer for the body
+// and then the answer, which is returned in it.
+func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable, buf *[]byte) ([]byte, *httpError) {
 	batched := sv.batcher != nil
 	if batched {
 		sv.batcher.incoming.Add(1)
@@ -461,7 +472,12 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable) (
 			sv.batcher.incoming.Add(-1)
 		}
 	}()
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	limit := s.cfg.MaxBodyBytes
+	if n := r.ContentLength; n > 0 && n <= limit && int64(cap(*buf)) < n+1 {
+		*buf = make([]byte, 0, n+1) // room for the EOF read too
+	}
+	raw, err := readAll(http.MaxBytesReader(w, r.Body, limit), (*buf)[:0])
+	*buf = raw
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -470,7 +486,7 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable) (
 		return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err)}
 	}
 	sig := sv.pred.Signature()
-	req, err := decodeRequest(raw, sig)
+	req, err := decodeNamed(raw, sig, sv.names)
 	if err != nil {
 		return nil, &httpError{http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")}
 	}
@@ -491,11 +507,45 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable) (
 		}
 		return nil, &httpError{status, strings.TrimPrefix(err.Error(), "savedmodel: ")}
 	}
-	body, err := encodeResponse(req, out)
+	// The request is decoded (it does not alias raw): the buffer now takes
+	// the answer.
+	body, err := encodeResponse(raw[:0], req, out)
+	*buf = body
 	if err != nil {
 		return nil, &httpError{http.StatusBadRequest, err.Error()}
 	}
 	return body, nil
+}
+
+// readAll is io.ReadAll into b's spare capacity.
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// bufPool holds the buffers that take a request body and then its answer,
+// so that a request allocates neither.
+var bufPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBuffer bounds the buffers kept for reuse.
+const maxPooledBuffer = 1 << 20
+
+func putBuffer(b *[]byte) {
+	if cap(*b) <= maxPooledBuffer {
+		*b = (*b)[:0]
+		bufPool.Put(b)
+	}
 }
 
 func statusBody(version int64) []byte {

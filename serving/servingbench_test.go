@@ -129,3 +129,58 @@ func load(b *testing.B, clients int, f func(i int) error) {
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
 }
+
+// BenchmarkPredictRows measures one in-process Predict call of the MLP for
+// batches of 1, 8 and 64 rows: what merging requests can save per row.
+//
+//	go test ./serving -run XXX -bench PredictRows
+func BenchmarkPredictRows(b *testing.B) {
+	m, err := savedmodeltest.MLP(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	_, dir, err := savedmodel.WriteVersion(b.TempDir(), m.Model)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := savedmodel.Load(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	for _, rows := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			in := map[string]*tensor.Tensor{"images": savedmodeltest.Images(rows, 1)}
+			for b.Loop() {
+				if _, err := p.Predict(context.Background(), in); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*rows), "µs/row")
+		})
+	}
+}
+
+// BenchmarkDecodeRequest decodes the benchmark's request body (one MLP
+// instance, 784 floats) with the fast decoder and the general one.
+func BenchmarkDecodeRequest(b *testing.B) {
+	sig := savedmodel.Signature{Inputs: map[string]savedmodel.TensorInfo{
+		"images": {Name: "images:0", DType: tensor.Float32, Shape: tensor.MakeShape(-1, 784)},
+	}}
+	body := []byte(`{"instances":[` + string(appendRow(nil, savedmodeltest.Images(1, 1), 0)) + `]}`)
+	for _, c := range []struct {
+		name   string
+		decode func([]byte, savedmodel.Signature) (*request, error)
+	}{{"fast", decodeRequest}, {"general", decodeGeneral}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.decode(body, sig); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
