@@ -2,7 +2,7 @@
 // signature: the tensors fed, the tensors fetched and the nodes run as
 // targets.
 //
-//	e, err := executor.New(g, []graph.Output{x}, []graph.Output{y}, nil, res)
+//	e, err := executor.New(g, graph.Signature{Feeds: []graph.Output{x}, Fetches: []graph.Output{y}}, res)
 //	...
 //	out, err := e.Run(ctx, []*tensor.Tensor{xv}) // out[0] is y
 //

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -89,101 +88,36 @@ type Blocking interface {
 // are never released during a step.
 const pinned = 1 << 30
 
-// New prepares the execution of g for one signature: fetching fetches and
-// running targets, with feeds given at each Run in the order of feeds.
+// New prepares the execution of g for one signature: fetching sig.Fetches
+// and running sig.Targets, with values for sig.Feeds given at each Run in
+// that order.
 //
-// It walks back from fetches and targets through data and control inputs to
-// the minimal subgraph. A fed output cuts the walk (its producer runs only if
-// another of its outputs is needed; a control dependency on a node whose
-// outputs are all fed is satisfied). A ref input does not pull in its
-// Variable node: it is resolved to res.Variable(name, dtype, shape) once,
-// here, and handed to the kernel in kernel.Context.Refs. Each node's kernel is
-// built once. res holds the variables; nil means a private, empty container.
-func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets []*graph.Node, res *kernel.Resources) (*Executor, error) {
-	if g == nil {
-		return nil, errors.New("executor: nil graph")
+// The nodes it runs are graph.NewSubgraph(g, sig).Nodes: fed tensors are
+// inputs, and a ref input does not run its Variable node: it is resolved
+// to res.Variable(name, dtype, shape) once, here, and handed to the kernel
+// in kernel.Context.Refs. Each node's kernel is built once. res holds the
+// variables; nil means a private, empty container.
+func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources) (*Executor, error) {
+	sub, err := graph.NewSubgraph(g, sig)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
 	}
 	if res == nil {
 		res = kernel.NewResources()
 	}
-	all := g.Nodes()
-	inGraph := func(n *graph.Node) bool {
-		return n != nil && n.Graph() == g && n.ID() < len(all) && all[n.ID()] == n
-	}
-	checkOutput := func(what string, o graph.Output) error {
-		if !inGraph(o.Node) {
-			return fmt.Errorf("executor: %s %v is missing or not in the graph", what, o)
-		}
-		if o.Index < 0 || o.Index >= o.Node.NumOutputs() {
-			return fmt.Errorf("executor: %s %v: node %s has %d outputs", what, o, o.Node, o.Node.NumOutputs())
-		}
-		return nil
-	}
+	feeds, fetches := sub.Feeds, sub.Fetches
+	e := &Executor{res: res, feeds: feeds, maxWorkers: max(runtime.GOMAXPROCS(0), 2)}
 
-	e := &Executor{res: res, feeds: append([]graph.Output(nil), feeds...), maxWorkers: max(runtime.GOMAXPROCS(0), 2)}
-	fed := make(map[graph.Output]int, len(feeds))
-	fedPerNode := map[*graph.Node]int{}
-	for i, f := range feeds {
-		if err := checkOutput("feed", f); err != nil {
-			return nil, err
-		}
-		if _, dup := fed[f]; dup {
-			return nil, fmt.Errorf("executor: tensor %s is fed twice", f)
-		}
-		fed[f] = i
-		fedPerNode[f.Node]++
+	// Number the step's nodes (in creation order, which is topological)
+	// and give each output a value slot.
+	index := make([]int32, g.NumNodes())
+	for i := range index {
+		index[i] = -1
 	}
-	allFed := func(n *graph.Node) bool { return n.NumOutputs() > 0 && fedPerNode[n] == n.NumOutputs() }
-
-	// Walk back to the needed nodes.
-	needed := make([]bool, len(all))
-	var stack []*graph.Node
-	for _, f := range fetches {
-		if err := checkOutput("fetch", f); err != nil {
-			return nil, err
-		}
-		if _, ok := fed[f]; !ok {
-			stack = append(stack, f.Node)
-		}
-	}
-	for _, t := range targets {
-		if !inGraph(t) {
-			return nil, fmt.Errorf("executor: target %v is missing or not in the graph", t)
-		}
-		if !allFed(t) {
-			stack = append(stack, t)
-		}
-	}
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if needed[n.ID()] {
-			continue
-		}
-		needed[n.ID()] = true
-		for i, in := range n.Inputs() {
-			if _, ok := fed[in]; ok || n.IsRefInput(i) {
-				continue
-			}
-			stack = append(stack, in.Node)
-		}
-		for _, c := range n.ControlInputs() {
-			if !allFed(c) {
-				stack = append(stack, c)
-			}
-		}
-	}
-
-	// Number the needed nodes in creation order, which is topological, and
-	// give each output a value slot.
-	index := make([]int32, len(all))
-	for _, n := range all {
-		index[n.ID()] = -1
-		if needed[n.ID()] {
-			index[n.ID()] = int32(len(e.nodes))
-			e.nodes = append(e.nodes, execNode{node: n, outBase: int32(e.numSlots), numOut: int32(n.NumOutputs())})
-			e.numSlots += n.NumOutputs()
-		}
+	for _, n := range sub.Nodes {
+		index[n.ID()] = int32(len(e.nodes))
+		e.nodes = append(e.nodes, execNode{node: n, outBase: int32(e.numSlots), numOut: int32(n.NumOutputs())})
+		e.numSlots += n.NumOutputs()
 	}
 	e.feedBase = e.numSlots
 	e.numSlots += len(feeds)
@@ -193,7 +127,7 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 	e.spare = make([]atomic.Pointer[tensor.Tensor], e.numSlots)
 	e.pending = make([]int32, len(e.nodes))
 	slotOf := func(o graph.Output) int32 {
-		if i, ok := fed[o]; ok {
+		if i, ok := sub.FeedIndex(o); ok {
 			return int32(e.feedBase + i)
 		}
 		return e.nodes[index[o.Node.ID()]].outBase + int32(o.Index)
@@ -245,7 +179,7 @@ func New(g *graph.Graph, feeds []graph.Output, fetches []graph.Output, targets [
 			s := slotOf(in)
 			en.inSlots[k] = s
 			e.consumerRefs[s]++
-			if _, ok := fed[in]; !ok {
+			if _, ok := sub.FeedIndex(in); !ok {
 				addPred(index[in.Node.ID()])
 			}
 		}
@@ -411,12 +345,11 @@ func (e *Executor) checkFeeds(vals []*tensor.Tensor) error {
 		return fmt.Errorf("executor: got %d feed values for %d fed tensors", len(vals), len(e.feeds))
 	}
 	for i, t := range vals {
-		f := e.feeds[i]
 		if t == nil {
-			return fmt.Errorf("executor: feed %s is nil", f)
+			return fmt.Errorf("executor: feed %s is nil", e.feeds[i])
 		}
-		if t.DType() != f.DType() || !f.Shape().AcceptsDims(t.Shape()) {
-			return fmt.Errorf("executor: feed %s: expected %v%v, got %v%v", f, f.DType(), f.Shape(), t.DType(), tensor.MakeShape(t.Shape()...))
+		if err := graph.CheckFeed(e.feeds[i], t.DType(), t.Shape()); err != nil {
+			return fmt.Errorf("executor: %w", err)
 		}
 	}
 	return nil
@@ -849,7 +782,7 @@ func compute(en *execNode, c *kernel.Context, slots []*tensor.Tensor) (err error
 		}
 	}()
 	if err := en.kernel.Compute(c); err != nil {
-		if !strings.Contains(err.Error(), en.node.String()) { // c.Errorf names it already
+		if ne := (*kernel.NodeError)(nil); !errors.As(err, &ne) || ne.Node != en.node {
 			err = fmt.Errorf("executor: node %s: %w", en.node, err)
 		}
 		return err

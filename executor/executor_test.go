@@ -171,7 +171,7 @@ func variable(s *graph.Scope, name string, shape ...int) graph.Output {
 
 func mustNew(t *testing.T, g *graph.Graph, feeds, fetches []graph.Output, targets []*graph.Node, res *kernel.Resources) *executor.Executor {
 	t.Helper()
-	e, err := executor.New(g, feeds, fetches, targets, res)
+	e, err := executor.New(g, graph.Signature{Feeds: feeds, Fetches: fetches, Targets: targets}, res)
 	if err != nil {
 		t.Fatalf("executor.New: %v", err)
 	}
@@ -407,14 +407,14 @@ func TestNewErrors(t *testing.T) {
 		want    string
 	}{
 		{"missing kernel", nil, []graph.Output{nk}, "nokernel (ExecNoKernel)"},
-		{"fetch from another graph", nil, []graph.Output{other}, "not in the graph"},
+		{"fetch from another graph", nil, []graph.Output{other}, "another graph"},
 		{"fetch index", nil, []graph.Output{{Node: a.Node, Index: 3}}, "a:3"},
-		{"zero fetch", nil, []graph.Output{{}}, "fetch <none>"},
+		{"zero fetch", nil, []graph.Output{{}}, "a fetch is the zero Output"},
 		{"feed twice", []graph.Output{a, a}, nil, "fed twice"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := executor.New(s.Graph(), tc.feeds, tc.fetches, nil, nil)
+			_, err := executor.New(s.Graph(), graph.Signature{Feeds: tc.feeds, Fetches: tc.fetches}, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got error %v, want one mentioning %q", err, tc.want)
 			}
@@ -515,7 +515,7 @@ func BenchmarkChain(b *testing.B) {
 	if err := s.Err(); err != nil {
 		b.Fatal(err)
 	}
-	ex, err := executor.New(s.Graph(), []graph.Output{x}, []graph.Output{y}, nil, nil)
+	ex, err := executor.New(s.Graph(), graph.Signature{Feeds: []graph.Output{x}, Fetches: []graph.Output{y}}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -545,7 +545,7 @@ func BenchmarkWide(b *testing.B) {
 	if err := s.Err(); err != nil {
 		b.Fatal(err)
 	}
-	ex, err := executor.New(s.Graph(), []graph.Output{x}, outs, nil, nil)
+	ex, err := executor.New(s.Graph(), graph.Signature{Feeds: []graph.Output{x}, Fetches: outs}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,5 +11,7 @@
 //
 // Builders never panic on user mistakes: after the first error every
 // further AddNode is a no-op. Nodes are appended only, so creation order is
-// a topological order; Prune computes the nodes a step needs.
+// a topological order. A step's signature (Signature: feeds, fetches,
+// targets) and NewSubgraph, the nodes it runs, are the one place where the
+// runtime prunes: the executor and the master's plan both call it.
 package graph

@@ -1,104 +1,86 @@
 package graph
 
-import "sort"
-
-// Prune returns the minimal set of nodes that fetching fetches and running
-// targets needs when feeds are given, in creation (topological) order. It
-// is the walk the master does before placing a step; the executor does the
-// same walk on each partition.
-//
-// The walk goes back from fetches and targets through data and control
-// inputs. A fed output cuts it: the producer of a fed tensor is included, so
-// that its name exists wherever the step's nodes are sent, but its inputs
-// are not, unless the node is needed for another reason (an output that is
-// not fed, or a target whose outputs are not all fed). A control input on a
-// node whose outputs are all fed is satisfied by the feeds in the same way.
-//
-// A ref input (the variable of an Assign) pulls in its Variable node only when
-// includeRefProducers is set: the master needs the Variable node in the
-// partition where its ref consumers run, whereas the executor resolves ref
-// inputs in its resource container and never runs the Variable node for
-// them.
+// Prune returns the nodes a step of feeds, fetches and targets needs plus
+// the producers of the fed tensors it reads, in creation (topological)
+// order: a node set closed under inputs once fed producers stand for their
+// feeds, which is what an export of the step's graph writes. Steps
+// themselves use NewSubgraph, whose walk this is. Ref producers (the
+// Variable of an Assign) are included when includeRefProducers is set.
 //
 // Invalid outputs and nil nodes are ignored. All nodes must belong to one
 // graph. The caller owns the returned slice.
 func Prune(feeds []Output, fetches []Output, targets []*Node, includeRefProducers bool) []*Node {
-	fed := make(map[Output]bool, len(feeds))
-	fedPerNode := map[*Node]int{}
+	var g *Graph
+	var sig Signature
+	seen := map[Output]bool{}
 	for _, f := range feeds {
-		if f.Node == nil || fed[f] {
-			continue
-		}
-		fed[f] = true
-		fedPerNode[f.Node]++
-	}
-	allFed := func(n *Node) bool { return n.NumOutputs() > 0 && fedPerNode[n] == n.NumOutputs() }
-
-	included := map[*Node]bool{}
-	expanded := map[*Node]bool{}
-	var stack []*Node
-	expand := func(n *Node) {
-		if n != nil && !expanded[n] {
-			stack = append(stack, n)
-		}
-	}
-	source := func(n *Node) {
-		if n != nil {
-			included[n] = true
+		if f.Node != nil && !seen[f] {
+			seen[f] = true
+			sig.Feeds = append(sig.Feeds, f)
+			g = f.Node.g
 		}
 	}
 	for _, f := range fetches {
-		if f.Node == nil {
-			continue
-		}
-		if fed[f] {
-			source(f.Node)
-		} else {
-			expand(f.Node)
+		if f.Node != nil && f.Index >= 0 && f.Index < f.Node.NumOutputs() {
+			sig.Fetches = append(sig.Fetches, f)
+			g = f.Node.g
 		}
 	}
 	for _, t := range targets {
-		if t == nil {
-			continue
-		}
-		if allFed(t) {
-			source(t)
-		} else {
-			expand(t)
+		if t != nil {
+			sig.Targets = append(sig.Targets, t)
+			g = t.g
 		}
 	}
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if expanded[n] {
-			continue
+	if g == nil {
+		return nil
+	}
+	sg, err := NewSubgraph(g, sig)
+	if err != nil {
+		return nil
+	}
+	include := map[*Node]bool{}
+	for _, n := range sg.Nodes {
+		include[n] = true
+	}
+	if includeRefProducers {
+		for _, n := range sg.Vars {
+			include[n] = true
 		}
-		expanded[n] = true
-		included[n] = true
-		for i, in := range n.inputs {
-			switch {
-			case fed[in]:
-				source(in.Node)
-			case n.IsRefInput(i):
-				if includeRefProducers {
-					expand(in.Node)
-				}
-			default:
-				expand(in.Node)
-			}
+	}
+	// The producers of the feeds the step reads.
+	source := func(o Output) {
+		if _, ok := sg.fed[o]; ok {
+			include[o.Node] = true
+		}
+	}
+	for _, f := range sg.Fetches {
+		source(f)
+	}
+	fedNode := map[*Node]bool{}
+	for _, f := range sg.Feeds {
+		fedNode[f.Node] = true
+	}
+	for _, t := range sg.Targets {
+		if fedNode[t] && !sg.runs[t] {
+			include[t] = true
+		}
+	}
+	for _, n := range sg.Nodes {
+		for _, in := range n.inputs {
+			source(in)
 		}
 		for _, c := range n.control {
-			if allFed(c) {
-				source(c)
-			} else {
-				expand(c)
+			if fedNode[c] && !sg.runs[c] {
+				include[c] = true
 			}
 		}
 	}
-	out := make([]*Node, 0, len(included))
-	for n := range included {
-		out = append(out, n)
+	out := make([]*Node, 0, len(include))
+	for _, n := range g.Nodes() {
+		if include[n] {
+			out = append(out, n)
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out
 }

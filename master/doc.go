@@ -8,22 +8,25 @@
 //
 // # Planning
 //
-// The first step of a signature (feeds, fetches, targets, graph version)
-// builds its plan: graph.Prune walks back to the minimal node set (keeping
-// the Variable nodes of ref inputs), placement.Place gives every node a full
-// device (explicit devices merged with the session's default device, device
-// filters, soft placement), partition.Partition cuts the set per task with
-// Send/Recv pairs on the crossing edges, and every partition is registered
-// on its task. Later steps of the signature reuse the registered
-// partitions; CloseSession deregisters them. A fed tensor whose producer
-// has inputs is replaced by a Placeholder in the plan, so the producer's
-// inputs are neither computed nor required.
+// The first step of a signature (graph.Signature: feeds, fetches, targets;
+// cached by its Key) builds its plan with NewPlan, a pure function of the
+// graph, the signature and the session's devices: graph.NewSubgraph prunes
+// the graph to the step (fed tensors become the step's inputs),
+// placement.Place gives every node a full device (explicit devices merged
+// with the session's default device, device filters, soft placement), and
+// partition.Subgraph cuts it per task with Send/Recv pairs on the crossing
+// edges and a Placeholder for each fed tensor in each task that reads it.
+// Every partition is then registered on its task. Later steps of the
+// signature reuse the registered partitions; CloseSession deregisters them.
+// The plans of the reference topologies are golden files in testdata/
+// (go test -run TestPlanGolden -update rewrites them).
 //
 // # Steps
 //
-// Every step gets a fresh random step ID. Feeds go to the partition that
-// holds the fed tensor's producer, fetches come from the partition that
-// produces them, and RunGraph runs on every partition concurrently under
+// Every step gets a fresh random step ID. Its feeds are checked
+// (graph.CheckFeed) before any task runs; each goes to the partitions that
+// read it, fetches come from the partition that produces them (a fed fetch
+// is answered with the fed value), and RunGraph runs on every partition concurrently under
 // the step's context (deadline: the session's step_timeout_ms, else the
 // caller's). The first failure cancels the others, and CleanupStep with an
 // abort reason goes to every task of the step, so no wait of the step (a

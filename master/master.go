@@ -8,14 +8,12 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/distflow/distflow/graph"
-	"github.com/distflow/distflow/partition"
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
@@ -103,32 +101,20 @@ type session struct {
 	closed bool
 }
 
-// plan is how one signature runs: a registered partition per task and the
-// routes of the feeds and fetches. It is immutable once ready is closed.
+// plan is a Plan and its registration: a graph handle per part. It is
+// immutable once ready is closed.
 type plan struct {
 	ready chan struct{}
 	err   error
 
-	parts   []*part
-	feeds   map[string]route // by tensor name ("x:0")
-	fetches map[string]route // by tensor name
+	*Plan
+	regs []reg // per part
 }
 
-// part is one task's partition of a plan.
-type part struct {
-	task    string
-	handle  string
-	gen     uint64 // the task's generation when the partition was registered
-	targets []string
-	fetches []string // sorted, distinct; a fixed order keeps one executor per plan on the worker
-}
-
-// route says which partition takes a feed or yields a fetch, under which
-// tensor name, and (for fetches) at which index of the partition's fetches.
-type route struct {
-	part  int
-	name  string
-	index int
+// reg is the registration of one part of a plan.
+type reg struct {
+	handle string
+	gen    uint64 // the task's generation when the partition was registered
 }
 
 func (m *Master) errorf(format string, args ...any) error {
@@ -215,66 +201,38 @@ func (m *Master) ExtendSession(ctx context.Context, req *pb.ExtendSessionRequest
 	return &pb.ExtendSessionResponse{NewGraphVersion: int64(s.g.NumNodes())}, nil
 }
 
-// signature is a step's resolved names.
-type signature struct {
-	feeds   []graph.Output
-	fetches []graph.Output
-	targets []*graph.Node
-	key     string
-}
-
 // resolve looks up the request's names in the session's graph.
-func (s *session) resolve(req *pb.RunStepRequest) (*signature, error) {
+func (s *session) resolve(req *pb.RunStepRequest) (graph.Signature, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	var sig graph.Signature
 	if s.closed {
-		return nil, fmt.Errorf("session %q: %w", s.handle, ErrNoSession)
+		return sig, fmt.Errorf("session %q: %w", s.handle, ErrNoSession)
 	}
-	sig := &signature{}
-	seen := map[graph.Output]bool{}
-	var feedNames, fetchNames, targetNames []string
 	for _, f := range req.GetFeeds() {
 		o, err := s.g.Output(f.GetName())
 		if err != nil {
-			return nil, fmt.Errorf("feed %q: %w", f.GetName(), err)
+			return sig, fmt.Errorf("feed %q: %w", f.GetName(), err)
 		}
-		if seen[o] {
-			return nil, fmt.Errorf("feed %q: tensor %s is fed twice", f.GetName(), o)
+		if slices.Contains(sig.Feeds, o) {
+			return sig, fmt.Errorf("feed %q: tensor %s is fed twice", f.GetName(), o)
 		}
-		seen[o] = true
-		sig.feeds = append(sig.feeds, o)
-		feedNames = append(feedNames, o.Name())
+		sig.Feeds = append(sig.Feeds, o)
 	}
 	for _, name := range req.GetFetches() {
 		o, err := s.g.Output(name)
 		if err != nil {
-			return nil, fmt.Errorf("fetch %q: %w", name, err)
+			return sig, fmt.Errorf("fetch %q: %w", name, err)
 		}
-		sig.fetches = append(sig.fetches, o)
-		fetchNames = append(fetchNames, o.Name())
+		sig.Fetches = append(sig.Fetches, o)
 	}
 	for _, name := range req.GetTargets() {
 		n := s.g.Node(name)
 		if n == nil {
-			return nil, fmt.Errorf("target %q: no node of that name in the graph (%w)", name, graph.ErrNotFound)
+			return sig, fmt.Errorf("target %q: no node of that name in the graph (%w)", name, graph.ErrNotFound)
 		}
-		sig.targets = append(sig.targets, n)
-		targetNames = append(targetNames, name)
+		sig.Targets = append(sig.Targets, n)
 	}
-	// The key does not depend on the order of names: a client's feeds often
-	// come from a map.
-	var b strings.Builder
-	for _, names := range [][]string{feedNames, fetchNames, targetNames} {
-		names = slices.Clone(names)
-		slices.Sort(names)
-		for _, n := range slices.Compact(names) {
-			b.WriteString(n)
-			b.WriteByte(0)
-		}
-		b.WriteByte(1)
-	}
-	b.WriteString(strconv.Itoa(s.g.NumNodes()))
-	sig.key = b.String()
 	return sig, nil
 }
 
@@ -290,13 +248,24 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 	if err != nil {
 		return nil, err
 	}
+	// Plans are cached by signature key, whose feeds are sorted by name.
+	feeds := req.GetFeeds()
+	if byName := func(a, b *pb.NamedTensor) int { return strings.Compare(a.GetName(), b.GetName()) }; !slices.IsSortedFunc(feeds, byName) {
+		feeds = slices.Clone(feeds)
+		slices.SortFunc(feeds, byName)
+		req = &pb.RunStepRequest{SessionHandle: req.GetSessionHandle(), Feeds: feeds, Fetches: req.GetFetches(), Targets: req.GetTargets()}
+	}
 	sig, err := s.resolve(req)
 	if err != nil {
 		return nil, m.errorf("run step in session %q: %w", s.handle, err)
 	}
 	for i, f := range req.GetFeeds() {
-		if err := checkFeed(sig.feeds[i], f.GetTensor()); err != nil {
-			return nil, m.errorf("run step in session %q: feed %q: %w", s.handle, f.GetName(), err)
+		t := f.GetTensor()
+		if t == nil {
+			return nil, m.errorf("run step in session %q: feed %q: no value", s.handle, f.GetName())
+		}
+		if err := graph.CheckFeed(sig.Feeds[i], tensor.DType(t.GetDtype()), dims(t)); err != nil {
+			return nil, m.errorf("run step in session %q: %w", s.handle, err)
 		}
 	}
 	if s.timeout > 0 {
@@ -311,52 +280,46 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 
 	// Requests per partition.
 	stepID := int64(rand.Uint64() >> 1)
-	reqs := make([]*pb.RunGraphRequest, len(p.parts))
-	for i, pt := range p.parts {
-		reqs[i] = &pb.RunGraphRequest{SessionHandle: s.handle, GraphHandle: pt.handle, StepId: stepID, Targets: pt.targets}
+	reqs := make([]*pb.RunGraphRequest, len(p.Parts))
+	for i, pt := range p.Parts {
+		reqs[i] = &pb.RunGraphRequest{SessionHandle: s.handle, GraphHandle: p.regs[i].handle, StepId: stepID,
+			Targets: pt.Targets, Fetches: pt.Fetches}
+		if len(pt.Feeds) > 0 {
+			reqs[i].Feeds = make([]*pb.NamedTensor, len(pt.Feeds))
+		}
 	}
 	for i, f := range req.GetFeeds() {
-		r := p.feeds[sig.feeds[i].Name()]
-		reqs[r.part].Feeds = append(reqs[r.part].Feeds, &pb.NamedTensor{Name: r.name, Tensor: f.GetTensor()})
-	}
-	for i, r := range reqs {
-		slices.SortFunc(r.Feeds, func(a, b *pb.NamedTensor) int { return strings.Compare(a.GetName(), b.GetName()) })
-		r.Fetches = p.parts[i].fetches
+		for _, r := range p.Feeds[i] {
+			reqs[r.Part].Feeds[r.Index] = &pb.NamedTensor{Name: p.Parts[r.Part].Feeds[r.Index], Tensor: f.GetTensor()}
+		}
 	}
 
 	resps, err := m.runPartitions(ctx, stepID, p, reqs)
 	if err != nil {
 		return nil, m.errorf("step %d in session %q: %w", stepID, s.handle, err)
 	}
-	out := &pb.RunStepResponse{Tensors: make([]*pb.NamedTensor, len(sig.fetches))}
-	for i, o := range sig.fetches {
-		r := p.fetches[o.Name()]
-		fs := resps[r.part].GetFetches()
-		if r.index >= len(fs) {
-			return nil, m.errorf("step %d in session %q: task %s returned %d fetches, want %d", stepID, s.handle, p.parts[r.part].task, len(fs), len(p.parts[r.part].fetches))
+	out := &pb.RunStepResponse{Tensors: make([]*pb.NamedTensor, len(sig.Fetches))}
+	for i, r := range p.Fetches {
+		var t *pb.TensorProto
+		if r.Part < 0 {
+			t = req.GetFeeds()[r.Index].GetTensor()
+		} else if fs := resps[r.Part].GetFetches(); r.Index < len(fs) {
+			t = fs[r.Index].GetTensor()
+		} else {
+			return nil, m.errorf("step %d in session %q: task %s returned %d fetches, want %d", stepID, s.handle, p.Parts[r.Part].Task, len(fs), len(p.Parts[r.Part].Fetches))
 		}
-		out.Tensors[i] = &pb.NamedTensor{Name: req.GetFetches()[i], Tensor: fs[r.index].GetTensor()}
+		out.Tensors[i] = &pb.NamedTensor{Name: req.GetFetches()[i], Tensor: t}
 	}
 	return out, nil
 }
 
-// checkFeed checks a fed value against the tensor's dtype and build-time
-// shape before any task runs, as the local session does.
-func checkFeed(o graph.Output, t *pb.TensorProto) error {
-	if t == nil {
-		return errors.New("no value")
-	}
-	if dt := tensor.DType(t.GetDtype()); dt != o.DType() {
-		return fmt.Errorf("value of dtype %v fed to tensor %s of dtype %v", dt, o, o.DType())
-	}
-	dims := make([]int, len(t.GetDims()))
+// dims returns the shape of a tensor proto.
+func dims(t *pb.TensorProto) []int {
+	out := make([]int, len(t.GetDims()))
 	for i, d := range t.GetDims() {
-		dims[i] = int(d)
+		out[i] = int(d)
 	}
-	if sh := tensor.MakeShape(dims...); !o.Shape().IsCompatibleWith(sh) {
-		return fmt.Errorf("value of shape %v fed to tensor %s of shape %v", sh, o, o.Shape())
-	}
-	return nil
+	return out
 }
 
 // runPartitions runs every partition of a step concurrently and cleans the
@@ -371,7 +334,7 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 	}
 	results := make(chan result, len(reqs))
 	run := func(i int) {
-		w, err := m.cfg.Workers.Worker(p.parts[i].task)
+		w, err := m.cfg.Workers.Worker(p.Parts[i].Task)
 		var resp *pb.RunGraphResponse
 		if err == nil {
 			resp, err = w.RunGraph(ctx, reqs[i])
@@ -393,10 +356,10 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 			if len(errs) == 0 {
 				cancel() // the first failure ends the step everywhere
 			}
-			pt := p.parts[r.i]
-			errs = append(errs, fmt.Errorf("task %s: %w", pt.task, r.err))
+			task := p.Parts[r.i].Task
+			errs = append(errs, fmt.Errorf("task %s: %w", task, r.err))
 			if lost(r.err) {
-				m.lose(pt.task, pt.gen, r.err)
+				m.lose(task, p.regs[r.i].gen, r.err)
 			}
 			continue
 		}
@@ -449,7 +412,7 @@ func (m *Master) invalidate(task string, seen uint64, cause error) {
 	}
 	m.mu.Unlock()
 	for _, s := range sessions {
-		var stale []*part
+		var stale []*plan
 		s.mu.Lock()
 		for key, q := range s.plans {
 			select {
@@ -457,15 +420,19 @@ func (m *Master) invalidate(task string, seen uint64, cause error) {
 			default:
 				continue // being built: its registrations are fresh, or fail
 			}
-			if q.err != nil || !slices.ContainsFunc(q.parts, func(pt *part) bool { return pt.task == task && pt.gen < cur }) {
+			if q.err != nil || !q.registeredOn(task, cur) {
 				continue
 			}
 			delete(s.plans, key)
-			stale = append(stale, q.parts...)
+			stale = append(stale, q)
 		}
 		s.mu.Unlock()
 		if len(stale) > 0 {
-			go m.deregister(s.handle, stale)
+			go func() {
+				for _, q := range stale {
+					m.deregister(s.handle, q, len(q.Parts))
+				}
+			}()
 		}
 	}
 }
@@ -503,14 +470,14 @@ func (m *Master) cleanup(stepID int64, p *plan, stepErr error) {
 	}
 	if stepErr != nil {
 		// Every task at once: their pending waits must end now.
-		for _, pt := range p.parts {
-			go cleanOne(pt.task)
+		for _, pt := range p.Parts {
+			go cleanOne(pt.Task)
 		}
 		return
 	}
 	go func() {
-		for _, pt := range p.parts {
-			cleanOne(pt.task)
+		for _, pt := range p.Parts {
+			cleanOne(pt.Task)
 		}
 	}()
 }
@@ -518,16 +485,17 @@ func (m *Master) cleanup(stepID int64, p *plan, stepErr error) {
 // plan returns the session's plan for sig, building and registering it on
 // first use. Concurrent first uses wait for one build; a failed build is
 // not cached.
-func (m *Master) plan(ctx context.Context, s *session, sig *signature) (*plan, error) {
+func (m *Master) plan(ctx context.Context, s *session, sig graph.Signature) (*plan, error) {
+	key := sig.Key()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("session %q: %w", s.handle, ErrNoSession)
 	}
-	p, ok := s.plans[sig.key]
+	p, ok := s.plans[key]
 	if !ok {
 		p = &plan{ready: make(chan struct{})}
-		s.plans[sig.key] = p
+		s.plans[key] = p
 	}
 	s.mu.Unlock()
 	if ok {
@@ -541,8 +509,8 @@ func (m *Master) plan(ctx context.Context, s *session, sig *signature) (*plan, e
 	p.err = m.buildPlan(ctx, s, sig, p)
 	if p.err != nil {
 		s.mu.Lock()
-		if s.plans[sig.key] == p {
-			delete(s.plans, sig.key)
+		if s.plans[key] == p {
+			delete(s.plans, key)
 		}
 		s.mu.Unlock()
 	}
@@ -550,130 +518,69 @@ func (m *Master) plan(ctx context.Context, s *session, sig *signature) (*plan, e
 	return p, p.err
 }
 
-// buildPlan prunes, places, partitions and registers the step's graph.
-func (m *Master) buildPlan(ctx context.Context, s *session, sig *signature, p *plan) error {
+// buildPlan plans the step (NewPlan) and registers its partitions.
+func (m *Master) buildPlan(ctx context.Context, s *session, sig graph.Signature, p *plan) error {
 	start := time.Now()
-	nodes := graph.Prune(sig.feeds, sig.fetches, sig.targets, true)
-	nodes, translate, err := substituteFeeds(nodes, sig.feeds)
+	s.mu.RLock()
+	pl, err := NewPlan(s.g, sig, placement.Options{Devices: s.devices, Default: s.deflt, SoftPlacement: s.soft, Logger: m.log})
+	s.mu.RUnlock()
 	if err != nil {
 		return err
 	}
-	devices, err := placement.Place(nodes, placement.Options{Devices: s.devices, Default: s.deflt, SoftPlacement: s.soft, Logger: m.log})
-	if err != nil {
-		return err
-	}
-	parts, err := partition.Partition(nodes, devices)
-	if err != nil {
-		return err
-	}
-	tasks := make([]string, 0, len(parts))
-	for t := range parts {
-		tasks = append(tasks, t)
-	}
-	sort.Strings(tasks)
-	index := map[string]int{}
-	for i, t := range tasks {
-		index[t] = i
-		pg := parts[t]
-		p.parts = append(p.parts, &part{task: t, targets: sinks(pg)})
-	}
-	taskOf := func(o graph.Output) (int, string, error) {
-		o = translate(o)
-		d, ok := devices[o.Node]
-		if !ok {
-			return 0, "", fmt.Errorf("tensor %s was not placed", o)
-		}
-		dev, err := placement.ParseDevice(d)
-		if err != nil {
-			return 0, "", err
-		}
-		i, ok := index[dev.TaskName()]
-		if !ok {
-			return 0, "", fmt.Errorf("tensor %s: its task %s has no partition", o, dev.TaskName())
-		}
-		return i, o.Name(), nil
-	}
-	p.feeds = map[string]route{}
-	for _, f := range sig.feeds {
-		i, name, err := taskOf(f)
-		if err != nil {
-			return err
-		}
-		p.feeds[f.Name()] = route{part: i, name: name}
-	}
-	p.fetches = map[string]route{}
-	for _, f := range sig.fetches {
-		i, name, err := taskOf(f)
-		if err != nil {
-			return err
-		}
-		p.fetches[f.Name()] = route{part: i, name: name}
-		p.parts[i].fetches = append(p.parts[i].fetches, name)
-	}
-	for _, pt := range p.parts {
-		slices.Sort(pt.fetches)
-		pt.fetches = slices.Compact(pt.fetches)
-	}
-	for k, r := range p.fetches {
-		r.index, _ = slices.BinarySearch(p.parts[r.part].fetches, r.name)
-		p.fetches[k] = r
-	}
-
-	// Register the partitions; undo on failure.
-	for i, t := range tasks {
-		if err := m.register(ctx, s, parts[t], p.parts[i]); err != nil {
-			m.deregister(s.handle, p.parts[:i+1])
-			return fmt.Errorf("registering the partition of task %s: %w", t, err)
+	p.Plan, p.regs = pl, make([]reg, len(pl.Parts))
+	for i := range pl.Parts {
+		if err := m.register(ctx, s, p, i); err != nil {
+			m.deregister(s.handle, p, i+1)
+			return fmt.Errorf("registering the partition of task %s: %w", pl.Parts[i].Task, err)
 		}
 	}
 	if m.log.Enabled(ctx, slog.LevelDebug) {
-		sizes := make([]string, len(tasks))
-		for i, t := range tasks {
-			sizes[i] = fmt.Sprintf("%s:%d", t, parts[t].NumNodes())
+		sizes := make([]string, len(pl.Parts))
+		for i, pt := range pl.Parts {
+			sizes[i] = fmt.Sprintf("%s:%d", pt.Task, pt.Graph.NumNodes())
 		}
-		m.log.Debug("master: built plan", "session", s.handle, "nodes", len(nodes), "partitions", strings.Join(sizes, " "),
-			"feeds", len(sig.feeds), "fetches", len(sig.fetches), "targets", len(sig.targets), "took", time.Since(start))
+		m.log.Debug("master: built plan", "session", s.handle, "partitions", strings.Join(sizes, " "),
+			"signature", sig, "took", time.Since(start))
 	}
 	return nil
 }
 
-// sinks returns the names of the nodes of g that no node consumes: running
-// them runs the whole partition (except what feeds cut off).
-func sinks(g *graph.Graph) []string {
-	var out []string
-	cons := g.Consumers()
-	for _, n := range g.Nodes() {
-		if len(cons[n.ID()]) == 0 {
-			out = append(out, n.Name())
+// registeredOn reports whether a part of p was registered on task under a
+// generation older than cur.
+func (p *plan) registeredOn(task string, cur uint64) bool {
+	for i, pt := range p.Parts {
+		if pt.Task == task && p.regs[i].gen < cur {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
-// register registers g, the partition of pt.task, and records its handle,
-// the task's generation and its incarnation in pt. A call that finds the
-// task lost, or an incarnation that says it was restarted, invalidates the
-// task's stale plans (see lose and checkIncarnation).
-func (m *Master) register(ctx context.Context, s *session, g *graph.Graph, pt *part) error {
+// register registers part i of p on its task and records its handle, the
+// task's generation and its incarnation. A call that finds the task lost,
+// or an incarnation that says it was restarted, invalidates the task's
+// stale plans (see lose and checkIncarnation).
+func (m *Master) register(ctx context.Context, s *session, p *plan, i int) error {
+	task := p.Parts[i].Task
 	m.mu.Lock()
-	gen := m.gen[pt.task]
+	gen := m.gen[task]
 	m.mu.Unlock()
-	w, err := m.cfg.Workers.Worker(pt.task)
+	w, err := m.cfg.Workers.Worker(task)
 	if err != nil {
 		return err
 	}
-	resp, err := w.RegisterGraph(ctx, &pb.RegisterGraphRequest{SessionHandle: s.handle, Graph: g.ToProto()})
+	resp, err := w.RegisterGraph(ctx, &pb.RegisterGraphRequest{SessionHandle: s.handle, Graph: p.Parts[i].Graph.ToProto()})
 	if err != nil {
 		if lost(err) {
-			m.lose(pt.task, gen, err)
+			m.lose(task, gen, err)
 		}
 		return err
 	}
-	pt.handle, pt.gen = resp.GetGraphHandle(), gen
+	p.regs[i] = reg{handle: resp.GetGraphHandle(), gen: gen}
 	s.mu.Lock()
-	s.tasks[pt.task] = true
+	s.tasks[task] = true
 	s.mu.Unlock()
-	return m.checkIncarnation(pt.task, gen, resp.GetIncarnation())
+	return m.checkIncarnation(task, gen, resp.GetIncarnation())
 }
 
 // checkIncarnation records the incarnation a task reported when a
@@ -698,20 +605,21 @@ func (m *Master) checkIncarnation(task string, gen, inc uint64) error {
 	return err
 }
 
-// deregister drops registered partitions, best effort.
-func (m *Master) deregister(session string, parts []*part) {
+// deregister drops the first n registered partitions of p, best effort.
+func (m *Master) deregister(session string, p *plan, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	for _, pt := range parts {
-		if pt.handle == "" {
+	for i, r := range p.regs[:n] {
+		if r.handle == "" {
 			continue
 		}
-		w, err := m.cfg.Workers.Worker(pt.task)
+		task := p.Parts[i].Task
+		w, err := m.cfg.Workers.Worker(task)
 		if err == nil {
-			_, err = w.DeregisterGraph(ctx, &pb.DeregisterGraphRequest{SessionHandle: session, GraphHandle: pt.handle})
+			_, err = w.DeregisterGraph(ctx, &pb.DeregisterGraphRequest{SessionHandle: session, GraphHandle: r.handle})
 		}
 		if err != nil {
-			m.log.Debug("master: deregistering a graph failed", "session", session, "peer", pt.task, "err", err)
+			m.log.Debug("master: deregistering a graph failed", "session", session, "peer", task, "err", err)
 		}
 	}
 }
@@ -777,101 +685,4 @@ func (m *Master) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 // ListDevices lists the cluster's devices.
 func (m *Master) ListDevices(ctx context.Context, req *pb.ListDevicesRequest) (*pb.ListDevicesResponse, error) {
 	return &pb.ListDevicesResponse{Devices: append([]string(nil), m.cfg.Devices...)}, nil
-}
-
-// substituteFeeds makes the pruned node set self-contained. A fed tensor
-// cuts the walk, so its producer may be in the set without its inputs; such
-// a producer is replaced, in a copy of the set, by one Placeholder per fed
-// output (named like the producer when it has a single output), and its
-// consumers are rewired to them. translate maps an output of the original
-// set to its counterpart in the returned one. Without such producers, nodes
-// is returned as is.
-func substituteFeeds(nodes []*graph.Node, feeds []graph.Output) (_ []*graph.Node, translate func(graph.Output) graph.Output, _ error) {
-	in := make(map[*graph.Node]bool, len(nodes))
-	for _, n := range nodes {
-		in[n] = true
-	}
-	dangling := map[*graph.Node]bool{}
-	for _, n := range nodes {
-		for _, i := range n.Inputs() {
-			if !in[i.Node] {
-				dangling[n] = true
-			}
-		}
-		for _, c := range n.ControlInputs() {
-			if !in[c] {
-				dangling[n] = true
-			}
-		}
-	}
-	if len(dangling) == 0 {
-		return nodes, func(o graph.Output) graph.Output { return o }, nil
-	}
-	fedOf := map[*graph.Node][]graph.Output{}
-	for _, f := range feeds {
-		fedOf[f.Node] = append(fedOf[f.Node], f)
-	}
-	old := nodes[0].Graph()
-	g := graph.New()
-	outMap := map[graph.Output]graph.Output{}
-	nodeMap := map[*graph.Node]*graph.Node{}
-	renamed := map[graph.Output]graph.Output{}
-	for _, n := range nodes {
-		if dangling[n] {
-			fs := fedOf[n]
-			if len(fs) == 0 {
-				return nil, nil, fmt.Errorf("node %s is needed without its inputs but none of its outputs is fed", n)
-			}
-			sort.Slice(fs, func(i, j int) bool { return fs[i].Index < fs[j].Index })
-			for _, f := range fs {
-				name := n.Name()
-				if n.NumOutputs() > 1 {
-					name = fmt.Sprintf("%s/_feed_%d", n.Name(), f.Index)
-					for k := 1; old.Node(name) != nil; k++ {
-						name = fmt.Sprintf("%s/_feed_%d_%d", n.Name(), f.Index, k)
-					}
-				}
-				ph, err := g.AddNode(graph.NodeSpec{Op: "Placeholder", Name: name, Device: n.Device(),
-					Attrs: map[string]any{"dtype": f.DType(), "shape": f.Shape()}})
-				if err != nil {
-					return nil, nil, fmt.Errorf("substituting fed tensor %s: %w", f, err)
-				}
-				outMap[f] = ph.Output(0)
-				renamed[f] = ph.Output(0)
-				if nodeMap[n] == nil {
-					nodeMap[n] = ph
-				}
-			}
-			continue
-		}
-		spec := graph.NodeSpec{Op: n.Op(), Name: n.Name(), Device: n.Device(), Attrs: map[string]any{}}
-		for _, k := range n.AttrNames() {
-			spec.Attrs[k], _ = n.Attr(k)
-		}
-		for _, i := range n.Inputs() {
-			o, ok := outMap[i]
-			if !ok {
-				o = nodeMap[i.Node].Output(i.Index)
-			}
-			spec.Inputs = append(spec.Inputs, o)
-		}
-		for _, c := range n.ControlInputs() {
-			spec.Control = append(spec.Control, nodeMap[c])
-		}
-		nn, err := g.AddNode(spec)
-		if err != nil {
-			return nil, nil, fmt.Errorf("substituting fed tensors: %w", err)
-		}
-		nodeMap[n] = nn
-	}
-	translate = func(o graph.Output) graph.Output {
-		if r, ok := renamed[o]; ok {
-			return r
-		}
-		if n := nodeMap[o.Node]; n != nil {
-			return n.Output(o.Index)
-		}
-		return o
-	}
-	return g.Nodes(), translate, nil
 }

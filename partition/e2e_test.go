@@ -102,7 +102,7 @@ func (c *cluster) run(t *testing.T, g *graph.Graph, place func(*graph.Node) stri
 		if c.res[task] == nil {
 			c.res[task] = kernel.NewResources()
 		}
-		e, err := executor.New(pg, pfeeds, pfetches, ptargets, c.res[task])
+		e, err := executor.New(pg, graph.Signature{Feeds: pfeeds, Fetches: pfetches, Targets: ptargets}, c.res[task])
 		if err != nil {
 			t.Fatalf("task %s: %v", task, err)
 		}
@@ -171,7 +171,7 @@ func TestEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	ref := kernel.NewResources()
 	runLocal := func(feeds []graph.Output, vals []*tensor.Tensor, fetches []graph.Output, targets []*graph.Node) []*tensor.Tensor {
-		e, err := executor.New(g, feeds, fetches, targets, ref)
+		e, err := executor.New(g, graph.Signature{Feeds: feeds, Fetches: fetches, Targets: targets}, ref)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,12 +225,12 @@ func TestEndToEndAbort(t *testing.T) {
 	}
 	rv := rendezvous.NewLocal()
 	step := &kernel.Step{ID: 2, Rendezvous: rv}
-	pe, err := executor.New(parts["/job:ps/task:0"], nil, nil, partition.Sends(parts["/job:ps/task:0"]), nil)
+	pe, err := executor.New(parts["/job:ps/task:0"], graph.Signature{Targets: partition.Sends(parts["/job:ps/task:0"])}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wg := parts["/job:worker/task:0"]
-	we, err := executor.New(wg, nil, []graph.Output{wg.Node(y.Node.Name()).Output(0)}, nil, nil)
+	we, err := executor.New(wg, graph.Signature{Fetches: []graph.Output{wg.Node(y.Node.Name()).Output(0)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

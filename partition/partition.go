@@ -49,7 +49,27 @@ var (
 // function: the input graph is not modified, and equal inputs give equal
 // outputs.
 func Partition(nodes []*graph.Node, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
+	return partition(nodes, nil, devices)
+}
+
+// Subgraph partitions the subgraph of one step (graph.NewSubgraph): its
+// nodes and the variables they take by ref, as Partition does, with every
+// fed tensor an input: a Placeholder named FeedName(tensor) in each task
+// that reads it, on the device of its first reader there. Control inputs
+// that the feeds satisfy are dropped. devices must hold a device for every
+// node of sub.AllNodes().
+func Subgraph(sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
+	return partition(sub.AllNodes(), sub, devices)
+}
+
+// FeedName returns the name of the Placeholder that stands for the fed
+// tensor o in a step's partitions: "_feed/x_0" for "x:0". Its output 0
+// takes the fed value.
+func FeedName(o graph.Output) string { return "_feed/" + sanitize(o.Name()) }
+
+func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
 	p := &partitioner{
+		sub:     sub,
 		devices: devices,
 		taskOf:  make(map[*graph.Node]string, len(nodes)),
 		parts:   map[string]*part{},
@@ -75,6 +95,9 @@ func Partition(nodes []*graph.Node, devices map[*graph.Node]string) (map[string]
 	}
 	for _, n := range sorted {
 		for _, in := range n.Inputs() {
+			if p.isFed(in) {
+				continue
+			}
 			k := ctrlKey{in.Node, p.taskOf[n]}
 			if _, seen := p.data[k]; !seen && p.taskOf[in.Node] != "" && p.taskOf[in.Node] != k.task {
 				p.data[k] = in
@@ -163,6 +186,7 @@ type ctrlKey struct {
 }
 
 type partitioner struct {
+	sub     *graph.Subgraph // the step's subgraph, or nil
 	devices map[*graph.Node]string
 	taskOf  map[*graph.Node]string
 	parts   map[string]*part
@@ -189,6 +213,14 @@ func (p *partitioner) add(n *graph.Node) error {
 		spec.Attrs[a], _ = n.Attr(a)
 	}
 	for i, in := range n.Inputs() {
+		if p.isFed(in) && !n.IsRefInput(i) {
+			ph, err := p.feed(in, task, dev)
+			if err != nil {
+				return err
+			}
+			spec.Inputs = append(spec.Inputs, ph.Output(0))
+			continue
+		}
 		srcTask, ok := p.taskOf[in.Node]
 		if !ok {
 			return fmt.Errorf("partition: node %s: input %d (%s): %w", n, i, in.Name(), ErrMissingInput)
@@ -209,6 +241,9 @@ func (p *partitioner) add(n *graph.Node) error {
 	}
 	for _, c := range n.ControlInputs() {
 		srcTask, ok := p.taskOf[c]
+		if !ok && p.sub != nil && !p.sub.Runs(c) {
+			continue // its outputs are all fed
+		}
 		if !ok {
 			return fmt.Errorf("partition: node %s: control input %s: %w", n, c, ErrMissingInput)
 		}
@@ -228,6 +263,31 @@ func (p *partitioner) add(n *graph.Node) error {
 	}
 	pt.copies[n] = cp
 	return nil
+}
+
+// isFed reports whether o is a fed tensor of the step.
+func (p *partitioner) isFed(o graph.Output) bool {
+	if p.sub == nil {
+		return false
+	}
+	_, ok := p.sub.FeedIndex(o)
+	return ok
+}
+
+// feed returns the Placeholder of the fed tensor o in task, creating it on
+// first use on dev.
+func (p *partitioner) feed(o graph.Output, task, dev string) (*graph.Node, error) {
+	pt := p.part(task)
+	name := FeedName(o)
+	if n := pt.g.Node(name); n != nil {
+		return n, nil
+	}
+	n, err := pt.g.AddNode(graph.NodeSpec{Op: "Placeholder", Name: name, Device: dev,
+		Attrs: map[string]any{"dtype": o.DType(), "shape": o.Shape()}})
+	if err != nil {
+		return nil, fmt.Errorf("partition: feeding %s to %s: %w", o, task, err)
+	}
+	return n, nil
 }
 
 // recv returns the Recv of out in task, creating it and its Send in out's

@@ -183,25 +183,28 @@ func rpcGraphDef(nodes []*graph.Node) *pb.GraphDef {
 	return gd
 }
 
-// runRemote runs one step on the master. feedOuts are sorted by name; the
-// checks that precede it in Run are the local back end's.
-func (s *Session) runRemote(ctx context.Context, feedOuts []graph.Output, vals []*tensor.Tensor, fetches []graph.Output, targets []string) ([]*tensor.Tensor, error) {
+// runRemote runs one step on the master, which checks the signature and
+// the feeds.
+func (s *Session) runRemote(ctx context.Context, sig graph.Signature, vals []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
 		return nil, fmt.Errorf("session: run: %w", ErrClosed)
 	}
-	req := &pb.RunStepRequest{Feeds: make([]*pb.NamedTensor, len(vals)), Fetches: make([]string, len(fetches)), Targets: targets}
-	for i, f := range feedOuts {
-		t := vals[i]
-		if t.DType() != f.DType() || !f.Shape().AcceptsDims(t.Shape()) {
-			return nil, fmt.Errorf("session: feed %s: expected %v%v, got %v%v", f, f.DType(), f.Shape(), t.DType(), tensor.MakeShape(t.Shape()...))
-		}
-		req.Feeds[i] = &pb.NamedTensor{Name: f.Name(), Tensor: graph.TensorToProto(t)}
+	if err := sig.Check(s.g); err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	fetches := sig.Fetches
+	req := &pb.RunStepRequest{Feeds: make([]*pb.NamedTensor, len(vals)), Fetches: make([]string, len(fetches)), Targets: make([]string, len(sig.Targets))}
+	for i, f := range sig.Feeds {
+		req.Feeds[i] = &pb.NamedTensor{Name: f.Name(), Tensor: graph.TensorToProto(vals[i])}
 	}
 	for i, o := range fetches {
 		req.Fetches[i] = o.Name()
+	}
+	for i, t := range sig.Targets {
+		req.Targets[i] = t.Name()
 	}
 	handle, err := s.remote.ship(ctx, s.g)
 	if err != nil {

@@ -102,72 +102,42 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 		}
 		return l.e.Run(ctx, vals[:len(l.feeds)])
 	}
-	type feed struct {
-		name string
-		out  graph.Output
-		val  *tensor.Tensor
-	}
-	fs := make([]feed, 0, len(feeds))
-	for o, v := range feeds {
-		if err := s.checkOutput("feed", o); err != nil {
-			return nil, err
-		}
-		if v == nil {
-			return nil, fmt.Errorf("session: feed %s is nil", o)
-		}
-		fs = append(fs, feed{o.Name(), o, v})
-	}
-	slices.SortFunc(fs, func(a, b feed) int { return strings.Compare(a.name, b.name) })
-	for _, o := range fetches {
-		if err := s.checkOutput("fetch", o); err != nil {
-			return nil, err
-		}
-	}
-	for i, t := range targets {
-		if t == nil || t.Graph() != s.g {
-			return nil, fmt.Errorf("session: target %d is missing or belongs to another graph", i)
-		}
-	}
-
-	// The signature: feed names sorted (map order is random), fetches in
-	// order (they map to results), targets sorted.
-	var key strings.Builder
-	for _, f := range fs {
-		key.WriteString(f.name)
-		key.WriteByte(',')
-	}
-	key.WriteByte('|')
-	for _, o := range fetches {
-		key.WriteString(o.Name())
-		key.WriteByte(',')
-	}
-	key.WriteByte('|')
-	tnames := make([]string, len(targets))
-	for i, t := range targets {
-		tnames[i] = t.Name()
-	}
-	slices.Sort(tnames)
-	for _, n := range tnames {
-		key.WriteString(n)
-		key.WriteByte(',')
-	}
-
-	feedOuts := make([]graph.Output, len(fs))
-	vals := make([]*tensor.Tensor, len(fs))
-	for i, f := range fs {
-		feedOuts[i], vals[i] = f.out, f.val
-	}
-	if s.remote != nil {
-		return s.runRemote(ctx, feedOuts, vals, fetches, tnames)
-	}
-	e, err := s.executor(key.String(), feedOuts, fetches, targets)
+	sig, vals, err := signature(feeds, fetches, targets)
 	if err != nil {
 		return nil, err
 	}
-	if len(feedOuts) <= len(lastSig{}.vals) {
-		s.last.Store(&lastSig{feeds: feedOuts, fetches: slices.Clone(fetches), targets: slices.Clone(targets), e: e})
+	if s.remote != nil {
+		return s.runRemote(ctx, sig, vals)
+	}
+	e, err := s.executor(sig)
+	if err != nil {
+		return nil, err
+	}
+	if len(sig.Feeds) <= len(lastSig{}.vals) {
+		s.last.Store(&lastSig{feeds: sig.Feeds, fetches: slices.Clone(fetches), targets: slices.Clone(targets), e: e})
 	}
 	return e.Run(ctx, vals)
+}
+
+// signature returns the signature of a Run, its feeds sorted by name (map
+// order is random), and the feed values in that order.
+func signature(feeds map[graph.Output]*tensor.Tensor, fetches []graph.Output, targets []*graph.Node) (graph.Signature, []*tensor.Tensor, error) {
+	sig := graph.Signature{Feeds: make([]graph.Output, 0, len(feeds)), Fetches: fetches, Targets: targets}
+	for o, v := range feeds {
+		if v == nil {
+			return sig, nil, fmt.Errorf("session: feed %s is nil", o)
+		}
+		if !o.Valid() {
+			return sig, nil, errors.New("session: a feed is the zero Output (a missing tensor)")
+		}
+		sig.Feeds = append(sig.Feeds, o)
+	}
+	slices.SortFunc(sig.Feeds, func(a, b graph.Output) int { return strings.Compare(a.Name(), b.Name()) })
+	vals := make([]*tensor.Tensor, len(sig.Feeds))
+	for i, o := range sig.Feeds {
+		vals[i] = feeds[o]
+	}
+	return sig, vals, nil
 }
 
 // lastSig is a validated signature and its executor.
@@ -194,10 +164,11 @@ func (l *lastSig) matches(feeds map[graph.Output]*tensor.Tensor, fetches []graph
 }
 
 // executor returns the cached executor of a signature, building it on first
-// use. Nodes are immutable once added and only ever appended, so the pruned
-// subgraph of a signature does not change when the graph grows: the
-// signature alone is the cache key.
-func (s *Session) executor(key string, feeds, fetches []graph.Output, targets []*graph.Node) (*executor.Executor, error) {
+// use. Nodes are immutable once added and only ever appended, so the
+// subgraph of a signature does not change when the graph grows: its key
+// alone is the cache key.
+func (s *Session) executor(sig graph.Signature) (*executor.Executor, error) {
+	key := sig.Key()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -206,26 +177,12 @@ func (s *Session) executor(key string, feeds, fetches []graph.Output, targets []
 	if e, ok := s.executors[key]; ok {
 		return e, nil
 	}
-	e, err := executor.New(s.g, feeds, fetches, targets, s.res)
+	e, err := executor.New(s.g, sig, s.res)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("session: %w", err)
 	}
 	s.executors[key] = e
 	return e, nil
-}
-
-func (s *Session) checkOutput(what string, o graph.Output) error {
-	switch {
-	case o.Node == nil:
-		return fmt.Errorf("session: a %s is the zero Output (a missing tensor)", what)
-	case o.Node.Graph() != s.g:
-		return fmt.Errorf("session: %s %s belongs to another graph", what, o)
-	case o.Node.NumOutputs() == 0:
-		return fmt.Errorf("session: cannot %s %s: node %s has no outputs (run it as a target)", what, o, o.Node)
-	case o.Index < 0 || o.Index >= o.Node.NumOutputs():
-		return fmt.Errorf("session: %s %s: node %s has %d outputs", what, o, o.Node, o.Node.NumOutputs())
-	}
-	return nil
 }
 
 // RunNamed is Run with tensors named "node:index" (or "node" for output 0)

@@ -216,10 +216,11 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 	if err != nil {
 		return fail(err)
 	}
-	feeds := make([]graph.Output, len(req.GetFeeds()))
+	var sig graph.Signature
 	vals := make([]*tensor.Tensor, len(req.GetFeeds()))
 	for i, f := range req.GetFeeds() {
-		if feeds[i], err = r.g.Output(f.GetName()); err != nil {
+		o, err := r.g.Output(f.GetName())
+		if err != nil {
 			return fail(fmt.Errorf("feed %q: %w", f.GetName(), err))
 		}
 		if f.GetTensor() == nil {
@@ -228,20 +229,34 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 		if vals[i], err = graph.TensorFromProto(f.GetTensor()); err != nil {
 			return fail(fmt.Errorf("feed %q: %w", f.GetName(), err))
 		}
+		sig.Feeds = append(sig.Feeds, o)
 	}
-	fetches := make([]graph.Output, len(req.GetFetches()))
-	for i, name := range req.GetFetches() {
-		if fetches[i], err = r.g.Output(name); err != nil {
+	for _, name := range req.GetFetches() {
+		o, err := r.g.Output(name)
+		if err != nil {
 			return fail(fmt.Errorf("fetch %q: %w", name, err))
 		}
+		sig.Fetches = append(sig.Fetches, o)
 	}
-	targets := make([]*graph.Node, len(req.GetTargets()))
-	for i, name := range req.GetTargets() {
-		if targets[i] = r.g.Node(name); targets[i] == nil {
+	for _, name := range req.GetTargets() {
+		n := r.g.Node(name)
+		if n == nil {
 			return fail(fmt.Errorf("target %q: no node of that name in graph %s (%w)", name, r.handle, graph.ErrNotFound))
 		}
+		sig.Targets = append(sig.Targets, n)
 	}
-	e, err := r.executor(w, req, feeds, fetches, targets)
+	if !slices.IsSortedFunc(sig.Feeds, byName) { // the master sorts them
+		perm := make([]int, len(vals))
+		for i := range perm {
+			perm[i] = i
+		}
+		slices.SortFunc(perm, func(a, b int) int { return byName(sig.Feeds[a], sig.Feeds[b]) })
+		feeds, sorted := slices.Clone(sig.Feeds), slices.Clone(vals)
+		for i, j := range perm {
+			sig.Feeds[i], vals[i] = feeds[j], sorted[j]
+		}
+	}
+	e, err := r.executor(w, sig)
 	if err != nil {
 		return fail(err)
 	}
@@ -286,36 +301,24 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 	return resp, nil
 }
 
-// executor returns the cached executor of the request's signature, building
-// it on first use.
-func (r *registered) executor(w *Worker, req *pb.RunGraphRequest, feeds, fetches []graph.Output, targets []*graph.Node) (*executor.Executor, error) {
-	var b strings.Builder
-	for _, f := range req.GetFeeds() {
-		b.WriteString(f.GetName())
-		b.WriteByte(0)
-	}
-	b.WriteByte(1)
-	for _, f := range req.GetFetches() {
-		b.WriteString(f)
-		b.WriteByte(0)
-	}
-	b.WriteByte(1)
-	for _, t := range req.GetTargets() {
-		b.WriteString(t)
-		b.WriteByte(0)
-	}
-	key := b.String()
+func byName(a, b graph.Output) int { return strings.Compare(a.Name(), b.Name()) }
+
+// executor returns the cached executor of a signature, building it on
+// first use. Its feeds are sorted by name, as the executor of the key
+// takes them.
+func (r *registered) executor(w *Worker, sig graph.Signature) (*executor.Executor, error) {
+	key := sig.Key()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.execs[key]; ok {
 		return e, nil
 	}
-	e, err := executor.New(r.g, feeds, fetches, targets, w.res)
+	e, err := executor.New(r.g, sig, w.res)
 	if err != nil {
 		return nil, err
 	}
 	r.execs[key] = e
-	w.log.Debug("worker: built executor", "graph", r.handle, "feeds", len(feeds), "fetches", len(fetches), "targets", len(targets))
+	w.log.Debug("worker: built executor", "graph", r.handle, "signature", sig)
 	return e, nil
 }
 
