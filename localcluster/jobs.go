@@ -71,7 +71,7 @@ func (j Jobs) check(desc string) error {
 type ParseOption func(*parseRules)
 
 type parseRules struct {
-	withoutPS bool
+	withoutPS, anyPS bool
 }
 
 // WithoutPS makes Parse accept only clusters without ps tasks, for training
@@ -79,6 +79,12 @@ type parseRules struct {
 // requires at least one ps task.
 func WithoutPS() ParseOption {
 	return func(r *parseRules) { r.withoutPS = true }
+}
+
+// AnyPS makes Parse accept any number of ps tasks, none included: the
+// caller checks the cluster against what it trains.
+func AnyPS() ParseOption {
+	return func(r *parseRules) { r.anyPS = true }
 }
 
 // Parse reads a cluster description such as "ps=1,worker=2": comma-separated
@@ -124,6 +130,7 @@ func Parse(s string, opts ...ParseOption) (Jobs, error) {
 		return Jobs{}, err
 	}
 	switch {
+	case rules.anyPS:
 	case j.PS == 0 && !rules.withoutPS:
 		return Jobs{}, fmt.Errorf("localcluster: %q: %w: no ps task (want ps=1 or more, e.g. ps=1,worker=2)", s, ErrInvalidJobs)
 	case j.PS > 0 && rules.withoutPS:
