@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/distflow/distflow/checkpoint"
+	"github.com/distflow/distflow/checkpoint/bundle"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
@@ -64,7 +64,7 @@ func (k *checkpointSaveKernel) Compute(c *kernel.Context) error {
 		}
 		vars[v.Name()] = t
 	}
-	info, err := checkpoint.WriteShard(k.dir, checkpoint.Prefix(k.basename, step), k.shard, k.numShards, vars)
+	info, err := bundle.WriteShard(k.dir, bundle.Prefix(k.basename, step), k.shard, k.numShards, vars)
 	if err != nil {
 		return checkpointWrap(c, "", err)
 	}
@@ -94,14 +94,14 @@ func (k *checkpointRestoreKernel) Compute(c *kernel.Context) error {
 	for i := 1; i < len(c.Refs); i++ {
 		names = append(names, c.Ref(i).Name())
 	}
-	vals, err := checkpoint.ReadVariables(k.dir, checkpoint.Prefix(k.basename, step), names)
+	vals, err := bundle.ReadVariables(k.dir, bundle.Prefix(k.basename, step), names)
 	if err != nil {
 		return checkpointWrap(c, "", err)
 	}
 	for i := 1; i < len(c.Refs); i++ {
 		v := c.Ref(i)
 		if err := v.Assign(vals[v.Name()]); err != nil {
-			return checkpointWrap(c, "restoring from "+checkpoint.Prefix(k.basename, step), err)
+			return checkpointWrap(c, "restoring from "+bundle.Prefix(k.basename, step), err)
 		}
 	}
 	return nil
@@ -121,7 +121,7 @@ func checkpointStep(c *kernel.Context) (int64, error) {
 }
 
 // checkpointWrap wraps err, naming the node (kernel.Context.Errorf does not
-// wrap, and callers test for checkpoint.ErrCorrupt and friends).
+// wrap, and callers test for bundle.ErrCorrupt (checkpoint.ErrCorrupt) and friends).
 func checkpointWrap(c *kernel.Context, what string, err error) error {
 	if what != "" {
 		return fmt.Errorf("kernel: node %s: %s: %w", c.Node, what, err)
