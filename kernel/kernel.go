@@ -112,7 +112,19 @@ type Context struct {
 type Step struct {
 	ID int64
 	// Rendezvous moves tensors between partitions; nil in single-device runs.
-	Rendezvous any
+	Rendezvous Rendezvous
+}
+
+// Rendezvous is where a Send kernel leaves a tensor and a Recv kernel picks
+// it up, within one step. Package rendezvous implements it (its Rendezvous
+// is this type); a worker hands one to each step of its partitions.
+type Rendezvous interface {
+	// Send makes t available under key. It never blocks. Sending one key
+	// twice in a step is an error.
+	Send(key string, t *tensor.Tensor) error
+	// Recv waits until key is sent and returns the tensor. It fails when ctx
+	// ends or the rendezvous is aborted, so a failed step never hangs.
+	Recv(ctx context.Context, key string) (*tensor.Tensor, error)
 }
 
 // Input returns data input i.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/placement"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -132,18 +133,14 @@ func Sends(g *graph.Graph) []*graph.Node {
 // ("/job:ps/task:0/cpu:0") or long ("/job:ps/replica:0/task:0/device:CPU:0")
 // form, or an error wrapping ErrNoDevice if it names no job or task.
 func TaskOf(device string) (string, error) {
-	var job, task string
-	for _, field := range strings.Split(device, "/") {
-		if v, ok := strings.CutPrefix(field, "job:"); ok {
-			job = v
-		} else if v, ok := strings.CutPrefix(field, "task:"); ok {
-			task = v
-		}
+	d, err := placement.ParseDevice(device)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", err, ErrNoDevice)
 	}
-	if job == "" || task == "" {
-		return "", fmt.Errorf("device %q names no job and task: %w", device, ErrNoDevice)
+	if t := d.TaskName(); t != "" {
+		return t, nil
 	}
-	return "/job:" + job + "/task:" + task, nil
+	return "", fmt.Errorf("device %q names no job and task: %w", device, ErrNoDevice)
 }
 
 // SendSpec returns the spec of a Send node that sends in under tensorName

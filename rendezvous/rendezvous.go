@@ -1,21 +1,14 @@
 package rendezvous
 
 import (
-	"context"
-
+	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
 )
 
 // Rendezvous is where a Send kernel leaves a tensor and a Recv kernel picks it
-// up, within one step. Kernels find it in kernel.Context.Step.Rendezvous.
-type Rendezvous interface {
-	// Send makes t available under key. It never blocks. Sending one key
-	// twice in a step is an error.
-	Send(key string, t *tensor.Tensor) error
-	// Recv waits until key is sent and returns the tensor. It fails when ctx
-	// ends or the rendezvous is aborted, so a failed step never hangs.
-	Recv(ctx context.Context, key string) (*tensor.Tensor, error)
-}
+// up, within one step: kernel.Rendezvous, which kernels find in
+// kernel.Context.Step.Rendezvous. Local and the worker's router implement it.
+type Rendezvous = kernel.Rendezvous
 
 // Lender is implemented by a Rendezvous whose senders can lend a tensor:
 // see Local.SendLent.

@@ -3,7 +3,7 @@ package rendezvous
 import (
 	"context"
 	"fmt"
-	"strings"
+	"github.com/distflow/distflow/placement"
 	"sync"
 
 	"github.com/distflow/distflow/tensor"
@@ -122,9 +122,13 @@ func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	sendTask, err := taskOf(sendDev)
+	dev, err := placement.ParseDevice(sendDev)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: recv %q: %w", key, err)
+	}
+	sendTask := dev.TaskName()
+	if sendTask == "" {
+		return nil, fmt.Errorf("rendezvous: recv %q: device %q names no job and task", key, sendDev)
 	}
 	if sendTask == r.task || r.fetch == nil {
 		return r.local.Recv(ctx, key)
@@ -151,23 +155,4 @@ func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, err)
 	}
 	return t, nil
-}
-
-// taskOf returns the task ("/job:ps/task:0") of a device name in the short
-// ("/job:ps/task:0/cpu:0") or long ("/job:ps/replica:0/task:0/device:CPU:0")
-// form.
-func taskOf(device string) (string, error) {
-	var job, task string
-	for _, part := range strings.Split(device, "/") {
-		switch {
-		case strings.HasPrefix(part, "job:"):
-			job = part[len("job:"):]
-		case strings.HasPrefix(part, "task:"):
-			task = part[len("task:"):]
-		}
-	}
-	if job == "" || task == "" {
-		return "", fmt.Errorf("device %q names no job and task", device)
-	}
-	return "/job:" + job + "/task:" + task, nil
 }

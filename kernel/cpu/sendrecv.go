@@ -27,15 +27,11 @@ func partitionKey(n *graph.Node) (string, error) {
 
 // partitionRendezvous returns the step's rendezvous, or an error for a
 // single-device run, which has none.
-func partitionRendezvous(c *kernel.Context) (rendezvous.Rendezvous, error) {
+func partitionRendezvous(c *kernel.Context) (kernel.Rendezvous, error) {
 	if c.Step == nil || c.Step.Rendezvous == nil {
 		return nil, c.Errorf("no rendezvous in this step: Send and Recv run only in partitioned (distributed) steps")
 	}
-	rv, ok := c.Step.Rendezvous.(rendezvous.Rendezvous)
-	if !ok {
-		return nil, c.Errorf("the step's rendezvous is a %T, not a rendezvous.Rendezvous", c.Step.Rendezvous)
-	}
-	return rv, nil
+	return c.Step.Rendezvous, nil
 }
 
 // partitionSendKernel hands its input to the rendezvous without a copy:
@@ -76,7 +72,7 @@ func (k partitionSendKernel) Compute(c *kernel.Context) error {
 	}
 	if err != nil {
 		lease.Release() // not handed over
-		return fmt.Errorf("kernel: node %s: %w", c.Node, err)
+		return c.Wrap(err)
 	}
 	return nil
 }
@@ -105,7 +101,7 @@ func (k partitionRecvKernel) Compute(c *kernel.Context) error {
 	}
 	t, err := rv.Recv(c.Ctx, k.key)
 	if err != nil {
-		return fmt.Errorf("kernel: node %s: %w", c.Node, err)
+		return c.Wrap(err)
 	}
 	c.Outputs[0] = t
 	return nil
