@@ -36,12 +36,30 @@ func init() {
 	Register("Transpose", arrayTransposeGrad)
 	Register("Concat", arrayConcatGrad)
 	Register("Slice", arraySliceGrad)
+	Register("StridedSlice", arrayStridedSliceGrad)
+	Register("StridedSliceGrad", arrayStridedSliceGradGrad)
 	Register("Split", arraySplitGrad)
 	Register("Gather", arrayGatherGrad)
 	Register("GatherGrad", arrayGatherGradGrad)
 	Register("Tile", arrayTileGrad)
 	Register("Pad", arrayPadGrad)
 	Register("Fill", arrayFillGrad)
+}
+
+// arrayStridedSliceGrad writes dy back where the slice read, as
+// TensorFlow's _StridedSliceGrad (array_grad.py); begin, end and strides
+// get no gradient.
+func arrayStridedSliceGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	x := n.Input(0)
+	dx := ops.StridedSliceGrad(s, shapeOf(s, x), n.Input(1), n.Input(2), n.Input(3), dys[0], ops.StridedMasks(n)...)
+	return []graph.Output{dx, {}, {}, {}}, nil
+}
+
+// arrayStridedSliceGradGrad: StridedSliceGrad is linear in dy, its adjoint
+// the slice itself (TensorFlow's _StridedSliceGradGrad).
+func arrayStridedSliceGradGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
+	ddy := ops.StridedSliceOf(s, dys[0], n.Input(1), n.Input(2), n.Input(3), ops.StridedMasks(n)...)
+	return []graph.Output{{}, {}, {}, {}, ddy}, nil
 }
 
 // arrayReshapeBack is the gradient of ops that only relabel dimensions: dy

@@ -48,6 +48,21 @@ func TestArrayGradients(t *testing.T) {
 		{Name: "SliceDynamic", Build: func(s *graph.Scope, x xs) graph.Output {
 			return ops.Slice(s, arrayDynamic(s, x[0]), []int{1, 1}, []int{-1, -1})
 		}, Inputs: []*tensor.Tensor{gradtest.Random(12, 3, 3)}},
+		// StridedSlice: x[1:, ::-2, 1] on [3, 4, 2]; x[..., newaxis, -1];
+		// the dynamic-shape path; and the gradient of the gradient.
+		{Name: "StridedSlice", Build: func(s *graph.Scope, x xs) graph.Output {
+			return ops.Index(s, x[0], ops.From(1), ops.All().Step(-2), ops.At(1))
+		}, Inputs: []*tensor.Tensor{gradtest.Random(41, 3, 4, 2)}},
+		{Name: "StridedSliceEllipsis", Build: func(s *graph.Scope, x xs) graph.Output {
+			return ops.Index(s, x[0], ops.Ellipsis(), ops.NewAxis(), ops.At(-1))
+		}, Inputs: []*tensor.Tensor{gradtest.Random(42, 2, 3, 4)}},
+		{Name: "StridedSliceDynamic", Build: func(s *graph.Scope, x xs) graph.Output {
+			return ops.Index(s, arrayDynamic(s, x[0]), ops.Span(-1, 0).Step(-1), ops.Span(1, 100))
+		}, Inputs: []*tensor.Tensor{gradtest.Random(43, 3, 3)}},
+		{Name: "StridedSliceGrad", Build: func(s *graph.Scope, x xs) graph.Output {
+			return ops.StridedSliceGrad(s, ops.Const(s, []int{4, 3}), ops.Const(s, []int{3, 0}), ops.Const(s, []int{0, 3}),
+				ops.Const(s, []int{-1, 2}), x[0])
+		}, Inputs: []*tensor.Tensor{gradtest.Random(44, 3, 2)}},
 		{Name: "Split", Build: func(s *graph.Scope, x xs) graph.Output {
 			p := ops.Split(s, x[0], 1, 2)
 			return ops.Mul(s, p[0], p[1])

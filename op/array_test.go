@@ -90,6 +90,28 @@ func TestArrayInfer(t *testing.T) {
 		{"Tile", []arrayIn{ph("float32[2,3]")}, map[string]any{"multiples": []int{3}}, "error: multiples [3] has 1 entries for shape [2,3]"},
 		{"Pad", []arrayIn{ph("float32[2,3]")}, map[string]any{"paddings": []int{1, 1, 0, 2}}, "float32[4,5]"},
 		{"Pad", []arrayIn{ph("float32[2,3]")}, map[string]any{"paddings": []int{1, 1}}, "error: paddings [1 1] must hold 2 values per dimension of shape [2,3]"},
+		// StridedSlice: x[:, ::2] keeps an unknown first dimension; x[1]
+		// drops it; non-constant subscripts leave the sizes unknown.
+		{"StridedSlice", []arrayIn{ph("float32[?,5,4]"), cst([]int{0, 0}), cst([]int{0, 0}), cst([]int{1, 2})},
+			map[string]any{"begin_mask": 3, "end_mask": 3}, "float32[?,3,4]"},
+		{"StridedSlice", []arrayIn{ph("float32[?,5,4]"), cst([]int{1}), cst([]int{2}), cst([]int{1})},
+			map[string]any{"shrink_axis_mask": 1}, "float32[5,4]"},
+		{"StridedSlice", []arrayIn{ph("float32[?,5,4]"), cst([]int{0, 0, 0}), cst([]int{0, 0, 0}), cst([]int{1, 1, 1})},
+			map[string]any{"ellipsis_mask": 1, "new_axis_mask": 2, "shrink_axis_mask": 4}, "float32[?,5,1]"},
+		{"StridedSlice", []arrayIn{ph("int64[6,5]"), ph("int32[2]"), ph("int32[2]"), cst([]int{1, -1})},
+			map[string]any{"end_mask": 2}, "int64[?,?]"},
+		{"StridedSlice", []arrayIn{ph("int64[6,5]"), ph("int32[2]"), ph("int32[2]"), ph("int32[2]")},
+			map[string]any{"begin_mask": 2, "end_mask": 2, "shrink_axis_mask": 1}, "int64[?]"},
+		{"StridedSlice", []arrayIn{ph("bool[6,5]"), ph("int32<unknown>"), ph("int32<unknown>"), ph("int32<unknown>")}, nil, "bool[?,?]"},
+		{"StridedSlice", []arrayIn{ph("bool<unknown>"), cst([]int{1}), cst([]int{2}), cst([]int{1})}, nil, "bool<unknown>"},
+		{"StridedSlice", []arrayIn{ph("float32[6]"), cst([]int{1}), cst([]int{2}), ph("float32[1]")}, nil, "error: strides must be int32 or int64"},
+		{"StridedSlice", []arrayIn{ph("float32[6]"), cst([]int{9}), cst([]int{10}), cst([]int{1})},
+			map[string]any{"shrink_axis_mask": 1}, "error: index 9 of subscript 0 is out of range for dimension 0 of size 6"},
+		{"StridedSliceGrad", []arrayIn{cst([]int{6, 5}), cst([]int{1}), cst([]int{2}), cst([]int{1}), ph("float64[5]")},
+			map[string]any{"shrink_axis_mask": 1}, "float64[6,5]"},
+		{"StridedSliceGrad", []arrayIn{cst([]int{6, 5}), cst([]int{1}), cst([]int{2}), cst([]int{1}), ph("float64[4]")},
+			map[string]any{"shrink_axis_mask": 1}, "error: dy has shape [4], but slicing shape [6,5] gives [5]"},
+		{"StridedSliceGrad", []arrayIn{ph("int32[2]"), cst([]int{1}), cst([]int{2}), cst([]int{1}), ph("float32[5]")}, nil, "float32[?,?]"},
 	}
 	checkInfer(t, cases)
 }
