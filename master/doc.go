@@ -37,8 +37,8 @@
 // # Lost tasks
 //
 // A task is lost when a call to it fails because it cannot be reached
-// (worker.ErrUnavailable) or because it no longer knows a graph registered
-// on it (worker.ErrNoGraph): it was restarted, as a supervisor restarts a
+// (service.ErrUnavailable) or because it no longer knows a graph registered
+// on it (service.ErrNoGraph): it was restarted, as a supervisor restarts a
 // crashed ps, and its graphs and variables are gone. Registrations also
 // report the worker's incarnation, a number chosen when it started, so a
 // restart is noticed by a new plan too. The master then drops every plan

@@ -17,8 +17,8 @@ import (
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
+	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/tensor"
-	"github.com/distflow/distflow/worker"
 )
 
 // Sentinel errors wrapped by the master's errors.
@@ -44,7 +44,7 @@ type Config struct {
 	// empty means one CPU per task of Workers.
 	Devices []string
 	// Workers reaches every task's worker service; required.
-	Workers worker.Cache
+	Workers service.Workers
 	// Logger receives plan building and step failures at debug level; nil
 	// means slog.Default().
 	Logger *slog.Logger
@@ -379,7 +379,7 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 // restarted). A task that reports a peer unreachable counts too: which of
 // them is gone is not known here, and re-registering costs little.
 func lost(err error) bool {
-	return errors.Is(err, worker.ErrNoGraph) || errors.Is(err, worker.ErrUnavailable)
+	return errors.Is(err, service.ErrNoGraph) || errors.Is(err, service.ErrUnavailable)
 }
 
 // lose handles a task found lost by a call, which reports the loss with
@@ -587,7 +587,7 @@ func (m *Master) register(ctx context.Context, s *session, p *plan, i int) error
 // partition was registered on it under generation gen. Another one than
 // before means the task was restarted, and the variables the session used
 // there are gone: its stale plans are dropped, and the error (wrapping
-// worker.ErrNoGraph, as the stale plans' steps would fail) tells the
+// service.ErrNoGraph, as the stale plans' steps would fail) tells the
 // caller, which must ready the model again before it goes on.
 func (m *Master) checkIncarnation(task string, gen, inc uint64) error {
 	if inc == 0 {
@@ -600,7 +600,7 @@ func (m *Master) checkIncarnation(task string, gen, inc uint64) error {
 	if !known || old == inc {
 		return nil
 	}
-	err := fmt.Errorf("task %s was restarted (incarnation %x, was %x): the graphs and variables it held are gone: %w", task, inc, old, worker.ErrNoGraph)
+	err := fmt.Errorf("task %s was restarted (incarnation %x, was %x): the graphs and variables it held are gone: %w", task, inc, old, service.ErrNoGraph)
 	m.invalidate(task, gen, err)
 	return err
 }

@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/graph"
-	"github.com/distflow/distflow/master"
 	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/tensor"
 )
 
 // Dialer connects to the master of a target ("grpc://host:port") for Open.
 // The io.Closer releases the connection; Session.Close calls it.
-type Dialer func(ctx context.Context, target string) (master.Service, io.Closer, error)
+type Dialer func(ctx context.Context, target string) (service.Master, io.Closer, error)
 
 var (
 	rpcDialersMu sync.RWMutex
@@ -77,11 +77,11 @@ func Open(ctx context.Context, target string, g *graph.Graph, opts ...Option) (*
 	return s, nil
 }
 
-// WithMaster makes the session run its steps through m (a master.Service,
+// WithMaster makes the session run its steps through m (a service.Master,
 // in process or an rpc client) instead of in process: the graph is sent to
 // m on the first Run, the nodes added since are sent before later Runs, and
 // Run and RunNamed behave as on the local back end. cfg may be nil.
-func WithMaster(m master.Service, cfg *pb.SessionConfig) Option {
+func WithMaster(m service.Master, cfg *pb.SessionConfig) Option {
 	return func(s *Session) {
 		if cfg == nil {
 			cfg = s.rpcConfig()
@@ -110,7 +110,7 @@ func (s *Session) rpcConfig() *pb.SessionConfig {
 
 // rpcRemote is the state of a session run by a master.
 type rpcRemote struct {
-	m      master.Service
+	m      service.Master
 	cfg    *pb.SessionConfig
 	closer io.Closer // of the connection Open made, or nil
 

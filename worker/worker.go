@@ -21,21 +21,6 @@ import (
 	"github.com/distflow/distflow/tensor"
 )
 
-// Sentinel errors wrapped by the worker's errors.
-var (
-	// ErrNoGraph is wrapped when a graph handle is unknown (never
-	// registered, deregistered, or its session was closed).
-	ErrNoGraph = errors.New("no such graph")
-	// ErrNoWorkers is wrapped when a step needs a tensor from another task
-	// and the worker has no Cache to reach it.
-	ErrNoWorkers = errors.New("no worker cache to reach other tasks")
-	// ErrUnavailable is wrapped by the errors of calls that could not reach
-	// a task (connection refused, peer gone). Transports wrap it (the rpc
-	// package's ErrUnavailable is this error), so that a master can tell a
-	// lost task from a failed computation.
-	ErrUnavailable = errors.New("peer unavailable")
-)
-
 // Config configures a Worker.
 type Config struct {
 	// Task is the task this worker is ("/job:ps/task:0"); required. Its

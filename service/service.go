@@ -1,0 +1,81 @@
+// Package service declares the two services a task offers, as interfaces
+// apart from their implementations: Master (what a client session asks:
+// hold a graph, run steps) and Worker (what a master asks: run graph
+// partitions; and what workers ask of each other: move tensors).
+//
+//	var m service.Master = master.New(cfg)           // in process
+//	var w service.Worker = worker.New(worker.Config{}) // in process
+//	w, closer, err := rpc.DialWorker(addr, opts)      // over gRPC
+//
+// The in-process implementations are *master.Master and *worker.Worker;
+// package rpc adapts both to gRPC, both ways. The master knows its workers
+// only through Workers, so it runs the same over memory (workertest's
+// network) and over sockets. Every implementation of Worker passes the
+// conformance suite workertest.TestService. Implementations are safe for
+// concurrent use.
+package service
+
+import (
+	"context"
+	"errors"
+
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Sentinel errors wrapped by the services' errors, whatever the transport.
+var (
+	// ErrNoGraph is wrapped when a graph handle is unknown (never
+	// registered, deregistered, or its session was closed).
+	ErrNoGraph = errors.New("no such graph")
+	// ErrNoWorkers is wrapped when a step needs a tensor from another task
+	// and the worker has no Workers to reach it.
+	ErrNoWorkers = errors.New("no worker cache to reach other tasks")
+	// ErrUnavailable is wrapped by the errors of calls that could not reach
+	// a task (connection refused, peer gone). Transports wrap it, so that a
+	// master can tell a lost task from a failed computation.
+	ErrUnavailable = errors.New("peer unavailable")
+)
+
+// Master is what a client session asks of a task: hold a graph, run steps
+// on it.
+type Master interface {
+	CreateSession(ctx context.Context, req *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error)
+	ExtendSession(ctx context.Context, req *pb.ExtendSessionRequest) (*pb.ExtendSessionResponse, error)
+	RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunStepResponse, error)
+	CloseSession(ctx context.Context, req *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error)
+	ListDevices(ctx context.Context, req *pb.ListDevicesRequest) (*pb.ListDevicesResponse, error)
+}
+
+// Worker is what a master asks of a task that runs graph partitions, and
+// what workers ask of each other to move tensors.
+type Worker interface {
+	GetStatus(ctx context.Context, req *pb.GetStatusRequest) (*pb.GetStatusResponse, error)
+	RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest) (*pb.RegisterGraphResponse, error)
+	DeregisterGraph(ctx context.Context, req *pb.DeregisterGraphRequest) (*pb.DeregisterGraphResponse, error)
+	RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.RunGraphResponse, error)
+	// RecvTensor waits until the tensor under key has been sent in step
+	// stepID on this worker and returns it (the caller owns the result). It
+	// fails when ctx ends or the step is aborted.
+	RecvTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error)
+	CleanupStep(ctx context.Context, req *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error)
+	CloseSession(ctx context.Context, req *pb.WorkerCloseSessionRequest) (*pb.WorkerCloseSessionResponse, error)
+	Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error)
+}
+
+// Lender is implemented by a Worker that can lend the tensors RecvTensor
+// returns (*worker.Worker): LendTensor also returns a function that the
+// caller calls once it no longer reads the tensor. Without it, a transport
+// uses RecvTensor.
+type Lender interface {
+	LendTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, func(), error)
+}
+
+// Workers resolves task names to their worker services: a map in tests,
+// gRPC clients in a cluster.
+type Workers interface {
+	// Worker returns the service of a task ("/job:ps/task:0").
+	Worker(task string) (Worker, error)
+	// Tasks lists every task of the cluster, sorted.
+	Tasks() []string
+}
