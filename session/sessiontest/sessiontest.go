@@ -102,7 +102,7 @@ func Test(t *testing.T, open Open) {
 		y := ops.Square(s, x)
 		sess := openGraph(t, open, s)
 		for _, bad := range []*tensor.Tensor{
-			tensor.MustFromSlice([]int32{1, 2}, 1, 2), // dtype
+			tensor.MustFromSlice([]int32{1, 2}, 1, 2),      // dtype
 			tensor.MustFromSlice([]float32{1, 2, 3}, 1, 3), // shape
 		} {
 			_, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{x: bad}, []graph.Output{y}, nil)
