@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"math"
+
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/tensor"
 )
@@ -17,7 +19,7 @@ func Reshape(s *graph.Scope, x, shape graph.Output) graph.Output {
 
 // ReshapeTo is Reshape to constant dims (one may be -1).
 func ReshapeTo(s *graph.Scope, x graph.Output, dims ...int) graph.Output {
-	return Reshape(s, x, Const(s, arrayInt32s(dims)))
+	return Reshape(s, x, Const(s, arrayInts(dims)))
 }
 
 // Shape returns the dimensions of x as a 1-D int32 tensor.
@@ -65,12 +67,13 @@ func Slice(s *graph.Scope, x graph.Output, begin, size []int) graph.Output {
 		map[string]any{"begin": append([]int{}, begin...), "size": append([]int{}, size...)})
 }
 
-// Split cuts x along axis into num equal parts. It returns nil after a
-// build error.
+// Split cuts x along axis into num equal parts. After a build error it
+// returns num zero Outputs (none if num < 1), so that indexing the parts
+// is safe; the scope holds the error.
 func Split(s *graph.Scope, x graph.Output, axis, num int) []graph.Output {
 	n := s.AddNode("Split", "Split", []graph.Output{x}, map[string]any{"axis": axis, "num_split": num})
 	if n == nil {
-		return nil
+		return make([]graph.Output, max(num, 0))
 	}
 	outs := make([]graph.Output, n.NumOutputs())
 	for i := range outs {
@@ -133,7 +136,7 @@ func OnesLike(s *graph.Scope, x graph.Output) graph.Output {
 
 // Zeros returns a zero tensor of dtype dt and the given dimensions.
 func Zeros(s *graph.Scope, dt tensor.DType, dims ...int) graph.Output {
-	return Fill(s, Const(s, arrayInt32s(dims)), Scalar(s, dt, 0))
+	return Fill(s, Const(s, arrayInts(dims)), Scalar(s, dt, 0))
 }
 
 // Tile repeats x multiples[i] times along dimension i.
@@ -150,11 +153,20 @@ func Pad(s *graph.Scope, x graph.Output, paddings [][2]int) graph.Output {
 	return s.Out("Pad", "Pad", []graph.Output{x}, map[string]any{"paddings": p})
 }
 
-// arrayInt32s converts dims to a 1-D int32 constant's data (never nil, so
-// that an empty list is a 1-D tensor of length 0).
-func arrayInt32s(dims []int) []int32 {
+// arrayInts converts dims to a 1-D constant's data: int32 as TensorFlow
+// makes a list of Python ints, int64 if a value does not fit int32 (never
+// truncated), and never nil, so that an empty list is a 1-D tensor of
+// length 0.
+func arrayInts(dims []int) any {
 	d := make([]int32, len(dims))
 	for i, v := range dims {
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			d64 := make([]int64, len(dims))
+			for j, v := range dims {
+				d64[j] = int64(v)
+			}
+			return d64
+		}
 		d[i] = int32(v)
 	}
 	return d

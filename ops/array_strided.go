@@ -17,7 +17,7 @@ import (
 // are clamped. With constant subscripts the output shape is known at
 // build time. Index builds the spec from Python-style subscripts.
 func StridedSlice(s *graph.Scope, x graph.Output, begin, end, strides []int, opts ...StridedOption) graph.Output {
-	return StridedSliceOf(s, x, Const(s, arrayInt32s(begin)), Const(s, arrayInt32s(end)), Const(s, arrayInt32s(strides)), opts...)
+	return StridedSliceOf(s, x, Const(s, arrayInts(begin)), Const(s, arrayInts(end)), Const(s, arrayInts(strides)), opts...)
 }
 
 // StridedSliceOf is StridedSlice with begin, end and strides as 1-D int32

@@ -30,7 +30,12 @@ func ConstNamed(s *graph.Scope, name string, value any) graph.Output {
 }
 
 // Scalar adds a scalar constant of dtype dt (float32 or float64 usually).
+// An invalid dt is a build error.
 func Scalar(s *graph.Scope, dt tensor.DType, v float64) graph.Output {
+	if !dt.Valid() {
+		s.SetErr(fmt.Errorf("ops: Scalar in scope %q: invalid dtype %v", s.Prefix(), dt))
+		return graph.Output{}
+	}
 	t := tensor.New(dt)
 	t.SetFloat64At(0, v)
 	return s.Out("Const", "Const", nil, map[string]any{"value": t})
@@ -48,11 +53,10 @@ func toTensor(value any) (*tensor.Tensor, error) {
 	case int:
 		return tensor.Scalar(int32(v)), nil
 	case []int:
-		d := make([]int32, len(v))
-		for i, x := range v {
-			d[i] = int32(x)
-		}
-		return tensor.FromSlice(d, len(d))
+		// int32, or int64 if a value does not fit (as TensorFlow converts
+		// Python ints): a dimension is never truncated.
+		d := arrayInts(v)
+		return tensor.FromSlice(d, len(v))
 	case []float32, []float64, []int32, []int64, []bool, []uint8:
 		return tensor.FromSlice(v, sliceLen(v))
 	}

@@ -2,6 +2,8 @@ package ops_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/distflow/distflow/graph"
@@ -71,5 +73,90 @@ func TestOneHotAxis(t *testing.T) {
 	wantLast := tensor.MustFromSlice([]float32{5, 0, 0, 0, 0, 5, 0, 0, 0, 0, 5, 0}, 4, 3)
 	if !tensor.Equal(got[0], want0) || !tensor.Equal(got[1], wantLast) {
 		t.Errorf("OneHot axis 0 = %v, axis -1 = %v; want %v and %v", got[0], got[1], want0, wantLast)
+	}
+}
+
+// TestBuildersNeverPanic checks that bad shapes and dtypes given to
+// builders are errors on the scope, and that what the builders return
+// after an error (a nil *Variable, zero Outputs) can be used without
+// panicking: the scope keeps the first error.
+func TestBuildersNeverPanic(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(s *graph.Scope)
+		want  string
+	}{
+		{"variable with an invalid dtype", func(s *graph.Scope) {
+			v := ops.NewVariable(s, "v", tensor.Invalid, []int{2}, ops.ZerosInit())
+			ops.Add(s, v.Value(), v.Value())
+			_ = v.Name() + v.String() + v.DType().String() + v.Shape().String()
+			if v.Node() != nil || v.Initializer() != nil {
+				t.Error("a nil Variable has a node")
+			}
+		}, "invalid dtype"},
+		{"variable with a negative dimension", func(s *graph.Scope) {
+			v := ops.NewVariable(s, "v", tensor.Float32, []int{2, -3}, ops.ZerosInit())
+			ops.MatMul(s, v.Value(), v.Value(), false, false)
+			ops.GlobalVariablesInitializer(s)
+		}, "must be fully defined"},
+		{"variable of 2^64 elements", func(s *graph.Scope) {
+			v := ops.NewVariable(s, "v", tensor.Float32, []int{65536, 65536, 65536, 65536}, ops.GlorotUniformInit(1))
+			ops.VariablesInitializer(s, v)
+		}, "overflows"},
+		{"variable without initializer", func(s *graph.Scope) {
+			ops.Identity(s, ops.NewVariable(s, "v", tensor.Float32, []int{2}, nil).Value())
+		}, "no initializer"},
+		{"reused variable that does not exist", func(s *graph.Scope) {
+			ops.Identity(s, ops.NewVariable(s.ReuseVariables(), "nope", tensor.Float32, []int{2}, ops.ZerosInit()).Value())
+		}, "does not exist"},
+		{"scalar of an invalid dtype", func(s *graph.Scope) {
+			ops.Zeros(s, tensor.Invalid, 2, 3)
+		}, "invalid dtype"},
+		{"split that does not divide", func(s *graph.Scope) {
+			p := ops.Split(s, ops.Const(s, []float32{1, 2, 3}), 0, 2)
+			ops.Add(s, p[0], p[1])
+		}, "not divisible by num_split 2"},
+		{"dropout of a missing input", func(s *graph.Scope) {
+			ops.Dropout(s, graph.Output{}, 0.5, 1)
+		}, "input is missing"},
+	} {
+		s := graph.NewScope()
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s: panic: %v", tc.name, r)
+				}
+			}()
+			tc.build(s)
+		}()
+		if err := s.Err(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: scope error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+
+	// Variable reuse keeps working around a failed build.
+	s := graph.NewScope()
+	ds := s.SubScope("dense")
+	w := ops.NewVariable(ds, "W", tensor.Float32, []int{2, 2}, ops.ZerosInit())
+	again := ops.NewVariable(ds.ReuseVariables(), "W", tensor.Float32, []int{2, 2}, ops.ZerosInit())
+	if s.Err() != nil || again.Node() != w.Node() {
+		t.Errorf("reuse: got %v (err %v), want %v", again, s.Err(), w)
+	}
+}
+
+// TestLargeDimsNotTruncated checks that dimensions beyond int32 are kept
+// (as int64 constants, as TensorFlow converts Python ints), never
+// truncated: [2^32, 0] has zero elements and can be built and run.
+func TestLargeDimsNotTruncated(t *testing.T) {
+	var z graph.Output
+	got := fidelityRun(t, func(s *graph.Scope) []graph.Output {
+		z = ops.Zeros(s, tensor.Float32, 1<<32, 0)
+		return []graph.Output{z, ops.Const(s, []int{1 << 40, 1})}
+	})
+	if !z.Shape().Equal(tensor.MakeShape(1<<32, 0)) || !slices.Equal(got[0].Shape(), []int{1 << 32, 0}) {
+		t.Errorf("Zeros(2^32, 0) has shape %v at build time, %v at run time", z.Shape(), got[0].Shape())
+	}
+	if want := tensor.MustFromSlice([]int64{1 << 40, 1}, 2); !tensor.Equal(got[1], want) {
+		t.Errorf("Const([]int{2^40, 1}) = %v, want %v", got[1], want)
 	}
 }

@@ -22,32 +22,73 @@ const (
 // Variable is a handle on a variable of the graph: its Variable node and
 // the Assign node that initialises it. It is a view on the graph and holds
 // no state of its own.
+//
+// A nil (or zero) *Variable, which NewVariable returns after a build
+// error, is safe to use: Value is the zero Output, which builders take as a
+// missing input (the scope keeps the first error), Node and Initializer
+// are nil, Name is "", DType is tensor.Invalid and Shape is unknown.
 type Variable struct {
 	node *graph.Node
 	init *graph.Node
 }
 
-// Value returns the variable's value as read at the start of each use.
-func (v *Variable) Value() graph.Output { return v.node.Output(0) }
+// Value returns the variable's value as read at the start of each use (the
+// zero Output for a nil Variable).
+func (v *Variable) Value() graph.Output {
+	if v == nil || v.node == nil {
+		return graph.Output{}
+	}
+	return v.node.Output(0)
+}
 
-// Node returns the Variable node.
-func (v *Variable) Node() *graph.Node { return v.node }
+// Node returns the Variable node (nil for a nil Variable).
+func (v *Variable) Node() *graph.Node {
+	if v == nil {
+		return nil
+	}
+	return v.node
+}
 
 // Initializer returns the node that assigns the initial value (run it as a
 // target), or nil for a variable found without one.
-func (v *Variable) Initializer() *graph.Node { return v.init }
+func (v *Variable) Initializer() *graph.Node {
+	if v == nil {
+		return nil
+	}
+	return v.init
+}
 
 // Name returns the Variable node's name ("dense1/W").
-func (v *Variable) Name() string { return v.node.Name() }
+func (v *Variable) Name() string {
+	if v.Node() == nil {
+		return ""
+	}
+	return v.node.Name()
+}
 
 // DType returns the element type.
-func (v *Variable) DType() tensor.DType { return v.node.AttrDType("dtype") }
+func (v *Variable) DType() tensor.DType {
+	if v.Node() == nil {
+		return tensor.Invalid
+	}
+	return v.node.AttrDType("dtype")
+}
 
-// Shape returns the shape (fully defined).
-func (v *Variable) Shape() tensor.Shape { return v.node.AttrShape("shape") }
+// Shape returns the shape (fully defined; unknown for a nil Variable).
+func (v *Variable) Shape() tensor.Shape {
+	if v.Node() == nil {
+		return tensor.UnknownShape()
+	}
+	return v.node.AttrShape("shape")
+}
 
 // String returns the name, dtype and shape.
-func (v *Variable) String() string { return fmt.Sprintf("%s %v%v", v.Name(), v.DType(), v.Shape()) }
+func (v *Variable) String() string {
+	if v.Node() == nil {
+		return "<missing variable>"
+	}
+	return fmt.Sprintf("%s %v%v", v.Name(), v.DType(), v.Shape())
+}
 
 // VariableOption modifies NewVariable.
 type VariableOption func(*variableConfig)
@@ -64,7 +105,8 @@ func NotTrainable() VariableOption { return func(c *variableConfig) { c.trainabl
 // variable in the graph's collections (see VariablesCollection). All nodes get
 // the scope's device (through its device function, if any) and none of its
 // control dependencies. On error it
-// records it in the scope and returns nil.
+// records it in the scope and returns nil, which is safe to use (see
+// Variable): check the scope's Err once after building.
 func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init Initializer, opts ...VariableOption) *Variable {
 	cfg := variableConfig{trainable: true}
 	for _, o := range opts {
