@@ -114,7 +114,7 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 		return nil, err
 	}
 	if len(sig.Feeds) <= len(lastSig{}.vals) {
-		s.last.Store(&lastSig{feeds: sig.Feeds, fetches: slices.Clone(fetches), targets: slices.Clone(targets), e: e})
+		s.last.Store(&lastSig{feeds: slices.Clone(sig.Feeds), fetches: slices.Clone(fetches), targets: slices.Clone(targets), e: e})
 	}
 	return e.Run(ctx, vals)
 }
