@@ -1,17 +1,20 @@
 // Package allreduce averages tensors among workers with no parameter
-// server: a ring all-reduce over its own small gRPC service (Ring.Chunks in
-// proto/distflowpb/allreduce.proto), or over memory for tests.
+// server: a chunked, pipelined ring all-reduce over a Transport.
 //
-//	r, err := allreduce.New(allreduce.Config{
-//		Rank:  1,
-//		Peers: []string{"host0:2300", "host1:2300", "host2:2300"},
-//	})
-//	if err != nil { ... }
-//	defer r.Close()
-//	if err := r.Start(); err != nil { ... }
+//	rings, err := allreduce.NewInProcess(3, allreduce.InProcessConfig{}) // or, one per task:
+//	srv, err := server.New(server.Config{..., Ring: workers})          // ring = srv.Ring()
 //	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 //	defer cancel()
-//	err = r.AllReduceMean(ctx, "grads", step, grads) // grads []float32, in place
+//	err = ring.AllReduceMean(ctx, "grads", step, grads) // grads []float32, in place
+//
+// The package knows no network: a Ring sends its chunks through a
+// Transport and receives them as a Receiver. MemNetwork connects ranks in
+// one process (and can delay chunks and cut ranks, for tests); the gRPC
+// transport lives with the other gRPC adapters, in package rpc
+// (rpc.RegisterRing), where the ring's service shares a task's address,
+// TLS, authentication, limits and keepalive with its other services
+// (server.Config.Ring does it for a task). Every transport passes the
+// conformance suite of package allreducetest.
 //
 // # Algorithm
 //
@@ -38,8 +41,6 @@
 // stream to or from it breaks), with an error that names the peer's rank
 // and address. After a failure the tensor holds partial sums.
 //
-// NewInProcess connects N rings through memory (optionally delaying every
-// chunk, to simulate a slow network): the algorithm is the same, only the
-// transport differs. train.AllReduceTrainer and train.PeriodicAverager use
-// a ring to train with averaged gradients or averaged models.
+// train.AllReduceTrainer and train.PeriodicAverager use a ring to train
+// with averaged gradients or averaged models.
 package allreduce

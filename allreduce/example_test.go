@@ -10,8 +10,8 @@ import (
 )
 
 func Example() {
-	// Three ranks in one process; over the network each would call
-	// allreduce.New with its rank and the peers' addresses, then Start.
+	// Three ranks in one process; over the network each task's server
+	// serves one (server.Config.Ring, or rpc.RegisterRing).
 	rings, err := allreduce.NewInProcess(3, allreduce.InProcessConfig{})
 	if err != nil {
 		panic(err)

@@ -2,11 +2,16 @@ package allreduce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 )
+
+// errSenderFailed is the cause an aborted in-memory stream reports when
+// its context has none.
+var errSenderFailed = errors.New("the sender failed")
 
 // InProcessConfig configures a ring whose ranks live in one process.
 type InProcessConfig struct {
@@ -21,68 +26,149 @@ type InProcessConfig struct {
 	Names []string
 }
 
-// NewInProcess returns n started rings connected by memory, one per rank:
+// NewInProcess returns n rings connected by a MemNetwork, one per rank:
 // for tests and for workers that share a process. Closing one of them
 // makes its neighbours' operations fail, as a dead peer does.
 func NewInProcess(n int, cfg InProcessConfig) ([]*Ring, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("%w: %d ranks", ErrInvalidConfig, n)
 	}
-	if cfg.ChunkBytes < 0 {
-		return nil, fmt.Errorf("%w: negative chunk size %d", ErrInvalidConfig, cfg.ChunkBytes)
-	}
 	if len(cfg.Names) != 0 && len(cfg.Names) != n {
 		return nil, fmt.Errorf("%w: %d names for %d ranks", ErrInvalidConfig, len(cfg.Names), n)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+	net := NewMemNetwork(make([]Receiver, n), cfg.Delay)
+	peers := make([]string, n)
+	for i := range peers {
+		peers[i] = fmt.Sprintf("memory:%d", i)
 	}
-	net := &memNetwork{delay: cfg.Delay}
 	rings := make([]*Ring, n)
 	for i := range rings {
-		rings[i] = &Ring{
-			rank: i, size: n, peers: make([]string, n), names: cfg.Names,
-			chunk: chunkElems(cfg.ChunkBytes), log: log,
-			box: newMailbox(), tr: net, started: true,
+		r, err := NewRing(Config{Rank: i, Peers: peers, Names: cfg.Names, ChunkBytes: cfg.ChunkBytes, Logger: cfg.Logger}, net.Transport(i))
+		if err != nil {
+			return nil, err
 		}
+		rings[i] = r
+		net.recv[i] = r
 	}
-	net.rings = rings
 	return rings, nil
 }
 
-// memNetwork is the in-process transport shared by the rings of
-// NewInProcess.
-type memNetwork struct {
-	rings []*Ring
+// MemNetwork connects the ranks of rings in one process through memory: a
+// Transport per rank, which delivers the chunks it sends to the receiving
+// rank's Receiver. It can delay every chunk (a slow network) and cut a
+// rank (a dead process). It is safe for concurrent use.
+type MemNetwork struct {
+	recv  []Receiver
 	delay time.Duration
+
+	mu      sync.Mutex
+	down    []chan struct{}           // closed when the rank is cut
+	streams []map[*memStream]struct{} // open streams, by sending rank
 }
 
-func (n *memNetwork) open(ctx context.Context, to int, key opKey) (stream, error) {
-	if n.rings[to].box.closedErr() != nil {
+// NewMemNetwork connects len(recv) ranks: what is sent to rank i goes to
+// recv[i]. A positive delay holds every chunk that long before it is
+// delivered (on the sender's side).
+func NewMemNetwork(recv []Receiver, delay time.Duration) *MemNetwork {
+	n := &MemNetwork{recv: recv, delay: delay, down: make([]chan struct{}, len(recv)), streams: make([]map[*memStream]struct{}, len(recv))}
+	for i := range recv {
+		n.down[i] = make(chan struct{})
+		n.streams[i] = make(map[*memStream]struct{})
+	}
+	return n
+}
+
+// Transport returns rank's transport. Closing it cuts the rank.
+func (n *MemNetwork) Transport(rank int) Transport { return &memTransport{net: n, rank: rank} }
+
+// Cut makes rank unreachable, as a process that dies: its peers' streams
+// to it and its own streams to them break (the receiving ends are told),
+// and opening a stream to it, probing it or sending to it fail with
+// ErrPeerUnreachable. Cutting a rank twice is harmless.
+func (n *MemNetwork) Cut(rank int) {
+	n.mu.Lock()
+	select {
+	case <-n.down[rank]:
+		n.mu.Unlock()
+		return
+	default:
+	}
+	close(n.down[rank])
+	var open []*memStream
+	for s := range n.streams[rank] {
+		open = append(open, s)
+	}
+	n.mu.Unlock()
+	for _, s := range open {
+		s.fail(fmt.Errorf("stream from rank %d broke: %w", rank, ErrPeerUnreachable))
+	}
+}
+
+// isDown reports whether rank is cut, or its ring is closed.
+func (n *MemNetwork) isDown(rank int) bool {
+	select {
+	case <-n.down[rank]:
+		return true
+	default:
+		return n.recv[rank] == nil || n.recv[rank].Err() != nil
+	}
+}
+
+type memTransport struct {
+	net  *MemNetwork
+	rank int
+}
+
+func (t *memTransport) Open(ctx context.Context, to int, op Op) (Stream, error) {
+	n := t.net
+	if n.isDown(to) || n.isDown(t.rank) {
 		return nil, ErrPeerUnreachable
 	}
-	return &memStream{ctx: ctx, to: n.rings[to], key: key, delay: n.delay}, nil
+	s := &memStream{net: n, ctx: ctx, from: t.rank, to: to, op: op}
+	n.mu.Lock()
+	n.streams[t.rank][s] = struct{}{}
+	n.mu.Unlock()
+	return s, nil
 }
 
-func (n *memNetwork) probe(_ context.Context, to int) error {
-	if n.rings[to].box.closedErr() != nil {
+func (t *memTransport) Probe(_ context.Context, to int) error {
+	if t.net.isDown(to) {
 		return ErrPeerUnreachable
 	}
 	return nil
 }
 
-type memStream struct {
-	ctx   context.Context
-	to    *Ring
-	key   opKey
-	delay time.Duration
-	once  sync.Once
+// Close cuts the rank: in one process, a closed ring is a dead peer.
+func (t *memTransport) Close() error {
+	t.net.Cut(t.rank)
+	return nil
 }
 
-func (s *memStream) send(c *chunk) error {
-	if s.delay > 0 {
-		t := time.NewTimer(s.delay)
+type memStream struct {
+	net      *MemNetwork
+	ctx      context.Context
+	from, to int
+	op       Op
+	once     sync.Once
+}
+
+// fail tells the receiver that the stream broke, once, and forgets it.
+func (s *memStream) fail(err error) {
+	s.once.Do(func() {
+		s.net.recv[s.to].Fail(s.op, err)
+		s.forget()
+	})
+}
+
+func (s *memStream) forget() {
+	s.net.mu.Lock()
+	delete(s.net.streams[s.from], s)
+	s.net.mu.Unlock()
+}
+
+func (s *memStream) Send(c *Chunk) error {
+	if d := s.net.delay; d > 0 {
+		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case <-s.ctx.Done():
@@ -90,31 +176,36 @@ func (s *memStream) send(c *chunk) error {
 			return s.ctx.Err()
 		}
 	}
+	if s.net.isDown(s.to) || s.net.isDown(s.from) {
+		return ErrPeerUnreachable
+	}
 	cp := *c
-	cp.data = append([]float32(nil), c.data...)
-	if s.to.box.deliver(&cp) != nil {
-		return ErrPeerUnreachable
-	}
-	return nil
-}
-
-func (s *memStream) broken() <-chan struct{} { return s.to.box.closed }
-
-func (s *memStream) close() error {
-	if s.to.box.closedErr() != nil {
-		return ErrPeerUnreachable
-	}
-	return nil
-}
-
-// abort tells the receiver that the stream broke, as a gRPC stream's
-// cancellation does.
-func (s *memStream) abort() {
-	s.once.Do(func() {
-		cause := context.Cause(s.ctx)
-		if cause == nil {
-			cause = errSenderFailed
+	cp.Data = append([]float32(nil), c.Data...)
+	if err := s.net.recv[s.to].Deliver(&cp); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return ErrPeerUnreachable
 		}
-		s.to.box.fail(s.key, fmt.Errorf("stream from the previous rank broke: %w", cause))
-	})
+		return err
+	}
+	return nil
+}
+
+func (s *memStream) Broken() <-chan struct{} { return s.net.down[s.to] }
+
+func (s *memStream) Close() error {
+	s.once.Do(s.forget)
+	if s.net.isDown(s.to) {
+		return ErrPeerUnreachable
+	}
+	return nil
+}
+
+// Abort tells the receiver that the stream broke, as a gRPC stream's
+// cancellation does.
+func (s *memStream) Abort() {
+	cause := context.Cause(s.ctx)
+	if cause == nil {
+		cause = errSenderFailed
+	}
+	s.fail(fmt.Errorf("stream from the previous rank broke: %w", cause))
 }

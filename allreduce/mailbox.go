@@ -2,26 +2,8 @@ package allreduce
 
 import (
 	"context"
-	"fmt"
 	"sync"
 )
-
-// opKey identifies one all-reduce operation.
-type opKey struct {
-	name  string
-	round int64
-}
-
-// chunk is a received or sent piece of a tensor.
-type chunk struct {
-	key    opKey
-	from   int
-	size   int
-	index  int
-	length int
-	offset int
-	data   []float32
-}
 
 // maxFinished bounds the memory of finished operations, whose late chunks
 // (sent before a failure was noticed) are dropped.
@@ -31,29 +13,29 @@ const maxFinished = 4096
 // the operation starts locally.
 type mailbox struct {
 	mu       sync.Mutex
-	ops      map[opKey]*inbox
-	finished map[opKey]struct{}
-	order    []opKey
+	ops      map[Op]*inbox
+	finished map[Op]struct{}
+	order    []Op
 	err      error // set by close
 	closed   chan struct{}
 }
 
 func newMailbox() *mailbox {
-	return &mailbox{ops: make(map[opKey]*inbox), finished: make(map[opKey]struct{}), closed: make(chan struct{})}
+	return &mailbox{ops: make(map[Op]*inbox), finished: make(map[Op]struct{}), closed: make(chan struct{})}
 }
 
 // inbox is one operation's received chunks, by index; its single consumer
 // is the operation's receive loop.
 type inbox struct {
 	mu     sync.Mutex
-	chunks map[int]*chunk
+	chunks map[int]*Chunk
 	err    error
 	active bool
 	notify chan struct{}
 }
 
 func newInbox() *inbox {
-	return &inbox{chunks: make(map[int]*chunk), notify: make(chan struct{}, 1)}
+	return &inbox{chunks: make(map[int]*Chunk), notify: make(chan struct{}, 1)}
 }
 
 func (ib *inbox) signal() {
@@ -65,7 +47,7 @@ func (ib *inbox) signal() {
 
 // take returns chunk index, waiting for it until ctx is done or the inbox
 // fails.
-func (ib *inbox) take(ctx context.Context, index int) (*chunk, error) {
+func (ib *inbox) take(ctx context.Context, index int) (*Chunk, error) {
 	for {
 		ib.mu.Lock()
 		c, ok := ib.chunks[index]
@@ -97,29 +79,29 @@ func (ib *inbox) fail(err error) {
 	ib.signal()
 }
 
-// lookup returns the inbox of key, creating it; nil if the operation has
+// lookup returns the inbox of op, creating it; nil if the operation has
 // finished or the mailbox is closed.
-func (m *mailbox) lookup(key opKey) *inbox {
+func (m *mailbox) lookup(op Op) *inbox {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
 		return nil
 	}
-	if _, done := m.finished[key]; done {
+	if _, done := m.finished[op]; done {
 		return nil
 	}
-	ib := m.ops[key]
+	ib := m.ops[op]
 	if ib == nil {
 		ib = newInbox()
-		m.ops[key] = ib
+		m.ops[op] = ib
 	}
 	return ib
 }
 
 // deliver files c in its operation's inbox. Chunks of finished operations
 // are dropped.
-func (m *mailbox) deliver(c *chunk) error {
-	ib := m.lookup(c.key)
+func (m *mailbox) deliver(c *Chunk) error {
+	ib := m.lookup(c.Op)
 	if ib == nil {
 		if m.closedErr() != nil {
 			return ErrClosed
@@ -127,31 +109,31 @@ func (m *mailbox) deliver(c *chunk) error {
 		return nil
 	}
 	ib.mu.Lock()
-	ib.chunks[c.index] = c
+	ib.chunks[c.Index] = c
 	ib.mu.Unlock()
 	ib.signal()
 	return nil
 }
 
-// fail makes the operation key fail with err (a broken incoming stream).
-func (m *mailbox) fail(key opKey, err error) {
-	if ib := m.lookup(key); ib != nil {
+// fail makes the operation op fail with err (a broken incoming stream).
+func (m *mailbox) fail(op Op, err error) {
+	if ib := m.lookup(op); ib != nil {
 		ib.fail(err)
 	}
 }
 
-// open starts operation key locally.
-func (m *mailbox) open(key opKey) (*inbox, error) {
+// open starts operation op locally.
+func (m *mailbox) open(op Op) (*inbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
 		return nil, m.err
 	}
-	delete(m.finished, key) // a key may be reused once its operation is over
-	ib := m.ops[key]
+	delete(m.finished, op) // a key may be reused once its operation is over
+	ib := m.ops[op]
 	if ib == nil {
 		ib = newInbox()
-		m.ops[key] = ib
+		m.ops[op] = ib
 	}
 	if ib.active {
 		return nil, ErrBusy
@@ -160,14 +142,14 @@ func (m *mailbox) open(key opKey) (*inbox, error) {
 	return ib, nil
 }
 
-// finish forgets operation key and drops its late chunks.
-func (m *mailbox) finish(key opKey) {
+// finish forgets operation op and drops its late chunks.
+func (m *mailbox) finish(op Op) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.ops, key)
-	if _, ok := m.finished[key]; !ok {
-		m.finished[key] = struct{}{}
-		m.order = append(m.order, key)
+	delete(m.ops, op)
+	if _, ok := m.finished[op]; !ok {
+		m.finished[op] = struct{}{}
+		m.order = append(m.order, op)
 		if len(m.order) > maxFinished {
 			delete(m.finished, m.order[0])
 			m.order = m.order[1:]
@@ -189,12 +171,9 @@ func (m *mailbox) close(err error) {
 	}
 	m.err = err
 	ops := m.ops
-	m.ops = make(map[opKey]*inbox)
+	m.ops = make(map[Op]*inbox)
 	m.mu.Unlock()
 	for _, ib := range ops {
 		ib.fail(err)
 	}
 }
-
-// String is used in debugging messages.
-func (k opKey) String() string { return fmt.Sprintf("%q round %d", k.name, k.round) }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -25,11 +24,9 @@ var (
 	// ErrMismatch is returned when a peer's chunk does not fit the local
 	// operation: a different tensor length or ring size.
 	ErrMismatch = errors.New("allreduce: peers disagree")
-	// ErrPeerUnreachable is returned (wrapped, naming the peer) when an
-	// in-process peer has been closed.
+	// ErrPeerUnreachable is wrapped by PeerDownError, and returned by the
+	// in-memory transport for a peer that is cut or closed.
 	ErrPeerUnreachable = errors.New("allreduce: peer unreachable")
-	// ErrNotStarted is returned by AllReduce on a gRPC ring before Start.
-	ErrNotStarted = errors.New("allreduce: ring not started")
 )
 
 // DefaultChunkBytes is the size of the chunks that a segment is cut into
@@ -42,13 +39,11 @@ const DefaultChunkBytes = 1 << 20
 type Config struct {
 	// Rank is this worker's position in Peers.
 	Rank int
-	// Peers holds the host:port of every rank's Ring service, indexed by
-	// rank. Every rank must be given the same list. One peer is a valid
+	// Peers holds the address of every rank (host:port for the gRPC
+	// transport), indexed by rank, which the Transport reaches and errors
+	// name. Every rank must be given the same list. One peer is a valid
 	// ring whose operations return at once.
 	Peers []string
-	// Listener, when set, is where Start serves the Ring service; nil
-	// means New listens on Peers[Rank]. Close closes it.
-	Listener net.Listener
 	// Logger receives connection and failure messages (nil: slog.Default()).
 	Logger *slog.Logger
 	// ChunkBytes is the size of the pieces a segment is sent in (0:
@@ -94,6 +89,9 @@ func chunkElems(bytes int) int {
 
 // Ring is one rank of a ring all-reduce. Its methods are safe for
 // concurrent use; concurrent operations must differ in (name, round).
+//
+// A Ring is also its rank's Receiver: its Transport delivers the chunks
+// that arrive from the previous rank with Deliver and Fail.
 type Ring struct {
 	rank, size int
 	peers      []string
@@ -101,17 +99,49 @@ type Ring struct {
 	chunk      int      // elements per chunk
 	log        *slog.Logger
 	box        *mailbox
-	tr         transport
+	tr         Transport
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	onClose func() error
-
-	// testReceived, when set by a test, is called after each chunk that
-	// an operation has taken in.
-	testReceived func(key opKey, index int)
+	mu     sync.Mutex
+	closed bool
 }
+
+var _ Receiver = (*Ring)(nil)
+
+// NewRing returns rank cfg.Rank of a ring whose chunks travel over tr,
+// which the ring owns (Close closes it). Operations may start at once;
+// chunks that arrive before their operation starts locally are kept for it.
+func NewRing(cfg Config, tr Transport) (*Ring, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if tr == nil {
+		return nil, fmt.Errorf("%w: no transport", ErrInvalidConfig)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Ring{
+		rank: cfg.Rank, size: len(cfg.Peers), peers: slices.Clone(cfg.Peers), names: slices.Clone(cfg.Names),
+		chunk: chunkElems(cfg.ChunkBytes), log: log, box: newMailbox(), tr: tr,
+	}, nil
+}
+
+// Deliver implements Receiver: it files c for its operation.
+func (r *Ring) Deliver(c *Chunk) error {
+	if c.Index < 0 || c.Offset < 0 || c.Length < 0 {
+		err := fmt.Errorf("%w: rank %d: chunk %d of %v from rank %d: negative index, offset or length", ErrMismatch, r.rank, c.Index, c.Op, c.From)
+		r.box.fail(c.Op, err)
+		return err
+	}
+	return r.box.deliver(c)
+}
+
+// Fail implements Receiver: operation op's incoming stream broke.
+func (r *Ring) Fail(op Op, err error) { r.box.fail(op, err) }
+
+// Err implements Receiver: ErrClosed once Close was called.
+func (r *Ring) Err() error { return r.box.closedErr() }
 
 // Rank returns this ring member's rank.
 func (r *Ring) Rank() int { return r.rank }
@@ -186,7 +216,7 @@ func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // deadline bounds the probes). Failures that no dead peer explains (this
 // ring closed, peers that disagree, a cancelled caller) are returned as
 // they are.
-func (r *Ring) explain(ctx context.Context, key opKey, err error) error {
+func (r *Ring) explain(ctx context.Context, op Op, err error) error {
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrMismatch) || errors.Is(err, ErrBusy) || errors.Is(ctx.Err(), context.Canceled) {
 		return err
 	}
@@ -209,7 +239,7 @@ func (r *Ring) explain(ctx context.Context, key opKey, err error) error {
 	for i := range r.size {
 		if i != r.rank {
 			wg.Go(func() {
-				if err := r.tr.probe(pctx, i); err != nil && !errors.Is(err, errPeerLeft) {
+				if err := r.tr.Probe(pctx, i); err != nil && !errors.Is(err, ErrPeerLeft) {
 					if pctx.Err() != nil {
 						silent[i] = true
 					} else {
@@ -227,7 +257,7 @@ func (r *Ring) explain(ctx context.Context, key opKey, err error) error {
 		}
 		down = silent
 	}
-	pe := &PeerDownError{Rank: r.rank, Op: key.String(), Err: err}
+	pe := &PeerDownError{Rank: r.rank, Op: op.String(), Err: err}
 	for i, d := range down {
 		if d {
 			pe.Down = append(pe.Down, i)
@@ -255,23 +285,23 @@ func (r *Ring) explain(ctx context.Context, key opKey, err error) error {
 // that survives; otherwise it names the neighbour involved. After an error
 // data holds partial sums.
 func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []float32) error {
-	if err := r.ready(); err != nil {
+	if err := r.box.closedErr(); err != nil {
 		return err
 	}
 	if r.size == 1 {
 		return ctx.Err()
 	}
-	key := opKey{name: name, round: round}
-	ib, err := r.box.open(key)
+	op := Op{Name: name, Round: round}
+	ib, err := r.box.open(op)
 	if err != nil {
-		return fmt.Errorf("allreduce: rank %d: %q round %d: %w", r.rank, name, round, err)
+		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
 	}
-	defer r.box.finish(key)
+	defer r.box.finish(op)
 	opCtx, cancel := opContext(ctx)
 	defer cancel()
-	if err := r.run(opCtx, key, ib, data); err != nil {
-		err = r.explain(ctx, key, err)
-		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", key.name, "round", key.round, "err", err)
+	if err := r.run(opCtx, op, ib, data); err != nil {
+		err = r.explain(ctx, op, err)
+		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "err", err)
 		return err
 	}
 	return nil
@@ -303,20 +333,10 @@ func (r *Ring) Broadcast(ctx context.Context, name string, round int64, root int
 	return r.AllReduce(ctx, name, round, data)
 }
 
-func (r *Ring) ready() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.closed:
-		return ErrClosed
-	case !r.started:
-		return fmt.Errorf("%w: rank %d: call Start first", ErrNotStarted, r.rank)
-	}
-	return nil
-}
-
-// Close stops the ring: running operations fail with ErrClosed, the service
-// stops and connections close. It is safe to call more than once.
+// Close stops the ring: running operations fail with ErrClosed, chunks
+// that arrive are refused, probes are answered with ErrPeerLeft (while
+// the process serves), and the transport is closed. It is safe to call more
+// than once.
 func (r *Ring) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -324,13 +344,9 @@ func (r *Ring) Close() error {
 		return nil
 	}
 	r.closed = true
-	onClose := r.onClose
 	r.mu.Unlock()
 	r.box.close(ErrClosed)
-	if onClose != nil {
-		return onClose()
-	}
-	return nil
+	return r.tr.Close()
 }
 
 // item is one chunk of a send or receive sequence: elements [lo, hi) of
@@ -378,7 +394,7 @@ func schedule(rank, size, n, chunk int) (items []item, first int) {
 // run is the pipelined ring: a sender goroutine streams chunks to the next
 // rank while this goroutine takes the previous rank's chunks in order,
 // reduces or copies them, and releases the sender to forward each one.
-func (r *Ring) run(ctx context.Context, key opKey, ib *inbox, data []float32) error {
+func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32) error {
 	next, prev := (r.rank+1)%r.size, (r.rank+r.size-1)%r.size
 	sends, first := schedule(r.rank, r.size, len(data), r.chunk)
 	recvs, _ := schedule(prev, r.size, len(data), r.chunk)
@@ -388,14 +404,14 @@ func (r *Ring) run(ctx context.Context, key opKey, ib *inbox, data []float32) er
 	ready := make(chan struct{}, len(recvs))
 	sendErr := make(chan error, 1)
 	go func() {
-		err := r.send(ctx, key, next, sends, first, ready, data)
+		err := r.send(ctx, op, next, sends, first, ready, data)
 		if err != nil {
 			cancel()
 		}
 		sendErr <- err
 	}()
 
-	recvErr := r.receive(ctx, key, ib, prev, recvs, len(sends)-first, ready, data)
+	recvErr := r.receive(ctx, op, ib, prev, recvs, len(sends)-first, ready, data)
 	if recvErr != nil {
 		cancel()
 	}
@@ -415,14 +431,14 @@ func (r *Ring) run(ctx context.Context, key opKey, ib *inbox, data []float32) er
 	return err
 }
 
-func (r *Ring) send(ctx context.Context, key opKey, next int, items []item, first int, ready <-chan struct{}, data []float32) error {
+func (r *Ring) send(ctx context.Context, op Op, next int, items []item, first int, ready <-chan struct{}, data []float32) error {
 	wrap := func(err error) error {
 		if errors.Is(err, ErrClosed) {
-			return fmt.Errorf("allreduce: rank %d: %q round %d: %w", r.rank, key.name, key.round, err)
+			return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
 		}
-		return fmt.Errorf("allreduce: rank %d: %q round %d: sending to %s: %w", r.rank, key.name, key.round, r.peer(next), err)
+		return fmt.Errorf("allreduce: rank %d: %v: sending to %s: %w", r.rank, op, r.peer(next), err)
 	}
-	st, err := r.tr.open(ctx, next, key)
+	st, err := r.tr.Open(ctx, next, op)
 	if err != nil {
 		return wrap(err)
 	}
@@ -430,55 +446,52 @@ func (r *Ring) send(ctx context.Context, key opKey, next int, items []item, firs
 		if k >= first {
 			select {
 			case <-ready:
-			case <-st.broken():
-				err := st.close()
+			case <-st.Broken():
+				err := st.Close()
 				if isContextErr(err) {
 					// The operation's deadline ended the idle stream.
 					return &waitingError{wrap(err)}
 				}
 				return wrap(err)
 			case <-ctx.Done():
-				st.abort()
+				st.Abort()
 				return &waitingError{wrap(ctx.Err())}
 			}
 		}
-		c := &chunk{key: key, from: r.rank, size: r.size, index: k, length: len(data), offset: it.lo, data: data[it.lo:it.hi]}
-		if err := st.send(c); err != nil {
-			st.abort()
+		c := &Chunk{Op: op, From: r.rank, Size: r.size, Index: k, Length: len(data), Offset: it.lo, Data: data[it.lo:it.hi]}
+		if err := st.Send(c); err != nil {
+			st.Abort()
 			return wrap(err)
 		}
 	}
-	if err := st.close(); err != nil {
+	if err := st.Close(); err != nil {
 		return wrap(err)
 	}
 	return nil
 }
 
-func (r *Ring) receive(ctx context.Context, key opKey, ib *inbox, prev int, items []item, forward int, ready chan<- struct{}, data []float32) error {
+func (r *Ring) receive(ctx context.Context, op Op, ib *inbox, prev int, items []item, forward int, ready chan<- struct{}, data []float32) error {
 	for k, it := range items {
 		c, err := ib.take(ctx, k)
 		if err != nil {
-			return fmt.Errorf("allreduce: rank %d: %q round %d: waiting for chunk %d of %d from %s: %w",
-				r.rank, key.name, key.round, k, len(items), r.peer(prev), err)
+			return fmt.Errorf("allreduce: rank %d: %v: waiting for chunk %d of %d from %s: %w",
+				r.rank, op, k, len(items), r.peer(prev), err)
 		}
-		if c.from != prev || c.size != r.size || c.length != len(data) || c.offset != it.lo || len(c.data) != it.hi-it.lo {
-			return fmt.Errorf("%w: rank %d: %q round %d: chunk %d from rank %d (ring of %d, %d elements at %d of %d) does not fit this rank's ring of %d, %d elements at %d of %d",
-				ErrMismatch, r.rank, key.name, key.round, k, c.from, c.size, len(c.data), c.offset, c.length,
+		if c.From != prev || c.Size != r.size || c.Length != len(data) || c.Offset != it.lo || len(c.Data) != it.hi-it.lo {
+			return fmt.Errorf("%w: rank %d: %v: chunk %d from rank %d (ring of %d, %d elements at %d of %d) does not fit this rank's ring of %d, %d elements at %d of %d",
+				ErrMismatch, r.rank, op, k, c.From, c.Size, len(c.Data), c.Offset, c.Length,
 				r.size, it.hi-it.lo, it.lo, len(data))
 		}
 		dst := data[it.lo:it.hi]
 		if it.reduce {
-			for i, v := range c.data {
+			for i, v := range c.Data {
 				dst[i] += v
 			}
 		} else {
-			copy(dst, c.data)
+			copy(dst, c.Data)
 		}
 		if k < forward {
 			ready <- struct{}{}
-		}
-		if r.testReceived != nil {
-			r.testReceived(key, k)
 		}
 	}
 	return nil

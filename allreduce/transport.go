@@ -3,36 +3,98 @@ package allreduce
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
-// errPeerLeft is a probe's answer from a peer whose ring is closed.
-var errPeerLeft = errors.New("allreduce: the peer closed its ring")
+// ErrPeerLeft is a probe's answer from a peer whose process is alive but
+// whose ring is closed (it is leaving, after a failure or at the end of
+// training): Transport.Probe returns it, wrapped or not, so that the peer
+// is not reported as down.
+var ErrPeerLeft = errors.New("allreduce: the peer closed its ring")
 
-// transport moves the chunks of one operation from a rank to the next. The
-// receiving side files what arrives in the receiving Ring's mailbox
-// (deliver) and reports a stream that breaks mid-operation (fail), so that
-// the algorithm is the same over gRPC and in process.
-type transport interface {
-	// open starts the stream of operation key to rank to.
-	open(ctx context.Context, to int, key opKey) (stream, error)
-	// probe reports whether rank to answers (nil), has closed its ring
-	// (errPeerLeft: its process is alive, leaving after a failure or the
-	// end of training) or is down, without waiting for a peer that is not
-	// serving.
-	probe(ctx context.Context, to int) error
+// Op identifies one all-reduce operation: concurrent calls (different
+// names) and successive calls (different rounds) never mix.
+type Op struct {
+	Name  string
+	Round int64
 }
 
-// stream sends the chunks of one operation in order.
-type stream interface {
-	// send sends c. c.data may be rewritten once send returns: a
-	// transport that delivers later copies it.
-	send(c *chunk) error
-	// close ends the stream after its last chunk, waiting for the peer to
-	// have taken them all.
-	close() error
-	// abort ends the stream after a failure.
-	abort()
-	// broken is closed when the stream fails while the sender may be
-	// idle (the peer died): waiting for the next chunk to forward stops.
-	broken() <-chan struct{}
+// String is used in errors: "grads" round 3.
+func (o Op) String() string { return fmt.Sprintf("%q round %d", o.Name, o.Round) }
+
+// Chunk is a piece of one operation's tensor on its way from a rank to
+// the next.
+type Chunk struct {
+	Op Op
+	// From is the sending rank and Size the number of ranks of its ring.
+	From, Size int
+	// Index is the chunk's position in the sequence the sender sends for
+	// Op: the receiver takes chunks in that order, whatever order they
+	// arrive in.
+	Index int
+	// Length is the number of elements of the whole tensor, Offset the
+	// position of Data in it.
+	Length, Offset int
+	Data           []float32
+}
+
+// Transport carries one rank's chunks to the other ranks of its ring, and
+// delivers the chunks that arrive for the rank to its Receiver (how it is
+// given the Receiver is the implementation's business: see NewMemNetwork,
+// and rpc.RegisterRing for the gRPC one). Every implementation passes the
+// conformance suite of package allreducetest. Ranks are positions in
+// Config.Peers. A Transport is used by one Ring, which closes it.
+//
+// A Transport must be safe for concurrent use: a ring opens one stream per
+// running operation.
+type Transport interface {
+	// Open starts the stream of operation op's chunks to rank to. A peer
+	// that is not reachable yet (still starting) is waited for until ctx
+	// ends; when ctx ends, the error is (or wraps) ctx.Err().
+	Open(ctx context.Context, to int, op Op) (Stream, error)
+	// Probe reports whether rank to is alive: nil when it answers,
+	// ErrPeerLeft when its process answers that its ring is closed, and
+	// another error when it is down. It does not wait for a peer that
+	// refuses connections; one that does not answer is waited for until
+	// ctx ends.
+	Probe(ctx context.Context, to int) error
+	// Close releases the transport's connections. The ring's streams are
+	// over by then.
+	Close() error
+}
+
+// Stream sends the chunks of one operation to one rank, in order. Its
+// methods are called from one goroutine, except Broken.
+type Stream interface {
+	// Send sends c. c.Data may be rewritten once Send returns: a transport
+	// that delivers later copies it. A failure is final: the ring then
+	// calls Abort.
+	Send(c *Chunk) error
+	// Close ends the stream after its last chunk and waits for the peer
+	// to have taken them all in (filed them with its Receiver).
+	Close() error
+	// Abort ends the stream after a failure: the peer's Receiver is told
+	// that the operation's incoming stream broke (Receiver.Fail).
+	Abort()
+	// Broken is closed when the stream fails while the sender may be
+	// idle (the peer died): the ring then stops waiting for the next
+	// chunk to forward and calls Close, whose error says why.
+	Broken() <-chan struct{}
+}
+
+// Receiver is the receiving end of a rank: its Transport files there the
+// chunks that arrive from the previous rank. *Ring implements it. Its
+// methods are safe for concurrent use.
+type Receiver interface {
+	// Deliver files c for its operation, possibly before the operation has
+	// started locally; the Receiver keeps c. Chunks of operations that
+	// have finished are dropped. It fails with ErrClosed once the ring is
+	// closed, and with an error wrapping ErrMismatch for a chunk that is
+	// malformed; the transport then ends the stream with that error.
+	Deliver(c *Chunk) error
+	// Fail makes operation op fail with err: its incoming stream broke.
+	Fail(op Op, err error)
+	// Err returns ErrClosed once the ring is closed (a transport answers
+	// probes with ErrPeerLeft then), nil before.
+	Err() error
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -126,23 +127,21 @@ func (a *averagingStep) describe() string { return fmt.Sprintf("  tau %d", a.av.
 // number of steps; rank 0 ends with the trained model.
 func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (collectiveStep, error)) (*Result, error) {
 	cfg := r.cfg
-	peers, names := make([]string, len(r.reps)), make([]string, len(r.reps))
-	for i, t := range r.reps {
-		peers[i], _ = cfg.Cluster.Address(t)
-		names[i] = t.String()
-	}
 	lis, err := r.listener()
 	if err != nil {
 		return nil, err
 	}
-	ring, err := allreduce.New(allreduce.Config{Rank: r.index, Peers: peers, Names: names, Listener: lis, Logger: r.log})
+	// The task's server serves the ring (ranks: the training tasks) beside
+	// its master and worker services, on its one address.
+	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps})
 	if err != nil {
 		return nil, err
 	}
-	if err := ring.Start(); err != nil {
+	if err := srv.Start(); err != nil {
 		return nil, err
 	}
-	defer ring.Close()
+	defer srv.Stop()
+	ring := srv.Ring()
 
 	in, err := openTrainInput(ctx, r.input, InputContext{NumReplicas: len(r.reps), ReplicaIndex: r.index, Seed: cfg.Seed})
 	if err != nil {

@@ -99,6 +99,7 @@ func (m *tensorChunk) marshal() mem.BufferSlice {
 // tensor they describe: it allocates the tensor from the first message's
 // dtype and dims and copies every message's data into place.
 type tensorReceiver struct {
+	limit  int64 // Options.MaxTensorBytes (0: maxTensorSize), set by limitedStream
 	t      *tensor.Tensor
 	raw    []byte // t's bytes
 	off    int    // bytes received so far
@@ -173,11 +174,14 @@ func (r *tensorReceiver) alloc(dtype uint64, dims []int64) error {
 	shape := make([]int, len(dims))
 	size := int64(dt.Size())
 	for i, d := range dims {
-		if d < 0 || (d > 0 && size > (1<<46)/d) {
+		if d < 0 || (d > 0 && size > maxTensorSize/d) {
 			return fmt.Errorf("%w: bad dimensions %v", tensor.ErrCorrupt, dims)
 		}
 		size *= d
 		shape[i] = int(d)
+	}
+	if err := (Options{MaxTensorBytes: r.limit}).tensorTooLarge(uint64(size), fmt.Sprintf("%v%v", dt, shape)); err != nil {
+		return err
 	}
 	r.t = tensor.New(dt, shape...)
 	r.raw, r.isBool = r.t.RawBytes(), dt == tensor.Bool

@@ -1,14 +1,20 @@
-// Package rpc carries distflow's master and worker services over gRPC.
+// Package rpc is distflow's one transport layer: it carries the master and
+// worker services, the tensor channel and the all-reduce ring's streams,
+// all on a task's one listener, with one Options (TLS, authentication,
+// size limits, keepalive) for every listener and dialer, and one codec.
 //
 // It holds adapters only, one short method per RPC, both ways: RegisterWorker
 // and RegisterMaster serve a worker.Service or master.Service on a
-// grpc.Server, and DialWorker and DialMaster return the same interfaces
+// Server, and DialWorker and DialMaster return the same interfaces
 // backed by a connection, so masters, workers and tests never see gRPC.
+// RegisterRing serves an allreduce.Ring whose allreduce.Transport is gRPC.
+// The generated stubs are in rpc/rpcpb, which nothing else imports.
 //
 //	srv := rpc.NewServer(rpc.Options{})
-//	rpc.RegisterWorker(srv, w) // w: a *worker.Worker; its tensors also go over the tensor channel
-//	rpc.RegisterMaster(srv, m) // m: a *master.Master
-//	go srv.Serve(lis)          // gRPC and the tensor channel on one listener
+//	rpc.RegisterWorker(srv, w)            // w: a *worker.Worker; its tensors also go over the tensor channel
+//	rpc.RegisterMaster(srv, m)            // m: a *master.Master
+//	ring, err := rpc.RegisterRing(srv, c) // c: an allreduce.Config (optional)
+//	go srv.Serve(lis)                     // gRPC and the tensor channel on one listener
 //
 //	ws, conn, err := rpc.DialWorker("127.0.0.1:2222", rpc.Options{})
 //	defer conn.Close()
@@ -69,11 +75,14 @@
 //
 // # Security
 //
-// Options is the one place for transport security: TLS configures the
-// credentials of servers and clients (gRPC and the tensor channel),
-// Authenticate is called by the server's unary and stream interceptors
-// before every call and by the tensor channel before every request, and
-// PerRPCCredentials attaches a client's token to both. Nothing else in distflow
-// deals with it, so the security work that follows changes this package
-// only.
+// Options is the one place for transport security and limits: TLS
+// configures the credentials of servers and clients (gRPC, the ring's
+// streams and the tensor channel), Authenticate is called by the server's
+// unary and stream interceptors before every call (the ring's streams
+// included) and by the tensor channel before every request, and
+// PerRPCCredentials attaches a client's token to all of them.
+// MaxMessageBytes, MaxTensorBytes and Keepalive apply to every connection
+// likewise. Nothing else in distflow deals with them (allreduce's ring
+// used to run a gRPC server of its own, in plaintext), so the security work
+// that follows changes this package only.
 package rpc

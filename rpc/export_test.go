@@ -1,6 +1,9 @@
 package rpc
 
-import "github.com/distflow/distflow/worker"
+import (
+	"github.com/distflow/distflow/allreduce"
+	"github.com/distflow/distflow/worker"
+)
 
 // TensorChannelState reports, for a client made by DialWorker, how many
 // tensor-channel connections sit idle in its pool and whether its peer is
@@ -13,4 +16,14 @@ func TensorChannelState(w worker.Service) (idle int, offline bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle), !p.offline.IsZero()
+}
+
+// RegisterRingReceiver and NewRingTransport are RegisterRing's two halves,
+// for the conformance suite of allreduce.Transport, which makes the rings.
+func RegisterRingReceiver(s *Server, recv allreduce.Receiver) error {
+	return registerRingReceiver(s, recv)
+}
+
+func NewRingTransport(peers []string, opts Options) allreduce.Transport {
+	return newRingTransport(peers, opts)
 }

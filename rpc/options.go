@@ -3,9 +3,11 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"runtime"
 	"strings"
 	"time"
@@ -19,11 +21,20 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Options configure both ends of distflow's gRPC connections. They are the
-// one place where transport security lives: the security work that follows
-// plugs in here (certificates in TLS, a token check in Authenticate, a token
-// source in PerRPCCredentials) without touching any service.
-// The zero value means plaintext, unauthenticated connections.
+// Options configure both ends of every connection of a task: its gRPC
+// services (worker, master, the all-reduce ring), the tensor channel, and
+// the connections it dials to other tasks. They are the one place where
+// transport security, size limits and keepalive live: the security work
+// that follows plugs in here (certificates in TLS, a token check in
+// Authenticate, a token source in PerRPCCredentials) without touching any
+// service. A task uses one Options for its server and its clients
+// (server.Config.RPC), so its TLS config holds both its certificate and the
+// roots that verify its peers.
+//
+// The zero value means plaintext, unauthenticated connections, unlimited
+// messages and tensors (up to gRPC's 2 GiB per message and 64 TiB per
+// tensor), and keepalive pings every 30 s. Validate reports bad values;
+// NewServer's Serve and the Dial functions return its error.
 type Options struct {
 	// TLS, when set, secures connections: on a server it holds the
 	// server's certificate (and ClientAuth for mutual TLS); on a client it
@@ -37,6 +48,24 @@ type Options struct {
 	// PerRPCCredentials, when set, attach credentials (such as a bearer
 	// token) to every call a client makes.
 	PerRPCCredentials credentials.PerRPCCredentials
+	// MaxMessageBytes bounds one gRPC message, sent or received (RunGraph
+	// and RunStep carry their feeds and fetches in one message; tensors
+	// move in chunks of 4 MiB, all-reduce in chunks of
+	// allreduce.Config.ChunkBytes). 0 means gRPC's largest, 2 GiB; else at
+	// least MinMessageBytes.
+	MaxMessageBytes int
+	// MaxTensorBytes bounds the size of a tensor received with RecvTensor
+	// (over the tensor channel or gRPC) and of a tensor all-reduced by a
+	// peer's ring, checked before anything is allocated: a larger one fails
+	// the call with ErrTooLarge. 0 means 64 TiB.
+	MaxTensorBytes int64
+	// Keepalive is how often idle connections are pinged (gRPC pings, and
+	// TCP keepalive on the tensor channel's and the server's accepted
+	// connections); 0 means 30 s, a negative value turns pings off.
+	Keepalive time.Duration
+	// KeepaliveTimeout is how long a gRPC ping waits for its answer before
+	// the connection is taken for dead; 0 means 20 s.
+	KeepaliveTimeout time.Duration
 	// Logger receives the waits for peers (nil: slog.Default()).
 	Logger *slog.Logger
 	// NoTensorChannel turns the tensor channel off: a server serves gRPC
@@ -54,34 +83,119 @@ func (o Options) logger() *slog.Logger {
 	return o.Logger
 }
 
-// Sizes and timings of connections. Tensors move in RecvTensor chunks, but
-// RunGraph and RunStep may carry large feeds and fetches in one message, so
-// message sizes are not limited.
+// ErrTooLarge is wrapped by the errors of receiving a tensor larger than
+// Options.MaxTensorBytes.
+var ErrTooLarge = errors.New("rpc: tensor larger than Options.MaxTensorBytes")
+
+// MinMessageBytes is the least Options.MaxMessageBytes: a RecvTensor chunk
+// and its header, with room to spare.
+const MinMessageBytes = 2 * chunkSize
+
+// Validate reports the first bad field of o.
+func (o Options) Validate() error {
+	switch {
+	case o.MaxMessageBytes < 0 || o.MaxMessageBytes > 0 && o.MaxMessageBytes < MinMessageBytes:
+		return fmt.Errorf("rpc: Options.MaxMessageBytes %d: must be 0 (2 GiB) or at least %d", o.MaxMessageBytes, MinMessageBytes)
+	case o.MaxTensorBytes < 0:
+		return fmt.Errorf("rpc: Options.MaxTensorBytes %d: must not be negative (0: 64 TiB)", o.MaxTensorBytes)
+	case o.KeepaliveTimeout < 0:
+		return fmt.Errorf("rpc: Options.KeepaliveTimeout %v: must not be negative (0: %v)", o.KeepaliveTimeout, keepaliveTO)
+	case o.PerRPCCredentials != nil && o.PerRPCCredentials.RequireTransportSecurity() && o.TLS == nil:
+		return errors.New("rpc: Options.PerRPCCredentials require transport security, and Options.TLS is not set")
+	}
+	return nil
+}
+
+func (o Options) maxMessageBytes() int {
+	if o.MaxMessageBytes == 0 {
+		return maxMsgSize
+	}
+	return o.MaxMessageBytes
+}
+
+func (o Options) maxTensorBytes() int64 {
+	if o.MaxTensorBytes == 0 {
+		return maxTensorSize
+	}
+	return o.MaxTensorBytes
+}
+
+// keepalive returns the ping interval (0: off) and timeout.
+func (o Options) keepalive() (every, timeout time.Duration) {
+	every, timeout = o.Keepalive, o.KeepaliveTimeout
+	if every == 0 {
+		every = keepaliveT
+	}
+	if every < 0 {
+		every = 0
+	}
+	if timeout == 0 {
+		timeout = keepaliveTO
+	}
+	return every, timeout
+}
+
+// tensorTooLarge returns the error of a tensor of size bytes above o's
+// limit (what names it), or nil.
+func (o Options) tensorTooLarge(size uint64, what string) error {
+	if limit := o.maxTensorBytes(); size > uint64(limit) {
+		return fmt.Errorf("%w: %s of %d bytes, limit %d", ErrTooLarge, what, size, limit)
+	}
+	return nil
+}
+
+// setKeepAlive applies o's keepalive to a TCP connection (a no-op for
+// other connections).
+func (o Options) setKeepAlive(c net.Conn) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	every, _ := o.keepalive()
+	if every == 0 {
+		tc.SetKeepAlive(false)
+		return
+	}
+	tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: every, Interval: every})
+}
+
+// Sizes and timings of connections that Options do not set. Tensors move
+// in RecvTensor chunks, but RunGraph and RunStep may carry large feeds and
+// fetches in one message, so message sizes are not limited by default.
 const (
-	maxMsgSize  = math.MaxInt32
-	chunkSize   = 4 << 20 // bytes of tensor data per RecvTensor message
-	windowSize  = 16 << 20
-	keepaliveT  = 30 * time.Second
-	keepaliveTO = 20 * time.Second
-	backoffBase = 50 * time.Millisecond
-	backoffMax  = 2 * time.Second
-	bufferSize  = 256 << 10
+	maxMsgSize    = math.MaxInt32
+	maxTensorSize = 1 << 46 // bytes: 64 TiB
+	chunkSize     = 4 << 20 // bytes of tensor data per RecvTensor message
+	windowSize    = 16 << 20
+	keepaliveT    = 30 * time.Second
+	keepaliveTO   = 20 * time.Second
+	backoffBase   = 50 * time.Millisecond
+	backoffMax    = 2 * time.Second
+	bufferSize    = 256 << 10
 )
 
-// serverOptions are the gRPC server's options: unlimited message sizes,
+// infinity turns gRPC's keepalive pings off.
+const infinity = time.Duration(math.MaxInt64)
+
+// serverOptions are the gRPC server's options: opts's message sizes and
 // keepalive, the given transport credentials (nil: plaintext) and
 // interceptors that run opts.Authenticate before every unary and streaming
 // call.
 func serverOptions(opts Options, creds credentials.TransportCredentials) []grpc.ServerOption {
+	every, timeout := opts.keepalive()
+	minPing := every / 2
+	if every == 0 {
+		every, minPing = infinity, keepaliveT/2 // no pings of ours; the peers' at most so often
+	}
 	so := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(maxMsgSize),
-		grpc.MaxSendMsgSize(maxMsgSize),
+		grpc.MaxRecvMsgSize(opts.maxMessageBytes()),
+		grpc.MaxSendMsgSize(opts.maxMessageBytes()),
 		grpc.InitialWindowSize(windowSize),
 		grpc.InitialConnWindowSize(windowSize),
 		grpc.ReadBufferSize(bufferSize),
 		grpc.WriteBufferSize(bufferSize),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveT, Timeout: keepaliveTO}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveT / 2, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: every, Timeout: timeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPing, PermitWithoutStream: true}),
 		grpc.ForceServerCodecV2(tensorCodec), // protobuf, RecvTensor without copies
 		// Calls run on long-lived goroutines whose stacks have already grown
 		// (a new goroutine per call spends much of a small step growing its
@@ -123,26 +237,34 @@ func (o Options) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 }
 
 // dial opens a client connection to target ("host:port", an optional
-// "grpc://" prefix is dropped). It does not wait for the peer: grpc
-// connects in the background and reconnects with a backoff of 50 ms
+// "grpc://" prefix is dropped) with opts. It does not wait for the peer:
+// grpc connects in the background and reconnects with a backoff of 50 ms
 // doubling to 2 s, so a peer that starts late is found quickly.
 func dial(target string, opts Options) (*grpc.ClientConn, string, error) {
 	addr := strings.TrimPrefix(target, "grpc://")
 	if addr == "" {
 		return nil, addr, fmt.Errorf("rpc: empty target address")
 	}
+	if err := opts.Validate(); err != nil {
+		return nil, addr, err
+	}
 	creds := insecure.NewCredentials()
 	if opts.TLS != nil {
 		creds = credentials.NewTLS(opts.TLS)
 	}
+	every, timeout := opts.keepalive()
+	if every == 0 {
+		every = infinity
+	}
 	do := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.maxMessageBytes()), grpc.MaxCallSendMsgSize(opts.maxMessageBytes())),
 		grpc.WithInitialWindowSize(windowSize),
 		grpc.WithInitialConnWindowSize(windowSize),
 		grpc.WithReadBufferSize(bufferSize),
 		grpc.WithWriteBufferSize(bufferSize),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveT, Timeout: keepaliveTO, PermitWithoutStream: true}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: every, Timeout: timeout, PermitWithoutStream: true}),
+		grpc.WithChainStreamInterceptor(opts.limitTensors),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: backoffBase, Multiplier: 2, Jitter: 0.2, MaxDelay: backoffMax},
 			MinConnectTimeout: 5 * time.Second,
@@ -156,4 +278,27 @@ func dial(target string, opts Options) (*grpc.ClientConn, string, error) {
 		return nil, addr, fmt.Errorf("rpc: dialing %s: %w", addr, err)
 	}
 	return cc, addr, nil
+}
+
+// limitTensors is the client's stream interceptor: it gives the receiver
+// of a RecvTensor stream (tensorReceiver) the MaxTensorBytes limit it
+// checks before allocating the tensor.
+func (o Options) limitTensors(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, callOpts...)
+	if err != nil || method != recvTensorMethod {
+		return cs, err
+	}
+	return &limitedStream{ClientStream: cs, limit: o.maxTensorBytes()}, nil
+}
+
+type limitedStream struct {
+	grpc.ClientStream
+	limit int64
+}
+
+func (s *limitedStream) RecvMsg(m any) error {
+	if r, ok := m.(*tensorReceiver); ok {
+		r.limit = s.limit
+	}
+	return s.ClientStream.RecvMsg(m)
 }

@@ -28,23 +28,27 @@ import (
 // and RegisterMaster, then Serve.
 type Server struct {
 	opts Options
+	err  error // of opts.Validate: Serve returns it
 	grpc *grpc.Server
 	tlsc *tls.Config // the server's TLS config with both protocols' ALPN names, or nil
 
 	mu       sync.Mutex
 	worker   worker.Service // served on the tensor channel, once registered
+	ring     bool           // a ring is registered (RegisterRing)
+	serving  bool           // Serve was called: no more services
 	lis      []net.Listener
 	conns    map[*tensorServerConn]struct{}
 	stopping bool
 	wg       sync.WaitGroup // the tensor channel's connections
 }
 
-// NewServer returns a server configured for distflow: unlimited message
-// sizes, keepalive, TLS from opts.TLS, and opts.Authenticate run before
-// every gRPC call (unary and streaming) and every tensor-channel request.
-// Register the services with RegisterWorker and RegisterMaster.
+// NewServer returns a server configured by opts (message sizes, keepalive,
+// TLS from opts.TLS, and opts.Authenticate run before every gRPC call,
+// unary and streaming, and every tensor-channel request). Register the
+// services with RegisterWorker, RegisterMaster and RegisterRing. Options
+// that do not validate make Serve fail.
 func NewServer(opts Options) *Server {
-	s := &Server{opts: opts, conns: map[*tensorServerConn]struct{}{}}
+	s := &Server{opts: opts, err: opts.Validate(), conns: map[*tensorServerConn]struct{}{}}
 	var creds credentials.TransportCredentials
 	if opts.TLS != nil {
 		if opts.NoTensorChannel {
@@ -74,15 +78,16 @@ func serverTLS(cfg *tls.Config) *tls.Config {
 // returns lis's Accept error (nil after a stop). It closes lis.
 func (s *Server) Serve(lis net.Listener) error {
 	s.mu.Lock()
-	if s.stopping {
+	if s.stopping || s.err != nil {
 		s.mu.Unlock()
 		lis.Close()
-		return nil
+		return s.err
 	}
 	s.lis = append(s.lis, lis)
+	s.serving = true
 	s.mu.Unlock()
 	if s.opts.NoTensorChannel {
-		return s.grpc.Serve(lis)
+		return s.grpc.Serve(keepaliveListener{lis, s.opts})
 	}
 	g := newChanListener(lis.Addr())
 	served := make(chan error, 1)
@@ -104,6 +109,7 @@ func (s *Server) Serve(lis net.Listener) error {
 			continue
 		}
 		delay = 0
+		s.opts.setKeepAlive(c)
 		go s.sniff(c, g)
 	}
 	g.Close()
@@ -232,6 +238,21 @@ func (l *chanListener) Close() error {
 }
 
 func (l *chanListener) Addr() net.Addr { return l.addr }
+
+// keepaliveListener applies Options' keepalive to the connections it
+// accepts.
+type keepaliveListener struct {
+	net.Listener
+	opts Options
+}
+
+func (l keepaliveListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.opts.setKeepAlive(c)
+	}
+	return c, err
+}
 
 // prefixConn replays the bytes read while sniffing before the rest of the
 // connection.

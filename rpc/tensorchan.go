@@ -476,7 +476,10 @@ func (p *tensorPool) close() {
 // with anything else, or hangs up, does not offer the channel: it is not
 // asked again for reprobeAfter.
 func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
-	var d net.Dialer
+	d := net.Dialer{KeepAlive: -1} // off, unless Options ask for it
+	if every, _ := p.opts.keepalive(); every > 0 {
+		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: every, Interval: every}
+	}
 	conn, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, err
@@ -580,11 +583,14 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 	size := uint64(dt.Size())
 	for i := range shape {
 		d := binary.LittleEndian.Uint64(dims[8*i:])
-		if d > 0 && size > (1<<46)/d {
+		if d > 0 && size > maxTensorSize/d {
 			return nil, fmt.Errorf("%w: bad dimensions in a tensor of %v", tensor.ErrCorrupt, dt)
 		}
 		size *= d
 		shape[i] = int(d)
+	}
+	if err := p.opts.tensorTooLarge(size, fmt.Sprintf("%v%v", dt, shape)); err != nil {
+		return nil, err
 	}
 	if n := binary.LittleEndian.Uint64(dims[8*rank:]); n != size {
 		return nil, fmt.Errorf("%w: %d bytes announced for %v%v, want %d", tensor.ErrCorrupt, n, dt, shape, size)
@@ -624,7 +630,7 @@ func (p *tensorPool) error(ctx context.Context, key string, err error) error {
 	switch {
 	case errors.As(err, &re):
 		return re
-	case errors.Is(err, tensor.ErrCorrupt):
+	case errors.Is(err, tensor.ErrCorrupt) || errors.Is(err, ErrTooLarge):
 		return fmt.Errorf("rpc: RecvTensor %q on %s: %w", key, p.peer, err)
 	case ctx.Err() != nil || deadlinePassed(ctx, err):
 		cerr := ctx.Err()

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/master"
 	"github.com/distflow/distflow/placement"
@@ -33,9 +35,15 @@ type Config struct {
 	// address from Cluster (tests pass one on 127.0.0.1:0). The server
 	// owns it and closes it when it stops.
 	Listener net.Listener
-	// RPC configures transport security and authentication, for the server
-	// and for its connections to the other tasks.
+	// RPC configures the transport (security, authentication, size limits,
+	// keepalive) of everything the task serves and dials: its services, the
+	// tensor channel, and the all-reduce ring's streams.
 	RPC rpc.Options
+	// Ring, when set, makes the task a rank of an all-reduce ring whose
+	// ranks are these tasks of Cluster, in rank order (Task must be one of
+	// them). The ring is served on the task's address beside the master
+	// and worker services; Server.Ring returns it.
+	Ring []cluster.TaskID
 	// Logger receives the server's logs, tagged with the task; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -48,7 +56,27 @@ func (c *Config) validate() error {
 	if _, err := c.Cluster.Address(c.Task); err != nil {
 		return fmt.Errorf("server: task %s: %w", c.Task, err)
 	}
+	if err := c.RPC.Validate(); err != nil {
+		return fmt.Errorf("server: task %s: %w", c.Task, err)
+	}
+	if len(c.Ring) > 0 && !slices.Contains(c.Ring, c.Task) {
+		return fmt.Errorf("server: task %s is not one of the ring's ranks %v", c.Task, c.Ring)
+	}
 	return nil
+}
+
+// ringConfig is the all-reduce configuration of the ranks c.Ring.
+func (c *Config) ringConfig(log *slog.Logger) (allreduce.Config, error) {
+	rc := allreduce.Config{Rank: slices.Index(c.Ring, c.Task), Logger: log}
+	for _, t := range c.Ring {
+		addr, err := c.Cluster.Address(t)
+		if err != nil {
+			return rc, fmt.Errorf("server: ring rank %s: %w", t, err)
+		}
+		rc.Peers = append(rc.Peers, addr)
+		rc.Names = append(rc.Names, t.String())
+	}
+	return rc, nil
 }
 
 // Server runs one task of a cluster: a master service and a worker service
@@ -65,6 +93,7 @@ type Server struct {
 	cache  *rpc.WorkerCache
 	worker *worker.Worker
 	master *master.Master
+	ring   *allreduce.Ring // nil without Config.Ring
 
 	mu      sync.Mutex
 	lis     net.Listener
@@ -101,9 +130,20 @@ func New(cfg Config) (*Server, error) {
 	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown})
 	self.Service = s.worker
 	s.master = master.New(master.Config{Task: task, Devices: placement.DevicesOf(cfg.Cluster), Workers: s.cache, Logger: base})
-	s.rpc = rpc.NewServer(cfg.RPC)
+	s.rpc = rpc.NewServer(rpcOpts)
 	rpc.RegisterWorker(s.rpc, s.worker)
 	rpc.RegisterMaster(s.rpc, s.master)
+	if len(cfg.Ring) > 0 {
+		rc, err := cfg.ringConfig(log)
+		if err != nil {
+			s.cache.Close()
+			return nil, err
+		}
+		if s.ring, err = rpc.RegisterRing(s.rpc, rc); err != nil {
+			s.cache.Close()
+			return nil, fmt.Errorf("server: task %s: %w", task, err)
+		}
+	}
 	return s, nil
 }
 
@@ -164,6 +204,12 @@ func (s *Server) Master() master.Service { return s.master }
 // Worker returns the server's worker service (in process).
 func (s *Server) Worker() worker.Service { return s.worker }
 
+// Ring returns the task's rank of the all-reduce ring (nil without
+// Config.Ring). Its operations may start once the server is started; peers
+// that are not serving yet are waited for until an operation's deadline.
+// Stop closes it.
+func (s *Server) Ring() *allreduce.Ring { return s.ring }
+
 // Workers returns the cache through which the server's master and worker
 // reach the cluster's tasks. A wait for tasks that steps will call next
 // (rpc.WaitForTasks) belongs on it: a task that is back is then back on
@@ -213,6 +259,11 @@ func (s *Server) stop(reason string) {
 		lis := s.lis
 		s.mu.Unlock()
 		s.log.Info("server: stopping", "reason", reason)
+		if s.ring != nil {
+			// First, so that the peers' probes hear that this rank left
+			// while the graceful stop lets their last streams finish.
+			s.ring.Close()
+		}
 		if started {
 			graceful := make(chan struct{})
 			go func() {

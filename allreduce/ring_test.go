@@ -1,0 +1,79 @@
+package allreduce
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestSchedule(t *testing.T) {
+	// Every rank sends and receives (size-1) segments per phase, and what
+	// rank r receives is what rank r-1 sends.
+	tests := []struct {
+		size, n, chunk int
+		want           string // rank 0's send sequence
+	}{
+		{2, 4, 4, "[{0 2 true} {2 4 false}]"},
+		{3, 7, 4, "[{0 2 true} {4 7 true} {2 4 false} {0 2 false}]"},
+		{3, 7, 2, "[{0 2 true} {4 6 true} {6 7 true} {2 4 false} {0 2 false}]"},
+		{2, 1, 4, "[{0 1 false}]"},
+	}
+	for _, tc := range tests {
+		items, _ := schedule(0, tc.size, tc.n, tc.chunk)
+		if got := fmt.Sprint(items); got != tc.want {
+			t.Errorf("schedule(0, %d, %d, %d) = %s, want %s", tc.size, tc.n, tc.chunk, got, tc.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tr := NewMemNetwork(make([]Receiver, 2), 0).Transport(0)
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no peers", Config{}, "no peers"},
+		{"rank out of range", Config{Rank: 2, Peers: []string{"a:1", "b:1"}}, "rank 2 outside the 2 peers"},
+		{"negative rank", Config{Rank: -1, Peers: []string{"a:1"}}, "rank -1"},
+		{"empty address", Config{Peers: []string{"a:1", ""}}, "peer 1 has no address"},
+		{"duplicate", Config{Peers: []string{"a:1", "a:1"}}, "peers 0 and 1 share"},
+		{"chunk", Config{Peers: []string{"a:1"}, ChunkBytes: -4}, "negative chunk size"},
+		{"names", Config{Peers: []string{"a:1"}, Names: []string{"x", "y"}}, "2 names for 1 peers"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewRing(tc.cfg, tr)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("NewRing(%+v) = %v, want ErrInvalidConfig with %q", tc.cfg, err, tc.want)
+			}
+		})
+	}
+	if _, err := NewRing(Config{Peers: []string{"a:1"}}, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewRing without a transport: %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestOneRank(t *testing.T) {
+	r, err := NewRing(Config{Peers: []string{"a:1"}}, NewMemNetwork(make([]Receiver, 1), 0).Transport(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	d := []float32{1}
+	if err := r.AllReduce(t.Context(), "x", 0, d); err != nil || d[0] != 1 {
+		t.Errorf("one-rank ring: %v, %v", d, err)
+	}
+}
+
+func TestDeliverRefusesNegativeOffsets(t *testing.T) {
+	r, err := NewRing(Config{Peers: []string{"a:1", "b:1"}}, NewMemNetwork(make([]Receiver, 2), 0).Transport(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Deliver(&Chunk{Op: Op{Name: "x"}, From: 1, Size: 2, Index: -1}); !errors.Is(err, ErrMismatch) {
+		t.Errorf("Deliver of a chunk with index -1: %v, want ErrMismatch", err)
+	}
+}

@@ -1,0 +1,298 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/distflow/distflow/allreduce"
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc/rpcpb"
+)
+
+// RegisterRing makes s serve rank cfg.Rank of an all-reduce ring, beside
+// the task's other services on its one address, and returns the ring. Its
+// chunks go to the next rank over gRPC (the Ring service of
+// proto/distflowpb/allreduce_service.proto), dialled with s's Options: the
+// same TLS, credentials, size limits and keepalive as every other
+// connection of the task; the receiving side is authenticated like any
+// call. cfg.Peers are the ranks' host:port addresses (their tasks').
+//
+// Register before Serve, at most one ring per server. Close the ring before
+// stopping s: a closed ring answers its peers' probes that it has left
+// (allreduce.ErrPeerLeft) for as long as s serves, and s's graceful stop
+// lets the peers' last streams finish.
+func RegisterRing(s *Server, cfg allreduce.Config) (*allreduce.Ring, error) {
+	tr := newRingTransport(cfg.Peers, s.opts)
+	r, err := allreduce.NewRing(cfg, tr)
+	if err != nil {
+		return nil, err
+	}
+	if err := registerRingReceiver(s, r); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// registerRingReceiver serves the Ring service of s, filing the chunks
+// that arrive with recv.
+func registerRingReceiver(s *Server, recv allreduce.Receiver) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.serving:
+		return errors.New("rpc: RegisterRing after Serve")
+	case s.ring:
+		return errors.New("rpc: the server already has a ring")
+	}
+	s.ring = true
+	rpcpb.RegisterRingServer(s.grpc, &ringServer{recv: recv, opts: s.opts})
+	return nil
+}
+
+// ringServer receives the chunks that the previous rank streams.
+type ringServer struct {
+	rpcpb.UnimplementedRingServer
+	recv allreduce.Receiver
+	opts Options // for MaxTensorBytes
+}
+
+func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingAck]) error {
+	// A closed ring answers neither chunks nor probes: the message tells
+	// a probe that the process is alive (ringTransport.Probe).
+	if err := s.recv.Err(); err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	var op allreduce.Op
+	from := -1
+	for {
+		m, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return st.SendAndClose(&pb.RingAck{})
+		}
+		if err != nil {
+			if from >= 0 {
+				s.recv.Fail(op, fmt.Errorf("stream from rank %d broke: %w", from, err))
+			}
+			return err
+		}
+		op, from = allreduce.Op{Name: m.Name, Round: m.Round}, int(m.From)
+		size := uint64(max(m.Length, 0)) // a negative length is refused by Deliver
+		if size > math.MaxUint64/4 {
+			size = math.MaxUint64 / 4
+		}
+		if err := s.opts.tensorTooLarge(4*size, fmt.Sprintf("all-reduced tensor %v from rank %d", op, m.From)); err != nil {
+			s.recv.Fail(op, err)
+			return status.Error(codes.ResourceExhausted, err.Error())
+		}
+		if len(m.Data)%4 != 0 {
+			err := fmt.Errorf("%w: chunk %d of %v from rank %d has %d bytes, not whole float32s",
+				allreduce.ErrMismatch, m.Index, op, m.From, len(m.Data))
+			s.recv.Fail(op, err)
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		c := &allreduce.Chunk{
+			Op: op, From: from, Size: int(m.Size), Index: int(m.Index),
+			Length: int(m.Length), Offset: int(m.Offset), Data: bytesFloats(m.Data),
+		}
+		if err := s.recv.Deliver(c); err != nil {
+			code := codes.InvalidArgument
+			if errors.Is(err, allreduce.ErrClosed) {
+				code = codes.Unavailable
+			}
+			return status.Error(code, err.Error())
+		}
+	}
+}
+
+// ringTransport is the gRPC allreduce.Transport: one connection per peer,
+// dialled on first use with the server's Options.
+type ringTransport struct {
+	peers []string
+	opts  Options
+
+	mu     sync.Mutex
+	conns  map[int]*grpc.ClientConn
+	closed bool
+}
+
+func newRingTransport(peers []string, opts Options) *ringTransport {
+	return &ringTransport{peers: peers, opts: opts, conns: make(map[int]*grpc.ClientConn)}
+}
+
+func (g *ringTransport) conn(to int) (*grpc.ClientConn, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, allreduce.ErrClosed
+	}
+	if c := g.conns[to]; c != nil {
+		return c, nil
+	}
+	if to < 0 || to >= len(g.peers) {
+		return nil, fmt.Errorf("rpc: ring: no rank %d among %d peers", to, len(g.peers))
+	}
+	c, _, err := dial(g.peers[to], g.opts)
+	if err != nil {
+		return nil, err
+	}
+	g.conns[to] = c
+	return c, nil
+}
+
+func (g *ringTransport) Open(ctx context.Context, to int, op allreduce.Op) (allreduce.Stream, error) {
+	c, err := g.conn(to)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	// WaitForReady: a peer that is still starting is waited for, until
+	// the operation's deadline.
+	st, err := rpcpb.NewRingClient(c).Chunks(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		cancel()
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, err
+	}
+	gs := &ringStream{ctx: ctx, st: st, cancel: cancel, done: make(chan struct{})}
+	// The ack (or the failure) is awaited from the start, so that a peer
+	// that dies while this side has nothing to send is noticed at once.
+	go func() {
+		gs.err = st.RecvMsg(new(pb.RingAck))
+		close(gs.done)
+	}()
+	return gs, nil
+}
+
+// Probe opens an empty stream to rank to and waits for its
+// acknowledgement. It does not wait for a peer that cannot be reached
+// (no WaitForReady): a refused connection fails at once.
+func (g *ringTransport) Probe(ctx context.Context, to int) error {
+	c, err := g.conn(to)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := rpcpb.NewRingClient(c).Chunks(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	err = st.RecvMsg(new(pb.RingAck))
+	if status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), allreduce.ErrClosed.Error()) {
+		return allreduce.ErrPeerLeft
+	}
+	return err
+}
+
+func (g *ringTransport) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	var errs []error
+	for _, c := range g.conns {
+		errs = append(errs, c.Close())
+	}
+	g.conns = nil
+	return errors.Join(errs...)
+}
+
+type ringStream struct {
+	ctx    context.Context
+	done   chan struct{} // closed when the ack or a failure arrived
+	err    error         // of the ack, set before done is closed
+	st     grpc.ClientStreamingClient[pb.RingChunk, pb.RingAck]
+	cancel context.CancelFunc
+}
+
+func (s *ringStream) Send(c *allreduce.Chunk) error {
+	msg := &pb.RingChunk{
+		Name: c.Op.Name, Round: c.Op.Round, From: int32(c.From), Size: int32(c.Size),
+		Index: int32(c.Index), Length: int64(c.Length), Offset: int64(c.Offset),
+		Data: floatBytes(c.Data),
+	}
+	// SendMsg has marshalled the message when it returns, so c.Data may
+	// then be rewritten.
+	if err := s.st.Send(msg); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The server ended the stream: its status says why.
+			<-s.done
+			err = s.err
+		}
+		return s.why(err)
+	}
+	return nil
+}
+
+// why prefers the operation's cancellation to the status it caused.
+func (s *ringStream) why(err error) error {
+	if ctxErr := s.ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	// The server's copy of the deadline may expire first.
+	switch status.Code(err) {
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	case codes.Canceled:
+		return fmt.Errorf("%w: %w", context.Canceled, err)
+	}
+	return err
+}
+
+func (s *ringStream) Broken() <-chan struct{} { return s.done }
+
+func (s *ringStream) Close() error {
+	defer s.cancel()
+	if err := s.st.CloseSend(); err != nil {
+		return s.why(err)
+	}
+	<-s.done
+	if s.err == nil {
+		return nil
+	}
+	if errors.Is(s.err, io.EOF) {
+		return errors.New("the peer ended the stream without an acknowledgement")
+	}
+	return s.why(s.err)
+}
+
+func (s *ringStream) Abort() { s.cancel() }
+
+// floatBytes views f as its little-endian bytes (the engine targets
+// little-endian hosts, as tensor.RawBytes does).
+func floatBytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+}
+
+// bytesFloats views b as float32s when it is aligned, and copies it
+// otherwise.
+func bytesFloats(b []byte) []float32 {
+	n := len(b) / 4
+	if n == 0 {
+		return nil
+	}
+	if uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
+		return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+	}
+	f := make([]float32, n)
+	copy(floatBytes(f), b)
+	return f
+}

@@ -1,0 +1,209 @@
+package rpc_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/allreduce"
+	"github.com/distflow/distflow/allreduce/allreducetest"
+	"github.com/distflow/distflow/rpc"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// ringNetwork serves every rank's ring on an rpc.Server of its own on
+// 127.0.0.1, with opts on both ends (as a task does: server.Config.RPC).
+// Kill stops a rank's server at once.
+func ringNetwork(opts rpc.Options) allreducetest.Network {
+	return func(t testing.TB, recv []allreduce.Receiver) []allreducetest.Peer {
+		t.Helper()
+		servers := make([]*rpc.Server, len(recv))
+		lis := make([]net.Listener, len(recv))
+		addrs := make([]string, len(recv))
+		for i := range recv {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lis[i], addrs[i] = l, l.Addr().String()
+			servers[i] = rpc.NewServer(opts)
+			if err := rpc.RegisterRingReceiver(servers[i], recv[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		peers := make([]allreducetest.Peer, len(recv))
+		for i, s := range servers {
+			go s.Serve(lis[i])
+			t.Cleanup(s.Stop)
+			peers[i] = allreducetest.Peer{Transport: rpc.NewRingTransport(addrs, opts), Addr: addrs[i], Kill: s.Stop}
+		}
+		return peers
+	}
+}
+
+func TestRingConformance(t *testing.T) { allreducetest.Run(t, ringNetwork(rpc.Options{})) }
+
+// ringOptions is one task's Options with TLS and a token, for both ends.
+func ringOptions(t *testing.T) rpc.Options {
+	srv, cli := testTLS(t)
+	srv.TLS.RootCAs = cli.TLS.RootCAs
+	srv.Authenticate = checkToken
+	srv.PerRPCCredentials = tokenCreds("s3cret")
+	return srv
+}
+
+// TestRingConformanceTLS runs the suite with TLS and authentication: the
+// ring's streams go through the same handshake and check as every call.
+func TestRingConformanceTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite over TLS takes a few seconds")
+	}
+	allreducetest.Run(t, ringNetwork(ringOptions(t)))
+}
+
+// TestRingRefusesStrangers: a rank without the token, or without TLS,
+// cannot feed chunks to a secured ring.
+func TestRingRefusesStrangers(t *testing.T) {
+	opts := ringOptions(t)
+	for _, tc := range []struct {
+		name string
+		opts rpc.Options
+	}{
+		{"no token", rpc.Options{TLS: opts.TLS}},
+		{"plaintext", rpc.Options{PerRPCCredentials: opts.PerRPCCredentials}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rings := twoRings(t, opts, tc.opts)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			errs := make(chan error, 2)
+			for _, r := range rings {
+				go func() { errs <- r.AllReduce(ctx, "x", 0, make([]float32, 100)) }()
+			}
+			for range 2 {
+				if err := <-errs; err == nil {
+					t.Error("an all-reduce with a stranger succeeded")
+				}
+			}
+		})
+	}
+}
+
+// twoRings serves rank 0 with opts0 and rank 1 with opts1, each with
+// RegisterRing on its own server.
+func twoRings(t *testing.T, opts0, opts1 rpc.Options) []*allreduce.Ring {
+	var lis [2]net.Listener
+	addrs := make([]string, 2)
+	for i := range lis {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis[i], addrs[i] = l, l.Addr().String()
+	}
+	rings := make([]*allreduce.Ring, 2)
+	for i, opts := range []rpc.Options{opts0, opts1} {
+		s := rpc.NewServer(opts)
+		r, err := rpc.RegisterRing(s, allreduce.Config{Rank: i, Peers: addrs, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Serve(lis[i])
+		t.Cleanup(s.Stop)
+		t.Cleanup(func() { r.Close() })
+		rings[i] = r
+	}
+	return rings
+}
+
+// TestRegisterRing: a ring shares its server with the other services, and
+// is registered once, before Serve.
+func TestRegisterRing(t *testing.T) {
+	rings := twoRings(t, rpc.Options{}, rpc.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	data := [][]float32{{1, 2, 3}, {4, 5, 6}}
+	errs := make(chan error, 2)
+	for i, r := range rings {
+		go func() { errs <- r.AllReduceMean(ctx, "g", 0, data[i]) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if data[0][2] != 4.5 || data[1][0] != 2.5 {
+		t.Errorf("means: %v", data)
+	}
+
+	s := rpc.NewServer(rpc.Options{})
+	if _, err := rpc.RegisterRing(s, allreduce.Config{Peers: []string{"127.0.0.1:1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rpc.RegisterRing(s, allreduce.Config{Peers: []string{"127.0.0.1:1"}}); err == nil {
+		t.Error("a second ring on one server was accepted")
+	}
+	if _, err := rpc.RegisterRing(s, allreduce.Config{}); !errors.Is(err, allreduce.ErrInvalidConfig) {
+		t.Errorf("RegisterRing with no peers: %v, want ErrInvalidConfig", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := rpc.NewServer(rpc.Options{})
+	go s2.Serve(l)
+	defer s2.Stop()
+	time.Sleep(10 * time.Millisecond)
+	if _, err := rpc.RegisterRing(s2, allreduce.Config{Peers: []string{"127.0.0.1:1"}}); err == nil {
+		t.Error("RegisterRing after Serve was accepted")
+	}
+}
+
+func benchmarkAllReduce(b *testing.B, n int) {
+	b.StopTimer()
+	var lis [2]net.Listener
+	addrs := make([]string, 2)
+	for i := range lis {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		lis[i], addrs[i] = l, l.Addr().String()
+	}
+	rings := make([]*allreduce.Ring, 2)
+	for i := range rings {
+		s := rpc.NewServer(rpc.Options{Logger: quiet})
+		r, err := rpc.RegisterRing(s, allreduce.Config{Rank: i, Peers: addrs, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		go s.Serve(lis[i])
+		b.Cleanup(s.Stop)
+		b.Cleanup(func() { r.Close() })
+		rings[i] = r
+	}
+	ctx := b.Context()
+	data := [][]float32{make([]float32, n), make([]float32, n)}
+	b.SetBytes(int64(4 * n))
+	b.StartTimer()
+	for i := range b.N {
+		errs := make(chan error, 2)
+		for k, r := range rings {
+			go func() { errs <- r.AllReduce(ctx, "bench", int64(i), data[k]) }()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkAllReduceGRPC measures the bytes of tensor all-reduced per
+// second by 2 ranks over loopback gRPC, each on its task's rpc.Server.
+func BenchmarkAllReduceGRPC1MiB(b *testing.B)  { benchmarkAllReduce(b, 1<<20/4) }
+func BenchmarkAllReduceGRPC64MiB(b *testing.B) { benchmarkAllReduce(b, 64<<20/4) }
