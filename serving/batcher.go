@@ -2,8 +2,9 @@ package serving
 
 import (
 	"context"
-	"fmt"
-	"strings"
+	"runtime"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,48 +18,68 @@ type batchItem struct {
 	inputs map[string]*tensor.Tensor
 	rows   int
 	key    string // requests with equal keys can be concatenated
-	done   chan batchResult
+	// done receives the item's result, or a lead signal: the receiver
+	// now holds a batch thread and runs the next batch (buffered, 1).
+	done  chan batchResult
+	state itemState // guarded by the batcher's mu
 }
 
+type itemState uint8
+
+const (
+	queued  itemState = iota
+	taken             // in a batch being run: the result will come
+	leading           // handed a batch thread: it must run a batch
+)
+
 type batchResult struct {
-	out map[string]*tensor.Tensor
-	err error
+	out  map[string]*tensor.Tensor
+	err  error
+	lead bool // not a result: run the next batch (see batchItem.done)
 }
 
 // batcher merges concurrent requests along their first dimension into one
-// Predict call. One goroutine collects batches; up to `threads` batches run
-// at once. A batch closes when it reaches maxRows, when maxWait has passed
-// since its first request, or as soon as no other request is on its way
-// (incoming is zero): a lone client never waits for the timeout.
+// Predict call. It has no goroutine of its own: batches run on the
+// goroutines of their requests, at most `threads` at once, so a request
+// costs no goroutine handoff to be batched. The oldest queued request leads
+// the next batch once it holds a thread: a request arriving at an empty
+// queue takes a free thread at once, the others queue behind it. The leader
+// lets its batch fill (see collect: a lone client never waits), takes the
+// oldest requests with its key, up to maxRows rows, and passes a free
+// thread to the next queued request if there is one. When its batch ends,
+// it answers its own request and passes its thread to the oldest queued
+// request, or frees it: requests that queued while every thread was busy
+// form the next batch.
 type batcher struct {
 	pred    *savedmodel.Predictor
 	maxRows int
 	maxWait time.Duration
-	in      chan *batchItem
-	slots   chan struct{}
-	stop    chan struct{}
+	threads int
+
+	mu         sync.Mutex
+	queue      []*batchItem // FIFO; only the head can be leading
+	running    int          // threads held by leaders
+	collecting bool         // the head is waiting for its batch to fill
+	wake       chan struct{}
+
 	// incoming counts requests that have entered a handler for this
-	// servable and are not yet in a batch (or have given up).
+	// servable and are not yet in the queue (or have given up).
 	incoming atomic.Int64
 	merged   atomic.Int64 // batches of more than one request, for tests and logs
-	wg       sync.WaitGroup
+	batches  atomic.Int64 // batches run
+	requests atomic.Int64 // requests in those batches
 }
 
 func newBatcher(p *savedmodel.Predictor, maxRows int, maxWait time.Duration, threads int) *batcher {
-	b := &batcher{
-		pred: p, maxRows: maxRows, maxWait: maxWait,
-		in: make(chan *batchItem), slots: make(chan struct{}, threads), stop: make(chan struct{}),
-	}
-	b.wg.Add(1)
-	go b.loop()
-	return b
+	return &batcher{pred: p, maxRows: maxRows, maxWait: maxWait, threads: max(threads, 1), wake: make(chan struct{}, 1)}
 }
 
 // batchKey returns the key of a request's inputs: their names and the
 // dimensions after the first, and its number of rows; ok is false when the
 // inputs cannot be batched (a scalar, or inputs with different row counts).
 func batchKey(inputs map[string]*tensor.Tensor, names []string) (key string, rows int, ok bool) {
-	var sb strings.Builder
+	var buf [64]byte
+	b := buf[:0]
 	rows = -1
 	for _, name := range names {
 		t := inputs[name]
@@ -69,77 +90,171 @@ func batchKey(inputs map[string]*tensor.Tensor, names []string) (key string, row
 			return "", 0, false
 		}
 		rows = t.Shape()[0]
-		fmt.Fprintf(&sb, "%s%v;", name, t.Shape()[1:])
+		b = append(b, name...)
+		for _, d := range t.Shape()[1:] {
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, int64(d), 10)
+		}
+		b = append(b, ';')
 	}
-	return sb.String(), rows, rows > 0
+	return string(b), rows, rows > 0
 }
 
 // submit queues an item and waits for its result or ctx. The caller has
-// incremented incoming; the batcher decrements it when it takes the item.
+// incremented incoming; submit decrements it. If ctx ends while the item
+// waits in the queue, it leaves the queue; once in a batch, the batch runs
+// and its result is dropped.
 func (b *batcher) submit(ctx context.Context, it *batchItem) (map[string]*tensor.Tensor, error) {
-	select {
-	case b.in <- it:
-	case <-ctx.Done():
-		b.incoming.Add(-1)
-		return nil, ctx.Err()
+	b.mu.Lock()
+	it.state = queued
+	if len(b.queue) == 0 && b.running < b.threads {
+		b.running++
+		it.state = leading
 	}
-	select {
-	case r := <-it.done:
-		return r.out, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err() // the batch still runs; its result is dropped
+	b.queue = append(b.queue, it)
+	b.incoming.Add(-1)
+	if b.collecting {
+		select { // the collecting leader recounts its rows
+		case b.wake <- struct{}{}:
+		default:
+		}
+	}
+	lead := it.state == leading
+	b.mu.Unlock()
+	for {
+		if lead {
+			b.lead()
+		}
+		select {
+		case r := <-it.done:
+			if !r.lead {
+				return r.out, r.err
+			}
+			lead = true
+		case <-ctx.Done():
+			b.mu.Lock()
+			switch it.state {
+			case queued:
+				b.queue = slices.DeleteFunc(b.queue, func(q *batchItem) bool { return q == it })
+				b.mu.Unlock()
+				return nil, ctx.Err()
+			case leading:
+				// Handed a thread (the signal is in done): run a batch
+				// for the others, then give up.
+				b.mu.Unlock()
+				<-it.done
+				b.lead()
+				return nil, ctx.Err()
+			}
+			b.mu.Unlock()
+			return nil, ctx.Err() // the batch still runs; its result is dropped
+		}
 	}
 }
 
-func (b *batcher) loop() {
-	defer b.wg.Done()
-	var carry *batchItem
-	for {
-		select {
-		case b.slots <- struct{}{}:
-		case <-b.stop:
+// lead runs one batch from the head of the queue, which is the caller's
+// own item, on the thread the caller holds; then it passes the thread to
+// the oldest queued request, or frees it.
+func (b *batcher) lead() {
+	b.mu.Lock()
+	b.collect()
+	batch, rows := b.take()
+	if b.running < b.threads {
+		b.handOff() // a free thread for what is left
+	}
+	b.mu.Unlock()
+
+	b.run(batch, rows)
+
+	b.mu.Lock()
+	b.running--
+	b.handOff()
+	b.mu.Unlock()
+}
+
+// collect lets the batch at the head of the queue fill, for at most maxWait
+// in all, until it holds maxRows rows. b.mu is held, and released while
+// waiting. First it waits while requests are being read or decoded
+// (incoming > 0), waking at each arrival. Then it yields the processor
+// while that brings more requests: runtime.Gosched returns at once when no
+// other goroutine is runnable (a lone client pays nothing for it), and
+// runs the runnable ones first when the machine is busy, which is when
+// more requests are coming (handlers with a request ready to read): on a
+// saturated server, batches grow with the load at no cost in idle CPU.
+func (b *batcher) collect() {
+	rows := b.fill()
+	if rows >= b.maxRows || b.maxWait <= 0 {
+		return
+	}
+	start := time.Now()
+	if b.incoming.Load() > 0 {
+		b.collecting = true
+		timer := time.NewTimer(b.maxWait)
+	wait:
+		for rows < b.maxRows && b.incoming.Load() > 0 {
+			b.mu.Unlock()
+			select {
+			case <-b.wake:
+				b.mu.Lock()
+			case <-timer.C:
+				b.mu.Lock()
+				break wait
+			}
+			rows = b.fill()
+		}
+		timer.Stop()
+		b.collecting = false
+	}
+	for rows < b.maxRows && time.Since(start) < b.maxWait {
+		n := len(b.queue)
+		b.mu.Unlock()
+		runtime.Gosched()
+		b.mu.Lock()
+		if len(b.queue) == n {
 			return
 		}
-		first := carry
-		carry = nil
-		if first == nil {
-			select {
-			case first = <-b.in:
-				b.incoming.Add(-1)
-			case <-b.stop:
-				<-b.slots
-				return
-			}
-		}
-		batch, rows := []*batchItem{first}, first.rows
-		if rows < b.maxRows && b.incoming.Load() > 0 {
-			timer := time.NewTimer(b.maxWait)
-		collect:
-			for rows < b.maxRows {
-				select {
-				case it := <-b.in:
-					b.incoming.Add(-1)
-					if it.key != first.key || rows+it.rows > b.maxRows {
-						carry = it
-						break collect
-					}
-					batch, rows = append(batch, it), rows+it.rows
-					if b.incoming.Load() == 0 {
-						break collect
-					}
-				case <-timer.C:
-					break collect
-				}
-			}
-			timer.Stop()
-		}
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			defer func() { <-b.slots }()
-			b.run(batch, rows)
-		}()
+		rows = b.fill()
 	}
+}
+
+// handOff gives a free thread to the head of the queue if it waits for
+// one. b.mu is held.
+func (b *batcher) handOff() {
+	if len(b.queue) > 0 && b.queue[0].state == queued {
+		b.running++
+		b.queue[0].state = leading
+		b.queue[0].done <- batchResult{lead: true}
+	}
+}
+
+// fill returns how many rows the batch at the head of the queue would take
+// now. b.mu is held.
+func (b *batcher) fill() int {
+	rows := 0
+	for _, it := range b.queue {
+		if it.key != b.queue[0].key || rows+it.rows > b.maxRows {
+			break
+		}
+		rows += it.rows
+	}
+	return rows
+}
+
+// take removes the batch at the head of the queue: the oldest request and
+// those after it with its key, up to maxRows rows. b.mu is held.
+func (b *batcher) take() ([]*batchItem, int) {
+	rows, n := 0, 0
+	for _, it := range b.queue {
+		if it.key != b.queue[0].key || (n > 0 && rows+it.rows > b.maxRows) {
+			break
+		}
+		rows += it.rows
+		it.state = taken
+		n++
+	}
+	batch := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n)
+	return batch, rows
 }
 
 // run computes a batch and hands each item its rows. If the batch cannot be
@@ -147,6 +262,8 @@ func (b *batcher) loop() {
 // request cannot fail the others.
 func (b *batcher) run(batch []*batchItem, rows int) {
 	ctx := context.Background() // the batch outlives any one client
+	b.batches.Add(1)
+	b.requests.Add(int64(len(batch)))
 	if len(batch) > 1 {
 		if outs, ok := b.runMerged(ctx, batch, rows); ok {
 			b.merged.Add(1)
@@ -185,7 +302,7 @@ func (b *batcher) runMerged(ctx context.Context, batch []*batchItem, rows int) (
 	res := make([]map[string]*tensor.Tensor, len(batch))
 	from := 0
 	for i, it := range batch {
-		res[i] = map[string]*tensor.Tensor{}
+		res[i] = make(map[string]*tensor.Tensor, len(out))
 		for name, t := range out {
 			res[i][name] = sliceRows(t, from, from+it.rows)
 		}
@@ -200,11 +317,4 @@ func sliceRows(t *tensor.Tensor, from, to int) *tensor.Tensor {
 	out := tensor.New(t.DType(), append([]int{to - from}, t.Shape()[1:]...)...)
 	copy(out.RawBytes(), t.RawBytes()[from*per:to*per])
 	return out
-}
-
-// close stops the batcher once its running batches end. No request may be
-// in flight (the servable's references are all released).
-func (b *batcher) close() {
-	close(b.stop)
-	b.wg.Wait()
 }

@@ -33,9 +33,12 @@
 //
 // Concurrent predict requests for a model whose inputs and outputs all have
 // a batch dimension are merged along it into one Predict call, up to
-// Config.MaxBatchSize rows or Config.BatchTimeout of waiting; each request
-// gets back exactly its rows. A batch closes early when no other request is
-// on its way, so a lone client does not pay the timeout.
+// Config.MaxBatchSize rows; each request gets back exactly its rows, bit for
+// bit as if it ran alone. Batches run on the requests' own goroutines, at
+// most Config.BatchThreads at once; requests that arrive while every thread
+// is busy queue and form the next batch. A batch waits for more requests
+// only while some are on their way, for at most Config.BatchTimeout: a lone
+// client does not wait, and under load batches grow by themselves.
 //
 // # Versions
 //

@@ -35,10 +35,12 @@ type Config struct {
 	// MaxBatchSize is the most rows merged into one Predict call (default 64).
 	MaxBatchSize int
 	// BatchTimeout is the longest a request waits for others to join its
-	// batch (default 2ms). A batch also closes as soon as no other request
-	// is on its way.
+	// batch (default 2ms). A batch closes sooner when no other request is
+	// on its way: none is being read or decoded, and yielding the
+	// processor to the runnable goroutines brings none.
 	BatchTimeout time.Duration
-	// BatchThreads is how many batches may run at once (default GOMAXPROCS).
+	// BatchThreads is how many batches may run at once (default
+	// GOMAXPROCS); requests arriving while all run queue for the next.
 	BatchThreads int
 	// PollInterval is how often BaseDir is checked for a newer version
 	// (default 1s; negative: never, Poll only).
@@ -130,9 +132,8 @@ func (sv *servable) retire() {
 }
 
 func (sv *servable) close() {
-	if sv.batcher != nil {
-		sv.batcher.close()
-	}
+	// No request holds sv, so no batch runs: batches run on their
+	// requests' goroutines.
 	sv.pred.Close()
 	close(sv.closed)
 }

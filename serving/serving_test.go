@@ -387,7 +387,6 @@ func TestBatcherMergesAndSplits(t *testing.T) {
 	}
 	defer p.Close()
 	b := newBatcher(p, 6, time.Minute, 1)
-	defer b.close()
 	imgs := savedmodeltest.Images(6, 3)
 	want, err := p.Predict(ctx, map[string]*tensor.Tensor{"images": imgs})
 	if err != nil {
@@ -421,6 +420,92 @@ func TestBatcherMergesAndSplits(t *testing.T) {
 	}
 	if n := b.incoming.Load(); n != 0 {
 		t.Errorf("incoming = %d after all requests, want 0", n)
+	}
+}
+
+// TestBatcherQueuesCancelsAndHandsOff drives a batcher whose one thread is
+// busy: a request cancelled while queued leaves the queue; the requests
+// queued behind it form one batch when the thread is passed on.
+func TestBatcherQueuesCancelsAndHandsOff(t *testing.T) {
+	ctx := context.Background()
+	m := built(t, mlp)
+	dir := filepath.Join(t.TempDir(), "1")
+	if err := savedmodel.Write(dir, m.Model); err != nil {
+		t.Fatal(err)
+	}
+	p, err := savedmodel.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	b := newBatcher(p, 64, time.Minute, 1)
+	imgs := savedmodeltest.Images(3, 4)
+	want, err := p.Predict(ctx, map[string]*tensor.Tensor{"images": imgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := func(r int) *batchItem {
+		in := map[string]*tensor.Tensor{"images": savedmodeltest.Rows(imgs, r, r+1)}
+		key, rows, _ := batchKey(in, []string{"images"})
+		return &batchItem{inputs: in, rows: rows, key: key, done: make(chan batchResult, 1)}
+	}
+	queued := func(n int) bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.queue) == n
+	}
+	b.mu.Lock()
+	b.running = 1 // the one thread is busy
+	b.mu.Unlock()
+
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	b.incoming.Add(1)
+	go func() { _, err := b.submit(cctx, item(0)); errc <- err }()
+	for !queued(1) {
+		runtime_Gosched()
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled queued request returned %v", err)
+	}
+	if !queued(0) {
+		t.Fatal("the cancelled request is still queued")
+	}
+
+	var wg sync.WaitGroup
+	b.incoming.Add(2)
+	for r := 1; r <= 2; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := b.submit(ctx, item(r))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for name, w := range want {
+				if w := savedmodeltest.Rows(w, r, r+1); !bytes.Equal(out[name].RawBytes(), w.RawBytes()) {
+					t.Errorf("row %d of %q differs", r, name)
+				}
+			}
+		}()
+	}
+	for !queued(2) {
+		runtime_Gosched()
+	}
+	b.mu.Lock()
+	b.running-- // the busy batch ends: its thread goes to the oldest request
+	b.handOff()
+	b.mu.Unlock()
+	wg.Wait()
+	if got := b.merged.Load(); got != 1 {
+		t.Errorf("%d merged batches, want 1", got)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running != 0 || len(b.queue) != 0 || b.incoming.Load() != 0 {
+		t.Errorf("after the batch: %d threads held, %d queued, %d incoming", b.running, len(b.queue), b.incoming.Load())
 	}
 }
 
