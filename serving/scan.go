@@ -367,8 +367,19 @@ func (d *fastDecoder) value(tb *builder, depth int) bool {
 	}
 	d.i++
 	n := 0
-	if d.next() == ']' {
+	if c := d.next(); c == ']' {
 		d.i++
+	} else if c != '[' && tb.dt == tensor.Float32 && (tb.rank < 0 || tb.rank == depth+1) {
+		// A list of numbers: the hot loop.
+		tb.rank = depth + 1
+		limit := -1
+		if !first {
+			limit = tb.shape[depth]
+		}
+		var ok bool
+		if n, ok = d.float32s(tb, limit); !ok {
+			return false
+		}
 	} else {
 		for {
 			if !first && n == tb.shape[depth] {
@@ -455,6 +466,31 @@ func (d *fastDecoder) scalar(tb *builder) bool {
 	return true
 }
 
+// float32s reads the numbers of a list, its '[' read, through its ']', into
+// tb, and returns their count; limit (if not negative) is the most allowed.
+func (d *fastDecoder) float32s(tb *builder, limit int) (int, bool) {
+	for n := 0; n != limit; {
+		d.ws()
+		f, next, ok := scanFloat32(d.b, d.i)
+		if !ok {
+			return 0, false
+		}
+		d.i = next
+		tb.f32 = append(tb.f32, f)
+		n++
+		switch d.next() {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return n, true
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
 func hasPrefix(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }
 
 // number reads a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
@@ -506,64 +542,104 @@ var float64pow10 = [...]float64{
 	1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 }
 
-// parseFloat32 converts a JSON number literal to the float32 that
-// strconv.ParseFloat(lit, 32) returns; ok is false where that fails (out of
-// range). Literals whose decimal mantissa has at most 15 digits and whose
-// exponent is small take an exact path: the mantissa and the power of ten
-// are exact float64s, so their quotient or product is the correctly
+// scanFloat32 reads the JSON number at b[i:] and converts it to the
+// float32 that strconv.ParseFloat(literal, 32) returns; it returns the
+// index after the literal, and ok false for a malformed literal or one out
+// of float32's range (where ParseFloat fails). Literals whose decimal
+// mantissa has at most 15 significant digits and whose decimal exponent is
+// at most 22 in size take an exact path: the mantissa and the power of ten
+// are exact float64s, so their product or quotient is the correctly
 // rounded float64 r of the literal, and float32(r) is the correctly rounded
 // float32 unless r lies exactly halfway between two float32s (the double
-// rounding case) or in float32's subnormal range; those, and all other
+// rounding case) or outside float32's normal range; those, and all other
 // literals, go to strconv.
-func parseFloat32(lit []byte) (float32, bool) {
-	i, neg := 0, false
-	if lit[0] == '-' {
-		neg, i = true, 1
+func scanFloat32(b []byte, i int) (f float32, next int, ok bool) {
+	start := i
+	neg := i < len(b) && b[i] == '-'
+	if neg {
+		i++
 	}
 	var mant uint64
-	nd, exp := 0, 0 // significant digits in mant; decimal exponent
-	for ; i < len(lit) && lit[i] >= '0' && lit[i] <= '9'; i++ {
-		if nd > 0 || lit[i] != '0' {
-			mant = mant*10 + uint64(lit[i]-'0')
+	nd, exp := 0, 0 // significant digits (mant is exact while nd <= 19); decimal exponent
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			mant = mant*10 + uint64(b[i]-'0')
 			nd++
 		}
+	default:
+		return 0, i, false
 	}
-	if i < len(lit) && lit[i] == '.' {
-		for i++; i < len(lit) && lit[i] >= '0' && lit[i] <= '9'; i++ {
-			if nd > 0 || lit[i] != '0' {
-				mant = mant*10 + uint64(lit[i]-'0')
+	if i < len(b) && b[i] == '.' {
+		i++
+		from := i
+		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			if nd > 0 || b[i] != '0' {
+				mant = mant*10 + uint64(b[i]-'0')
 				nd++
 			}
 			exp--
 		}
-	}
-	if i < len(lit) || nd > 15 {
-		return slowFloat32(lit) // an exponent part, or too many digits
-	}
-	if mant == 0 {
-		if neg {
-			return float32(math.Copysign(0, -1)), true
+		if i == from {
+			return 0, i, false
 		}
-		return 0, true
 	}
-	if exp < -22 {
-		return slowFloat32(lit)
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		eneg := false
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			eneg = b[i] == '-'
+			i++
+		}
+		from, e := i, 0
+		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			if e < 10000 {
+				e = e*10 + int(b[i]-'0')
+			}
+		}
+		if i == from {
+			return 0, i, false
+		}
+		if eneg {
+			e = -e
+		}
+		exp += e
+	}
+	if mant == 0 && nd == 0 {
+		if neg {
+			return float32(math.Copysign(0, -1)), i, true
+		}
+		return 0, i, true
+	}
+	if nd > 15 || exp < -22 || exp > 22 {
+		f, ok := slowFloat32(b[start:i])
+		return f, i, ok
 	}
 	r := float64(mant)
 	if exp < 0 {
 		r /= float64pow10[-exp]
+	} else {
+		r *= float64pow10[exp]
 	}
-	bits := math.Float64bits(r)
-	// Below float32's smallest normal, or exactly halfway between two
+	// Outside float32's normal range, or exactly halfway between two
 	// float32s (the 29 low mantissa bits are 1 followed by zeros).
-	if r < 0x1p-126 || bits&(1<<29-1) == 1<<28 {
-		return slowFloat32(lit)
+	if r < 0x1p-126 || r > math.MaxFloat32 || math.Float64bits(r)&(1<<29-1) == 1<<28 {
+		f, ok := slowFloat32(b[start:i])
+		return f, i, ok
 	}
-	f := float32(r)
+	f = float32(r)
 	if neg {
 		f = -f
 	}
-	return f, true
+	return f, i, true
+}
+
+// parseFloat32 converts a whole JSON number literal as scanFloat32 does.
+func parseFloat32(lit []byte) (float32, bool) {
+	f, next, ok := scanFloat32(lit, 0)
+	return f, ok && next == len(lit)
 }
 
 func slowFloat32(lit []byte) (float32, bool) {
