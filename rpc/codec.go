@@ -21,8 +21,11 @@ import (
 // buffers into the destination tensor (tensorReceiver).
 //
 // codec is a protobuf codec with those two fast paths; every other message
-// goes to gRPC's own "proto" codec. Servers use it for every call
-// (grpc.ForceServerCodecV2), clients for RecvTensor only.
+// (the services' and the all-reduce ring's) goes to gRPC's own "proto"
+// codec. It is the codec of every call a Server serves (the ring's streams
+// included: grpc.ForceServerCodecV2); clients force it on RecvTensor only,
+// the other calls' messages being what gRPC's proto codec, to which it
+// delegates, makes anyway.
 type codec struct{ proto encoding.CodecV2 }
 
 var tensorCodec = codec{proto: encoding.GetCodecV2("proto")}
@@ -180,8 +183,8 @@ func (r *tensorReceiver) alloc(dtype uint64, dims []int64) error {
 		size *= d
 		shape[i] = int(d)
 	}
-	if err := (Options{MaxTensorBytes: r.limit}).tensorTooLarge(uint64(size), fmt.Sprintf("%v%v", dt, shape)); err != nil {
-		return err
+	if err := (Options{MaxTensorBytes: r.limit}).tensorTooLarge(uint64(size)); err != nil {
+		return fmt.Errorf("%v%v: %w", dt, shape, err)
 	}
 	r.t = tensor.New(dt, shape...)
 	r.raw, r.isBool = r.t.RawBytes(), dt == tensor.Bool

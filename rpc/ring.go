@@ -91,7 +91,8 @@ func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingA
 		if size > math.MaxUint64/4 {
 			size = math.MaxUint64 / 4
 		}
-		if err := s.opts.tensorTooLarge(4*size, fmt.Sprintf("all-reduced tensor %v from rank %d", op, m.From)); err != nil {
+		if err := s.opts.tensorTooLarge(4 * size); err != nil {
+			err = fmt.Errorf("rpc: ring: all-reduced tensor %v from rank %d: %w", op, m.From, err)
 			s.recv.Fail(op, err)
 			return status.Error(codes.ResourceExhausted, err.Error())
 		}

@@ -589,8 +589,8 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 		size *= d
 		shape[i] = int(d)
 	}
-	if err := p.opts.tensorTooLarge(size, fmt.Sprintf("%v%v", dt, shape)); err != nil {
-		return nil, err
+	if err := p.opts.tensorTooLarge(size); err != nil {
+		return nil, fmt.Errorf("%v%v: %w", dt, shape, err)
 	}
 	if n := binary.LittleEndian.Uint64(dims[8*rank:]); n != size {
 		return nil, fmt.Errorf("%w: %d bytes announced for %v%v, want %d", tensor.ErrCorrupt, n, dt, shape, size)
