@@ -163,3 +163,47 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStrategy(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want estimator.Strategy
+	}{
+		{"async", estimator.Async{}},
+		{"sync", estimator.Sync{}},
+		{"sync:2", estimator.Sync{ReplicasToAggregate: 2}},
+		{"staleness:3", estimator.Staleness{Bound: 3}},
+		{"ingraph", estimator.InGraph{}},
+		{"in-graph", estimator.InGraph{}},
+		{"allreduce", estimator.AllReduce{}},
+		{"averaging", estimator.Averaging{}},
+		{"averaging:10", estimator.Averaging{Every: 10}},
+	} {
+		if got, err := estimator.ParseStrategy(tc.in); err != nil || got != tc.want {
+			t.Errorf("ParseStrategy(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"", "asink", "staleness", "sync:x", "sync:-1", "async:2", "allreduce:1"} {
+		if got, err := estimator.ParseStrategy(in); err == nil {
+			t.Errorf("ParseStrategy(%q) = %v; want an error", in, got)
+		}
+	}
+}
+
+func TestLaunchLocalClusterChecksTheStrategyFirst(t *testing.T) {
+	for _, tc := range []struct {
+		jobs     string
+		strategy estimator.Strategy
+		want     string
+	}{
+		{"ps=1,worker=2", estimator.AllReduce{}, "without parameter servers"},
+		{"worker=2", estimator.Sync{}, "no ps task"},
+		{"ps=1,worker=2", estimator.Sync{ReplicasToAggregate: 3}, "ReplicasToAggregate 3"},
+		{"ps=1,worker=x", estimator.Async{}, "worker=x"},
+	} {
+		err := estimator.LaunchLocalCluster(context.Background(), tc.jobs, tc.strategy, "local-cluster")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s with %v: %v; want an error naming %q", tc.jobs, tc.strategy, err, tc.want)
+		}
+	}
+}

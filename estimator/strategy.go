@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
@@ -299,4 +301,32 @@ func averagedUpdate(s *graph.Scope, opt train.Optimizer, losses []graph.Output, 
 		gvs[k] = train.GradVar{Var: v, Grad: ops.Mul(as, ops.AddN(as, perVar[k]...), scale)}
 	}
 	return opt.ApplyGradients(s, gvs, step)
+}
+
+// ParseStrategy returns the strategy named s, as a flag would give it:
+// "async", "sync" or "sync:K" (K replicas to aggregate), "staleness:S",
+// "ingraph", "allreduce", "averaging" or "averaging:TAU" (TAU 0 adapts).
+func ParseStrategy(s string) (Strategy, error) {
+	name, arg, hasArg := strings.Cut(s, ":")
+	n, err := strconv.Atoi(arg)
+	if hasArg && (err != nil || n < 0) {
+		return nil, fmt.Errorf("estimator: strategy %q: %q is not a count", s, arg)
+	}
+	switch {
+	case name == "async" && !hasArg:
+		return Async{}, nil
+	case name == "sync":
+		return Sync{ReplicasToAggregate: n}, nil
+	case name == "staleness" && hasArg:
+		return Staleness{Bound: n}, nil
+	case name == "staleness":
+		return nil, fmt.Errorf("estimator: strategy %q needs its bound: staleness:2 lets a worker run 2 steps ahead of the slowest", s)
+	case (name == "ingraph" || name == "in-graph") && !hasArg:
+		return InGraph{}, nil
+	case name == "allreduce" && !hasArg:
+		return AllReduce{}, nil
+	case name == "averaging":
+		return Averaging{Every: n}, nil
+	}
+	return nil, fmt.Errorf("estimator: unknown strategy %q (want async, sync[:K], staleness:S, ingraph, allreduce or averaging[:TAU])", s)
 }

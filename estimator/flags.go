@@ -1,0 +1,60 @@
+package estimator
+
+import (
+	"context"
+	"flag"
+)
+
+// Flags are the command-line flags of a training program, as `distflow
+// train` has them; set the fields to give defaults, then Register them:
+//
+//	f := estimator.Flags{Steps: 1000}
+//	f.Register(flag.CommandLine)
+//	flag.Parse()
+//	res, err := f.TrainAndEvaluate(ctx, model, trainInput, evalInput)
+type Flags struct {
+	Strategy     string // --strategy: see ParseStrategy (default "async")
+	LocalCluster string // --local-cluster: run as a local cluster, e.g. "ps=1,worker=2"
+	Steps        int64  // --steps: the global step to train to
+	ModelDir     string // --model-dir: checkpoints and event files
+	Export       string // --export: where the chief exports the model
+	Seed         int64  // --seed
+}
+
+// Register adds the flags to fs, with the fields' values as defaults.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	if f.Strategy == "" {
+		f.Strategy = "async"
+	}
+	fs.StringVar(&f.Strategy, "strategy", f.Strategy, "async, sync[:K], staleness:S, ingraph, allreduce or averaging[:TAU]")
+	fs.StringVar(&f.LocalCluster, "local-cluster", f.LocalCluster, `run as a local cluster of processes, e.g. "ps=1,worker=2" ("worker=2" for allreduce and averaging)`)
+	fs.Int64Var(&f.Steps, "steps", f.Steps, "the global step to train to")
+	fs.StringVar(&f.ModelDir, "model-dir", f.ModelDir, "checkpoints and event files (the chief resumes from the latest checkpoint)")
+	fs.StringVar(&f.Export, "export", f.Export, "export the trained model as a new numbered version under this directory")
+	fs.Int64Var(&f.Seed, "seed", f.Seed, "seed of initial weights and shuffling")
+}
+
+// TrainAndEvaluate does what the flags ask. With --local-cluster it starts
+// this program as a local cluster (LaunchLocalCluster, the flag left out of
+// the tasks' arguments) and returns a nil result once the cluster has
+// finished: the chief's output is this process's. Otherwise it trains, as
+// the task of TF_CONFIG or as a single process, with TrainAndEvaluate.
+func (f *Flags) TrainAndEvaluate(ctx context.Context, fn ModelFn, train, eval InputFn) (*Result, error) {
+	strategy, err := ParseStrategy(f.Strategy)
+	if err != nil {
+		return nil, err
+	}
+	if f.LocalCluster != "" {
+		return nil, LaunchLocalCluster(ctx, f.LocalCluster, strategy, "local-cluster")
+	}
+	cfg, err := FromEnvironment(strategy)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ModelDir, cfg.Seed = f.ModelDir, f.Seed
+	est, err := New(fn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return TrainAndEvaluate(ctx, est, TrainSpec{Input: train, Stop: Stop{MaxSteps: f.Steps}}, EvalSpec{Input: eval, ExportDir: f.Export})
+}
