@@ -1,20 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"math"
 	"net/http"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/distflow/distflow/savedmodel"
 	"github.com/distflow/distflow/savedmodel/savedmodeltest"
@@ -38,37 +32,7 @@ func TestServePredictsAndStopsOnSIGTERM(t *testing.T) {
 	}
 	defer p.Close()
 
-	cmd := exec.Command(binary, "serve", "--model_dir", base, "--port", "0", "--model-name", "mlp", "--batch-timeout", "1ms")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		io.Copy(io.Discard, stdout)
-	}()
-	var line string
-	select {
-	case line = <-lines:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no URL line from distflow serve; stderr:\n%s", stderr.String())
-	}
-	m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/v1/models/mlp)$`).FindStringSubmatch(line)
-	if m == nil {
-		t.Fatalf("first line %q does not give the URL; stderr:\n%s", line, stderr.String())
-	}
-	url := m[1]
+	url := startServe(t, "--model_dir", base, "--port", "0", "--model-name", "mlp", "--batch-timeout", "1ms")
 
 	imgs := savedmodeltest.Images(3, 9)
 	want, err := p.Predict(context.Background(), map[string]*tensor.Tensor{"images": imgs})
@@ -108,20 +72,6 @@ func TestServePredictsAndStopsOnSIGTERM(t *testing.T) {
 				t.Fatalf("row %d, probability %d: %s, want the bits of %v", i, j, n, w)
 			}
 		}
-	}
-
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("distflow serve after SIGTERM: %v (want exit status 0); stderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("distflow serve did not exit after SIGTERM")
 	}
 }
 
