@@ -474,8 +474,11 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable, b
 		}
 	}()
 	limit := s.cfg.MaxBodyBytes
-	if n := r.ContentLength; n > 0 && n <= limit && int64(cap(*buf)) < n+1 {
-		*buf = make([]byte, 0, n+1) // room for the EOF read too
+	// Size the buffer from Content-Length, room for the EOF read included,
+	// but only up to maxPooledBuffer: a larger body grows it as its bytes
+	// arrive, so that a header alone cannot make the server allocate.
+	if n := r.ContentLength; n > 0 && n < maxPooledBuffer && n <= limit && int64(cap(*buf)) < n+1 {
+		*buf = make([]byte, 0, n+1)
 	}
 	raw, err := readAll(http.MaxBytesReader(w, r.Body, limit), (*buf)[:0])
 	*buf = raw
