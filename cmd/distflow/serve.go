@@ -18,7 +18,7 @@ func newServeCommand() *cobra.Command {
 		modelDir, name, host string
 		port                 int
 		batching             bool
-		maxBatch             int
+		maxBatch, threads    int
 		batchTimeout, poll   time.Duration
 		maxBody              int64
 	)
@@ -40,6 +40,8 @@ printed when the server is ready; it serves until SIGINT or SIGTERM.`,
 				return fmt.Errorf("serve: bad --port %d: want 0 to 65535 (0 picks a free port)", port)
 			case maxBatch <= 0:
 				return fmt.Errorf("serve: bad --max-batch-size %d: it must be positive", maxBatch)
+			case threads < 0:
+				return fmt.Errorf("serve: bad --batch-threads %d: it must not be negative (0: one per core)", threads)
 			case batchTimeout <= 0:
 				return fmt.Errorf("serve: bad --batch-timeout %v: it must be positive", batchTimeout)
 			case poll <= 0:
@@ -52,7 +54,7 @@ printed when the server is ready; it serves until SIGINT or SIGTERM.`,
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			srv, err := serving.New(serving.Config{
 				BaseDir: modelDir, ModelName: name, DisableBatching: !batching,
-				MaxBatchSize: maxBatch, BatchTimeout: batchTimeout, PollInterval: poll,
+				MaxBatchSize: maxBatch, BatchThreads: threads, BatchTimeout: batchTimeout, PollInterval: poll,
 				MaxBodyBytes: maxBody, Logger: log,
 			})
 			if err != nil {
@@ -74,6 +76,7 @@ printed when the server is ready; it serves until SIGINT or SIGTERM.`,
 	f.StringVar(&name, "model-name", "default", "the NAME of /v1/models/NAME")
 	f.BoolVar(&batching, "enable-batching", true, "merge concurrent requests into batches")
 	f.IntVar(&maxBatch, "max-batch-size", 64, "most rows in one batch")
+	f.IntVar(&threads, "batch-threads", 0, "batches predicted at once (0: one per core), as TF Serving's num_batch_threads")
 	f.DurationVar(&batchTimeout, "batch-timeout", 2*time.Millisecond, "longest a request waits for a batch to fill")
 	f.DurationVar(&poll, "poll-interval", time.Second, "how often --model-dir is checked for a new version")
 	f.Int64Var(&maxBody, "max-body-bytes", 32<<20, "largest request body accepted")
