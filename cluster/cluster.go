@@ -43,19 +43,14 @@ func (t TaskID) String() string { return "/job:" + t.Job + "/task:" + strconv.It
 
 // ParseTaskID parses a task name "/job:<job>/task:<index>".
 func ParseTaskID(s string) (TaskID, error) {
-	rest, ok := strings.CutPrefix(s, "/job:")
-	if !ok {
+	d, err := ParseDevice(s)
+	if err != nil || d.Job == "" || d.Task < 0 || d.Type != "" || d.Index >= 0 || d.TaskName() != s {
 		return TaskID{}, fmt.Errorf("cluster: bad task name %q: want /job:<job>/task:<index>", s)
 	}
-	job, idx, ok := strings.Cut(rest, "/task:")
-	if !ok || checkJobName(job) != nil {
-		return TaskID{}, fmt.Errorf("cluster: bad task name %q: want /job:<job>/task:<index>", s)
+	if err := checkJobName(d.Job); err != nil {
+		return TaskID{}, fmt.Errorf("cluster: bad task name %q: %w", s, err)
 	}
-	i, err := strconv.Atoi(idx)
-	if err != nil || i < 0 || strconv.Itoa(i) != idx {
-		return TaskID{}, fmt.Errorf("cluster: bad task name %q: the index must be a non-negative integer", s)
-	}
-	return TaskID{Job: job, Index: i}, nil
+	return TaskID{Job: d.Job, Index: d.Task}, nil
 }
 
 // Spec is a validated cluster description: job name -> ordered task
