@@ -2,6 +2,7 @@ package summary
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -92,9 +93,9 @@ func (rr *RecordReader) Next() ([]byte, error) {
 	if length > maxRecordLen {
 		return nil, rr.fail(ErrCorrupt, "length %d exceeds the limit %d", length, maxRecordLen)
 	}
-	body := make([]byte, int(length)+recordFooterLen)
-	if n, err := io.ReadFull(rr.r, body); err != nil {
-		return nil, rr.fail(ErrTruncated, "%d of %d data and checksum bytes", n, len(body))
+	body, err := readN(rr.r, int(length)+recordFooterLen)
+	if err != nil {
+		return nil, rr.fail(ErrTruncated, "%d of %d data and checksum bytes", len(body), int(length)+recordFooterLen)
 	}
 	data, crc := body[:length], binary.LittleEndian.Uint32(body[length:])
 	if want := MaskedCRC(data); crc != want {
@@ -102,6 +103,26 @@ func (rr *RecordReader) Next() ([]byte, error) {
 	}
 	rr.off += int64(recordHeaderLen) + int64(len(body))
 	return data, nil
+}
+
+// readN reads exactly n bytes from r. Beyond the first MiB the buffer grows
+// with the bytes actually read, so that a corrupt length (up to
+// maxRecordLen) in a short file costs no more memory than the file holds.
+// On error it returns what it read.
+func readN(r io.Reader, n int) ([]byte, error) {
+	const prealloc = 1 << 20
+	if n <= prealloc {
+		b := make([]byte, n)
+		k, err := io.ReadFull(r, b)
+		return b[:k], err
+	}
+	var buf bytes.Buffer
+	buf.Grow(prealloc)
+	k, err := io.CopyN(&buf, r, int64(n))
+	if err == io.EOF && k < int64(n) {
+		err = io.ErrUnexpectedEOF
+	}
+	return buf.Bytes(), err
 }
 
 func (rr *RecordReader) fail(sentinel error, format string, args ...any) error {
