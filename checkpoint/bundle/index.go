@@ -160,13 +160,17 @@ func (ix *Index) check(prefix string) error {
 		if s.Shard != i || s.NumShards != ix.NumShards || s.File != ShardFile(prefix, i, ix.NumShards) {
 			return fmt.Errorf("shard %d is listed as %d of %d in %q", i, s.Shard, s.NumShards, s.File)
 		}
+		if s.Size < shardHeaderSize {
+			return fmt.Errorf("shard %d has size %d, less than its header", i, s.Size)
+		}
 	}
 	for i, v := range ix.Variables {
 		if i > 0 && ix.Variables[i-1].Name >= v.Name {
 			return fmt.Errorf("variables are not sorted and distinct at %q", v.Name)
 		}
+		// Offset+Length could overflow: compare with what the shard has left.
 		if v.Shard < 0 || v.Shard >= ix.NumShards || v.Offset < shardHeaderSize || v.Length < recordOverhead ||
-			v.Offset+v.Length > ix.Shards[v.Shard].Size {
+			v.Length > ix.Shards[v.Shard].Size || v.Offset > ix.Shards[v.Shard].Size-v.Length {
 			return fmt.Errorf("variable %q lies outside its shard %d", v.Name, v.Shard)
 		}
 		if _, err := tensor.ParseDType(v.DType); err != nil {
