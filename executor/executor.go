@@ -778,7 +778,9 @@ func (r *run) exec(i int32, w *worker) int32 {
 func compute(en *execNode, c *kernel.Context, slots []*tensor.Tensor) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("executor: node %s: kernel panicked: %v", en.node, p)
+			if err = kernel.RecoveredError(p); err == nil {
+				err = fmt.Errorf("executor: node %s: kernel panicked: %v", en.node, p)
+			}
 		}
 	}()
 	if err := en.kernel.Compute(c); err != nil {

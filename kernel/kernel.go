@@ -139,6 +139,9 @@ func (c *Context) SetOutput(i int, t *tensor.Tensor) { c.Outputs[i] = t }
 // Alloc returns a zeroed tensor of dtype dt and the given shape, stored as
 // output i. The tensor may be a buffer recycled from an earlier step of the
 // same executor (see OutputBuffer); it belongs to the step like any output.
+// A tensor larger than the Resources' Policy.MaxTensorBytes is not
+// allocated: Alloc panics with a value that the executor recovers as the
+// node's error, wrapping ErrOverBudget (see RecoveredError).
 func (c *Context) Alloc(i int, dt tensor.DType, shape ...int) *tensor.Tensor {
 	t, reused := c.alloc(i, dt, shape)
 	if reused {
@@ -155,6 +158,9 @@ func (c *Context) AllocUninit(i int, dt tensor.DType, shape ...int) *tensor.Tens
 }
 
 func (c *Context) alloc(i int, dt tensor.DType, shape []int) (t *tensor.Tensor, reused bool) {
+	if c.Resources != nil && c.Resources.maxTensorBytes.Load() > 0 {
+		c.checkBudget(i, dt, shape)
+	}
 	if i < len(c.Buffers) {
 		b := &c.Buffers[i]
 		if s := b.Spare; s != nil && s.DType() == dt && slices.Equal(s.Shape(), shape) {
@@ -169,6 +175,14 @@ func (c *Context) alloc(i int, dt tensor.DType, shape []int) (t *tensor.Tensor, 
 	}
 	c.Outputs[i] = t
 	return t, reused
+}
+
+// checkBudget panics with a budgetPanic, which the executor recovers as
+// the node's error, when output i would exceed the task's budget.
+func (c *Context) checkBudget(i int, dt tensor.DType, shape []int) {
+	if err := c.Resources.CheckTensorBytes(fmt.Sprintf("output %d", i), dt, shape); err != nil {
+		panic(budgetPanic{&NodeError{Node: c.Node, Err: err}})
+	}
 }
 
 // OutputBuffer is the executor's side of Alloc for one output of the node

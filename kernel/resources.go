@@ -18,6 +18,8 @@ var ErrUninitialized = errors.New("variable is not initialized")
 // Resources is the state of one session or worker that outlives steps:
 // variables by name. It is safe for concurrent use.
 type Resources struct {
+	policyFields
+
 	mu        sync.Mutex
 	variables map[string]*Variable
 	others    map[string]any

@@ -12,7 +12,9 @@ import (
 
 // Kernels of the checkpoint ops. They read and write files in the node's
 // "dir" attribute on the task that runs them, so a cluster whose tasks run
-// on several machines needs that directory on a shared filesystem. They
+// on several machines needs that directory on a shared filesystem. The
+// directory is checked against the task's kernel.Policy (a worker allows
+// only its file roots) before anything is read or written. They
 // declare MayBlock: disk I/O with fsync can be slow, and should not hold a
 // slot of the executor's pool.
 
@@ -64,7 +66,11 @@ func (k *checkpointSaveKernel) Compute(c *kernel.Context) error {
 		}
 		vars[v.Name()] = t
 	}
-	info, err := bundle.WriteShard(k.dir, bundle.Prefix(k.basename, step), k.shard, k.numShards, vars)
+	dir, err := c.Resources.CheckPath(k.dir)
+	if err != nil {
+		return checkpointWrap(c, "saving", err)
+	}
+	info, err := bundle.WriteShard(dir, bundle.Prefix(k.basename, step), k.shard, k.numShards, vars)
 	if err != nil {
 		return checkpointWrap(c, "", err)
 	}
@@ -94,7 +100,11 @@ func (k *checkpointRestoreKernel) Compute(c *kernel.Context) error {
 	for i := 1; i < len(c.Refs); i++ {
 		names = append(names, c.Ref(i).Name())
 	}
-	vals, err := bundle.ReadVariables(k.dir, bundle.Prefix(k.basename, step), names)
+	dir, err := c.Resources.CheckPath(k.dir)
+	if err != nil {
+		return checkpointWrap(c, "restoring", err)
+	}
+	vals, err := bundle.ReadVariables(dir, bundle.Prefix(k.basename, step), names)
 	if err != nil {
 		return checkpointWrap(c, "", err)
 	}
