@@ -14,12 +14,14 @@ import (
 func init() {
 	Register(Def{
 		Name:    "Reshape",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "tensor"}, {Name: "shape"}},
 		Summary: "Returns tensor with the dimensions given by shape (1-D int32; one -1 is inferred).",
 		Infer:   arrayInferReshape,
 	})
 	Register(Def{
 		Name:    "Shape",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "Returns the dimensions of x as a 1-D int32 tensor.",
 		Infer: func(c *InferContext) error {
@@ -29,6 +31,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Rank",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "Returns the number of dimensions of x as an int32 scalar.",
 		Infer: func(c *InferContext) error {
@@ -38,6 +41,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Size",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "Returns the number of elements of x as an int32 scalar.",
 		Infer: func(c *InferContext) error {
@@ -47,6 +51,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "ExpandDims",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Attrs:   []Attr{{Name: "axis", Type: AttrInt}},
 		Summary: "Inserts a dimension of size 1 at axis (in [-rank-1, rank]).",
@@ -54,6 +59,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Squeeze",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Attrs:   []Attr{{Name: "axes", Type: AttrInts, Default: []int{}}},
 		Summary: "Removes the given dimensions of size 1 (all of them if axes is empty).",
@@ -61,6 +67,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Transpose",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Attrs:   []Attr{{Name: "perm", Type: AttrInts, Default: []int{}}},
 		Summary: "Permutes the dimensions: output dimension i is input dimension perm[i] (empty perm reverses them).",
@@ -68,6 +75,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Concat",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "values", Variadic: true}},
 		Attrs:   []Attr{{Name: "axis", Type: AttrInt}},
 		Summary: "Joins one or more tensors of equal rank and dtype along axis.",
@@ -75,6 +83,7 @@ func init() {
 	})
 	Register(Def{
 		Name:   "Slice",
+		Remote: true,
 		Inputs: []Arg{{Name: "x"}},
 		Attrs: []Attr{{Name: "begin", Type: AttrInts},
 			{Name: "size", Type: AttrInts}},
@@ -83,6 +92,7 @@ func init() {
 	})
 	Register(Def{
 		Name:   "Split",
+		Remote: true,
 		Inputs: []Arg{{Name: "x"}},
 		Attrs: []Attr{{Name: "axis", Type: AttrInt},
 			{Name: "num_split", Type: AttrInt}},
@@ -91,6 +101,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Gather",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "params"}, {Name: "indices"}},
 		Attrs:   []Attr{{Name: "axis", Type: AttrInt, Default: 0}},
 		Summary: "Picks slices of params along axis at indices (int32 or int64); shape params[:axis]+indices+params[axis+1:].",
@@ -98,6 +109,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "GatherGrad",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "dy"}, {Name: "indices"}, {Name: "params_shape"}},
 		Attrs:   []Attr{{Name: "axis", Type: AttrInt, Default: 0}},
 		Summary: "The adjoint of Gather: a zero tensor of params_shape with the slices of dy added at indices along axis.",
@@ -105,6 +117,7 @@ func init() {
 	})
 	Register(Def{
 		Name:   "OneHot",
+		Remote: true,
 		Inputs: []Arg{{Name: "indices"}},
 		Attrs: []Attr{{Name: "depth", Type: AttrInt},
 			{Name: "on_value", Type: AttrFloat, Default: float32(1)},
@@ -117,24 +130,28 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Fill",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "dims"}, {Name: "value"}},
 		Summary: "Returns a tensor of shape dims (1-D int32) filled with the scalar value.",
 		Infer:   arrayInferFill,
 	})
 	Register(Def{
 		Name:    "ZerosLike",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "Returns zeros with the dtype and shape of x.",
 		Infer:   passThrough,
 	})
 	Register(Def{
 		Name:    "OnesLike",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "Returns ones (true for bool) with the dtype and shape of x.",
 		Infer:   passThrough,
 	})
 	Register(Def{
 		Name:    "Tile",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Attrs:   []Attr{{Name: "multiples", Type: AttrInts}},
 		Summary: "Repeats x multiples[i] times along dimension i.",
@@ -142,6 +159,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Pad",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Attrs:   []Attr{{Name: "paddings", Type: AttrInts}},
 		Summary: "Pads x with zeros: paddings holds (before, after) for each dimension, 2*rank values.",

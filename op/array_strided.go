@@ -21,6 +21,7 @@ func init() {
 	}
 	Register(Def{
 		Name:   "StridedSlice",
+		Remote: true,
 		Inputs: []Arg{{Name: "input"}, {Name: "begin"}, {Name: "end"}, {Name: "strides"}},
 		Attrs:  masks,
 		Summary: "input[begin:end:strides] over one subscript per entry of the 1-D int32 or int64 begin, end and strides, " +
@@ -32,6 +33,7 @@ func init() {
 	})
 	Register(Def{
 		Name:   "StridedSliceGrad",
+		Remote: true,
 		Inputs: []Arg{{Name: "shape"}, {Name: "begin"}, {Name: "end"}, {Name: "strides"}, {Name: "dy"}},
 		Attrs:  masks,
 		Summary: "The adjoint of StridedSlice: a zero tensor of shape (the sliced input's, 1-D int32 or int64) with dy " +

@@ -14,7 +14,8 @@ import (
 
 func init() {
 	Register(Def{
-		Name: "SaveVariables",
+		Name:   "SaveVariables",
+		Remote: true,
 		Inputs: []Arg{
 			{Name: "step"},
 			{Name: "vars", Variadic: true, Ref: true},
@@ -45,7 +46,8 @@ func init() {
 		},
 	})
 	Register(Def{
-		Name: "RestoreVariables",
+		Name:   "RestoreVariables",
+		Remote: true,
 		Inputs: []Arg{
 			{Name: "step"},
 			{Name: "vars", Variadic: true, Ref: true},

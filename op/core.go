@@ -11,6 +11,7 @@ import (
 func init() {
 	Register(Def{
 		Name:    "Const",
+		Remote:  true,
 		Attrs:   []Attr{{Name: "value", Type: AttrTensor}},
 		Summary: "A constant tensor.",
 		Infer: func(c *InferContext) error {
@@ -24,6 +25,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Placeholder",
+		Remote:  true,
 		Attrs:   []Attr{{Name: "dtype", Type: AttrDType}, {Name: "shape", Type: AttrShape, Default: tensor.UnknownShape()}},
 		Summary: "A tensor that must be fed when the graph runs.",
 		Infer: func(c *InferContext) error {
@@ -36,23 +38,27 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Identity",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "Returns its input.",
 		Infer:   passThrough,
 	})
 	Register(Def{
 		Name:    "StopGradient",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "Returns its input; gradients do not flow through it.",
 		Infer:   passThrough,
 	})
 	Register(Def{
 		Name:    "NoOp",
+		Remote:  true,
 		Summary: "Does nothing; groups control dependencies.",
 		Infer:   func(c *InferContext) error { return nil },
 	})
 	Register(Def{
 		Name:     "Variable",
+		Remote:   true,
 		Attrs:    []Attr{{Name: "dtype", Type: AttrDType}, {Name: "shape", Type: AttrShape}},
 		Stateful: true,
 		Summary:  "State kept across runs; its output is the current value.",

@@ -54,6 +54,7 @@ func init() {
 	for _, b := range binary {
 		Register(Def{
 			Name:    b.name,
+			Remote:  true,
 			Inputs:  []Arg{{Name: "a"}, {Name: "b"}},
 			Summary: b.summary,
 			Infer:   mathBinaryInfer(b.types, b.out),
@@ -78,6 +79,7 @@ func init() {
 	for _, u := range unary {
 		Register(Def{
 			Name:    u.name,
+			Remote:  true,
 			Inputs:  []Arg{{Name: "x"}},
 			Summary: u.summary,
 			Infer: func(c *InferContext) error {
@@ -91,6 +93,7 @@ func init() {
 
 	Register(Def{
 		Name:    "Cast",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Attrs:   []Attr{{Name: "dtype", Type: AttrDType}},
 		Summary: "Converts x to dtype (floats to integers truncate; bools are 0 and 1).",
@@ -106,6 +109,7 @@ func init() {
 
 	Register(Def{
 		Name:   "Select",
+		Remote: true,
 		Inputs: []Arg{{Name: "cond"}, {Name: "t"}, {Name: "e"}},
 		Summary: "TensorFlow 1's where/Select: t and e have one shape; a scalar cond picks all of t or all of e, " +
 			"a vector cond picks rows of t or e (along their first dimension, cond's length), " +
@@ -114,6 +118,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "SelectV2",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "cond"}, {Name: "t"}, {Name: "e"}},
 		Summary: "cond ? t : e, element-wise; the three inputs broadcast together (numpy rules), as tf.where in TensorFlow 2.",
 		Infer:   mathSelectV2Infer,
@@ -121,6 +126,7 @@ func init() {
 
 	Register(Def{
 		Name:    "AddN",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "inputs", Variadic: true}},
 		Summary: "The element-wise sum of one or more tensors of the same shape.",
 		Infer: func(c *InferContext) error {
@@ -154,6 +160,7 @@ func init() {
 	} {
 		Register(Def{
 			Name:   r.name,
+			Remote: true,
 			Inputs: []Arg{{Name: "x"}},
 			Attrs: []Attr{
 				{Name: "axis", Type: AttrInts, Default: []int{}},
@@ -167,6 +174,7 @@ func init() {
 	for _, name := range []string{"ArgMax", "ArgMin"} {
 		Register(Def{
 			Name:   name,
+			Remote: true,
 			Inputs: []Arg{{Name: "x"}},
 			Attrs: []Attr{
 				{Name: "axis", Type: AttrInt},
@@ -179,6 +187,7 @@ func init() {
 
 	Register(Def{
 		Name:   "MatMul",
+		Remote: true,
 		Inputs: []Arg{{Name: "a"}, {Name: "b"}},
 		Attrs: []Attr{
 			{Name: "transpose_a", Type: AttrBool, Default: false},
@@ -189,6 +198,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "MatrixInverse",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "The inverse of each square matrix [..., n, n] (error if one is singular).",
 		Infer: func(c *InferContext) error {
@@ -200,6 +210,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "MatrixDeterminant",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "The determinant of each square matrix [..., n, n]; the output has shape [...].",
 		Infer: func(c *InferContext) error {
@@ -218,6 +229,7 @@ func init() {
 
 	Register(Def{
 		Name:    "BroadcastTo",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}, {Name: "shape"}},
 		Summary: "x broadcast (numpy rules) to shape, a 1-D int32 or int64 tensor.",
 		Infer: func(c *InferContext) error {
@@ -243,6 +255,7 @@ func init() {
 	})
 	Register(Def{
 		Name:   "SumToShape",
+		Remote: true,
 		Inputs: []Arg{{Name: "x"}, {Name: "shape"}},
 		Summary: "Sums x over the axes that broadcasting added or stretched so that the result has shape " +
 			"(a 1-D int32 or int64 tensor): the adjoint of BroadcastTo.",

@@ -62,12 +62,14 @@ var nnConvAttrs = []Attr{
 func init() {
 	Register(Def{
 		Name:    "BiasAdd",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "value"}, {Name: "bias"}},
 		Summary: "Adds bias [C] to every row of value [..., C].",
 		Infer:   nnInferBiasAdd,
 	})
 	Register(Def{
 		Name:    "BiasAddGrad",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "out_backprop"}},
 		Summary: "Sums out_backprop [..., C] over all but the last axis: the gradient of BiasAdd's bias.",
 		Infer: func(c *InferContext) error {
@@ -90,6 +92,7 @@ func init() {
 	for _, name := range []string{"Sigmoid", "Tanh", "Softplus"} {
 		Register(Def{
 			Name:    name,
+			Remote:  true,
 			Inputs:  []Arg{{Name: "x"}},
 			Summary: name + " of x, element-wise.",
 			Infer:   nnInferUnaryFloat,
@@ -97,6 +100,7 @@ func init() {
 	}
 	Register(Def{
 		Name:    "Relu",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "x"}},
 		Summary: "max(x, 0), element-wise.",
 		Infer: func(c *InferContext) error {
@@ -108,18 +112,21 @@ func init() {
 	})
 	Register(Def{
 		Name:    "ReluGrad",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "dy"}, {Name: "y"}},
 		Summary: "dy where y > 0, else 0: the gradient of Relu given its output y.",
 		Infer:   nnInferSameShape(false),
 	})
 	Register(Def{
 		Name:    "SigmoidGrad",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "y"}, {Name: "dy"}},
 		Summary: "dy * y * (1 - y): the gradient of Sigmoid given its output y.",
 		Infer:   nnInferSameShape(true),
 	})
 	Register(Def{
 		Name:    "TanhGrad",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "y"}, {Name: "dy"}},
 		Summary: "dy * (1 - y^2): the gradient of Tanh given its output y.",
 		Infer:   nnInferSameShape(true),
@@ -127,24 +134,28 @@ func init() {
 
 	Register(Def{
 		Name:    "Softmax",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "logits"}},
 		Summary: "exp(x) / sum(exp(x)) over the last axis.",
 		Infer:   nnInferSoftmax,
 	})
 	Register(Def{
 		Name:    "LogSoftmax",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "logits"}},
 		Summary: "x - log(sum(exp(x))) over the last axis.",
 		Infer:   nnInferSoftmax,
 	})
 	Register(Def{
 		Name:    "SoftmaxCrossEntropyWithLogits",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "logits"}, {Name: "labels"}},
 		Summary: "Per-row cross-entropy of softmax(logits [N,C]) against label distributions [N,C]; outputs loss [N] and backprop [N,C].",
 		Infer:   nnInferSoftmaxXent,
 	})
 	Register(Def{
 		Name:    "SparseSoftmaxCrossEntropyWithLogits",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "logits"}, {Name: "labels"}},
 		Summary: "Per-row cross-entropy of softmax(logits [N,C]) against class indices [N] (int32 or int64); outputs loss [N] and backprop [N,C].",
 		Infer:   nnInferSparseXent,
@@ -152,6 +163,7 @@ func init() {
 
 	Register(Def{
 		Name:    "Conv2D",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "input"}, {Name: "filter"}},
 		Attrs:   nnConvAttrs,
 		Summary: "2-D convolution of input [N,H,W,C] with filter [KH,KW,C,Cout] (float32).",
@@ -159,6 +171,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Conv2DBackpropInput",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "input_sizes"}, {Name: "filter"}, {Name: "out_backprop"}},
 		Attrs:   nnConvAttrs,
 		Summary: "Gradient of Conv2D with respect to its input, whose shape is input_sizes (int32 [4]).",
@@ -166,6 +179,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "Conv2DBackpropFilter",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "input"}, {Name: "filter_sizes"}, {Name: "out_backprop"}},
 		Attrs:   nnConvAttrs,
 		Summary: "Gradient of Conv2D with respect to its filter, whose shape is filter_sizes (int32 [4]).",
@@ -174,6 +188,7 @@ func init() {
 
 	Register(Def{
 		Name:    "MaxPool",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "input"}},
 		Attrs:   nnWindowAttrs,
 		Summary: "Maximum over windows of input [N,H,W,C].",
@@ -181,6 +196,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "AvgPool",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "value"}},
 		Attrs:   nnWindowAttrs,
 		Summary: "Mean over windows of value [N,H,W,C]; padding is not counted.",
@@ -188,6 +204,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "MaxPoolGrad",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "orig_input"}, {Name: "orig_output"}, {Name: "grad"}},
 		Attrs:   nnWindowAttrs,
 		Summary: "Gradient of MaxPool: grad routed to the first maximum of each window.",
@@ -195,6 +212,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "AvgPoolGrad",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "orig_input_shape"}, {Name: "grad"}},
 		Attrs:   nnWindowAttrs,
 		Summary: "Gradient of AvgPool: grad spread evenly over each window.",
@@ -203,6 +221,7 @@ func init() {
 
 	Register(Def{
 		Name:    "L2Loss",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "t"}},
 		Summary: "sum(t^2) / 2, a scalar.",
 		Infer: func(c *InferContext) error {

@@ -63,6 +63,15 @@ type Def struct {
 	// Stateful ops have side effects or non-deterministic results (variables,
 	// random numbers, queues): they are never folded or deduplicated.
 	Stateful bool
+	// Remote allows the op in graphs that arrive from other processes: a
+	// worker refuses to register a graph with a node of an op without it.
+	// It is an allowlist: every op a training or serving graph needs sets
+	// it (file-touching ones, SaveVariables and RestoreVariables, are then
+	// confined to the task's directories by kernel.Policy); an op that
+	// reaches into the host in other ways (runs commands, reads arbitrary
+	// files, talks to the network) leaves it unset and runs only in the
+	// sessions of the process that builds its graph.
+	Remote bool
 	// Summary is a one-line description for documentation and errors.
 	Summary string
 }

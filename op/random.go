@@ -18,6 +18,7 @@ func init() {
 	} {
 		Register(Def{
 			Name:   name,
+			Remote: true,
 			Inputs: []Arg{{Name: "shape"}},
 			Attrs: []Attr{
 				{Name: "dtype", Type: AttrDType, Default: tensor.Float32},

@@ -14,6 +14,7 @@ import (
 func init() {
 	Register(Def{
 		Name:   "Send",
+		Remote: true,
 		Inputs: []Arg{{Name: "tensor"}},
 		Attrs: []Attr{
 			{Name: "tensor_name", Type: AttrString},
@@ -27,7 +28,8 @@ func init() {
 		},
 	})
 	Register(Def{
-		Name: "Recv",
+		Name:   "Recv",
+		Remote: true,
 		Attrs: []Attr{
 			{Name: "tensor_name", Type: AttrString},
 			{Name: "send_device", Type: AttrString},

@@ -14,6 +14,7 @@ func init() {
 	for _, name := range []string{"Assign", "AssignAdd", "AssignSub"} {
 		Register(Def{
 			Name:     name,
+			Remote:   true,
 			Inputs:   []Arg{{Name: "ref", Ref: true}, {Name: "value"}},
 			Stateful: true,
 			Summary:  stateAssignSummary[name],
@@ -22,6 +23,7 @@ func init() {
 	}
 	Register(Def{
 		Name:     "IsVariableInitialized",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "ref", Ref: true}},
 		Stateful: true,
 		Summary:  "Returns a bool scalar: whether the variable holds a value.",
@@ -82,6 +84,7 @@ func stateRegisterApply(name, summary string, refs, values []string, like string
 	}
 	Register(Def{
 		Name:     name,
+		Remote:   true,
 		Inputs:   args,
 		Attrs:    attrs,
 		Stateful: true,

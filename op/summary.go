@@ -13,6 +13,7 @@ import (
 func init() {
 	Register(Def{
 		Name:    "ScalarSummary",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "value"}},
 		Attrs:   []Attr{{Name: "tag", Type: AttrString}},
 		Summary: "Serialises a Summary holding the numeric scalar value under tag (as float32), as 1-D uint8.",
@@ -32,6 +33,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "HistogramSummary",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "values"}},
 		Attrs:   []Attr{{Name: "tag", Type: AttrString}},
 		Summary: "Serialises a Summary holding the histogram of the numeric values (any shape) under tag, as 1-D uint8; NaN or infinite values are an error.",
@@ -48,6 +50,7 @@ func init() {
 	})
 	Register(Def{
 		Name:    "MergeSummary",
+		Remote:  true,
 		Inputs:  []Arg{{Name: "inputs", Variadic: true}},
 		Summary: "Concatenates the values of one or more serialised Summaries (1-D uint8) into one; a tag present twice is an error.",
 		Infer: func(c *InferContext) error {

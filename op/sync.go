@@ -20,7 +20,8 @@ func init() {
 		return append([]Attr{{Name: "shared_name", Type: AttrString, Default: ""}}, extra...)
 	}
 	Register(Def{
-		Name: "ConditionalAccumulator",
+		Name:   "ConditionalAccumulator",
+		Remote: true,
 		Attrs: handleAttrs(
 			Attr{Name: "dtype", Type: AttrDType},
 			Attr{Name: "shape", Type: AttrShape, Default: tensor.UnknownShape()}),
@@ -36,6 +37,7 @@ func init() {
 	})
 	Register(Def{
 		Name:     "AccumulatorApplyGradient",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "handle"}, {Name: "local_step"}, {Name: "gradient"}},
 		Stateful: true,
 		Summary:  "Adds gradient to the accumulator if local_step >= its global step; otherwise drops it and counts it as stale.",
@@ -48,6 +50,7 @@ func init() {
 	})
 	Register(Def{
 		Name:     "AccumulatorTakeGradient",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "handle"}, {Name: "num_required"}},
 		Attrs:    []Attr{{Name: "dtype", Type: AttrDType}, {Name: "shape", Type: AttrShape, Default: tensor.UnknownShape()}},
 		Stateful: true,
@@ -67,6 +70,7 @@ func init() {
 	})
 	Register(Def{
 		Name:     "AccumulatorNumAccumulated",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "handle"}},
 		Stateful: true,
 		Summary:  "The number of gradients accumulated since the last take (int32 scalar).",
@@ -74,6 +78,7 @@ func init() {
 	})
 	Register(Def{
 		Name:     "AccumulatorNumDropped",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "handle"}},
 		Stateful: true,
 		Summary:  "The number of stale gradients dropped since the accumulator was created (int64 scalar).",
@@ -81,6 +86,7 @@ func init() {
 	})
 	Register(Def{
 		Name:     "AccumulatorSetGlobalStep",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "handle"}, {Name: "new_global_step"}},
 		Stateful: true,
 		Summary:  "Sets the accumulator's global step: gradients with an older local step are dropped.",
@@ -90,7 +96,8 @@ func init() {
 	})
 
 	Register(Def{
-		Name: "FIFOQueue",
+		Name:   "FIFOQueue",
+		Remote: true,
 		Attrs: handleAttrs(
 			Attr{Name: "dtype", Type: AttrDType, Default: tensor.Int64},
 			Attr{Name: "capacity", Type: AttrInt, Default: -1}),
@@ -109,6 +116,7 @@ func init() {
 	})
 	Register(Def{
 		Name:     "QueueEnqueueMany",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "handle"}, {Name: "values"}},
 		Stateful: true,
 		Summary:  "Enqueues the slices values[i] in order, waiting for room in a bounded queue.",
@@ -121,6 +129,7 @@ func init() {
 	})
 	Register(Def{
 		Name:     "QueueDequeue",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "handle"}},
 		Attrs:    []Attr{{Name: "dtype", Type: AttrDType, Default: tensor.Int64}, {Name: "shape", Type: AttrShape, Default: tensor.UnknownShape()}},
 		Stateful: true,
@@ -132,6 +141,7 @@ func init() {
 	})
 	Register(Def{
 		Name:     "QueueSize",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "handle"}},
 		Stateful: true,
 		Summary:  "The number of elements in the queue (int32 scalar).",
@@ -139,6 +149,7 @@ func init() {
 	})
 	Register(Def{
 		Name:     "QueueClose",
+		Remote:   true,
 		Inputs:   []Arg{{Name: "handle"}},
 		Attrs:    []Attr{{Name: "cancel_pending_enqueues", Type: AttrBool, Default: false}},
 		Stateful: true,
