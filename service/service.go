@@ -79,3 +79,26 @@ type Workers interface {
 	// Tasks lists every task of the cluster, sorted.
 	Tasks() []string
 }
+
+// ErrPermissionDenied is wrapped by the error of a call that the caller's
+// task may not make (a Shutdown from a task other than the cluster's
+// chief).
+var ErrPermissionDenied = errors.New("permission denied")
+
+type callerKey struct{}
+
+// WithCaller returns a context that carries the name of the task making a
+// call ("/job:worker/task:0"). A transport sets it on the server side from
+// the peer's authenticated identity (its certificate), before it calls the
+// service; a service reads it with Caller. An in-process caller may set it
+// itself.
+func WithCaller(ctx context.Context, task string) context.Context {
+	return context.WithValue(ctx, callerKey{}, task)
+}
+
+// Caller returns the task making the call, as set by WithCaller, and false
+// when the transport did not say (the call's origin is unknown).
+func Caller(ctx context.Context) (string, bool) {
+	task, ok := ctx.Value(callerKey{}).(string)
+	return task, ok && task != ""
+}
