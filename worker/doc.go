@@ -32,6 +32,32 @@
 // the step failed, so every wait of the step ends and a late RecvTensor
 // fails at once.
 //
+// # Confinement
+//
+// A worker runs graphs that other processes send it, so it bounds what they
+// can make the task do (Config; a session's own graphs, run by
+// session.New, are not confined):
+//
+//   - File ops (SaveVariables, RestoreVariables) read and write only under
+//     Config.FileRoots, the task's checkpoint and model directories; paths
+//     are made absolute, cleaned and their symlinks resolved first, so
+//     "..", other absolute paths and links that leave the roots are
+//     refused (kernel.ErrFileAccess). With no roots every file op is
+//     refused, unless Config.UnconfinedFiles (what server.Config does for
+//     now when it is given no directories).
+//   - RegisterGraph refuses a node of an op not allowed remotely
+//     (op.Def.Remote; ErrRemoteOp), and a node whose declared output is
+//     over the tensor budget.
+//   - Every tensor a kernel allocates, and every fed tensor, is checked
+//     against Config.MaxTensorBytes (default a quarter of the machine's
+//     memory) before it is allocated (kernel.ErrOverBudget), so a request
+//     of a few bytes cannot make the task fill terabytes.
+//   - A session holds at most Config.MaxGraphs graphs and
+//     Config.MaxGraphBytes of them (ErrTooManyGraphs); its graphs go with
+//     CloseSession, or after Config.SessionIdle without use.
+//   - Shutdown obeys only the tasks of Config.ShutdownFrom when it is set,
+//     as named by the transport (service.Caller).
+//
 // Errors name the task ("worker: task /job:ps/task:0: step 7: ...") and,
 // for kernel failures, the node and op.
 //

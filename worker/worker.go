@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/distflow/distflow/executor"
 	"github.com/distflow/distflow/graph"
@@ -18,6 +21,7 @@ import (
 	_ "github.com/distflow/distflow/kernel/cpu" // every CPU kernel, Send and Recv included
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
+	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -38,6 +42,94 @@ type Config struct {
 	// that request to end (a server stops itself asynchronously). Nil means
 	// Shutdown only records the request.
 	OnShutdown func(reason string)
+	// ShutdownFrom lists the tasks whose Shutdown requests are obeyed (the
+	// cluster's chief); a request from another task, or whose caller the
+	// transport did not name (service.Caller), fails with
+	// service.ErrPermissionDenied. Empty: every request is obeyed, as
+	// before callers were named.
+	ShutdownFrom []string
+
+	// FileRoots are the directories under which the graphs this task runs
+	// may read and write files (the dir of SaveVariables and
+	// RestoreVariables): the task's checkpoint and model directories.
+	// Paths are made absolute, cleaned and their symlinks resolved before
+	// the check (kernel.Policy). With no FileRoots, every file op is
+	// refused, unless UnconfinedFiles is set.
+	FileRoots []string
+	// UnconfinedFiles lets the graphs read and write wherever the process
+	// may, as before file roots existed: for launchers that do not pass
+	// their directories. FileRoots are then ignored.
+	UnconfinedFiles bool
+	// MaxTensorBytes bounds every tensor the task's kernels allocate and
+	// every tensor fed to it (kernel.Policy.MaxTensorBytes), and the
+	// declared outputs of the graphs it registers: a larger one fails with
+	// an error wrapping kernel.ErrOverBudget, before any allocation. 0
+	// means DefaultMaxTensorBytes(); a negative value, no bound.
+	MaxTensorBytes int64
+	// MaxGraphs bounds the graphs one session may hold registered on the
+	// task; 0 means DefaultMaxGraphs, a negative value no bound.
+	MaxGraphs int
+	// MaxGraphBytes bounds the total size (serialised) of the graphs one
+	// session holds on the task; 0 means DefaultMaxGraphBytes, a negative
+	// value no bound.
+	MaxGraphBytes int64
+	// SessionIdle is how long a session may go without registering or
+	// running a graph before the task drops its graphs (as CloseSession
+	// would); 0 means DefaultSessionIdle, a negative value never. A
+	// session's master that comes back after that finds its graphs gone
+	// (service.ErrNoGraph) and registers them again.
+	SessionIdle time.Duration
+	// Now is the clock of SessionIdle; nil means time.Now.
+	Now func() time.Time
+}
+
+// Defaults of Config's limits.
+const (
+	DefaultMaxGraphs     = 1024
+	DefaultMaxGraphBytes = 1 << 30 // 1 GiB
+	DefaultSessionIdle   = 24 * time.Hour
+)
+
+// ErrTooManyGraphs is wrapped by the error of a RegisterGraph past the
+// session's Config.MaxGraphs or Config.MaxGraphBytes.
+var ErrTooManyGraphs = errors.New("session holds too many graphs")
+
+// ErrRemoteOp is wrapped by the error of a RegisterGraph whose graph has a
+// node of an op not allowed in graphs from other processes (op.Def.Remote).
+var ErrRemoteOp = errors.New("op not allowed in a remote graph")
+
+// DefaultMaxTensorBytes returns the default Config.MaxTensorBytes: a
+// quarter of the machine's physical memory (1 GiB where it is unknown).
+func DefaultMaxTensorBytes() int64 {
+	if m := physicalMemory(); m > 0 {
+		return m / 4
+	}
+	return 1 << 30
+}
+
+// withDefaults returns c with its zero limits replaced by the defaults.
+func (c Config) withDefaults() Config {
+	if c.MaxTensorBytes == 0 {
+		c.MaxTensorBytes = DefaultMaxTensorBytes()
+	}
+	if c.MaxGraphs == 0 {
+		c.MaxGraphs = DefaultMaxGraphs
+	}
+	if c.MaxGraphBytes == 0 {
+		c.MaxGraphBytes = DefaultMaxGraphBytes
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = DefaultSessionIdle
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// policy is the kernel.Policy of c.
+func (c Config) policy() kernel.Policy {
+	return kernel.Policy{ConfineFiles: !c.UnconfinedFiles, FileRoots: c.FileRoots, MaxTensorBytes: max(c.MaxTensorBytes, 0)}
 }
 
 // Worker runs graph partitions for masters and serves their tensors to
@@ -56,8 +148,9 @@ type Worker struct {
 	// incarnation tells this run of the task from earlier and later ones.
 	incarnation uint64
 
-	mu     sync.Mutex
-	graphs map[string]*registered // by graph handle
+	mu       sync.Mutex
+	graphs   map[string]*registered // by graph handle
+	sessions map[string]*sessionUse // by session handle, while it holds graphs
 
 	shutdown sync.Once
 }
@@ -69,8 +162,17 @@ type registered struct {
 	handle  string
 	g       *graph.Graph
 
+	bytes int64 // serialised size, counted in its session's sessionUse
+
 	mu    sync.Mutex
 	execs map[string]*executor.Executor // by signature
+}
+
+// sessionUse is what a session holds on the worker, for its limits.
+type sessionUse struct {
+	graphs   int
+	bytes    int64
+	lastUsed time.Time
 }
 
 var _ Service = (*Worker)(nil)
@@ -81,14 +183,24 @@ func New(cfg Config) *Worker {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Worker{
+	cfg = cfg.withDefaults()
+	w := &Worker{
 		cfg:         cfg,
 		log:         log.With("task", cfg.Task),
 		res:         kernel.NewResources(),
 		steps:       rendezvous.NewTable(),
 		incarnation: rand.Uint64() | 1, // never 0, which means "unknown"
 		graphs:      map[string]*registered{},
+		sessions:    map[string]*sessionUse{},
 	}
+	if err := w.res.SetPolicy(cfg.policy()); err != nil {
+		// Fail closed: a root that cannot be resolved allows nothing.
+		w.log.Error("worker: file roots refused: file ops will be refused", "roots", cfg.FileRoots, "err", err)
+		p := cfg.policy()
+		p.ConfineFiles, p.FileRoots = true, nil
+		_ = w.res.SetPolicy(p)
+	}
+	return w
 }
 
 // Task returns the task this worker is.
@@ -141,12 +253,44 @@ func (w *Worker) RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest
 	if req.GetGraph() == nil {
 		return nil, w.errorf("register graph of session %q: no graph", req.GetSessionHandle())
 	}
+	session := req.GetSessionHandle()
+	size := int64(proto.Size(req.GetGraph()))
+	// Refuse past the limits before building anything from the request.
+	w.mu.Lock()
+	w.dropIdleLocked()
+	use := w.sessions[session]
+	if use == nil {
+		use = &sessionUse{}
+	}
+	err := w.checkGraphLimitsLocked(session, use, size)
+	w.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	g, err := graph.FromProto(req.GetGraph())
 	if err != nil {
-		return nil, w.errorf("register graph of session %q: %w", req.GetSessionHandle(), err)
+		return nil, w.errorf("register graph of session %q: %w", session, err)
 	}
-	r := &registered{session: req.GetSessionHandle(), g: g, execs: map[string]*executor.Executor{}}
+	if err := w.checkGraph(g); err != nil {
+		return nil, w.errorf("register graph of session %q: %w", session, err)
+	}
+	r := &registered{session: session, g: g, bytes: size, execs: map[string]*executor.Executor{}}
 	w.mu.Lock()
+	// Checked again: other registrations of the session may have run.
+	if use = w.sessions[session]; use == nil {
+		use = &sessionUse{}
+		w.sessions[session] = use
+	}
+	if err := w.checkGraphLimitsLocked(session, use, size); err != nil {
+		if use.graphs == 0 {
+			delete(w.sessions, session)
+		}
+		w.mu.Unlock()
+		return nil, err
+	}
+	use.graphs++
+	use.bytes += size
+	use.lastUsed = w.cfg.Now()
 	for {
 		r.handle = "g" + strconv.FormatUint(rand.Uint64(), 36)
 		if _, taken := w.graphs[r.handle]; !taken {
@@ -167,7 +311,7 @@ func (w *Worker) DeregisterGraph(ctx context.Context, req *pb.DeregisterGraphReq
 	if !ok || r.session != req.GetSessionHandle() {
 		return nil, w.errorf("deregister graph %q of session %q: %w", req.GetGraphHandle(), req.GetSessionHandle(), ErrNoGraph)
 	}
-	delete(w.graphs, r.handle)
+	w.dropLocked(r)
 	w.log.Debug("worker: deregistered graph", "session", r.session, "graph", r.handle)
 	return &pb.DeregisterGraphResponse{}, nil
 }
@@ -179,7 +323,81 @@ func (w *Worker) lookup(session, handle string) (*registered, error) {
 	if !ok || r.session != session {
 		return nil, fmt.Errorf("graph %q of session %q: %w", handle, session, ErrNoGraph)
 	}
+	if use := w.sessions[session]; use != nil {
+		use.lastUsed = w.cfg.Now()
+	}
 	return r, nil
+}
+
+// checkGraphLimitsLocked reports an error when one more graph of size
+// bytes would take session past the limits.
+func (w *Worker) checkGraphLimitsLocked(session string, use *sessionUse, size int64) error {
+	if max := w.cfg.MaxGraphs; max > 0 && use.graphs+1 > max {
+		return w.errorf("register graph of session %q: %w: %d graphs registered, limit %d (Config.MaxGraphs); close the session or deregister graphs", session, ErrTooManyGraphs, use.graphs, max)
+	}
+	if max := w.cfg.MaxGraphBytes; max > 0 && use.bytes+size > max {
+		return w.errorf("register graph of session %q: %w: a graph of %d bytes on top of %d bytes registered exceeds the limit of %d bytes (Config.MaxGraphBytes)", session, ErrTooManyGraphs, size, use.bytes, max)
+	}
+	return nil
+}
+
+// checkGraph refuses a graph with a node of an op not allowed remotely, or
+// whose declared output exceeds the tensor budget.
+func (w *Worker) checkGraph(g *graph.Graph) error {
+	for _, n := range g.Nodes() {
+		if !n.Def().Remote {
+			return fmt.Errorf("node %s: %w: op %s may only run in the process that builds its graph (op.Def.Remote)", n, ErrRemoteOp, n.Op())
+		}
+		for i := range n.NumOutputs() {
+			o := n.Output(i)
+			if sh := o.Shape(); sh.FullyDefined() {
+				if err := w.res.CheckTensorBytes(fmt.Sprintf("node %s output %d", n, i), o.DType(), sh.Dims()); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// dropLocked forgets a registered graph and its share of its session's use.
+func (w *Worker) dropLocked(r *registered) {
+	delete(w.graphs, r.handle)
+	if use := w.sessions[r.session]; use != nil {
+		use.graphs--
+		use.bytes -= r.bytes
+		if use.graphs <= 0 {
+			delete(w.sessions, r.session)
+		}
+	}
+}
+
+// dropIdleLocked drops the graphs of the sessions idle for longer than
+// Config.SessionIdle.
+func (w *Worker) dropIdleLocked() {
+	if w.cfg.SessionIdle < 0 {
+		return
+	}
+	now := w.cfg.Now()
+	for session, use := range w.sessions {
+		if now.Sub(use.lastUsed) > w.cfg.SessionIdle {
+			n := w.closeSessionLocked(session)
+			w.log.Info("worker: dropped the graphs of an idle session", "session", session, "graphs", n, "idle", now.Sub(use.lastUsed))
+		}
+	}
+}
+
+// closeSessionLocked drops every graph of session and returns how many.
+func (w *Worker) closeSessionLocked(session string) int {
+	n := 0
+	for _, r := range w.graphs {
+		if r.session == session {
+			w.dropLocked(r)
+			n++
+		}
+	}
+	delete(w.sessions, session)
+	return n
 }
 
 // RunGraph runs one step of a registered partition: it feeds the request's
@@ -210,6 +428,9 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 		}
 		if f.GetTensor() == nil {
 			return fail(fmt.Errorf("feed %q: no value", f.GetName()))
+		}
+		if err := w.checkFeedBytes(f); err != nil {
+			return fail(err)
 		}
 		if vals[i], err = graph.TensorFromProto(f.GetTensor()); err != nil {
 			return fail(fmt.Errorf("feed %q: %w", f.GetName(), err))
@@ -286,6 +507,19 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 	return resp, nil
 }
 
+// checkFeedBytes refuses a fed tensor over the budget before it is decoded.
+func (w *Worker) checkFeedBytes(f *pb.NamedTensor) error {
+	tp := f.GetTensor()
+	dims := make([]int, len(tp.GetDims()))
+	for i, d := range tp.GetDims() {
+		if d < 0 || d > 1<<40 {
+			return nil // TensorFromProto names the bad dimension
+		}
+		dims[i] = int(d)
+	}
+	return w.res.CheckTensorBytes(fmt.Sprintf("feed %q", f.GetName()), tensor.DType(tp.GetDtype()), dims)
+}
+
 func byName(a, b graph.Output) int { return strings.Compare(a.Name(), b.Name()) }
 
 // executor returns the cached executor of a signature, building it on
@@ -346,19 +580,24 @@ func (w *Worker) CleanupStep(ctx context.Context, req *pb.CleanupStepRequest) (*
 func (w *Worker) CloseSession(ctx context.Context, req *pb.WorkerCloseSessionRequest) (*pb.WorkerCloseSessionResponse, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := 0
-	for h, r := range w.graphs {
-		if r.session == req.GetSessionHandle() {
-			delete(w.graphs, h)
-			n++
-		}
-	}
+	n := w.closeSessionLocked(req.GetSessionHandle())
 	w.log.Debug("worker: closed session", "session", req.GetSessionHandle(), "graphs", n)
 	return &pb.WorkerCloseSessionResponse{}, nil
 }
 
 // Shutdown asks the task to exit: the first call runs Config.OnShutdown.
+// With Config.ShutdownFrom, only those tasks may ask (service.Caller).
 func (w *Worker) Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error) {
+	if len(w.cfg.ShutdownFrom) > 0 {
+		caller, ok := service.Caller(ctx)
+		if !ok {
+			caller = "an unnamed caller"
+		}
+		if !ok || !slices.Contains(w.cfg.ShutdownFrom, caller) {
+			w.log.Warn("worker: shutdown refused", "caller", caller, "reason", req.GetReason())
+			return nil, w.errorf("shutdown from %s: %w: only %s may stop this task", caller, service.ErrPermissionDenied, strings.Join(w.cfg.ShutdownFrom, ", "))
+		}
+	}
 	w.shutdown.Do(func() {
 		w.log.Info("worker: shutdown requested", "reason", req.GetReason())
 		if w.cfg.OnShutdown != nil {

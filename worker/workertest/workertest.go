@@ -50,7 +50,9 @@ func NewNetwork() *Network {
 
 // NewCluster returns a network of one *worker.Worker per task, each
 // reaching the others through the network (as seen from its own task).
-// Workers log to a discarding logger; use NewNetwork and Add for others.
+// Workers log to a discarding logger and let their graphs read and write
+// files anywhere (worker.Config.UnconfinedFiles); use NewNetwork and Add
+// for others.
 func NewCluster(tasks ...string) *Network {
 	n := NewNetwork()
 	n.log = slog.New(slog.DiscardHandler)
@@ -64,7 +66,9 @@ func NewCluster(tasks ...string) *Network {
 
 // install makes a new worker for task and serves it; n.mu must be held.
 func (n *Network) install(task string) *worker.Worker {
-	w := worker.New(worker.Config{Task: task, Workers: n.From(task), Logger: n.log})
+	// The network's workers run the test's own graphs: their file ops are
+	// not confined (package worker's tests confine theirs).
+	w := worker.New(worker.Config{Task: task, Workers: n.From(task), Logger: n.log, UnconfinedFiles: true})
 	n.services[task], n.workers[task] = w, w
 	return w
 }
