@@ -47,6 +47,17 @@ type Config struct {
 	// Logger receives the server's logs, tagged with the task; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// FileRoots are the directories under which the graphs run on this
+	// task may read and write files (the checkpoint ops): the task's
+	// checkpoint and model directories (worker.Config.FileRoots; paths
+	// that leave them are refused). Nil leaves file ops unconfined, as
+	// before, until every launcher passes its directories; then nil will
+	// refuse them.
+	FileRoots []string
+	// MaxTensorBytes bounds every tensor the task's kernels allocate and
+	// every tensor fed to it (worker.Config.MaxTensorBytes); 0 means a
+	// quarter of the machine's memory, a negative value no bound.
+	MaxTensorBytes int64
 }
 
 func (c *Config) validate() error {
@@ -127,7 +138,8 @@ func New(cfg Config) (*Server, error) {
 	// the worker's own task in process: self breaks the cycle.
 	self := &selfWorker{}
 	s.cache = rpc.NewWorkerCache(cfg.Cluster, task, self, rpcOpts)
-	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown})
+	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown,
+		FileRoots: cfg.FileRoots, UnconfinedFiles: cfg.FileRoots == nil, MaxTensorBytes: cfg.MaxTensorBytes})
 	self.Service = s.worker
 	s.master = master.New(master.Config{Task: task, Devices: placement.DevicesOf(cfg.Cluster), Workers: s.cache, Logger: base})
 	s.rpc = rpc.NewServer(rpcOpts)
