@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -350,5 +351,40 @@ func TestShutdownOnlyFromChief(t *testing.T) {
 	}
 	if _, err := w.Shutdown(svc.WithCaller(context.Background(), chief), &pb.ShutdownRequest{Reason: "done"}); err != nil || stopped != 1 {
 		t.Errorf("Shutdown from the chief: %v, %d stops", err, stopped)
+	}
+}
+
+// TestRemoteNaNWriteRefused: today a peer's request that assigns NaN to a
+// variable on the ps is obeyed, and the job dies later on the chief's NaN
+// guard ("the loss is not a finite number: lower the learning rate"),
+// blaming the model. The write is now refused, naming the variable and the
+// feed, and the variable keeps its value.
+func TestRemoteNaNWriteRefused(t *testing.T) {
+	_, open := serveVictim(t, worker.Config{})
+	s := graph.NewScope()
+	v := ops.NewVariable(s, "w", tensor.Float32, []int{2}, ops.ConstantInit(1))
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(2))
+	assign := ops.Assign(s.SubScope("overwrite"), v.Node().Output(0), x)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sess := open(s.Graph())
+	ctx := ctxT(t)
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{v.Initializer()}); err != nil {
+		t.Fatal(err)
+	}
+	nan := tensor.MustFromSlice([]float32{0, float32(math.NaN())}, 2)
+	_, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{x: nan}, []graph.Output{assign}, nil)
+	for _, want := range []string{"non-finite value fed into a variable", `"w"`, "NaN", "element 1", "request"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("assigning a fed NaN: %v, want an error with %q", err, want)
+		}
+	}
+	out, err := sess.Run(ctx, nil, []graph.Output{v.Value()}, nil)
+	if err != nil || out[0].Float32s()[1] != 1 {
+		t.Errorf("the variable after the refused write: %v, %v", out, err)
+	}
+	if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{x: tensor.MustFromSlice([]float32{3, 4}, 2)}, []graph.Output{assign}, nil); err != nil {
+		t.Errorf("a finite write: %v", err)
 	}
 }

@@ -88,6 +88,9 @@ func stateAssign(c *kernel.Context) error {
 	if t.DType() != v.DType() || !v.Shape().Equal(t.StaticShape()) {
 		return c.Errorf("cannot assign %v%v to variable %q of %v%v", t.DType(), t.StaticShape(), v.Name(), v.DType(), v.Shape())
 	}
+	if err := c.CheckFedWrite(1, v); err != nil {
+		return err
+	}
 	if err := v.Assign(t); err != nil {
 		return stateWrap(c, err)
 	}
@@ -101,6 +104,9 @@ func stateAssignUpdate(c *kernel.Context, sign int) error {
 	v, t := c.Ref(0), c.Input(1)
 	if t.DType() != v.DType() || !v.Shape().Equal(t.StaticShape()) {
 		return c.Errorf("cannot add %v%v to variable %q of %v%v", t.DType(), t.StaticShape(), v.Name(), v.DType(), v.Shape())
+	}
+	if err := c.CheckFedWrite(1, v); err != nil {
+		return err
 	}
 	switch v.DType() {
 	case tensor.Float32, tensor.Float64, tensor.Int32, tensor.Int64:
