@@ -23,3 +23,8 @@ go test -race -count=1 -timeout 15m ./executor/... ./session/... ./data/... ./ke
   ./rendezvous/... ./worker/... ./master/... ./rpc/... ./server/... ./partition/... ./placement/... \
   ./allreduce/... ./train/... ./checkpoint/... ./summary/... ./estimator/... ./localcluster/... \
   ./savedmodel/... ./serving/... ./cluster/...
+
+# Every fuzz target for 5 s (scripts/fuzz.sh; about 21 targets, two at a
+# time: under two minutes plus builds). Their seed corpora already ran above.
+echo "== fuzz (5s per target)"
+scripts/fuzz.sh 5s
