@@ -79,8 +79,11 @@
 // configures the credentials of servers and clients (gRPC, the ring's
 // streams and the tensor channel), Authenticate is called by the server's
 // unary and stream interceptors before every call (the ring's streams
-// included) and by the tensor channel before every request, and
-// PerRPCCredentials attaches a client's token to all of them.
+// included) and by the tensor channel before every request, Identify then
+// names the caller from its verified certificate (PeerCertificate) for the
+// services (service.Caller), and PerRPCCredentials attaches a client's
+// token to all of them. Refused calls and failed TLS handshakes are logged
+// as warnings with the peer's address and the reason.
 // MaxMessageBytes, MaxTensorBytes and Keepalive apply to every connection
 // likewise. Nothing else in distflow deals with them (allreduce's ring
 // used to run a gRPC server of its own, in plaintext), so the security work

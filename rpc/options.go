@@ -14,11 +14,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 )
 
 // Options configure both ends of every connection of a task: its gRPC
@@ -45,6 +43,15 @@ type Options struct {
 	// in it: see google.golang.org/grpc/metadata and peer). A non-nil error
 	// refuses the call with codes.Unauthenticated and that message.
 	Authenticate func(ctx context.Context) error
+	// Identify, when set, names the peer of every call that Authenticate
+	// admitted: the task ("/job:worker/task:1") or client its verified
+	// certificate (PeerCertificate) or credentials name, for the method
+	// called (a full gRPC method name, "/distflow.WorkerService/RunGraph",
+	// also for the tensor channel's RecvTensor). The name reaches the
+	// service as service.Caller; an error refuses the call as
+	// Authenticate's does. Refusals of both are logged, as warnings with
+	// the peer's address and the reason, by the server.
+	Identify func(ctx context.Context, method string) (caller string, err error)
 	// PerRPCCredentials, when set, attach credentials (such as a bearer
 	// token) to every call a client makes.
 	PerRPCCredentials credentials.PerRPCCredentials
@@ -212,27 +219,21 @@ func serverOptions(opts Options, creds credentials.TransportCredentials) []grpc.
 	return so
 }
 
-// authenticate is the single check every incoming call goes through.
-func (o Options) authenticate(ctx context.Context, method string) error {
-	if o.Authenticate == nil {
-		return nil
-	}
-	if err := o.Authenticate(ctx); err != nil {
-		return status.Errorf(codes.Unauthenticated, "rpc: %s: %v", method, err)
-	}
-	return nil
-}
-
 func (o Options) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := o.authenticate(ctx, info.FullMethod); err != nil {
+	ctx, err := o.admit(ctx, info.FullMethod)
+	if err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
 func (o Options) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := o.authenticate(ss.Context(), info.FullMethod); err != nil {
+	ctx, err := o.admit(ss.Context(), info.FullMethod)
+	if err != nil {
 		return err
+	}
+	if ctx != ss.Context() {
+		ss = admittedStream{ss, ctx}
 	}
 	return h(srv, ss)
 }

@@ -134,7 +134,9 @@ func (s *Server) sniff(c net.Conn, g *chanListener) {
 	if s.tlsc != nil {
 		tc := tls.Server(c, s.tlsc)
 		if err := tc.Handshake(); err != nil {
-			s.opts.logger().Debug("rpc: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+			// A plaintext client, a certificate of another CA or cluster:
+			// refused here, and told to whoever runs the task.
+			s.opts.logger().Warn("rpc: refused connection: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 			c.Close()
 			return
 		}

@@ -296,12 +296,12 @@ func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Serv
 // recvAuthenticated returns the requested tensor and the function to call
 // once it is written (see worker.Lender).
 func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *tensorRequest) (*tensor.Tensor, func(), error) {
-	if err := s.opts.authenticate(ctx, recvTensorMethod); err != nil {
+	ctx, err := s.opts.admit(ctx, recvTensorMethod)
+	if err != nil {
 		return nil, nil, err
 	}
 	release := func() {}
 	var t *tensor.Tensor
-	var err error
 	if l, ok := w.(worker.Lender); ok {
 		t, release, err = l.LendTensor(ctx, req.step, req.key)
 	} else {
