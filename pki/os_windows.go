@@ -1,0 +1,3 @@
+package pki
+
+const isWindows = true
