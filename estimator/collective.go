@@ -133,7 +133,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	// The task's server serves the ring (ranks: the training tasks) beside
 	// its master and worker services, on its one address.
-	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps})
+	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, FileRoots: cfg.fileRoots()})
 	if err != nil {
 		return nil, err
 	}

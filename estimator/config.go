@@ -31,7 +31,9 @@ type RunConfig struct {
 	ModelDir string
 	// CheckpointDir receives the checkpoints (default ModelDir). The chief
 	// resumes from the latest complete one. Every ps task writes its shard
-	// there: on several machines it must be a shared filesystem.
+	// there: on several machines it must be a shared filesystem, and every
+	// task must be given it, since a task reads and writes files for other
+	// tasks only in its own CheckpointDir and ModelDir.
 	CheckpointDir string
 	// SaveCheckpointsSteps and SaveCheckpointsSecs schedule checkpoints
 	// (0: only the final one); KeepCheckpoints is how many are kept (0: 5).
@@ -154,6 +156,19 @@ func (c RunConfig) withDefaults() (RunConfig, error) {
 		c.CheckpointDir = abs
 	}
 	return c, errors.Join(errs...)
+}
+
+// fileRoots are the directories in which the graphs that other tasks send
+// this one may read and write files (checkpoints): none but those
+// configured, and none at all without them.
+func (c RunConfig) fileRoots() []string {
+	roots := []string{}
+	for _, d := range []string{c.CheckpointDir, c.ModelDir} {
+		if d != "" {
+			roots = append(roots, d)
+		}
+	}
+	return roots
 }
 
 // replicas lists the tasks that train: the chief (if any) first, then the

@@ -62,7 +62,7 @@ func (r *replica) startServer() (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger})
+	srv, err := server.New(server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger, FileRoots: r.cfg.fileRoots()})
 	if err != nil {
 		return nil, err
 	}
