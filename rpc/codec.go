@@ -177,7 +177,7 @@ func (r *tensorReceiver) alloc(dtype uint64, dims []int64) error {
 	shape := make([]int, len(dims))
 	size := int64(dt.Size())
 	for i, d := range dims {
-		if d < 0 || (d > 0 && size > maxTensorSize/d) {
+		if d < 0 || d > maxTensorSize || (d > 0 && size > maxTensorSize/d) {
 			return fmt.Errorf("%w: bad dimensions %v", tensor.ErrCorrupt, dims)
 		}
 		size *= d

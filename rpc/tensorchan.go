@@ -583,7 +583,9 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 	size := uint64(dt.Size())
 	for i := range shape {
 		d := binary.LittleEndian.Uint64(dims[8*i:])
-		if d > 0 && size > maxTensorSize/d {
+		// A dimension beyond the largest tensor is corrupt even when
+		// another one is 0 (it would not fit an int either).
+		if d > maxTensorSize || d > 0 && size > maxTensorSize/d {
 			return nil, fmt.Errorf("%w: bad dimensions in a tensor of %v", tensor.ErrCorrupt, dt)
 		}
 		size *= d
