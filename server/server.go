@@ -50,9 +50,7 @@ type Config struct {
 	// FileRoots are the directories under which the graphs run on this
 	// task may read and write files (the checkpoint ops): the task's
 	// checkpoint and model directories (worker.Config.FileRoots; paths
-	// that leave them are refused). Nil leaves file ops unconfined, as
-	// before, until every launcher passes its directories; then nil will
-	// refuse them.
+	// that leave them are refused). With none, file ops are refused.
 	FileRoots []string
 	// MaxTensorBytes bounds every tensor the task's kernels allocate and
 	// every tensor fed to it (worker.Config.MaxTensorBytes); 0 means a
@@ -139,7 +137,7 @@ func New(cfg Config) (*Server, error) {
 	self := &selfWorker{}
 	s.cache = rpc.NewWorkerCache(cfg.Cluster, task, self, rpcOpts)
 	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown,
-		FileRoots: cfg.FileRoots, UnconfinedFiles: cfg.FileRoots == nil, MaxTensorBytes: cfg.MaxTensorBytes})
+		FileRoots: cfg.FileRoots, MaxTensorBytes: cfg.MaxTensorBytes})
 	self.Service = s.worker
 	s.master = master.New(master.Config{Task: task, Devices: placement.DevicesOf(cfg.Cluster), Workers: s.cache, Logger: base})
 	s.rpc = rpc.NewServer(rpcOpts)
