@@ -27,8 +27,14 @@ done)
 n=$(echo "$targets" | grep -c .)
 echo "== $n fuzz targets, $duration each, $jobs at a time; logs in $logdir"
 
+logname() {
+  local p=${1#./}
+  echo "$logdir/${p//\//_}.$2.log"
+}
+
 run() {
-  local pkg=$1 name=$2 log="$logdir/${1//\//_}.$2.log"
+  local pkg=$1 name=$2 log
+  log=$(logname "$1" "$2")
   go test -run '^$' -fuzz "^$name\$" -fuzztime "$duration" -fuzzminimizetime 5s -parallel 1 "$pkg" >"$log" 2>&1
   echo $? >"$log.rc"
 }
@@ -44,7 +50,7 @@ wait
 failed=0
 printf '%-22s %-24s %12s %8s %s\n' PACKAGE TARGET EXECS NEW RESULT
 while read -r pkg name; do
-  log="$logdir/${pkg//\//_}.$name.log"
+  log=$(logname "$pkg" "$name")
   rc=$(cat "$log.rc" 2>/dev/null || echo 1)
   last=$(grep 'fuzz: elapsed' "$log" | tail -1)
   execs=$(sed -n 's/.*execs: \([0-9]*\).*/\1/p' <<<"$last")
