@@ -11,6 +11,7 @@ import (
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/kernel/cpu"
 	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
@@ -46,6 +47,7 @@ var sentinels = []struct {
 	{"ABORTED", rendezvous.ErrAborted, codes.Aborted},
 	{"DUPLICATE_SEND", rendezvous.ErrDuplicateSend, codes.AlreadyExists},
 	{"CORRUPT_TENSOR", tensor.ErrCorrupt, codes.DataLoss},
+	{"QUEUE_CLOSED", cpu.ErrQueueClosed, codes.OutOfRange},
 	{"UNAUTHENTICATED", ErrUnauthenticated, codes.Unauthenticated},
 	{"UNAVAILABLE", ErrUnavailable, codes.Unavailable},
 }

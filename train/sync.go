@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -434,13 +433,13 @@ func (o *SyncReplicasOptimizer) RunStep(ctx context.Context, sess *session.Sessi
 }
 
 // CheckFinished returns err wrapped with ErrTrainingFinished if it reports
-// a closed token queue (also when the error crossed a process boundary and
-// only its message is left), and err unchanged otherwise.
+// a closed token queue (the rpc layer keeps the sentinel across processes),
+// and err unchanged otherwise.
 func CheckFinished(err error) error {
 	if err == nil || errors.Is(err, ErrTrainingFinished) {
 		return err
 	}
-	if errors.Is(err, cpu.ErrQueueClosed) || strings.Contains(err.Error(), cpu.ErrQueueClosed.Error()) {
+	if errors.Is(err, cpu.ErrQueueClosed) {
 		return fmt.Errorf("train: sync replicas: %w: %w", ErrTrainingFinished, err)
 	}
 	return err
