@@ -27,8 +27,8 @@ func BenchmarkRecvTensor(b *testing.B) {
 	}{{"channel", rpc.Options{}}, {"grpc", rpc.Options{NoTensorChannel: true}}} {
 		for _, size := range []int{4 << 10, 1 << 20, 64 << 20} {
 			b.Run(fmt.Sprintf("%s/%dKiB", path.name, size>>10), func(b *testing.B) {
-				s := &suite{svc: serveWorker(b, worker.New(worker.Config{Task: suiteTask}), rpc.Options{}, path.cli)}
-				h, key := s.sendGraph(b, func(sc *graph.Scope) graph.Output { return ops.Zeros(sc, tensor.Float32, size/4) })
+				s := &suite{Svc: serveWorker(b, worker.New(worker.Config{Task: suiteTask}), rpc.Options{}, path.cli)}
+				h, key := s.SendGraph(b, func(sc *graph.Scope) graph.Output { return ops.Zeros(sc, tensor.Float32, size/4) })
 				ctx := context.Background()
 				b.SetBytes(int64(size))
 				step := int64(0)
@@ -36,10 +36,10 @@ func BenchmarkRecvTensor(b *testing.B) {
 				for b.Loop() {
 					b.StopTimer()
 					step++
-					s.runSend(b, h, step)
+					s.RunSend(b, h, step)
 					start := cpuTime()
 					b.StartTimer()
-					if _, err := s.svc.RecvTensor(ctx, step, key); err != nil {
+					if _, err := s.Svc.RecvTensor(ctx, step, key); err != nil {
 						b.Fatal(err)
 					}
 					b.StopTimer()
@@ -55,8 +55,8 @@ func BenchmarkRecvTensor(b *testing.B) {
 // BenchmarkRunGraphTiny measures the round trip of a tiny RunGraph over
 // gRPC on loopback: the per-step overhead of the transport.
 func BenchmarkRunGraphTiny(b *testing.B) {
-	s := &suite{svc: serveWorker(b, worker.New(worker.Config{Task: suiteTask}), rpc.Options{}, rpc.Options{})}
-	h := s.register(b, "sess", func(sc *graph.Scope) {
+	s := &suite{Svc: serveWorker(b, worker.New(worker.Config{Task: suiteTask}), rpc.Options{}, rpc.Options{})}
+	h := s.Register(b, "sess", func(sc *graph.Scope) {
 		x := ops.Placeholder(sc, "x", tensor.Float32, tensor.MakeShape(1))
 		sc.AddNode("Identity", "y", []graph.Output{ops.Add(sc, x, x)}, nil)
 	})
@@ -67,7 +67,7 @@ func BenchmarkRunGraphTiny(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		req.StepId++
-		if _, err := s.svc.RunGraph(ctx, req); err != nil {
+		if _, err := s.Svc.RunGraph(ctx, req); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,38 +2,25 @@ package rpc_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/distflow/distflow/graph"
-	"github.com/distflow/distflow/ops"
-	pb "github.com/distflow/distflow/proto/distflowpb"
-	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/rpc"
-	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
+	"github.com/distflow/distflow/worker/workertest"
 )
 
 // raceEnabled is set by race_test.go under -race.
 var raceEnabled bool
 
 const (
-	suiteTask = "/job:ps/task:0"
-	suiteDev  = suiteTask + "/cpu:0"
-	peerDev   = "/job:worker/task:0/cpu:0"
+	suiteTask = workertest.Task
+	suiteDev  = workertest.Device
+	peerDev   = workertest.PeerDevice
 )
 
-// connector returns the service a test talks to for the in-process worker
-// w: w itself, or a client of w served over gRPC.
-type connector func(t *testing.T, w *worker.Worker) worker.Service
-
-// inProcess is the reference: the worker itself.
-func inProcess(_ *testing.T, w *worker.Worker) worker.Service { return w }
+// suite is the conformance suite's worker under test.
+type suite = workertest.Suite
 
 // overGRPC serves w on 127.0.0.1:0 and returns a client of it.
 func overGRPC(t *testing.T, w *worker.Worker) worker.Service {
@@ -59,277 +46,11 @@ func serveWorker(t testing.TB, w worker.Service, srvOpts, cliOpts rpc.Options) w
 	return c
 }
 
-func TestWorkerServiceInProcess(t *testing.T) { testWorkerService(t, inProcess) }
-func TestWorkerServiceGRPC(t *testing.T)      { testWorkerService(t, overGRPC) }
-
-// suite is one worker under test and what it recorded.
-type suite struct {
-	svc worker.Service
-
-	mu       sync.Mutex
-	shutdown []string
+// TestWorkerServiceGRPC runs the worker service's conformance suite over
+// gRPC and the tensor channel (the in-process reference runs in package
+// worker).
+func TestWorkerServiceGRPC(t *testing.T) {
+	workertest.Run(t, func(t *testing.T, w *worker.Worker) worker.Service { return overGRPC(t, w) }, workertest.Options{HugeRecv: !raceEnabled})
 }
 
-func newSuite(t *testing.T, connect connector) *suite {
-	s := &suite{}
-	w := worker.New(worker.Config{Task: suiteTask, OnShutdown: func(reason string) {
-		s.mu.Lock()
-		s.shutdown = append(s.shutdown, reason)
-		s.mu.Unlock()
-	}})
-	s.svc = connect(t, w)
-	return s
-}
-
-// register installs the graph built by build and returns its handle.
-func (s *suite) register(t testing.TB, session string, build func(sc *graph.Scope)) string {
-	t.Helper()
-	sc := graph.NewScope().WithDevice(suiteDev)
-	build(sc)
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := s.svc.RegisterGraph(ctxT(t), &pb.RegisterGraphRequest{SessionHandle: session, Graph: sc.Graph().ToProto()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.GetGraphHandle()
-}
-
-// sendGraph registers a graph that sends value (computed by build) under
-// the key of tensor name "v:0", and returns the handle and the key.
-func (s *suite) sendGraph(t testing.TB, build func(sc *graph.Scope) graph.Output) (handle, key string) {
-	t.Helper()
-	handle = s.register(t, "sess", func(sc *graph.Scope) {
-		v := build(sc)
-		sc.AddNode("Send", "send", []graph.Output{v}, map[string]any{"tensor_name": "v:0", "send_device": suiteDev, "recv_device": peerDev})
-	})
-	return handle, rendezvous.Key(suiteDev, peerDev, "v:0")
-}
-
-func (s *suite) runSend(t testing.TB, handle string, step int64) {
-	t.Helper()
-	if _, err := s.svc.RunGraph(ctxT(t), &pb.RunGraphRequest{SessionHandle: "sess", GraphHandle: handle, StepId: step, Targets: []string{"send"}}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// testWorkerService is the conformance suite of worker.Service: every
-// implementation (in process, over gRPC) must behave the same.
-func testWorkerService(t *testing.T, connect connector) {
-	t.Run("GetStatus", func(t *testing.T) {
-		s := newSuite(t, connect)
-		st, err := s.svc.GetStatus(ctxT(t), &pb.GetStatusRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.GetTask() != suiteTask || len(st.GetDevices()) != 1 || st.GetDevices()[0] != suiteDev {
-			t.Errorf("status = %v, want task %s device %s", st, suiteTask, suiteDev)
-		}
-	})
-
-	t.Run("RunGraph", func(t *testing.T) {
-		s := newSuite(t, connect)
-		h := s.register(t, "sess", func(sc *graph.Scope) {
-			x := ops.Placeholder(sc, "x", tensor.Float32, tensor.MakeShape(2))
-			sc.AddNode("Identity", "y", []graph.Output{ops.Mul(sc, x, ops.Const(sc, float32(3)))}, nil)
-		})
-		resp, err := s.svc.RunGraph(ctxT(t), &pb.RunGraphRequest{SessionHandle: "sess", GraphHandle: h, StepId: 1,
-			Feeds:   []*pb.NamedTensor{{Name: "x:0", Tensor: graph.TensorToProto(tensor.MustFromSlice([]float32{1, 2}, 2))}},
-			Fetches: []string{"y:0"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := graph.TensorFromProto(resp.GetFetches()[0].GetTensor())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := tensor.MustFromSlice([]float32{3, 6}, 2); !tensor.Equal(got, want) {
-			t.Errorf("y = %v, want %v", got, want)
-		}
-	})
-
-	t.Run("Errors", func(t *testing.T) {
-		s := newSuite(t, connect)
-		h := s.register(t, "sess", func(sc *graph.Scope) { ops.Placeholder(sc, "x", tensor.Float32, tensor.MakeShape(2)) })
-		tests := []struct {
-			name string
-			req  *pb.RunGraphRequest
-			is   error
-			msg  string
-		}{
-			{"unknown graph", &pb.RunGraphRequest{SessionHandle: "sess", GraphHandle: "nope", StepId: 2}, worker.ErrNoGraph, "nope"},
-			{"unknown fetch", &pb.RunGraphRequest{SessionHandle: "sess", GraphHandle: h, StepId: 3, Fetches: []string{"zz:0"}}, graph.ErrNotFound, "zz"},
-			{"unknown target", &pb.RunGraphRequest{SessionHandle: "sess", GraphHandle: h, StepId: 4, Targets: []string{"tt"}}, graph.ErrNotFound, "tt"},
-		}
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) {
-				_, err := s.svc.RunGraph(ctxT(t), tt.req)
-				if !errors.Is(err, tt.is) || !strings.Contains(fmt.Sprint(err), tt.msg) || !strings.Contains(fmt.Sprint(err), suiteTask) {
-					t.Errorf("err = %v, want one wrapping %v and naming %q and the task", err, tt.is, tt.msg)
-				}
-			})
-		}
-	})
-
-	t.Run("RecvTensor", func(t *testing.T) {
-		tests := []struct {
-			name string
-			val  *tensor.Tensor
-		}{
-			{"float32", tensor.MustFromSlice([]float32{1, -2, 3.5, 4, 5, 6}, 2, 3)},
-			{"float64 scalar", tensor.Scalar(float64(2.25))},
-			{"int32", tensor.MustFromSlice([]int32{7, -8, 9}, 3)},
-			{"int64", tensor.MustFromSlice([]int64{1 << 40, -3}, 2, 1)},
-			{"uint8", tensor.MustFromSlice([]uint8{0, 255, 7}, 3)},
-			{"bool", tensor.MustFromSlice([]bool{true, false, true}, 3)},
-			{"empty", tensor.New(tensor.Float32, 0, 4)},
-		}
-		s := newSuite(t, connect)
-		for i, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) {
-				h, key := s.sendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, tt.val) })
-				step := int64(100 + i)
-				s.runSend(t, h, step)
-				got, err := s.svc.RecvTensor(ctxT(t), step, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !tensor.Equal(got, tt.val) {
-					t.Errorf("received %v, want %v", got, tt.val)
-				}
-			})
-		}
-	})
-
-	t.Run("RecvTensorWaitsForSend", func(t *testing.T) {
-		s := newSuite(t, connect)
-		h, key := s.sendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, float32(42)) })
-		type result struct {
-			t   *tensor.Tensor
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			v, err := s.svc.RecvTensor(ctxT(t), 7, key)
-			done <- result{v, err}
-		}()
-		s.runSend(t, h, 7)
-		r := <-done
-		if r.err != nil || r.t.Float32s()[0] != 42 {
-			t.Fatalf("RecvTensor = %v, %v; want 42", r.t, r.err)
-		}
-	})
-
-	t.Run("RecvTensorDeadline", func(t *testing.T) {
-		s := newSuite(t, connect)
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		start := time.Now()
-		_, err := s.svc.RecvTensor(ctx, 9, rendezvous.Key(suiteDev, peerDev, "never:0"))
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("err = %v, want one wrapping context.DeadlineExceeded", err)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("RecvTensor returned after %v, want about the 200ms deadline", d)
-		}
-	})
-
-	t.Run("CleanupStepAborts", func(t *testing.T) {
-		s := newSuite(t, connect)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := s.svc.RecvTensor(ctxT(t), 11, rendezvous.Key(suiteDev, peerDev, "never:0"))
-			errc <- err
-		}()
-		// Abort until the waiting RecvTensor fails: the abort may land
-		// before the RecvTensor starts, which must then fail at once.
-		if _, err := s.svc.CleanupStep(ctxT(t), &pb.CleanupStepRequest{StepId: 11, AbortReason: "step 11 failed on /job:worker/task:1"}); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-errc:
-			if err == nil || !strings.Contains(err.Error(), "step 11") {
-				t.Errorf("err = %v, want the step's failure", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("RecvTensor still waits 10s after its step was aborted")
-		}
-	})
-
-	t.Run("Shutdown", func(t *testing.T) {
-		s := newSuite(t, connect)
-		for range 2 {
-			if _, err := s.svc.Shutdown(ctxT(t), &pb.ShutdownRequest{Reason: "training finished"}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if len(s.shutdown) != 1 || s.shutdown[0] != "training finished" {
-			t.Errorf("OnShutdown calls = %q, want one with the reason", s.shutdown)
-		}
-	})
-
-	t.Run("CloseSessionDropsGraphs", func(t *testing.T) {
-		s := newSuite(t, connect)
-		h := s.register(t, "s1", func(sc *graph.Scope) { ops.ConstNamed(sc, "c", float32(1)) })
-		if _, err := s.svc.CloseSession(ctxT(t), &pb.WorkerCloseSessionRequest{SessionHandle: "s1"}); err != nil {
-			t.Fatal(err)
-		}
-		_, err := s.svc.RunGraph(ctxT(t), &pb.RunGraphRequest{SessionHandle: "s1", GraphHandle: h, StepId: 1, Fetches: []string{"c:0"}})
-		if !errors.Is(err, worker.ErrNoGraph) {
-			t.Errorf("err = %v, want one wrapping worker.ErrNoGraph", err)
-		}
-	})
-
-	t.Run("RecvTensor64MiB", func(t *testing.T) { testLargeRecv(t, connect, 16<<20) })
-	t.Run("RecvTensor1GiB", func(t *testing.T) {
-		if testing.Short() || raceEnabled {
-			t.Skip("1 GiB transfer: skipped under -short and -race")
-		}
-		testLargeRecv(t, connect, 256<<20)
-	})
-}
-
-// testLargeRecv moves a float32 tensor of n elements (a multiple of 1024)
-// whose element k is k/1024 + (k%1024)/2, so that misplaced chunks show.
-func testLargeRecv(t *testing.T, connect connector, n int) {
-	s := newSuite(t, connect)
-	const cols = 1024
-	rows := n / cols
-	h, key := s.sendGraph(t, func(sc *graph.Scope) graph.Output {
-		col := make([]float32, rows)
-		for i := range col {
-			col[i] = float32(i)
-		}
-		row := make([]float32, cols)
-		for j := range row {
-			row[j] = float32(j) / 2
-		}
-		return ops.Add(sc, ops.Const(sc, tensor.MustFromSlice(col, rows, 1)), ops.Const(sc, tensor.MustFromSlice(row, 1, cols)))
-	})
-	s.runSend(t, h, 1)
-	start := time.Now()
-	got, err := s.svc.RecvTensor(ctxT(t), 1, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := time.Since(start)
-	t.Logf("%d MiB in %v (%.0f MB/s)", n*4>>20, d, float64(n*4)/d.Seconds()/1e6)
-	if got.DType() != tensor.Float32 || got.Rank() != 2 || got.Shape()[0] != rows || got.Shape()[1] != cols || len(got.RawBytes()) != 4*n {
-		t.Fatalf("got %v%v (%d bytes), want float32[%d %d]", got.DType(), got.Shape(), len(got.RawBytes()), rows, cols)
-	}
-	v := got.Float32s()
-	for _, k := range []int{0, 1, cols - 1, cols, 1<<20 - 1, 1 << 20, 1<<20 + 1, n / 2, n/2 + 777, n - cols, n - 1} {
-		if want := float32(k/cols) + float32(k%cols)/2; v[k] != want {
-			t.Errorf("element %d = %v, want %v", k, v[k], want)
-		}
-	}
-}
+func ctxT(t testing.TB) context.Context { return workertest.Ctx(t) }

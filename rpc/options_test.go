@@ -70,12 +70,12 @@ func TestMaxTensorBytes(t *testing.T) {
 		{"grpc", rpc.Options{MaxTensorBytes: 4000, NoTensorChannel: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &suite{svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), rpc.Options{}, tc.cli)}
+			s := &suite{Svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), rpc.Options{}, tc.cli)}
 			for i, n := range []int{1000, 1001} {
-				h, key := s.sendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, tensor.New(tensor.Float32, n)) })
+				h, key := s.SendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, tensor.New(tensor.Float32, n)) })
 				step := int64(i + 1)
-				s.runSend(t, h, step)
-				_, err := s.svc.RecvTensor(ctxT(t), step, key)
+				s.RunSend(t, h, step)
+				_, err := s.Svc.RecvTensor(ctxT(t), step, key)
 				if n*4 <= 4000 && err != nil {
 					t.Errorf("%d bytes, limit 4000: %v", n*4, err)
 				}

@@ -23,14 +23,15 @@ import (
 	"github.com/distflow/distflow/rpc/rpctest"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
+	"github.com/distflow/distflow/worker/workertest"
 )
 
 // The conformance suite runs over the tensor channel (TestWorkerServiceGRPC:
 // a default client) and over gRPC alone (here).
 func TestWorkerServiceGRPCOnly(t *testing.T) {
-	testWorkerService(t, func(t *testing.T, w *worker.Worker) worker.Service {
+	workertest.Run(t, func(t *testing.T, w *worker.Worker) worker.Service {
 		return serveWorker(t, w, rpc.Options{}, rpc.Options{NoTensorChannel: true})
-	})
+	}, workertest.Options{HugeRecv: !raceEnabled})
 }
 
 // wantChannel fails t unless c received its tensors over the tensor
@@ -45,7 +46,7 @@ func wantChannel(t *testing.T, c worker.Service) {
 // TestTensorChannelRoundTrip: every dtype, empty and odd sizes, over one
 // pooled connection.
 func TestTensorChannelRoundTrip(t *testing.T) {
-	s := &suite{svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), rpc.Options{}, rpc.Options{})}
+	s := &suite{Svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), rpc.Options{}, rpc.Options{})}
 	filled := func(dt tensor.DType, shape ...int) *tensor.Tensor {
 		v := tensor.New(dt, shape...)
 		raw := v.RawBytes()
@@ -66,10 +67,10 @@ func TestTensorChannelRoundTrip(t *testing.T) {
 	tests = append(tests, filled(tensor.Uint8, 1<<20+3), filled(tensor.Float64, 3, 1<<17+1))
 	for i, want := range tests {
 		t.Run(fmt.Sprintf("%v%v", want.DType(), want.Shape()), func(t *testing.T) {
-			h, key := s.sendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, want) })
+			h, key := s.SendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, want) })
 			step := int64(i + 1)
-			s.runSend(t, h, step)
-			got, err := s.svc.RecvTensor(ctxT(t), step, key)
+			s.RunSend(t, h, step)
+			got, err := s.Svc.RecvTensor(ctxT(t), step, key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,8 +79,8 @@ func TestTensorChannelRoundTrip(t *testing.T) {
 			}
 		})
 	}
-	wantChannel(t, s.svc)
-	if idle, _ := rpc.TensorChannelState(s.svc); idle != 1 {
+	wantChannel(t, s.Svc)
+	if idle, _ := rpc.TensorChannelState(s.Svc); idle != 1 {
 		t.Errorf("%d idle connections after sequential transfers, want 1 reused", idle)
 	}
 }
@@ -109,18 +110,18 @@ func TestTensorChannelTLS(t *testing.T) {
 		}
 		return nil
 	}
-	s := &suite{svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), srv, cli)}
+	s := &suite{Svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), srv, cli)}
 	want := tensor.MustFromSlice([]float32{1, 2, 3}, 3)
-	h, key := s.sendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, want) })
-	s.runSend(t, h, 1)
-	got, err := s.svc.RecvTensor(ctxT(t), 1, key)
+	h, key := s.SendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, want) })
+	s.RunSend(t, h, 1)
+	got, err := s.Svc.RecvTensor(ctxT(t), 1, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !tensor.Equal(got, want) {
 		t.Errorf("received %v, want %v", got, want)
 	}
-	wantChannel(t, s.svc)
+	wantChannel(t, s.Svc)
 }
 
 // TestTensorChannelFallback: a client uses gRPC when its peer does not
@@ -140,12 +141,12 @@ func TestTensorChannelFallback(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := &suite{svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), tt.srv, tt.cli)}
+			s := &suite{Svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), tt.srv, tt.cli)}
 			want := tensor.MustFromSlice([]int64{4, 5}, 2)
-			h, key := s.sendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, want) })
+			h, key := s.SendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, want) })
 			for step := int64(1); step <= 2; step++ {
-				s.runSend(t, h, step)
-				got, err := s.svc.RecvTensor(ctxT(t), step, key)
+				s.RunSend(t, h, step)
+				got, err := s.Svc.RecvTensor(ctxT(t), step, key)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -153,7 +154,7 @@ func TestTensorChannelFallback(t *testing.T) {
 					t.Errorf("received %v, want %v", got, want)
 				}
 			}
-			if idle, offline := rpc.TensorChannelState(s.svc); idle != 0 || offline != tt.wantOffline {
+			if idle, offline := rpc.TensorChannelState(s.Svc); idle != 0 || offline != tt.wantOffline {
 				t.Errorf("tensor channel: %d idle connections, offline %v; want none and offline %v", idle, offline, tt.wantOffline)
 			}
 		})
@@ -274,10 +275,10 @@ func TestTensorChannelPeerRestarts(t *testing.T) {
 		srv := rpc.NewServer(rpc.Options{})
 		rpc.RegisterWorker(srv, w)
 		go srv.Serve(lis)
-		s := &suite{svc: w} // the step runs in process; only the tensor crosses
+		s := &suite{Svc: w} // the step runs in process; only the tensor crosses
 		want := tensor.MustFromSlice([]int32{int32(run)}, 1)
-		h, key := s.sendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, want) })
-		s.runSend(t, h, 1)
+		h, key := s.SendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, want) })
+		s.RunSend(t, h, 1)
 		got, err := c.RecvTensor(ctxT(t), 1, key)
 		if err != nil || !tensor.Equal(got, want) {
 			t.Fatalf("server %d: RecvTensor = %v, %v; want %v", run, got, err, want)
