@@ -142,14 +142,22 @@ func readRequest(r *bufio.Reader) (*tensorRequest, error) {
 	if size > maxRequestSize {
 		return nil, fmt.Errorf("%w: tensor channel request of %d bytes", tensor.ErrCorrupt, size)
 	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(r, b); err != nil {
+	// Read what arrives, not what the header announces: a peer cannot make
+	// the task allocate more than it sends.
+	b, err := io.ReadAll(io.LimitReader(r, int64(size)))
+	if err != nil {
 		return nil, err
+	}
+	if len(b) < int(size) {
+		return nil, io.ErrUnexpectedEOF
 	}
 	f := &frame{b: b}
 	req := &tensorRequest{step: int64(f.u64()), timeout: time.Duration(f.u64())}
 	req.key = f.str(f.u16())
 	pairs := f.u16()
+	if pairs*6 > len(f.b) { // a pair takes at least its two lengths
+		return nil, errShortFrame
+	}
 	req.md = make(metadata.MD, pairs)
 	for range pairs {
 		k := f.str(f.u16())
