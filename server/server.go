@@ -53,8 +53,10 @@ type Config struct {
 	// that leave them are refused). With none, file ops are refused.
 	FileRoots []string
 	// MaxTensorBytes bounds every tensor the task's kernels allocate and
-	// every tensor fed to it (worker.Config.MaxTensorBytes); 0 means a
-	// quarter of the machine's memory, a negative value no bound.
+	// every tensor fed to it (worker.Config.MaxTensorBytes), and, unless
+	// RPC.MaxTensorBytes says otherwise, every tensor it receives from a
+	// peer; 0 means a quarter of the machine's memory, a negative value no
+	// bound.
 	MaxTensorBytes int64
 }
 
@@ -131,6 +133,15 @@ func New(cfg Config) (*Server, error) {
 	rpcOpts := cfg.RPC
 	if rpcOpts.Logger == nil {
 		rpcOpts.Logger = log
+	}
+	// One budget for what the task computes and what it receives.
+	if rpcOpts.MaxTensorBytes == 0 {
+		switch {
+		case cfg.MaxTensorBytes > 0:
+			rpcOpts.MaxTensorBytes = cfg.MaxTensorBytes
+		case cfg.MaxTensorBytes == 0:
+			rpcOpts.MaxTensorBytes = worker.DefaultMaxTensorBytes()
+		}
 	}
 	// The worker reaches its peers through the cache, and the cache serves
 	// the worker's own task in process: self breaks the cycle.
