@@ -3,6 +3,7 @@ package estimator
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -133,7 +134,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	// The task's server serves the ring (ranks: the training tasks) beside
 	// its master and worker services, on its one address.
-	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, FileRoots: cfg.fileRoots()})
+	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, FileRoots: cfg.fileRoots(), RPC: cfg.rpc})
 	if err != nil {
 		return nil, err
 	}
@@ -211,6 +212,9 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("estimator: %sstep %d: %w", r.who(), step, err)
+		}
+		if math.IsNaN(loss) || math.IsInf(loss, 0) { // as the NaN guard of the ps strategies
+			return nil, fmt.Errorf("estimator: %sstep %d: %w (%v): lower the learning rate", r.who(), step, train.ErrNaNLoss, loss)
 		}
 		window++
 		if int(step) == warmup {

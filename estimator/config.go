@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/pki"
 	"github.com/distflow/distflow/placement"
+	"github.com/distflow/distflow/rpc"
 )
 
 // RunConfig says where and how an estimator trains. The zero value trains
@@ -67,6 +69,17 @@ type RunConfig struct {
 	// StepDelay waits this long before every step: fault injection that
 	// makes a slow worker.
 	StepDelay time.Duration
+	// Security secures the task's connections, as the --certs-dir,
+	// --cluster-token-file and --insecure flags do: with CertsDir, mutual
+	// TLS with the cluster's CA and a membership check on every call
+	// (make the certificates with `distflow certs create`). The zero
+	// value runs a cluster whose every address is loopback in plaintext
+	// and refuses any other (pki.ErrInsecure) before any network use. See
+	// package pki.
+	Security pki.Security
+
+	// rpc are the task's connection options, from Security (withDefaults).
+	rpc rpc.Options
 }
 
 // Default deadlines and intervals.
@@ -79,6 +92,8 @@ const (
 // FromEnvironment returns a RunConfig for the cluster and task described by
 // the TF_CONFIG environment variable (none: a single process), with the
 // given strategy. Unknown TF_CONFIG fields are logged as warnings.
+// Security.CertsDir is $DISTFLOW_CERTS_DIR (pki.EnvCertsDir), which
+// LaunchLocalCluster sets for its tasks.
 func FromEnvironment(strategy Strategy) (RunConfig, error) {
 	spec, self, ok, warnings, err := cluster.FromEnvWarn()
 	if err != nil {
@@ -87,7 +102,7 @@ func FromEnvironment(strategy Strategy) (RunConfig, error) {
 	for _, w := range warnings {
 		slog.Warn(w)
 	}
-	cfg := RunConfig{Strategy: strategy}
+	cfg := RunConfig{Strategy: strategy, Security: pki.Security{CertsDir: os.Getenv(pki.EnvCertsDir)}}
 	if ok {
 		cfg.Cluster, cfg.Task = spec, self
 	}
@@ -154,6 +169,15 @@ func (c RunConfig) withDefaults() (RunConfig, error) {
 			errs = append(errs, fmt.Errorf("estimator: RunConfig.CheckpointDir %q: %w", c.CheckpointDir, err))
 		}
 		c.CheckpointDir = abs
+	}
+	if len(errs) == 0 && c.Cluster != nil {
+		// Certificates are read, and an insecure cluster refused, before
+		// anything listens or dials.
+		opts, err := c.Security.TaskOptions(c.Cluster, c.Task, c.Logger)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("estimator: RunConfig.Security: %w", err))
+		}
+		c.rpc = opts
 	}
 	return c, errors.Join(errs...)
 }

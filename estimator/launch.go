@@ -8,6 +8,7 @@ import (
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/localcluster"
+	"github.com/distflow/distflow/pki"
 )
 
 // LaunchLocalCluster starts this program as a local cluster of processes,
@@ -19,7 +20,10 @@ import (
 // flag named flagName (the one that asked for the cluster), and with its
 // TF_CONFIG, which FromEnvironment reads. The chief's standard output is
 // this process's; the other tasks' output is shown when they fail. See
-// package localcluster for more control.
+// package localcluster for more control. The tasks' connections use
+// mutual TLS with certificates made for the run in a temporary directory
+// (pki.Ephemeral, passed as $DISTFLOW_CERTS_DIR) and removed at its end,
+// unless $DISTFLOW_CERTS_DIR is already set.
 func LaunchLocalCluster(ctx context.Context, jobs string, strategy Strategy, flagName string) error {
 	if localcluster.IsTask() {
 		return localcluster.ErrInTask
@@ -46,5 +50,16 @@ func LaunchLocalCluster(ctx context.Context, jobs string, strategy Strategy, fla
 	if err := strategy.validate(spec); err != nil {
 		return fmt.Errorf("estimator: local cluster %q: %w", jobs, err)
 	}
-	return localcluster.Run(ctx, localcluster.Config{Jobs: j, Args: localcluster.WithoutFlag(os.Args[1:], flagName)})
+	// The tasks' connections use mutual TLS with a CA made for this run
+	// (FromEnvironment reads its directory), unless a certs dir is set.
+	var env []string
+	if os.Getenv(pki.EnvCertsDir) == "" {
+		dir, remove, err := pki.Ephemeral(map[string]int{"ps": j.PS, "worker": j.Worker, "chief": j.Chief})
+		if err != nil {
+			return err
+		}
+		defer remove()
+		env = append(env, pki.EnvCertsDir+"="+dir)
+	}
+	return localcluster.Run(ctx, localcluster.Config{Jobs: j, Args: localcluster.WithoutFlag(os.Args[1:], flagName), Env: env})
 }

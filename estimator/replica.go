@@ -62,7 +62,7 @@ func (r *replica) startServer() (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger, FileRoots: r.cfg.fileRoots()})
+	srv, err := server.New(server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger, FileRoots: r.cfg.fileRoots(), RPC: r.cfg.rpc})
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func waitForReplicas(ctx context.Context, sess *session.Session, r *replica, don
 			if out[i].Float64At(0) == 1 || gone[i] {
 				continue
 			}
-			if !reachable(ctx, r.cfg.Cluster, t) {
+			if !reachable(ctx, r.cfg, t) {
 				r.log.Warn("replica is gone; not waiting for it", "replica", t.String())
 				gone[i] = true
 				continue
@@ -156,9 +156,11 @@ func waitForReplicas(ctx context.Context, sess *session.Session, r *replica, don
 	}
 }
 
-// TaskStatus asks the task at addr what it holds, waiting at most timeout.
-func TaskStatus(ctx context.Context, addr string, timeout time.Duration) (*pb.GetStatusResponse, error) {
-	w, closer, err := rpc.DialWorker(addr, rpc.Options{})
+// TaskStatus asks the task at addr what it holds, waiting at most timeout,
+// over a connection with opts (a task's, or a tool's:
+// pki.Security.ClientOptions).
+func TaskStatus(ctx context.Context, addr string, timeout time.Duration, opts rpc.Options) (*pb.GetStatusResponse, error) {
+	w, closer, err := rpc.DialWorker(addr, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +176,7 @@ func psVariables(ctx context.Context, r *replica) map[string][]string {
 	for i := 0; i < r.cfg.Cluster.NumTasks("ps"); i++ {
 		t := cluster.TaskID{Job: "ps", Index: i}
 		addr, _ := r.cfg.Cluster.Address(t)
-		st, err := TaskStatus(ctx, addr, 2*time.Second)
+		st, err := TaskStatus(ctx, addr, 2*time.Second, r.cfg.rpc)
 		if err != nil {
 			r.log.Warn("cannot read the status of a ps task", "ps", t.String(), "err", err)
 			continue
@@ -187,12 +189,12 @@ func psVariables(ctx context.Context, r *replica) map[string][]string {
 }
 
 // reachable reports whether task answers a status request within a second.
-func reachable(ctx context.Context, spec *cluster.Spec, task cluster.TaskID) bool {
-	addr, err := spec.Address(task)
+func reachable(ctx context.Context, cfg RunConfig, task cluster.TaskID) bool {
+	addr, err := cfg.Cluster.Address(task)
 	if err != nil {
 		return false
 	}
-	_, err = TaskStatus(ctx, addr, time.Second)
+	_, err = TaskStatus(ctx, addr, time.Second, cfg.rpc)
 	return err == nil
 }
 
@@ -208,7 +210,7 @@ func shutdownCluster(ctx context.Context, r *replica, inGraph bool) {
 		if err != nil {
 			continue
 		}
-		w, closer, err := rpc.DialWorker(addr, rpc.Options{})
+		w, closer, err := rpc.DialWorker(addr, r.cfg.rpc)
 		if err != nil {
 			continue
 		}

@@ -3,11 +3,28 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/pflag"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/pki"
 )
+
+// addSecurityFlags declares the flags that secure a task's or a tool's
+// connections (see package pki). --certs-dir defaults to
+// $DISTFLOW_CERTS_DIR, which a local-cluster launcher may set.
+func addSecurityFlags(fl *pflag.FlagSet, s *pki.Security, tool bool) {
+	who := "this task's certificate (JOB.INDEX.crt, .key)"
+	if tool {
+		who = "the client certificate (client.crt, client.key)"
+	}
+	fl.StringVar(&s.CertsDir, "certs-dir", os.Getenv(pki.EnvCertsDir), "directory with the cluster's CA (ca.crt) and "+who+", made by distflow certs create: mutual TLS on every connection")
+	fl.StringVar(&s.TokenFile, "cluster-token-file", "", "file holding the cluster's shared token, sent and checked on every call (without --certs-dir it encrypts nothing)")
+	if !tool {
+		fl.BoolVar(&s.Insecure, "insecure", false, "run a cluster with non-loopback addresses in plaintext, without certificates or token")
+	}
+}
 
 // addClusterFlags declares the flags of TensorFlow 1.x programs that
 // describe the cluster and this task.

@@ -42,5 +42,6 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newServerCommand())
 	root.AddCommand(newStatusCommand())
 	root.AddCommand(newServeCommand())
+	root.AddCommand(newCertsCommand())
 	return root
 }

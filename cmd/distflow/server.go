@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/distflow/distflow/pki"
 	"github.com/distflow/distflow/server"
 )
 
@@ -18,6 +19,7 @@ func newServerCommand() *cobra.Command {
 	var f struct {
 		psHosts, workerHosts, chiefHosts, jobName string
 		taskIndex                                 int
+		security                                  pki.Security
 	}
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -32,7 +34,11 @@ or, when no host flag is given, from the TF_CONFIG environment variable
 ({"cluster": {...}, "task": {"type": "ps", "index": 0}}).
 
 The server exits cleanly (status 0) when a client sends it a Shutdown request
-or on SIGTERM or SIGINT. Flags accept underscores and dashes.`,
+or on SIGTERM or SIGINT. Flags accept underscores and dashes.
+
+Every connection uses mutual TLS with --certs-dir (distflow certs create);
+a cluster with an address that is not loopback does not start without it,
+--cluster-token-file or --insecure.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, self, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, f.jobName, f.taskIndex, cmd.ErrOrStderr())
@@ -43,7 +49,11 @@ or on SIGTERM or SIGINT. Flags accept underscores and dashes.`,
 				return errors.New("no cluster: give --ps_hosts/--worker_hosts/--chief_hosts with --job_name and --task_index, or set TF_CONFIG")
 			}
 			base := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: base})
+			opts, err := f.security.TaskOptions(spec, self, base)
+			if err != nil {
+				return err
+			}
+			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: base, RPC: opts})
 			if err != nil {
 				return err
 			}
@@ -55,6 +65,7 @@ or on SIGTERM or SIGINT. Flags accept underscores and dashes.`,
 		},
 	}
 	addClusterFlags(cmd.Flags(), &f.psHosts, &f.workerHosts, &f.chiefHosts, &f.jobName, &f.taskIndex)
+	addSecurityFlags(cmd.Flags(), &f.security, false)
 	return cmd
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/pki"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/tensor"
@@ -20,6 +21,7 @@ import (
 func newStatusCommand() *cobra.Command {
 	var asJSON bool
 	var timeout time.Duration
+	var security pki.Security
 	cmd := &cobra.Command{
 		Use:   "status HOST[:PORT]...",
 		Short: "Show what tasks of a running cluster hold: their devices and variables",
@@ -27,7 +29,8 @@ func newStatusCommand() *cobra.Command {
 
 A task is host:port, host, [IPv6]:port or [IPv6]; without a port, %d.`, cluster.DefaultPort),
 		Example: `  distflow status 127.0.0.1:2222 127.0.0.1:2223
-  distflow status --json --timeout 2s ps0 worker0:2223`,
+  distflow status --json --timeout 2s ps0 worker0:2223
+  distflow status --certs-dir certs ps0:2222   # a cluster with certificates`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if timeout <= 0 {
@@ -42,9 +45,13 @@ A task is host:port, host, [IPv6]:port or [IPv6]; without a port, %d.`, cluster.
 				}
 				addrs[i] = addr
 			}
+			opts, err := security.ClientOptions()
+			if err != nil {
+				return err
+			}
 			var all []*pb.GetStatusResponse
 			for _, addr := range addrs {
-				st, err := taskStatus(cmd.Context(), addr, timeout)
+				st, err := taskStatus(cmd.Context(), addr, timeout, opts)
 				if err != nil {
 					return err
 				}
@@ -61,13 +68,14 @@ A task is host:port, host, [IPv6]:port or [IPv6]; without a port, %d.`, cluster.
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the statuses as one JSON array")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for each task (positive)")
+	addSecurityFlags(cmd.Flags(), &security, true)
 	return cmd
 }
 
 // taskStatus asks the task at addr for its status, waiting for it (a task
 // still starting) at most timeout. The error names addr.
-func taskStatus(ctx context.Context, addr string, timeout time.Duration) (*pb.GetStatusResponse, error) {
-	w, closer, err := rpc.DialWorker(addr, rpc.Options{})
+func taskStatus(ctx context.Context, addr string, timeout time.Duration, opts rpc.Options) (*pb.GetStatusResponse, error) {
+	w, closer, err := rpc.DialWorker(addr, opts)
 	if err != nil {
 		return nil, fmt.Errorf("status: task at %s: %w", addr, err)
 	}

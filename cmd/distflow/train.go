@@ -20,6 +20,7 @@ import (
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/localcluster"
 	"github.com/distflow/distflow/models"
+	"github.com/distflow/distflow/pki"
 	"github.com/distflow/distflow/placement"
 	"github.com/distflow/distflow/train"
 )
@@ -76,6 +77,9 @@ type trainFlags struct {
 	lrScaling string
 	// export receives the trained model as a new numbered version.
 	export string
+	// security secures a cluster's connections (--certs-dir,
+	// --cluster-token-file, --insecure).
+	security pki.Security
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -94,7 +98,8 @@ func newTrainCommand() *cobra.Command {
 		Example: `  distflow train --model mlp                 # embedded Fashion-MNIST subset
   distflow train --model cnn --data /usr/share/datasets/fashion-mnist
   distflow train --model mlp --local-cluster ps=1,worker=2 --export /tmp/models/mlp
-  distflow train --model linreg --steps 2000 --json`,
+  distflow train --model linreg --steps 2000 --json
+  distflow train --model mlp --ps_hosts=h0:2222 --worker_hosts=h1:2222 --job_name=ps --certs-dir certs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(cmd.Flags()); err != nil {
@@ -139,6 +144,7 @@ func newTrainCommand() *cobra.Command {
 	fl.StringVar(&f.export, "export", "", "export the trained model into a new numbered version under this directory (the chief alone), for distflow serve")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process to the file")
 	fl.StringVar(&f.memProfile, "memprofile", "", "write a pprof memory profile of this process to the file at the end (go tool pprof -sample_index=alloc_space for what was allocated)")
+	addSecurityFlags(fl, &f.security, false)
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
@@ -329,7 +335,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		ModelDir: f.logdir, CheckpointDir: f.ckptDir, KeepCheckpoints: f.keepCkpts,
 		SaveCheckpointsSteps: int64(f.saveSteps), SaveCheckpointsSecs: time.Duration(f.saveSecs) * time.Second,
 		LogEverySteps: f.logEvery, Seed: int64(f.seed), StepTimeout: f.stepTimeout, WaitTimeout: f.waitTimeout,
-		Logger: f.logger(stderr), Progress: progress, StepDelay: f.stepDelay,
+		Logger: f.logger(stderr), Progress: progress, StepDelay: f.stepDelay, Security: f.security,
 	}
 	if f.psStrategy == "greedy" {
 		cfg.PSPlacement = placement.GreedyBySize
@@ -454,6 +460,16 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		}
 		args = append(args, "--"+fv.Name+"="+fv.Value.String())
 	})
+	if f.security == (pki.Security{}) {
+		// The tasks' connections use mutual TLS with a CA made for this
+		// run alone, removed at its end.
+		dir, remove, err := pki.Ephemeral(map[string]int{"ps": jobs.PS, "worker": jobs.Worker, "chief": jobs.Chief})
+		if err != nil {
+			return err
+		}
+		defer remove()
+		args = append(args, "--certs-dir="+dir)
+	}
 	async := f.strategy().String() == estimator.Async{}.String()
 	return localcluster.Run(ctx, localcluster.Config{
 		Jobs: jobs, Args: args, Stdout: stdout, Stderr: stderr, Verbose: f.verbose,

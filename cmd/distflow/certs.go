@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/distflow/distflow/pki"
+)
+
+// newCertsCommand returns `distflow certs`: the cluster's CA and its
+// tasks' and tools' certificates, as `cockroach cert` makes them.
+func newCertsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "certs",
+		Short: "Make and list the certificates that secure a cluster (mutual TLS between its tasks)",
+		Long: `Make and list the certificates that secure a cluster.
+
+distflow certs create makes a cluster CA (ca.crt, ca.key) with a new cluster
+id, one certificate per task of the cluster (JOB.INDEX.crt and .key, named by
+the task and its address) and a client certificate for tools (client.crt,
+client.key). Give every task ca.crt and its own two files (ca.key stays with
+whoever makes certificates), and start it with --certs-dir: every connection
+between tasks then uses mutual TLS, and every call is checked to come from a
+task of this cluster.`,
+	}
+	cmd.AddCommand(newCertsCreateCommand(), newCertsListCommand())
+	return cmd
+}
+
+func newCertsCreateCommand() *cobra.Command {
+	var f struct {
+		dir, psHosts, workerHosts, chiefHosts, keyType, client string
+		hosts                                                  []string
+		lifetime, caLifetime                                   time.Duration
+		overwrite, noClient                                    bool
+	}
+	cmd := &cobra.Command{
+		Use:   "create --dir DIR [--ps_hosts ... --worker_hosts ... | TF_CONFIG]",
+		Short: "Make a cluster CA and the certificates of its tasks and tools",
+		Example: `  distflow certs create --dir certs --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222
+  TF_CONFIG='{"cluster": {...}}' distflow certs create --dir certs
+  distflow certs create --dir certs --worker_hosts=h1:2222,h2:2222,h3:2222   # the same CA signs a grown cluster's new tasks`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.dir == "" {
+				return errors.New("certs create: --dir is required")
+			}
+			job := ""
+			switch {
+			case f.chiefHosts != "":
+				job = "chief"
+			case f.workerHosts != "":
+				job = "worker"
+			case f.psHosts != "":
+				job = "ps"
+			}
+			spec, _, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, job, 0, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if spec == nil && f.noClient {
+				return errors.New("certs create: no cluster (--ps_hosts/--worker_hosts/--chief_hosts or TF_CONFIG) and --no-client: nothing to make")
+			}
+			made, err := pki.Create(pki.CreateConfig{
+				Dir: f.dir, Spec: spec, Hosts: f.hosts, Client: f.client, NoClient: f.noClient,
+				KeyType: pki.KeyType(f.keyType), Lifetime: f.lifetime, CALifetime: f.caLifetime, Overwrite: f.overwrite,
+			})
+			printMade(cmd.OutOrStdout(), made, true)
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dir, "dir", "", "directory of the certificates (made 0700 when missing; a CA there signs the new certificates)")
+	addClusterFlags(fl, &f.psHosts, &f.workerHosts, &f.chiefHosts, new(string), new(int))
+	_ = fl.MarkHidden("job_name")
+	_ = fl.MarkHidden("task_index")
+	fl.StringSliceVar(&f.hosts, "hosts", nil, "more host names or IPs for every task's certificate (as the tasks are also reached)")
+	fl.StringVar(&f.keyType, "key-type", string(pki.ECDSAP256), "key type: ecdsa-p256 or ed25519")
+	fl.StringVar(&f.client, "client-name", "admin", "name of the client certificate's identity, for tools (distflow status)")
+	fl.BoolVar(&f.noClient, "no-client", false, "make no client certificate")
+	fl.DurationVar(&f.lifetime, "lifetime", pki.DefaultCertLifetime, "validity of the tasks' and client's certificates")
+	fl.DurationVar(&f.caLifetime, "ca-lifetime", pki.DefaultCALifetime, "validity of a new CA")
+	fl.BoolVar(&f.overwrite, "overwrite", false, "replace certificates and keys already in --dir (the CA is kept)")
+	return cmd
+}
+
+func newCertsListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list DIR",
+		Short: "List the certificates of a directory: who each names and when it expires",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			made, err := pki.List(args[0])
+			if err != nil {
+				return err
+			}
+			printMade(cmd.OutOrStdout(), made, false)
+			return nil
+		},
+	}
+}
+
+func printMade(w io.Writer, made []pki.Made, create bool) {
+	now := time.Now()
+	for _, m := range made {
+		verb := ""
+		if create {
+			verb = "made "
+			if m.Identity.String() == "ca" && !m.New {
+				verb = "using "
+			}
+		}
+		who := m.Identity.String()
+		if m.Identity.ClusterID == "" {
+			who = "not a distflow certificate"
+		} else if who == "ca" {
+			who = "cluster CA, cluster id " + m.Identity.ClusterID
+		}
+		left := m.Expires.Sub(now).Round(24 * time.Hour)
+		state := fmt.Sprintf("expires %s (in %d days)", m.Expires.UTC().Format(time.DateOnly), int(left.Hours()/24))
+		if left <= 0 {
+			state = "EXPIRED " + m.Expires.UTC().Format(time.DateOnly)
+		}
+		fmt.Fprintf(w, "%s%-14s %s, %s", verb, filepath.Base(m.File), who, state)
+		if len(m.SANs) > 1 {
+			fmt.Fprintf(w, ", SANs %s", strings.Join(m.SANs[1:], " "))
+		}
+		fmt.Fprintln(w)
+	}
+}
