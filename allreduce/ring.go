@@ -24,6 +24,9 @@ var (
 	// ErrMismatch is returned when a peer's chunk does not fit the local
 	// operation: a different tensor length or ring size.
 	ErrMismatch = errors.New("allreduce: peers disagree")
+	// ErrNonFinite is returned when a tensor holds a NaN or an infinity:
+	// this rank's own (the model diverged) or a chunk a peer sent (named).
+	ErrNonFinite = errors.New("allreduce: non-finite value")
 	// ErrPeerUnreachable is wrapped by PeerDownError, and returned by the
 	// in-memory transport for a peer that is cut or closed.
 	ErrPeerUnreachable = errors.New("allreduce: peer unreachable")
@@ -131,6 +134,11 @@ func NewRing(cfg Config, tr Transport) (*Ring, error) {
 func (r *Ring) Deliver(c *Chunk) error {
 	if c.Index < 0 || c.Offset < 0 || c.Length < 0 {
 		err := fmt.Errorf("%w: rank %d: chunk %d of %v from rank %d: negative index, offset or length", ErrMismatch, r.rank, c.Index, c.Op, c.From)
+		r.box.fail(c.Op, err)
+		return err
+	}
+	if i := nonFinite(c.Data); i >= 0 {
+		err := fmt.Errorf("%w: rank %d: %v: %s sent %v at element %d", ErrNonFinite, r.rank, c.Op, r.peer(c.From), c.Data[i], c.Offset+i)
 		r.box.fail(c.Op, err)
 		return err
 	}
@@ -292,6 +300,9 @@ func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []f
 		return ctx.Err()
 	}
 	op := Op{Name: name, Round: round}
+	if i := nonFinite(data); i >= 0 {
+		return fmt.Errorf("%w: rank %d: %v: this rank's own tensor holds %v at element %d (has the model diverged? lower the learning rate)", ErrNonFinite, r.rank, op, data[i], i)
+	}
 	ib, err := r.box.open(op)
 	if err != nil {
 		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
@@ -507,3 +518,13 @@ type waitingError struct{ err error }
 
 func (e *waitingError) Error() string { return e.err.Error() }
 func (e *waitingError) Unwrap() error { return e.err }
+
+// nonFinite returns the index of the first NaN or infinity of data, or -1.
+func nonFinite(data []float32) int {
+	for i, v := range data {
+		if v-v != 0 { // NaN or ±Inf
+			return i
+		}
+	}
+	return -1
+}

@@ -1,10 +1,13 @@
 package allreduce
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSchedule(t *testing.T) {
@@ -75,5 +78,34 @@ func TestDeliverRefusesNegativeOffsets(t *testing.T) {
 	defer r.Close()
 	if err := r.Deliver(&Chunk{Op: Op{Name: "x"}, From: 1, Size: 2, Index: -1}); !errors.Is(err, ErrMismatch) {
 		t.Errorf("Deliver of a chunk with index -1: %v, want ErrMismatch", err)
+	}
+}
+
+// TestNonFiniteValuesAreNamed: a rank whose own tensor holds a NaN refuses
+// to send it, and a NaN that arrives in a peer's chunk fails the operation
+// with an error naming the rank that sent it.
+func TestNonFiniteValuesAreNamed(t *testing.T) {
+	rings, err := NewInProcess(2, InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	own := []float32{1, float32(math.Inf(-1)), 3, 4}
+	if err := rings[0].AllReduce(ctx, "own", 0, own); !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "own tensor") {
+		t.Errorf("a rank's own infinity: %v; want ErrNonFinite saying it is its own", err)
+	}
+	injected := &Chunk{Op: Op{Name: "g"}, From: 0, Size: 2, Length: 4, Data: []float32{float32(math.NaN()), 0}}
+	if err := rings[1].Deliver(injected); !errors.Is(err, ErrNonFinite) {
+		t.Fatalf("Deliver of a NaN: %v; want ErrNonFinite", err)
+	}
+	err = rings[1].AllReduce(ctx, "g", 0, []float32{1, 2, 3, 4})
+	if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "rank 0") {
+		t.Errorf("the operation a NaN was injected into: %v; want ErrNonFinite naming rank 0", err)
 	}
 }

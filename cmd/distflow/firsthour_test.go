@@ -118,3 +118,17 @@ func TestUnknownTFConfigFieldsAreWarnedOf(t *testing.T) {
 		t.Errorf("no warning naming the unknown field (err %v):\n%s", err, stderr.String())
 	}
 }
+
+// TestDivergedAllReduceSaysSo: an all-reduce run whose model diverges ends
+// with an error that says so (it crashed printing the result with "json:
+// unsupported value: NaN").
+func TestDivergedAllReduceSaysSo(t *testing.T) {
+	_, stderr, err := run(t, "train", "--model", "linreg", "--steps", "300", "--lr", "1e6",
+		"--local-cluster", "worker=2", "--allreduce", "--json")
+	if err == nil {
+		t.Fatal("a diverging run succeeded")
+	}
+	if strings.Contains(stderr, "json:") || !(strings.Contains(stderr, "not a finite number") || strings.Contains(stderr, "non-finite value")) {
+		t.Errorf("stderr does not say the model diverged:\n%s", tail(stderr, 10))
+	}
+}
