@@ -2,12 +2,22 @@ package allreduce
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
 // maxFinished bounds the memory of finished operations, whose late chunks
 // (sent before a failure was noticed) are dropped.
 const maxFinished = 4096
+
+// maxEarlyOps and maxEarlyBytes bound what peers may send for operations
+// that have not started here: a rank runs at most a few operations ahead
+// of its neighbour, and a peer that sends more cannot make this one keep
+// it without end.
+const (
+	maxEarlyOps   = 256
+	maxEarlyBytes = 1 << 30
+)
 
 // mailbox holds the chunks that arrive for each operation, possibly before
 // the operation starts locally.
@@ -16,8 +26,11 @@ type mailbox struct {
 	ops      map[Op]*inbox
 	finished map[Op]struct{}
 	order    []Op
-	err      error // set by close
-	closed   chan struct{}
+	// early counts the operations that have chunks but have not started
+	// here, and earlyBytes their chunks' data.
+	early, earlyBytes int64
+	err               error // set by close
+	closed            chan struct{}
 }
 
 func newMailbox() *mailbox {
@@ -31,7 +44,10 @@ type inbox struct {
 	chunks map[int]*Chunk
 	err    error
 	active bool
-	notify chan struct{}
+	// earlyBytes is the data of the chunks that arrived before the
+	// operation started here.
+	earlyBytes int64
+	notify     chan struct{}
 }
 
 func newInbox() *inbox {
@@ -79,29 +95,45 @@ func (ib *inbox) fail(err error) {
 	ib.signal()
 }
 
-// lookup returns the inbox of op, creating it; nil if the operation has
-// finished or the mailbox is closed.
-func (m *mailbox) lookup(op Op) *inbox {
+// lookup returns the inbox of op, creating it, with n more bytes of early
+// chunks if the operation has not started here; nil if the operation has
+// finished or the mailbox is closed, and an error if peers are too far
+// ahead.
+func (m *mailbox) lookup(op Op, n int64) (*inbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
-		return nil
+		return nil, nil
 	}
 	if _, done := m.finished[op]; done {
-		return nil
+		return nil, nil
 	}
 	ib := m.ops[op]
 	if ib == nil {
+		if m.early >= maxEarlyOps {
+			return nil, fmt.Errorf("%w: %v: %d operations that have not started here already have chunks", ErrMismatch, op, m.early)
+		}
 		ib = newInbox()
 		m.ops[op] = ib
+		m.early++
 	}
-	return ib
+	if !ib.active {
+		if m.earlyBytes+n > maxEarlyBytes {
+			return nil, fmt.Errorf("%w: %v: more than %d bytes of chunks for operations that have not started here", ErrMismatch, op, maxEarlyBytes)
+		}
+		m.earlyBytes += n
+		ib.earlyBytes += n
+	}
+	return ib, nil
 }
 
 // deliver files c in its operation's inbox. Chunks of finished operations
 // are dropped.
 func (m *mailbox) deliver(c *Chunk) error {
-	ib := m.lookup(c.Op)
+	ib, err := m.lookup(c.Op, 4*int64(len(c.Data)))
+	if err != nil {
+		return err
+	}
 	if ib == nil {
 		if m.closedErr() != nil {
 			return ErrClosed
@@ -117,7 +149,7 @@ func (m *mailbox) deliver(c *Chunk) error {
 
 // fail makes the operation op fail with err (a broken incoming stream).
 func (m *mailbox) fail(op Op, err error) {
-	if ib := m.lookup(op); ib != nil {
+	if ib, _ := m.lookup(op, 0); ib != nil {
 		ib.fail(err)
 	}
 }
@@ -131,12 +163,16 @@ func (m *mailbox) open(op Op) (*inbox, error) {
 	}
 	delete(m.finished, op) // a key may be reused once its operation is over
 	ib := m.ops[op]
-	if ib == nil {
+	switch {
+	case ib == nil:
 		ib = newInbox()
 		m.ops[op] = ib
-	}
-	if ib.active {
+	case ib.active:
 		return nil, ErrBusy
+	default: // chunks came first: they are no longer early
+		m.early--
+		m.earlyBytes -= ib.earlyBytes
+		ib.earlyBytes = 0
 	}
 	ib.active = true
 	return ib, nil

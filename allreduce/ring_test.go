@@ -109,3 +109,29 @@ func TestNonFiniteValuesAreNamed(t *testing.T) {
 		t.Errorf("the operation a NaN was injected into: %v; want ErrNonFinite naming rank 0", err)
 	}
 }
+
+// TestEarlyChunksAreBounded: a peer cannot make a rank keep chunks for
+// ever more operations that never start there.
+func TestEarlyChunksAreBounded(t *testing.T) {
+	m := newMailbox()
+	chunk := func(i int) *Chunk {
+		return &Chunk{Op: Op{Name: "g", Round: int64(i)}, Size: 2, Length: 1, Data: []float32{1}}
+	}
+	for i := range maxEarlyOps {
+		if err := m.deliver(chunk(i)); err != nil {
+			t.Fatalf("early operation %d: %v", i, err)
+		}
+	}
+	if err := m.deliver(chunk(maxEarlyOps)); !errors.Is(err, ErrMismatch) {
+		t.Fatalf("operation %d ahead: %v; want it refused", maxEarlyOps+1, err)
+	}
+	if _, err := m.open(Op{Name: "g", Round: 0}); err != nil { // one starts: room for one more
+		t.Fatal(err)
+	}
+	if err := m.deliver(chunk(maxEarlyOps)); err != nil {
+		t.Fatalf("after one operation started: %v", err)
+	}
+	if m.early != maxEarlyOps || m.earlyBytes != 4*maxEarlyOps {
+		t.Errorf("early %d operations, %d bytes; want %d and %d", m.early, m.earlyBytes, maxEarlyOps, 4*maxEarlyOps)
+	}
+}
