@@ -37,7 +37,9 @@ type Config struct {
 	Listener net.Listener
 	// RPC configures the transport (security, authentication, size limits,
 	// keepalive) of everything the task serves and dials: its services, the
-	// tensor channel, and the all-reduce ring's streams.
+	// tensor channel, and the all-reduce ring's streams. When it names
+	// callers (Identify), only the cluster's chief may stop the task
+	// (worker.Config.ShutdownFrom).
 	RPC rpc.Options
 	// Ring, when set, makes the task a rank of an all-reduce ring whose
 	// ranks are these tasks of Cluster, in rank order (Task must be one of
@@ -72,6 +74,22 @@ func (c *Config) validate() error {
 	}
 	if len(c.Ring) > 0 && !slices.Contains(c.Ring, c.Task) {
 		return fmt.Errorf("server: task %s is not one of the ring's ranks %v", c.Task, c.Ring)
+	}
+	return nil
+}
+
+// shutdownFrom is who may stop the task: when the transport names callers
+// (RPC.Identify: certificates or a cluster token), the cluster's chief
+// alone (the chief task, else worker 0); otherwise anyone, as callers
+// cannot be told apart.
+func (c *Config) shutdownFrom() []string {
+	if c.RPC.Identify == nil {
+		return nil
+	}
+	for _, job := range []string{"chief", "worker"} {
+		if c.Cluster.NumTasks(job) > 0 {
+			return []string{cluster.TaskID{Job: job}.String()}
+		}
 	}
 	return nil
 }
@@ -148,7 +166,7 @@ func New(cfg Config) (*Server, error) {
 	self := &selfWorker{}
 	s.cache = rpc.NewWorkerCache(cfg.Cluster, task, self, rpcOpts)
 	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown,
-		FileRoots: cfg.FileRoots, MaxTensorBytes: cfg.MaxTensorBytes})
+		FileRoots: cfg.FileRoots, MaxTensorBytes: cfg.MaxTensorBytes, ShutdownFrom: cfg.shutdownFrom()})
 	self.Service = s.worker
 	s.master = master.New(master.Config{Task: task, Devices: placement.DevicesOf(cfg.Cluster), Workers: s.cache, Logger: base})
 	s.rpc = rpc.NewServer(rpcOpts)

@@ -16,9 +16,9 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/pki"
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
-	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
@@ -37,21 +37,35 @@ type benchCluster struct {
 func newBenchCluster(b *testing.B) *benchCluster {
 	b.Helper()
 	files, addrs := freeListeners(b, 2)
-	ps := startTestTask(b, "ps", files[0], "train", "--ps_hosts", addrs[0], "--worker_hosts", addrs[1],
-		"--job_name", "ps", "--task_index", "0")
-	ps.waitLine(b, "serving", 30*time.Second)
 	spec, err := cluster.NewSpec(map[string][]string{"ps": {addrs[0]}, "worker": {addrs[1]}})
 	if err != nil {
 		b.Fatal(err)
 	}
+	psArgs := []string{"train", "--ps_hosts", addrs[0], "--worker_hosts", addrs[1], "--job_name", "ps", "--task_index", "0"}
+	// DISTFLOW_BENCH_TLS=1 gives both tasks certificates: every connection
+	// uses mutual TLS, as a cluster started with --certs-dir does.
+	var certs string
+	if os.Getenv("DISTFLOW_BENCH_TLS") != "" {
+		certs = b.TempDir()
+		if _, err := pki.Create(pki.CreateConfig{Dir: certs, Spec: spec}); err != nil {
+			b.Fatal(err)
+		}
+		psArgs = append(psArgs, "--certs-dir", certs)
+	}
+	ps := startTestTask(b, "ps", files[0], psArgs...)
+	ps.waitLine(b, "serving", 30*time.Second)
 	l, err := net.FileListener(files[1])
 	if err != nil {
 		b.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil)) // keep benchmark lines whole
+	opts, err := pki.Security{CertsDir: certs}.TaskOptions(spec, cluster.TaskID{Job: "worker"}, quiet)
+	if err != nil {
+		b.Fatal(err)
+	}
 	// DISTFLOW_BENCH_GRPC_ONLY=1 turns the worker's tensor channel off:
 	// both directions then move over gRPC (the ps falls back to it).
-	opts := rpc.Options{NoTensorChannel: os.Getenv("DISTFLOW_BENCH_GRPC_ONLY") != ""}
+	opts.NoTensorChannel = os.Getenv("DISTFLOW_BENCH_GRPC_ONLY") != ""
 	srv, err := server.New(server.Config{Cluster: spec, Task: cluster.TaskID{Job: "worker"}, Listener: l, Logger: quiet, RPC: opts})
 	if err != nil {
 		b.Fatal(err)

@@ -256,6 +256,24 @@ func TestSecureClusterRefusesOutsiders(t *testing.T) {
 		}
 	})
 
+	t.Run("only the chief stops a task", func(t *testing.T) {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "worker.1.crt"), filepath.Join(dir, "worker.1.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: mustPool(t, dir), Certificates: []tls.Certificate{cert}}
+		w, closer, err := rpc.DialWorker(addr, rpc.Options{TLS: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closer.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := w.Shutdown(ctx, &pb.ShutdownRequest{Reason: "not the chief"}); err == nil || !strings.Contains(err.Error(), "only /job:worker/task:0 may stop") {
+			t.Fatalf("Shutdown from worker 1: %v; want a refusal naming the chief", err)
+		}
+	})
+
 	w0 := startTestTask(t, "worker 0", files[0], append(args, "--job_name", "worker", "--task_index", "0")...)
 	if err := w0.wait(t, 120*time.Second); err != nil {
 		t.Fatalf("the chief failed: %v\n%s", err, w0.logs())
@@ -289,7 +307,7 @@ func waitLogged(t *testing.T, tk *task, why string, n int) {
 func TestClusterWithCertificatesTrains(t *testing.T) {
 	files, addrs := freeListeners(t, 3)
 	dir := makeCerts(t, addrs[:1], addrs[1:])
-	_, ws := startTasksOn(t, files, addrs, "train", "--model", "linreg", "--steps", "200", "--lr", "0.03", "--json", "--wait-timeout", "60s", "--certs-dir", dir)
+	ps, ws := startTasksOn(t, files, addrs, "train", "--model", "linreg", "--steps", "200", "--lr", "0.03", "--json", "--wait-timeout", "60s", "--certs-dir", dir)
 	for _, w := range ws {
 		if err := w.wait(t, 120*time.Second); err != nil {
 			t.Fatalf("%s: %v\n%s", w.name, err, w.logs())
@@ -298,6 +316,10 @@ func TestClusterWithCertificatesTrains(t *testing.T) {
 	res := lastJSON(t, ws[0].output())
 	if w := res["W"].(float64); math.Abs(w-2) > 0.1 {
 		t.Errorf("W %.3f; want about 2", w)
+	}
+	// The chief, named by its certificate, may stop the ps.
+	if err := ps.wait(t, 30*time.Second); err != nil || !strings.Contains(ps.logs(), "training finished") {
+		t.Errorf("the ps did not exit when the chief stopped it: %v\n%s", err, ps.logs())
 	}
 	if strings.Contains(ws[0].logs(), "rpc: refused") || strings.Contains(ws[0].logs(), "plaintext") {
 		t.Errorf("the chief's log:\n%s", ws[0].logs())
