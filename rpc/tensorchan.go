@@ -69,6 +69,9 @@ const (
 	maxIdleConns   = 8           // per peer
 	reprobeAfter   = time.Minute // a peer without the channel is asked again after this
 	ioBufferSize   = 32 << 10
+	// tlsCoalesceBytes is the largest tensor a TLS connection sends in
+	// one record with its header: a TLS record's payload.
+	tlsCoalesceBytes = 16 << 10
 )
 
 var recvTensorMethod = rpcpb.WorkerService_RecvTensor_FullMethodName
@@ -296,7 +299,14 @@ func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Serv
 		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(d))
 	}
 	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(len(raw)))
-	err = writeAll(ctx, c, net.Buffers{hdr, raw})
+	bufs := net.Buffers{hdr, raw}
+	if s.tlsc != nil && len(raw) <= tlsCoalesceBytes {
+		// Over TLS each Write is a record and a system call of its own: a
+		// small tensor goes out with its header, in one (hdr is reused).
+		hdr = append(hdr, raw...)
+		bufs = net.Buffers{hdr}
+	}
+	err = writeAll(ctx, c, bufs)
 	release() // written or failed: the socket has what it took of raw
 	return hdr, err
 }
