@@ -4,17 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
-	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/distflow/distflow/allreduce"
+	"github.com/distflow/distflow/internal/fuzztest"
 )
 
 // sinkTransport accepts every chunk and sends it nowhere: the fuzzed rank
@@ -108,7 +104,7 @@ func validChunks() []*allreduce.Chunk {
 // ErrMismatch or the stream's end, never hang or panic. A chunk costs no
 // more memory than its encoding's multiple.
 func FuzzDeliver(f *testing.F) {
-	writeSeeds(f, "FuzzDeliver", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzDeliver", func() map[string][]any {
 		valid := validChunks()
 		neg := *valid[0]
 		neg.Index = -1
@@ -141,7 +137,7 @@ func FuzzDeliver(f *testing.F) {
 		}
 		defer r.Close()
 		chunks := decodeChunks(b)
-		checkAlloc(t, uint64(32*len(b))+64<<10, func() {
+		fuzztest.CheckAlloc(t, uint64(32*len(b))+64<<10, func() {
 			for _, c := range chunks {
 				if err := r.Deliver(c); err != nil && !errors.Is(err, allreduce.ErrMismatch) && !errors.Is(err, allreduce.ErrNonFinite) {
 					t.Fatalf("Deliver(%+v): %v", c, err)
@@ -161,59 +157,4 @@ func FuzzDeliver(f *testing.F) {
 			t.Fatalf("Deliver on a closed ring: %v", err)
 		}
 	})
-}
-
-// writeSeeds writes the seed corpus of target, testdata/fuzz/<target>/<name>,
-// when DISTFLOW_WRITE_FUZZ_SEEDS is set: the committed corpus is made so
-// (DISTFLOW_WRITE_FUZZ_SEEDS=1 go test -run '^$' -fuzz ^FuzzX$ -fuzztime 1x).
-// Each seed is the fuzz function's arguments, made by the real encoders.
-func writeSeeds(f *testing.F, target string, seeds func() map[string][]any) {
-	if os.Getenv("DISTFLOW_WRITE_FUZZ_SEEDS") == "" {
-		return
-	}
-	dir := filepath.Join("testdata", "fuzz", target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		f.Fatal(err)
-	}
-	for name, args := range seeds() {
-		var b strings.Builder
-		b.WriteString("go test fuzz v1\n")
-		for _, a := range args {
-			switch v := a.(type) {
-			case []byte:
-				fmt.Fprintf(&b, "[]byte(%q)\n", v)
-			case string:
-				fmt.Fprintf(&b, "string(%q)\n", v)
-			case bool:
-				fmt.Fprintf(&b, "bool(%v)\n", v)
-			case int64:
-				fmt.Fprintf(&b, "int64(%d)\n", v)
-			case uint8:
-				fmt.Fprintf(&b, "uint8(%d)\n", v)
-			default:
-				f.Fatalf("seed %s: argument of type %T", name, a)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// checkAlloc fails t when fn allocates more than limit bytes
-// (runtime.MemStats.TotalAlloc). It measures twice before failing, so that
-// what another goroutine allocated meanwhile is not held against fn.
-func checkAlloc(t *testing.T, limit uint64, fn func()) {
-	t.Helper()
-	var got uint64
-	for range 2 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if got = after.TotalAlloc - before.TotalAlloc; got <= limit {
-			return
-		}
-	}
-	t.Fatalf("allocated %d bytes, more than the limit %d", got, limit)
 }

@@ -3,14 +3,10 @@ package data_test
 import (
 	"bytes"
 	"compress/gzip"
-	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/internal/fuzztest"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -39,7 +35,7 @@ func gzipped(b []byte) []byte {
 // with WriteIDX to an IDX file that reads back the same (int8 and int16
 // files come back as int32).
 func FuzzReadIDXBounded(f *testing.F) {
-	writeSeeds(f, "FuzzReadIDXBounded", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzReadIDXBounded", func() map[string][]any {
 		img := tensor.MustFromSlice([]uint8{0, 1, 2, 3, 250, 255}, 1, 2, 3)
 		hugeClaim := []byte{0, 0, 0x08, 2, 0x7f, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff, 1, 2, 3}
 		return map[string][]any{
@@ -61,7 +57,7 @@ func FuzzReadIDXBounded(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var got *tensor.Tensor
 		var err error
-		checkAlloc(t, uint64(8*1032*len(in))+4<<20, func() { got, err = data.ReadIDX(bytes.NewReader(in)) })
+		fuzztest.CheckAlloc(t, uint64(8*1032*len(in))+4<<20, func() { got, err = data.ReadIDX(bytes.NewReader(in)) })
 		if err != nil {
 			if got != nil {
 				t.Fatal("a tensor returned with an error")
@@ -77,59 +73,4 @@ func FuzzReadIDXBounded(f *testing.F) {
 			t.Fatalf("%v%v does not read back: %v", got.DType(), got.Shape(), err)
 		}
 	})
-}
-
-// writeSeeds writes the seed corpus of target, testdata/fuzz/<target>/<name>,
-// when DISTFLOW_WRITE_FUZZ_SEEDS is set: the committed corpus is made so
-// (DISTFLOW_WRITE_FUZZ_SEEDS=1 go test -run '^$' -fuzz ^FuzzX$ -fuzztime 1x).
-// Each seed is the fuzz function's arguments, made by the real encoders.
-func writeSeeds(f *testing.F, target string, seeds func() map[string][]any) {
-	if os.Getenv("DISTFLOW_WRITE_FUZZ_SEEDS") == "" {
-		return
-	}
-	dir := filepath.Join("testdata", "fuzz", target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		f.Fatal(err)
-	}
-	for name, args := range seeds() {
-		var b strings.Builder
-		b.WriteString("go test fuzz v1\n")
-		for _, a := range args {
-			switch v := a.(type) {
-			case []byte:
-				fmt.Fprintf(&b, "[]byte(%q)\n", v)
-			case string:
-				fmt.Fprintf(&b, "string(%q)\n", v)
-			case bool:
-				fmt.Fprintf(&b, "bool(%v)\n", v)
-			case int64:
-				fmt.Fprintf(&b, "int64(%d)\n", v)
-			case uint8:
-				fmt.Fprintf(&b, "uint8(%d)\n", v)
-			default:
-				f.Fatalf("seed %s: argument of type %T", name, a)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// checkAlloc fails t when fn allocates more than limit bytes
-// (runtime.MemStats.TotalAlloc). It measures twice before failing, so that
-// what another goroutine allocated meanwhile is not held against fn.
-func checkAlloc(t *testing.T, limit uint64, fn func()) {
-	t.Helper()
-	var got uint64
-	for range 2 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if got = after.TotalAlloc - before.TotalAlloc; got <= limit {
-			return
-		}
-	}
-	t.Fatalf("allocated %d bytes, more than the limit %d", got, limit)
 }

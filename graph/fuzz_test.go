@@ -2,16 +2,12 @@ package graph_test
 
 import (
 	"bytes"
-	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/fuzztest"
 	"github.com/distflow/distflow/ops"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/tensor"
@@ -58,7 +54,7 @@ func marshalDef(gd *pb.GraphDef) []byte {
 // decoder must not allocate far beyond its input: every node, attribute and
 // tensor it makes is backed by input bytes.
 func FuzzGraphUnmarshal(f *testing.F) {
-	writeSeeds(f, "FuzzGraphUnmarshal", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzGraphUnmarshal", func() map[string][]any {
 		model := fuzzModel()
 		gd := model.ToProto()
 		later := proto.Clone(gd).(*pb.GraphDef)
@@ -94,7 +90,7 @@ func FuzzGraphUnmarshal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var g *graph.Graph
 		var err error
-		checkAlloc(t, uint64(256*len(b))+1<<20, func() { g, err = graph.Unmarshal(b) })
+		fuzztest.CheckAlloc(t, uint64(256*len(b))+1<<20, func() { g, err = graph.Unmarshal(b) })
 		if err != nil {
 			return
 		}
@@ -133,59 +129,4 @@ func FuzzGraphUnmarshal(f *testing.F) {
 			t.Fatalf("pruning a valid graph for all its nodes: %v", err)
 		}
 	})
-}
-
-// writeSeeds writes the seed corpus of target, testdata/fuzz/<target>/<name>,
-// when DISTFLOW_WRITE_FUZZ_SEEDS is set: the committed corpus is made so
-// (DISTFLOW_WRITE_FUZZ_SEEDS=1 go test -run '^$' -fuzz ^FuzzX$ -fuzztime 1x).
-// Each seed is the fuzz function's arguments, made by the real encoders.
-func writeSeeds(f *testing.F, target string, seeds func() map[string][]any) {
-	if os.Getenv("DISTFLOW_WRITE_FUZZ_SEEDS") == "" {
-		return
-	}
-	dir := filepath.Join("testdata", "fuzz", target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		f.Fatal(err)
-	}
-	for name, args := range seeds() {
-		var b strings.Builder
-		b.WriteString("go test fuzz v1\n")
-		for _, a := range args {
-			switch v := a.(type) {
-			case []byte:
-				fmt.Fprintf(&b, "[]byte(%q)\n", v)
-			case string:
-				fmt.Fprintf(&b, "string(%q)\n", v)
-			case bool:
-				fmt.Fprintf(&b, "bool(%v)\n", v)
-			case int64:
-				fmt.Fprintf(&b, "int64(%d)\n", v)
-			case uint8:
-				fmt.Fprintf(&b, "uint8(%d)\n", v)
-			default:
-				f.Fatalf("seed %s: argument of type %T", name, a)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// checkAlloc fails t when fn allocates more than limit bytes
-// (runtime.MemStats.TotalAlloc). It measures twice before failing, so that
-// what another goroutine allocated meanwhile is not held against fn.
-func checkAlloc(t *testing.T, limit uint64, fn func()) {
-	t.Helper()
-	var got uint64
-	for range 2 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if got = after.TotalAlloc - before.TotalAlloc; got <= limit {
-			return
-		}
-	}
-	t.Fatalf("allocated %d bytes, more than the limit %d", got, limit)
 }

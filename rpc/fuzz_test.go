@@ -10,10 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/distflow/distflow/allreduce"
+	"github.com/distflow/distflow/internal/fuzztest"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/tensor"
 )
@@ -64,7 +61,7 @@ func fuzzJoin(msgs ...[]byte) []byte {
 // than maxRequestSize is allocated beyond a
 // multiple of the input.
 func FuzzReadRequest(f *testing.F) {
-	writeSeeds(f, "FuzzReadRequest", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzReadRequest", func() map[string][]any {
 		full := appendRequest(nil, 42, time.Second, "/job:ps/task:0/cpu:0;/job:worker/task:0/cpu:0;w:0", map[string]string{"authorization": "Bearer x"})
 		huge := binary.LittleEndian.AppendUint32(nil, maxRequestSize+1)
 		lying := binary.LittleEndian.AppendUint32(nil, maxRequestSize)
@@ -87,7 +84,7 @@ func FuzzReadRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req *tensorRequest
 		var err error
-		checkAlloc(t, uint64(64*len(b))+maxRequestSize, func() {
+		fuzztest.CheckAlloc(t, uint64(64*len(b))+maxRequestSize, func() {
 			req, err = readRequest(bufio.NewReader(bytes.NewReader(b)))
 		})
 		if err != nil {
@@ -150,7 +147,7 @@ func appendErrorResponse(b []byte, code codes.Code, reason, msg string) []byte {
 // ErrTooLarge or an I/O error; never more memory than the tensor limit and
 // two strings of maxRequestSize beyond a multiple of the input.
 func FuzzTensorResponse(f *testing.F) {
-	writeSeeds(f, "FuzzTensorResponse", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzTensorResponse", func() map[string][]any {
 		t23 := tensor.MustFromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
 		valid := appendTensorResponse(nil, t23)
 		big := []byte{respTensor, byte(tensor.Float64), 2}
@@ -182,7 +179,7 @@ func FuzzTensorResponse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var got *tensor.Tensor
 		var err error
-		checkAlloc(t, uint64(64*len(b))+fuzzMaxTensor+2*maxRequestSize+256<<10, func() {
+		fuzztest.CheckAlloc(t, uint64(64*len(b))+fuzzMaxTensor+2*maxRequestSize+256<<10, func() {
 			c := &tensorClientConn{conn: fuzzConn{}, r: bufio.NewReader(bytes.NewReader(b))}
 			got, err = p.exchange(context.Background(), c, 42, "key", nil)
 		})
@@ -229,7 +226,7 @@ func chunkMessages(t *tensor.Tensor, chunk int) [][]byte {
 // the generated code, and no more than the tensor limit is allocated beyond
 // a multiple of the input.
 func FuzzRecvTensorCodec(f *testing.F) {
-	writeSeeds(f, "FuzzRecvTensorCodec", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzRecvTensorCodec", func() map[string][]any {
 		t := tensor.MustFromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
 		msgs := chunkMessages(t, 8)
 		viaProto, _ := proto.Marshal(&pb.RecvTensorResponse{Dtype: pb.DataType(tensor.Int32), Dims: []int64{2}, Data: []byte{1, 0, 0, 0, 2, 0, 0, 0}})
@@ -252,7 +249,7 @@ func FuzzRecvTensorCodec(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, split uint8) {
 		msgs := fuzzSplit(b)
 		var r tensorReceiver
-		checkAlloc(t, uint64(64*len(b))+fuzzMaxTensor+64<<10, func() {
+		fuzztest.CheckAlloc(t, uint64(64*len(b))+fuzzMaxTensor+64<<10, func() {
 			r = tensorReceiver{limit: fuzzMaxTensor}
 			for _, m := range msgs {
 				cut := min(int(split), len(m))
@@ -340,7 +337,7 @@ var (
 // end the stream with a status for malformed chunks, the operation must
 // end at once, and nothing may panic.
 func FuzzRingChunks(f *testing.F) {
-	writeSeeds(f, "FuzzRingChunks", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzRingChunks", func() map[string][]any {
 		chunk := func(index, offset int, data ...float32) []byte {
 			c := &allreduce.Chunk{Op: allreduce.Op{Name: "g"}, From: 0, Size: 3, Index: index, Length: 6, Offset: offset, Data: data}
 			m := &pb.RingChunk{Name: c.Op.Name, Round: c.Op.Round, From: int32(c.From), Size: int32(c.Size),
@@ -374,7 +371,7 @@ func FuzzRingChunks(f *testing.F) {
 		defer r.Close()
 		s := &ringServer{recv: r, opts: Options{MaxTensorBytes: fuzzMaxTensor}}
 		st := &fuzzRingStream{msgs: fuzzSplit(b)}
-		checkAlloc(t, uint64(64*len(b))+256<<10, func() { s.Chunks(st) })
+		fuzztest.CheckAlloc(t, uint64(64*len(b))+256<<10, func() { s.Chunks(st) })
 		r.Fail(allreduce.Op{Name: "g"}, errRingStreamEnd)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -384,59 +381,4 @@ func FuzzRingChunks(f *testing.F) {
 			t.Fatalf("AllReduce: %v", err)
 		}
 	})
-}
-
-// writeSeeds writes the seed corpus of target, testdata/fuzz/<target>/<name>,
-// when DISTFLOW_WRITE_FUZZ_SEEDS is set: the committed corpus is made so
-// (DISTFLOW_WRITE_FUZZ_SEEDS=1 go test -run '^$' -fuzz ^FuzzX$ -fuzztime 1x).
-// Each seed is the fuzz function's arguments, made by the real encoders.
-func writeSeeds(f *testing.F, target string, seeds func() map[string][]any) {
-	if os.Getenv("DISTFLOW_WRITE_FUZZ_SEEDS") == "" {
-		return
-	}
-	dir := filepath.Join("testdata", "fuzz", target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		f.Fatal(err)
-	}
-	for name, args := range seeds() {
-		var b strings.Builder
-		b.WriteString("go test fuzz v1\n")
-		for _, a := range args {
-			switch v := a.(type) {
-			case []byte:
-				fmt.Fprintf(&b, "[]byte(%q)\n", v)
-			case string:
-				fmt.Fprintf(&b, "string(%q)\n", v)
-			case bool:
-				fmt.Fprintf(&b, "bool(%v)\n", v)
-			case int64:
-				fmt.Fprintf(&b, "int64(%d)\n", v)
-			case uint8:
-				fmt.Fprintf(&b, "uint8(%d)\n", v)
-			default:
-				f.Fatalf("seed %s: argument of type %T", name, a)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// checkAlloc fails t when fn allocates more than limit bytes
-// (runtime.MemStats.TotalAlloc). It measures twice before failing, so that
-// what another goroutine allocated meanwhile is not held against fn.
-func checkAlloc(t *testing.T, limit uint64, fn func()) {
-	t.Helper()
-	var got uint64
-	for range 2 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if got = after.TotalAlloc - before.TotalAlloc; got <= limit {
-			return
-		}
-	}
-	t.Fatalf("allocated %d bytes, more than the limit %d", got, limit)
 }

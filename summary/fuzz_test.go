@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/distflow/distflow/internal/fuzztest"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/summary"
 )
@@ -56,7 +53,7 @@ func header(n uint64) []byte {
 // header that announces a large record must not make the reader allocate
 // more than the input holds.
 func FuzzReadEvents(f *testing.F) {
-	writeSeeds(f, "FuzzReadEvents", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzReadEvents", func() map[string][]any {
 		file := eventFile(f)
 		bogus := summary.AppendRecord(nil, []byte{0xff, 0xff})
 		return map[string][]any{
@@ -76,7 +73,7 @@ func FuzzReadEvents(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var events []*pb.Event
 		var err error
-		checkAlloc(t, uint64(16*len(b))+2<<20, func() { events, err = summary.ReadEvents(bytes.NewReader(b)) })
+		fuzztest.CheckAlloc(t, uint64(16*len(b))+2<<20, func() { events, err = summary.ReadEvents(bytes.NewReader(b)) })
 		if err != nil && !errors.Is(err, summary.ErrTruncated) && !errors.Is(err, summary.ErrCorrupt) {
 			t.Fatalf("error %v wraps neither ErrTruncated nor ErrCorrupt", err)
 		}
@@ -98,59 +95,4 @@ func FuzzReadEvents(f *testing.F) {
 			}
 		}
 	})
-}
-
-// writeSeeds writes the seed corpus of target, testdata/fuzz/<target>/<name>,
-// when DISTFLOW_WRITE_FUZZ_SEEDS is set: the committed corpus is made so
-// (DISTFLOW_WRITE_FUZZ_SEEDS=1 go test -run '^$' -fuzz ^FuzzX$ -fuzztime 1x).
-// Each seed is the fuzz function's arguments, made by the real encoders.
-func writeSeeds(f *testing.F, target string, seeds func() map[string][]any) {
-	if os.Getenv("DISTFLOW_WRITE_FUZZ_SEEDS") == "" {
-		return
-	}
-	dir := filepath.Join("testdata", "fuzz", target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		f.Fatal(err)
-	}
-	for name, args := range seeds() {
-		var b strings.Builder
-		b.WriteString("go test fuzz v1\n")
-		for _, a := range args {
-			switch v := a.(type) {
-			case []byte:
-				fmt.Fprintf(&b, "[]byte(%q)\n", v)
-			case string:
-				fmt.Fprintf(&b, "string(%q)\n", v)
-			case bool:
-				fmt.Fprintf(&b, "bool(%v)\n", v)
-			case int64:
-				fmt.Fprintf(&b, "int64(%d)\n", v)
-			case uint8:
-				fmt.Fprintf(&b, "uint8(%d)\n", v)
-			default:
-				f.Fatalf("seed %s: argument of type %T", name, a)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// checkAlloc fails t when fn allocates more than limit bytes
-// (runtime.MemStats.TotalAlloc). It measures twice before failing, so that
-// what another goroutine allocated meanwhile is not held against fn.
-func checkAlloc(t *testing.T, limit uint64, fn func()) {
-	t.Helper()
-	var got uint64
-	for range 2 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if got = after.TotalAlloc - before.TotalAlloc; got <= limit {
-			return
-		}
-	}
-	t.Fatalf("allocated %d bytes, more than the limit %d", got, limit)
 }

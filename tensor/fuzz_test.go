@@ -3,15 +3,11 @@ package tensor_test
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strings"
 	"testing"
 
+	"github.com/distflow/distflow/internal/fuzztest"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -32,7 +28,7 @@ func mustEncode(t *tensor.Tensor) []byte {
 // fail with tensor.ErrCorrupt; the decoder never allocates much more than
 // the input (the elements are copied once; the shape is at most 64 dims).
 func FuzzTensorDecode(f *testing.F) {
-	writeSeeds(f, "FuzzTensorDecode", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzTensorDecode", func() map[string][]any {
 		seeds := map[string][]any{
 			"float32_2x2":  {mustEncode(tensor.MustFromSlice([]float32{1, 2, 3, 4}, 2, 2))},
 			"float64_nan":  {mustEncode(tensor.MustFromSlice([]float64{math.NaN(), math.Inf(-1)}, 2))},
@@ -61,7 +57,7 @@ func FuzzTensorDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var x tensor.Tensor
 		var err error
-		checkAlloc(t, uint64(2*len(b))+8<<10, func() { err = x.UnmarshalBinary(b) })
+		fuzztest.CheckAlloc(t, uint64(2*len(b))+8<<10, func() { err = x.UnmarshalBinary(b) })
 		if err != nil {
 			if !errors.Is(err, tensor.ErrCorrupt) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)
@@ -89,7 +85,7 @@ func FuzzTensorDecode(f *testing.F) {
 // bytes (as a decoder of any format does with FromRawBytes), encodes it and
 // decodes it back: the same dtype, shape and bytes (bools made 0/1).
 func FuzzTensorEncode(f *testing.F) {
-	writeSeeds(f, "FuzzTensorEncode", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzTensorEncode", func() map[string][]any {
 		return map[string][]any{
 			"float32_2x2": {uint8(tensor.Float32), []byte{2, 2}, make([]byte, 16)},
 			"bool":        {uint8(tensor.Bool), []byte{3}, []byte{0, 1, 7}},
@@ -134,59 +130,4 @@ func FuzzTensorEncode(f *testing.F) {
 			t.Fatalf("round trip of %v%v gave %v%v", x.DType(), shape, y.DType(), y.Shape())
 		}
 	})
-}
-
-// writeSeeds writes the seed corpus of target, testdata/fuzz/<target>/<name>,
-// when DISTFLOW_WRITE_FUZZ_SEEDS is set: the committed corpus is made so
-// (DISTFLOW_WRITE_FUZZ_SEEDS=1 go test -run '^$' -fuzz ^FuzzX$ -fuzztime 1x).
-// Each seed is the fuzz function's arguments, made by the real encoders.
-func writeSeeds(f *testing.F, target string, seeds func() map[string][]any) {
-	if os.Getenv("DISTFLOW_WRITE_FUZZ_SEEDS") == "" {
-		return
-	}
-	dir := filepath.Join("testdata", "fuzz", target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		f.Fatal(err)
-	}
-	for name, args := range seeds() {
-		var b strings.Builder
-		b.WriteString("go test fuzz v1\n")
-		for _, a := range args {
-			switch v := a.(type) {
-			case []byte:
-				fmt.Fprintf(&b, "[]byte(%q)\n", v)
-			case string:
-				fmt.Fprintf(&b, "string(%q)\n", v)
-			case bool:
-				fmt.Fprintf(&b, "bool(%v)\n", v)
-			case int64:
-				fmt.Fprintf(&b, "int64(%d)\n", v)
-			case uint8:
-				fmt.Fprintf(&b, "uint8(%d)\n", v)
-			default:
-				f.Fatalf("seed %s: argument of type %T", name, a)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// checkAlloc fails t when fn allocates more than limit bytes
-// (runtime.MemStats.TotalAlloc). It measures twice before failing, so that
-// what another goroutine allocated meanwhile is not held against fn.
-func checkAlloc(t *testing.T, limit uint64, fn func()) {
-	t.Helper()
-	var got uint64
-	for range 2 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if got = after.TotalAlloc - before.TotalAlloc; got <= limit {
-			return
-		}
-	}
-	t.Fatalf("allocated %d bytes, more than the limit %d", got, limit)
 }

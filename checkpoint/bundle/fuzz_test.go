@@ -9,11 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/distflow/distflow/checkpoint/bundle"
+	"github.com/distflow/distflow/internal/fuzztest"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -92,7 +91,7 @@ func fixIndex(index []byte, data ...[]byte) []byte {
 // them. The directory is reused across inputs: one per fuzzing process.
 func FuzzReadCheckpoint(f *testing.F) {
 	index, data0, data1 := fuzzCheckpoint(f, f.TempDir())
-	writeSeeds(f, "FuzzReadCheckpoint", func() map[string][]any {
+	fuzztest.WriteSeeds(f, "FuzzReadCheckpoint", func() map[string][]any {
 		flip := bytes.Clone(data1)
 		flip[len(flip)-5] ^= 1
 		// An offset near MaxInt64 once passed the bounds check by
@@ -141,9 +140,9 @@ func FuzzReadCheckpoint(f *testing.F) {
 			vars map[string]*tensor.Tensor
 			err  error
 		)
-		checkAlloc(t, limit, func() { ix, err = bundle.ReadIndex(dir, fuzzPrefix) })
+		fuzztest.CheckAlloc(t, limit, func() { ix, err = bundle.ReadIndex(dir, fuzzPrefix) })
 		sentinel("ReadIndex", err)
-		checkAlloc(t, limit, func() { vars, err = bundle.Read(dir, fuzzPrefix) })
+		fuzztest.CheckAlloc(t, limit, func() { vars, err = bundle.Read(dir, fuzzPrefix) })
 		sentinel("Read", err)
 		if err == nil {
 			if ix == nil {
@@ -174,59 +173,4 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
-}
-
-// writeSeeds writes the seed corpus of target, testdata/fuzz/<target>/<name>,
-// when DISTFLOW_WRITE_FUZZ_SEEDS is set: the committed corpus is made so
-// (DISTFLOW_WRITE_FUZZ_SEEDS=1 go test -run '^$' -fuzz ^FuzzX$ -fuzztime 1x).
-// Each seed is the fuzz function's arguments, made by the real encoders.
-func writeSeeds(f *testing.F, target string, seeds func() map[string][]any) {
-	if os.Getenv("DISTFLOW_WRITE_FUZZ_SEEDS") == "" {
-		return
-	}
-	dir := filepath.Join("testdata", "fuzz", target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		f.Fatal(err)
-	}
-	for name, args := range seeds() {
-		var b strings.Builder
-		b.WriteString("go test fuzz v1\n")
-		for _, a := range args {
-			switch v := a.(type) {
-			case []byte:
-				fmt.Fprintf(&b, "[]byte(%q)\n", v)
-			case string:
-				fmt.Fprintf(&b, "string(%q)\n", v)
-			case bool:
-				fmt.Fprintf(&b, "bool(%v)\n", v)
-			case int64:
-				fmt.Fprintf(&b, "int64(%d)\n", v)
-			case uint8:
-				fmt.Fprintf(&b, "uint8(%d)\n", v)
-			default:
-				f.Fatalf("seed %s: argument of type %T", name, a)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// checkAlloc fails t when fn allocates more than limit bytes
-// (runtime.MemStats.TotalAlloc). It measures twice before failing, so that
-// what another goroutine allocated meanwhile is not held against fn.
-func checkAlloc(t *testing.T, limit uint64, fn func()) {
-	t.Helper()
-	var got uint64
-	for range 2 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if got = after.TotalAlloc - before.TotalAlloc; got <= limit {
-			return
-		}
-	}
-	t.Fatalf("allocated %d bytes, more than the limit %d", got, limit)
 }

@@ -1,0 +1,5 @@
+//go:build race
+
+package fuzztest
+
+const raceEnabled = true
