@@ -359,3 +359,61 @@ func TestNonLoopbackClusterNeedsCertificates(t *testing.T) {
 		}
 	}
 }
+
+// writeToken writes a cluster token file and returns its path.
+func writeToken(t *testing.T, tok string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestClusterToken: without certificates, a cluster token is checked on
+// every call; a cluster given one trains.
+func TestClusterToken(t *testing.T) {
+	token := writeToken(t, "a-shared-secret-of-the-cluster-0123")
+	addrs := rpcFreePorts(t, 2)
+	p := rpcStartServer(t, "--ps_hosts", addrs[0], "--worker_hosts", addrs[1], "--job_name", "ps", "--cluster-token-file", token)
+	<-p.ready
+	for _, tc := range []struct {
+		name  string
+		token string
+		ok    bool
+	}{
+		{"no token", "", false},
+		{"a wrong token", writeToken(t, "not-the-secret-of-this-cluster!!"), false},
+		{"the token", token, true},
+	} {
+		opts, err := pki.Security{TokenFile: tc.token}.ClientOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, closer, err := rpc.DialWorker(addrs[0], opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = w.GetStatus(ctx, &pb.GetStatusRequest{})
+		cancel()
+		closer.Close()
+		if tc.ok != (err == nil) || !tc.ok && !errors.Is(err, rpc.ErrUnauthenticated) {
+			t.Errorf("%s: GetStatus: %v", tc.name, err)
+		}
+	}
+	if logs := p.logs(); !strings.Contains(logs, "no cluster token") || !strings.Contains(logs, "wrong cluster token") {
+		t.Errorf("the refusals are not logged:\n%s", logs)
+	}
+
+	files, taddrs := freeListeners(t, 3)
+	_, ws := startTasksOn(t, files, taddrs, "train", "--model", "linreg", "--steps", "200", "--lr", "0.03", "--json", "--wait-timeout", "60s", "--cluster-token-file", token)
+	for _, w := range ws {
+		if err := w.wait(t, 120*time.Second); err != nil {
+			t.Fatalf("%s: %v\n%s", w.name, err, w.logs())
+		}
+	}
+	if w := lastJSON(t, ws[0].output())["W"].(float64); math.Abs(w-2) > 0.1 {
+		t.Errorf("W %.3f; want about 2", w)
+	}
+}

@@ -86,8 +86,10 @@ func taskStatus(ctx context.Context, addr string, timeout time.Duration, opts rp
 	switch {
 	case err == nil:
 		return st, nil
+	case ctx.Err() == context.DeadlineExceeded && opts.TLS == nil:
+		return nil, fmt.Errorf("status: no answer from %s within %v (is a distflow task running there? a cluster with certificates needs --certs-dir): %w", addr, timeout, err)
 	case ctx.Err() == context.DeadlineExceeded:
-		return nil, fmt.Errorf("status: no answer from %s within %v (is a distflow task running there?): %w", addr, timeout, err)
+		return nil, fmt.Errorf("status: no answer from %s within %v (is a distflow task of this cluster running there?): %w", addr, timeout, err)
 	}
 	return nil, fmt.Errorf("status: task at %s: %w", addr, err)
 }
