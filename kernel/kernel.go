@@ -180,9 +180,12 @@ func (c *Context) alloc(i int, dt tensor.DType, shape []int) (t *tensor.Tensor, 
 // checkBudget panics with a budgetPanic, which the executor recovers as
 // the node's error, when output i would exceed the task's budget.
 func (c *Context) checkBudget(i int, dt tensor.DType, shape []int) {
-	if err := c.Resources.CheckTensorBytes(fmt.Sprintf("output %d", i), dt, shape); err != nil {
-		panic(budgetPanic{&NodeError{Node: c.Node, Err: err}})
+	limit := c.Resources.maxTensorBytes.Load()
+	if n, ok := tensorBytes(dt, shape); ok && n <= limit {
+		return // the common case allocates nothing, and shape does not escape
 	}
+	err := overBudget(fmt.Sprintf("output %d", i), dt, slices.Clone(shape), limit)
+	panic(budgetPanic{&NodeError{Node: c.Node, Err: err}})
 }
 
 // OutputBuffer is the executor's side of Alloc for one output of the node

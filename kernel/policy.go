@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -176,7 +177,9 @@ func (r *Resources) CheckTensorBytes(what string, dt tensor.DType, shape []int) 
 	if n, ok := tensorBytes(dt, shape); ok && n <= limit {
 		return nil
 	}
-	return overBudget(what, dt, shape, limit)
+	// A copy, so that shape does not escape to the heap in the callers'
+	// common case.
+	return overBudget(what, dt, slices.Clone(shape), limit)
 }
 
 // tensorBytes returns the size of a tensor, and false when it overflows.

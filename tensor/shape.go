@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -229,7 +230,7 @@ func CheckNumElements(dims []int) (int, error) {
 	zero := false
 	for _, d := range dims {
 		if d < 0 {
-			return 0, fmt.Errorf("tensor: negative dimension in shape %v", dims)
+			return 0, fmt.Errorf("tensor: negative dimension in shape %v", slices.Clone(dims))
 		}
 		zero = zero || d == 0
 	}
@@ -246,7 +247,7 @@ func CheckNumElements(dims []int) (int, error) {
 		n = int(lo)
 	}
 	if overflow {
-		return 0, fmt.Errorf("%w: shape %v", ErrShapeOverflow, dims)
+		return 0, fmt.Errorf("%w: shape %v", ErrShapeOverflow, slices.Clone(dims))
 	}
 	return n, nil
 }
