@@ -511,14 +511,18 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 // checkFeedBytes refuses a fed tensor over the budget before it is decoded.
 func (w *Worker) checkFeedBytes(f *pb.NamedTensor) error {
 	tp := f.GetTensor()
-	dims := make([]int, len(tp.GetDims()))
-	for i, d := range tp.GetDims() {
+	var buf [8]int // the common case allocates nothing
+	dims := buf[:0]
+	for _, d := range tp.GetDims() {
 		if d < 0 || d > 1<<40 {
 			return nil // TensorFromProto names the bad dimension
 		}
-		dims[i] = int(d)
+		dims = append(dims, int(d))
 	}
-	return w.res.CheckTensorBytes(fmt.Sprintf("feed %q", f.GetName()), tensor.DType(tp.GetDtype()), dims)
+	if err := w.res.CheckTensorBytes("fed tensor", tensor.DType(tp.GetDtype()), dims); err != nil {
+		return fmt.Errorf("feed %q: %w", f.GetName(), err)
+	}
+	return nil
 }
 
 func byName(a, b graph.Output) int { return strings.Compare(a.Name(), b.Name()) }
