@@ -140,6 +140,39 @@ func (e *Estimator) keepTrained(ctx context.Context, sess *session.Session, vars
 	return nil
 }
 
+// assignment is what sets variables to values: run targets with feeds.
+type assignment struct {
+	feeds   map[graph.Output]*tensor.Tensor
+	targets []*graph.Node
+}
+
+// continuation builds in s what sets vars and the global step to the model
+// this process trained before, so that a second Train goes on from it as
+// tf.estimator goes on from its model directory; nil when there is none.
+func (e *Estimator) continuation(s *graph.Scope, vars []*ops.Variable, step *ops.Variable) *assignment {
+	e.mu.Lock()
+	trained, at := e.trained, e.step
+	e.mu.Unlock()
+	if trained == nil {
+		return nil
+	}
+	a := &assignment{feeds: map[graph.Output]*tensor.Tensor{}}
+	set := func(v *ops.Variable, val *tensor.Tensor) {
+		ph := ops.Placeholder(s, v.Name()+"/trained_value", val.DType(), val.StaticShape())
+		a.feeds[ph] = val
+		a.targets = append(a.targets, ops.Assign(s, v.Value(), ph).Node)
+	}
+	for _, v := range vars {
+		if val, ok := trained[v.Name()]; ok {
+			set(v, val)
+		}
+	}
+	gs := tensor.New(step.DType())
+	gs.SetFloat64At(0, float64(at))
+	set(step, gs)
+	return a
+}
+
 func (e *Estimator) trainedStep() int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -80,3 +80,30 @@ func TestTrainEvaluatePredictInProcess(t *testing.T) {
 		t.Fatalf("w = %v, %v; want about 2", w, err)
 	}
 }
+
+// TestSecondTrainContinues: as tf.estimator goes on from its model
+// directory, a second Train in the same process goes on from the model the
+// first trained, even without checkpoints.
+func TestSecondTrainContinues(t *testing.T) {
+	ctx := context.Background()
+	est, err := estimator.New(linearModel, estimator.RunConfig{Seed: 1, Progress: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: 100}); err != nil {
+		t.Fatal(err)
+	}
+	w1, _ := est.VariableValue("w")
+	first := w1.Float64At(0)
+	res, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.GlobalStep != 600 || res.LocalSteps != 500 {
+		t.Errorf("the second Train ended at global step %d after %d steps; want 600 after 500", res.GlobalStep, res.LocalSteps)
+	}
+	w2, _ := est.VariableValue("w")
+	if math.Abs(w2.Float64At(0)-2) > 0.05 || math.Abs(w2.Float64At(0)-2) > math.Abs(first-2) {
+		t.Errorf("w went from %v to %v; want it nearer 2", first, w2.Float64At(0))
+	}
+}

@@ -155,6 +155,10 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			return nil, fmt.Errorf("estimator: a hook's Begin: %w", err)
 		}
 	}
+	var cont *assignment
+	if r.chief() {
+		cont = r.e.continuation(s, modelVars, globalStep)
+	}
 	initOp := ops.GlobalVariablesInitializer(s)
 	ready, numVars := train.ReadyOp(s, ops.GlobalVariables(s.Graph()))
 	if err := s.Err(); err != nil {
@@ -213,6 +217,11 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	cancel()
 	if err != nil {
 		return nil, err
+	}
+	if cont != nil && ms.RestoredStep < 0 { // no checkpoint: go on from the model trained before
+		if _, err := sess.Run(ctx, cont.feeds, nil, cont.targets); err != nil {
+			return nil, fmt.Errorf("estimator: continuing from the model trained before: %w", err)
+		}
 	}
 	for _, h := range r.hooks {
 		if err := h.AfterCreateSession(ctx, sess); err != nil {
