@@ -345,6 +345,11 @@ func Create(cfg CreateConfig) ([]Made, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("pki: no directory for the certificates")
 	}
+	switch cfg.KeyType {
+	case "", ECDSAP256, Ed25519:
+	default:
+		return nil, fmt.Errorf("pki: key type %q: want %s or %s", cfg.KeyType, ECDSAP256, Ed25519)
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pki: %w", err)
 	}

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/pki"
 )
 
@@ -60,7 +63,13 @@ func newCertsCreateCommand() *cobra.Command {
 			case f.psHosts != "":
 				job = "ps"
 			}
-			spec, _, err := clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, job, 0, cmd.ErrOrStderr())
+			var spec *cluster.Spec
+			var err error
+			if job != "" {
+				spec, _, err = clusterFromFlags(f.psHosts, f.workerHosts, f.chiefHosts, job, 0, cmd.ErrOrStderr())
+			} else if js := os.Getenv(cluster.EnvVar); js != "" {
+				spec, err = clusterOfTFConfig(js)
+			}
 			if err != nil {
 				return err
 			}
@@ -133,4 +142,19 @@ func printMade(w io.Writer, made []pki.Made, create bool) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// clusterOfTFConfig reads the cluster of a TF_CONFIG, whose task may be
+// missing: certificates are made for all the tasks.
+func clusterOfTFConfig(js string) (*cluster.Spec, error) {
+	var cfg struct {
+		Cluster map[string][]string `json:"cluster"`
+	}
+	if err := json.Unmarshal([]byte(js), &cfg); err != nil {
+		return nil, fmt.Errorf("certs create: %s: %w", cluster.EnvVar, err)
+	}
+	if len(cfg.Cluster) == 0 {
+		return nil, fmt.Errorf("certs create: %s has no cluster", cluster.EnvVar)
+	}
+	return cluster.NewSpec(cfg.Cluster)
 }
