@@ -236,6 +236,18 @@ func TestSecureClusterRefusesOutsiders(t *testing.T) {
 		if out, stderr, err := run(t, "status", "--certs-dir", dir, addr); err != nil || !strings.Contains(out, "/job:worker/task:1") {
 			t.Fatalf("distflow status --certs-dir: %v\n%s%s", err, out, stderr)
 		}
+		// A program's session: the master service (grpc:// targets use it).
+		m, mc, err := rpc.DialMaster(addr, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		devs, err := m.ListDevices(ctx, &pb.ListDevicesRequest{})
+		cancel()
+		mc.Close()
+		if err != nil || len(devs.GetDevices()) == 0 {
+			t.Errorf("ListDevices with a client certificate: %v, %v", devs, err)
+		}
 		errs := callGRPC(addr, tool.TLS)
 		if errs[0] != nil {
 			t.Errorf("GetStatus with a client certificate: %v", errs[0])
