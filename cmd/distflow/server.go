@@ -20,6 +20,7 @@ func newServerCommand() *cobra.Command {
 		psHosts, workerHosts, chiefHosts, jobName string
 		taskIndex                                 int
 		security                                  pki.Security
+		ckptDir, logdir                           string
 	}
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -53,7 +54,13 @@ a cluster with an address that is not loopback does not start without it,
 			if err != nil {
 				return err
 			}
-			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: base, RPC: opts})
+			var roots []string // where the graphs other tasks send may read and write files
+			for _, d := range []string{f.ckptDir, f.logdir} {
+				if d != "" {
+					roots = append(roots, d)
+				}
+			}
+			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: base, RPC: opts, FileRoots: roots})
 			if err != nil {
 				return err
 			}
@@ -66,6 +73,8 @@ a cluster with an address that is not loopback does not start without it,
 	}
 	addClusterFlags(cmd.Flags(), &f.psHosts, &f.workerHosts, &f.chiefHosts, &f.jobName, &f.taskIndex)
 	addSecurityFlags(cmd.Flags(), &f.security, false)
+	cmd.Flags().StringVar(&f.ckptDir, "checkpoint-dir", "", "the directory in which the graphs sent to this task may save and restore checkpoints (none: they may not)")
+	cmd.Flags().StringVar(&f.logdir, "logdir", "", "another directory in which they may read and write files")
 	return cmd
 }
 
