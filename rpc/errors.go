@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -64,14 +66,31 @@ func toStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	for _, s := range sentinels {
+	// The first sentinel err wraps gives the code; all of them travel, so
+	// that errors.Is finds each on the other side (a step aborted because
+	// a queue closed is both).
+	var first int = -1
+	var also []string
+	for i, s := range sentinels {
 		if errors.Is(err, s.err) {
-			st, derr := status.New(s.code, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: s.name, Domain: errorDomain})
-			if derr != nil {
-				return status.Error(s.code, err.Error())
+			if first < 0 {
+				first = i
+			} else {
+				also = append(also, s.name)
 			}
-			return st.Err()
 		}
+	}
+	if first >= 0 {
+		s := sentinels[first]
+		info := &errdetails.ErrorInfo{Reason: s.name, Domain: errorDomain}
+		if len(also) > 0 {
+			info.Metadata = map[string]string{"also": strings.Join(also, ",")}
+		}
+		st, derr := status.New(s.code, err.Error()).WithDetails(info)
+		if derr != nil {
+			return status.Error(s.code, err.Error())
+		}
+		return st.Err()
 	}
 	return status.Error(codes.Unknown, err.Error())
 }
@@ -86,20 +105,27 @@ type RemoteError struct {
 	Code   codes.Code
 	Msg    string // the peer's message
 	Reason string // the name of the peer's sentinel error, if any
+	// Also names the other sentinels the peer's error wrapped.
+	Also []string
 }
 
 func (e *RemoteError) Error() string {
 	return fmt.Sprintf("rpc: %s on %s: %s", e.Method, e.Peer, e.Msg)
 }
 
-// Unwrap returns the sentinel error of the status code, or nil.
-func (e *RemoteError) Unwrap() error {
+// Unwrap returns the sentinel errors the peer's error wrapped (those of
+// Reason and Also), or else the sentinel of the status code.
+func (e *RemoteError) Unwrap() []error {
+	var errs []error
 	for _, s := range sentinels {
-		if e.Reason != "" && s.name == e.Reason || e.Reason == "" && s.code == e.Code {
-			return s.err
+		if e.Reason != "" && (s.name == e.Reason || slices.Contains(e.Also, s.name)) || e.Reason == "" && s.code == e.Code {
+			errs = append(errs, s.err)
+			if e.Reason == "" {
+				break
+			}
 		}
 	}
-	return nil
+	return errs
 }
 
 // fromStatus converts the error of a gRPC call into a *RemoteError naming
@@ -113,6 +139,9 @@ func fromStatus(ctx context.Context, peer, method string, err error) error {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
 			re.Reason = info.GetReason()
+			if also := info.GetMetadata()["also"]; also != "" {
+				re.Also = strings.Split(also, ",")
+			}
 		}
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(re, cerr) {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -580,7 +581,12 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 		if err != nil {
 			return nil, err
 		}
-		return nil, &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: code, Msg: msg, Reason: reason}
+		re := &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: code, Msg: msg}
+		var also string
+		if re.Reason, also, _ = strings.Cut(reason, ","); also != "" {
+			re.Also = strings.Split(also, ",")
+		}
+		return nil, re
 	case respTensor:
 	default:
 		return nil, fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
@@ -674,10 +680,14 @@ func deadlinePassed(ctx context.Context, err error) bool {
 	return ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(d)
 }
 
-// reasonOf returns the distflow sentinel name in a status's details.
+// reasonOf returns the distflow sentinel names in a status's details, the
+// first one's and then the others', comma-separated.
 func reasonOf(st *status.Status) string {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
+			if also := info.GetMetadata()["also"]; also != "" {
+				return info.GetReason() + "," + also
+			}
 			return info.GetReason()
 		}
 	}
