@@ -376,16 +376,7 @@ func TestConcurrentRequests(t *testing.T) {
 // arrive together are merged into one Predict call and each gets its rows.
 func TestBatcherMergesAndSplits(t *testing.T) {
 	ctx := context.Background()
-	m := built(t, mlp)
-	dir := filepath.Join(t.TempDir(), "1")
-	if err := savedmodel.Write(dir, m.Model); err != nil {
-		t.Fatal(err)
-	}
-	p, err := savedmodel.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := loadedMLP(t)
 	b := newBatcher(p, 6, time.Minute, 1)
 	imgs := savedmodeltest.Images(6, 3)
 	want, err := p.Predict(ctx, map[string]*tensor.Tensor{"images": imgs})
@@ -428,16 +419,7 @@ func TestBatcherMergesAndSplits(t *testing.T) {
 // queued behind it form one batch when the thread is passed on.
 func TestBatcherQueuesCancelsAndHandsOff(t *testing.T) {
 	ctx := context.Background()
-	m := built(t, mlp)
-	dir := filepath.Join(t.TempDir(), "1")
-	if err := savedmodel.Write(dir, m.Model); err != nil {
-		t.Fatal(err)
-	}
-	p, err := savedmodel.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := loadedMLP(t)
 	b := newBatcher(p, 64, time.Minute, 1)
 	imgs := savedmodeltest.Images(3, 4)
 	want, err := p.Predict(ctx, map[string]*tensor.Tensor{"images": imgs})
@@ -648,4 +630,20 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after its context was cancelled")
 	}
+}
+
+// loadedMLP writes the test MLP's export and loads it; it is closed at the
+// end of the test.
+func loadedMLP(t *testing.T) *savedmodel.Predictor {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "1")
+	if err := savedmodel.Write(dir, built(t, mlp).Model); err != nil {
+		t.Fatal(err)
+	}
+	p, err := savedmodel.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
