@@ -140,18 +140,11 @@ func TestBatchingKeepsBits(t *testing.T) {
 	for _, c := range builders[1:] {
 		t.Run(c.name, func(t *testing.T) {
 			b := build(t, c.build)
-			dir := filepath.Join(t.TempDir(), "m")
-			if err := savedmodel.Write(dir, b.Model); err != nil {
-				t.Fatal(err)
-			}
-			p, err := savedmodel.Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p := writeLoad(t, b.Model)
 			all := savedmodeltest.Images(64, 99)
 			alone := make([]map[string]*tensor.Tensor, 64)
 			for i := range alone {
+				var err error
 				alone[i], err = p.Predict(ctx, map[string]*tensor.Tensor{"images": savedmodeltest.Rows(all, i, i+1)})
 				if err != nil {
 					t.Fatal(err)
@@ -407,14 +400,7 @@ func TestLoadRejectsDamagedExports(t *testing.T) {
 
 func TestPredictRejectsBadInputs(t *testing.T) {
 	b := build(t, func() (*savedmodeltest.Built, error) { return savedmodeltest.Small(1) })
-	dir := filepath.Join(t.TempDir(), "1")
-	if err := savedmodel.Write(dir, b.Model); err != nil {
-		t.Fatal(err)
-	}
-	p, err := savedmodel.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := writeLoad(t, b.Model)
 	good := smallInput(2, 0)
 	with := func(name string, v *tensor.Tensor) map[string]*tensor.Tensor {
 		m := map[string]*tensor.Tensor{"x": good["x"], "k": good["k"]}
@@ -508,15 +494,7 @@ func clone[V any](m map[string]V) map[string]V {
 
 func TestPredictConcurrently(t *testing.T) {
 	b := build(t, func() (*savedmodeltest.Built, error) { return savedmodeltest.MLP(3) })
-	dir := filepath.Join(t.TempDir(), "1")
-	if err := savedmodel.Write(dir, b.Model); err != nil {
-		t.Fatal(err)
-	}
-	p, err := savedmodel.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := writeLoad(t, b.Model)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -548,4 +526,20 @@ func TestPredictConcurrently(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// writeLoad writes m as an export and loads it; the predictor is closed at
+// the end of the test.
+func writeLoad(t *testing.T, m savedmodel.Model) *savedmodel.Predictor {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "1")
+	if err := savedmodel.Write(dir, m); err != nil {
+		t.Fatal(err)
+	}
+	p, err := savedmodel.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
