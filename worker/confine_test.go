@@ -129,7 +129,12 @@ func TestRemoteFileOpsConfined(t *testing.T) {
 		_, open := serveVictim(t, worker.Config{UnconfinedFiles: true})
 		g, init, saves, _ := checkpointGraph(t, outside)
 		sess := open(g)
-		out, err := sess.Run(ctxT(t), nil, saves, []*graph.Node{init})
+		// Initializing and saving in one step would race: the step
+		// orders neither before the other.
+		if _, err := sess.Run(ctxT(t), nil, nil, []*graph.Node{init}); err != nil {
+			t.Fatal(err)
+		}
+		out, err := sess.Run(ctxT(t), nil, saves, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
