@@ -7,16 +7,7 @@ import (
 	"github.com/distflow/distflow/master"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc/rpcpb"
-	"github.com/distflow/distflow/session"
 )
-
-// init makes session.Open accept "grpc://host:port" targets (plaintext,
-// unauthenticated; use DialMaster and session.WithMaster for other Options).
-func init() {
-	session.RegisterDialer("grpc", func(_ context.Context, target string) (master.Service, io.Closer, error) {
-		return DialMaster(target, Options{})
-	})
-}
 
 // RegisterMaster serves m as the MasterService of s.
 func RegisterMaster(s *Server, m master.Service) {

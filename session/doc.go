@@ -43,6 +43,10 @@
 //	sess, err := session.Open(ctx, "grpc://127.0.0.1:2222", s.Graph())
 //	defer sess.Close() // closes the session on the master
 //
+// Open dials in plaintext, so it accepts only loopback masters; a cluster
+// elsewhere is reached with rpc.OpenSession and the cluster's options
+// (pki.Security.ClientOptions).
+//
 // A Session is safe for concurrent use: concurrent Runs execute in parallel
 // and share the variables (a read returns a copy; each update is atomic).
 package session
