@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"crypto/x509"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -38,7 +39,7 @@ func (o Options) admit(ctx context.Context, method string) (context.Context, err
 }
 
 func (o Options) refuse(ctx context.Context, method string, err error) error {
-	o.logger().Warn("rpc: refused call", "method", method, "remote", PeerAddr(ctx), "err", err)
+	logRefusal(o.logger(), time.Now(), "rpc: refused call", PeerAddr(ctx), err, "method", method)
 	return status.Errorf(codes.Unauthenticated, "rpc: %s: %v", method, err)
 }
 

@@ -136,7 +136,7 @@ func (s *Server) sniff(c net.Conn, g *chanListener) {
 		if err := tc.Handshake(); err != nil {
 			// A plaintext client, a certificate of another CA or cluster:
 			// refused here, and told to whoever runs the task.
-			s.opts.logger().Warn("rpc: refused connection: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+			logRefusal(s.opts.logger(), time.Now(), "rpc: refused connection: TLS handshake failed", c.RemoteAddr().String(), err)
 			c.Close()
 			return
 		}
