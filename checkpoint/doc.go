@@ -39,7 +39,9 @@
 // valid, verifying the index and every shard's size and checksum; a bad one
 // is skipped, with a slog warning naming the file, for the one before it.
 // Read checks each record's checksum; its errors wrap ErrCorrupt or
-// ErrIncomplete. Retain keeps the newest K.
+// ErrIncomplete. Retain keeps the newest K valid checkpoints (it verifies
+// them, newest first) and deletes corrupt ones, so a valid checkpoint is
+// never deleted in favour of a corrupt one.
 //
 // # The Saver and the graph ops
 //

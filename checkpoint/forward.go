@@ -41,5 +41,6 @@ var (
 	FindLatest    = bundle.FindLatest
 	Verify        = bundle.Verify
 	Retain        = bundle.Retain
+	RetainLog     = bundle.RetainLog
 	ReadState     = bundle.ReadState
 )

@@ -166,7 +166,7 @@ func (sv *Saver) Save(ctx context.Context, r Runner, step int64) (string, error)
 	if err := WriteIndex(sv.cfg.Dir, prefix, step, shards); err != nil {
 		return "", err
 	}
-	if err := Retain(sv.cfg.Dir, sv.cfg.Keep); err != nil {
+	if err := RetainLog(sv.cfg.Dir, sv.cfg.Keep, sv.cfg.Logger); err != nil {
 		// The checkpoint itself is complete; old files are only wasted space.
 		sv.cfg.Logger.Warn("checkpoint: could not delete old checkpoints", "dir", sv.cfg.Dir, "err", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,6 +54,18 @@ func ParsePrefix(prefix string) (basename string, step int64, err error) {
 	return m[1], step, nil
 }
 
+// crashPoint, when set (by this package's tests only), is called at each
+// point of a save where a crash leaves a different set of files: the crash
+// test kills its process there and checks that the previous checkpoint
+// still restores.
+var crashPoint func(point string)
+
+func atPoint(point string) {
+	if crashPoint != nil {
+		crashPoint(point)
+	}
+}
+
 // writeAtomic writes dir/name through a temporary file in dir, synced and
 // renamed into place, then syncs dir: after a crash the file is either
 // absent (or its previous version) or complete.
@@ -65,6 +78,7 @@ func writeAtomic(dir, name string, write func(io.Writer) error) (err error) {
 		return err
 	}
 	tmp := f.Name()
+	atPoint("created " + tmp)
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -78,15 +92,18 @@ func writeAtomic(dir, name string, write func(io.Writer) error) (err error) {
 	if err = bw.Flush(); err != nil {
 		return err
 	}
+	atPoint("wrote " + tmp)
 	if err = f.Sync(); err != nil {
 		return err
 	}
 	if err = f.Close(); err != nil {
 		return err
 	}
+	atPoint("synced " + tmp)
 	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
+	atPoint("renamed " + name)
 	return syncDir(dir)
 }
 
@@ -210,39 +227,79 @@ func Verify(dir, prefix string) error {
 	return nil
 }
 
-// Retain keeps the keep newest complete checkpoints of dir (those with an
-// index; keep <= 0 keeps them all) and deletes the older ones, together with
-// the files of incomplete checkpoints older than the newest complete one
-// (left by crashed writers), and rewrites the state file. Files of
-// checkpoints newer than the newest complete one are left alone: they may
-// be in the middle of being written. Retain does not read shard files.
-func Retain(dir string, keep int) error {
+// Retain keeps the keep newest valid checkpoints of dir (keep <= 0 keeps
+// them all): Retain(dir, keep) is RetainLog(dir, keep, nil).
+func Retain(dir string, keep int) error { return RetainLog(dir, keep, nil) }
+
+// RetainLog keeps the keep newest valid checkpoints of dir (keep <= 0 keeps
+// them all) and deletes the rest, and rewrites the state file to list the
+// kept ones.
+//
+// Validity is checked as FindLatest does (Verify reads the index and every
+// shard of the checkpoints it looks at), newest first, so that a valid
+// checkpoint is never deleted to make room for a corrupt one: a directory
+// full of corrupt checkpoints with high step numbers (say, from an earlier
+// run whose files were damaged) would otherwise keep those and delete each
+// new good one as it is written. In detail:
+//
+//   - a checkpoint whose index exists but that fails Verify with ErrCorrupt
+//     or ErrIncomplete is deleted, with a warning on log (nil means
+//     slog.Default()) naming the bad file: it can never be restored;
+//   - a checkpoint that cannot be checked for another reason (an I/O error,
+//     a permission) is left alone and does not count towards keep;
+//   - valid checkpoints beyond the keep newest are deleted, without being
+//     read, as are the files of incomplete checkpoints (no index, or
+//     temporary files left by crashed writers) older than the newest valid
+//     one, and temporary state files. Files of checkpoints newer than the newest valid one that have
+//     no index are left alone: they may be in the middle of being written.
+func RetainLog(dir string, keep int, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
 	cks, err := scan(dir)
 	if err != nil {
 		return err
 	}
-	var complete []*ckptFiles
-	for _, c := range cks {
-		if c.index {
-			complete = append(complete, c)
+	drop := map[*ckptFiles]bool{}
+	var kept []*ckptFiles // newest first
+	newestValid := int64(-1)
+	for i := len(cks) - 1; i >= 0; i-- {
+		c := cks[i]
+		if !c.index {
+			continue
+		}
+		if keep > 0 && len(kept) >= keep {
+			drop[c] = true
+			continue
+		}
+		if err := Verify(dir, c.prefix); err != nil {
+			if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrIncomplete) {
+				log.Warn("checkpoint: deleting an invalid checkpoint", "dir", dir, "prefix", c.prefix, "err", err)
+				drop[c] = true
+			} else {
+				log.Warn("checkpoint: could not check a checkpoint; leaving it", "dir", dir, "prefix", c.prefix, "err", err)
+			}
+			continue
+		}
+		kept = append(kept, c)
+		if newestValid < 0 {
+			newestValid = c.step
 		}
 	}
-	drop := map[*ckptFiles]bool{}
-	if keep > 0 && len(complete) > keep {
-		for _, c := range complete[:len(complete)-keep] {
+	for _, c := range cks {
+		if !c.index && newestValid >= 0 && c.step < newestValid {
 			drop[c] = true
 		}
-		complete = complete[len(complete)-keep:]
 	}
-	if len(complete) > 0 {
-		newest := complete[len(complete)-1].step
-		for _, c := range cks {
-			if !c.index && c.step < newest {
-				drop[c] = true
-			}
+	slices.Reverse(kept)
+	// Temporary state files are left by a writer killed mid-write; the
+	// state file has one writer (the chief, here or in WriteIndex).
+	if stale, _ := filepath.Glob(filepath.Join(dir, StateFile+".tmp*")); len(stale) > 0 {
+		for _, f := range stale {
+			os.Remove(f)
 		}
 	}
-	if err := writeState(dir, complete); err != nil {
+	if err := writeState(dir, kept); err != nil {
 		return err
 	}
 	var errs []error
@@ -258,6 +315,7 @@ func Retain(dir string, keep int) error {
 			if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
+			atPoint("removed " + f)
 		}
 	}
 	if len(errs) > 0 {
