@@ -11,4 +11,4 @@
 //	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 package distflowpb
 
-//go:generate protoc --go_out=../.. --go_opt=module=github.com/distflow/distflow --go-grpc_out=../.. --go-grpc_opt=module=github.com/distflow/distflow graph.proto worker.proto master.proto event.proto allreduce.proto worker_service.proto master_service.proto allreduce_service.proto
+//go:generate protoc --go_out=../.. --go_opt=module=github.com/distflow/distflow --go-grpc_out=../.. --go-grpc_opt=module=github.com/distflow/distflow graph.proto stepstats.proto worker.proto master.proto event.proto allreduce.proto worker_service.proto master_service.proto allreduce_service.proto

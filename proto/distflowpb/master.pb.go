@@ -314,6 +314,7 @@ type RunStepRequest struct {
 	Feeds         []*NamedTensor         `protobuf:"bytes,2,rep,name=feeds,proto3" json:"feeds,omitempty"`
 	Fetches       []string               `protobuf:"bytes,3,rep,name=fetches,proto3" json:"fetches,omitempty"`
 	Targets       []string               `protobuf:"bytes,4,rep,name=targets,proto3" json:"targets,omitempty"`
+	Options       *RunOptions            `protobuf:"bytes,5,opt,name=options,proto3" json:"options,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -376,9 +377,18 @@ func (x *RunStepRequest) GetTargets() []string {
 	return nil
 }
 
+func (x *RunStepRequest) GetOptions() *RunOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
 type RunStepResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tensors       []*NamedTensor         `protobuf:"bytes,1,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Tensors []*NamedTensor         `protobuf:"bytes,1,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	// Every task's timeline of the step, when options.trace asked.
+	StepStats     *StepStats `protobuf:"bytes,2,opt,name=step_stats,json=stepStats,proto3" json:"step_stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -416,6 +426,13 @@ func (*RunStepResponse) Descriptor() ([]byte, []int) {
 func (x *RunStepResponse) GetTensors() []*NamedTensor {
 	if x != nil {
 		return x.Tensors
+	}
+	return nil
+}
+
+func (x *RunStepResponse) GetStepStats() *StepStats {
+	if x != nil {
+		return x.StepStats
 	}
 	return nil
 }
@@ -584,7 +601,7 @@ var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
 	"\n" +
-	"\fmaster.proto\x12\bdistflow\x1a\vgraph.proto\x1a\fworker.proto\"\xbb\x01\n" +
+	"\fmaster.proto\x12\bdistflow\x1a\vgraph.proto\x1a\fworker.proto\x1a\x0fstepstats.proto\"\xbb\x01\n" +
 	"\rSessionConfig\x12%\n" +
 	"\x0edevice_filters\x18\x01 \x03(\tR\rdeviceFilters\x12%\n" +
 	"\x0edefault_device\x18\x02 \x01(\tR\rdefaultDevice\x124\n" +
@@ -601,14 +618,17 @@ const file_master_proto_rawDesc = "" +
 	"\x05graph\x18\x02 \x01(\v2\x12.distflow.GraphDefR\x05graph\x122\n" +
 	"\x15current_graph_version\x18\x03 \x01(\x03R\x13currentGraphVersion\"C\n" +
 	"\x15ExtendSessionResponse\x12*\n" +
-	"\x11new_graph_version\x18\x01 \x01(\x03R\x0fnewGraphVersion\"\x98\x01\n" +
+	"\x11new_graph_version\x18\x01 \x01(\x03R\x0fnewGraphVersion\"\xc8\x01\n" +
 	"\x0eRunStepRequest\x12%\n" +
 	"\x0esession_handle\x18\x01 \x01(\tR\rsessionHandle\x12+\n" +
 	"\x05feeds\x18\x02 \x03(\v2\x15.distflow.NamedTensorR\x05feeds\x12\x18\n" +
 	"\afetches\x18\x03 \x03(\tR\afetches\x12\x18\n" +
-	"\atargets\x18\x04 \x03(\tR\atargets\"B\n" +
+	"\atargets\x18\x04 \x03(\tR\atargets\x12.\n" +
+	"\aoptions\x18\x05 \x01(\v2\x14.distflow.RunOptionsR\aoptions\"v\n" +
 	"\x0fRunStepResponse\x12/\n" +
-	"\atensors\x18\x01 \x03(\v2\x15.distflow.NamedTensorR\atensors\"<\n" +
+	"\atensors\x18\x01 \x03(\v2\x15.distflow.NamedTensorR\atensors\x122\n" +
+	"\n" +
+	"step_stats\x18\x02 \x01(\v2\x13.distflow.StepStatsR\tstepStats\"<\n" +
 	"\x13CloseSessionRequest\x12%\n" +
 	"\x0esession_handle\x18\x01 \x01(\tR\rsessionHandle\"\x16\n" +
 	"\x14CloseSessionResponse\"\x14\n" +
@@ -643,18 +663,22 @@ var file_master_proto_goTypes = []any{
 	(*ListDevicesResponse)(nil),   // 10: distflow.ListDevicesResponse
 	(*GraphDef)(nil),              // 11: distflow.GraphDef
 	(*NamedTensor)(nil),           // 12: distflow.NamedTensor
+	(*RunOptions)(nil),            // 13: distflow.RunOptions
+	(*StepStats)(nil),             // 14: distflow.StepStats
 }
 var file_master_proto_depIdxs = []int32{
 	11, // 0: distflow.CreateSessionRequest.graph:type_name -> distflow.GraphDef
 	0,  // 1: distflow.CreateSessionRequest.config:type_name -> distflow.SessionConfig
 	11, // 2: distflow.ExtendSessionRequest.graph:type_name -> distflow.GraphDef
 	12, // 3: distflow.RunStepRequest.feeds:type_name -> distflow.NamedTensor
-	12, // 4: distflow.RunStepResponse.tensors:type_name -> distflow.NamedTensor
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	13, // 4: distflow.RunStepRequest.options:type_name -> distflow.RunOptions
+	12, // 5: distflow.RunStepResponse.tensors:type_name -> distflow.NamedTensor
+	14, // 6: distflow.RunStepResponse.step_stats:type_name -> distflow.StepStats
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -664,6 +688,7 @@ func file_master_proto_init() {
 	}
 	file_graph_proto_init()
 	file_worker_proto_init()
+	file_stepstats_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -199,9 +199,12 @@ type GetStatusResponse struct {
 	Variables []*VariableStatus `protobuf:"bytes,3,rep,name=variables,proto3" json:"variables,omitempty"`
 	// A random number chosen when the task started: a different value for
 	// the same task means it was restarted and lost its graphs and variables.
-	Incarnation   uint64 `protobuf:"fixed64,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Incarnation uint64 `protobuf:"fixed64,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// host:port of the task's Prometheus endpoint (GET /metrics), empty when
+	// the task serves no metrics (distflow server --metrics-port 0).
+	MetricsAddress string `protobuf:"bytes,5,opt,name=metrics_address,json=metricsAddress,proto3" json:"metrics_address,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -260,6 +263,13 @@ func (x *GetStatusResponse) GetIncarnation() uint64 {
 		return x.Incarnation
 	}
 	return 0
+}
+
+func (x *GetStatusResponse) GetMetricsAddress() string {
+	if x != nil {
+		return x.MetricsAddress
+	}
+	return ""
 }
 
 // RegisterGraphRequest installs one partition of a session's graph; the
@@ -468,6 +478,9 @@ type RunGraphRequest struct {
 	Feeds         []*NamedTensor         `protobuf:"bytes,4,rep,name=feeds,proto3" json:"feeds,omitempty"`
 	Fetches       []string               `protobuf:"bytes,5,rep,name=fetches,proto3" json:"fetches,omitempty"`
 	Targets       []string               `protobuf:"bytes,6,rep,name=targets,proto3" json:"targets,omitempty"`
+	// Record the step's timeline on this task and return it in
+	// RunGraphResponse.step_stats.
+	Trace         bool `protobuf:"varint,7,opt,name=trace,proto3" json:"trace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -544,9 +557,18 @@ func (x *RunGraphRequest) GetTargets() []string {
 	return nil
 }
 
+func (x *RunGraphRequest) GetTrace() bool {
+	if x != nil {
+		return x.Trace
+	}
+	return false
+}
+
 type RunGraphResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fetches       []*NamedTensor         `protobuf:"bytes,1,rep,name=fetches,proto3" json:"fetches,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Fetches []*NamedTensor         `protobuf:"bytes,1,rep,name=fetches,proto3" json:"fetches,omitempty"`
+	// The task's timeline of the step, when RunGraphRequest.trace asked.
+	StepStats     *TaskStepStats `protobuf:"bytes,2,opt,name=step_stats,json=stepStats,proto3" json:"step_stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -584,6 +606,13 @@ func (*RunGraphResponse) Descriptor() ([]byte, []int) {
 func (x *RunGraphResponse) GetFetches() []*NamedTensor {
 	if x != nil {
 		return x.Fetches
+	}
+	return nil
+}
+
+func (x *RunGraphResponse) GetStepStats() *TaskStepStats {
+	if x != nil {
+		return x.StepStats
 	}
 	return nil
 }
@@ -961,7 +990,7 @@ var File_worker_proto protoreflect.FileDescriptor
 
 const file_worker_proto_rawDesc = "" +
 	"\n" +
-	"\fworker.proto\x12\bdistflow\x1a\vgraph.proto\"P\n" +
+	"\fworker.proto\x12\bdistflow\x1a\vgraph.proto\x1a\x0fstepstats.proto\"P\n" +
 	"\vNamedTensor\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06tensor\x18\x02 \x01(\v2\x15.distflow.TensorProtoR\x06tensor\"\x12\n" +
@@ -971,12 +1000,13 @@ const file_worker_proto_rawDesc = "" +
 	"\x05dtype\x18\x02 \x01(\x0e2\x12.distflow.DataTypeR\x05dtype\x12\x12\n" +
 	"\x04dims\x18\x03 \x03(\x03R\x04dims\x12 \n" +
 	"\vinitialized\x18\x04 \x01(\bR\vinitialized\x12\x14\n" +
-	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\"\x9b\x01\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\"\xc4\x01\n" +
 	"\x11GetStatusResponse\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\x18\n" +
 	"\adevices\x18\x02 \x03(\tR\adevices\x126\n" +
 	"\tvariables\x18\x03 \x03(\v2\x18.distflow.VariableStatusR\tvariables\x12 \n" +
-	"\vincarnation\x18\x04 \x01(\x06R\vincarnation\"g\n" +
+	"\vincarnation\x18\x04 \x01(\x06R\vincarnation\x12'\n" +
+	"\x0fmetrics_address\x18\x05 \x01(\tR\x0emetricsAddress\"g\n" +
 	"\x14RegisterGraphRequest\x12%\n" +
 	"\x0esession_handle\x18\x01 \x01(\tR\rsessionHandle\x12(\n" +
 	"\x05graph\x18\x02 \x01(\v2\x12.distflow.GraphDefR\x05graph\"\\\n" +
@@ -986,16 +1016,19 @@ const file_worker_proto_rawDesc = "" +
 	"\x16DeregisterGraphRequest\x12%\n" +
 	"\x0esession_handle\x18\x01 \x01(\tR\rsessionHandle\x12!\n" +
 	"\fgraph_handle\x18\x02 \x01(\tR\vgraphHandle\"\x19\n" +
-	"\x17DeregisterGraphResponse\"\xd5\x01\n" +
+	"\x17DeregisterGraphResponse\"\xeb\x01\n" +
 	"\x0fRunGraphRequest\x12%\n" +
 	"\x0esession_handle\x18\x01 \x01(\tR\rsessionHandle\x12!\n" +
 	"\fgraph_handle\x18\x02 \x01(\tR\vgraphHandle\x12\x17\n" +
 	"\astep_id\x18\x03 \x01(\x03R\x06stepId\x12+\n" +
 	"\x05feeds\x18\x04 \x03(\v2\x15.distflow.NamedTensorR\x05feeds\x12\x18\n" +
 	"\afetches\x18\x05 \x03(\tR\afetches\x12\x18\n" +
-	"\atargets\x18\x06 \x03(\tR\atargets\"C\n" +
+	"\atargets\x18\x06 \x03(\tR\atargets\x12\x14\n" +
+	"\x05trace\x18\a \x01(\bR\x05trace\"{\n" +
 	"\x10RunGraphResponse\x12/\n" +
-	"\afetches\x18\x01 \x03(\v2\x15.distflow.NamedTensorR\afetches\"S\n" +
+	"\afetches\x18\x01 \x03(\v2\x15.distflow.NamedTensorR\afetches\x126\n" +
+	"\n" +
+	"step_stats\x18\x02 \x01(\v2\x17.distflow.TaskStepStatsR\tstepStats\"S\n" +
 	"\x11RecvTensorRequest\x12\x17\n" +
 	"\astep_id\x18\x01 \x01(\x03R\x06stepId\x12%\n" +
 	"\x0erendezvous_key\x18\x02 \x01(\tR\rrendezvousKey\"f\n" +
@@ -1049,6 +1082,7 @@ var file_worker_proto_goTypes = []any{
 	(*TensorProto)(nil),                // 18: distflow.TensorProto
 	(DataType)(0),                      // 19: distflow.DataType
 	(*GraphDef)(nil),                   // 20: distflow.GraphDef
+	(*TaskStepStats)(nil),              // 21: distflow.TaskStepStats
 }
 var file_worker_proto_depIdxs = []int32{
 	18, // 0: distflow.NamedTensor.tensor:type_name -> distflow.TensorProto
@@ -1057,12 +1091,13 @@ var file_worker_proto_depIdxs = []int32{
 	20, // 3: distflow.RegisterGraphRequest.graph:type_name -> distflow.GraphDef
 	0,  // 4: distflow.RunGraphRequest.feeds:type_name -> distflow.NamedTensor
 	0,  // 5: distflow.RunGraphResponse.fetches:type_name -> distflow.NamedTensor
-	19, // 6: distflow.RecvTensorResponse.dtype:type_name -> distflow.DataType
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	21, // 6: distflow.RunGraphResponse.step_stats:type_name -> distflow.TaskStepStats
+	19, // 7: distflow.RecvTensorResponse.dtype:type_name -> distflow.DataType
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_worker_proto_init() }
@@ -1071,6 +1106,7 @@ func file_worker_proto_init() {
 		return
 	}
 	file_graph_proto_init()
+	file_stepstats_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
