@@ -54,6 +54,10 @@ type RunConfig struct {
 	// chief to initialise the model, a lost task to come back, the other
 	// replicas to finish (0: 2 min).
 	WaitTimeout time.Duration
+	// LostAfter is how long a peer may leave heartbeats unanswered before
+	// it is lost and the cluster goes on without it (sync replicas,
+	// all-reduce, staleness); 0: a quarter of StepTimeout, 1 s to 15 s.
+	LostAfter time.Duration
 	// PSPlacement spreads the variables over the ps tasks (default
 	// round-robin).
 	PSPlacement placement.Strategy
@@ -146,6 +150,7 @@ func (c RunConfig) withDefaults() (RunConfig, error) {
 	check(c.LogEverySteps < 0, "LogEverySteps %d: must be positive", c.LogEverySteps)
 	check(c.StepTimeout < 0, "StepTimeout %v: must be positive", c.StepTimeout)
 	check(c.WaitTimeout < 0, "WaitTimeout %v: must be positive", c.WaitTimeout)
+	check(c.LostAfter < 0, "LostAfter %v: must be positive", c.LostAfter)
 	check(c.StepDelay < 0, "StepDelay %v: must not be negative", c.StepDelay)
 	if c.Cluster != nil {
 		if !c.Cluster.Contains(c.Task) {

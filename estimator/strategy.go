@@ -116,7 +116,7 @@ func (s Sync) batchesPerStep(n int) int { return s.aggregate(n) }
 func (s Sync) averaged(n int) int       { return s.aggregate(n) }
 
 func (s Sync) train(ctx context.Context, r *replica) (*Result, error) {
-	c := &syncCoordinator{}
+	c := &syncCoordinator{r: r}
 	return trainOnPS(ctx, r, psPlan{
 		optimizer: func(opt train.Optimizer) train.Optimizer {
 			c.opt = train.NewSyncReplicas(opt, s.aggregate(len(r.reps)), len(r.reps))
@@ -214,12 +214,18 @@ type coordinator interface {
 // syncCoordinator runs the token queue and the chief's aggregation loop of
 // synchronous training.
 type syncCoordinator struct {
+	r   *replica
 	opt *train.SyncReplicasOptimizer
 }
 
 func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chief bool, log *slog.Logger) (func(context.Context), error) {
 	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{c.opt.LocalStepInit()}); err != nil {
 		return nil, fmt.Errorf("estimator: synchronous training: setting the local step: %w", err)
+	}
+	// A replica that starts again after it was lost: the tokens of the
+	// rounds it missed are not its to take.
+	if err := c.opt.DrainTokens(ctx, sess); err != nil {
+		return nil, fmt.Errorf("estimator: synchronous training: %w", err)
 	}
 	if !chief {
 		return nil, nil
@@ -229,12 +235,22 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	stopped := make(chan struct{})
+	c.opt.Logger = log
 	go func() {
 		defer close(stopped)
 		if err := c.opt.ChiefQueueRunner(runCtx, sess); err != nil {
 			log.Warn("the chief's aggregation loop stopped", "err", err)
 		}
 	}()
+	// The chief watches the other replicas: a lost one is no longer
+	// waited for, and one that answers again is let back in.
+	peers := map[int]cluster.TaskID{}
+	for i, t := range c.r.reps[1:] {
+		peers[i+1] = t
+	}
+	m := &membership{cfg: c.r.cfg, log: log, peers: peers, onChange: c.opt.SetLive,
+		waiting: fmt.Sprintf("the gradients of the live replicas (%d to aggregate at most)", c.opt.ReplicasToAggregate())}
+	watched := m.watch(runCtx)
 	return func(ctx context.Context) {
 		// Release the replicas still waiting for a token: training is over.
 		if err := c.opt.Finish(ctx, sess); err != nil {
@@ -242,6 +258,7 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 		}
 		cancel()
 		<-stopped // no aggregation after this: the global step is final
+		watched()
 		dropped, _ := c.opt.Dropped(ctx, sess)
 		log.Info("synchronous training", "aggregations", c.opt.Aggregations(), "stale_gradients_dropped", dropped)
 	}, nil

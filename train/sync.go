@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,6 +98,26 @@ type SyncReplicasOptimizer struct {
 	localInitN                int         // len(localInits) when localInit was built
 
 	aggregations atomic.Int64
+
+	// Membership (per-replica token queues only): the chief aggregates
+	// among the live replicas. required is fed every round; releases put
+	// a fed token into one replica's queue; counts and drains empty the
+	// accumulators after an interrupted round; tokenSize and tokenTake
+	// are this process's replica's queue (DrainTokens).
+	required      graph.Output
+	releaseToken  graph.Output
+	releases      []*graph.Node
+	counts        []graph.Output
+	drainRequired graph.Output
+	drains        []*graph.Node
+	tokenSize     graph.Output
+	tokenTake     graph.Output
+
+	mu          sync.Mutex
+	live        []bool // nil: every replica
+	welcome     []int  // replicas back, to be given a token
+	changed     chan struct{}
+	roundCancel context.CancelFunc
 }
 
 // NewSyncReplicas wraps opt: each update averages replicasToAggregate
@@ -113,6 +135,10 @@ func NewSyncReplicas(opt Optimizer, replicasToAggregate, totalReplicas int) *Syn
 func (o *SyncReplicasOptimizer) SetReplica(i int) {
 	o.firstReplica, o.nextReplica = i, i
 }
+
+// ReplicasToAggregate returns how many gradients a round aggregates when
+// every replica is live.
+func (o *SyncReplicasOptimizer) ReplicasToAggregate() int { return o.replicasToAggregate }
 
 // Name returns "SyncReplicas".
 func (o *SyncReplicasOptimizer) Name() string { return "SyncReplicas" }
@@ -175,13 +201,18 @@ func (o *SyncReplicasOptimizer) buildShared(s *graph.Scope, gvs []GradVar, gs *o
 	root := graph.NewScopeWithGraph(g).WithDeviceFunc(s.DeviceFunc()).SubScope("sync_replicas")
 	o.vars, o.accums, o.dropped = nil, nil, nil
 	var means []GradVar
-	required := ops.Const(root, int32(o.replicasToAggregate))
+	required := ops.Placeholder(root, "replicas_to_aggregate", tensor.Int32, tensor.ScalarShape())
+	drainRequired := ops.Placeholder(root, "drain_required", tensor.Int32, tensor.ScalarShape())
+	o.counts, o.drains = nil, nil
 	var setSteps []*graph.Node
 	for _, gv := range gvs {
 		v := gv.Var
 		vs := root.WithDevice(v.Node().Device())
 		acc := ops.ConditionalAccumulator(vs, gv.Grad.DType(), v.Shape(), v.Name()+"/grad_accum")
 		mean, _ := ops.AccumulatorTakeGradient(vs, acc, required)
+		drained, _ := ops.AccumulatorTakeGradient(vs.SubScope("drain"), acc, drainRequired)
+		o.counts = append(o.counts, ops.AccumulatorNumAccumulated(vs, acc))
+		o.drains = append(o.drains, drained.Node)
 		setSteps = append(setSteps, ops.AccumulatorSetGlobalStep(vs, acc, gs.Value()))
 		o.dropped = append(o.dropped, ops.AccumulatorNumDropped(vs, acc))
 		o.vars = append(o.vars, v)
@@ -211,11 +242,17 @@ func (o *SyncReplicasOptimizer) buildShared(s *graph.Scope, gvs []GradVar, gs *o
 		// No initial tokens: every replica's first step is free, and a
 		// replica only waits once it has a gradient in the current round.
 		one := ops.Reshape(release, newStep, ops.Const(release, []int32{1}))
+		// A token for one replica, fed: the chief releases only the live
+		// replicas when some are lost, and welcomes back those that return.
+		o.releaseToken = ops.Placeholder(gsScope, "release_token", gs.DType(), tensor.ScalarShape())
+		fed := ops.Reshape(gsScope, o.releaseToken, ops.Const(gsScope, []int32{1}))
 		var enqueues []*graph.Node
+		o.releases = nil
 		for i := range o.totalReplicas {
 			q := ops.FIFOQueue(gsScope, gs.DType(), -1, fmt.Sprintf("sync_replicas/token_queue_%d", i))
 			o.queues = append(o.queues, q)
 			enqueues = append(enqueues, ops.QueueEnqueueMany(release, q, one))
+			o.releases = append(o.releases, ops.QueueEnqueueMany(gsScope.SubScope(fmt.Sprintf("release_%d", i)), q, fed))
 		}
 		o.update = ops.Group(release, "all", enqueues...)
 	}
@@ -223,6 +260,7 @@ func (o *SyncReplicasOptimizer) buildShared(s *graph.Scope, gvs []GradVar, gs *o
 		o.initTokens = ops.Group(initScope, "set_steps", setSteps...)
 	}
 	o.newStep = newStep
+	o.required, o.drainRequired = required, drainRequired
 	var closes []*graph.Node
 	for _, q := range o.queues {
 		closes = append(closes, ops.QueueClose(root.SubScope("finish"), q, true))
@@ -258,6 +296,11 @@ func (o *SyncReplicasOptimizer) buildReplica(s *graph.Scope, gvs []GradVar) (*gr
 			return nil, fmt.Errorf("train: sync replicas: replica %d of %d: SetReplica takes 0 to %d", o.nextReplica, o.totalReplicas, o.totalReplicas-1)
 		}
 		queue = o.queues[o.nextReplica]
+		if o.nextReplica == o.firstReplica {
+			ds := rs.SubScope("drain_tokens")
+			o.tokenSize = ops.QueueSize(ds, queue)
+			o.tokenTake = ops.QueueDequeue(ds, queue, tensor.ScalarShape())
+		}
 		o.nextReplica++
 	}
 	token := ops.QueueDequeue(rs.WithControlDependencies(applies...), queue, tensor.ScalarShape())
@@ -293,8 +336,15 @@ func (o *SyncReplicasOptimizer) LocalStepInit() *graph.Node {
 
 // ChiefUpdate returns the node of one round of the chief (take the mean
 // gradients, apply them, increment the global step, release the replicas).
-// ChiefQueueRunner runs it in a loop; tests may run it step by step.
+// ChiefQueueRunner runs it in a loop; tests may run it step by step, with
+// the feeds of RoundFeeds.
 func (o *SyncReplicasOptimizer) ChiefUpdate() *graph.Node { return o.update }
+
+// RoundFeeds returns the feeds of a round of ChiefUpdate that aggregates n
+// gradients.
+func (o *SyncReplicasOptimizer) RoundFeeds(n int) map[graph.Output]*tensor.Tensor {
+	return map[graph.Output]*tensor.Tensor{o.required: tensor.Scalar(int32(n))}
+}
 
 func (o *SyncReplicasOptimizer) built() error {
 	if o.update == nil {
@@ -330,6 +380,14 @@ func (o *SyncReplicasOptimizer) InitTokens(ctx context.Context, sess *session.Se
 // nil) or Finish closes the token queue (nil too). It returns the error of
 // a round that failed otherwise. Run it on its own goroutine in the chief,
 // after InitTokens. It logs at Info when stale gradients were dropped.
+//
+// With a token queue per replica (SetReplica), each round aggregates
+// min(ReplicasToAggregate, live replicas) gradients and releases the live
+// replicas only (see SetLive). A round that a lost replica interrupts, or
+// that outlives its step deadline, is abandoned: the gradients it gathered
+// are discarded, the accumulators are set to the global step and every
+// live replica is released, so that no replica waits for a round that
+// cannot complete.
 func (o *SyncReplicasOptimizer) ChiefQueueRunner(ctx context.Context, sess *session.Session) error {
 	if err := o.built(); err != nil {
 		return err
@@ -344,8 +402,43 @@ func (o *SyncReplicasOptimizer) ChiefQueueRunner(ctx context.Context, sess *sess
 	}
 	var lastDropped int64
 	fetches := append([]graph.Output{o.newStep}, o.dropped...)
+	elastic := o.firstReplica >= 0
 	for {
-		out, err := sess.Run(ctx, nil, fetches, []*graph.Node{o.update})
+		live, welcome, changed, rctx, cancel := o.beginRound(ctx)
+		n := o.totalReplicas
+		if elastic {
+			n = 0
+			for _, ok := range live {
+				if ok {
+					n++
+				}
+			}
+			if len(welcome) > 0 {
+				// Replicas back from being lost may wait for a token
+				// that no round gave them.
+				if err := o.release(ctx, sess, welcome, last); err != nil && ctx.Err() == nil {
+					log.Warn("sync replicas: releasing replicas that came back", "replicas", welcome, "err", err)
+				}
+			}
+		}
+		if n == 0 { // only the chief can be sure of itself; wait for news
+			cancel()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+			}
+			continue
+		}
+		required := min(o.replicasToAggregate, n)
+		var out []*tensor.Tensor
+		if n == o.totalReplicas {
+			out, err = sess.Run(rctx, o.RoundFeeds(required), fetches, []*graph.Node{o.update})
+		} else if out, err = sess.Run(rctx, o.RoundFeeds(required), fetches, nil); err == nil {
+			err = o.release(ctx, sess, liveIndices(live), out[0].Int64s()[0])
+		}
+		interrupted := rctx.Err() != nil
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(CheckFinished(err), ErrTrainingFinished) {
 				// The last round may have updated the variables and
@@ -358,7 +451,22 @@ func (o *SyncReplicasOptimizer) ChiefQueueRunner(ctx context.Context, sess *sess
 				}
 				return nil
 			}
-			return fmt.Errorf("train: sync replicas: chief round: %w", err)
+			if !elastic || !(interrupted || errors.Is(err, context.DeadlineExceeded)) {
+				return fmt.Errorf("train: sync replicas: chief round: %w", err)
+			}
+			if !interrupted {
+				log.Warn("sync replicas: a round did not complete within the step deadline; abandoning it",
+					"global_step", last, "waiting_for_gradients", required, "live_replicas", liveIndices(live), "err", err)
+			}
+			if gs, err := o.abandonRound(ctx, sess); err != nil {
+				if ctx.Err() != nil || errors.Is(CheckFinished(err), ErrTrainingFinished) {
+					return nil
+				}
+				return err
+			} else {
+				last = gs
+			}
+			continue
 		}
 		o.aggregations.Add(1)
 		last = out[0].Int64s()[0]
@@ -372,6 +480,162 @@ func (o *SyncReplicasOptimizer) ChiefQueueRunner(ctx context.Context, sess *sess
 			lastDropped = dropped
 		}
 	}
+}
+
+// SetLive tells the chief's ChiefQueueRunner that replica i is lost
+// (alive false: its gradients are no longer waited for, and a round
+// waiting for them is abandoned) or back (it is given a token, in case it
+// waits for one, and counted from the next round). The replicas start
+// live. It is safe for concurrent use; it only has an effect with a token
+// queue per replica (SetReplica).
+func (o *SyncReplicasOptimizer) SetLive(i int, alive bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if i < 0 || i >= o.totalReplicas {
+		return
+	}
+	if o.live == nil {
+		o.live = make([]bool, o.totalReplicas)
+		for k := range o.live {
+			o.live[k] = true
+		}
+	}
+	if o.live[i] == alive {
+		return
+	}
+	o.live[i] = alive
+	if alive {
+		o.welcome = append(o.welcome, i)
+	} else if o.roundCancel != nil {
+		o.roundCancel()
+	}
+	if o.changed != nil {
+		close(o.changed)
+		o.changed = nil
+	}
+}
+
+// Live returns the number of replicas counted as live.
+func (o *SyncReplicasOptimizer) Live() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.live == nil {
+		return o.totalReplicas
+	}
+	return len(liveIndices(o.live))
+}
+
+// beginRound snapshots the membership for a round and gives the round a
+// context that SetLive cancels when a replica is lost.
+func (o *SyncReplicasOptimizer) beginRound(ctx context.Context) (live []bool, welcome []int, changed <-chan struct{}, rctx context.Context, cancel context.CancelFunc) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.live == nil {
+		live = make([]bool, o.totalReplicas)
+		for k := range live {
+			live[k] = true
+		}
+	} else {
+		live = slices.Clone(o.live)
+	}
+	welcome, o.welcome = o.welcome, nil
+	if o.changed == nil {
+		o.changed = make(chan struct{})
+	}
+	rctx, cancel = context.WithCancel(ctx)
+	o.roundCancel = cancel
+	return live, welcome, o.changed, rctx, cancel
+}
+
+func liveIndices(live []bool) []int {
+	var out []int
+	for i, ok := range live {
+		if ok {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// release puts a token holding step into the queues of the replicas.
+func (o *SyncReplicasOptimizer) release(ctx context.Context, sess *session.Session, replicas []int, step int64) error {
+	if len(replicas) == 0 {
+		return nil
+	}
+	targets := make([]*graph.Node, len(replicas))
+	for k, i := range replicas {
+		targets[k] = o.releases[i]
+	}
+	token := tensor.New(o.globalStep.DType())
+	token.SetFloat64At(0, float64(step))
+	_, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{o.releaseToken: token}, nil, targets)
+	return err
+}
+
+// abandonRound recovers from a round that did not complete: some of its
+// takes may have finished and others not, and the replicas that gave their
+// gradients wait for tokens. It discards what the accumulators hold, sets
+// them to the global step and releases the live replicas, which compute
+// their next gradients on the current variables. It returns the global
+// step.
+func (o *SyncReplicasOptimizer) abandonRound(ctx context.Context, sess *session.Session) (int64, error) {
+	gs, err := o.readStep(ctx, sess)
+	if err != nil {
+		return 0, err
+	}
+	out, err := sess.Run(ctx, nil, o.counts, nil)
+	if err != nil {
+		return 0, fmt.Errorf("train: sync replicas: reading the accumulators after an abandoned round: %w", err)
+	}
+	discarded := 0
+	for i, t := range out {
+		c := t.Int32s()[0]
+		if c == 0 {
+			continue
+		}
+		discarded = max(discarded, int(c))
+		if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{o.drainRequired: tensor.Scalar(c)}, nil, []*graph.Node{o.drains[i]}); err != nil {
+			return 0, fmt.Errorf("train: sync replicas: emptying accumulator %s: %w", o.vars[i].Name(), err)
+		}
+	}
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{o.initTokens}); err != nil {
+		return 0, fmt.Errorf("train: sync replicas: resetting the accumulators: %w", err)
+	}
+	o.mu.Lock()
+	live := liveIndices(o.live)
+	if o.live == nil {
+		live = nil
+		for i := range o.totalReplicas {
+			live = append(live, i)
+		}
+	}
+	o.mu.Unlock()
+	if err := o.release(ctx, sess, live, gs); err != nil {
+		return 0, fmt.Errorf("train: sync replicas: releasing the replicas after an abandoned round: %w", err)
+	}
+	o.logger().Info("sync replicas: abandoned a round; the live replicas go on", "global_step", gs,
+		"gradients_discarded", discarded, "live_replicas", live)
+	return gs, nil
+}
+
+// DrainTokens empties this process's replica's token queue (SetReplica):
+// a replica that starts again after it was lost finds there the tokens of
+// rounds it took no part in, which would let it run ahead of the others.
+// Each replica calls it before its first step.
+func (o *SyncReplicasOptimizer) DrainTokens(ctx context.Context, sess *session.Session) error {
+	if !o.tokenSize.Valid() {
+		return nil
+	}
+	out, err := sess.Run(ctx, nil, []graph.Output{o.tokenSize}, nil)
+	if err != nil {
+		return fmt.Errorf("train: sync replicas: reading the replica's token queue: %w", err)
+	}
+	for range out[0].Int32s()[0] {
+		if _, err := sess.Run(ctx, nil, []graph.Output{o.tokenTake}, nil); err != nil {
+			return fmt.Errorf("train: sync replicas: emptying the replica's token queue: %w", err)
+		}
+	}
+	return nil
 }
 
 func (o *SyncReplicasOptimizer) readStep(ctx context.Context, sess *session.Session) (int64, error) {

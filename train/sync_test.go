@@ -176,7 +176,7 @@ func TestSyncReplicasOneUpdateHandComputed(t *testing.T) {
 	}
 	// The round takes both gradients (it waits for them) and releases the
 	// replicas.
-	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{r.opt.ChiefUpdate()}); err != nil {
+	if _, err := sess.Run(ctx, r.opt.RoundFeeds(2), nil, []*graph.Node{r.opt.ChiefUpdate()}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {

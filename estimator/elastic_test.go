@@ -1,0 +1,276 @@
+package estimator_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// elasticCluster is a cluster whose tasks are goroutines of the test, each
+// with its own estimator and server on a loopback listener, that the test
+// can kill one by one (cancelling a task's context stops its server: its
+// peers see the connection refused, as after a SIGKILL).
+type elasticCluster struct {
+	t      *testing.T
+	spec   *cluster.Spec
+	lis    map[cluster.TaskID]net.Listener
+	cfg    estimator.RunConfig
+	ctx    context.Context
+	cancel context.CancelFunc
+	logs   syncBuffer
+
+	mu      sync.Mutex
+	kills   map[cluster.TaskID]context.CancelFunc
+	results map[cluster.TaskID]error
+	wg      sync.WaitGroup
+}
+
+// syncBuffer is a log that goroutines write concurrently.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func newElasticCluster(t *testing.T, jobs map[string]int, cfg estimator.RunConfig) *elasticCluster {
+	t.Helper()
+	c := &elasticCluster{t: t, lis: map[cluster.TaskID]net.Listener{}, kills: map[cluster.TaskID]context.CancelFunc{},
+		results: map[cluster.TaskID]error{}}
+	addrs := map[string][]string{}
+	for _, job := range []string{"ps", "worker"} {
+		for i := range jobs[job] {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrs[job] = append(addrs[job], l.Addr().String())
+			c.lis[cluster.TaskID{Job: job, Index: i}] = l
+		}
+	}
+	spec, err := cluster.NewSpec(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.spec, c.cfg = spec, cfg
+	c.ctx, c.cancel = context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(func() { c.cancel(); c.wg.Wait() })
+	return c
+}
+
+// start runs task (again, on a fresh listener at its address when it ran
+// before) and returns at once.
+func (c *elasticCluster) start(task cluster.TaskID, steps int64, hooks ...estimator.Hook) {
+	c.t.Helper()
+	l := c.lis[task]
+	if l == nil {
+		addr, _ := c.spec.Address(task)
+		var err error
+		if l, err = net.Listen("tcp", addr); err != nil {
+			c.t.Fatalf("listening again on %s for %s: %v", addr, task, err)
+		}
+	}
+	c.lis[task] = nil // a Train that ends closes it
+	cfg := c.cfg
+	cfg.Cluster, cfg.Task, cfg.Listener, cfg.Seed = c.spec, task, l, 1
+	cfg.Logger = slog.New(slog.NewTextHandler(&c.logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("self", task.String())
+	cfg.Progress = &c.logs
+	est, err := estimator.New(linearModel, cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, kill := context.WithCancel(c.ctx)
+	c.mu.Lock()
+	c.kills[task] = kill
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: steps}, hooks...)
+		c.mu.Lock()
+		c.results[task] = err
+		c.mu.Unlock()
+	}()
+}
+
+// kill stops task as a crash would: its steps are cut short and its
+// server stops answering.
+func (c *elasticCluster) kill(task cluster.TaskID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kills[task]()
+}
+
+func (c *elasticCluster) wait() map[cluster.TaskID]error {
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.results
+}
+
+// stepTimes records when the chief saw each global step.
+type stepTimes struct {
+	estimator.BaseHook
+	mu     sync.Mutex
+	at     map[int64]time.Time
+	onStep func(gs int64)
+}
+
+func (h *stepTimes) AfterRun(_ context.Context, step *train.StepContext, _ []*tensor.Tensor) error {
+	h.mu.Lock()
+	if h.at == nil {
+		h.at = map[int64]time.Time{}
+	}
+	h.at[step.GlobalStep] = time.Now()
+	h.mu.Unlock()
+	if h.onStep != nil {
+		h.onStep(step.GlobalStep)
+	}
+	return nil
+}
+
+// firstAfter returns the first global step above gs and when it was seen.
+func (h *stepTimes) firstAfter(gs int64) (int64, time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	best := int64(-1)
+	for s := range h.at {
+		if s > gs && (best < 0 || s < best) {
+			best = s
+		}
+	}
+	return best, h.at[best]
+}
+
+// TestSyncGoesOnWithoutALostWorker: 3 workers, 3 replicas to aggregate; a
+// worker dies, and within one step deadline the chief aggregates the 2
+// that are left, the global step counting on to the end. The loss is
+// logged naming the task.
+func TestSyncGoesOnWithoutALostWorker(t *testing.T) {
+	const stepTimeout = 5 * time.Second
+	c := newElasticCluster(t, map[string]int{"ps": 1, "worker": 3}, estimator.RunConfig{
+		Strategy: estimator.Sync{ReplicasToAggregate: 3}, StepTimeout: stepTimeout, WaitTimeout: 20 * time.Second,
+		LostAfter: time.Second,
+	})
+	victim := cluster.TaskID{Job: "worker", Index: 2}
+	var once sync.Once
+	var killedAt time.Time
+	var killedStep int64
+	h := &stepTimes{}
+	h.onStep = func(gs int64) {
+		if gs >= 40 {
+			once.Do(func() { killedAt, killedStep = time.Now(), gs; c.kill(victim) })
+		}
+	}
+	const steps = 150
+	c.start(cluster.TaskID{Job: "ps"}, steps)
+	c.start(cluster.TaskID{Job: "worker", Index: 0}, steps, h)
+	c.start(cluster.TaskID{Job: "worker", Index: 1}, steps)
+	c.start(victim, steps)
+	results := c.wait()
+	if err := results[cluster.TaskID{Job: "worker"}]; err != nil {
+		t.Fatalf("the chief: %v\n%s", err, c.logs.String())
+	}
+	if err := results[cluster.TaskID{Job: "worker", Index: 1}]; err != nil {
+		t.Errorf("worker 1: %v", err)
+	}
+	if killedAt.IsZero() {
+		t.Fatal("the victim was never killed")
+	}
+	// The chief's steps go on past the kill: a few rounds later (the
+	// round in flight is abandoned) within one step deadline.
+	gs, at := h.firstAfter(killedStep + 3)
+	if gs < 0 || at.Sub(killedAt) > stepTimeout {
+		t.Errorf("after the kill at global step %d: step %d at +%v; want one within the step deadline %v\n%s",
+			killedStep, gs, at.Sub(killedAt), stepTimeout, c.logs.String())
+	}
+	if gs, _ := h.firstAfter(steps - 1); gs < steps {
+		t.Errorf("the chief's last global step %d; want %d", gs, steps)
+	}
+	logs := c.logs.String()
+	if testing.Verbose() {
+		t.Logf("killed at global step %d; step %d %v later\n%s", killedStep, gs, at.Sub(killedAt), logs)
+	}
+	if !strings.Contains(logs, "a replica is lost") || !strings.Contains(logs, "peer=/job:worker/task:2") {
+		t.Errorf("the logs do not name the lost task:\n%s", logs)
+	}
+}
+
+// TestSyncLetsALostWorkerBackIn: a worker of a sync cluster dies and
+// starts again with the same task id; it rejoins at the current global
+// step, the chief aggregates its gradients again, and every task finishes.
+func TestSyncLetsALostWorkerBackIn(t *testing.T) {
+	c := newElasticCluster(t, map[string]int{"ps": 1, "worker": 3}, estimator.RunConfig{
+		Strategy: estimator.Sync{}, StepTimeout: 5 * time.Second, WaitTimeout: 20 * time.Second, LostAfter: time.Second,
+	})
+	victim := cluster.TaskID{Job: "worker", Index: 2}
+	at := make(chan int64, 100)
+	h := &stepTimes{onStep: func(gs int64) {
+		select {
+		case at <- gs:
+		default:
+		}
+	}}
+	const steps = 300
+	c.start(cluster.TaskID{Job: "ps"}, steps)
+	c.start(cluster.TaskID{Job: "worker", Index: 0}, steps, h)
+	c.start(cluster.TaskID{Job: "worker", Index: 1}, steps)
+	c.start(victim, steps)
+	phase := 0
+	var restartedAt int64
+	for gs := range at {
+		if phase == 0 && gs >= 30 {
+			c.kill(victim)
+			phase = 1
+		}
+		if phase == 1 && strings.Contains(c.logs.String(), "a replica is lost") {
+			restartedAt = gs
+			c.start(victim, steps)
+			phase = 2
+		}
+		if phase == 2 && strings.Contains(c.logs.String(), "letting it back in") {
+			break
+		}
+	}
+	results := c.wait()
+	for task, err := range results {
+		if task != victim && err != nil {
+			t.Errorf("%s: %v", task, err)
+		}
+	}
+	if phase != 2 || results[victim] != nil {
+		t.Fatalf("phase %d; the restarted victim: %v\n%s", phase, results[victim], c.logs.String())
+	}
+	logs := c.logs.String()
+	if !strings.Contains(logs, "letting it back in") {
+		t.Errorf("the chief never let the victim back in:\n%s", logs)
+	}
+	// The restarted worker trained from the global step of its restart,
+	// not from 0: its first progress line says so.
+	if gs, _ := h.firstAfter(steps - 1); gs < steps {
+		t.Errorf("the chief's last global step %d; want %d", gs, steps)
+	}
+	if testing.Verbose() {
+		t.Logf("restarted at global step %d\n%s", restartedAt, logs)
+	}
+}

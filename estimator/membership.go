@@ -1,0 +1,143 @@
+package estimator
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/distflow/distflow/cluster"
+)
+
+// peerState is what a replica's heartbeats say of a peer.
+type peerState int
+
+const (
+	// peerAlive: the last heartbeat was answered.
+	peerAlive peerState = iota
+	// peerSuspect: a heartbeat failed, for less than the lost deadline.
+	peerSuspect
+	// peerLost: no heartbeat answered for the lost deadline; the cluster
+	// goes on without it.
+	peerLost
+)
+
+func (s peerState) String() string {
+	return [...]string{"alive", "suspect", "lost"}[s]
+}
+
+// heartbeats returns the interval between two heartbeats and the time
+// after which a peer that answers none is lost: RunConfig.LostAfter
+// (default a quarter of the step deadline, 1 s to 15 s), so that a lost
+// peer is noticed well within one step deadline.
+func (c RunConfig) heartbeats() (interval, lostAfter time.Duration) {
+	lostAfter = c.LostAfter
+	if lostAfter == 0 {
+		lostAfter = min(max(c.StepTimeout/4, time.Second), 15*time.Second)
+	}
+	interval = min(max(lostAfter/5, 50*time.Millisecond), time.Second)
+	return interval, lostAfter
+}
+
+// membership watches peers with heartbeats (GetStatus calls, each on a
+// fresh connection so that a peer restarted on its address is seen as
+// soon as it listens) and reports every change of a peer between live
+// and lost. A peer that dies is refused at once and lost after lostAfter;
+// one that stops answering (stopped, partitioned) the same. Every change
+// is logged, naming the task, since when it has not answered and what
+// the cluster does about it.
+type membership struct {
+	cfg      RunConfig
+	log      *slog.Logger
+	peers    map[int]cluster.TaskID // by replica index
+	waiting  string                 // what the cluster waits for, in the logs
+	onChange func(i int, alive bool)
+
+	mu    sync.Mutex
+	state map[int]peerState
+	since map[int]time.Time // last heartbeat answered
+}
+
+// watch starts the heartbeats; they stop when ctx ends, and the returned
+// function waits for that.
+func (m *membership) watch(ctx context.Context) (wait func()) {
+	m.state, m.since = map[int]peerState{}, map[int]time.Time{}
+	var wg sync.WaitGroup
+	interval, lostAfter := m.cfg.heartbeats()
+	for i, t := range m.peers {
+		m.state[i], m.since[i] = peerAlive, time.Now()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.beat(ctx, i, t, interval, lostAfter)
+		}()
+	}
+	return wg.Wait
+}
+
+func (m *membership) beat(ctx context.Context, i int, t cluster.TaskID, interval, lostAfter time.Duration) {
+	addr, err := m.cfg.Cluster.Address(t)
+	if err != nil {
+		return
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		_, err := TaskStatus(ctx, addr, max(interval, 500*time.Millisecond), m.cfg.rpc)
+		if ctx.Err() != nil {
+			return
+		}
+		m.observe(i, t, err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// observe moves peer i through its states after a heartbeat that failed
+// with err (nil: answered).
+func (m *membership) observe(i int, t cluster.TaskID, err error) {
+	_, lostAfter := m.cfg.heartbeats()
+	m.mu.Lock()
+	now, prev, since := time.Now(), m.state[i], m.since[i]
+	next := prev
+	switch {
+	case err == nil:
+		next, m.since[i] = peerAlive, now
+	case now.Sub(since) >= lostAfter:
+		next = peerLost
+	case prev == peerAlive:
+		next = peerSuspect
+	}
+	m.state[i] = next
+	m.mu.Unlock()
+	if next == prev {
+		return
+	}
+	switch {
+	case next == peerSuspect:
+		m.log.Info("a replica does not answer", "peer", t.String(), "since", since.Format(time.RFC3339Nano), "lost_after", lostAfter, "err", err)
+	case next == peerLost:
+		m.log.Warn("a replica is lost; going on without it", "peer", t.String(), "no_answer_since", since.Format(time.RFC3339Nano),
+			"for", now.Sub(since).Round(time.Millisecond), "waiting_for", m.waiting, "err", err)
+		m.onChange(i, false)
+	case prev == peerLost:
+		m.log.Warn("a lost replica answers again; letting it back in", "peer", t.String(), "lost_for", now.Sub(since).Round(time.Millisecond))
+		m.onChange(i, true)
+	}
+}
+
+// lost lists the peers lost now.
+func (m *membership) lost() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for i, s := range m.state {
+		if s == peerLost {
+			out = append(out, m.peers[i].String())
+		}
+	}
+	return out
+}
