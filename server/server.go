@@ -14,6 +14,7 @@ import (
 	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/master"
+	"github.com/distflow/distflow/metrics"
 	"github.com/distflow/distflow/placement"
 	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/worker"
@@ -60,6 +61,14 @@ type Config struct {
 	// peer; 0 means a quarter of the machine's memory, a negative value no
 	// bound.
 	MaxTensorBytes int64
+	// MetricsAddress, when set, is where the task serves its Prometheus
+	// metrics over HTTP at /metrics ("127.0.0.1:0": a free port;
+	// Server.MetricsAddress and GetStatus tell which), from Start to Stop.
+	MetricsAddress string
+	// Metrics are the task's metrics, to share them with a training loop
+	// in the same process; nil makes new ones when MetricsAddress is set.
+	// The transport records its calls and tensor bytes there.
+	Metrics *metrics.Task
 }
 
 func (c *Config) validate() error {
@@ -71,6 +80,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.RPC.Validate(); err != nil {
 		return fmt.Errorf("server: task %s: %w", c.Task, err)
+	}
+	if err := c.checkMetricsAddress(); err != nil {
+		return err
 	}
 	if len(c.Ring) > 0 && !slices.Contains(c.Ring, c.Task) {
 		return fmt.Errorf("server: task %s is not one of the ring's ranks %v", c.Task, c.Ring)
@@ -123,6 +135,9 @@ type Server struct {
 	worker *worker.Worker
 	master *master.Master
 	ring   *allreduce.Ring // nil without Config.Ring
+	// metrics are the task's (nil: none), served by metricsEP once started.
+	metrics   *metrics.Task
+	metricsEP *metrics.Endpoint
 
 	mu      sync.Mutex
 	lis     net.Listener
@@ -147,7 +162,7 @@ func New(cfg Config) (*Server, error) {
 	// The worker and the master name the task in their own records.
 	base := log
 	log = log.With("task", task)
-	s := &Server{cfg: cfg, task: task, log: log, lis: cfg.Listener, done: make(chan struct{})}
+	s := &Server{cfg: cfg, task: task, log: log, lis: cfg.Listener, done: make(chan struct{}), metrics: cfg.newMetrics()}
 	rpcOpts := cfg.RPC
 	if rpcOpts.Logger == nil {
 		rpcOpts.Logger = log
@@ -167,10 +182,10 @@ func New(cfg Config) (*Server, error) {
 	s.cache = rpc.NewWorkerCache(cfg.Cluster, task, self, rpcOpts)
 	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown,
 		FileRoots: cfg.FileRoots, MaxTensorBytes: cfg.MaxTensorBytes, ShutdownFrom: cfg.shutdownFrom()})
-	self.Service = s.worker
+	self.Service = statusWorker{s.worker, s}
 	s.master = master.New(master.Config{Task: task, Devices: placement.DevicesOf(cfg.Cluster), Workers: s.cache, Logger: base})
 	s.rpc = rpc.NewServer(rpcOpts)
-	rpc.RegisterWorker(s.rpc, s.worker)
+	rpc.RegisterWorker(s.rpc, self.Service)
 	rpc.RegisterMaster(s.rpc, s.master)
 	if len(cfg.Ring) > 0 {
 		rc, err := cfg.ringConfig(log)
@@ -209,6 +224,9 @@ func (s *Server) Start() error {
 			return fmt.Errorf("server: task %s: listening on %s: %w", s.task, addr, err)
 		}
 		s.lis = lis
+	}
+	if err := s.startMetrics(); err != nil {
+		return err
 	}
 	s.started = true
 	lis := s.lis
@@ -324,6 +342,7 @@ func (s *Server) stop(reason string) {
 		if err := s.cache.Close(); err != nil {
 			s.log.Debug("server: closing connections", "err", err)
 		}
+		s.stopMetrics()
 		s.log.Info("server: stopped", "reason", reason)
 		close(s.done)
 	})
