@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/distflow/distflow/graph"
@@ -293,6 +294,11 @@ func (e *Executor) Run(ctx context.Context, feedValues []*tensor.Tensor) ([]*ten
 // RunStep is Run with the step's shared services (step ID, rendezvous) given
 // to every kernel as kernel.Context.Step. A nil step gets a fresh ID.
 func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feedValues []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return e.runStep(ctx, step, feedValues, nil)
+}
+
+// runStep is RunStep, recording the step into tr unless it is nil.
+func (e *Executor) runStep(ctx context.Context, step *kernel.Step, feedValues []*tensor.Tensor, tr *StepTrace) ([]*tensor.Tensor, error) {
 	if err := e.checkFeeds(feedValues); err != nil {
 		return nil, err
 	}
@@ -300,6 +306,7 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feedValues []
 		return nil, fmt.Errorf("executor: step not started: %w", err)
 	}
 	r := e.newRun(ctx, step, feedValues)
+	r.trace = tr
 	defer r.cancel(nil)
 	if len(e.nodes) > 0 {
 		e.runs.Add(1)
@@ -384,6 +391,7 @@ type run struct {
 	alive []atomic.Int32
 
 	stepBuf kernel.Step // the step of Run calls given none
+	trace   *StepTrace  // nil unless the step is traced (RunTraced)
 	w0      worker      // the caller's worker
 
 	remaining atomic.Int32 // nodes not yet executed
@@ -416,6 +424,7 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 			alive:    make([]atomic.Int32, e.numSlots),
 			finished: make(chan struct{}, 1),
 		}
+		r.w0.caller = true
 	}
 	if r.e.blocking {
 		r.kctx, r.cancel = context.WithCancelCause(ctx)
@@ -478,7 +487,7 @@ func (r *run) reset() {
 		r.escaped[i].Store(false)
 		r.alive[i].Store(0)
 	}
-	r.parent, r.kctx, r.cancel, r.parentDone, r.step = nil, nil, nil, nil, nil
+	r.parent, r.kctx, r.cancel, r.parentDone, r.step, r.trace = nil, nil, nil, nil, nil, nil
 	r.closed.Store(false)
 	r.queue = r.queue[:0]
 	r.err = nil
@@ -518,6 +527,12 @@ type worker struct {
 	local []int32
 	// leases backs c.InputLeases.
 	leases []kernel.Lease
+	// caller marks the worker of RunStep's goroutine (run.w0). traced is
+	// the trace of the step this worker last ran a traced node of, lane
+	// its lane in that step (see StepTrace.record).
+	caller bool
+	traced *StepTrace
+	lane   int32
 }
 
 // costlyElems is the number of input elements from which a ready node is
@@ -701,7 +716,14 @@ func (r *run) exec(i int32, w *worker) int32 {
 	}
 
 	e.executed.Add(1)
+	var start int64
+	if r.trace != nil {
+		start = time.Now().UnixNano()
+	}
 	err := compute(en, c, r.values[en.outBase:en.outBase+en.numOut])
+	if r.trace != nil {
+		r.trace.record(w, en, c, start, err != nil)
+	}
 	if en.leases {
 		clear(w.leases) // the kernel's now
 		c.InputLeases = nil
