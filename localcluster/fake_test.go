@@ -59,6 +59,10 @@ func fakeLauncher() int {
 //	             answer and tells it to quit
 //	worker-lost  the chief tells worker 1 to die, says so once it is gone,
 //	             then tells ps 0 to quit
+//	chief-crashes the chief exits 1 in its first life; in its second it
+//	             asks worker 1 who it is, then tells worker 1 and ps 0 to quit
+//	worker-crashes worker 1 exits 1 in its first life; the chief waits for
+//	             its second, then tells it to quit (ps 0 lingers)
 //	ps-lingers   the chief exits 0 at once
 //	stubborn     worker 1 ignores SIGTERM
 //	chatty       every task writes 500 lines on stdout and on stderr at once
@@ -126,6 +130,28 @@ func fakeTask(args []string) int {
 		ps := spec.Addresses("ps")[0]
 		fmt.Println("ps answered:", ask(ps, "who"))
 		ask(ps, "quit")
+		return 0
+	case mode == "chief-crashes" && isChief:
+		// The chief dies in its first life; in its second it ends the run,
+		// as a chief resumed from its checkpoint does.
+		if start == 1 {
+			fmt.Println("chief crashing (start 1)")
+			return 1
+		}
+		fmt.Printf("chief again (start %d); worker 1 is %s\n", start, ask(spec.Addresses("worker")[1], "who"))
+		ask(spec.Addresses("worker")[1], "quit")
+		ask(spec.Addresses("ps")[0], "quit")
+		return 0
+	case mode == "worker-crashes" && name == "worker 1" && start == 1:
+		fmt.Println("worker 1 crashing (start 1)")
+		return 1
+	case mode == "worker-crashes" && isChief:
+		// The chief asks until worker 1 answers in its second life.
+		for !strings.HasSuffix(ask(spec.Addresses("worker")[1], "who"), " 2") {
+			time.Sleep(10 * time.Millisecond) // a client's back-off
+		}
+		fmt.Println("worker 1 is back")
+		ask(spec.Addresses("worker")[1], "quit")
 		return 0
 	case mode == "worker-lost" && isChief:
 		ask(spec.Addresses("worker")[1], "die")

@@ -91,6 +91,21 @@ type Config struct {
 	// chief fails. Without it, any task's failure stops every task.
 	TolerateWorkerLoss bool
 
+	// RestartWorkers restarts a worker other than the chief that fails,
+	// and RestartChief the chief, on its listening socket (so at its
+	// address, with the same task id), at most MaxRestarts times per
+	// task, as a supervisor (Kubernetes, systemd) would: the strategies
+	// that survive a lost task let the restarted one rejoin, and a
+	// restarted chief resumes from the latest checkpoint. Run keeps their
+	// sockets open for that. A task out of restarts is handled as without
+	// them (TolerateWorkerLoss, or the run ends).
+	RestartWorkers bool
+	RestartChief   bool
+
+	// MaxRestarts bounds the restarts of each worker and of the chief; 0
+	// means DefaultMaxPSRestarts.
+	MaxRestarts int
+
 	// StopGrace is how long a task may take to exit after SIGTERM before
 	// it is killed; 0 means DefaultStopGrace.
 	StopGrace time.Duration
@@ -111,6 +126,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("localcluster: Config.TailLines %d is negative", c.TailLines)
 	case c.MaxPSRestarts < 0:
 		return c, fmt.Errorf("localcluster: Config.MaxPSRestarts %d is negative", c.MaxPSRestarts)
+	case c.MaxRestarts < 0:
+		return c, fmt.Errorf("localcluster: Config.MaxRestarts %d is negative", c.MaxRestarts)
 	case c.StopGrace < 0:
 		return c, fmt.Errorf("localcluster: Config.StopGrace %v is negative", c.StopGrace)
 	case c.PSExitGrace < 0:
@@ -136,6 +153,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.TailLines = orDefault(c.TailLines, DefaultTailLines)
 	c.MaxPSRestarts = orDefault(c.MaxPSRestarts, DefaultMaxPSRestarts)
+	c.MaxRestarts = orDefault(c.MaxRestarts, DefaultMaxPSRestarts)
 	c.StopGrace = orDefault(c.StopGrace, DefaultStopGrace)
 	c.PSExitGrace = orDefault(c.PSExitGrace, DefaultPSExitGrace)
 	return c, nil
@@ -212,7 +230,8 @@ type launcher struct {
 // and SIGKILL if it still runs after cfg.StopGrace, and Run returns
 // ctx.Err(). When a task fails (exits non-zero or is killed), every task is
 // stopped in the same way and Run returns a *TaskError naming it, unless the
-// failure is tolerated: a ps is restarted (cfg.RestartPS), a worker other
+// failure is tolerated: a ps is restarted (cfg.RestartPS), a worker or the
+// chief is restarted (cfg.RestartWorkers, cfg.RestartChief), a worker other
 // than the chief is let go (cfg.TolerateWorkerLoss). On Linux the tasks also
 // die with this process (SIGKILL), however it ends.
 //
@@ -246,7 +265,7 @@ func Run(ctx context.Context, cfg Config) error {
 		chief: taskID{"worker", 0},
 		// Room for every process that can start, so that a process
 		// exiting never waits for Run.
-		exited: make(chan *proc, cfg.Jobs.PS*(1+cfg.MaxPSRestarts)+cfg.Jobs.training()),
+		exited: make(chan *proc, cfg.Jobs.PS*(1+cfg.MaxPSRestarts)+cfg.Jobs.training()*(1+cfg.MaxRestarts)),
 	}
 	if cfg.Jobs.Chief > 0 {
 		l.chief = taskID{"chief", 0}
@@ -268,10 +287,22 @@ func Run(ctx context.Context, cfg Config) error {
 			procs = append(procs, p)
 		}
 	}
-	// The tasks hold their sockets now; the ps tasks' stay open here when
-	// a ps that dies is to be restarted on them.
-	l.closeFiles(func(id taskID) bool { return id.job != "ps" || !cfg.RestartPS })
+	// The tasks hold their sockets now; those of the tasks that are to be
+	// restarted when they die stay open here.
+	l.closeFiles(func(id taskID) bool { return !l.restartable(id) })
 	return l.supervise(ctx, procs)
+}
+
+// restartable reports whether task id is restarted when it fails (while it
+// has restarts left).
+func (l *launcher) restartable(id taskID) bool {
+	switch {
+	case id.job == "ps":
+		return l.cfg.RestartPS
+	case id == l.chief:
+		return l.cfg.RestartChief
+	}
+	return l.cfg.RestartWorkers
 }
 
 // listen creates every task's listening socket on a free loopback port.
@@ -413,7 +444,7 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 		l.stopAll(procs)
 		return ctx.Err()
 	}
-	restarts := map[int]int{} // by ps index
+	restarts := map[taskID]int{}
 	for training := l.cfg.Jobs.training(); training > 0; {
 		var p *proc
 		select {
@@ -432,9 +463,9 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 		switch {
 		case p.err == nil:
 			// A ps exiting 0 was told to by the chief.
-		case p.id.job == "ps" && l.cfg.RestartPS && restarts[p.id.index] < l.cfg.MaxPSRestarts:
-			restarts[p.id.index]++
-			l.out.logf("%s died (%v); restarting it on its address (%d of %d)", p.id, p.err, restarts[p.id.index], l.cfg.MaxPSRestarts)
+		case l.restartable(p.id) && restarts[p.id] < l.maxRestarts(p.id):
+			restarts[p.id]++
+			l.out.logf("%s died (%v); restarting it on its address (%d of %d)", p.id, p.err, restarts[p.id], l.maxRestarts(p.id))
 			l.showTail(p)
 			np, err := l.start(p.id)
 			if err != nil {
@@ -442,6 +473,9 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 				return err
 			}
 			procs[slices.Index(procs, p)] = np
+			if p.id.job != "ps" {
+				training++
+			}
 		case p.id != l.chief && p.id.job == "worker" && l.cfg.TolerateWorkerLoss:
 			l.out.logf("%s failed (%v); the others go on", p.id, p.err)
 			l.showTail(p)
@@ -488,6 +522,14 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 		}
 	}
 	return nil
+}
+
+// maxRestarts is how many times task id may be restarted.
+func (l *launcher) maxRestarts(id taskID) int {
+	if id.job == "ps" {
+		return l.cfg.MaxPSRestarts
+	}
+	return l.cfg.MaxRestarts
 }
 
 // showTail shows the output kept of a process that failed.

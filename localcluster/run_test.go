@@ -370,6 +370,43 @@ func TestRestartPS(t *testing.T) {
 	})
 }
 
+// TestRestartChief: a chief that dies is restarted on its address (the
+// workers and ps go on meanwhile), and its second life ends the run; no
+// task is left behind.
+func TestRestartChief(t *testing.T) {
+	r := start(t, localcluster.Config{Jobs: localcluster.Jobs{PS: 1, Worker: 2}, Args: []string{"chief-crashes"},
+		RestartChief: true, PSExitGrace: 100 * time.Millisecond})
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run: %v\n%s", err, r.stderr)
+	}
+	checkTasks(t, r.marker, 0)
+	// Worker 1 lived through the chief's death: still its first life.
+	if got := r.stdout.String(); !regexp.MustCompile(`(?m)^chief again \(start 2\); worker 1 is worker 1 \d+ 1$`).MatchString(got) {
+		t.Errorf("stdout %q, want the chief's second life and worker 1's first", got)
+	}
+	wantIn(t, "stderr", r.stderr.String(), "local cluster: worker 0 died (exit status 1); restarting it on its address (1 of 3)\n")
+
+	// Without RestartChief the chief's death ends the run, as before.
+	r = start(t, localcluster.Config{Jobs: localcluster.Jobs{PS: 1, Worker: 2}, Args: []string{"chief-crashes"}, RestartWorkers: true})
+	wantTaskError(t, r.wait(t), "worker", 0, 1)
+	checkTasks(t, r.marker, 0)
+}
+
+// TestRestartWorkers: a worker that dies is restarted on its address and
+// the run ends when the training tasks have; the ps that does not exit by
+// itself is stopped, so nothing is left behind.
+func TestRestartWorkers(t *testing.T) {
+	r := start(t, localcluster.Config{Jobs: localcluster.Jobs{PS: 1, Worker: 2}, Args: []string{"worker-crashes"},
+		RestartWorkers: true, PSExitGrace: 100 * time.Millisecond})
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run: %v\n%s", err, r.stderr)
+	}
+	checkTasks(t, r.marker, 0)
+	wantIn(t, "stdout", r.stdout.String(), "worker 1 is back\n")
+	wantIn(t, "stderr", r.stderr.String(), "local cluster: worker 1 died (exit status 1); restarting it on its address (1 of 3)\n",
+		"local cluster: ps 0 did not exit within 100ms of the end of training; stopping it\n")
+}
+
 // TestWorkerLoss: a failing worker other than the chief ends the run unless
 // TolerateWorkerLoss, and its last lines are shown either way.
 func TestWorkerLoss(t *testing.T) {
