@@ -7,11 +7,16 @@ import (
 	"time"
 )
 
-// refusalWindow is how long a refusal already logged stays quiet when it
-// repeats (same logger, what was refused, peer host and reason): a peer
-// that retries, or floods a task with bad handshakes, costs one line per
-// window with the count of those it hid, not one line per attempt.
-const refusalWindow = 10 * time.Second
+// A refusal that repeats (same logger, what was refused, peer host and
+// reason) is logged refusalBurst times per refusalWindow: a peer that
+// retries, or floods a task with bad handshakes, costs a few lines per
+// window and then one with the count of those hidden, not one line per
+// attempt. The burst keeps each of a client's first tries visible (it may
+// try gRPC, the tensor channel and the ring in turn).
+const (
+	refusalWindow = 10 * time.Second
+	refusalBurst  = 5
+)
 
 // maxRefusalKeys bounds the limiter's memory against peers that vary
 // their reason or address.
@@ -25,8 +30,9 @@ type refusalKey struct {
 }
 
 type refusalEntry struct {
-	since  time.Time // when the last logged line was written
-	hidden int       // repeats not logged since
+	since  time.Time // start of the window
+	logged int       // lines written in the window
+	hidden int       // repeats not logged in the window
 }
 
 var refusals = struct {
@@ -35,8 +41,8 @@ var refusals = struct {
 }{m: map[refusalKey]*refusalEntry{}}
 
 // logRefusal writes msg with args to log unless the same refusal was
-// logged less than refusalWindow ago; the next line written says how many
-// were hidden ("repeats").
+// logged refusalBurst times in the current window; the first line of the
+// next window says how many were hidden ("repeats").
 func logRefusal(log *slog.Logger, now time.Time, msg, remote string, err error, args ...any) {
 	host, _, splitErr := net.SplitHostPort(remote)
 	if splitErr != nil {
@@ -50,8 +56,14 @@ func logRefusal(log *slog.Logger, now time.Time, msg, remote string, err error, 
 	refusals.Lock()
 	e := refusals.m[k]
 	if e != nil && now.Sub(e.since) < refusalWindow {
-		e.hidden++
+		if e.logged >= refusalBurst {
+			e.hidden++
+			refusals.Unlock()
+			return
+		}
+		e.logged++
 		refusals.Unlock()
+		log.Warn(msg, append(args, "remote", remote, "err", err)...)
 		return
 	}
 	hidden := 0
@@ -67,7 +79,7 @@ func logRefusal(log *slog.Logger, now time.Time, msg, remote string, err error, 
 			clear(refusals.m)
 		}
 	}
-	refusals.m[k] = &refusalEntry{since: now}
+	refusals.m[k] = &refusalEntry{since: now, logged: 1}
 	refusals.Unlock()
 	args = append(args, "remote", remote, "err", err)
 	if hidden > 0 {

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -10,9 +11,9 @@ import (
 	"github.com/distflow/distflow/internal/testlog"
 )
 
-// TestRefusalsRateLimited: a refusal that repeats is logged once per
-// window, then once more with the count it hid; a different reason or
-// host is logged at once.
+// TestRefusalsRateLimited: a refusal that repeats is logged refusalBurst
+// times per window, then once more with the count it hid; a different
+// reason or host is logged at once.
 func TestRefusalsRateLimited(t *testing.T) {
 	var buf testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
@@ -26,13 +27,14 @@ func TestRefusalsRateLimited(t *testing.T) {
 	logRefusal(log, t0.Add(refusalWindow+time.Second), "rpc: refused connection", "127.0.0.1:40002", bad)
 
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("logged %d lines, want 4 (first, other reason, other host, after the window):\n%s", len(lines), buf.String())
+	if want := refusalBurst + 3; len(lines) != want {
+		t.Fatalf("logged %d lines, want %d (the burst, other reason, other host, after the window):\n%s", len(lines), want, buf.String())
 	}
-	if !strings.Contains(lines[3], "repeats=999") {
-		t.Errorf("the line after the window does not count the 999 hidden repeats: %s", lines[3])
+	last := lines[len(lines)-1]
+	if want := fmt.Sprintf("repeats=%d", 1000-refusalBurst); !strings.Contains(last, want) {
+		t.Errorf("the line after the window does not say %s: %s", want, last)
 	}
-	for _, l := range lines[:3] {
+	for _, l := range lines[:len(lines)-1] {
 		if strings.Contains(l, "repeats") {
 			t.Errorf("a first refusal says repeats: %s", l)
 		}
