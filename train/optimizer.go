@@ -15,6 +15,12 @@ import (
 type GradVar struct {
 	Grad graph.Output
 	Var  *ops.Variable
+	// Sparse, when not nil, is Grad as indexed slices (the gradient of
+	// embedding lookups: see grad.SparseOf): optimizers with a sparse
+	// update use it, so that only the touched rows move and are updated,
+	// and Grad, the dense form, is then never computed. Code that rewrites
+	// Grad must clear Sparse.
+	Sparse *grad.IndexedSlices
 }
 
 // Optimizer builds the nodes that train variables. Implementations are
@@ -47,8 +53,9 @@ func Minimize(s *graph.Scope, opt Optimizer, loss graph.Output, globalStep *ops.
 // NewOptimizer returns the optimizer called name with learning rate lr and
 // TensorFlow's default hyper-parameters: "sgd" (gradient descent),
 // "momentum" (0.9), "adagrad" (initial accumulator 0.1), "rmsprop" (decay
-// 0.9, no momentum, epsilon 1e-10), "adam" (0.9, 0.999, 1e-8). Names are
-// case-insensitive.
+// 0.9, no momentum, epsilon 1e-10), "adam" (0.9, 0.999, 1e-8), "ftrl"
+// (learning-rate power -0.5, initial accumulator 0.1, no l1 or l2). Names
+// are case-insensitive.
 func NewOptimizer(name string, lr float32) (Optimizer, error) {
 	mk, ok := optimizers[strings.ToLower(strings.TrimSpace(name))]
 	if !ok {
@@ -68,6 +75,7 @@ var optimizers = map[string]func(lr float32) Optimizer{
 	"adagrad":  func(lr float32) Optimizer { return NewAdagrad(lr, 0.1) },
 	"rmsprop":  func(lr float32) Optimizer { return NewRMSProp(lr, 0.9, 0, 1e-10) },
 	"adam":     func(lr float32) Optimizer { return NewAdam(lr, 0.9, 0.999, 1e-8) },
+	"ftrl":     func(lr float32) Optimizer { return NewFtrl(lr, 0, 0) },
 }
 
 // computeGradients is the ComputeGradients shared by all optimizers.
@@ -95,7 +103,7 @@ func computeGradients(s *graph.Scope, loss graph.Output, vars []*ops.Variable) (
 	var gvs []GradVar
 	for i, g := range grads {
 		if g.Valid() {
-			gvs = append(gvs, GradVar{Grad: g, Var: vars[i]})
+			gvs = append(gvs, GradVar{Grad: g, Var: vars[i], Sparse: sparseGrad(s, g, vars[i])})
 		}
 	}
 	if len(gvs) == 0 {

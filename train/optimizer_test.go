@@ -182,14 +182,14 @@ func TestOptimizerErrors(t *testing.T) {
 
 func TestNewOptimizer(t *testing.T) {
 	for name, want := range map[string]string{"sgd": "GradientDescent", "Momentum": "Momentum",
-		"adagrad": "Adagrad", " rmsprop ": "RMSProp", "ADAM": "Adam"} {
+		"adagrad": "Adagrad", " rmsprop ": "RMSProp", "ADAM": "Adam", "ftrl": "Ftrl"} {
 		opt, err := train.NewOptimizer(name, 0.01)
 		if err != nil || opt.Name() != want {
 			t.Errorf("NewOptimizer(%q) = %v, %v; want %s", name, opt, err, want)
 		}
 	}
 	_, err := train.NewOptimizer("lbfgs", 0.01)
-	if err == nil || !strings.Contains(err.Error(), "lbfgs") || !strings.Contains(err.Error(), "adagrad, adam, momentum, rmsprop, sgd") {
+	if err == nil || !strings.Contains(err.Error(), "lbfgs") || !strings.Contains(err.Error(), "adagrad, adam, ftrl, momentum, rmsprop, sgd") {
 		t.Errorf("unknown optimizer: %v", err)
 	}
 }

@@ -27,6 +27,9 @@ func (o *GradientDescent) ComputeGradients(s *graph.Scope, loss graph.Output, va
 func (o *GradientDescent) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Variable) (*graph.Node, error) {
 	return applyGradients(s, o.Name(), gvs, globalStep, func(s *graph.Scope, gv GradVar) []*graph.Node {
 		v := gv.Var
+		if sl := gv.Sparse; sl != nil {
+			return []*graph.Node{ops.SparseApplyGradientDescent(s, v.Value(), scalar(s, v, o.LearningRate), sl.Values, sl.Indices)}
+		}
 		return []*graph.Node{ops.ApplyGradientDescent(s, v.Value(), scalar(s, v, o.LearningRate), gv.Grad)}
 	})
 }
@@ -58,6 +61,10 @@ func (o *Momentum) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops
 		accum := slot(s, v, "Momentum", nil, ops.ZerosInit())
 		if accum == nil {
 			return nil
+		}
+		if sl := gv.Sparse; sl != nil {
+			return []*graph.Node{ops.SparseApplyMomentum(s, v.Value(), accum.Value(), scalar(s, v, o.LearningRate),
+				sl.Values, sl.Indices, scalar(s, v, o.Momentum), o.Nesterov)}
 		}
 		return []*graph.Node{ops.ApplyMomentum(s, v.Value(), accum.Value(), scalar(s, v, o.LearningRate), gv.Grad,
 			scalar(s, v, o.Momentum), o.Nesterov)}
@@ -94,6 +101,9 @@ func (o *Adagrad) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.
 		accum := slot(s, v, "Adagrad", nil, ops.ConstantInit(float64(o.InitialAccumulator)))
 		if accum == nil {
 			return nil
+		}
+		if sl := gv.Sparse; sl != nil {
+			return []*graph.Node{ops.SparseApplyAdagrad(s, v.Value(), accum.Value(), scalar(s, v, o.LearningRate), sl.Values, sl.Indices)}
 		}
 		return []*graph.Node{ops.ApplyAdagrad(s, v.Value(), accum.Value(), scalar(s, v, o.LearningRate), gv.Grad)}
 	})
@@ -175,8 +185,15 @@ func (o *Adam) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Var
 			return nil
 		}
 		beta1, beta2 := scalar(s, v, o.Beta1), scalar(s, v, o.Beta2)
-		apply := ops.ApplyAdam(s, v.Value(), m.Value(), vv.Value(), b1p.Value(), b2p.Value(),
-			scalar(s, v, o.LearningRate), beta1, beta2, scalar(s, v, o.Epsilon), gv.Grad)
+		var apply *graph.Node
+		if sl := gv.Sparse; sl != nil {
+			// Lazy Adam: the moments of untouched rows do not decay.
+			apply = ops.SparseApplyAdam(s, v.Value(), m.Value(), vv.Value(), b1p.Value(), b2p.Value(),
+				scalar(s, v, o.LearningRate), beta1, beta2, scalar(s, v, o.Epsilon), sl.Values, sl.Indices)
+		} else {
+			apply = ops.ApplyAdam(s, v.Value(), m.Value(), vv.Value(), b1p.Value(), b2p.Value(),
+				scalar(s, v, o.LearningRate), beta1, beta2, scalar(s, v, o.Epsilon), gv.Grad)
+		}
 		if apply == nil {
 			return nil
 		}

@@ -33,7 +33,7 @@ func init() {
 			}
 		}
 	})
-	sparseRegisterApply("SparseApplyMomentum", 2, 4, 5, func(n *graph.Node) sparseRule {
+	sparseRegisterApply("SparseApplyMomentum", 2, 3, 4, func(n *graph.Node) sparseRule {
 		nesterov := n.AttrBool("use_nesterov")
 		return func(r [3]sparseRow, g sparseRow, sc [8]float64) {
 			lr, mom := sc[0], sc[1]
@@ -49,7 +49,7 @@ func init() {
 			}
 		}
 	})
-	sparseRegisterApply("SparseApplyAdagrad", 2, 4, 5, func(*graph.Node) sparseRule {
+	sparseRegisterApply("SparseApplyAdagrad", 2, 3, 4, func(*graph.Node) sparseRule {
 		return func(r [3]sparseRow, g sparseRow, sc [8]float64) {
 			lr := sc[0]
 			for i := range g.n() {
