@@ -244,6 +244,10 @@ func (s *session) resolve(req *pb.RunStepRequest) (graph.Signature, error) {
 // every task, so no wait of the step outlives it; the error names the task
 // that failed first (and, from the worker, the node).
 func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunStepResponse, error) {
+	var st *stepTrace
+	if req.GetOptions().GetTrace() {
+		st = newStepTrace()
+	}
 	s, err := m.session(req.GetSessionHandle())
 	if err != nil {
 		return nil, err
@@ -253,7 +257,7 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 	if byName := func(a, b *pb.NamedTensor) int { return strings.Compare(a.GetName(), b.GetName()) }; !slices.IsSortedFunc(feeds, byName) {
 		feeds = slices.Clone(feeds)
 		slices.SortFunc(feeds, byName)
-		req = &pb.RunStepRequest{SessionHandle: req.GetSessionHandle(), Feeds: feeds, Fetches: req.GetFetches(), Targets: req.GetTargets()}
+		req = &pb.RunStepRequest{SessionHandle: req.GetSessionHandle(), Feeds: feeds, Fetches: req.GetFetches(), Targets: req.GetTargets(), Options: req.GetOptions()}
 	}
 	sig, err := s.resolve(req)
 	if err != nil {
@@ -283,7 +287,7 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 	reqs := make([]*pb.RunGraphRequest, len(p.Parts))
 	for i, pt := range p.Parts {
 		reqs[i] = &pb.RunGraphRequest{SessionHandle: s.handle, GraphHandle: p.regs[i].handle, StepId: stepID,
-			Targets: pt.Targets, Fetches: pt.Fetches}
+			Targets: pt.Targets, Fetches: pt.Fetches, Trace: st != nil}
 		if len(pt.Feeds) > 0 {
 			reqs[i].Feeds = make([]*pb.NamedTensor, len(pt.Feeds))
 		}
@@ -294,7 +298,10 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 		}
 	}
 
-	resps, err := m.runPartitions(ctx, stepID, p, reqs)
+	if st != nil {
+		st.calls = make([]rpcCall, len(reqs))
+	}
+	resps, err := m.runPartitions(ctx, stepID, p, reqs, st)
 	if err != nil {
 		return nil, m.errorf("step %d in session %q: %w", stepID, s.handle, err)
 	}
@@ -310,6 +317,9 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 		}
 		out.Tensors[i] = &pb.NamedTensor{Name: req.GetFetches()[i], Tensor: t}
 	}
+	if st != nil {
+		out.StepStats = st.stats(m.cfg.Task, stepID)
+	}
 	return out, nil
 }
 
@@ -324,7 +334,7 @@ func dims(t *pb.TensorProto) []int {
 
 // runPartitions runs every partition of a step concurrently and cleans the
 // step up on every task.
-func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs []*pb.RunGraphRequest) ([]*pb.RunGraphResponse, error) {
+func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs []*pb.RunGraphRequest, st *stepTrace) ([]*pb.RunGraphResponse, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -337,7 +347,14 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 		w, err := m.cfg.Workers.Worker(p.Parts[i].Task)
 		var resp *pb.RunGraphResponse
 		if err == nil {
+			var start time.Time
+			if st != nil {
+				start = time.Now()
+			}
 			resp, err = w.RunGraph(ctx, reqs[i])
+			if st != nil {
+				st.call(i, p.Parts[i].Task, start, reqs[i], resp, err)
+			}
 		}
 		results <- result{i, resp, err}
 	}

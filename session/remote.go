@@ -13,6 +13,7 @@ import (
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/trace"
 )
 
 // Dialer connects to the master of a target ("grpc://host:port") for Open.
@@ -186,14 +187,21 @@ func rpcGraphDef(nodes []*graph.Node) *pb.GraphDef {
 // runRemote runs one step on the master, which checks the signature and
 // the feeds.
 func (s *Session) runRemote(ctx context.Context, sig graph.Signature, vals []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	out, _, err := s.runRemoteTraced(ctx, sig, vals, false)
+	return out, err
+}
+
+// runRemoteTraced is runRemote, asking the master for the step's timeline
+// when traced (RunTraced) and putting it on this process's clock.
+func (s *Session) runRemoteTraced(ctx context.Context, sig graph.Signature, vals []*tensor.Tensor, traced bool) ([]*tensor.Tensor, *pb.StepStats, error) {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return nil, fmt.Errorf("session: run: %w", ErrClosed)
+		return nil, nil, fmt.Errorf("session: run: %w", ErrClosed)
 	}
 	if err := sig.Check(s.g); err != nil {
-		return nil, fmt.Errorf("session: %w", err)
+		return nil, nil, fmt.Errorf("session: %w", err)
 	}
 	fetches := sig.Fetches
 	req := &pb.RunStepRequest{Feeds: make([]*pb.NamedTensor, len(vals)), Fetches: make([]string, len(fetches)), Targets: make([]string, len(sig.Targets))}
@@ -208,23 +216,47 @@ func (s *Session) runRemote(ctx context.Context, sig graph.Signature, vals []*te
 	}
 	handle, err := s.remote.ship(ctx, s.g)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req.SessionHandle = handle
+	var start time.Time
+	if traced {
+		req.Options = &pb.RunOptions{Trace: true}
+		start = time.Now()
+	}
 	resp, err := s.remote.m.RunStep(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var end time.Time
+	if traced {
+		end = time.Now()
 	}
 	if len(resp.GetTensors()) != len(fetches) {
-		return nil, fmt.Errorf("session: the master returned %d tensors for %d fetches", len(resp.GetTensors()), len(fetches))
+		return nil, nil, fmt.Errorf("session: the master returned %d tensors for %d fetches", len(resp.GetTensors()), len(fetches))
 	}
 	out := make([]*tensor.Tensor, len(fetches))
 	for i, nt := range resp.GetTensors() {
 		if out[i], err = graph.TensorFromProto(nt.GetTensor()); err != nil {
-			return nil, fmt.Errorf("session: fetch %s from the master: %w", fetches[i], err)
+			return nil, nil, fmt.Errorf("session: fetch %s from the master: %w", fetches[i], err)
 		}
 	}
-	return out, nil
+	if !traced {
+		return out, nil, nil
+	}
+	st := resp.GetStepStats()
+	if st == nil {
+		return nil, nil, fmt.Errorf("session: the master returned no timeline for a traced step (a master older than step traces?)")
+	}
+	// The master's own spans come last; its offset applies to every task,
+	// whose offsets the master set relative to its own clock.
+	if n := len(st.GetTasks()); n > 0 {
+		off := trace.AlignOffset(start.UnixNano(), end.UnixNano(), st.GetTasks()[n-1])
+		for _, ts := range st.GetTasks() {
+			ts.ClockOffsetNanos += off
+		}
+	}
+	return out, st, nil
 }
 
 // rpcCloseTimeout bounds Close's CloseSession call to the master.

@@ -35,6 +35,10 @@ type Session struct {
 	// signature key (names, sorting), which allocates.
 	last atomic.Pointer[lastSig]
 
+	// traceNext, when set, is taken by the next Run, which is then traced
+	// (TraceNextRun).
+	traceNext atomic.Pointer[func(*pb.StepStats, error)]
+
 	remote *rpcRemote        // set when a master runs the steps (remote.go)
 	rpcCfg *pb.SessionConfig // WithConfig, for Open
 }
@@ -95,6 +99,11 @@ func (s *Session) Close() error {
 // kernel.ErrUninitialized), a failing kernel, a cancelled ctx (wrapping
 // ctx.Err()).
 func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor, fetches []graph.Output, targets []*graph.Node) ([]*tensor.Tensor, error) {
+	if s.traceNext.Load() != nil {
+		if done := s.traceNext.Swap(nil); done != nil {
+			return s.runTracedFor(ctx, *done, feeds, fetches, targets)
+		}
+	}
 	if l := s.last.Load(); l != nil && len(feeds) <= len(l.vals) && l.matches(feeds, fetches, targets) {
 		var vals [len(lastSig{}.vals)]*tensor.Tensor
 		for i, o := range l.feeds {

@@ -302,3 +302,24 @@ func WriteFile(path string, f *File) error {
 	}
 	return nil
 }
+
+// AlignOffset returns what to add to the times of callee, the timeline a
+// task returned for a call that the caller saw from start to end (Unix
+// nanoseconds on the caller's clock), to put them on the caller's clock.
+// The callee's own span of the call (its span of op "Step") must lie
+// within the caller's: when it does (one machine, or synchronised clocks)
+// the offset is 0; otherwise the two spans are centred on each other,
+// which is exact when the request and the response take equally long.
+func AlignOffset(start, end int64, callee *pb.TaskStepStats) int64 {
+	for _, s := range callee.GetSpans() {
+		if s.GetOp() != OpStep {
+			continue
+		}
+		cs, ce := s.GetStartUnixNanos()+callee.GetClockOffsetNanos(), s.GetEndUnixNanos()+callee.GetClockOffsetNanos()
+		if cs >= start && ce <= end {
+			return 0
+		}
+		return ((start + end) - (cs + ce)) / 2
+	}
+	return 0
+}

@@ -410,6 +410,10 @@ func (w *Worker) closeSessionLocked(session string) int {
 // everywhere. RunGraph returns when the step ends or ctx does.
 func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.RunGraphResponse, error) {
 	stepID := req.GetStepId()
+	var st *stepTrace
+	if req.GetTrace() {
+		st = &stepTrace{start: time.Now()}
+	}
 	fail := func(err error) (*pb.RunGraphResponse, error) {
 		err = w.errorf("step %d: %w", stepID, err)
 		w.steps.Get(stepID).Abort(err)
@@ -483,7 +487,14 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 		waitMu.Lock()
 		waiting[sendTask] = true
 		waitMu.Unlock()
+		var start time.Time
+		if st != nil {
+			start = time.Now()
+		}
 		t, err := peer.RecvTensor(ctx, stepID, key)
+		if st != nil {
+			st.recvTensor(sendTask, key, start, t, err)
+		}
 		if err == nil {
 			waitMu.Lock()
 			delete(waiting, sendTask)
@@ -491,7 +502,12 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 		}
 		return t, err
 	})
-	out, err := e.RunStep(ctx, &kernel.Step{ID: stepID, Rendezvous: rv}, vals)
+	var out []*tensor.Tensor
+	if st != nil {
+		out, err = e.RunTraced(ctx, &kernel.Step{ID: stepID, Rendezvous: rv}, vals, &st.exec)
+	} else {
+		out, err = e.RunStep(ctx, &kernel.Step{ID: stepID, Rendezvous: rv}, vals)
+	}
 	if err != nil {
 		waitMu.Lock()
 		tasks := slices.Sorted(maps.Keys(waiting))
@@ -504,6 +520,9 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 	resp := &pb.RunGraphResponse{Fetches: make([]*pb.NamedTensor, len(out))}
 	for i, t := range out {
 		resp.Fetches[i] = &pb.NamedTensor{Name: req.GetFetches()[i], Tensor: graph.TensorToProto(t)}
+	}
+	if st != nil {
+		resp.StepStats = st.stats(w.cfg.Task)
 	}
 	return resp, nil
 }
