@@ -1,0 +1,128 @@
+package chaos
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestScheduleIsAPureFunctionOfTheSeed(t *testing.T) {
+	w := Window{From: time.Second, To: 8 * time.Second}
+	a, err := Schedule(42, "ps=1,worker=2", 20, w, time.Second, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Schedule(42, "ps=1,worker=2", 20, w, time.Second, 3*time.Second)
+	c, _ := Schedule(43, "ps=1,worker=2", 20, w, time.Second, 3*time.Second)
+	if !slices.Equal(a, b) {
+		t.Errorf("the same seed gave two schedules:\n%v\n%v", a, b)
+	}
+	if slices.Equal(a, c) {
+		t.Errorf("seeds 42 and 43 gave the same schedule %v", a)
+	}
+	kinds, targets := map[Kind]int{}, map[Task]int{}
+	for i, f := range a {
+		if f.At < w.From || f.At > w.To || (i > 0 && f.At < a[i-1].At) {
+			t.Errorf("fault %d at %v: outside %v or not sorted", i, f.At, w)
+		}
+		if f.Kind == Stop && (f.Pause < time.Second || f.Pause > 3*time.Second) {
+			t.Errorf("fault %d pauses %v, outside [1s, 3s]", i, f.Pause)
+		}
+		if f.Kind == Kill && f.Pause != 0 {
+			t.Errorf("kill %d has a pause %v", i, f.Pause)
+		}
+		kinds[f.Kind]++
+		targets[f.Target]++
+	}
+	if len(kinds) != 2 || len(targets) != 3 {
+		t.Errorf("20 faults used kinds %v and targets %v: want both kinds and all 3 tasks", kinds, targets)
+	}
+}
+
+func TestScheduleRejectsBadInput(t *testing.T) {
+	w := Window{From: time.Second, To: 2 * time.Second}
+	for _, tc := range []struct {
+		cluster  string
+		n        int
+		w        Window
+		min, max time.Duration
+		want     string
+	}{
+		{"ps=x", 1, w, time.Second, time.Second, "not job=count"},
+		{"ps=0", 1, w, time.Second, time.Second, "no tasks"},
+		{"ps=1", -1, w, time.Second, time.Second, "want 0 or more"},
+		{"ps=1", 1, Window{From: 2 * time.Second, To: time.Second}, time.Second, time.Second, "window"},
+		{"ps=1", 1, w, 0, time.Second, "pause"},
+	} {
+		_, err := Schedule(1, tc.cluster, tc.n, tc.w, tc.min, tc.max)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Schedule(%q, %d, %v, %v, %v): err = %v, want one saying %q", tc.cluster, tc.n, tc.w, tc.min, tc.max, err, tc.want)
+		}
+	}
+}
+
+func TestNamesTask(t *testing.T) {
+	w1 := Task{Job: "worker", Index: 1}
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		{"local cluster: worker 1 died (signal: killed); restarting it", true},
+		{`[worker 0] level=WARN msg="peer lost" peer=/job:worker/task:1`, true},
+		{`[ps 0] level=WARN msg="no answer" from=127.0.0.1:4242`, true},
+		{`[worker 0] level=WARN msg=x peer=worker:1`, true},
+		{"local cluster: worker 10 died", false},
+		{`[worker 0] level=WARN peer=/job:worker/task:12`, false},
+		{`[worker 1] level=WARN msg="lost ps" peer=/job:worker/task:1`, false}, // its own line
+		{`[worker 0] level=WARN msg="lost" peer=/job:ps/task:1`, false},
+	} {
+		if got := namesTask(tc.line, w1, "127.0.0.1:4242"); got != tc.want {
+			t.Errorf("namesTask(%q) = %v, want %v", tc.line, got, tc.want)
+		}
+	}
+}
+
+func TestFirstNoticeAndProgress(t *testing.T) {
+	lines := []Line{
+		{At: 1 * time.Second, Text: "[worker 0] /job:worker/task:0: local_step 100  global_step 250/1600"},
+		{At: 2 * time.Second, Text: `[worker 1] level=INFO msg=x peer=/job:ps/task:0`}, // not a warning
+		{At: 3 * time.Second, Text: "[worker 0] /job:worker/task:0: local_step 200  global_step 480/1600"},
+		{At: 4 * time.Second, Text: "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)"},
+		{At: 5 * time.Second, Text: `[worker 0] level=INFO msg="checkpoint: restored" prefix=model.ckpt-400`},
+		{At: 6 * time.Second, Text: "[worker 0] /job:worker/task:0: local_step 300  global_step 520/1600"},
+		{At: 7 * time.Second, Text: `[worker 0] level=INFO msg="checkpoint: restored" prefix=model.ckpt-500`},
+		{At: 8 * time.Second, Text: `{"global_step":1600,"test_accuracy":0.85}`},
+	}
+	ps0 := Task{Job: "ps", Index: 0}
+	l, ok := firstNotice(lines, 1500*time.Millisecond, ps0, "")
+	if !ok || l.At != 4*time.Second {
+		t.Errorf("firstNotice = %v, %v; want the launcher's line at 4s", l, ok)
+	}
+	if _, ok := firstNotice(lines, 4500*time.Millisecond, ps0, ""); ok {
+		t.Error("firstNotice after the only notice found one")
+	}
+	maxStep, lost := progress(lines)
+	if maxStep != 520 || lost != 80+20 {
+		t.Errorf("progress = %d, %d; want 520, 100", maxStep, lost)
+	}
+	r, ok := lastResult(lines)
+	if !ok || r.GlobalStep != 1600 || r.TestAccuracy != 0.85 {
+		t.Errorf("lastResult = %+v, %v", r, ok)
+	}
+}
+
+func TestLookupStrategy(t *testing.T) {
+	for _, name := range StrategyNames() {
+		s, err := LookupStrategy(name)
+		if err != nil || s.Name != name {
+			t.Errorf("LookupStrategy(%q) = %v, %v", name, s, err)
+		}
+		if _, err := tasks(s.Cluster); err != nil {
+			t.Errorf("strategy %s: %v", name, err)
+		}
+	}
+	if _, err := LookupStrategy("ring"); err == nil || !strings.Contains(err.Error(), "allreduce") {
+		t.Errorf("LookupStrategy(ring): err = %v, want one listing the strategies", err)
+	}
+}

@@ -1,0 +1,521 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/distflow/distflow/checkpoint/bundle"
+)
+
+// ErrUnsupported is wrapped when the harness cannot run on this system.
+var ErrUnsupported = errors.New("unsupported")
+
+// Defaults of Config.
+const (
+	DefaultDeadline = 2 * time.Minute
+	DefaultPauseMin = time.Second
+	DefaultPauseMax = 5 * time.Second
+	// leftBehindGrace is how long processes get to die after their
+	// launcher exits (Pdeathsig is delivered asynchronously) before they
+	// count as left behind.
+	leftBehindGrace = 3 * time.Second
+)
+
+// Config is one run.
+type Config struct {
+	// Binary is the distflow binary to run; required.
+	Binary string
+	// Strategy is what to train; required (see Strategies).
+	Strategy Strategy
+	// Seed draws the fault schedule (see Schedule).
+	Seed uint64
+	// Faults is how many faults to inject; 0 makes a clean run.
+	Faults int
+	// Plan, when not nil, is the fault schedule to apply instead of one
+	// drawn from Seed (Faults and Window are then ignored): a schedule
+	// written by hand, or one the project's tests have not seen.
+	Plan []Fault
+	// Window is when faults may happen, from the launcher's start;
+	// required when Faults > 0.
+	Window Window
+	// PauseMin and PauseMax bound how long a stopped task stays stopped;
+	// 0 means DefaultPauseMin and DefaultPauseMax.
+	PauseMin, PauseMax time.Duration
+	// Deadline bounds the whole run; past it the run is "hung" and every
+	// process of it is killed. 0 means DefaultDeadline.
+	Deadline time.Duration
+	// TrainSeed is the training's --seed (initial weights, shuffling);
+	// 0 means 1, the command's default.
+	TrainSeed int
+	// Args are more train flags, after the harness's own, e.g.
+	// "--steps", "400" or "--step-timeout", "10s".
+	Args []string
+	// Dir is where the run keeps its checkpoint directory and its output
+	// (a subdirectory per run); required.
+	Dir string
+	// Verbose, if not nil, receives every line of the run's output as it
+	// comes, and the harness's own notes.
+	Verbose io.Writer
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Binary == "":
+		return errors.New("chaos: Config.Binary is empty: build one with go build -o DIR/distflow ./cmd/distflow")
+	case c.Strategy.Name == "" || c.Strategy.Cluster == "":
+		return fmt.Errorf("chaos: Config.Strategy is not set: want one of %s", strings.Join(StrategyNames(), ", "))
+	case c.Dir == "":
+		return errors.New("chaos: Config.Dir is empty")
+	case c.Plan == nil && c.Faults > 0 && c.Window.To <= 0:
+		return errors.New("chaos: Config.Window is empty: faults need a time window (RunMatrix takes it from a clean run)")
+	case c.Deadline < 0:
+		return fmt.Errorf("chaos: Config.Deadline %v is negative", c.Deadline)
+	}
+	if _, err := os.Stat(c.Binary); err != nil {
+		return fmt.Errorf("chaos: Config.Binary: %w", err)
+	}
+	c.Deadline = orDefault(c.Deadline, DefaultDeadline)
+	c.PauseMin = orDefault(c.PauseMin, DefaultPauseMin)
+	c.PauseMax = orDefault(c.PauseMax, DefaultPauseMax)
+	c.TrainSeed = orDefault(c.TrainSeed, 1)
+	return nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// FaultResult is what happened to one planned fault.
+type FaultResult struct {
+	Fault
+	// Applied is false when the target had no live process at the time
+	// (it had exited, or had not been restarted): Skipped says why.
+	Applied bool   `json:"applied"`
+	Pid     int    `json:"pid,omitempty"`
+	Skipped string `json:"skipped,omitempty"`
+	// Noticed says whether a warning, an error or a launcher line named
+	// the task after the fault; NoticeAfter is how long after, NoticeLine
+	// the line.
+	Noticed     bool          `json:"noticed"`
+	NoticeAfter time.Duration `json:"notice_after,omitempty"`
+	NoticeLine  string        `json:"notice_line,omitempty"`
+}
+
+// NoticeString is "1.2s" or "not noticed" (or "-" for a fault not applied).
+func (f FaultResult) NoticeString() string {
+	switch {
+	case !f.Applied:
+		return "-"
+	case !f.Noticed:
+		return "not noticed"
+	}
+	return fmt.Sprintf("%.1fs", f.NoticeAfter.Seconds())
+}
+
+// Result is the report of one run.
+type Result struct {
+	Strategy string `json:"strategy"`
+	Seed     uint64 `json:"seed"`
+	// Finished: the launcher exited 0 and the chief printed its result.
+	Finished bool `json:"finished"`
+	// ExitError is the launcher's exit status when it was not 0.
+	ExitError string `json:"exit_error,omitempty"`
+	// Hung: the run was still going at its deadline; WaitingFor holds its
+	// last lines that said what it waited for.
+	Hung       bool     `json:"hung"`
+	WaitingFor []string `json:"waiting_for,omitempty"`
+	// Accuracy is the test accuracy the chief reported (when Finished);
+	// CleanAccuracy is that of the clean run it is compared with (set by
+	// RunMatrix; 0 when unknown).
+	Accuracy      float64 `json:"accuracy"`
+	CleanAccuracy float64 `json:"clean_accuracy,omitempty"`
+	// GlobalStep is the final global step (the result's, or the highest
+	// the output showed); LostSteps, how many steps restores undid.
+	GlobalStep int64 `json:"global_step"`
+	LostSteps  int64 `json:"lost_steps"`
+	// Faults are the planned faults and what became of them.
+	Faults []FaultResult `json:"faults"`
+	// Checkpoints counts the complete checkpoints left; Corrupt names
+	// those that fail validation and those that retention deleted as
+	// corrupt during the run (its warnings).
+	Checkpoints int      `json:"checkpoints"`
+	Corrupt     []string `json:"corrupt,omitempty"`
+	// LeftBehind lists the processes of the run still alive after the
+	// launcher ended ("worker 1 (pid 123)"), which Run then killed.
+	LeftBehind []string `json:"left_behind,omitempty"`
+	// Restarts are the launcher's lines about restarting tasks.
+	Restarts []string `json:"restarts,omitempty"`
+	// Wall is the run's duration; Dir its directory (output.log and the
+	// checkpoints).
+	Wall time.Duration `json:"wall"`
+	Dir  string        `json:"dir"`
+}
+
+// OK reports whether the run met the issue's bar: finished, accuracy within
+// tolerance of the clean run (when known), no corrupt checkpoint, nothing
+// left behind.
+func (r *Result) OK(tolerance float64) bool {
+	return r.Finished && !r.Hung && len(r.Corrupt) == 0 && len(r.LeftBehind) == 0 &&
+		(r.CleanAccuracy == 0 || r.Accuracy >= r.CleanAccuracy-tolerance)
+}
+
+// Run runs one job with cfg's faults and reports on it. Its error is for
+// the harness's own failures (a bad Config, a binary that does not start);
+// whatever the job does is in the Result. Every process of the run is gone
+// when Run returns.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := supported(); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	faults := cfg.Plan
+	if faults == nil && cfg.Faults > 0 {
+		var err error
+		faults, err = Schedule(cfg.Seed, cfg.Strategy.Cluster, cfg.Faults, cfg.Window, cfg.PauseMin, cfg.PauseMax)
+		if err != nil {
+			return nil, err
+		}
+	}
+	id := fmt.Sprintf("%s-%d-%d-%d", cfg.Strategy.Name, cfg.Seed, os.Getpid(), time.Now().UnixNano())
+	dir := filepath.Join(cfg.Dir, id)
+	ckptDir := filepath.Join(dir, "ckpt")
+	if err := os.MkdirAll(ckptDir, 0o755); err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	logFile, err := os.Create(filepath.Join(dir, "output.log"))
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	defer logFile.Close()
+
+	args := []string{"train", "--model", "mlp", "--data", "embedded",
+		"--local-cluster", cfg.Strategy.Cluster, "--checkpoint-dir", ckptDir,
+		"--save-checkpoint-steps", "100", "--seed", strconv.Itoa(cfg.TrainSeed), "--json", "--verbose"}
+	args = append(append(args, cfg.Strategy.Args...), cfg.Args...)
+	cmd := exec.Command(cfg.Binary, args...)
+	cmd.Env = append(os.Environ(), EnvMarker+"="+id)
+	cmd.Dir = dir
+	// The launcher dies with the harness; its tasks die with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	r := &runner{cfg: cfg, id: id, log: logFile, addrs: map[Task]string{}}
+	fmt.Fprintf(logFile, "# %s %s\n", cfg.Binary, strings.Join(args, " "))
+	r.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("chaos: starting %s: %w", cfg.Binary, err)
+	}
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go r.read(stdout, false, &readers)
+	go r.read(stderr, true, &readers)
+	exited := make(chan error, 1)
+	go func() {
+		readers.Wait() // Wait closes the pipes: read them to the end first
+		exited <- cmd.Wait()
+	}()
+
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Deadline)
+	defer cancel()
+	injectCtx, stopInjecting := context.WithCancel(runCtx)
+	results := make([]FaultResult, len(faults))
+	injected := make(chan struct{})
+	go func() {
+		defer close(injected)
+		r.inject(injectCtx, faults, results)
+	}()
+
+	res := &Result{Strategy: cfg.Strategy.Name, Seed: cfg.Seed, Dir: dir}
+	var waitErr error
+	select {
+	case waitErr = <-exited:
+	case <-runCtx.Done():
+		res.Hung = ctx.Err() == nil // else the caller cancelled
+		r.notef("deadline %v reached (or cancelled): stopping every process of the run", cfg.Deadline)
+		res.WaitingFor = waitingFor(r.snapshot(), 5)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		r.killMarked()
+		waitErr = <-exited
+	}
+	stopInjecting()
+	<-injected
+	res.Wall = time.Since(r.start)
+	r.resumeStopped()
+	res.LeftBehind = r.leftBehind(ctx)
+
+	lines := r.snapshot()
+	if waitErr != nil && !res.Hung {
+		res.ExitError = waitErr.Error()
+	}
+	tr, ok := lastResult(lines)
+	maxStep, lost := progress(lines)
+	res.GlobalStep, res.LostSteps = max(maxStep, tr.GlobalStep), lost
+	res.Finished = waitErr == nil && !res.Hung && ok
+	if ok {
+		res.Accuracy = tr.TestAccuracy
+	}
+	for i, f := range results {
+		if f.Applied {
+			if l, ok := firstNotice(lines, f.At, f.Target, r.addr(f.Target)); ok {
+				results[i].Noticed, results[i].NoticeAfter, results[i].NoticeLine = true, max(0, l.At-f.At), l.Text
+			}
+		}
+	}
+	res.Faults = results
+	for _, l := range lines {
+		if strings.HasPrefix(l.Text, "local cluster: ") && strings.Contains(l.Text, "restart") {
+			res.Restarts = append(res.Restarts, strings.TrimPrefix(l.Text, "local cluster: "))
+		}
+		if strings.Contains(l.Text, "deleting an invalid checkpoint") {
+			res.Corrupt = append(res.Corrupt, "deleted during the run: "+l.Text)
+		}
+	}
+	res.Checkpoints, err = r.checkCheckpoints(ckptDir, res)
+	if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// runner is the state of one Run.
+type runner struct {
+	cfg   Config
+	id    string
+	start time.Time
+	log   io.Writer
+
+	mu      sync.Mutex
+	lines   []Line
+	addrs   map[Task]string // learnt from TF_CONFIG
+	stopped map[int]bool    // pids stopped and not yet continued
+}
+
+func (r *runner) read(rd io.Reader, isStderr bool, wg *sync.WaitGroup) {
+	defer wg.Done()
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		l := Line{At: time.Since(r.start), Stderr: isStderr, Text: sc.Text()}
+		r.mu.Lock()
+		r.lines = append(r.lines, l)
+		fmt.Fprintf(r.log, "%8.3f %s\n", l.At.Seconds(), l.Text)
+		if r.cfg.Verbose != nil {
+			fmt.Fprintf(r.cfg.Verbose, "[%s %6.2fs] %s\n", r.cfg.Strategy.Name, l.At.Seconds(), l.Text)
+		}
+		r.mu.Unlock()
+	}
+	// A line longer than the buffer ends the scan: drain the rest so the
+	// launcher never blocks on a full pipe.
+	_, _ = io.Copy(io.Discard, rd)
+}
+
+func (r *runner) snapshot() []Line {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lines)
+}
+
+// notef records a line of the harness's own in the log.
+func (r *runner) notef(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintf(r.log, "%8.3f chaos: %s\n", time.Since(r.start).Seconds(), msg)
+	if r.cfg.Verbose != nil {
+		fmt.Fprintf(r.cfg.Verbose, "[%s %6.2fs] chaos: %s\n", r.cfg.Strategy.Name, time.Since(r.start).Seconds(), msg)
+	}
+}
+
+func (r *runner) addr(t Task) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.addrs[t]
+}
+
+// inject applies the faults at their times, until ctx ends.
+func (r *runner) inject(ctx context.Context, faults []Fault, results []FaultResult) {
+	var pauses sync.WaitGroup
+	defer pauses.Wait()
+	for i, f := range faults {
+		results[i].Fault = f
+		t := time.NewTimer(time.Until(r.start.Add(f.At)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			results[i].Skipped = "the run ended first"
+			continue
+		case <-t.C:
+		}
+		p, err := r.find(f.Target)
+		if err != nil {
+			results[i].Skipped = err.Error()
+			r.notef("%s: skipped: %v", f, err)
+			continue
+		}
+		results[i].Pid = p.pid
+		sig := syscall.SIGKILL
+		if f.Kind == Stop {
+			sig = syscall.SIGSTOP
+		}
+		if err := signal(p.pid, sig); err != nil {
+			results[i].Skipped = err.Error()
+			r.notef("%s: pid %d: %v", f, p.pid, err)
+			continue
+		}
+		results[i].Applied = true
+		r.notef("%s: sent %v to pid %d", f, sig, p.pid)
+		if f.Kind == Stop {
+			r.mu.Lock()
+			if r.stopped == nil {
+				r.stopped = map[int]bool{}
+			}
+			r.stopped[p.pid] = true
+			r.mu.Unlock()
+			pauses.Add(1)
+			go func() {
+				defer pauses.Done()
+				t := time.NewTimer(f.Pause)
+				defer t.Stop()
+				select {
+				case <-ctx.Done(): // resumeStopped continues it
+					return
+				case <-t.C:
+				}
+				r.mu.Lock()
+				delete(r.stopped, p.pid)
+				r.mu.Unlock()
+				_ = signal(p.pid, syscall.SIGCONT)
+				r.notef("%s: sent SIGCONT to pid %d", f, p.pid)
+			}()
+		}
+	}
+}
+
+// find returns the newest live process of task t.
+func (r *runner) find(t Task) (proc, error) {
+	ps, err := marked(r.id)
+	if err != nil {
+		return proc{}, err
+	}
+	var best proc
+	stopped := false
+	for _, p := range ps {
+		if p.task != nil {
+			r.mu.Lock()
+			for k, v := range p.addrs {
+				r.addrs[k] = v
+			}
+			r.mu.Unlock()
+		}
+		if p.task != nil && *p.task == t {
+			if p.state == 'T' {
+				stopped = true
+			} else if p.start >= best.start {
+				best = p
+			}
+		}
+	}
+	if best.pid == 0 && stopped {
+		return proc{}, fmt.Errorf("%s is stopped already", t)
+	}
+	if best.pid == 0 {
+		return proc{}, fmt.Errorf("%s has no running process (exited, or not restarted)", t)
+	}
+	return best, nil
+}
+
+// resumeStopped continues the processes still stopped, so none is left
+// stopped (a stopped process may not even die of its parent's death).
+func (r *runner) resumeStopped() {
+	r.mu.Lock()
+	pids := r.stopped
+	r.stopped = nil
+	r.mu.Unlock()
+	for pid := range pids {
+		_ = signal(pid, syscall.SIGCONT)
+	}
+}
+
+// killMarked kills every process of the run.
+func (r *runner) killMarked() {
+	ps, _ := marked(r.id)
+	for _, p := range ps {
+		_ = signal(p.pid, syscall.SIGKILL)
+	}
+}
+
+// leftBehind waits up to leftBehindGrace for the run's processes to go,
+// then kills and names those still alive.
+func (r *runner) leftBehind(ctx context.Context) []string {
+	deadline := time.Now().Add(leftBehindGrace)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ps, err := marked(r.id)
+		if err != nil || len(ps) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			var out []string
+			for _, p := range ps {
+				name := "launcher"
+				if p.task != nil {
+					name = p.task.String()
+				}
+				out = append(out, fmt.Sprintf("%s (pid %d, state %c)", name, p.pid, p.state))
+				_ = signal(p.pid, syscall.SIGKILL)
+			}
+			r.notef("left behind after the launcher ended, killed: %s", strings.Join(out, ", "))
+			return out
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+}
+
+// checkCheckpoints validates every complete checkpoint of dir, adding the
+// bad ones to res.Corrupt, and returns how many there are.
+func (r *runner) checkCheckpoints(dir string, res *Result) (int, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("chaos: checking checkpoints: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		prefix, ok := strings.CutSuffix(e.Name(), ".index")
+		if !ok {
+			continue
+		}
+		n++
+		if err := bundle.Verify(dir, prefix); err != nil {
+			res.Corrupt = append(res.Corrupt, err.Error())
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/distflow/distflow/chaos"
+)
+
+// newChaosCommand returns `distflow chaos`: training runs on a local
+// cluster with faults injected from a seed, and the table of what happened
+// (package chaos).
+func newChaosCommand() *cobra.Command {
+	var (
+		strategies           string
+		runs, faults         int
+		seed                 uint64
+		deadline             time.Duration
+		pauseMin, pauseMax   time.Duration
+		windowFrom           time.Duration
+		windowFraction       float64
+		dir, binary, trainAs string
+		asJSON, verbose      bool
+		tolerance            float64
+	)
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Train on a local cluster while killing and stopping random tasks; report what survived",
+		Long: `Train the MLP on the embedded data on a local cluster, once cleanly and then --runs times
+with --faults faults each, for each strategy. A fault is SIGKILL or SIGSTOP (then SIGCONT after
+--pause-min..--pause-max) sent to a random task (any job) at a random time in the first
+--window-fraction of the clean run, all drawn from --seed (run i uses seed+i).
+
+Each run reports: finished or not (or hung past --deadline, with what it waited for), the test
+accuracy against the clean run, the global step and the steps lost to restores, for each fault
+how long until a warning or a launcher line named the task, how many checkpoints are left and
+whether each validates, and the processes left alive after the launcher ended (killed).
+
+The exit status is 1 when a fault run did not finish, lost more than --tolerance of accuracy,
+left a corrupt checkpoint or left a process behind.`,
+		Example: `  distflow chaos --strategy sync --runs 3 --faults 3 --seed 1
+  distflow chaos --strategy all --runs 20 --faults 3 --json > chaos.json
+  distflow chaos --strategy async --train-args "--steps=600 --step-timeout=10s" -v`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var ss []chaos.Strategy
+			if strategies == "all" {
+				ss = chaos.Strategies
+			} else {
+				for _, name := range strings.Split(strategies, ",") {
+					s, err := chaos.LookupStrategy(strings.TrimSpace(name))
+					if err != nil {
+						return err
+					}
+					ss = append(ss, s)
+				}
+			}
+			if runs < 0 || faults < 0 {
+				return fmt.Errorf("chaos: --runs %d and --faults %d must not be negative", runs, faults)
+			}
+			if windowFraction <= 0 || windowFraction > 1 {
+				return fmt.Errorf("chaos: --window-fraction %v: want a fraction in (0, 1]", windowFraction)
+			}
+			if binary == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("chaos: finding this binary (give --binary): %w", err)
+				}
+				binary = exe
+			}
+			if dir == "" {
+				d, err := os.MkdirTemp("", "distflow-chaos-")
+				if err != nil {
+					return err
+				}
+				dir = d
+			}
+			base := chaos.Config{Binary: binary, Deadline: deadline, PauseMin: pauseMin, PauseMax: pauseMax,
+				Args: strings.Fields(trainAs), Dir: dir}
+			if verbose {
+				base.Verbose = cmd.ErrOrStderr()
+			}
+			out := cmd.OutOrStdout()
+			m := chaos.MatrixConfig{Base: base, Strategies: ss, Runs: runs, Faults: faults, Seed: seed,
+				WindowFrom: windowFrom, WindowFraction: windowFraction}
+			if !asJSON {
+				fmt.Fprintf(cmd.ErrOrStderr(), "chaos: runs under %s\n", dir)
+				m.Progress = func(r *chaos.Result) { _ = chaos.WriteTable(cmd.ErrOrStderr(), []*chaos.Result{r}) }
+			}
+			results, runErr := chaos.RunMatrix(cmd.Context(), m)
+			sums := chaos.Summarize(results)
+			if asJSON {
+				if err := json.NewEncoder(out).Encode(map[string]any{"dir": dir, "results": results, "summary": sums}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(out, "runs:")
+				_ = chaos.WriteTable(out, results)
+				fmt.Fprintln(out, "\nsummary (fault runs):")
+				_ = chaos.WriteSummary(out, sums)
+			}
+			if runErr != nil {
+				return runErr
+			}
+			bad := 0
+			for _, r := range results {
+				if len(r.Faults) > 0 && !r.OK(tolerance) {
+					bad++
+				}
+			}
+			if bad > 0 {
+				return errors.New("chaos: " + fmt.Sprint(bad) + " fault run(s) fell short (see the table)")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&strategies, "strategy", "all", "comma-separated strategies, or all: "+strings.Join(chaos.StrategyNames(), ", "))
+	f.IntVar(&runs, "runs", 3, "fault runs per strategy (after one clean run)")
+	f.IntVar(&faults, "faults", 3, "faults per run")
+	f.Uint64Var(&seed, "seed", 1, "seed of the first run's fault schedule (run i uses seed+i)")
+	f.DurationVar(&deadline, "deadline", chaos.DefaultDeadline, "a run still going after this is reported as hung and killed")
+	f.DurationVar(&pauseMin, "pause-min", chaos.DefaultPauseMin, "shortest SIGSTOP before SIGCONT")
+	f.DurationVar(&pauseMax, "pause-max", chaos.DefaultPauseMax, "longest SIGSTOP before SIGCONT")
+	f.DurationVar(&windowFrom, "window-from", time.Second, "no fault before this time from a run's start")
+	f.Float64Var(&windowFraction, "window-fraction", 0.8, "no fault after this fraction of the clean run's time")
+	f.StringVar(&dir, "dir", "", "directory for the runs' checkpoints and output.log files (default: a new temporary directory)")
+	f.StringVar(&binary, "binary", "", "distflow binary to run (default: this one)")
+	f.StringVar(&trainAs, "train-args", "", `more flags for every distflow train run, e.g. "--steps=600 --step-timeout=10s"`)
+	f.BoolVar(&asJSON, "json", false, "print one JSON object (results and summary) instead of tables")
+	f.BoolVarP(&verbose, "verbose", "v", false, "show every line of every run, and the faults as they are sent")
+	f.Float64Var(&tolerance, "tolerance", 0.01, "accuracy a fault run may lose against the clean run and still count as good")
+	return cmd
+}
