@@ -88,13 +88,15 @@ func (c *WorkerCache) Worker(task string) (worker.Service, error) {
 	if w, ok := c.clients[task]; ok {
 		return w, nil
 	}
-	cc, _, err := dial(addr, c.opts)
+	opts := c.opts
+	opts.metricsPeer = task // metrics name the peer by its task
+	cc, _, err := dial(addr, opts)
 	if err != nil {
 		return nil, fmt.Errorf("rpc: task %s: %w", task, err)
 	}
 	peer := task + " at " + addr
 	raw := newWorkerClient(cc, peer, nil)
-	w := newWorkerClient(cc, peer, newTensorPool(addr, peer, c.opts))
+	w := newWorkerClient(cc, peer, newTensorPool(addr, peer, opts))
 	var up atomic.Bool
 	log := c.opts.logger()
 	w.ready = func(ctx context.Context) error {

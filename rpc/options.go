@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/distflow/distflow/metrics"
 )
 
 // Options configure both ends of every connection of a task: its gRPC
@@ -81,6 +83,13 @@ type Options struct {
 	// when its peer offers it, and over gRPC otherwise (see the package
 	// documentation).
 	NoTensorChannel bool
+	// Metrics, when set, records every call made with these options and
+	// the tensor channel's bytes (see metrics.go); nil records nothing.
+	Metrics *metrics.Task
+
+	// metricsPeer names the peer of a dial in Metrics (a WorkerCache's
+	// task); "" names it by its address.
+	metricsPeer string
 }
 
 func (o Options) logger() *slog.Logger {
@@ -278,6 +287,7 @@ func dial(target string, opts Options) (*grpc.ClientConn, string, error) {
 	if opts.PerRPCCredentials != nil {
 		do = append(do, grpc.WithPerRPCCredentials(opts.PerRPCCredentials))
 	}
+	do = append(do, opts.metricsDialOptions(addr)...)
 	cc, err := grpc.NewClient("passthrough:///"+addr, do...)
 	if err != nil {
 		return nil, addr, fmt.Errorf("rpc: dialing %s: %w", addr, err)

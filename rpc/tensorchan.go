@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/distflow/distflow/metrics"
 	"github.com/distflow/distflow/rpc/rpcpb"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
@@ -333,6 +334,7 @@ func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *t
 		release()
 		return nil, nil, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", req.key, t.Rank(), maxRank)
 	}
+	s.countServed(ctx, len(t.RawBytes()))
 	return t, release, nil
 }
 
@@ -372,6 +374,10 @@ type tensorPool struct {
 	idle    []*tensorClientConn
 	closed  bool
 	offline time.Time // until then, the peer is taken not to offer the channel
+
+	// rpcSeries and channel record the transfers (nil: no Options.Metrics).
+	rpcSeries *metrics.RPC
+	channel   *metrics.Channel
 }
 
 // newTensorPool returns the pool of peer at addr, or nil when opts turn the
@@ -392,6 +398,7 @@ func newTensorPool(addr, peer string, opts Options) *tensorPool {
 		}
 		p.tlsc.NextProtos = []string{tensorALPN}
 	}
+	p.meterPool()
 	return p
 }
 
@@ -426,9 +433,13 @@ func (p *tensorPool) recv(ctx context.Context, step int64, key string) (*tensor.
 	if err != nil {
 		return nil, errFallback
 	}
+	start := time.Now()
 	t, err := p.exchange(ctx, c, step, key, md)
 	var re *RemoteError
 	if err == nil || errors.As(err, &re) { // a whole answer: c can serve again
+		if err == nil {
+			p.countReceived(time.Since(start), len(c.buf), 8*t.Rank()+11, len(t.RawBytes()))
+		}
 		p.put(c)
 		return t, err
 	}

@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/metrics/metricstest"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/server"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
 )
 
 // TestMetricsEndpoint starts a task with a metrics address, finds the
@@ -71,5 +74,85 @@ func TestMetricsEndpoint(t *testing.T) {
 	_, err = server.New(server.Config{Cluster: tc.spec, Task: cluster.TaskID{Job: "ps"}, MetricsAddress: "9100"})
 	if err == nil || !strings.Contains(err.Error(), "MetricsAddress") {
 		t.Errorf("bad MetricsAddress: %v", err)
+	}
+}
+
+// TestTransportMetrics trains the linear model across a ps and a worker
+// that both serve metrics, and checks that the transport's series move
+// between two scrapes: the worker's calls to the ps (RunGraph, by task
+// name) and the tensors each side moved over the tensor channel.
+func TestTransportMetrics(t *testing.T) {
+	tc := newTestCluster(t, map[string]int{"ps": 1, "worker": 1})
+	ctx := ctxTimeout(t, 30*time.Second)
+	start := func(job string) *server.Server {
+		s, err := server.New(server.Config{Cluster: tc.spec, Task: cluster.TaskID{Job: job}, Listener: tc.lis["/job:"+job+"/task:0"],
+			Logger: quiet, MetricsAddress: "127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		return s
+	}
+	ps, w := start("ps"), start("worker")
+	g, init := linearModel(t, 0)
+	sess, err := session.Open(ctx, w.Target(), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+		t.Fatal(err)
+	}
+	steps := func(n int) {
+		for range n {
+			if _, err := sess.RunNamed(ctx, map[string]*tensor.Tensor{
+				"x": tensor.MustFromSlice([]float32{0.5}, 1, 1), "y": tensor.MustFromSlice([]float32{2}, 1, 1),
+			}, nil, []string{"train"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	scrape := func(s *server.Server) metricstest.Families {
+		fams, err := metricstest.Scrape(ctx, "http://"+s.MetricsAddress()+"/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fams
+	}
+	steps(3)
+	w1, ps1 := scrape(w), scrape(ps)
+	steps(5)
+	w2, ps2 := scrape(w), scrape(ps)
+	toPS := map[string]string{"peer": "/job:ps/task:0", "method": "RunGraph"}
+	for _, c := range []struct {
+		what         string
+		before, then metricstest.Families
+		name         string
+		labels       map[string]string
+	}{
+		{"worker's RunGraph calls to the ps", w1, w2, "distflow_rpc_seconds", toPS},
+		{"worker's RunGraph request bytes to the ps", w1, w2, "distflow_rpc_sent_bytes_total", toPS},
+		// A training step's RunGraph returns nothing: the response bytes
+		// are the tensors the worker fetched.
+		{"worker's RecvTensor bytes from the ps", w1, w2, "distflow_rpc_received_bytes_total", map[string]string{"peer": "/job:ps/task:0", "method": "RecvTensor"}},
+		{"worker's tensor bytes fetched from the ps", w1, w2, "distflow_tensor_channel_bytes_total", map[string]string{"peer": "/job:ps/task:0", "direction": "received"}},
+		{"ps's tensor bytes fetched from the worker", ps1, ps2, "distflow_tensor_channel_bytes_total", map[string]string{"peer": "/job:worker/task:0", "direction": "received"}},
+		{"ps's tensor bytes served", ps1, ps2, "distflow_tensor_channel_bytes_total", map[string]string{"direction": "sent"}},
+	} {
+		a, b := c.before.Sum(c.name, c.labels), c.then.Sum(c.name, c.labels)
+		if !(a > 0 && b > a) {
+			t.Errorf("%s: %s%v went %v -> %v, want a positive count that grows", c.what, c.name, c.labels, a, b)
+		}
+	}
+	if t.Failed() {
+		for _, m := range w2["distflow_rpc_seconds"].GetMetric() {
+			t.Logf("worker rpc series: %v", m.GetLabel())
+		}
+		for _, m := range ps2["distflow_tensor_channel_bytes_total"].GetMetric() {
+			t.Logf("ps channel series: %v", m.GetLabel())
+		}
 	}
 }

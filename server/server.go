@@ -164,6 +164,9 @@ func New(cfg Config) (*Server, error) {
 	log = log.With("task", task)
 	s := &Server{cfg: cfg, task: task, log: log, lis: cfg.Listener, done: make(chan struct{}), metrics: cfg.newMetrics()}
 	rpcOpts := cfg.RPC
+	if rpcOpts.Metrics == nil {
+		rpcOpts.Metrics = s.metrics
+	}
 	if rpcOpts.Logger == nil {
 		rpcOpts.Logger = log
 	}
