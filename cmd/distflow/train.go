@@ -471,12 +471,17 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		args = append(args, "--certs-dir="+dir)
 	}
 	async := f.strategy().String() == estimator.Async{}.String()
+	_, isSync := f.strategy().(estimator.Sync)
 	return localcluster.Run(ctx, localcluster.Config{
 		Jobs: jobs, Args: args, Stdout: stdout, Stderr: stderr, Verbose: f.verbose,
 		// A supervisor restarts a ps that dies when the workers can recover
 		// from it: asynchronous training with checkpoints to restore from.
 		RestartPS:          async && (f.ckptDir != "" || f.logdir != ""),
 		TolerateWorkerLoss: async,
+		// A lost chief resumes from the latest checkpoint; a lost worker
+		// rejoins the strategies that go on without it (issue 15).
+		RestartChief:   f.ckptDir != "" || f.logdir != "",
+		RestartWorkers: async || isSync,
 	})
 }
 
