@@ -37,7 +37,7 @@ type Session struct {
 
 	// traceNext, when set, is taken by the next Run, which is then traced
 	// (TraceNextRun).
-	traceNext atomic.Pointer[func(*pb.StepStats, error)]
+	traceNext atomic.Pointer[traceRequest]
 
 	remote *rpcRemote        // set when a master runs the steps (remote.go)
 	rpcCfg *pb.SessionConfig // WithConfig, for Open
@@ -100,8 +100,8 @@ func (s *Session) Close() error {
 // ctx.Err()).
 func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor, fetches []graph.Output, targets []*graph.Node) ([]*tensor.Tensor, error) {
 	if s.traceNext.Load() != nil {
-		if done := s.traceNext.Swap(nil); done != nil {
-			return s.runTracedFor(ctx, *done, feeds, fetches, targets)
+		if req := s.takeTrace(ctx); req != nil {
+			return s.runTracedFor(ctx, req, feeds, fetches, targets)
 		}
 	}
 	if l := s.last.Load(); l != nil && len(feeds) <= len(l.vals) && l.matches(feeds, fetches, targets) {

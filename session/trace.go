@@ -56,19 +56,38 @@ func (s *Session) RunTraced(ctx context.Context, feeds map[graph.Output]*tensor.
 	return out, st, nil
 }
 
-// TraceNextRun makes the next Run (or RunNamed) of s, whichever goroutine
-// makes it, a traced one (RunTraced) and calls done with its timeline, or
-// with its error, once it ends; an earlier request not taken yet is
-// replaced. It is how a training hook traces the step its loop runs next
-// (estimator.TraceHook). An untraced Run pays one atomic load for it.
-func (s *Session) TraceNextRun(done func(*pb.StepStats, error)) {
-	s.traceNext.Store(&done)
+// TraceNextRun makes the next Run (or RunNamed) of s made with ctx, this
+// very context, a traced one (RunTraced), and calls done with its
+// timeline, or with its error, once it ends; an earlier request not taken
+// yet is replaced. It is how a training hook traces the step its loop
+// runs next: train.MonitoredSession hands the same ctx to its hooks'
+// BeforeRun and to the step's Run, while other goroutines' Runs on the
+// session (a sync queue runner) have contexts of their own and stay
+// untraced. An untraced Run pays one atomic load for it.
+func (s *Session) TraceNextRun(ctx context.Context, done func(*pb.StepStats, error)) {
+	s.traceNext.Store(&traceRequest{ctx: ctx, done: done})
+}
+
+// traceRequest is a TraceNextRun not taken yet.
+type traceRequest struct {
+	ctx  context.Context
+	done func(*pb.StepStats, error)
+}
+
+// takeTrace returns the pending trace request for a Run with ctx, if any,
+// and forgets it.
+func (s *Session) takeTrace(ctx context.Context) *traceRequest {
+	req := s.traceNext.Load()
+	if req == nil || req.ctx != ctx || !s.traceNext.CompareAndSwap(req, nil) {
+		return nil
+	}
+	return req
 }
 
 // runTracedFor runs a step that TraceNextRun asked to trace.
-func (s *Session) runTracedFor(ctx context.Context, done func(*pb.StepStats, error), feeds map[graph.Output]*tensor.Tensor, fetches []graph.Output, targets []*graph.Node) ([]*tensor.Tensor, error) {
+func (s *Session) runTracedFor(ctx context.Context, req *traceRequest, feeds map[graph.Output]*tensor.Tensor, fetches []graph.Output, targets []*graph.Node) ([]*tensor.Tensor, error) {
 	out, st, err := s.RunTraced(ctx, feeds, fetches, targets)
-	done(st, err)
+	req.done(st, err)
 	return out, err
 }
 

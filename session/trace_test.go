@@ -273,20 +273,27 @@ func mapsValues(m map[int]string) []string {
 }
 
 // TestTraceNextRunTracesTheNextStepOnly arms a local session: the next Run
-// is traced and handed over, the one after is not.
+// with the armed context is traced and handed over; one with another
+// context before it, and the one after it, are not.
 func TestTraceNextRunTracesTheNextStepOnly(t *testing.T) {
 	sess, x, y, loss, train := linearRegression(t)
 	ctx := context.Background()
 	feeds := map[graph.Output]*tensor.Tensor{x: tensor.MustFromSlice([]float32{0.5}, 1, 1), y: tensor.MustFromSlice([]float32{11}, 1, 1)}
 	var got []*pb.StepStats
-	sess.TraceNextRun(func(st *pb.StepStats, err error) {
+	// A Run with another context does not take the request.
+	other, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if _, err := sess.Run(other, feeds, []graph.Output{loss}, []*graph.Node{train}); err != nil {
+		t.Fatal(err)
+	}
+	sess.TraceNextRun(ctx, func(st *pb.StepStats, err error) {
 		if err != nil {
 			t.Error(err)
 		}
 		got = append(got, st)
 	})
-	for range 2 {
-		if _, err := sess.Run(ctx, feeds, []graph.Output{loss}, []*graph.Node{train}); err != nil {
+	for _, c := range []context.Context{other, ctx, ctx} {
+		if _, err := sess.Run(c, feeds, []graph.Output{loss}, []*graph.Node{train}); err != nil {
 			t.Fatal(err)
 		}
 	}
