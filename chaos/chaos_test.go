@@ -126,3 +126,19 @@ func TestLookupStrategy(t *testing.T) {
 		t.Errorf("LookupStrategy(ring): err = %v, want one listing the strategies", err)
 	}
 }
+
+func TestParsePlan(t *testing.T) {
+	got, err := ParsePlan("stop:ps0@3.5s+2s, kill:worker1@2s")
+	want := []Fault{
+		{At: 2 * time.Second, Kind: Kill, Target: Task{"worker", 1}},
+		{At: 3500 * time.Millisecond, Kind: Stop, Target: Task{"ps", 0}, Pause: 2 * time.Second},
+	}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("ParsePlan = %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range []string{"", "kill:worker1", "crash:worker1@1s", "kill:worker@1s", "stop:ps0@1s", "kill:ps0@1s+1s", "kill:ps0@-1s", "stop:ps0@1s+0s"} {
+		if _, err := ParsePlan(bad); err == nil || !strings.Contains(err.Error(), "want kill:TASK@AT") {
+			t.Errorf("ParsePlan(%q): err = %v, want one showing the form", bad, err)
+		}
+	}
+}

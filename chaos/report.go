@@ -36,7 +36,7 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 	var all []*Result
 	for _, s := range m.Strategies {
 		cfg := m.Base
-		cfg.Strategy, cfg.Faults, cfg.Seed = s, 0, m.Seed
+		cfg.Strategy, cfg.Faults, cfg.Seed, cfg.Plan = s, 0, m.Seed, nil
 		clean, err := Run(ctx, cfg)
 		if err != nil {
 			return all, err
@@ -53,7 +53,7 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 			if ctx.Err() != nil {
 				return all, ctx.Err()
 			}
-			cfg.Seed, cfg.Faults, cfg.Window = m.Seed+uint64(i), m.Faults, Window{From: from, To: to}
+			cfg.Seed, cfg.Faults, cfg.Window, cfg.Plan = m.Seed+uint64(i), m.Faults, Window{From: from, To: to}, m.Base.Plan
 			res, err := Run(ctx, cfg)
 			if err != nil {
 				return all, err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -79,4 +81,49 @@ func Schedule(seed uint64, cluster string, n int, w Window, pauseMin, pauseMax t
 	}
 	slices.SortStableFunc(faults, func(a, b Fault) int { return cmp.Compare(a.At, b.At) })
 	return faults, nil
+}
+
+// ParsePlan reads a fault schedule written by hand: comma-separated
+// "kill:TASK@AT" or "stop:TASK@AT+PAUSE", TASK as "worker1", "ps0" or
+// "chief0", AT and PAUSE as Go durations: "kill:worker1@2s,stop:ps0@3.5s+2s".
+func ParsePlan(s string) ([]Fault, error) {
+	var out []Fault
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		bad := func(why string) error {
+			return fmt.Errorf("chaos: fault %q: %s: want kill:TASK@AT or stop:TASK@AT+PAUSE, e.g. kill:worker1@2s or stop:ps0@3s+2s", item, why)
+		}
+		kind, rest, ok := strings.Cut(item, ":")
+		if !ok || (kind != string(Kill) && kind != string(Stop)) {
+			return nil, bad("no kind")
+		}
+		task, when, ok := strings.Cut(rest, "@")
+		if !ok {
+			return nil, bad("no time")
+		}
+		i := strings.IndexAny(task, "0123456789")
+		if i <= 0 {
+			return nil, bad("no task")
+		}
+		idx, err := strconv.Atoi(task[i:])
+		if err != nil {
+			return nil, bad("bad task index")
+		}
+		f := Fault{Kind: Kind(kind), Target: Task{Job: task[:i], Index: idx}}
+		at, pause, hasPause := strings.Cut(when, "+")
+		if f.At, err = time.ParseDuration(at); err != nil || f.At < 0 {
+			return nil, bad("bad time")
+		}
+		if hasPause != (f.Kind == Stop) {
+			return nil, bad("a stop needs a pause, a kill has none")
+		}
+		if hasPause {
+			if f.Pause, err = time.ParseDuration(pause); err != nil || f.Pause <= 0 {
+				return nil, bad("bad pause")
+			}
+		}
+		out = append(out, f)
+	}
+	slices.SortStableFunc(out, func(a, b Fault) int { return cmp.Compare(a.At, b.At) })
+	return out, nil
 }

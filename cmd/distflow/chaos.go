@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ func newChaosCommand() *cobra.Command {
 		dir, binary, trainAs string
 		asJSON, verbose      bool
 		tolerance            float64
+		fromJSON, plan       string
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -49,6 +51,9 @@ left a corrupt checkpoint or left a process behind.`,
   distflow chaos --strategy async --train-args "--steps=600 --step-timeout=10s" -v`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fromJSON != "" {
+				return printChaosJSON(cmd.OutOrStdout(), fromJSON)
+			}
 			var ss []chaos.Strategy
 			if strategies == "all" {
 				ss = chaos.Strategies
@@ -83,16 +88,21 @@ left a corrupt checkpoint or left a process behind.`,
 			}
 			base := chaos.Config{Binary: binary, Deadline: deadline, PauseMin: pauseMin, PauseMax: pauseMax,
 				Args: strings.Fields(trainAs), Dir: dir}
+			if plan != "" {
+				p, err := chaos.ParsePlan(plan)
+				if err != nil {
+					return err
+				}
+				base.Plan = p
+			}
 			if verbose {
 				base.Verbose = cmd.ErrOrStderr()
 			}
 			out := cmd.OutOrStdout()
 			m := chaos.MatrixConfig{Base: base, Strategies: ss, Runs: runs, Faults: faults, Seed: seed,
 				WindowFrom: windowFrom, WindowFraction: windowFraction}
-			if !asJSON {
-				fmt.Fprintf(cmd.ErrOrStderr(), "chaos: runs under %s\n", dir)
-				m.Progress = func(r *chaos.Result) { _ = chaos.WriteTable(cmd.ErrOrStderr(), []*chaos.Result{r}) }
-			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "chaos: runs under %s\n", dir)
+			m.Progress = func(r *chaos.Result) { _ = chaos.WriteTable(cmd.ErrOrStderr(), []*chaos.Result{r}) }
 			results, runErr := chaos.RunMatrix(cmd.Context(), m)
 			sums := chaos.Summarize(results)
 			if asJSON {
@@ -100,10 +110,7 @@ left a corrupt checkpoint or left a process behind.`,
 					return err
 				}
 			} else {
-				fmt.Fprintln(out, "runs:")
-				_ = chaos.WriteTable(out, results)
-				fmt.Fprintln(out, "\nsummary (fault runs):")
-				_ = chaos.WriteSummary(out, sums)
+				writeChaosTables(out, results, sums)
 			}
 			if runErr != nil {
 				return runErr
@@ -135,6 +142,31 @@ left a corrupt checkpoint or left a process behind.`,
 	f.StringVar(&trainAs, "train-args", "", `more flags for every distflow train run, e.g. "--steps=600 --step-timeout=10s"`)
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (results and summary) instead of tables")
 	f.BoolVarP(&verbose, "verbose", "v", false, "show every line of every run, and the faults as they are sent")
+	f.StringVar(&plan, "plan", "", `a fault schedule instead of drawn ones, e.g. "kill:worker1@2s,stop:ps0@3.5s+2s" (every fault run uses it)`)
+	f.StringVar(&fromJSON, "from-json", "", "print the tables of a --json output file instead of running anything")
 	f.Float64Var(&tolerance, "tolerance", 0.01, "accuracy a fault run may lose against the clean run and still count as good")
 	return cmd
+}
+
+func writeChaosTables(w io.Writer, results []*chaos.Result, sums []chaos.Summary) {
+	fmt.Fprintln(w, "runs:")
+	_ = chaos.WriteTable(w, results)
+	fmt.Fprintln(w, "\nsummary (fault runs):")
+	_ = chaos.WriteSummary(w, sums)
+}
+
+// printChaosJSON prints the tables of a `distflow chaos --json` output.
+func printChaosJSON(w io.Writer, file string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("chaos: --from-json: %w", err)
+	}
+	var v struct {
+		Results []*chaos.Result `json:"results"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return fmt.Errorf("chaos: --from-json %s: not the output of distflow chaos --json: %w", file, err)
+	}
+	writeChaosTables(w, v.Results, chaos.Summarize(v.Results))
+	return nil
 }
