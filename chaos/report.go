@@ -82,9 +82,17 @@ func (r *Result) outcome() string {
 // WriteTable writes one line per result: strategy, seed, outcome, accuracy
 // against the clean run, steps, faults with the time each was noticed,
 // checkpoints, processes left behind, wall time.
-func WriteTable(w io.Writer, results []*Result) error {
+func WriteTable(w io.Writer, results []*Result) error { return writeTable(w, results, true) }
+
+// WriteRows is WriteTable without the header line: rows printed one at a
+// time, as runs end.
+func WriteRows(w io.Writer, results []*Result) error { return writeTable(w, results, false) }
+
+func writeTable(w io.Writer, results []*Result, header bool) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "strategy\tseed\toutcome\taccuracy\tvs clean\tstep\tlost\tfaults (noticed after)\tckpts\tcorrupt\tleft behind\twall")
+	if header {
+		fmt.Fprintln(tw, "strategy\tseed\toutcome\taccuracy\tvs clean\tstep\tlost\tfaults (noticed after)\tckpts\tcorrupt\tleft behind\twall")
+	}
 	for _, r := range results {
 		faults := "clean run"
 		if len(r.Faults) > 0 {

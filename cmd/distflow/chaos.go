@@ -30,6 +30,7 @@ func newChaosCommand() *cobra.Command {
 		asJSON, verbose      bool
 		tolerance            float64
 		fromJSON, plan       string
+		clusterShape         string
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -64,6 +65,11 @@ left a corrupt checkpoint or left a process behind.`,
 						return err
 					}
 					ss = append(ss, s)
+				}
+			}
+			if clusterShape != "" {
+				for i := range ss {
+					ss[i].Cluster = clusterShape
 				}
 			}
 			if runs < 0 || faults < 0 {
@@ -102,7 +108,7 @@ left a corrupt checkpoint or left a process behind.`,
 			m := chaos.MatrixConfig{Base: base, Strategies: ss, Runs: runs, Faults: faults, Seed: seed,
 				WindowFrom: windowFrom, WindowFraction: windowFraction}
 			fmt.Fprintf(cmd.ErrOrStderr(), "chaos: runs under %s\n", dir)
-			m.Progress = func(r *chaos.Result) { _ = chaos.WriteTable(cmd.ErrOrStderr(), []*chaos.Result{r}) }
+			m.Progress = func(r *chaos.Result) { _ = chaos.WriteRows(cmd.ErrOrStderr(), []*chaos.Result{r}) }
 			results, runErr := chaos.RunMatrix(cmd.Context(), m)
 			sums := chaos.Summarize(results)
 			if asJSON {
@@ -143,6 +149,7 @@ left a corrupt checkpoint or left a process behind.`,
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (results and summary) instead of tables")
 	f.BoolVarP(&verbose, "verbose", "v", false, "show every line of every run, and the faults as they are sent")
 	f.StringVar(&plan, "plan", "", `a fault schedule instead of drawn ones, e.g. "kill:worker1@2s,stop:ps0@3.5s+2s" (every fault run uses it)`)
+	f.StringVar(&clusterShape, "cluster", "", `--local-cluster of every run instead of the strategy's own, e.g. "ps=1,worker=3"`)
 	f.StringVar(&fromJSON, "from-json", "", "print the tables of a --json output file instead of running anything")
 	f.Float64Var(&tolerance, "tolerance", 0.01, "accuracy a fault run may lose against the clean run and still count as good")
 	return cmd
