@@ -134,7 +134,8 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	// The task's server serves the ring (ranks: the training tasks) beside
 	// its master and worker services, on its one address.
-	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, FileRoots: cfg.fileRoots(), RPC: cfg.rpc})
+	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, FileRoots: cfg.fileRoots(), RPC: cfg.rpc,
+		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint()})
 	if err != nil {
 		return nil, err
 	}
@@ -208,11 +209,13 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 			}
 		}
 		sctx, cancel := context.WithTimeout(ctx, cfg.StepTimeout)
+		stepStart := time.Now()
 		loss, err = st.step(sctx, sess, feeds, ring, step)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("estimator: %sstep %d: %w", r.who(), step, err)
 		}
+		r.observeStep(time.Since(stepStart), batch, step, loss)
 		if math.IsNaN(loss) || math.IsInf(loss, 0) { // as the NaN guard of the ps strategies
 			return nil, fmt.Errorf("estimator: %sstep %d: %w (%v): lower the learning rate", r.who(), step, train.ErrNaNLoss, loss)
 		}

@@ -81,6 +81,11 @@ type RunConfig struct {
 	// and refuses any other (pki.ErrInsecure) before any network use. See
 	// package pki.
 	Security pki.Security
+	// MetricsAddress is where this task serves its Prometheus metrics at
+	// /metrics (host:port, port 0: a free one; Estimator.MetricsAddress
+	// tells which). "" serves none, except in a task of a local cluster,
+	// which gets a free loopback port ($DISTFLOW_METRICS_ADDR).
+	MetricsAddress string
 
 	// rpc are the task's connection options, from Security (withDefaults).
 	rpc rpc.Options

@@ -40,6 +40,8 @@ type Estimator struct {
 	step    int64
 	// predictor is the in-process prediction graph over trained.
 	predictor *localModel
+	// obs are the task's metrics (observe.go).
+	obs observed
 }
 
 // Result is what one Train did in this process.
@@ -99,6 +101,9 @@ func (e *Estimator) Train(ctx context.Context, input InputFn, stop Stop, hooks .
 		return nil, errors.New("estimator: Train: the input function is nil")
 	}
 	if err := stop.validate(); err != nil {
+		return nil, err
+	}
+	if err := e.serveMetrics(); err != nil {
 		return nil, err
 	}
 	r := &replica{e: e, cfg: e.cfg, input: input, stop: stop, hooks: hooks, log: e.cfg.Logger, started: time.Now()}
@@ -350,6 +355,7 @@ func (e *Estimator) Evaluate(ctx context.Context, input InputFn) (map[string]flo
 			metrics[n] = 0
 		}
 	}
+	e.observeEval(metrics)
 	return metrics, nil
 }
 

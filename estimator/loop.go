@@ -182,6 +182,7 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 				return st, ctx.Err()
 			}
 		}
+		stepStart := time.Now()
 		out, err := l.ms.Run(ctx, feeds, fs, targets)
 		if l.coord != nil && l.coord.finished(err) {
 			r.log.Info("the chief finished synchronous training", "local_step", st.localSteps)
@@ -206,6 +207,7 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 			start, timedFrom, st.firstGlobal = time.Now(), warmup, gstep
 		}
 		st.lastGlobal = gstep
+		r.observeStep(time.Since(stepStart), examplesPerStep, int64(gstep), st.loss)
 		done := int64(gstep) >= target || l.ms.ShouldStop()
 		if st.localSteps%cfg.LogEverySteps == 0 || done {
 			now := time.Now()

@@ -62,7 +62,8 @@ func (r *replica) startServer() (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger, FileRoots: r.cfg.fileRoots(), RPC: r.cfg.rpc})
+	srv, err := server.New(server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger, FileRoots: r.cfg.fileRoots(), RPC: r.cfg.rpc,
+		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint()})
 	if err != nil {
 		return nil, err
 	}

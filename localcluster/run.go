@@ -255,6 +255,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("localcluster: finding this program to start its tasks: %w", err)
 	}
 	env, note := taskEnv(os.Environ(), cfg.Env, cfg.Jobs)
+	env = append(env, metricsEnv(env)...) // a free loopback metrics port per task
 	l := &launcher{
 		cfg:   cfg,
 		exe:   exe,

@@ -15,6 +15,9 @@ import (
 // Prometheus metrics (GET /metrics), "" when it serves none or is not
 // started. GetStatus reports it as metrics_address.
 func (s *Server) MetricsAddress() string {
+	if ep := s.cfg.MetricsEndpoint; ep != nil {
+		return ep.Addr()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.metricsEP == nil {
@@ -44,6 +47,9 @@ func (c *Config) newMetrics() *metrics.Task {
 func (c *Config) checkMetricsAddress() error {
 	if c.MetricsAddress == "" {
 		return nil
+	}
+	if c.MetricsEndpoint != nil {
+		return fmt.Errorf("server: task %s: give MetricsAddress or MetricsEndpoint, not both", c.Task)
 	}
 	_, port, err := net.SplitHostPort(c.MetricsAddress)
 	if err == nil {

@@ -69,6 +69,11 @@ type Config struct {
 	// in the same process; nil makes new ones when MetricsAddress is set.
 	// The transport records its calls and tensor bytes there.
 	Metrics *metrics.Task
+	// MetricsEndpoint, instead of MetricsAddress, is an endpoint that
+	// already serves Metrics and outlives the server (an estimator's,
+	// which also serves its evaluation): GetStatus reports its address;
+	// the server does not close it.
+	MetricsEndpoint *metrics.Endpoint
 }
 
 func (c *Config) validate() error {

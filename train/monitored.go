@@ -416,7 +416,10 @@ type CheckpointHook struct {
 	Saver    *checkpoint.Saver
 	Schedule *checkpoint.Schedule
 	Logger   *slog.Logger
-	last     int64
+	// Saved, when set, is told of every checkpoint saved and how long the
+	// save took (for metrics).
+	Saved func(step int64, took time.Duration)
+	last  int64
 }
 
 // AfterRun saves when due.
@@ -437,9 +440,13 @@ func (h *CheckpointHook) End(ctx context.Context, ms *MonitoredSession) error {
 }
 
 func (h *CheckpointHook) save(ctx context.Context, sess *session.Session, step int64) error {
+	start := time.Now()
 	prefix, err := h.Saver.Save(ctx, sess, step)
 	if err != nil {
 		return fmt.Errorf("train: saving a checkpoint at global step %d: %w", step, err)
+	}
+	if h.Saved != nil {
+		h.Saved(step, time.Since(start))
 	}
 	if h.Schedule != nil {
 		h.Schedule.Saved(step, time.Now())

@@ -21,6 +21,7 @@ func newServerCommand() *cobra.Command {
 		taskIndex                                 int
 		security                                  pki.Security
 		ckptDir, logdir                           string
+		metricsPort                               int
 	}
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -60,7 +61,11 @@ a cluster with an address that is not loopback does not start without it,
 					roots = append(roots, d)
 				}
 			}
-			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: base, RPC: opts, FileRoots: roots})
+			maddr, err := metricsAddress(f.metricsPort, spec, self)
+			if err != nil {
+				return err
+			}
+			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: base, RPC: opts, FileRoots: roots, MetricsAddress: maddr})
 			if err != nil {
 				return err
 			}
@@ -75,6 +80,7 @@ a cluster with an address that is not loopback does not start without it,
 	addSecurityFlags(cmd.Flags(), &f.security, false)
 	cmd.Flags().StringVar(&f.ckptDir, "checkpoint-dir", "", "the directory in which the graphs sent to this task may save and restore checkpoints (none: they may not)")
 	cmd.Flags().StringVar(&f.logdir, "logdir", "", "another directory in which they may read and write files")
+	addMetricsFlag(cmd.Flags(), &f.metricsPort, false)
 	return cmd
 }
 

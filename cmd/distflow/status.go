@@ -100,6 +100,9 @@ func printStatus(w io.Writer, st *pb.GetStatusResponse) {
 		total += v.GetBytes()
 	}
 	fmt.Fprintf(w, "%s (%s): %d variables, %d bytes\n", st.GetTask(), strings.Join(st.GetDevices(), ", "), len(st.GetVariables()), total)
+	if a := st.GetMetricsAddress(); a != "" {
+		fmt.Fprintf(w, "  metrics: http://%s/metrics\n", a)
+	}
 	for _, v := range st.GetVariables() {
 		dims := make([]int, len(v.GetDims()))
 		for i, d := range v.GetDims() {

@@ -77,9 +77,13 @@ type trainFlags struct {
 	lrScaling string
 	// export receives the trained model as a new numbered version.
 	export string
+	// trace records training steps as a Chrome trace (trace.go).
+	trace traceFlags
 	// security secures a cluster's connections (--certs-dir,
 	// --cluster-token-file, --insecure).
 	security pki.Security
+	// metricsPort serves Prometheus metrics (metrics.go).
+	metricsPort int
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -144,7 +148,9 @@ func newTrainCommand() *cobra.Command {
 	fl.StringVar(&f.export, "export", "", "export the trained model into a new numbered version under this directory (the chief alone), for distflow serve")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process to the file")
 	fl.StringVar(&f.memProfile, "memprofile", "", "write a pprof memory profile of this process to the file at the end (go tool pprof -sample_index=alloc_space for what was allocated)")
+	addTraceFlags(fl, &f.trace)
 	addSecurityFlags(fl, &f.security, false)
+	addMetricsFlag(fl, &f.metricsPort, true)
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
@@ -194,6 +200,7 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 		}
 	}
 	bad(set("steps") && f.steps <= 0, "--steps %d: must be positive", f.steps)
+	errs = append(errs, f.trace.check(fl, f.logdir)...)
 	bad(set("epochs") && !(f.epochs > 0 && !math.IsInf(f.epochs, 0)), "--epochs %v: must be a positive number", f.epochs)
 	bad(set("batch") && f.batch <= 0, "--batch %d: must be positive", f.batch)
 	bad(set("lr") && !(f.lr > 0 && !math.IsInf(f.lr, 0)), "--lr %v: must be a positive number", f.lr)
@@ -209,6 +216,7 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	bad(set("average-every") && f.averageEvery < 0, "--average-every %d: must not be negative (0 adapts it)", f.averageEvery)
 	bad(f.averageEvery >= 0 && !f.allReduce, "--average-every goes with --allreduce")
 	bad(f.verbose && f.quiet, "--verbose and --quiet: choose one")
+	bad(f.localCluster != "" && f.metricsPort != 0, "--metrics-port %d with --local-cluster: every task gets a free loopback port of its own; leave the flag out (or 0 for none)", f.metricsPort)
 	if f.optimizer != "" {
 		if _, err := train.NewOptimizer(f.optimizer, 0.1); err != nil {
 			errs = append(errs, fmt.Errorf("--optimizer %q: want sgd, momentum, adagrad, rmsprop or adam", f.optimizer))
@@ -340,6 +348,9 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	if f.psStrategy == "greedy" {
 		cfg.PSPlacement = placement.GreedyBySize
 	}
+	if cfg.MetricsAddress, err = trainMetricsAddress(f, fl, spec, self); err != nil {
+		return err
+	}
 	f.lr = f.scaledLR(cfg.AveragedBatches())
 	opt, err := train.NewOptimizer(f.optimizer, float32(f.lr))
 	if err != nil {
@@ -365,6 +376,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		feature := models.Feature(f.model)
 		ts = estimator.TrainSpec{Input: ex.TrainInput(feature, f.batch),
 			Stop: estimator.Stop{MaxSteps: int64(f.steps), Epochs: f.epochs, ExamplesPerEpoch: ex.Examples()}}
+		ts.Hooks = append(ts.Hooks, f.trace.hooks(cfg, f.logdir, cfg.Logger)...)
 		es = estimator.EvalSpec{Input: ex.TestInput(feature, 1000), ExportDir: f.export}
 	} else {
 		ts = estimator.TrainSpec{Input: func(estimator.InputContext) (*estimator.Input, error) {
