@@ -83,7 +83,9 @@ func (m *membership) beat(ctx context.Context, i int, t cluster.TaskID, interval
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		_, err := TaskStatus(ctx, addr, max(interval, 500*time.Millisecond), m.cfg.rpc)
+		// A generous timeout: a loaded machine answers late, and late is
+		// not lost; a dead peer refuses at once.
+		_, err := TaskStatus(ctx, addr, max(lostAfter/2, 500*time.Millisecond), m.cfg.rpc)
 		if ctx.Err() != nil {
 			return
 		}

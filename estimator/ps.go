@@ -233,6 +233,9 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		if endCoordination, err = plan.coordinator.begin(ctx, sess, r.chief(), log); err != nil {
 			return nil, err
 		}
+		if st, ok := plan.coordinator.(interface{ stop() }); ok {
+			defer st.stop() // whatever way the loop ends
+		}
 	}
 
 	l := &loop{

@@ -216,9 +216,20 @@ type coordinator interface {
 type syncCoordinator struct {
 	r   *replica
 	opt *train.SyncReplicasOptimizer
+	// stopWatch stops a worker's watch of the chief.
+	stopWatch func()
 }
 
 func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chief bool, log *slog.Logger) (func(context.Context), error) {
+	c.opt.Logger = log
+	resumed := false
+	if chief {
+		gs, err := c.opt.GlobalStep(ctx, sess)
+		if err != nil {
+			return nil, fmt.Errorf("estimator: synchronous training: %w", err)
+		}
+		resumed = gs > 0
+	}
 	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{c.opt.LocalStepInit()}); err != nil {
 		return nil, fmt.Errorf("estimator: synchronous training: setting the local step: %w", err)
 	}
@@ -228,14 +239,28 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 		return nil, fmt.Errorf("estimator: synchronous training: %w", err)
 	}
 	if !chief {
+		// The tokens come from the chief's aggregation loop: a worker
+		// that waits for one names the chief when it is lost, rather than
+		// failing later at its step deadline with no name.
+		wctx, cancel := context.WithCancel(ctx)
+		m := &membership{cfg: c.r.cfg, log: log, peers: map[int]cluster.TaskID{0: c.r.reps[0]}, onChange: func(int, bool) {},
+			waiting: "the chief's next aggregation (this worker's token)"}
+		watched := m.watch(wctx)
+		c.stopWatch = func() { cancel(); watched() }
 		return nil, nil
 	}
 	if err := c.opt.InitTokens(ctx, sess); err != nil {
 		return nil, fmt.Errorf("estimator: synchronous training: %w", err)
 	}
+	if resumed {
+		// A chief restarted while the others trained: the round its
+		// predecessor ran may be half taken, the replicas waiting on it.
+		if err := c.opt.Restart(ctx, sess); err != nil {
+			return nil, fmt.Errorf("estimator: synchronous training: %w", err)
+		}
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	stopped := make(chan struct{})
-	c.opt.Logger = log
 	go func() {
 		defer close(stopped)
 		if err := c.opt.ChiefQueueRunner(runCtx, sess); err != nil {
@@ -266,7 +291,15 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 
 func (c *syncCoordinator) beforeStep(context.Context, *session.Session) error { return nil }
 func (c *syncCoordinator) afterStep(context.Context, *session.Session) error  { return nil }
-func (c *syncCoordinator) done(context.Context, *session.Session) error       { return nil }
+func (c *syncCoordinator) done(context.Context, *session.Session) error       { c.stop(); return nil }
+
+// stop ends a worker's watch of the chief.
+func (c *syncCoordinator) stop() {
+	if c.stopWatch != nil {
+		c.stopWatch()
+		c.stopWatch = nil
+	}
+}
 
 func (c *syncCoordinator) finished(err error) bool {
 	return errors.Is(train.CheckFinished(err), train.ErrTrainingFinished)

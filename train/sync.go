@@ -572,6 +572,23 @@ func (o *SyncReplicasOptimizer) release(ctx context.Context, sess *session.Sessi
 	return err
 }
 
+// Restart starts the chief's rounds afresh, for a chief that takes over
+// from one that died: the round that one left may hold some replicas'
+// gradients in some accumulators only, with those replicas waiting for
+// tokens it will never give. It discards the gradients, sets the
+// accumulators to the global step and releases every live replica (see
+// ChiefQueueRunner). It needs a token queue per replica (SetReplica).
+func (o *SyncReplicasOptimizer) Restart(ctx context.Context, sess *session.Session) error {
+	if err := o.built(); err != nil {
+		return err
+	}
+	if o.firstReplica < 0 {
+		return fmt.Errorf("train: sync replicas: Restart needs a token queue per replica (SetReplica)")
+	}
+	_, err := o.abandonRound(ctx, sess)
+	return err
+}
+
 // abandonRound recovers from a round that did not complete: some of its
 // takes may have finished and others not, and the replicas that gave their
 // gradients wait for tokens. It discards what the accumulators hold, sets
@@ -636,6 +653,14 @@ func (o *SyncReplicasOptimizer) DrainTokens(ctx context.Context, sess *session.S
 		}
 	}
 	return nil
+}
+
+// GlobalStep reads the global step.
+func (o *SyncReplicasOptimizer) GlobalStep(ctx context.Context, sess *session.Session) (int64, error) {
+	if err := o.built(); err != nil {
+		return 0, err
+	}
+	return o.readStep(ctx, sess)
 }
 
 func (o *SyncReplicasOptimizer) readStep(ctx context.Context, sess *session.Session) (int64, error) {

@@ -109,3 +109,24 @@ func TestSyncWorkerKilledIsRestarted(t *testing.T) {
 	}
 	noTasksLeft(t, ps)
 }
+
+// TestSyncChiefKilledIsRestarted: in a synchronous run with checkpoints,
+// SIGKILL the chief, whose aggregation loop releases the workers: the
+// launcher starts it again, it abandons the round its predecessor left
+// half taken, releases the waiting workers, and the run finishes.
+func TestSyncChiefKilledIsRestarted(t *testing.T) {
+	dir := t.TempDir()
+	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=3",
+		"--sync", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-timeout", "20s", "--step-delay", "2ms", "--log-every", "100")
+	waitFor(t, lines, "checkpoint: saved")
+	killTask(t, ps, "worker", 0)
+	waitFor(t, lines, "local cluster: worker 0 died (signal: killed); restarting it on its address (1 of 3)")
+	waitFor(t, lines, "sync replicas: abandoned a round; the live replicas go on")
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed after its chief was restarted: %v", err)
+	}
+	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step 1500") {
+		t.Errorf("no result of the restarted chief on stdout: %q", out)
+	}
+	noTasksLeft(t, ps)
+}
