@@ -103,6 +103,7 @@ type Ring struct {
 	log        *slog.Logger
 	box        *mailbox
 	tr         Transport
+	views      views // the newest view received (elastic rings)
 
 	mu     sync.Mutex
 	closed bool
@@ -132,6 +133,9 @@ func NewRing(cfg Config, tr Transport) (*Ring, error) {
 
 // Deliver implements Receiver: it files c for its operation.
 func (r *Ring) Deliver(c *Chunk) error {
+	if c.Op.Name == viewOp {
+		return r.deliverView(c)
+	}
 	if c.Index < 0 || c.Offset < 0 || c.Length < 0 {
 		err := fmt.Errorf("%w: rank %d: chunk %d of %v from rank %d: negative index, offset or length", ErrMismatch, r.rank, c.Index, c.Op, c.From)
 		r.box.fail(c.Op, err)
@@ -310,7 +314,7 @@ func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []f
 	defer r.box.finish(op)
 	opCtx, cancel := opContext(ctx)
 	defer cancel()
-	if err := r.run(opCtx, op, ib, data); err != nil {
+	if err := r.run(opCtx, op, ib, data, r.full()); err != nil {
 		err = r.explain(ctx, op, err)
 		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "err", err)
 		return err
@@ -405,24 +409,24 @@ func schedule(rank, size, n, chunk int) (items []item, first int) {
 // run is the pipelined ring: a sender goroutine streams chunks to the next
 // rank while this goroutine takes the previous rank's chunks in order,
 // reduces or copies them, and releases the sender to forward each one.
-func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32) error {
-	next, prev := (r.rank+1)%r.size, (r.rank+r.size-1)%r.size
-	sends, first := schedule(r.rank, r.size, len(data), r.chunk)
-	recvs, _ := schedule(prev, r.size, len(data), r.chunk)
+func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32, tp topology) error {
+	next, prev := tp.members[(tp.pos+1)%tp.size()], tp.members[(tp.pos+tp.size()-1)%tp.size()]
+	sends, first := schedule(tp.pos, tp.size(), len(data), r.chunk)
+	recvs, _ := schedule((tp.pos+tp.size()-1)%tp.size(), tp.size(), len(data), r.chunk)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan struct{}, len(recvs))
 	sendErr := make(chan error, 1)
 	go func() {
-		err := r.send(ctx, op, next, sends, first, ready, data)
+		err := r.send(ctx, op, next, tp.size(), sends, first, ready, data)
 		if err != nil {
 			cancel()
 		}
 		sendErr <- err
 	}()
 
-	recvErr := r.receive(ctx, op, ib, prev, recvs, len(sends)-first, ready, data)
+	recvErr := r.receive(ctx, op, ib, prev, tp.size(), recvs, len(sends)-first, ready, data)
 	if recvErr != nil {
 		cancel()
 	}
@@ -442,7 +446,7 @@ func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32) error 
 	return err
 }
 
-func (r *Ring) send(ctx context.Context, op Op, next int, items []item, first int, ready <-chan struct{}, data []float32) error {
+func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, first int, ready <-chan struct{}, data []float32) error {
 	wrap := func(err error) error {
 		if errors.Is(err, ErrClosed) {
 			return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
@@ -469,7 +473,7 @@ func (r *Ring) send(ctx context.Context, op Op, next int, items []item, first in
 				return &waitingError{wrap(ctx.Err())}
 			}
 		}
-		c := &Chunk{Op: op, From: r.rank, Size: r.size, Index: k, Length: len(data), Offset: it.lo, Data: data[it.lo:it.hi]}
+		c := &Chunk{Op: op, From: r.rank, Size: size, Index: k, Length: len(data), Offset: it.lo, Data: data[it.lo:it.hi]}
 		if err := st.Send(c); err != nil {
 			st.Abort()
 			return wrap(err)
@@ -481,17 +485,17 @@ func (r *Ring) send(ctx context.Context, op Op, next int, items []item, first in
 	return nil
 }
 
-func (r *Ring) receive(ctx context.Context, op Op, ib *inbox, prev int, items []item, forward int, ready chan<- struct{}, data []float32) error {
+func (r *Ring) receive(ctx context.Context, op Op, ib *inbox, prev, size int, items []item, forward int, ready chan<- struct{}, data []float32) error {
 	for k, it := range items {
 		c, err := ib.take(ctx, k)
 		if err != nil {
 			return fmt.Errorf("allreduce: rank %d: %v: waiting for chunk %d of %d from %s: %w",
 				r.rank, op, k, len(items), r.peer(prev), err)
 		}
-		if c.From != prev || c.Size != r.size || c.Length != len(data) || c.Offset != it.lo || len(c.Data) != it.hi-it.lo {
+		if c.From != prev || c.Size != size || c.Length != len(data) || c.Offset != it.lo || len(c.Data) != it.hi-it.lo {
 			return fmt.Errorf("%w: rank %d: %v: chunk %d from rank %d (ring of %d, %d elements at %d of %d) does not fit this rank's ring of %d, %d elements at %d of %d",
 				ErrMismatch, r.rank, op, k, c.From, c.Size, len(c.Data), c.Offset, c.Length,
-				r.size, it.hi-it.lo, it.lo, len(data))
+				size, it.hi-it.lo, it.lo, len(data))
 		}
 		dst := data[it.lo:it.hi]
 		if it.reduce {

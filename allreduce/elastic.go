@@ -1,0 +1,298 @@
+package allreduce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+)
+
+// An elastic ring runs its operations among the members of a View, a
+// subset of its ranks that rank 0 chooses and sends to the others: when a
+// rank is lost, rank 0 sends a view without it (a new generation), and
+// the ring re-forms among the ranks left; when it comes back, a view with
+// it. Every operation of a view is named with its generation, so that
+// the operations of two generations never mix. Views travel over the
+// ring's own transport, straight from rank 0 to each member.
+//
+//	rank 0: r.SendView(ctx, v); g := r.Among(v); g.AllReduceMean(...)
+//	others: v, _ := r.NextView(ctx, last); g := r.Among(v); ...
+
+// viewOp names the operations that carry views.
+const viewOp = "\x00view"
+
+// View is the membership of an elastic ring from a step on.
+type View struct {
+	// Gen is the view's generation, increasing with every view rank 0
+	// sends; a rank takes only a view newer than the last it took.
+	Gen int64
+	// Step is the step at which the members start (or start again).
+	Step int64
+	// Members are the ranks of the ring, in ring order, rank 0 first.
+	Members []int
+	// Sync asks the members to take rank 0's state first (a member
+	// joined, or a step failed on some ranks and not on others).
+	Sync bool
+	// Stop tells the members that training is over.
+	Stop bool
+}
+
+// Has reports whether rank is a member of v.
+func (v View) Has(rank int) bool { return slices.Contains(v.Members, rank) }
+
+func (v View) encode() []float32 {
+	flags := 0
+	if v.Sync {
+		flags |= 1
+	}
+	if v.Stop {
+		flags |= 2
+	}
+	// float32 holds integers exactly up to 2^24: generations and steps
+	// are sent in two halves.
+	out := []float32{float32(v.Gen >> 24), float32(v.Gen & (1<<24 - 1)), float32(v.Step >> 24), float32(v.Step & (1<<24 - 1)), float32(flags)}
+	for _, m := range v.Members {
+		out = append(out, float32(m))
+	}
+	return out
+}
+
+func decodeView(d []float32) (View, error) {
+	if len(d) < 5 {
+		return View{}, fmt.Errorf("%w: a view of %d values", ErrMismatch, len(d))
+	}
+	v := View{Gen: int64(d[0])<<24 | int64(d[1]), Step: int64(d[2])<<24 | int64(d[3])}
+	flags := int(d[4])
+	v.Sync, v.Stop = flags&1 != 0, flags&2 != 0
+	for _, m := range d[5:] {
+		if m < 0 || m != float32(math.Trunc(float64(m))) {
+			return View{}, fmt.Errorf("%w: a view names rank %v", ErrMismatch, m)
+		}
+		v.Members = append(v.Members, int(m))
+	}
+	return v, nil
+}
+
+// views holds the newest view received and wakes those that wait for one.
+type views struct {
+	mu      sync.Mutex
+	newest  *View
+	changed chan struct{}
+}
+
+func (vs *views) put(v View) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	if vs.newest != nil && vs.newest.Gen >= v.Gen {
+		return
+	}
+	vs.newest = &v
+	if vs.changed != nil {
+		close(vs.changed)
+		vs.changed = nil
+	}
+}
+
+// after returns the newest view if it is newer than gen, and otherwise a
+// channel closed when one arrives.
+func (vs *views) after(gen int64) (*View, <-chan struct{}) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	if vs.newest != nil && vs.newest.Gen > gen {
+		v := *vs.newest
+		return &v, nil
+	}
+	if vs.changed == nil {
+		vs.changed = make(chan struct{})
+	}
+	return nil, vs.changed
+}
+
+// deliverView files a chunk that carries a view.
+func (r *Ring) deliverView(c *Chunk) error {
+	v, err := decodeView(c.Data)
+	if err != nil {
+		return err
+	}
+	if c.From != 0 {
+		return fmt.Errorf("%w: rank %d: a view from rank %d (only rank 0 sends views)", ErrMismatch, r.rank, c.From)
+	}
+	r.views.put(v)
+	return nil
+}
+
+// SendView sends v to every member of v but this rank (rank 0, which
+// chooses the views). It returns once every member has taken it, or with
+// the errors of those that could not be reached (they may be lost: the
+// operations of the view fail on them, and rank 0 sends another).
+func (r *Ring) SendView(ctx context.Context, v View) error {
+	if r.rank != 0 {
+		return fmt.Errorf("allreduce: rank %d: only rank 0 sends views", r.rank)
+	}
+	if len(v.Members) == 0 || v.Members[0] != 0 {
+		return fmt.Errorf("allreduce: view %d: rank 0 must be its first member (got %v)", v.Gen, v.Members)
+	}
+	data := v.encode()
+	op := Op{Name: viewOp, Round: v.Gen}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, m := range v.Members[1:] {
+		if m < 0 || m >= r.size {
+			return fmt.Errorf("allreduce: view %d: rank %d outside the %d ranks", v.Gen, m, r.size)
+		}
+		wg.Go(func() {
+			err := r.sendView(ctx, m, op, data)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("allreduce: sending view %d to %s: %w", v.Gen, r.peer(m), err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (r *Ring) sendView(ctx context.Context, to int, op Op, data []float32) error {
+	st, err := r.tr.Open(ctx, to, op)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&Chunk{Op: op, From: r.rank, Size: r.size, Length: len(data), Data: data}); err != nil {
+		st.Abort()
+		return err
+	}
+	return st.Close()
+}
+
+// NextView waits for a view newer than generation gen (-1: any) and
+// returns the newest one received.
+func (r *Ring) NextView(ctx context.Context, gen int64) (View, error) {
+	for {
+		v, changed := r.views.after(gen)
+		if v != nil {
+			return *v, nil
+		}
+		select {
+		case <-changed:
+		case <-r.box.closed:
+			return View{}, ErrClosed
+		case <-ctx.Done():
+			return View{}, ctx.Err()
+		}
+	}
+}
+
+// ViewAfter returns a channel closed once a view newer than gen has
+// arrived (at once if it has): a member cancels an operation of an older
+// view with it, since rank 0 has moved on.
+func (r *Ring) ViewAfter(gen int64) <-chan struct{} {
+	v, changed := r.views.after(gen)
+	if v != nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return changed
+}
+
+// topology is the ring that an operation runs on: its members, in ring
+// order, and this rank's position among them.
+type topology struct {
+	members []int
+	pos     int
+}
+
+func (t topology) size() int { return len(t.members) }
+
+// full is the topology of every rank.
+func (r *Ring) full() topology {
+	members := make([]int, r.size)
+	for i := range members {
+		members[i] = i
+	}
+	return topology{members: members, pos: r.rank}
+}
+
+// Group is the ring re-formed among the members of a view: it implements
+// the operations of a Ring (train.AllReducer) over the members alone,
+// with the view's generation in every operation's name. Rank and Size are
+// this rank's position among the members and their number.
+type Group struct {
+	r    *Ring
+	view View
+	tp   topology
+}
+
+// Among returns the ring re-formed among v's members, of which this rank
+// must be one.
+func (r *Ring) Among(v View) (*Group, error) {
+	pos := slices.Index(v.Members, r.rank)
+	if pos < 0 {
+		return nil, fmt.Errorf("allreduce: rank %d is not a member of view %d %v", r.rank, v.Gen, v.Members)
+	}
+	return &Group{r: r, view: v, tp: topology{members: slices.Clone(v.Members), pos: pos}}, nil
+}
+
+// Rank returns this rank's position among the members.
+func (g *Group) Rank() int { return g.tp.pos }
+
+// Size returns the number of members.
+func (g *Group) Size() int { return g.tp.size() }
+
+// AllReduce is Ring.AllReduce among the members.
+func (g *Group) AllReduce(ctx context.Context, name string, round int64, data []float32) error {
+	r := g.r
+	if err := r.box.closedErr(); err != nil {
+		return err
+	}
+	if g.tp.size() == 1 {
+		return ctx.Err()
+	}
+	op := Op{Name: fmt.Sprintf("%s/gen%d", name, g.view.Gen), Round: round}
+	if i := nonFinite(data); i >= 0 {
+		return fmt.Errorf("%w: rank %d: %v: this rank's own tensor holds %v at element %d (has the model diverged? lower the learning rate)", ErrNonFinite, r.rank, op, data[i], i)
+	}
+	ib, err := r.box.open(op)
+	if err != nil {
+		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
+	}
+	defer r.box.finish(op)
+	opCtx, cancel := opContext(ctx)
+	defer cancel()
+	if err := r.run(opCtx, op, ib, data, g.tp); err != nil {
+		err = r.explain(ctx, op, err)
+		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "members", g.view.Members, "err", err)
+		return err
+	}
+	return nil
+}
+
+// AllReduceMean is AllReduce divided by the number of members.
+func (g *Group) AllReduceMean(ctx context.Context, name string, round int64, data []float32) error {
+	if err := g.AllReduce(ctx, name, round, data); err != nil {
+		return err
+	}
+	inv := 1 / float32(g.tp.size())
+	for i := range data {
+		data[i] *= inv
+	}
+	return nil
+}
+
+// Broadcast replaces data on every member by that of the member at
+// position root (0: rank 0).
+func (g *Group) Broadcast(ctx context.Context, name string, round int64, root int, data []float32) error {
+	if root < 0 || root >= g.tp.size() {
+		return fmt.Errorf("allreduce: broadcast %q: root %d outside the %d members", name, root, g.tp.size())
+	}
+	if g.tp.pos != root {
+		clear(data)
+	}
+	return g.AllReduce(ctx, name, round, data)
+}
