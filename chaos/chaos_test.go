@@ -142,3 +142,35 @@ func TestParsePlan(t *testing.T) {
 		}
 	}
 }
+
+func TestSummarize(t *testing.T) {
+	kill := FaultResult{Fault: Fault{Kind: Kill}, Applied: true, Noticed: true, NoticeAfter: 2 * time.Second}
+	quiet := FaultResult{Fault: Fault{Kind: Stop}, Applied: true}
+	results := []*Result{
+		{Strategy: "sync", Finished: true, Accuracy: 0.84},
+		{Strategy: "sync", Finished: true, Accuracy: 0.86},
+		{Strategy: "sync", Finished: true, Accuracy: 0.845, CleanAccuracy: 0.85, LostSteps: 7, Faults: []FaultResult{kill, quiet}},
+		{Strategy: "sync", Hung: true, CleanAccuracy: 0.85, Faults: []FaultResult{kill}, LeftBehind: []string{"ps 0 (pid 1)"}},
+		{Strategy: "sync", Finished: true, Accuracy: 0.8, CleanAccuracy: 0.85, Faults: []FaultResult{quiet}, Corrupt: []string{"x"}},
+	}
+	got := Summarize(results)
+	want := Summary{Strategy: "sync", Runs: 3, Finished: 2, Hung: 1, WithinPoint: 1, MeanDeltaPt: (-0.5 - 5) / 2,
+		LostSteps: 7, Faults: 4, Noticed: 2, MaxNotice: 2 * time.Second, Corrupt: 1, LeftBehind: 1,
+		CleanAcc: 0.85, CleanRuns: 2, CleanMin: 0.84, CleanMax: 0.86}
+	if len(got) != 1 {
+		t.Fatalf("Summarize gave %d summaries, want 1", len(got))
+	}
+	g := got[0]
+	if d := g.MeanDeltaPt - want.MeanDeltaPt; d > 1e-9 || d < -1e-9 {
+		t.Errorf("MeanDeltaPt = %v, want %v", g.MeanDeltaPt, want.MeanDeltaPt)
+	}
+	g.MeanDeltaPt = want.MeanDeltaPt
+	if g != want {
+		t.Errorf("Summarize =\n %+v\nwant\n %+v", g, want)
+	}
+	for i, r := range results[2:] {
+		if r.OK(0.01) != (i == 0) {
+			t.Errorf("fault run %d: OK = %v", i, r.OK(0.01))
+		}
+	}
+}

@@ -18,7 +18,12 @@ type MatrixConfig struct {
 	Strategies []Strategy
 	Runs       int
 	Faults     int
-	Seed       uint64
+	// CleanRuns is how many clean runs each strategy gets (0 means 1);
+	// fault runs are compared with their mean accuracy, and the summary
+	// shows their spread: training without faults varies too (async
+	// updates race; the scheduler differs run to run).
+	CleanRuns int
+	Seed      uint64
 	// WindowFrom and WindowFraction place faults between WindowFrom and
 	// that fraction of the clean run's wall time (0 means 1s and 0.8).
 	WindowFrom     time.Duration
@@ -36,17 +41,31 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 	var all []*Result
 	for _, s := range m.Strategies {
 		cfg := m.Base
-		cfg.Strategy, cfg.Faults, cfg.Seed, cfg.Plan = s, 0, m.Seed, nil
-		clean, err := Run(ctx, cfg)
-		if err != nil {
-			return all, err
+		cfg.Strategy, cfg.Faults, cfg.Plan = s, 0, nil
+		var cleanAcc float64
+		var cleanWall time.Duration
+		finished := 0
+		for i := range max(m.CleanRuns, 1) {
+			cfg.Seed = m.Seed + uint64(i)
+			clean, err := Run(ctx, cfg)
+			if err != nil {
+				return all, err
+			}
+			all = append(all, clean)
+			if m.Progress != nil {
+				m.Progress(clean)
+			}
+			if clean.Finished {
+				finished++
+				cleanAcc += clean.Accuracy
+				cleanWall = max(cleanWall, clean.Wall)
+			}
 		}
-		all = append(all, clean)
-		if m.Progress != nil {
-			m.Progress(clean)
+		if finished > 0 {
+			cleanAcc /= float64(finished)
 		}
-		to := time.Duration(float64(clean.Wall) * frac)
-		if !clean.Finished || to <= from {
+		to := time.Duration(float64(cleanWall) * frac)
+		if finished == 0 || to <= from {
 			to = from + 5*time.Second // the clean run failed: still try faults
 		}
 		for i := range m.Runs {
@@ -58,7 +77,7 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 			if err != nil {
 				return all, err
 			}
-			res.CleanAccuracy = clean.Accuracy
+			res.CleanAccuracy = cleanAcc
 			all = append(all, res)
 			if m.Progress != nil {
 				m.Progress(res)
@@ -130,7 +149,10 @@ type Summary struct {
 	MaxNotice   time.Duration `json:"max_notice"`
 	Corrupt     int           `json:"corrupt_checkpoints"`
 	LeftBehind  int           `json:"left_behind"`
-	CleanAcc    float64       `json:"clean_accuracy"`
+	CleanAcc    float64       `json:"clean_accuracy"` // mean of the clean runs
+	CleanRuns   int           `json:"clean_runs"`
+	CleanMin    float64       `json:"clean_min"`
+	CleanMax    float64       `json:"clean_max"`
 }
 
 // Summarize aggregates the fault runs of results (clean runs are skipped)
@@ -138,8 +160,22 @@ type Summary struct {
 func Summarize(results []*Result) []Summary {
 	var out []Summary
 	idx := map[string]int{}
+	type spread struct {
+		n        int
+		min, max float64
+	}
+	clean := map[string]*spread{}
 	for _, r := range results {
 		if len(r.Faults) == 0 {
+			if r.Finished {
+				c := clean[r.Strategy]
+				if c == nil {
+					c = &spread{min: r.Accuracy, max: r.Accuracy}
+					clean[r.Strategy] = c
+				}
+				c.n++
+				c.min, c.max = min(c.min, r.Accuracy), max(c.max, r.Accuracy)
+			}
 			continue
 		}
 		i, ok := idx[r.Strategy]
@@ -175,6 +211,9 @@ func Summarize(results []*Result) []Summary {
 		s.LeftBehind += len(r.LeftBehind)
 	}
 	for i := range out {
+		if c := clean[out[i].Strategy]; c != nil {
+			out[i].CleanRuns, out[i].CleanMin, out[i].CleanMax = c.n, c.min, c.max
+		}
 		if out[i].Finished > 0 {
 			out[i].MeanDeltaPt /= float64(out[i].Finished)
 		}
@@ -185,10 +224,10 @@ func Summarize(results []*Result) []Summary {
 // WriteSummary writes Summarize's figures as a table.
 func WriteSummary(w io.Writer, sums []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "strategy\truns\tfinished\thung\twithin 1pt\tmean Δacc\tclean acc\tlost steps\tfaults noticed\tslowest notice\tcorrupt ckpts\tleft behind")
+	fmt.Fprintln(tw, "strategy\truns\tfinished\thung\twithin 1pt\tmean Δacc\tclean acc (runs: min-max)\tlost steps\tfaults noticed\tslowest notice\tcorrupt ckpts\tleft behind")
 	for _, s := range sums {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%+.2f pt\t%.4f\t%d\t%d/%d\t%.1fs\t%d\t%d\n", s.Strategy, s.Runs, s.Finished, s.Hung, s.WithinPoint,
-			s.MeanDeltaPt, s.CleanAcc, s.LostSteps, s.Noticed, s.Faults, s.MaxNotice.Seconds(), s.Corrupt, s.LeftBehind)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%+.2f pt\t%.4f (%d: %.4f-%.4f)\t%d\t%d/%d\t%.1fs\t%d\t%d\n", s.Strategy, s.Runs, s.Finished, s.Hung, s.WithinPoint,
+			s.MeanDeltaPt, s.CleanAcc, s.CleanRuns, s.CleanMin, s.CleanMax, s.LostSteps, s.Noticed, s.Faults, s.MaxNotice.Seconds(), s.Corrupt, s.LeftBehind)
 	}
 	return tw.Flush()
 }

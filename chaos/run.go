@@ -208,7 +208,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	args := []string{"train", "--model", "mlp", "--data", "embedded",
 		"--local-cluster", cfg.Strategy.Cluster, "--checkpoint-dir", ckptDir,
-		"--save-checkpoint-steps", "100", "--seed", strconv.Itoa(cfg.TrainSeed), "--json", "--verbose"}
+		"--save-checkpoint-steps", "100", "--seed", strconv.Itoa(cfg.TrainSeed), "--json", "--verbose",
+		// Progress lines every 20 local steps: the resolution of LostSteps.
+		"--log-every", "20"}
 	args = append(append(args, cfg.Strategy.Args...), cfg.Args...)
 	cmd := exec.Command(cfg.Binary, args...)
 	cmd.Env = append(os.Environ(), EnvMarker+"="+id)

@@ -21,6 +21,7 @@ func newChaosCommand() *cobra.Command {
 	var (
 		strategies           string
 		runs, faults         int
+		cleanRuns            int
 		seed                 uint64
 		deadline             time.Duration
 		pauseMin, pauseMax   time.Duration
@@ -105,7 +106,7 @@ left a corrupt checkpoint or left a process behind.`,
 				base.Verbose = cmd.ErrOrStderr()
 			}
 			out := cmd.OutOrStdout()
-			m := chaos.MatrixConfig{Base: base, Strategies: ss, Runs: runs, Faults: faults, Seed: seed,
+			m := chaos.MatrixConfig{Base: base, Strategies: ss, Runs: runs, Faults: faults, Seed: seed, CleanRuns: cleanRuns,
 				WindowFrom: windowFrom, WindowFraction: windowFraction}
 			fmt.Fprintf(cmd.ErrOrStderr(), "chaos: runs under %s\n", dir)
 			m.Progress = func(r *chaos.Result) { _ = chaos.WriteRows(cmd.ErrOrStderr(), []*chaos.Result{r}) }
@@ -137,6 +138,7 @@ left a corrupt checkpoint or left a process behind.`,
 	f.StringVar(&strategies, "strategy", "all", "comma-separated strategies, or all: "+strings.Join(chaos.StrategyNames(), ", "))
 	f.IntVar(&runs, "runs", 3, "fault runs per strategy (after one clean run)")
 	f.IntVar(&faults, "faults", 3, "faults per run")
+	f.IntVar(&cleanRuns, "clean-runs", 1, "clean runs per strategy (seeds seed, seed+1, ...): fault runs are compared with their mean accuracy")
 	f.Uint64Var(&seed, "seed", 1, "seed of the first run's fault schedule (run i uses seed+i)")
 	f.DurationVar(&deadline, "deadline", chaos.DefaultDeadline, "a run still going after this is reported as hung and killed")
 	f.DurationVar(&pauseMin, "pause-min", chaos.DefaultPauseMin, "shortest SIGSTOP before SIGCONT")
