@@ -61,7 +61,9 @@ func firstNotice(lines []Line, at time.Duration, t Task, addr string) (Line, boo
 }
 
 var (
-	globalStepRe = regexp.MustCompile(`global_step[ =](\d+)`)
+	// "global_step 250/1600" (ps strategies), "global_step=250" (records),
+	// "step 250/534" (all-reduce, where every rank counts the same steps).
+	globalStepRe = regexp.MustCompile(`(?:global_step[ =]|\bstep )(\d+)`)
 	restoredRe   = regexp.MustCompile(`restored.*ckpt-(\d+)`)
 )
 
