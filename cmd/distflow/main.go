@@ -38,6 +38,8 @@ func newRootCommand() *cobra.Command {
 	})
 	// An unknown flag is told with the one probably meant; subcommands inherit it.
 	root.SetFlagErrorFunc(flagError)
+	// Under Kubernetes, TF_CONFIG may come from an Indexed Job (kubernetes.go).
+	root.PersistentPreRunE = fromKubernetes
 	root.AddCommand(newTrainCommand())
 	root.AddCommand(newServerCommand())
 	root.AddCommand(newStatusCommand())
