@@ -77,7 +77,7 @@ func (c *callMetrics) unary(ctx context.Context, method string, req, reply any, 
 	if err == nil {
 		received = messageSize(reply)
 	}
-	c.series(method).Observe(d, messageSize(req), received)
+	c.series(method).Observe(d, sentSize(req), received)
 	return err
 }
 
@@ -140,6 +140,17 @@ func messageSize(m any) int {
 	return 0
 }
 
+// sentSize is the size of a message just sent: its marshalling left its
+// size in the message's cache, which is read instead of computed again.
+func sentSize(m any) int {
+	if pm, ok := m.(proto.Message); ok {
+		return cachedSize.Size(pm)
+	}
+	return 0
+}
+
+var cachedSize = proto.MarshalOptions{UseCachedSize: true}
+
 // countReceived records a tensor received over the channel from p's peer
 // in d: its request and response bytes as a RecvTensor call, and its
 // data as the channel's received bytes.
@@ -159,6 +170,24 @@ func (p *tensorPool) meterPool() {
 	}
 }
 
+// connChannelKey keys a tensor-channel connection's series by its
+// peer's host in the connection's context.
+type connChannelKey struct{}
+
+// meterConn resolves the series of a tensor-channel connection from
+// remote once, for callers that Options.Identify does not name: by host,
+// since the port changes with every connection.
+func (s *Server) meterConn(ctx context.Context, remote net.Addr) context.Context {
+	if s.opts.Metrics == nil {
+		return ctx
+	}
+	host := remote.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return context.WithValue(ctx, connChannelKey{}, s.opts.Metrics.TensorChannel(host))
+}
+
 // countServed records n tensor bytes served over the channel to the caller
 // of ctx: named by Options.Identify, or by its host.
 func (s *Server) countServed(ctx context.Context, n int) {
@@ -166,12 +195,10 @@ func (s *Server) countServed(ctx context.Context, n int) {
 	if m == nil {
 		return
 	}
-	who, ok := service.Caller(ctx)
-	if !ok {
-		who = PeerAddr(ctx)
-		if host, _, err := net.SplitHostPort(who); err == nil {
-			who = host // the port changes with every connection
-		}
+	if who, ok := service.Caller(ctx); ok {
+		m.TensorChannel(who).Sent(n)
+		return
 	}
-	m.TensorChannel(who).Sent(n)
+	ch, _ := ctx.Value(connChannelKey{}).(*metrics.Channel)
+	ch.Sent(n)
 }

@@ -251,7 +251,7 @@ func (s *Server) serveTensors(c net.Conn) {
 	if tc, ok := c.(*tls.Conn); ok {
 		p.AuthInfo = credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
 	}
-	base := peer.NewContext(ctx, p)
+	base := s.meterConn(peer.NewContext(ctx, p), c.RemoteAddr())
 	var hdr []byte
 	for req := range reqs {
 		s.mu.Lock()

@@ -1,0 +1,142 @@
+//go:build unix
+
+package server_test
+
+import (
+	"context"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/metrics/metricstest"
+	"github.com/distflow/distflow/server"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+)
+
+// BenchmarkMetricsOverhead measures the cost of metrics to training: the
+// linear model's step (batch 1, the smallest step, where a fixed cost per
+// call weighs most) through a remote session on a 1 ps + 1 worker cluster
+// on loopback, on two such clusters side by side, one with metrics off and
+// one with them on, taking turns every 100 steps so that both see the
+// same machine load. "on" serves /metrics on both tasks, records every
+// step as the estimator does, and is scraped once a second (within its
+// turns, so that the scrapes count against it). b.N is the steps of each.
+// It reports both throughputs (wall time) and the CPU time of the process
+// per step, and the cost of each in percent: on a loaded machine the CPU
+// time is the steadier figure.
+//
+//	go test ./server -run '^$' -bench MetricsOverhead -benchtime 20000x -count 5
+func BenchmarkMetricsOverhead(b *testing.B) {
+	feeds := map[string]*tensor.Tensor{"x": tensor.MustFromSlice([]float32{0.5}, 1, 1), "y": tensor.MustFromSlice([]float32{2}, 1, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type setup struct {
+		sess    *session.Session
+		servers []*server.Server
+		took    time.Duration
+		cpu     time.Duration // of the whole process while it ran
+		step    int64
+	}
+	start := func(on bool) *setup {
+		var lis [2]net.Listener
+		for i := range lis {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			lis[i] = l
+		}
+		spec, err := cluster.NewSpec(map[string][]string{"ps": {lis[0].Addr().String()}, "worker": {lis[1].Addr().String()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := &setup{}
+		for i, id := range []cluster.TaskID{{Job: "ps"}, {Job: "worker"}} {
+			cfg := server.Config{Cluster: spec, Task: id, Listener: lis[i], Logger: quiet}
+			if on {
+				cfg.MetricsAddress = "127.0.0.1:0"
+			}
+			s, err := server.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(s.Stop)
+			st.servers = append(st.servers, s)
+		}
+		g, init := linearModel(b, 0)
+		if st.sess, err = session.Open(ctx, st.servers[1].Target(), g); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { st.sess.Close() })
+		if _, err := st.sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+			b.Fatal(err)
+		}
+		return st
+	}
+	off, on := start(false), start(true)
+	var lastScrape time.Time
+	scrape := func() { // as a Prometheus scraping every second would
+		if time.Since(lastScrape) < time.Second {
+			return
+		}
+		lastScrape = time.Now()
+		for _, s := range on.servers {
+			if _, err := metricstest.Scrape(ctx, "http://"+s.MetricsAddress()+"/metrics"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	steps := func(st *setup, n int) {
+		m := st.servers[1].Metrics() // nil when off: records nothing
+		t0, c0 := time.Now(), cpuTime()
+		if m != nil {
+			scrape()
+		}
+		for range n {
+			start := time.Now()
+			if _, err := st.sess.RunNamed(ctx, feeds, nil, []string{"train"}); err != nil {
+				b.Fatal(err)
+			}
+			st.step++
+			m.ObserveStep(time.Since(start), 1) // as the estimator's loop does
+			m.SetGlobalStep(st.step)
+			m.SetLoss(0.5)
+		}
+		st.took += time.Since(t0)
+		st.cpu += cpuTime() - c0
+	}
+	steps(off, 100) // warm-up: executors, connections
+	steps(on, 100)
+	off.took, on.took, off.cpu, on.cpu = 0, 0, 0, 0
+	b.ResetTimer()
+	const turn = 100
+	for done := 0; done < b.N; done += turn {
+		n := min(turn, b.N-done)
+		steps(off, n)
+		steps(on, n)
+	}
+	offRate, onRate := float64(b.N)/off.took.Seconds(), float64(b.N)/on.took.Seconds()
+	b.ReportMetric(offRate, "off-examples/s")
+	b.ReportMetric(onRate, "on-examples/s")
+	b.ReportMetric(100*(1-onRate/offRate), "cost-%")
+	offCPU, onCPU := off.cpu.Seconds()*1e6/float64(b.N), on.cpu.Seconds()*1e6/float64(b.N)
+	b.ReportMetric(offCPU, "off-cpu-µs/step")
+	b.ReportMetric(onCPU, "on-cpu-µs/step")
+	b.ReportMetric(100*(onCPU/offCPU-1), "cpu-cost-%")
+}
+
+// cpuTime is the user and system time of the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
