@@ -89,7 +89,7 @@ func New(job string, index int) *Task {
 	t.eval = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: EvalMetric,
 		Help: "The metrics of the last evaluation, by name (accuracy, loss)."}, []string{"name"})
 	t.rpcSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: RPCSeconds,
-		Help:    "Latency of the RPCs this task made, by peer address and method, seen by the caller.",
+		Help: "Latency of the RPCs this task made, by peer (task or address) and method, seen by the caller.",
 		// Half-decades: a task has a series per peer and method, so that
 		// fewer buckets keep a large cluster's scrape small.
 		Buckets: prometheus.ExponentialBucketsRange(0.0001, 10, 11)}, // 100 µs, 316 µs, 1 ms .. 10 s
