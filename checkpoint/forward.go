@@ -24,6 +24,8 @@ type (
 	ShardInfo = bundle.ShardInfo
 	// Index is bundle.Index.
 	Index = bundle.Index
+	// VerifyCache is bundle.VerifyCache.
+	VerifyCache = bundle.VerifyCache
 )
 
 // Functions of package bundle.
@@ -42,5 +44,6 @@ var (
 	Verify        = bundle.Verify
 	Retain        = bundle.Retain
 	RetainLog     = bundle.RetainLog
+	RetainCached  = bundle.RetainCached
 	ReadState     = bundle.ReadState
 )

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distflow/distflow/checkpoint"
 	"github.com/distflow/distflow/graph"
@@ -174,5 +175,58 @@ func TestSaverAfterCorruptDir(t *testing.T) {
 	checkValues(t, m.values(t, sess), saved)
 	if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("model.ckpt-%d.index", 901))); !os.IsNotExist(err) {
 		t.Errorf("the corrupt checkpoint 901 is still there (stat err %v)", err)
+	}
+}
+
+// TestRetainCached: with a VerifyCache, retention reads a checkpoint it has
+// seen valid again only when one of its files changed. Damage hidden under
+// an unchanged size and modification time is left to FindLatest, which
+// never trusts the cache.
+func TestRetainCached(t *testing.T) {
+	dir := t.TempDir()
+	vars := map[string]*tensor.Tensor{"v": tensor.Scalar(float32(1)), "w": tensor.MustFromSlice([]float32{1, 2, 3}, 3)}
+	var cache checkpoint.VerifyCache
+	for _, step := range []int64{100, 200, 300} {
+		writeCheckpoint(t, dir, step, 2, vars)
+		if err := checkpoint.RetainCached(dir, 3, quiet, &cache); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Flip a bit of step 300 and put its time back: the cache does not see it.
+	shard := filepath.Join(dir, "model.ckpt-300.data-00000-of-00002")
+	st, err := os.Stat(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(shard)
+	b[len(b)-6] ^= 0x40
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(shard, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpoint.RetainCached(dir, 3, quiet, &cache); err != nil {
+		t.Fatal(err)
+	}
+	if all, _, _ := checkpoint.ReadState(dir); !slices.Equal(all, []string{"model.ckpt-100", "model.ckpt-200", "model.ckpt-300"}) {
+		t.Errorf("with the damage hidden from the cache, state lists %v, want all three", all)
+	}
+	if p, _, err := checkpoint.FindLatest(dir, "", quiet); p != "model.ckpt-200" || err != nil {
+		t.Errorf("FindLatest = %q, %v; want model.ckpt-200 (it verifies without the cache)", p, err)
+	}
+	// A new modification time makes the cache read it again.
+	later := st.ModTime().Add(time.Second)
+	if err := os.Chtimes(shard, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpoint.RetainCached(dir, 3, quiet, &cache); err != nil {
+		t.Fatal(err)
+	}
+	if all, _, _ := checkpoint.ReadState(dir); !slices.Equal(all, []string{"model.ckpt-100", "model.ckpt-200"}) {
+		t.Errorf("after the damaged file changed, state lists %v, want 100 and 200", all)
+	}
+	if _, err := os.Stat(shard); !os.IsNotExist(err) {
+		t.Errorf("the corrupt shard is still there (stat err %v)", err)
 	}
 }

@@ -74,6 +74,9 @@ type Saver struct {
 	step    graph.Output
 	saves   []graph.Output
 	restore *graph.Node
+	// verified spares retention reading again, at every save, the
+	// checkpoints it has already found valid.
+	verified VerifyCache
 }
 
 // NewSaver adds to the scope's graph the nodes that save and restore vars
@@ -166,7 +169,7 @@ func (sv *Saver) Save(ctx context.Context, r Runner, step int64) (string, error)
 	if err := WriteIndex(sv.cfg.Dir, prefix, step, shards); err != nil {
 		return "", err
 	}
-	if err := RetainLog(sv.cfg.Dir, sv.cfg.Keep, sv.cfg.Logger); err != nil {
+	if err := RetainCached(sv.cfg.Dir, sv.cfg.Keep, sv.cfg.Logger, &sv.verified); err != nil {
 		// The checkpoint itself is complete; old files are only wasted space.
 		sv.cfg.Logger.Warn("checkpoint: could not delete old checkpoints", "dir", sv.cfg.Dir, "err", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // StateFile is the name of the file, in a checkpoint directory, that lists
@@ -231,7 +232,75 @@ func Verify(dir, prefix string) error {
 // them all): Retain(dir, keep) is RetainLog(dir, keep, nil).
 func Retain(dir string, keep int) error { return RetainLog(dir, keep, nil) }
 
-// RetainLog keeps the keep newest valid checkpoints of dir (keep <= 0 keeps
+// RetainLog is RetainCached without a cache: it reads every checkpoint it
+// keeps.
+func RetainLog(dir string, keep int, log *slog.Logger) error {
+	return RetainCached(dir, keep, log, nil)
+}
+
+// VerifyCache remembers the checkpoints that passed Verify, with the size
+// and modification time of each of their files, so that retention after
+// every save reads each checkpoint once instead of once per save (keep
+// times the model's size). A checkpoint whose files changed is verified
+// again. Damage that changes neither (bit rot under an unchanged inode) is
+// caught by FindLatest and Restore, which never use the cache. The zero
+// value is ready; it is safe for concurrent use.
+type VerifyCache struct {
+	mu sync.Mutex
+	ok map[string]string // dir/prefix -> stamp of its files
+}
+
+// stamp describes files of dir by name, size and modification time.
+func stamp(dir string, files []string) (string, error) {
+	var b strings.Builder
+	for _, f := range slices.Sorted(slices.Values(files)) {
+		st, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "%s:%d:%d;", f, st.Size(), st.ModTime().UnixNano())
+	}
+	return b.String(), nil
+}
+
+// verify is Verify through the cache (nil: no cache).
+func (c *VerifyCache) verify(dir string, ck *ckptFiles) error {
+	if c == nil {
+		return Verify(dir, ck.prefix)
+	}
+	key := filepath.Join(dir, ck.prefix)
+	before, serr := stamp(dir, ck.files)
+	c.mu.Lock()
+	hit := serr == nil && c.ok[key] == before
+	c.mu.Unlock()
+	if hit {
+		return nil
+	}
+	if err := Verify(dir, ck.prefix); err != nil {
+		return err
+	}
+	// Remember it only if nothing changed while it was read.
+	if after, err := stamp(dir, ck.files); serr == nil && err == nil && after == before {
+		c.mu.Lock()
+		if c.ok == nil {
+			c.ok = map[string]string{}
+		}
+		c.ok[key] = after
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// forget drops the entries of deleted checkpoints.
+func (c *VerifyCache) forget(dir, prefix string) {
+	if c != nil {
+		c.mu.Lock()
+		delete(c.ok, filepath.Join(dir, prefix))
+		c.mu.Unlock()
+	}
+}
+
+// RetainCached keeps the keep newest valid checkpoints of dir (keep <= 0 keeps
 // them all) and deletes the rest, and rewrites the state file to list the
 // kept ones.
 //
@@ -252,7 +321,10 @@ func Retain(dir string, keep int) error { return RetainLog(dir, keep, nil) }
 //     temporary files left by crashed writers) older than the newest valid
 //     one, and temporary state files. Files of checkpoints newer than the newest valid one that have
 //     no index are left alone: they may be in the middle of being written.
-func RetainLog(dir string, keep int, log *slog.Logger) error {
+//
+// cache, if not nil, spares reading again the checkpoints it has seen valid
+// (see VerifyCache).
+func RetainCached(dir string, keep int, log *slog.Logger, cache *VerifyCache) error {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -272,7 +344,7 @@ func RetainLog(dir string, keep int, log *slog.Logger) error {
 			drop[c] = true
 			continue
 		}
-		if err := Verify(dir, c.prefix); err != nil {
+		if err := cache.verify(dir, c); err != nil {
 			if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrIncomplete) {
 				log.Warn("checkpoint: deleting an invalid checkpoint", "dir", dir, "prefix", c.prefix, "err", err)
 				drop[c] = true
@@ -307,6 +379,7 @@ func RetainLog(dir string, keep int, log *slog.Logger) error {
 		if !drop[c] {
 			continue
 		}
+		cache.forget(dir, c.prefix)
 		// The index goes first, so that an interrupted deletion leaves an
 		// incomplete checkpoint rather than one with missing shards.
 		isIndex := func(f string) bool { return strings.HasSuffix(f, ".index") }
