@@ -74,6 +74,11 @@ type ClickLogConfig struct {
 	// Seed fixes the planted model (ModelSeed, default Seed) and the
 	// examples: the same config gives the same log.
 	Seed, ModelSeed int64
+	// Interaction scales the planted model's pairwise term (default 0.1;
+	// negative: none). The wide-and-deep model learns the per-id and dense
+	// terms quickly and the pairwise one slowly, so this sets how far
+	// below the planted AUC a short training run ends.
+	Interaction float64
 }
 
 func (c ClickLogConfig) withDefaults() ClickLogConfig {
@@ -89,6 +94,12 @@ func (c ClickLogConfig) withDefaults() ClickLogConfig {
 	if c.ModelSeed == 0 {
 		c.ModelSeed = c.Seed
 	}
+	switch {
+	case c.Interaction == 0:
+		c.Interaction = 0.1
+	case c.Interaction < 0:
+		c.Interaction = 0
+	}
 	return c
 }
 
@@ -98,8 +109,8 @@ const plantedDim = 4
 // PlantedModel is the ground truth of a synthetic click log: a wide and
 // deep logit
 //
-//	bias + sum_f w[id_f] + u.dense + sum over feature pairs (f, f+1) of
-//	  <e[id_f], e[id_f+1]> / 2 + v.tanh(dense)
+//	bias + sum_f w[id_f] + u.dense + v.tanh(dense) +
+//	  Interaction * sum over the pairs (0,1), (2,3), ... of <e[id_f], e[id_f+1]>
 //
 // whose sigmoid is the click probability. The pairwise term is what a
 // linear model cannot learn and embeddings can.
@@ -109,14 +120,16 @@ type PlantedModel struct {
 	W     []float64 // [26*vocab]
 	E     []float64 // [26*vocab*plantedDim]
 	U, V  []float64 // [13]
+	// Interaction scales the pairwise term.
+	Interaction float64
 }
 
 // NewPlantedModel draws the ground truth for vocab ids per feature.
-func NewPlantedModel(vocab int, seed int64) *PlantedModel {
+func NewPlantedModel(vocab int, seed int64, interaction float64) *PlantedModel {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x706c616e746564)) // "planted"
 	rows := CategoricalFeatures * vocab
 	m := &PlantedModel{Vocab: vocab, Bias: -1.2, W: make([]float64, rows), E: make([]float64, rows*plantedDim),
-		U: make([]float64, DenseFeatures), V: make([]float64, DenseFeatures)}
+		U: make([]float64, DenseFeatures), V: make([]float64, DenseFeatures), Interaction: interaction}
 	for i := range m.W {
 		m.W[i] = 0.35 * rng.NormFloat64()
 	}
@@ -142,7 +155,7 @@ func (m *PlantedModel) Logit(cat []int64, dense []float32) float64 {
 		for k := range plantedDim {
 			dot += a[k] * b[k]
 		}
-		z += dot / 2
+		z += dot * m.Interaction
 	}
 	for j, x := range dense {
 		z += m.U[j]*float64(x) + m.V[j]*math.Tanh(float64(x))
@@ -166,7 +179,7 @@ func SyntheticClickLog(cfg ClickLogConfig) (*ClickLog, error) {
 	case !(cfg.Zipf > 1):
 		return nil, fmt.Errorf("data: SyntheticClickLog: Zipf exponent %v: want more than 1", cfg.Zipf)
 	}
-	m := NewPlantedModel(cfg.Vocab, cfg.ModelSeed)
+	m := NewPlantedModel(cfg.Vocab, cfg.ModelSeed, cfg.Interaction)
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x636c69636b6c6f67)) // "clicklog"
 	// Each feature's popular ids are a different random subset.
 	perm := make([][]int64, CategoricalFeatures)

@@ -17,6 +17,12 @@ import (
 // and int32 class labels, predict "classes" and "probabilities", and
 // report "accuracy".
 func ModelFn(name string, c Config, opt train.Optimizer) (estimator.ModelFn, error) {
+	if name == "widedeep" {
+		if opt == nil {
+			return nil, fmt.Errorf("models: %s: no optimizer", name)
+		}
+		return wideDeepModelFn(c.withDefaults(), opt)
+	}
 	a, ok := architectures[name]
 	if !ok {
 		return nil, fmt.Errorf("models: unknown model %q (want one of %v)", name, Names)
@@ -68,6 +74,13 @@ type Data struct {
 	TestX, TestY   *tensor.Tensor
 	// Source says where the examples came from.
 	Source string
+	// Features, when set, names every input feature: TrainX and TestX are
+	// the first, TrainExtra and TestExtra the others in order (the
+	// wide-and-deep model's "cat" and "dense").
+	Features              []string
+	TrainExtra, TestExtra []*tensor.Tensor
+	// Clicks and TestClicks are the click logs of the CTR model.
+	Clicks, TestClicks *data.ClickLog
 }
 
 // LoadData loads the examples of the model called name: for the
@@ -75,6 +88,9 @@ type Data struct {
 // noise(0.33) (between 1,000 and 100,000); for the classifiers,
 // Fashion-MNIST from dir (see data.Load).
 func LoadData(name, dir string, seed int64, steps, batch int) (Data, error) {
+	if name == "widedeep" {
+		return loadClicks(dir, seed, WideDeepConfig{}.withDefaults().Vocab)
+	}
 	a, ok := architectures[name]
 	if !ok {
 		return Data{}, fmt.Errorf("models: unknown model %q (want one of %v)", name, Names)
@@ -94,7 +110,12 @@ func LoadData(name, dir string, seed int64, steps, batch int) (Data, error) {
 func (d Data) Examples() int { return d.TrainX.Shape()[0] }
 
 // Feature is the name of the model's input feature.
-func Feature(name string) string { return architectures[name].feature }
+func Feature(name string) string {
+	if name == "widedeep" {
+		return WideDeepFeatures[0]
+	}
+	return architectures[name].feature
+}
 
 // TrainInput is the endless training input of batches of batch examples,
 // for the replica an estimator names. Every epoch, all replicas' shards
@@ -108,7 +129,7 @@ func Feature(name string) string { return architectures[name].feature }
 // but in batches no single process would draw.)
 func (d Data) TrainInput(feature string, batch int) estimator.InputFn {
 	return func(ic estimator.InputContext) (*estimator.Input, error) {
-		ds, err := data.FromTensors(d.TrainX, d.TrainY)
+		ds, err := data.FromTensors(d.tensors(d.TrainX, d.TrainExtra, d.TrainY)...)
 		if err != nil {
 			return nil, err
 		}
@@ -116,7 +137,7 @@ func (d Data) TrainInput(feature string, batch int) estimator.InputFn {
 		if ic.NumReplicas > 1 {
 			ds = ds.Shard(ic.NumReplicas, ic.ReplicaIndex)
 		}
-		return &estimator.Input{Dataset: ds.Repeat(-1).Batch(batch, true).Prefetch(2), Features: []string{feature}}, nil
+		return &estimator.Input{Dataset: ds.Repeat(-1).Batch(batch, true).Prefetch(2), Features: d.featureNames(feature)}, nil
 	}
 }
 
@@ -127,10 +148,21 @@ func (d Data) TestInput(feature string, batch int) estimator.InputFn {
 		return nil
 	}
 	return func(estimator.InputContext) (*estimator.Input, error) {
-		ds, err := data.FromTensors(d.TestX, d.TestY)
+		ds, err := data.FromTensors(d.tensors(d.TestX, d.TestExtra, d.TestY)...)
 		if err != nil {
 			return nil, err
 		}
-		return &estimator.Input{Dataset: ds.Batch(batch, false), Features: []string{feature}}, nil
+		return &estimator.Input{Dataset: ds.Batch(batch, false), Features: d.featureNames(feature)}, nil
 	}
+}
+
+func (d Data) tensors(x *tensor.Tensor, extra []*tensor.Tensor, y *tensor.Tensor) []*tensor.Tensor {
+	return append(append([]*tensor.Tensor{x}, extra...), y)
+}
+
+func (d Data) featureNames(feature string) []string {
+	if len(d.Features) > 0 {
+		return d.Features
+	}
+	return []string{feature}
 }

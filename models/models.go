@@ -32,6 +32,8 @@ type Config struct {
 	Seed int
 	// DType of the parameters and activations (default float32).
 	DType tensor.DType
+	// WideDeep shapes the "widedeep" model.
+	WideDeep WideDeepConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -45,7 +47,7 @@ func (c Config) withDefaults() Config {
 }
 
 // Names lists the reference models by their CLI name.
-var Names = []string{"linreg", "mlp", "cnn"}
+var Names = []string{"linreg", "mlp", "cnn", "widedeep"}
 
 // architecture is a model as two parts: its variables, created once, and a
 // tower that computes the training loss and the evaluation outputs from
@@ -92,6 +94,9 @@ func Build(s *graph.Scope, name string, c Config) (*Model, error) {
 // variables.
 func BuildTowers(s *graph.Scope, name string, c Config, devices []string) ([]*Model, error) {
 	a, ok := architectures[name]
+	if !ok && name == "widedeep" {
+		return nil, fmt.Errorf("models: widedeep is built as an estimator model function (ModelFn), not as towers")
+	}
 	if !ok {
 		return nil, fmt.Errorf("models: unknown model %q (want one of %v)", name, Names)
 	}

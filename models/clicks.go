@@ -1,0 +1,99 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/tensor"
+)
+
+// The CTR workload's data: the synthetic click log by default, or the
+// Criteo TSV files of a directory.
+const (
+	// ClickTrainExamples and ClickTestExamples size the synthetic log.
+	ClickTrainExamples = 500_000
+	ClickTestExamples  = 50_000
+	// criteoLimit bounds the examples read from a Criteo directory (the
+	// full logs do not fit in memory).
+	criteoLimit = 5_000_000
+)
+
+// loadClicks returns the CTR examples: from the Criteo TSV files of dir
+// (the last tenth for evaluation), or, if dir is empty, a synthetic log
+// whose planted model is fixed (the seed changes only the examples'
+// order of generation, not the ground truth).
+func loadClicks(dir string, seed int64, vocab int) (Data, error) {
+	var all *data.ClickLog
+	var err error
+	var source string
+	var nTrain int
+	if dir != "" {
+		if all, err = data.LoadCriteoDir(dir, vocab, criteoLimit); err != nil {
+			return Data{}, err
+		}
+		nTrain = all.Len() - all.Len()/10
+		source = fmt.Sprintf("Criteo TSV %s (%d examples, ids hashed into %d per feature)", dir, all.Len(), vocab)
+	} else {
+		all, err = data.SyntheticClickLog(data.ClickLogConfig{Examples: ClickTrainExamples + ClickTestExamples,
+			Vocab: vocab, Seed: seed, ModelSeed: 17})
+		if err != nil {
+			return Data{}, err
+		}
+		nTrain = ClickTrainExamples
+		source = fmt.Sprintf("synthetic click log (%d ids per feature, Zipf 1.1, planted wide-and-deep model)", vocab)
+	}
+	tr, te, err := all.Split(nTrain)
+	if err != nil {
+		return Data{}, err
+	}
+	return Data{
+		TrainX: tr.Cat, TrainY: tr.Labels, TestX: te.Cat, TestY: te.Labels, Source: source,
+		Features: WideDeepFeatures, TrainExtra: []*tensor.Tensor{tr.Dense}, TestExtra: []*tensor.Tensor{te.Dense},
+		Clicks: tr, TestClicks: te,
+	}, nil
+}
+
+// ClickMetrics are the CTR model's evaluation: its AUC and log loss on a
+// click log, and the planted model's AUC on the same examples (NaN for
+// real data, which has no planted model).
+type ClickMetrics struct {
+	AUC, LogLoss, PlantedAUC float64
+}
+
+// EvaluateClicks predicts every example of l with the trained estimator
+// (in batches of 4096) and scores the predictions.
+func EvaluateClicks(ctx context.Context, est *estimator.Estimator, l *data.ClickLog) (ClickMetrics, error) {
+	n := l.Len()
+	probs := make([]float64, 0, n)
+	const batch = 4096
+	for lo := 0; lo < n; lo += batch {
+		part, _, err := l.Split(min(lo+batch, n))
+		if err != nil {
+			return ClickMetrics{}, err
+		}
+		_, part, err = part.Split(lo)
+		if err != nil {
+			return ClickMetrics{}, err
+		}
+		out, err := est.Predict(ctx, map[string]*tensor.Tensor{"cat": part.Cat, "dense": part.Dense})
+		if err != nil {
+			return ClickMetrics{}, fmt.Errorf("models: predicting clicks: %w", err)
+		}
+		p, ok := out["probability"]
+		if !ok {
+			return ClickMetrics{}, fmt.Errorf("models: the model predicts no \"probability\"")
+		}
+		for i := range p.NumElements() {
+			probs = append(probs, p.Float64At(i))
+		}
+	}
+	labels := l.Labels.Float32s()
+	m := ClickMetrics{AUC: data.AUC(probs, labels), LogLoss: data.LogLoss(probs, labels), PlantedAUC: math.NaN()}
+	if l.Planted != nil {
+		m.PlantedAUC = data.AUC(l.Planted, labels)
+	}
+	return m, nil
+}

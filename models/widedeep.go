@@ -1,0 +1,125 @@
+package models
+
+import (
+	"fmt"
+
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/train"
+)
+
+// The wide-and-deep CTR model (Cheng et al. 2016; issue 17). It reads the
+// features "cat" (int64 [batch, 26], rows of one table: see data.ClickLog)
+// and "dense" (float32 [batch, 13]) and float32 0/1 labels. The wide part
+// is a linear model: a weight per id (an embedding table of width 1) and
+// per dense feature; the deep part embeds every id, concatenates the
+// embeddings with the dense features and runs an MLP. Both tables are
+// partitioned by rows (WideDeepConfig.Shards) so that a replica device
+// setter spreads them over the parameter servers, and are read with
+// ops.EmbeddingLookup, so a step moves and updates only the rows of the
+// batch's ids.
+
+// WideDeepConfig shapes the wide-and-deep model. Zero fields take defaults.
+type WideDeepConfig struct {
+	// Vocab is the number of ids of each categorical feature (default
+	// 100): the tables have 26*Vocab rows, and every id of "cat" must be
+	// below that (see data.ClickLog).
+	Vocab int
+	// Dim is the deep embeddings' width (default 8).
+	Dim int
+	// Hidden lists the MLP's layer widths (default 64, 32).
+	Hidden []int
+	// Shards is the number of row partitions of each table (default 2).
+	Shards int
+	// Strategy maps ids to shards: "mod" (default) or "div".
+	Strategy string
+}
+
+func (c WideDeepConfig) withDefaults() WideDeepConfig {
+	if c.Vocab == 0 {
+		c.Vocab = 100
+	}
+	if c.Dim == 0 {
+		c.Dim = 8
+	}
+	if c.Hidden == nil {
+		c.Hidden = []int{64, 32}
+	}
+	if c.Shards == 0 {
+		c.Shards = 2
+	}
+	if c.Strategy == "" {
+		c.Strategy = "mod"
+	}
+	return c
+}
+
+// WideDeepFeatures are the names of the wide-and-deep model's features.
+var WideDeepFeatures = []string{"cat", "dense"}
+
+// wideDeepModelFn is ModelFn("widedeep").
+func wideDeepModelFn(c Config, opt train.Optimizer) (estimator.ModelFn, error) {
+	w := c.WideDeep.withDefaults()
+	rows := data.CategoricalFeatures * w.Vocab
+	if rows < w.Shards || w.Dim < 1 || w.Shards < 1 {
+		return nil, fmt.Errorf("models: widedeep: %d rows, width %d, %d shards: want width >= 1 and at least one row per shard", rows, w.Dim, w.Shards)
+	}
+	nc, nd := data.CategoricalFeatures, data.DenseFeatures
+	return func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
+		cat, ok1 := f["cat"]
+		dense, ok2 := f["dense"]
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("models: widedeep reads features %v; the input has %v", WideDeepFeatures, featureNames(f))
+		}
+		dt := c.DType
+		ws, ds := s.SubScope("wide"), s.SubScope("deep")
+		wideT, err := ops.NewPartitionedVariable(ws, "emb", dt, []int{rows, 1}, ops.ZerosInit(), w.Shards)
+		if err != nil {
+			return nil, err
+		}
+		deepT, err := ops.NewPartitionedVariable(ds, "emb", dt, []int{rows, w.Dim}, ops.RandomUniformInit(-0.05, 0.05, c.Seed), w.Shards)
+		if err != nil {
+			return nil, err
+		}
+		denseW := ops.NewVariable(ws, "dense_W", dt, []int{nd, 1}, ops.ZerosInit())
+		bias := ops.NewVariable(ws, "b", dt, []int{1}, ops.ZerosInit())
+		in := nc*w.Dim + nd
+		var layers [][2]*ops.Variable
+		for i, h := range append(append([]int{}, w.Hidden...), 1) {
+			ls := ds.SubScope(fmt.Sprintf("layer%d", i))
+			layers = append(layers, [2]*ops.Variable{
+				ops.NewVariable(ls, "W", dt, []int{in, h}, ops.GlorotUniformInit(c.Seed+1+i)),
+				ops.NewVariable(ls, "b", dt, []int{h}, ops.ZerosInit()),
+			})
+			in = h
+		}
+
+		wideIDs := ops.ReshapeTo(ws, ops.EmbeddingLookup(ws, wideT, cat, w.Strategy), -1, nc)
+		wide := ops.Add(ws, ops.Sum(ws, wideIDs, []int{1}, true), ops.MatMul(ws, dense, denseW.Value(), false, false))
+		emb := ops.ReshapeTo(ds, ops.EmbeddingLookup(ds, deepT, cat, w.Strategy), -1, nc*w.Dim)
+		h := ops.Concat(ds, 1, emb, dense)
+		for i, l := range layers {
+			h = ops.BiasAdd(ds, ops.MatMul(ds, h, l[0].Value(), false, false), l[1].Value())
+			if i < len(layers)-1 {
+				h = ops.Relu(ds, h)
+			}
+		}
+		logit := ops.ReshapeTo(s, ops.BiasAdd(s, ops.Add(s, wide, h), bias.Value()), -1)
+		spec := &estimator.Spec{Optimizer: opt}
+		spec.Predictions = map[string]graph.Output{"probability": ops.Sigmoid(s, logit), "logit": logit}
+		if mode != estimator.Predict {
+			ls := s.SubScope("loss")
+			y := labels
+			if y.DType() != dt {
+				y = ops.Cast(ls, y, dt)
+			}
+			// Binary cross-entropy from logits: softplus(z) - y*z.
+			perExample := ops.Sub(ls, ops.Softplus(ls, logit), ops.Mul(ls, y, logit))
+			spec.Loss = ops.Mean(ls, perExample, nil, false)
+			spec.EvalMetrics = map[string]estimator.Metric{"logloss": estimator.MeanMetric(ls, perExample)}
+		}
+		return spec, nil
+	}, nil
+}

@@ -1,0 +1,71 @@
+package models_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/models"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// TestWideDeepLearnsClicks trains the wide-and-deep model in one process
+// on a small synthetic click log and checks that its AUC approaches the
+// planted model's. (WIDEDEEP_STEPS, _VOCAB, _EXAMPLES, _LR, _BATCH scale it
+// up by hand.)
+func TestWideDeepLearnsClicks(t *testing.T) {
+	vocab := envInt("WIDEDEEP_VOCAB", 100)
+	steps := envInt("WIDEDEEP_STEPS", 800)
+	batch := envInt("WIDEDEEP_BATCH", 256)
+	n := envInt("WIDEDEEP_EXAMPLES", 100000)
+	lr := float32(envInt("WIDEDEEP_LR_MILLI", 500)) / 1000
+	all, err := data.SyntheticClickLog(data.ClickLogConfig{Examples: n + 10000, Vocab: vocab, Seed: 3, ModelSeed: 17,
+		Interaction: float64(envInt("WIDEDEEP_INTER_PCT", 0)) / 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, te, err := all.Split(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := models.Data{TrainX: tr.Cat, TrainY: tr.Labels, TestX: te.Cat, TestY: te.Labels,
+		Features: models.WideDeepFeatures, TrainExtra: []*tensor.Tensor{tr.Dense}, TestExtra: []*tensor.Tensor{te.Dense}}
+	opt, err := train.NewOptimizer(os.Getenv("WIDEDEEP_OPT")+map[bool]string{true: "adagrad"}[os.Getenv("WIDEDEEP_OPT") == ""], lr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := models.ModelFn("widedeep", models.Config{Seed: 1, WideDeep: models.WideDeepConfig{Vocab: vocab}}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := estimator.New(fn, estimator.RunConfig{Seed: 1, Progress: io.Discard, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	res, err := est.Train(ctx, d.TrainInput("cat", batch), estimator.Stop{MaxSteps: int64(steps)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := models.EvaluateClicks(ctx, est, te)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d steps of %d: AUC %.4f (planted %.4f), log loss %.4f, %.0f examples/s", steps, batch, m.AUC, m.PlantedAUC, m.LogLoss, res.ExamplesPerSecond)
+	if m.AUC < m.PlantedAUC-0.035 {
+		t.Errorf("AUC %.4f after %d steps: more than 0.035 below the planted %.4f", m.AUC, steps, m.PlantedAUC)
+	}
+}
