@@ -157,6 +157,7 @@ type taskState struct {
 	// prev holds the last scrape's counters, to turn them into rates.
 	prev     counters
 	havePrev bool
+	window   []counters // the last rateWindow scrapes, oldest first
 	lastErr  string
 	lastEval map[string]float64 // distflow_eval_metric by name
 	fresh    bool               // answered in the last poll
@@ -172,6 +173,9 @@ type counters struct {
 	checkpoints float64
 	stale       float64
 }
+
+// rateWindow is how many scrapes the rates span.
+const rateWindow = 5
 
 // probe is one task's answers in a poll.
 type probe struct {
@@ -340,10 +344,13 @@ func (d *Dashboard) readMetricsLocked(now time.Time, t *taskState, fams map[stri
 	c.stale, _ = counter(fams, "distflow_stale_gradients_dropped_total")
 	if t.havePrev {
 		p := t.prev
-		if dt := c.at.Sub(p.at).Seconds(); dt > 0 {
-			s.StepRate = max(0, c.steps-p.steps) / dt
-			s.ExamplesPerSecond = max(0, c.examples-p.examples) / dt
-			s.CPU = max(0, c.cpu-p.cpu) / dt
+		// Rates over the last few polls: one poll of a busy machine is
+		// noise, and would make stragglers of healthy tasks.
+		w := t.window[0]
+		if dt := c.at.Sub(w.at).Seconds(); dt > 0 {
+			s.StepRate = max(0, c.steps-w.steps) / dt
+			s.ExamplesPerSecond = max(0, c.examples-w.examples) / dt
+			s.CPU = max(0, c.cpu-w.cpu) / dt
 		}
 		if n := c.steps - p.steps; n > 0 {
 			s.StepSeconds = (c.stepSum - p.stepSum) / n
@@ -354,6 +361,13 @@ func (d *Dashboard) readMetricsLocked(now time.Time, t *taskState, fams map[stri
 		if n := c.stale - p.stale; n > 0 {
 			d.addEventLocked(now, t.name(), "stale", fmt.Sprintf("dropped %.0f stale gradient(s)", n))
 		}
+	}
+	if !t.havePrev {
+		t.window = t.window[:0]
+	}
+	t.window = append(t.window, c)
+	if len(t.window) > rateWindow {
+		t.window = t.window[1:]
 	}
 	t.prev, t.havePrev = c, true
 	t.lastEval = evalMetrics(fams)
@@ -420,7 +434,7 @@ func histogram(fams map[string]*dto.MetricFamily, name string) (count, sum float
 func (d *Dashboard) markStragglersLocked(now time.Time) {
 	var rates []float64
 	for _, t := range d.tasks {
-		if training(t.Job) && t.fresh && isUp(t.status.State) && t.status.StepRate > 0 {
+		if training(t.Job) && t.fresh && len(t.window) > 1 && isUp(t.status.State) && t.status.StepRate > 0 {
 			rates = append(rates, t.status.StepRate)
 		}
 	}
@@ -428,11 +442,12 @@ func (d *Dashboard) markStragglersLocked(now time.Time) {
 		return
 	}
 	sort.Float64s(rates)
-	median := rates[len(rates)/2]
+	n := len(rates)
+	median := (rates[(n-1)/2] + rates[n/2]) / 2
 	for _, t := range d.tasks {
 		s := &t.status
-		if !training(t.Job) || !t.fresh || !isUp(s.State) {
-			continue
+		if !training(t.Job) || !t.fresh || len(t.window) < 2 || !isUp(s.State) {
+			continue // not judged without a rate of its own
 		}
 		slow := s.StepRate < d.cfg.StragglerRatio*median
 		switch {

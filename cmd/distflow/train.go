@@ -84,6 +84,8 @@ type trainFlags struct {
 	security pki.Security
 	// metricsPort serves Prometheus metrics (metrics.go).
 	metricsPort int
+	// dash serves the live dashboard (dashboard.go).
+	dash dashboardFlags
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -151,6 +153,7 @@ func newTrainCommand() *cobra.Command {
 	addTraceFlags(fl, &f.trace)
 	addSecurityFlags(fl, &f.security, false)
 	addMetricsFlag(fl, &f.metricsPort, true)
+	addDashboardFlags(fl, &f.dash)
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket")
 	_ = fl.MarkHidden("listen-fd")
 	return cmd
@@ -334,7 +337,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	if f.listenFD != 0 { // a socket handed down, as a local cluster does
 		os.Setenv(localcluster.EnvListenFD, strconv.Itoa(f.listenFD))
 	}
-	progress := stderr
+	progress := progressOutput(stderr) // a bar on a terminal (progress.go)
 	if f.quiet {
 		progress = io.Discard
 	}
@@ -383,6 +386,12 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 			return nil, errors.New("a serving task reads no input")
 		}, Stop: estimator.Stop{MaxSteps: 1}}
 	}
+	dashHooks, stopDash, err := f.dash.taskHooks(ctx, f, spec, self, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer stopDash()
+	ts.Hooks = append(ts.Hooks, dashHooks...)
 	res, err := estimator.TrainAndEvaluate(ctx, est, ts, es)
 	if err != nil {
 		return err
@@ -467,11 +476,12 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 	args := []string{"train"}
 	fl.Visit(func(fv *pflag.Flag) {
 		switch fv.Name {
-		case "local-cluster", "cpuprofile", "memprofile":
+		case "local-cluster", "cpuprofile", "memprofile", "dashboard":
 			return
 		}
 		args = append(args, "--"+fv.Name+"="+fv.Value.String())
 	})
+	sec := f.security
 	if f.security == (pki.Security{}) {
 		// The tasks' connections use mutual TLS with a CA made for this
 		// run alone, removed at its end.
@@ -481,11 +491,17 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		}
 		defer remove()
 		args = append(args, "--certs-dir="+dir)
+		sec.CertsDir = dir
 	}
+	dashEnv, stopDash, err := f.dash.launch(ctx, f, sec, stderr)
+	if err != nil {
+		return err
+	}
+	defer stopDash()
 	async := f.strategy().String() == estimator.Async{}.String()
 	_, isSync := f.strategy().(estimator.Sync)
 	return localcluster.Run(ctx, localcluster.Config{
-		Jobs: jobs, Args: args, Stdout: stdout, Stderr: stderr, Verbose: f.verbose,
+		Jobs: jobs, Args: args, Env: dashEnv, Stdout: stdout, Stderr: progressOutput(stderr), Verbose: f.verbose,
 		// A supervisor restarts a ps that dies when the workers can recover
 		// from it: asynchronous training with checkpoints to restore from.
 		RestartPS:          async && (f.ckptDir != "" || f.logdir != ""),
