@@ -716,13 +716,13 @@ func (r *run) exec(i int32, w *worker) int32 {
 	}
 
 	e.executed.Add(1)
-	var start int64
-	if r.trace != nil {
+	tr, start := r.trace, int64(0) // nil unless traced: one branch each side
+	if tr != nil {
 		start = time.Now().UnixNano()
 	}
 	err := compute(en, c, r.values[en.outBase:en.outBase+en.numOut])
-	if r.trace != nil {
-		r.trace.record(w, en, c, start, err != nil)
+	if tr != nil {
+		tr.record(w, en, c, start, err != nil)
 	}
 	if en.leases {
 		clear(w.leases) // the kernel's now
