@@ -26,8 +26,9 @@ func TestLocalClusterMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	// "[/job:ps/task:0] time=... msg="serving metrics" url=http://127.0.0.1:PORT/metrics"
-	re := regexp.MustCompile(`^\[/job:(\w+)/task:(\d+)\] .*serving metrics.* url=(\S+)`)
+	// "[ps 0] time=... msg="serving metrics" url=http://127.0.0.1:PORT/metrics"
+	re := regexp.MustCompile(`^\[(\w+) (\d+)\] .*serving metrics.* url=(\S+)`)
+	progress := regexp.MustCompile(`^\[(worker \d+)\] .*local_step`)
 	urls := map[string]string{} // by "job/index"
 	stepping := map[string]bool{}
 	for len(urls) < 3 || len(stepping) < 2 {
@@ -39,8 +40,8 @@ func TestLocalClusterMetrics(t *testing.T) {
 			if m := re.FindStringSubmatch(l); m != nil {
 				urls[m[1]+"/"+m[2]] = m[3]
 			}
-			if strings.Contains(l, "] local_step") {
-				stepping[l[:strings.Index(l, "]")]] = true
+			if m := progress.FindStringSubmatch(l); m != nil {
+				stepping[m[1]] = true
 			}
 		case <-ctx.Done():
 			t.Fatalf("not every task served metrics and trained within a minute: %v, training: %v", urls, stepping)
@@ -76,14 +77,14 @@ func TestLocalClusterMetrics(t *testing.T) {
 	// Two new progress lines from each worker: both trained in between.
 	drain(lines)
 	seen := map[string]int{}
-	for seen["[/job:worker/task:0"] < 2 || seen["[/job:worker/task:1"] < 2 {
+	for seen["worker 0"] < 2 || seen["worker 1"] < 2 {
 		select {
 		case l, ok := <-lines:
 			if !ok {
 				t.Fatal("the launcher exited during the run")
 			}
-			if strings.Contains(l, "] local_step") {
-				seen[l[:strings.Index(l, "]")]]++
+			if m := progress.FindStringSubmatch(l); m != nil {
+				seen[m[1]]++
 			}
 		case <-ctx.Done():
 			t.Fatalf("the workers stopped training: %v", seen)
