@@ -9,7 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/distflow/distflow/dashboard/internal/browser"
+	"github.com/distflow/distflow/internal/browser"
 )
 
 // TestPage64 opens the page of a fake cluster of 64 tasks in headless
