@@ -188,6 +188,15 @@ func (r *Ring) NextView(ctx context.Context, gen int64) (View, error) {
 	}
 }
 
+// NewestView returns the newest view received, if any.
+func (r *Ring) NewestView() (View, bool) {
+	v, _ := r.views.after(math.MinInt64)
+	if v == nil {
+		return View{}, false
+	}
+	return *v, true
+}
+
 // ViewAfter returns a channel closed once a view newer than gen has
 // arrived (at once if it has): a member cancels an operation of an older
 // view with it, since rank 0 has moved on.

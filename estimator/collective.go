@@ -3,11 +3,9 @@ package estimator
 import (
 	"context"
 	"fmt"
-	"math"
-	"strings"
 	"time"
 
-	"github.com/distflow/distflow/allreduce"
+	"github.com/distflow/distflow/checkpoint"
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
@@ -75,27 +73,31 @@ func (a Averaging) train(ctx context.Context, r *replica) (*Result, error) {
 // collectiveStep is one step of a collective strategy on one rank.
 type collectiveStep interface {
 	// broadcast makes every rank start from rank 0's values.
-	broadcast(ctx context.Context, sess *session.Session, ring *allreduce.Ring) error
+	broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error
+	// restart starts the strategy's own schedule afresh, on every member
+	// at once, after a new view of the ring.
+	restart()
 	// step trains on a batch and communicates; it returns the batch loss.
-	step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring *allreduce.Ring, step int64) (float64, error)
+	step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64) (float64, error)
 	// finish runs after the last step.
-	finish(ctx context.Context, sess *session.Session, ring *allreduce.Ring) error
+	finish(ctx context.Context, sess *session.Session, ring train.AllReducer) error
 	// describe adds to a progress line.
 	describe() string
 }
 
 type allReduceStep struct{ t *train.AllReduceTrainer }
 
-func (a *allReduceStep) broadcast(ctx context.Context, sess *session.Session, ring *allreduce.Ring) error {
+func (a *allReduceStep) broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
 	return a.t.Broadcast(ctx, sess, ring, -1)
 }
 
-func (a *allReduceStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring *allreduce.Ring, step int64) (float64, error) {
+func (a *allReduceStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64) (float64, error) {
 	return a.t.Step(ctx, sess, feeds, ring, step)
 }
 
-func (a *allReduceStep) finish(context.Context, *session.Session, *allreduce.Ring) error { return nil }
-func (a *allReduceStep) describe() string                                                { return "" }
+func (a *allReduceStep) finish(context.Context, *session.Session, train.AllReducer) error { return nil }
+func (a *allReduceStep) describe() string                                                 { return "" }
+func (a *allReduceStep) restart()                                                         {}
 
 type averagingStep struct {
 	op   *graph.Node
@@ -103,11 +105,11 @@ type averagingStep struct {
 	av   *train.PeriodicAverager
 }
 
-func (a *averagingStep) broadcast(ctx context.Context, sess *session.Session, ring *allreduce.Ring) error {
+func (a *averagingStep) broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
 	return a.av.Broadcast(ctx, sess, ring)
 }
 
-func (a *averagingStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring *allreduce.Ring, _ int64) (float64, error) {
+func (a *averagingStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, _ int64) (float64, error) {
 	out, err := sess.Run(ctx, feeds, []graph.Output{a.loss}, []*graph.Node{a.op})
 	if err != nil {
 		return 0, err
@@ -116,7 +118,9 @@ func (a *averagingStep) step(ctx context.Context, sess *session.Session, feeds m
 	return out[0].Float64At(0), err
 }
 
-func (a *averagingStep) finish(ctx context.Context, sess *session.Session, ring *allreduce.Ring) error {
+func (a *averagingStep) restart() { a.av.Restart() }
+
+func (a *averagingStep) finish(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
 	return a.av.Average(ctx, sess, ring)
 }
 
@@ -177,80 +181,61 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
 		return nil, err
 	}
-	bctx, cancel := context.WithTimeout(ctx, cfg.WaitTimeout)
-	err = st.broadcast(bctx, sess, ring)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("estimator: %s: waiting for the other workers (wait timeout %v): %w", cfg.Task, cfg.WaitTimeout, err)
-	}
 
 	batch := in.first[0].Shape()[0]
 	ranks := len(r.reps)
 	steps := r.stop.steps(batch, ranks)
-	r.log.Info("training", "strategy", cfg.Strategy.String(), "rank", r.index, "ranks", ranks, "steps", steps, "batch", batch)
-	var loss float64
-	warmup, timedFrom := warmupSteps(steps), 0
-	trainStart := time.Now()
-	window, windowStart := 0, trainStart
-	feeds := map[graph.Output]*tensor.Tensor{}
-	for step := int64(1); step <= steps; step++ {
-		b, err := in.next()
-		if err != nil {
-			return nil, fmt.Errorf("estimator: %sreading a batch: %w", r.who(), err)
-		}
-		if err := t.feeds(feeds, b); err != nil {
+	l := &ringLoop{r: r, ring: ring, st: st, sess: sess, t: t, in: in, steps: steps, batch: batch,
+		setStep: setStep, stepsMade: stepsMade, gsType: gs.DType(), feeds: map[graph.Output]*tensor.Tensor{},
+		warmup: warmupSteps(steps)}
+	start := int64(1)
+	if r.chief() && cfg.CheckpointDir != "" {
+		// Rank 0 saves and restores, as the chief of the other strategies
+		// does; the others take its model with its first view.
+		if l.saver, err = checkpoint.NewSaver(s, ops.GlobalVariables(s.Graph()), checkpoint.SaverConfig{Dir: cfg.CheckpointDir, Keep: cfg.KeepCheckpoints, Logger: r.log}); err != nil {
 			return nil, err
 		}
-		if cfg.StepDelay > 0 {
-			select {
-			case <-time.After(cfg.StepDelay):
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		sctx, cancel := context.WithTimeout(ctx, cfg.StepTimeout)
-		stepStart := time.Now()
-		loss, err = st.step(sctx, sess, feeds, ring, step)
-		cancel()
+		l.sched = &checkpoint.Schedule{Steps: cfg.SaveCheckpointsSteps, Every: cfg.SaveCheckpointsSecs}
+		restored, ok, err := l.saver.RestoreLatest(ctx, sess)
 		if err != nil {
-			return nil, fmt.Errorf("estimator: %sstep %d: %w", r.who(), step, err)
+			return nil, fmt.Errorf("estimator: restoring from %s: %w", cfg.CheckpointDir, err)
 		}
-		r.observeStep(time.Since(stepStart), batch, step, loss)
-		if math.IsNaN(loss) || math.IsInf(loss, 0) { // as the NaN guard of the ps strategies
-			return nil, fmt.Errorf("estimator: %sstep %d: %w (%v): lower the learning rate", r.who(), step, train.ErrNaNLoss, loss)
-		}
-		window++
-		if int(step) == warmup {
-			trainStart, timedFrom = time.Now(), warmup
-		}
-		if step%int64(cfg.LogEverySteps) == 0 || step == steps {
-			now := time.Now()
-			var line strings.Builder
-			fmt.Fprintf(&line, "%sstep %d/%d", r.who(), step, steps)
-			if n := r.stop.ExamplesPerEpoch; n > 0 {
-				fmt.Fprintf(&line, "  epoch %.2f", float64(step*int64(batch*ranks))/float64(n))
-			}
-			fmt.Fprintf(&line, "  loss %.4f  %.0f examples/s (all ranks)%s", loss,
-				float64(window*batch*ranks)/now.Sub(windowStart).Seconds(), st.describe())
-			fmt.Fprintln(cfg.Progress, line.String())
-			window, windowStart = 0, now
+		if ok {
+			r.log.Info("resumed from a checkpoint", "dir", cfg.CheckpointDir, "global_step", restored)
+			start = restored + 1
+			l.sched.Saved(restored, time.Now())
 		}
 	}
-	if err := st.finish(ctx, sess, ring); err != nil {
+	r.log.Info("training", "strategy", cfg.Strategy.String(), "rank", r.index, "ranks", ranks, "steps", steps, "batch", batch, "first_step", start)
+	l.trainStart, l.windowStart = time.Now(), time.Now()
+	if r.chief() {
+		err = l.lead(ctx, start)
+	} else {
+		err = l.follow(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
-	seconds := time.Since(trainStart).Seconds()
-	timed := int(steps) - timedFrom
+	seconds := time.Since(l.trainStart).Seconds()
+	timed := max(l.localSteps-l.warmup, 0)
+	if l.localSteps < l.warmup {
+		timed = l.localSteps
+	}
 	res := &Result{
 		Task: cfg.Task.String(), Strategy: cfg.Strategy.String(), Chief: r.chief(),
-		GlobalStep: steps, LocalSteps: int(steps), Loss: loss, BatchSize: batch,
+		GlobalStep: steps, LocalSteps: l.localSteps, Loss: l.loss, BatchSize: batch,
 		ExamplesPerSecond:        float64(timed*batch) / seconds,
-		ClusterExamplesPerSecond: float64(timed*batch*ranks) / seconds,
+		ClusterExamplesPerSecond: float64(timed*batch*max(l.lastMembers, 1)) / seconds,
 	}
 	if n := r.stop.ExamplesPerEpoch; n > 0 {
 		res.Epochs = float64(steps*int64(batch*ranks)) / float64(n)
 	}
 	if r.chief() { // the ranks hold the same model: rank 0 keeps it
+		if l.saver != nil {
+			if err := l.save(ctx, steps); err != nil { // the final checkpoint
+				return nil, err
+			}
+		}
 		made := tensor.New(gs.DType())
 		made.SetFloat64At(0, float64(steps))
 		if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{stepsMade: made}, nil, []*graph.Node{setStep}); err != nil {

@@ -274,3 +274,64 @@ func TestSyncLetsALostWorkerBackIn(t *testing.T) {
 		t.Logf("restarted at global step %d\n%s", restartedAt, logs)
 	}
 }
+
+// waitLog waits until the logs after offset from hold s, and returns the
+// offset after it.
+func (c *elasticCluster) waitLog(from int, s string) int {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		logs := c.logs.String()
+		if i := strings.Index(logs[from:], s); i >= 0 {
+			return from + i + len(s)
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no %q in the logs within 30 s:\n%s", s, logs[from:])
+		}
+		time.Sleep(5 * time.Millisecond) // polling the logs, not synchronising
+	}
+}
+
+// TestRingLosesAWorkerAndGrowsBack: a ring of 3 workers (all-reduce, and
+// periodic averaging) loses one (killed): within one step deadline the
+// other 2 go on among themselves; the worker starts again with the same
+// task id and the ring grows back to 3; training finishes.
+func TestRingLosesAWorkerAndGrowsBack(t *testing.T) {
+	for _, strategy := range []estimator.Strategy{estimator.AllReduce{}, estimator.Averaging{Every: 3}} {
+		t.Run(strategy.String(), func(t *testing.T) {
+			const stepTimeout = 5 * time.Second
+			c := newElasticCluster(t, map[string]int{"worker": 3}, estimator.RunConfig{
+				Strategy: strategy, StepTimeout: stepTimeout, WaitTimeout: 20 * time.Second, LostAfter: time.Second,
+				LogEverySteps: 10, StepDelay: 5 * time.Millisecond,
+			})
+			victim := cluster.TaskID{Job: "worker", Index: 2}
+			const steps = 1000
+			c.start(cluster.TaskID{Job: "worker", Index: 0}, steps)
+			c.start(cluster.TaskID{Job: "worker", Index: 1}, steps)
+			c.start(victim, steps)
+			off := c.waitLog(0, "/job:worker/task:0: step 50/")
+			c.kill(victim)
+			killed := time.Now()
+			off = c.waitLog(off, "(2 ranks)")
+			if d := time.Since(killed); d > stepTimeout {
+				t.Errorf("the 2 others went on %v after the kill; want within the step deadline %v", d, stepTimeout)
+			}
+			c.start(victim, steps)
+			off = c.waitLog(off, "a lost replica answers again; letting it back in")
+			c.waitLog(off, "(3 ranks)")
+			results := c.wait()
+			for task, err := range results {
+				if err != nil {
+					t.Errorf("%s: %v", task, err)
+				}
+			}
+			logs := c.logs.String()
+			if !strings.Contains(logs, "the ring re-forms") || !strings.Contains(logs, "peer=/job:worker/task:2") {
+				t.Errorf("the logs do not say that the ring re-formed without /job:worker/task:2")
+			}
+			if t.Failed() || testing.Verbose() {
+				t.Logf("%s", logs)
+			}
+		})
+	}
+}

@@ -346,6 +346,18 @@ func NewPeriodicAverager(s *graph.Scope, vars []*ops.Variable, cfg AveragingConf
 	return a, nil
 }
 
+// Restart starts the averaging schedule afresh: the first period and no
+// local step since the last average. The members of a re-formed ring
+// (a worker joined, or left) call it at the same point, after taking
+// rank 0's variables, so that they agree again on when to average.
+func (a *PeriodicAverager) Restart() {
+	a.tau, a.since, a.round = a.cfg.Tau, 0, 0
+	if a.tau == 0 {
+		a.tau = a.cfg.Tau0
+	}
+	a.stepSum, a.stepN, a.lastComm, a.last = 0, 0, 0, time.Now()
+}
+
 // Tau returns the current period, in local steps.
 func (a *PeriodicAverager) Tau() int { return a.tau }
 
