@@ -203,8 +203,8 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		if ok {
 			r.log.Info("resumed from a checkpoint", "dir", cfg.CheckpointDir, "global_step", restored)
 			start = restored + 1
-			l.sched.Saved(restored, time.Now())
 		}
+		l.sched.Saved(start-1, time.Now()) // the steps are counted from there
 	}
 	r.log.Info("training", "strategy", cfg.Strategy.String(), "rank", r.index, "ranks", ranks, "steps", steps, "batch", batch, "first_step", start)
 	l.trainStart, l.windowStart = time.Now(), time.Now()

@@ -5,6 +5,8 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -331,6 +333,48 @@ func TestRingLosesAWorkerAndGrowsBack(t *testing.T) {
 			}
 			if t.Failed() || testing.Verbose() {
 				t.Logf("%s", logs)
+			}
+		})
+	}
+}
+
+// TestCollectiveCheckpoints: all-reduce and averaging save checkpoints
+// (rank 0) as the other strategies do, and a run given the same
+// directory resumes from the latest.
+func TestCollectiveCheckpoints(t *testing.T) {
+	for _, strategy := range []estimator.Strategy{estimator.AllReduce{}, estimator.Averaging{Every: 2}} {
+		t.Run(strategy.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := estimator.RunConfig{Strategy: strategy, StepTimeout: 5 * time.Second, WaitTimeout: 20 * time.Second,
+				CheckpointDir: dir, SaveCheckpointsSteps: 30}
+			c := newElasticCluster(t, map[string]int{"worker": 2}, cfg)
+			for i := range 2 {
+				c.start(cluster.TaskID{Job: "worker", Index: i}, 100)
+			}
+			for task, err := range c.wait() {
+				if err != nil {
+					t.Fatalf("%s: %v", task, err)
+				}
+			}
+			for _, step := range []string{"30", "60", "90", "100"} {
+				if _, err := os.Stat(filepath.Join(dir, "model.ckpt-"+step+".index")); err != nil {
+					t.Errorf("no checkpoint at step %s: %v", step, err)
+				}
+			}
+			c = newElasticCluster(t, map[string]int{"worker": 2}, cfg)
+			for i := range 2 {
+				c.start(cluster.TaskID{Job: "worker", Index: i}, 150)
+			}
+			for task, err := range c.wait() {
+				if err != nil {
+					t.Fatalf("resumed, %s: %v", task, err)
+				}
+			}
+			if logs := c.logs.String(); !strings.Contains(logs, "resumed from a checkpoint") || !strings.Contains(logs, "first_step=101") {
+				t.Errorf("the second run did not resume from step 100:\n%s", logs)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "model.ckpt-150.index")); err != nil {
+				t.Errorf("no final checkpoint of the resumed run: %v", err)
 			}
 		})
 	}
