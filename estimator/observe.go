@@ -119,6 +119,17 @@ func (e *Estimator) observeEval(res map[string]float64) {
 	}
 }
 
+// observeSync makes the chief's aggregation loop of synchronous training
+// record its rounds and the stale gradients it dropped.
+func (r *replica) observeSync(o *train.SyncReplicasOptimizer) {
+	if m := r.e.obs.m; m != nil {
+		o.Observe = func(round time.Duration, dropped int64) {
+			m.ObserveSyncWait(round)
+			m.AddStaleGradientsDropped(int(dropped))
+		}
+	}
+}
+
 // observeCheckpoints makes h record its saves.
 func (r *replica) observeCheckpoints(h *train.CheckpointHook) *train.CheckpointHook {
 	if m := r.e.obs.m; m != nil {

@@ -184,9 +184,9 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		Hooks: []train.Hook{train.NanGuardHook{Loss: towers[0].spec.Loss}},
 	}
 	if saver != nil {
-		mcfg.Hooks = append(mcfg.Hooks, &train.CheckpointHook{Saver: saver, Schedule: &checkpoint.Schedule{
+		mcfg.Hooks = append(mcfg.Hooks, r.observeCheckpoints(&train.CheckpointHook{Saver: saver, Schedule: &checkpoint.Schedule{
 			Steps: cfg.SaveCheckpointsSteps, Every: cfg.SaveCheckpointsSecs,
-		}, Logger: log})
+		}, Logger: log}))
 	}
 	for _, h := range r.hooks {
 		mcfg.Hooks = append(mcfg.Hooks, h)

@@ -261,6 +261,7 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	stopped := make(chan struct{})
+	c.r.observeSync(c.opt)
 	go func() {
 		defer close(stopped)
 		if err := c.opt.ChiefQueueRunner(runCtx, sess); err != nil {

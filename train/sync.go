@@ -78,6 +78,11 @@ type SyncReplicasOptimizer struct {
 	// Logger receives the chief's reports of dropped gradients; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Observe, when set before ChiefQueueRunner starts, is told of every
+	// round it completes: how long the round took (its wait for the
+	// replicas' gradients, and the update), and how many stale gradients
+	// were dropped since the round before (for metrics).
+	Observe func(round time.Duration, dropped int64)
 
 	g          *graph.Graph
 	globalStep *ops.Variable
@@ -432,6 +437,7 @@ func (o *SyncReplicasOptimizer) ChiefQueueRunner(ctx context.Context, sess *sess
 		}
 		required := min(o.replicasToAggregate, n)
 		var out []*tensor.Tensor
+		roundStart := time.Now()
 		if n == o.totalReplicas {
 			out, err = sess.Run(rctx, o.RoundFeeds(required), fetches, []*graph.Node{o.update})
 		} else if out, err = sess.Run(rctx, o.RoundFeeds(required), fetches, nil); err == nil {
@@ -473,6 +479,9 @@ func (o *SyncReplicasOptimizer) ChiefQueueRunner(ctx context.Context, sess *sess
 		var dropped int64
 		for _, t := range out[1:] {
 			dropped = max(dropped, t.Int64s()[0])
+		}
+		if o.Observe != nil {
+			o.Observe(time.Since(roundStart), max(0, dropped-lastDropped))
 		}
 		if dropped > lastDropped {
 			log.Info("sync replicas: stale gradients dropped", "global_step", out[0].Int64s()[0],
