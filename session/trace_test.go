@@ -75,7 +75,7 @@ func syncModel(t testing.TB) (g *graph.Graph, init *graph.Node, feeds map[graph.
 
 // startCluster starts a server per task of jobs on loopback listeners and
 // returns them by task name.
-func startCluster(t *testing.T, jobs map[string]int) map[string]*server.Server {
+func startCluster(t testing.TB, jobs map[string]int) map[string]*server.Server {
 	t.Helper()
 	addrs := map[string][]string{}
 	lis := map[cluster.TaskID]net.Listener{}
@@ -316,4 +316,43 @@ func TestTraceNextRunTracesTheNextStepOnly(t *testing.T) {
 	if err := trace.Validate(data); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// BenchmarkTraceSyncStep runs the synchronous step of two workers on a
+// loopback cluster untraced ("off": the run path's cost of tracing is a
+// few branches) and traced ("on": every task records its kernels, the
+// timelines travel back with RunGraph and RunStep, and are aligned).
+func BenchmarkTraceSyncStep(b *testing.B) {
+	servers := startCluster(b, map[string]int{"ps": 1, "worker": 2})
+	ctx := context.Background()
+	g, init, feeds, train := syncModel(b)
+	sess, err := session.Open(ctx, servers["/job:worker/task:0"].Target(), g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sess.Close()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+		b.Fatal(err)
+	}
+	targets := []*graph.Node{train}
+	b.Run("off", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := sess.Run(ctx, feeds, nil, targets); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("on", func(b *testing.B) {
+		spans := 0
+		for b.Loop() {
+			_, st, err := sess.RunTraced(ctx, feeds, nil, targets)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, ts := range st.GetTasks() {
+				spans += len(ts.GetSpans())
+			}
+		}
+		b.ReportMetric(float64(spans)/float64(b.N), "spans/step")
+	})
 }
