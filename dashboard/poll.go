@@ -330,14 +330,14 @@ func (d *Dashboard) readMetricsLocked(now time.Time, t *taskState, fams map[stri
 	if v, ok := gauge(fams, "distflow_global_step"); ok {
 		s.GlobalStep = int64(v)
 	}
-	if v, ok := gauge(fams, "distflow_loss"); ok && !math.IsNaN(v) {
-		s.Loss = &v
+	c := counters{at: now}
+	c.steps, c.stepSum = histogram(fams, "distflow_step_seconds")
+	if v, ok := gauge(fams, "distflow_loss"); ok && !math.IsNaN(v) && c.steps > 0 {
+		s.Loss = &v // (0 until the first step)
 	}
 	if v, ok := gauge(fams, "process_resident_memory_bytes"); ok {
 		s.MemoryBytes = v
 	}
-	c := counters{at: now}
-	c.steps, c.stepSum = histogram(fams, "distflow_step_seconds")
 	c.examples, _ = counter(fams, "distflow_examples_total")
 	c.cpu, _ = counter(fams, "process_cpu_seconds_total")
 	c.checkpoints, _ = counter(fams, "distflow_checkpoints_saved_total")

@@ -95,6 +95,7 @@
     const byJob = new Map();
     for (const t of tasks) { if (!byJob.has(t.job)) byJob.set(t.job, []); byJob.get(t.job).push(t); }
     const maxStep = Math.max(1, ...tasks.map((t) => t.global_step));
+    const trainingJob = (j) => j === "worker" || j === "chief";
     const compact = tasks.length > 24; // many tasks: small cards, details in the tooltip
     let html = "";
     for (const [job, list] of byJob) {
@@ -116,14 +117,14 @@
           '<div class=top><span class=name>' + esc(job) + " " + t.index + '</span><span class="badge ' + esc(t.state) + '">' + esc(t.state) + "</span></div>" +
           '<div class=addr>' + esc(t.address) + "</div>" +
           '<div class=nums>' +
-          "<span>step <b class=step>" + fmt.int(t.global_step) + "</b></span>" +
-          "<span>" + (training ? "<b>" + fmt.num(t.step_rate, 1) + "</b> steps/s" : "<b>" + t.variables + "</b> vars") + "</span>" +
+          (training ? "<span>step <b class=step>" + fmt.int(t.global_step) + "</b></span>" : "<span>" + esc(t.variables) + " vars</span>") +
+          "<span>" + (training ? "<b>" + fmt.num(t.step_rate, 1) + "</b> steps/s" : "<b>" + fmt.bytes(t.variable_bytes) + "</b>") + "</span>" +
           "<span>cpu <b>" + fmt.num(t.cpu * 100, 0) + "%</b></span>" +
           "<span>mem <b>" + fmt.bytes(t.memory_bytes) + "</b></span>" +
           "<span>♥ <b class=hb>" + fmt.age(t.heartbeat_age) + "</b></span>" +
-          "<span>" + (training ? "step <b>" + fmt.ms(t.step_seconds) + "</b>" : "<b>" + fmt.bytes(t.variable_bytes) + "</b>") + "</span>" +
+          "<span>" + (training ? "step <b>" + fmt.ms(t.step_seconds) + "</b>" : "") + "</span>" +
           "</div>" +
-          (t.global_step >= 0 ? '<div class=bar><div style="width:' + (100 * t.global_step / maxStep).toFixed(1) + '%;background:' + (jobColor[job] || "#888") + '"></div></div>' : "") +
+          (t.global_step >= 0 && trainingJob(job) ? '<div class=bar><div style="width:' + (100 * t.global_step / maxStep).toFixed(1) + '%;background:' + (jobColor[job] || "#888") + '"></div></div>' : "") +
           (t.error && t.state !== "done" ? '<div class=err title="' + esc(t.error) + '">' + esc(t.error) + "</div>" : "") +
           (t.metrics_url ? '<a href="' + esc(t.metrics_url) + '" target=_blank>metrics</a>' : "") +
           (t.restarts ? ' <span class=muted>restarted ' + t.restarts + "×</span>" : "") +
@@ -189,9 +190,11 @@
   function loadGraph() {
     fetch("/api/graph").then((r) => r.ok ? r.json() : null).then((g) => { if (g) renderGraph(g); }).catch(() => {});
   }
+  // A node's group: its top name scope; a node outside any scope ("Cast_5",
+  // "IsVariableInitialized_3") joins the others of its base name.
   function scopeOf(name) {
     const i = name.indexOf("/");
-    return i < 0 ? name : name.slice(0, i);
+    return i < 0 ? name.replace(/_\d+$/, "") : name.slice(0, i);
   }
   function renderGraph(g) {
     const groups = new Map(); const nodeGroup = new Map();
