@@ -379,3 +379,57 @@ func TestCollectiveCheckpoints(t *testing.T) {
 		})
 	}
 }
+
+// TestStalenessBoundIgnoresALostWorker: with bounded staleness, a worker
+// that dies no longer holds the others back once it is lost, and one
+// started again with its task id takes up at the others' step.
+func TestStalenessBoundIgnoresALostWorker(t *testing.T) {
+	const stepTimeout = 5 * time.Second
+	c := newElasticCluster(t, map[string]int{"ps": 1, "worker": 3}, estimator.RunConfig{
+		Strategy: estimator.Staleness{Bound: 2}, StepTimeout: stepTimeout, WaitTimeout: 20 * time.Second, LostAfter: time.Second,
+		StepDelay: 2 * time.Millisecond,
+	})
+	victim := cluster.TaskID{Job: "worker", Index: 2}
+	at := make(chan int64, 1000)
+	h := &stepTimes{onStep: func(gs int64) {
+		select {
+		case at <- gs:
+		default:
+		}
+	}}
+	const steps = 900
+	c.start(cluster.TaskID{Job: "ps"}, steps)
+	c.start(cluster.TaskID{Job: "worker", Index: 0}, steps, h)
+	c.start(cluster.TaskID{Job: "worker", Index: 1}, steps)
+	c.start(victim, steps)
+	var killedAt time.Time
+	var killedStep int64
+	phase := 0
+	for gs := range at {
+		if phase == 0 && gs >= 60 {
+			c.kill(victim)
+			killedAt, killedStep, phase = time.Now(), gs, 1
+		}
+		if phase == 1 && strings.Contains(c.logs.String(), "a replica is lost") {
+			c.start(victim, steps)
+			phase = 2
+		}
+		if phase == 2 && strings.Contains(c.logs.String(), "letting it back in") {
+			break
+		}
+	}
+	results := c.wait()
+	for task, err := range results {
+		if err != nil {
+			t.Errorf("%s: %v", task, err)
+		}
+	}
+	// The chief's steps went on past the bound without the victim.
+	gs, when := h.firstAfter(killedStep + 3*2)
+	if gs < 0 || when.Sub(killedAt) > stepTimeout {
+		t.Errorf("after the kill at global step %d: step %d at +%v; want one within %v", killedStep, gs, when.Sub(killedAt), stepTimeout)
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("%s", c.logs.String())
+	}
+}

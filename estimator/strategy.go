@@ -146,7 +146,7 @@ func (Staleness) batchesPerStep(int) int { return 1 }
 func (Staleness) averaged(int) int       { return 1 }
 
 func (s Staleness) train(ctx context.Context, r *replica) (*Result, error) {
-	c := &stalenessCoordinator{}
+	c := &stalenessCoordinator{r: r}
 	return trainOnPS(ctx, r, psPlan{
 		build: func(sc *graph.Scope) {
 			c.bound = train.NewStalenessBound(sc, len(r.reps), r.index, s.Bound)
@@ -306,13 +306,39 @@ func (c *syncCoordinator) finished(err error) bool {
 	return errors.Is(train.CheckFinished(err), train.ErrTrainingFinished)
 }
 
-// stalenessCoordinator keeps a replica within the staleness bound.
+// stalenessCoordinator keeps a replica within the staleness bound; the
+// bound ignores the replicas that its heartbeats find lost.
 type stalenessCoordinator struct {
-	bound *train.StalenessBound
+	r         *replica
+	bound     *train.StalenessBound
+	stopWatch func()
 }
 
-func (c *stalenessCoordinator) begin(context.Context, *session.Session, bool, *slog.Logger) (func(context.Context), error) {
+func (c *stalenessCoordinator) begin(ctx context.Context, sess *session.Session, _ bool, log *slog.Logger) (func(context.Context), error) {
+	// A replica that starts again takes up at the others' step.
+	if err := c.bound.Rejoin(ctx, sess); err != nil {
+		return nil, fmt.Errorf("estimator: %w", err)
+	}
+	peers := map[int]cluster.TaskID{}
+	for i, t := range c.r.reps {
+		if i != c.r.index {
+			peers[i] = t
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	m := &membership{cfg: c.r.cfg, log: log, peers: peers, onChange: c.bound.SetLive,
+		waiting: "nothing: the staleness bound ignores it until it answers again"}
+	watched := m.watch(wctx)
+	c.stopWatch = func() { cancel(); watched() }
 	return nil, nil
+}
+
+// stop ends the watch of the other replicas.
+func (c *stalenessCoordinator) stop() {
+	if c.stopWatch != nil {
+		c.stopWatch()
+		c.stopWatch = nil
+	}
 }
 
 func (c *stalenessCoordinator) beforeStep(ctx context.Context, sess *session.Session) error {
@@ -329,6 +355,7 @@ func (c *stalenessCoordinator) afterStep(ctx context.Context, sess *session.Sess
 func (c *stalenessCoordinator) finished(error) bool { return false }
 
 func (c *stalenessCoordinator) done(ctx context.Context, sess *session.Session) error {
+	c.stop()
 	return c.bound.Done(ctx, sess)
 }
 

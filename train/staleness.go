@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/distflow/distflow/graph"
@@ -29,6 +30,12 @@ type StalenessBound struct {
 	replicas, index, bound int
 	counters               []graph.Output
 	advance, done          *graph.Node
+	// set writes this replica's counter (Rejoin) from the fed value.
+	set  *graph.Node
+	feed graph.Output
+
+	mu   sync.Mutex
+	lost map[int]bool // replicas that Wait ignores (SetLive)
 }
 
 // NewStalenessBound adds the counters of replicas replicas and the nodes of
@@ -61,6 +68,8 @@ func NewStalenessBound(s *graph.Scope, replicas, index, bound int) *StalenessBou
 	ss := s.WithDevice(mine.Node().Device()).SubScope(fmt.Sprintf("staleness/replica_%d", index))
 	sb.advance = ops.AssignAdd(ss, mine.Value(), ops.Const(ss, int64(1))).Node
 	sb.done = ops.Assign(ss, mine.Value(), ops.Const(ss, int64(math.MaxInt64/2))).Node
+	sb.feed = ops.Placeholder(ss, "rejoin_step", tensor.Int64, tensor.ScalarShape())
+	sb.set = ops.Assign(ss, mine.Value(), sb.feed).Node
 	if s.Err() != nil {
 		return nil
 	}
@@ -89,10 +98,7 @@ func (sb *StalenessBound) Wait(ctx context.Context, sess *session.Session) error
 		if err != nil {
 			return err
 		}
-		slowest := steps[0]
-		for _, v := range steps[1:] {
-			slowest = min(slowest, v)
-		}
+		slowest := sb.slowest(steps)
 		if steps[sb.index]-slowest <= int64(sb.bound) {
 			return nil
 		}
@@ -106,6 +112,57 @@ func (sb *StalenessBound) Wait(ctx context.Context, sess *session.Session) error
 		}
 		delay = min(2*delay, 100*time.Millisecond)
 	}
+}
+
+// slowest is the smallest counter of the replicas not lost (this one's
+// when every other is lost).
+func (sb *StalenessBound) slowest(steps []int64) int64 {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	slowest := steps[sb.index]
+	for i, v := range steps {
+		if !sb.lost[i] {
+			slowest = min(slowest, v)
+		}
+	}
+	return slowest
+}
+
+// SetLive tells the bound that replica i is lost (alive false: Wait no
+// longer waits for it) or back. It is safe for concurrent use.
+func (sb *StalenessBound) SetLive(i int, alive bool) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.lost == nil {
+		sb.lost = map[int]bool{}
+	}
+	sb.lost[i] = !alive
+}
+
+// Rejoin sets this replica's counter to the slowest of the others (not
+// lost, not finished), if it is behind it: a replica that starts again
+// after it was lost takes up at the others' step instead of holding them
+// back while it catches up. A replica calls it before its first step.
+func (sb *StalenessBound) Rejoin(ctx context.Context, sess *session.Session) error {
+	steps, err := sb.Steps(ctx, sess)
+	if err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	others := int64(-1)
+	for i, v := range steps {
+		if i != sb.index && !sb.lost[i] && v < math.MaxInt64/4 && (others < 0 || v < others) {
+			others = v
+		}
+	}
+	sb.mu.Unlock()
+	if others <= steps[sb.index] {
+		return nil
+	}
+	if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{sb.feed: tensor.Scalar(others)}, nil, []*graph.Node{sb.set}); err != nil {
+		return fmt.Errorf("train: staleness bound: replica %d rejoining at step %d: %w", sb.index, others, err)
+	}
+	return nil
 }
 
 // Advance counts one step of this replica.

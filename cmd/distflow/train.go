@@ -509,7 +509,7 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		// A lost chief resumes from the latest checkpoint; a lost worker
 		// rejoins the strategies that go on without it (issue 15).
 		RestartChief:   f.ckptDir != "" || f.logdir != "",
-		RestartWorkers: async || isSync || f.allReduce,
+		RestartWorkers: async || isSync || f.allReduce || f.staleness >= 0,
 	})
 }
 
