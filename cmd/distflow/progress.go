@@ -91,7 +91,6 @@ func (b *barWriter) line(line string) {
 			progressbar.OptionShowIts(),
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionFullWidth(),
 			progressbar.OptionShowDescriptionAtLineEnd(),
 			progressbar.OptionSetRenderBlankState(true),
 			progressbar.OptionThrottle(0),
