@@ -336,6 +336,7 @@ func BenchmarkTraceSyncStep(b *testing.B) {
 	}
 	targets := []*graph.Node{train}
 	b.Run("off", func(b *testing.B) {
+		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := sess.Run(ctx, feeds, nil, targets); err != nil {
 				b.Fatal(err)
@@ -343,6 +344,7 @@ func BenchmarkTraceSyncStep(b *testing.B) {
 		}
 	})
 	b.Run("on", func(b *testing.B) {
+		b.ReportAllocs()
 		spans := 0
 		for b.Loop() {
 			_, st, err := sess.RunTraced(ctx, feeds, nil, targets)
