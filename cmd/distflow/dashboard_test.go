@@ -203,13 +203,14 @@ func TestDashboardChiefInChromium(t *testing.T) {
 
 // TestDashboardLocalClusterInChromium serves the dashboard from the
 // launcher of a local cluster: the chief reports the cluster and its graph
-// to it, every task appears with its metrics, and the step moves.
+// to it, every task appears with its metrics, the step moves, and the
+// chief's step trace is drawn.
 func TestDashboardLocalClusterInChromium(t *testing.T) {
 	if browser.Path() == "" {
 		t.Skip("no chromium: install Debian's chromium (apt-get install -y chromium; .ci/run does) or set DISTFLOW_CHROMIUM")
 	}
 	cmd := exec.Command(binary, "train", "--model", "mlp", "--steps", "100000000", "--local-cluster", "ps=1,worker=2",
-		"--dashboard", "127.0.0.1:0")
+		"--dashboard", "127.0.0.1:0", "--logdir", t.TempDir(), "--trace-steps", "2")
 	cmd.SysProcAttr = childAttrs()
 	lines := startStreaming(t, cmd)
 	url := waitDashboardURL(t, lines, func() string { return "" })
@@ -220,6 +221,8 @@ func TestDashboardLocalClusterInChromium(t *testing.T) {
 	first := p.step()
 	p.shot("1-local-cluster")
 	p.wait(fmt.Sprintf(`+document.getElementById("global-step").textContent.replace(/,/g, "") > %d`, first), 30*time.Second)
+	// The chief's step trace (--trace-steps) is drawn as a timeline.
+	p.wait(`document.querySelector("#trace canvas") !== null`, 30*time.Second)
 	p.shot("2-local-cluster-later")
 	tasks := apiCluster(t, url)
 	if len(tasks) != 3 {
