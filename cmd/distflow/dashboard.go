@@ -40,8 +40,8 @@ type dashboardFlags struct {
 }
 
 func addDashboardFlags(fl *pflag.FlagSet, d *dashboardFlags) {
-	fl.StringVar(&d.addr, "dashboard", "", `serve a live web dashboard of the run on this address, e.g. ":8080" or "127.0.0.1:0" `+
-		"(by the launcher with --local-cluster, else by the chief); its URL is printed at start")
+	fl.StringVar(&d.addr, "dashboard", "", `serve a live web dashboard of the run on this address, e.g. "127.0.0.1:8080", or ":8080" for other machines `+
+		"(it has no login: anyone who reaches it sees the cluster); by the launcher with --local-cluster, else by the chief; its URL is printed at start")
 }
 
 // traceDir is where the dashboard looks for the newest step trace: the
