@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -44,7 +45,9 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// startLauncherCmd is startLauncher for a command already made.
+// startLauncherCmd is startLauncher for a command already made; the
+// address it returns is the first the launcher names (a ps's, or a
+// worker's in a cluster without ps).
 func startLauncherCmd(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, string, <-chan string) {
 	t.Helper()
 	lines := startStreaming(t, cmd)
@@ -55,8 +58,10 @@ func startLauncherCmd(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, string, <-chan st
 			if !ok {
 				t.Fatal("the launcher exited before printing the cluster")
 			}
-			if _, rest, ok := strings.Cut(l, "local cluster: ps ["); ok {
-				addr, _, _ := strings.Cut(rest, "]")
+			// The first address named: every task's TF_CONFIG holds it.
+			if rest, ok := strings.CutPrefix(l, "local cluster: "); ok && strings.Contains(rest, " [") {
+				_, addr, _ := strings.Cut(rest, "[")
+				addr, _, _ = strings.Cut(addr, "]")
 				return cmd, strings.Fields(addr)[0], lines
 			}
 		case <-deadline:
@@ -127,6 +132,65 @@ func TestSyncChiefKilledIsRestarted(t *testing.T) {
 	}
 	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step 1500") {
 		t.Errorf("no result of the restarted chief on stdout: %q", out)
+	}
+	noTasksLeft(t, ps)
+}
+
+// signalTask sends sig to the local-cluster task job index.
+func signalTask(t *testing.T, ps, job string, index int, sig syscall.Signal) {
+	t.Helper()
+	want := `"task":{"type":"` + job + `","index":` + string(rune('0'+index)) + `}`
+	for _, pid := range tasksOf(ps) {
+		env, _ := os.ReadFile("/proc/" + pid + "/environ")
+		if strings.Contains(string(env), want) {
+			if err := syscall.Kill(atoi(pid), sig); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("found no %s %d among the tasks %v", job, index, tasksOf(ps))
+}
+
+// TestSyncWorkerStoppedIsReported: SIGSTOP a worker of a synchronous run:
+// the chief reports it lost, naming it, within twice its lost deadline
+// (a quarter of the 8 s step deadline) and goes on with the others; after
+// SIGCONT it is let back in, and the run finishes.
+func TestSyncWorkerStoppedIsReported(t *testing.T) {
+	cmd, ps, lines, _ := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1200", "--local-cluster", "ps=1,worker=3",
+		"--sync", "--step-timeout", "8s", "--step-delay", "2ms", "--log-every", "100")
+	waitFor(t, lines, "global_step 2")
+	signalTask(t, ps, "worker", 2, syscall.SIGSTOP)
+	stopped := time.Now()
+	waitFor(t, lines, `msg="a replica is lost; going on without it" task=/job:worker/task:0 peer=/job:worker/task:2`)
+	if d := time.Since(stopped); d > 4*time.Second {
+		t.Errorf("the stopped worker was reported after %v; want within twice its lost deadline, 4 s", d)
+	}
+	waitFor(t, lines, "sync replicas: abandoned a round; the live replicas go on")
+	signalTask(t, ps, "worker", 2, syscall.SIGCONT)
+	waitFor(t, lines, "a lost replica answers again; letting it back in")
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed after a worker was stopped: %v", err)
+	}
+	noTasksLeft(t, ps)
+}
+
+// TestAllReduceRankKilledRejoins: SIGKILL a rank of an all-reduce run:
+// the ring re-forms without it, the launcher starts it again, it rejoins
+// (not silent for 90 s), and the run finishes.
+func TestAllReduceRankKilledRejoins(t *testing.T) {
+	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "worker=3",
+		"--allreduce", "--step-timeout", "8s", "--step-delay", "2ms", "--log-every", "100")
+	waitFor(t, lines, "step 200/")
+	killTask(t, ps, "worker", 2)
+	waitFor(t, lines, "local cluster: worker 2 died (signal: killed); restarting it on its address (1 of 3)")
+	waitFor(t, lines, `msg="the ring re-forms"`)
+	waitFor(t, lines, "(3 ranks)")
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed after a rank was killed: %v", err)
+	}
+	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step") {
+		t.Errorf("no result on stdout: %q", out)
 	}
 	noTasksLeft(t, ps)
 }
