@@ -94,6 +94,8 @@ var modelDefaults = map[string]trainFlags{
 	"linreg": {steps: 2000, batch: 1, lr: 0.01, optimizer: "sgd", logEvery: 100},
 	"mlp":    {epochs: 20, batch: 100, lr: 0.5, optimizer: "sgd", logEvery: 100},
 	"cnn":    {epochs: 1, batch: 50, lr: 0.001, optimizer: "adam", logEvery: 50},
+	// The CTR workload (issue 17): see widedeep.go.
+	"widedeep": wideDeepDefaults,
 }
 
 func newTrainCommand() *cobra.Command {
@@ -115,12 +117,12 @@ func newTrainCommand() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "mlp", "model to train: linreg, mlp or cnn")
+	fl.StringVar(&f.model, "model", "mlp", "model to train: linreg, mlp, cnn or widedeep")
 	fl.IntVar(&f.steps, "steps", 0, "global steps to train to (overrides --epochs)")
 	fl.Float64Var(&f.epochs, "epochs", 0, "passes over the training data (default: the model's)")
 	fl.IntVar(&f.batch, "batch", 0, "examples per step (default: the model's)")
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default: the model's)")
-	fl.StringVar(&f.optimizer, "optimizer", "", "sgd, momentum, adagrad, rmsprop or adam (default: the model's)")
+	fl.StringVar(&f.optimizer, "optimizer", "", "sgd, momentum, adagrad, rmsprop, adam or ftrl (default: the model's)")
 	fl.StringVar(&f.dataDir, "data", "", "directory with the Fashion-MNIST IDX files (default: $DISTFLOW_DATA, the Debian package, or the embedded subset)")
 	fl.IntVar(&f.seed, "seed", 1, "seed of initial weights, shuffling and dropout")
 	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object with the results as the last line of stdout")
@@ -186,6 +188,10 @@ type result struct {
 	// Export is the exported model version (--export).
 	Export      string  `json:"export,omitempty"`
 	WallSeconds float64 `json:"wall_seconds"`
+	// The CTR model's evaluation (widedeep.go).
+	AUC        *float64 `json:"auc,omitempty"`
+	LogLoss    *float64 `json:"logloss,omitempty"`
+	PlantedAUC *float64 `json:"planted_auc,omitempty"`
 }
 
 // check validates every flag before anything is loaded or started, and
@@ -222,7 +228,7 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	bad(f.localCluster != "" && f.metricsPort != 0, "--metrics-port %d with --local-cluster: every task gets a free loopback port of its own; leave the flag out (or 0 for none)", f.metricsPort)
 	if f.optimizer != "" {
 		if _, err := train.NewOptimizer(f.optimizer, 0.1); err != nil {
-			errs = append(errs, fmt.Errorf("--optimizer %q: want sgd, momentum, adagrad, rmsprop or adam", f.optimizer))
+			errs = append(errs, fmt.Errorf("--optimizer %q: want sgd, momentum, adagrad, rmsprop, adam or ftrl", f.optimizer))
 		}
 	}
 	switch f.lrScaling {
@@ -421,6 +427,11 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		wv, bv := w.Float64At(0), b.Float64At(0)
 		r.W, r.B = &wv, &bv
 	}
+	if f.model == "widedeep" && res.Chief {
+		if err := clickResult(ctx, est, ex, &r); err != nil {
+			return err
+		}
+	}
 	r.WallSeconds = res.WallSeconds
 	return report(stdout, r, f.jsonOut)
 }
@@ -528,6 +539,9 @@ func report(w io.Writer, r result, asJSON bool) error {
 	default:
 		fmt.Fprintf(w, "%s: global step %d, loss %.4f, %.0f examples/s, %.1f s\n",
 			who, r.GlobalStep, r.Loss, r.ExamplesPerSecond, r.WallSeconds)
+	}
+	if r.AUC != nil {
+		fmt.Fprintln(w, clickLine(r))
 	}
 	if r.Export != "" {
 		fmt.Fprintf(w, "exported the model to %s\n", r.Export)

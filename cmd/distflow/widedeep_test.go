@@ -1,0 +1,25 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestTrainWideDeepReportsAUC: a short wide-and-deep run on the synthetic
+// click log reports auc, logloss and the planted model's auc, and learns
+// (its auc is well above chance, below the planted ceiling plus noise).
+func TestTrainWideDeepReportsAUC(t *testing.T) {
+	stdout, stderr, err := run(t, "train", "--model", "widedeep", "--steps", "300", "--json", "--quiet")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	res := lastJSON(t, stdout)
+	auc, _ := res["auc"].(float64)
+	planted, _ := res["planted_auc"].(float64)
+	if _, ok := res["logloss"].(float64); !ok || auc < 0.75 || planted < 0.8 || auc > planted+0.01 {
+		t.Fatalf("auc %v, planted %v, result %v", auc, planted, res)
+	}
+	if !strings.Contains(stdout, "planted model's auc") {
+		t.Errorf("the text report has no auc line:\n%s", stdout)
+	}
+}
