@@ -4,17 +4,25 @@
 //
 //	netdelay --listen 10.77.0.11:2222 --target 127.0.0.1:2223 --delay 250us
 //
-// It serves until SIGINT or SIGTERM.
+// It serves until SIGINT or SIGTERM. To measure a link's round trip (the
+// test bed has no ping): an echo server and a client that prints the
+// median of 1-byte round trips in microseconds,
+//
+//	netdelay --echo 127.0.0.1:7
+//	netdelay --ping 10.77.0.11:7 --count 200
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
+	"time"
 
 	"github.com/distflow/distflow/internal/netdelay"
 )
@@ -23,13 +31,26 @@ func main() {
 	listen := flag.String("listen", "", "address to accept connections on (host:port)")
 	target := flag.String("target", "", "address to connect each accepted connection to")
 	delay := flag.Duration("delay", 0, "one-way delay added in each direction (a round trip gains twice this)")
+	echo := flag.String("echo", "", "serve TCP echo on this address instead")
+	ping := flag.String("ping", "", "measure the round trip to this TCP echo address and print its median in microseconds")
+	count := flag.Int("count", 100, "round trips for --ping")
 	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch {
+	case *echo != "":
+		fail(serveEcho(ctx, *echo))
+		return
+	case *ping != "":
+		us, err := medianRTT(*ping, *count)
+		fail(err)
+		fmt.Println(us)
+		return
+	}
 	if *listen == "" || *target == "" || *delay < 0 || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "netdelay: want --listen HOST:PORT --target HOST:PORT [--delay D >= 0] and no arguments")
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "netdelay:", err)
@@ -39,4 +60,58 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+func fail(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "netdelay:", err)
+		os.Exit(1)
+	}
+}
+
+// serveEcho echoes every connection on addr until ctx ends.
+func serveEcho(ctx context.Context, addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	go func() { <-ctx.Done(); lis.Close() }()
+	for {
+		c, err := lis.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go func() { io.Copy(c, c); c.Close() }()
+	}
+}
+
+// medianRTT returns the median of n 1-byte round trips to an echo server,
+// in microseconds.
+func medianRTT(addr string, n int) (int64, error) {
+	if n < 1 {
+		return 0, fmt.Errorf("--count %d: want at least 1", n)
+	}
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	b := []byte{1}
+	rtts := make([]int64, 0, n)
+	for range n {
+		t0 := time.Now()
+		if _, err := c.Write(b); err != nil {
+			return 0, err
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			return 0, err
+		}
+		rtts = append(rtts, time.Since(t0).Microseconds())
+	}
+	slices.Sort(rtts)
+	return rtts[n/2], nil
 }
