@@ -66,6 +66,15 @@
 // implement Blocking and run on a goroutine of their own, so that they
 // cannot occupy the whole pool while the nodes that would release them wait.
 //
+// # Step traces
+//
+// RunTraced runs a step as RunStep does and records every node it executed
+// into a StepTrace: wall-clock start and end, the lane (the worker that ran
+// it: lane 0 is the caller's goroutine), input and output bytes. A step run
+// without one records nothing and pays a branch on each side of a kernel.
+// Workers and local sessions turn the record into a step timeline
+// (distflowpb.TaskStepStats) for package trace.
+//
 // # Concurrency and ownership
 //
 // An Executor is immutable after New and safe for concurrent Run calls; each

@@ -47,6 +47,16 @@
 // elsewhere is reached with rpc.OpenSession and the cluster's options
 // (pki.Security.ClientOptions).
 //
+// RunTraced also returns the step's timeline (every task's kernels, Sends,
+// Recvs and RPCs on the client's clock), the input of a trace.Builder that
+// writes a Chrome trace; TraceNextRun asks for the next Run of a training
+// loop to be traced that way:
+//
+//	out, st, err := sess.RunTraced(ctx, feeds, fetches, targets)
+//	var b trace.Builder
+//	b.Add(st)
+//	err = trace.WriteFile("trace-1.json", b.File())
+//
 // A Session is safe for concurrent use: concurrent Runs execute in parallel
 // and share the variables (a read returns a copy; each update is atomic).
 package session
