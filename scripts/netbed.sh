@@ -64,9 +64,9 @@ need_root() {
 	command -v ip >/dev/null && command -v tc >/dev/null || die "needs ip and tc (iproute2)"
 }
 
-binaries() {
+binaries() { # [distflow]: build what is not given
 	mkdir -p "$STATE"
-	if [ -z "${DISTFLOW:-}" ]; then
+	if [ "${1:-}" = distflow ] && [ -z "${DISTFLOW:-}" ]; then
 		DISTFLOW=$STATE/distflow
 		(cd "$ROOT" && go build -o "$DISTFLOW" ./cmd/distflow)
 	fi
@@ -193,7 +193,7 @@ cmd_train() {
 	local n=$((chief + workers + ps))
 	[ "$workers" -ge 1 ] || die "train: want --workers 1 or more"
 	[ "$n" -le "$(hosts)" ] || die "train: $n tasks, the bed has $(hosts) hosts"
-	binaries
+	binaries distflow
 	# Hosts: chief, workers, ps, in that order.
 	local -a job idx
 	local h=0 k
