@@ -48,4 +48,9 @@
 // step that found out fails with an error wrapping the sentinel: the
 // client, such as train.MonitoredSession, waits for the task and restores
 // the variables before it goes on.
+//
+// A RunStep with options.trace asks every part for its timeline and
+// returns them in RunStepResponse.step_stats, each worker's with the offset
+// that puts it on the master's clock (trace.AlignOffset), followed by the
+// master's own spans: RunStep and each RunGraph call with its bytes.
 package master

@@ -61,6 +61,13 @@
 // Errors name the task ("worker: task /job:ps/task:0: step 7: ...") and,
 // for kernel failures, the node and op.
 //
+// A RunGraphRequest with trace set runs the step with executor.RunTraced
+// and returns the task's timeline in RunGraphResponse.step_stats: the
+// RunGraph span on lane 0, every kernel on its executor lane (a Send or
+// Recv with its rendezvous key, peer and bytes), and each RecvTensor call
+// to another task on the lane of the Recv that made it, on this task's
+// wall clock.
+//
 // The subpackage workertest connects workers in memory, with fault
 // injection, for tests of distributed logic without sockets.
 package worker
