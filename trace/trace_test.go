@@ -164,3 +164,29 @@ func TestWriteFileAndNewest(t *testing.T) {
 		t.Errorf("%d entries in the dir, want 4 (no temporary files left)", len(ents))
 	}
 }
+
+func TestAlignOffset(t *testing.T) {
+	callee := func(start, end, off int64) *pb.TaskStepStats {
+		return &pb.TaskStepStats{ClockOffsetNanos: off, Spans: []*pb.SpanStats{
+			{Name: "k", Op: "MatMul", StartUnixNanos: 0, EndUnixNanos: 1},
+			{Name: "RunGraph", Op: trace.OpStep, StartUnixNanos: start, EndUnixNanos: end},
+		}}
+	}
+	for _, tc := range []struct {
+		name       string
+		start, end int64
+		callee     *pb.TaskStepStats
+		want       int64
+	}{
+		{"within the call", 100, 200, callee(120, 180, 0), 0},
+		{"same clock, at the edges", 100, 200, callee(100, 200, 0), 0},
+		{"callee an hour ahead", 100, 200, callee(3600e9+130, 3600e9+170, 0), -3600e9},
+		{"callee behind, centred", 1000, 2000, callee(100, 300, 0), 1300},
+		{"its own offset counted", 100, 200, callee(20, 80, 100), 0},
+		{"no step span", 100, 200, &pb.TaskStepStats{}, 0},
+	} {
+		if got := trace.AlignOffset(tc.start, tc.end, tc.callee); got != tc.want {
+			t.Errorf("%s: AlignOffset = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
