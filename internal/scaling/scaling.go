@@ -1,0 +1,266 @@
+// Package scaling is an analytic model of data-parallel training
+// throughput: N workers with P parameter servers (synchronous) or a ring
+// all-reduce, on links of a given bandwidth and round-trip time. Its free
+// parameters are fitted to runs measured on the shaped-network test bed
+// (scripts/netbed.sh); docs/SCALING.md has the model's assumptions, the
+// fit and its predictions.
+//
+//	p, err := scaling.Fit(runs, scaling.Params{})        // runs: measured Points
+//	x := scaling.Throughput(w, net, scaling.Cluster{Mode: scaling.SyncPS, Workers: 64, PS: 16}, p)
+package scaling
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Mode is how the workers combine their gradients.
+type Mode string
+
+const (
+	// SyncPS: each step every worker pulls the parameters from the ps
+	// tasks and pushes its gradients to them; the ps tasks aggregate the
+	// N gradients and apply one update.
+	SyncPS Mode = "ps"
+	// AllReduce: the workers average their gradients with a ring
+	// all-reduce (reduce-scatter then all-gather) and each applies it.
+	AllReduce Mode = "allreduce"
+)
+
+// Workload is what one worker does in one step.
+type Workload struct {
+	// Batch is the examples one worker processes per step.
+	Batch int
+	// ParamBytes is the model's size: the gradients pushed, and the
+	// parameters pulled, by each worker every step.
+	ParamBytes float64
+	// Compute is one worker's forward and backward pass on a host of its
+	// own, in seconds.
+	Compute float64
+}
+
+// Network is every host's link: full duplex, to a non-blocking switch.
+type Network struct {
+	// Bandwidth is a host link's rate in each direction, bytes/s.
+	Bandwidth float64
+	// RTT is the round-trip time between two hosts, seconds.
+	RTT float64
+}
+
+// Cluster is a configuration to predict.
+type Cluster struct {
+	Mode    Mode
+	Workers int
+	// PS is the number of ps tasks (SyncPS), each on a host of its own;
+	// the model's bytes are spread evenly over them.
+	PS int
+	// SharedCores, when positive, is the number of cores every task of
+	// the cluster shares (the test bed: one machine); zero means each
+	// task has a host of its own.
+	SharedCores float64
+}
+
+// Params are the model's fitted constants.
+type Params struct {
+	// Overhead is the fixed software cost of one step (RPCs, graph
+	// execution, the coordination of a synchronous step), seconds.
+	Overhead float64
+	// PSRounds is the number of round trips a SyncPS step waits for in
+	// series (pull, push, the token queue).
+	PSRounds float64
+	// RingRounds is the number of one-way hop latencies per ring step and
+	// per worker beyond the first: a ring of N workers waits
+	// RingRounds*(N-1) round trips in series.
+	RingRounds float64
+	// Cores is the number of cores the bed's tasks actually get on the
+	// shared machine; used when Cluster.SharedCores is set (it then
+	// replaces it: SharedCores only says that the cores are shared).
+	Cores float64
+}
+
+func (c Cluster) validate() error {
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("scaling: %d workers: want at least 1", c.Workers)
+	case c.Mode == SyncPS && c.PS < 1:
+		return fmt.Errorf("scaling: sync ps mode with %d ps tasks: want at least 1", c.PS)
+	case c.Mode != SyncPS && c.Mode != AllReduce:
+		return fmt.Errorf("scaling: mode %q: want %q or %q", c.Mode, SyncPS, AllReduce)
+	}
+	return nil
+}
+
+// Breakdown is a step's time by part, in seconds; Step is their sum.
+type Breakdown struct {
+	Compute, Transfer, Latency, Overhead, Step float64
+}
+
+// StepTime returns the predicted time of one synchronous step, by part.
+//
+// Compute is the workers' compute, slowed when the tasks share fewer cores
+// than there are workers. Transfer is the bytes on the busiest link at
+// Bandwidth: for SyncPS the pull and then the push each move
+// ParamBytes*Workers/PS through each ps link (or ParamBytes through a
+// worker's, if more); for the ring each worker sends and receives
+// 2*(N-1)/N*ParamBytes. Latency is the round trips waited for in series.
+func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
+	if err := c.validate(); err != nil {
+		return Breakdown{}, err
+	}
+	if w.Batch < 1 || w.ParamBytes < 0 || w.Compute < 0 || n.Bandwidth <= 0 || n.RTT < 0 {
+		return Breakdown{}, errors.New("scaling: workload and network want a positive batch and bandwidth and no negative size, compute or RTT")
+	}
+	var b Breakdown
+	b.Compute = w.Compute
+	if c.SharedCores > 0 && p.Cores > 0 {
+		b.Compute *= math.Max(1, float64(c.Workers)/p.Cores)
+	}
+	nw := float64(c.Workers)
+	switch c.Mode {
+	case SyncPS:
+		perPS := w.ParamBytes * nw / float64(c.PS)
+		b.Transfer = 2 * math.Max(perPS, w.ParamBytes) / n.Bandwidth
+		b.Latency = p.PSRounds * n.RTT
+	case AllReduce:
+		if c.Workers > 1 {
+			b.Transfer = 2 * (nw - 1) / nw * w.ParamBytes / n.Bandwidth
+			b.Latency = p.RingRounds * (nw - 1) * n.RTT
+		}
+	}
+	b.Overhead = p.Overhead
+	b.Step = b.Compute + b.Transfer + b.Latency + b.Overhead
+	return b, nil
+}
+
+// Throughput returns the predicted examples per second of the whole
+// cluster: Workers*Batch examples per step.
+func Throughput(w Workload, n Network, c Cluster, p Params) (float64, error) {
+	b, err := StepTime(w, n, c, p)
+	if err != nil {
+		return 0, err
+	}
+	return float64(c.Workers*w.Batch) / b.Step, nil
+}
+
+// Point is one measured run.
+type Point struct {
+	Cluster  Cluster
+	Network  Network
+	Workload Workload
+	// ExamplesPerSecond is the measured throughput of the cluster.
+	ExamplesPerSecond float64
+}
+
+// Fit returns the Params that minimise the squared relative error (in
+// logarithms) of the predicted throughput over the points, starting from
+// init (zero fields start from defaults). The parameters stay positive.
+func Fit(points []Point, init Params) (Params, error) {
+	if len(points) == 0 {
+		return Params{}, errors.New("scaling: no points to fit")
+	}
+	for i, pt := range points {
+		if err := pt.Cluster.validate(); err != nil {
+			return Params{}, fmt.Errorf("point %d: %w", i, err)
+		}
+		if !(pt.ExamplesPerSecond > 0) {
+			return Params{}, fmt.Errorf("scaling: point %d: throughput %v: want a positive measurement", i, pt.ExamplesPerSecond)
+		}
+	}
+	def := func(v, d float64) float64 {
+		if v > 0 {
+			return v
+		}
+		return d
+	}
+	x0 := []float64{
+		math.Log(def(init.Overhead, 1e-3)), math.Log(def(init.PSRounds, 4)),
+		math.Log(def(init.RingRounds, 2)), math.Log(def(init.Cores, 2)),
+	}
+	toParams := func(x []float64) Params {
+		return Params{Overhead: math.Exp(x[0]), PSRounds: math.Exp(x[1]), RingRounds: math.Exp(x[2]), Cores: math.Exp(x[3])}
+	}
+	loss := func(x []float64) float64 {
+		p := toParams(x)
+		var s float64
+		for _, pt := range points {
+			got, err := Throughput(pt.Workload, pt.Network, pt.Cluster, p)
+			if err != nil {
+				return math.Inf(1)
+			}
+			d := math.Log(got / pt.ExamplesPerSecond)
+			s += d * d
+		}
+		return s
+	}
+	return toParams(nelderMead(loss, x0, 4000)), nil
+}
+
+// nelderMead minimises f from x0 (the downhill simplex method).
+func nelderMead(f func([]float64) float64, x0 []float64, iters int) []float64 {
+	n := len(x0)
+	simplex := make([][]float64, n+1)
+	vals := make([]float64, n+1)
+	for i := range simplex {
+		simplex[i] = append([]float64(nil), x0...)
+		if i > 0 {
+			simplex[i][i-1] += 0.5
+		}
+		vals[i] = f(simplex[i])
+	}
+	point := func(c []float64, x []float64, t float64) []float64 {
+		out := make([]float64, n)
+		for j := range out {
+			out[j] = c[j] + t*(x[j]-c[j])
+		}
+		return out
+	}
+	for range iters {
+		// Order: best first.
+		for i := 1; i <= n; i++ {
+			for j := i; j > 0 && vals[j] < vals[j-1]; j-- {
+				simplex[j], simplex[j-1] = simplex[j-1], simplex[j]
+				vals[j], vals[j-1] = vals[j-1], vals[j]
+			}
+		}
+		if vals[n]-vals[0] < 1e-12 {
+			break
+		}
+		c := make([]float64, n)
+		for i := 0; i < n; i++ {
+			for j := range c {
+				c[j] += simplex[i][j] / float64(n)
+			}
+		}
+		xr := point(c, simplex[n], -1)
+		fr := f(xr)
+		switch {
+		case fr < vals[0]:
+			xe := point(c, simplex[n], -2)
+			if fe := f(xe); fe < fr {
+				simplex[n], vals[n] = xe, fe
+			} else {
+				simplex[n], vals[n] = xr, fr
+			}
+		case fr < vals[n-1]:
+			simplex[n], vals[n] = xr, fr
+		default:
+			xc := point(c, simplex[n], 0.5)
+			if fc := f(xc); fc < vals[n] {
+				simplex[n], vals[n] = xc, fc
+				continue
+			}
+			for i := 1; i <= n; i++ {
+				simplex[i] = point(simplex[0], simplex[i], 0.5)
+				vals[i] = f(simplex[i])
+			}
+		}
+	}
+	best := 0
+	for i := range vals {
+		if vals[i] < vals[best] {
+			best = i
+		}
+	}
+	return simplex[best]
+}
