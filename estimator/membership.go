@@ -53,15 +53,16 @@ type membership struct {
 	waiting  string                 // what the cluster waits for, in the logs
 	onChange func(i int, alive bool)
 
-	mu    sync.Mutex
-	state map[int]peerState
-	since map[int]time.Time // last heartbeat answered
+	mu     sync.Mutex
+	state  map[int]peerState
+	since  map[int]time.Time // last heartbeat answered
+	warned map[int]bool      // a suspect's silence was logged as a warning
 }
 
 // watch starts the heartbeats; they stop when ctx ends, and the returned
 // function waits for that.
 func (m *membership) watch(ctx context.Context) (wait func()) {
-	m.state, m.since = map[int]peerState{}, map[int]time.Time{}
+	m.state, m.since, m.warned = map[int]peerState{}, map[int]time.Time{}, map[int]bool{}
 	var wg sync.WaitGroup
 	interval, lostAfter := m.cfg.heartbeats()
 	for i, t := range m.peers {
@@ -114,7 +115,20 @@ func (m *membership) observe(i int, t cluster.TaskID, err error) {
 		next = peerSuspect
 	}
 	m.state[i] = next
+	// A silence half as long as the lost deadline is worth a warning (a
+	// stopped or partitioned task), once.
+	warn := next == peerSuspect && !m.warned[i] && now.Sub(since) >= lostAfter/2
+	if warn {
+		m.warned[i] = true
+	}
+	if next == peerAlive {
+		m.warned[i] = false
+	}
 	m.mu.Unlock()
+	if warn {
+		m.log.Warn("a replica has not answered for a while", "peer", t.String(), "since", since.Format(time.RFC3339Nano),
+			"for", now.Sub(since).Round(time.Millisecond), "lost_after", lostAfter, "err", err)
+	}
 	if next == prev {
 		return
 	}
@@ -129,6 +143,13 @@ func (m *membership) observe(i int, t cluster.TaskID, err error) {
 		m.log.Warn("a lost replica answers again; letting it back in", "peer", t.String(), "lost_for", now.Sub(since).Round(time.Millisecond))
 		m.onChange(i, true)
 	}
+}
+
+// answered returns when peer i last answered a heartbeat.
+func (m *membership) answered(i int) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.since[i]
 }
 
 // lost lists the peers lost now.

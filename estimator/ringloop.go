@@ -76,7 +76,6 @@ func (l *ringLoop) lead(ctx context.Context, start int64) error {
 		mu       sync.Mutex
 		lost     = map[int]bool{}
 		excluded = map[int]time.Time{} // ranks a failed step found down, and when
-		answered = map[int]time.Time{}
 	)
 	changed := make(chan struct{}, 1)
 	// lossCh is closed when a member is lost: the step in flight, which
@@ -92,9 +91,7 @@ func (l *ringLoop) lead(ctx context.Context, start int64) error {
 		onChange: func(i int, alive bool) {
 			mu.Lock()
 			lost[i] = !alive
-			if alive {
-				answered[i] = time.Now()
-			} else {
+			if !alive {
 				close(lossCh)
 				lossCh = make(chan struct{})
 			}
@@ -115,7 +112,7 @@ func (l *ringLoop) lead(ctx context.Context, start int64) error {
 			if at, ok := excluded[i]; ok {
 				// Let back in once it has answered since: a new process,
 				// or the old one awake again.
-				if answered[i].After(at) {
+				if m.answered(i).After(at) {
 					delete(excluded, i)
 				} else {
 					continue
@@ -176,11 +173,16 @@ func (l *ringLoop) lead(ctx context.Context, start int64) error {
 	if err := l.st.finish(ctx, l.sess, group); err != nil {
 		return err
 	}
-	// The members wait for a view: this one ends their training.
-	vctx, cancel := context.WithTimeout(ctx, cfg.StepTimeout)
+	// Every rank waits for a view, the members and those left out: this
+	// one ends their training. A rank that is down is not waited for long.
+	vctx, cancel := context.WithTimeout(ctx, min(cfg.StepTimeout, 2*lostAfter))
 	defer cancel()
-	if err := l.ring.SendView(vctx, allreduce.View{Gen: viewGen(view.Gen), Step: step, Members: view.Members, Stop: true}); err != nil {
-		r.log.Warn("telling the members that training is over", "err", err)
+	all := make([]int, len(r.reps))
+	for i := range all {
+		all[i] = i
+	}
+	if err := l.ring.SendView(vctx, allreduce.View{Gen: viewGen(view.Gen), Step: step, Members: all, Stop: true}); err != nil {
+		r.log.Info("telling every rank that training is over", "err", err)
 	}
 	return nil
 }
@@ -211,6 +213,13 @@ func (l *ringLoop) failed(ctx context.Context, err error, step int64, mu *sync.M
 // among their members until rank 0 says training is over.
 func (l *ringLoop) follow(ctx context.Context) error {
 	r, cfg := l.r, l.r.cfg
+	// Rank 0 leads: name it when it is lost, rather than only when the
+	// wait for its next view times out.
+	wctx, stop := context.WithCancel(ctx)
+	m := &membership{cfg: cfg, log: r.log, peers: map[int]cluster.TaskID{0: r.reps[0]}, onChange: func(int, bool) {},
+		waiting: "rank 0's next view (the chief leads the ring)"}
+	watched := m.watch(wctx)
+	defer func() { stop(); watched() }()
 	gen := int64(-1)
 	for {
 		wctx, cancel := context.WithTimeout(ctx, cfg.WaitTimeout)
