@@ -258,7 +258,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	case <-runCtx.Done():
 		res.Hung = ctx.Err() == nil // else the caller cancelled
 		r.notef("deadline %v reached (or cancelled): stopping every process of the run", cfg.Deadline)
-		res.WaitingFor = waitingFor(r.snapshot(), 5)
+		res.WaitingFor = append(waitingFor(r.snapshot(), 5), "alive at the deadline: "+r.describeMarked())
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		r.killMarked()
 		waitErr = <-exited
@@ -460,6 +460,26 @@ func (r *runner) resumeStopped() {
 	for pid := range pids {
 		_ = signal(pid, syscall.SIGCONT)
 	}
+}
+
+// describeMarked names the run's live processes and their states.
+func (r *runner) describeMarked() string {
+	ps, err := marked(r.id)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, p := range ps {
+		name := "launcher"
+		if p.task != nil {
+			name = p.task.String()
+		}
+		out = append(out, fmt.Sprintf("%s (pid %d, state %c)", name, p.pid, p.state))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
 
 // killMarked kills every process of the run.

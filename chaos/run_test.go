@@ -123,7 +123,7 @@ func TestRunReportsHang(t *testing.T) {
 	if !res.Hung || res.Finished {
 		t.Errorf("Hung %v Finished %v; want a hung run", res.Hung, res.Finished)
 	}
-	if !strings.Contains(strings.Join(res.WaitingFor, "\n"), "waiting for the chief") {
+	if w := strings.Join(res.WaitingFor, "\n"); !strings.Contains(w, "waiting for the chief") || !strings.Contains(w, "launcher (pid ") || !strings.Contains(w, "worker 0 (pid ") {
 		t.Errorf("WaitingFor = %q, want the line saying what it waited for", res.WaitingFor)
 	}
 	if len(res.LeftBehind) != 0 {
