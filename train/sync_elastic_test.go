@@ -1,0 +1,92 @@
+package train_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+)
+
+// TestSyncReplicasGoOnWithoutALostReplica: 3 replicas in one graph, 3
+// gradients per round; replica 2 gives one gradient and stops. The round
+// waits for it until SetLive says it is lost: the chief abandons the round,
+// releases the 2 live replicas and aggregates theirs from then on; when it
+// is back it is given a token and counted again.
+func TestSyncReplicasGoOnWithoutALostReplica(t *testing.T) {
+	s := graph.NewScope()
+	r := syncBuild(t, s, 0, 3, 3, 3, 0.1)
+	sess, err := session.New(r.g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	r.initChief(t, sess)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	runner := make(chan error, 1)
+	go func() { runner <- r.opt.ChiefQueueRunner(ctx, sess) }()
+	rng := rand.New(rand.NewPCG(1, 2))
+	step := func(i int) <-chan error {
+		x, y := syncBatch(rng, 4)
+		done := make(chan error, 1)
+		feeds := map[graph.Output]*tensor.Tensor{r.xs[i]: x, r.ys[i]: y}
+		go func() {
+			_, err := r.opt.RunStep(ctx, sess, feeds, r.steps[i])
+			done <- err
+		}()
+		return done
+	}
+	// Round 1: all three.
+	a, b, c := step(0), step(1), step(2)
+	for _, d := range []<-chan error{a, b, c} {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Round 2: replica 2 is gone; the others wait for it...
+	a, b = step(0), step(1)
+	select {
+	case err := <-a:
+		t.Fatalf("a round of 3 went on with 2 gradients (%v)", err)
+	case <-time.After(100 * time.Millisecond): // a round that must not complete: bounded wait for a negative
+	}
+	// ...until it is lost.
+	r.opt.SetLive(2, false)
+	for _, d := range []<-chan error{a, b} {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.opt.Live(); n != 2 {
+		t.Errorf("Live() = %d; want 2", n)
+	}
+	// Rounds of 2 from now on.
+	for range 3 {
+		a, b = step(0), step(1)
+		for _, d := range []<-chan error{a, b} {
+			if err := <-d; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	gs, err := r.opt.GlobalStep(ctx, sess)
+	if err != nil || gs < 4 {
+		t.Errorf("global step %d, %v; want at least 4 (1 round of 3, then rounds of 2)", gs, err)
+	}
+	// Back: it drains nothing it should not, and rounds of 3 resume.
+	r.opt.SetLive(2, true)
+	a, b, c = step(0), step(1), step(2)
+	for _, d := range []<-chan error{a, b, c} {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if err := <-runner; err != nil {
+		t.Errorf("ChiefQueueRunner: %v", err)
+	}
+}
