@@ -93,6 +93,7 @@ func TestFirstNoticeAndProgress(t *testing.T) {
 		{At: 6 * time.Second, Text: "[worker 0] /job:worker/task:0: local_step 300  global_step 520/1600"},
 		{At: 7 * time.Second, Text: `[worker 0] level=INFO msg="checkpoint: restored" prefix=model.ckpt-500`},
 		{At: 7 * time.Second, Text: "[worker 2] /job:worker/task:2: step 510/534  epoch 0.75  loss 1.1193  (3 ranks)"},
+		{At: 7 * time.Second, Text: `[worker 1] level=WARN msg="lost a task" err="master: step 8845343541833870390 in session \"s3v\""`},
 		{At: 8 * time.Second, Text: `{"global_step":1600,"test_accuracy":0.85}`},
 	}
 	ps0 := Task{Job: "ps", Index: 0}

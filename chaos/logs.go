@@ -63,7 +63,8 @@ func firstNotice(lines []Line, at time.Duration, t Task, addr string) (Line, boo
 var (
 	// "global_step 250/1600" (ps strategies), "global_step=250" (records),
 	// "step 250/534" (all-reduce, where every rank counts the same steps).
-	globalStepRe = regexp.MustCompile(`(?:global_step[ =]|\bstep )(\d+)`)
+	// Not "step 8845343541833870390 in session": a step's id.
+	globalStepRe = regexp.MustCompile(`global_step[ =](\d+)|\bstep (\d+)/`)
 	restoredRe   = regexp.MustCompile(`restored.*ckpt-(\d+)`)
 )
 
@@ -79,7 +80,7 @@ func progress(lines []Line) (maxStep, lost int64) {
 			continue
 		}
 		if m := globalStepRe.FindStringSubmatch(l.Text); m != nil {
-			if s, err := strconv.ParseInt(m[1], 10, 64); err == nil && s > maxStep {
+			if s, err := strconv.ParseInt(m[1]+m[2], 10, 64); err == nil && s > maxStep {
 				maxStep = s
 			}
 		}
