@@ -292,6 +292,21 @@ func TestPageAndTrace(t *testing.T) {
 	if !strings.Contains(rec.Body.String(), "b.json") {
 		t.Errorf("latest trace: %s, want b.json", rec.Body)
 	}
+	// The trace writers' names win, by step rather than time.
+	for name, mt := range map[string]time.Time{"trace-9.json": now, "trace-10.json": old} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(`{"traceEvents":[],"name":"`+name+`"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/trace/latest.json", nil))
+	if !strings.Contains(rec.Body.String(), "trace-10.json") {
+		t.Errorf("latest trace: %s, want trace-10.json", rec.Body)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/distflow/distflow/trace"
 )
 
 // TraceInfo names the newest step trace in Config.TraceDir.
@@ -14,12 +16,18 @@ type TraceInfo struct {
 	URL     string  `json:"url"`
 }
 
-// latestTrace returns the newest *.json file directly in dir (the rule the
-// trace writers follow: one Chrome trace JSON file per --trace-steps
-// recording), or nil.
+// latestTrace returns the newest step trace in dir, or nil: the trace
+// writers' own choice (trace.Newest: trace-<step>.json with the highest
+// step), else the *.json file modified last (a --trace-file of another
+// name).
 func latestTrace(dir string) *TraceInfo {
 	if dir == "" {
 		return nil
+	}
+	if p, err := trace.Newest(dir); err == nil && p != "" {
+		if fi, err := os.Stat(p); err == nil {
+			return &TraceInfo{Name: filepath.Base(p), Bytes: fi.Size(), ModTime: float64(fi.ModTime().UnixNano()) / 1e9, URL: "/trace/latest.json"}
+		}
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -137,7 +137,19 @@
 
   // ---- events ----
   function renderEvents(events) {
-    const list = events.slice().reverse().slice(0, 200);
+    // Many tasks starting together make one line, not one each.
+    const folded = [];
+    for (const e of events) {
+      const last = folded[folded.length - 1];
+      if (e.kind === "started" && last && last.kind === "started" && Math.floor(last.t) === Math.floor(e.t)) {
+        last.n = (last.n || 1) + 1;
+        last.task = "";
+        last.message = last.n + " tasks answer";
+        continue;
+      }
+      folded.push(Object.assign({}, e));
+    }
+    const list = folded.reverse().slice(0, 200);
     $("events").innerHTML = list.map((e) =>
       "<li><time>" + fmt.time(e.t) + '</time><span class="kind ' + esc(e.kind) + '">' + esc(e.kind) + "</span><span>" +
       (e.task ? "<b>" + esc(e.task.replace("/job:", "").replace("/task:", " ")) + "</b> " : "") + esc(e.message) + "</span></li>").join("") ||
