@@ -63,21 +63,33 @@ type Cluster struct {
 
 // Params are the model's fitted constants.
 type Params struct {
-	// Overhead is the fixed software cost of one step (RPCs, graph
-	// execution, the coordination of a synchronous step), seconds.
+	// Overhead is the fixed software cost of one step on its critical
+	// path (RPC set-up, graph execution, the coordination of a
+	// synchronous step), seconds.
 	Overhead float64
-	// PSRounds is the number of round trips a SyncPS step waits for in
-	// series (pull, push, the token queue).
-	PSRounds float64
-	// RingRounds is the number of one-way hop latencies per ring step and
-	// per worker beyond the first: a ring of N workers waits
-	// RingRounds*(N-1) round trips in series.
-	RingRounds float64
-	// Cores is the number of cores the bed's tasks actually get on the
-	// shared machine; used when Cluster.SharedCores is set (it then
-	// replaces it: SharedCores only says that the cores are shared).
+	// CPUPerByte is the processor time spent per byte moved between
+	// tasks (serialisation, TLS, copies), seconds.
+	CPUPerByte float64
+	// CPUPerMessage is the processor time spent per message (an RPC or a
+	// ring chunk: system calls, wake-ups, scheduling), seconds.
+	CPUPerMessage float64
+	// PSMessages is the number of messages one worker exchanges with the
+	// ps tasks per SyncPS step (a ring exchanges 2(N-1) per worker).
+	PSMessages float64
+	// Cores is the number of cores that carry the CPU work: per host for
+	// a cluster of hosts (default 1), or of the one machine when
+	// Cluster.SharedCores is set (which then takes precedence).
 	Cores float64
 }
+
+// The round trips a step waits for in series, fixed by the protocols
+// rather than fitted: a SyncPS step pulls the parameters, pushes the
+// gradients and takes a token from the sync queue; a ring step passes
+// 2(N-1) chunks, each one hop (half a round trip) after the previous.
+const (
+	psRounds      = 3
+	ringHopRounds = 0.5
+)
 
 func (c Cluster) validate() error {
 	switch {
@@ -91,19 +103,29 @@ func (c Cluster) validate() error {
 	return nil
 }
 
-// Breakdown is a step's time by part, in seconds; Step is their sum.
+// Breakdown is a step's predicted time by part, in seconds. The parts do
+// not overlap: Step = CPU + Transfer + Latency + Overhead (a synchronous
+// step computes, then communicates, then waits; the model has no
+// pipelining of the two, which distflow does not do today).
 type Breakdown struct {
-	Compute, Transfer, Latency, Overhead, Step float64
+	// CPU is the busiest processor's work: Compute plus the processor
+	// time of moving bytes and messages.
+	CPU, Compute                      float64
+	Transfer, Latency, Overhead, Step float64
 }
 
-// StepTime returns the predicted time of one synchronous step, by part.
+// StepTime returns the predicted time of one synchronous step.
 //
-// Compute is the workers' compute, slowed when the tasks share fewer cores
-// than there are workers. Transfer is the bytes on the busiest link at
-// Bandwidth: for SyncPS the pull and then the push each move
-// ParamBytes*Workers/PS through each ps link (or ParamBytes through a
+// Compute is one worker's compute. Transfer is the bytes on the
+// busiest link at Bandwidth: for SyncPS the pull and then the push each
+// move ParamBytes*Workers/PS through each ps link (or ParamBytes through a
 // worker's, if more); for the ring each worker sends and receives
 // 2*(N-1)/N*ParamBytes. Latency is the round trips waited for in series.
+//
+// The processors: on a cluster of hosts, the busiest host's work (a
+// worker's compute plus its bytes and messages; a ps task's share of all
+// workers' bytes and messages) over Params.Cores; on one shared machine
+// (SharedCores), all the tasks' work over Params.Cores.
 func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 	if err := c.validate(); err != nil {
 		return Breakdown{}, err
@@ -113,23 +135,37 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 	}
 	var b Breakdown
 	b.Compute = w.Compute
-	if c.SharedCores > 0 && p.Cores > 0 {
-		b.Compute *= math.Max(1, float64(c.Workers)/p.Cores)
-	}
 	nw := float64(c.Workers)
+	var bytes, msgs float64                  // the whole cluster's, per step
+	var hostBytes, hostMsgs, psShare float64 // the busiest host's
 	switch c.Mode {
 	case SyncPS:
 		perPS := w.ParamBytes * nw / float64(c.PS)
 		b.Transfer = 2 * math.Max(perPS, w.ParamBytes) / n.Bandwidth
-		b.Latency = p.PSRounds * n.RTT
+		b.Latency = psRounds * n.RTT
+		bytes, msgs = 2*nw*w.ParamBytes, nw*p.PSMessages
+		hostBytes, hostMsgs = 2*w.ParamBytes, p.PSMessages
+		psShare = (p.CPUPerByte*bytes + p.CPUPerMessage*msgs) / float64(c.PS)
 	case AllReduce:
 		if c.Workers > 1 {
 			b.Transfer = 2 * (nw - 1) / nw * w.ParamBytes / n.Bandwidth
-			b.Latency = p.RingRounds * (nw - 1) * n.RTT
+			b.Latency = ringHopRounds * 2 * (nw - 1) * n.RTT
+			hostBytes, hostMsgs = 2*2*(nw-1)/nw*w.ParamBytes, 2*2*(nw-1)
+			bytes, msgs = nw*hostBytes/2, nw*hostMsgs/2
 		}
 	}
 	b.Overhead = p.Overhead
-	b.Step = b.Compute + b.Transfer + b.Latency + b.Overhead
+	cores := p.Cores
+	if cores <= 0 {
+		cores = 1
+	}
+	if c.SharedCores > 0 {
+		b.CPU = (nw*w.Compute + p.CPUPerByte*bytes + p.CPUPerMessage*msgs) / cores
+	} else {
+		worker := w.Compute + p.CPUPerByte*hostBytes + p.CPUPerMessage*hostMsgs
+		b.CPU = math.Max(worker, psShare) / cores
+	}
+	b.Step = b.CPU + b.Transfer + b.Latency + b.Overhead
 	return b, nil
 }
 
@@ -154,7 +190,8 @@ type Point struct {
 
 // Fit returns the Params that minimise the squared relative error (in
 // logarithms) of the predicted throughput over the points, starting from
-// init (zero fields start from defaults). The parameters stay positive.
+// init (zero fields start from defaults). It fits Overhead, CPUPerByte,
+// CPUPerMessage and PSMessages, which stay positive, and keeps init.Cores.
 func Fit(points []Point, init Params) (Params, error) {
 	if len(points) == 0 {
 		return Params{}, errors.New("scaling: no points to fit")
@@ -174,11 +211,12 @@ func Fit(points []Point, init Params) (Params, error) {
 		return d
 	}
 	x0 := []float64{
-		math.Log(def(init.Overhead, 1e-3)), math.Log(def(init.PSRounds, 4)),
-		math.Log(def(init.RingRounds, 2)), math.Log(def(init.Cores, 2)),
+		math.Log(def(init.Overhead, 1e-3)), math.Log(def(init.CPUPerByte, 1e-9)),
+		math.Log(def(init.CPUPerMessage, 1e-4)), math.Log(def(init.PSMessages, 8)),
 	}
 	toParams := func(x []float64) Params {
-		return Params{Overhead: math.Exp(x[0]), PSRounds: math.Exp(x[1]), RingRounds: math.Exp(x[2]), Cores: math.Exp(x[3])}
+		return Params{Overhead: math.Exp(x[0]), CPUPerByte: math.Exp(x[1]), CPUPerMessage: math.Exp(x[2]),
+			PSMessages: math.Exp(x[3]), Cores: init.Cores}
 	}
 	loss := func(x []float64) float64 {
 		p := toParams(x)
@@ -193,7 +231,12 @@ func Fit(points []Point, init Params) (Params, error) {
 		}
 		return s
 	}
-	return toParams(nelderMead(loss, x0, 4000)), nil
+	// Restarts from the best point so far, in case one simplex stalls.
+	x := x0
+	for range 5 {
+		x = nelderMead(loss, x, 4000)
+	}
+	return toParams(x), nil
 }
 
 // nelderMead minimises f from x0 (the downhill simplex method).

@@ -1,0 +1,163 @@
+// Command scalingfit fits the scaling model (internal/scaling) to test-bed
+// runs and prints, as Markdown, the fitted parameters, its predictions next
+// to every measured configuration, and a table for larger clusters.
+//
+//	sudo scripts/netbed_scaling.sh > runs.csv
+//	go run ./cmd/scalingfit --compute 2.6ms --bandwidth 800 --rtt 600us --fit-tasks 2,4 < runs.csv
+//
+// The input is netbed_scaling.sh's CSV: mode,tasks,workers,ps,rate,rtt,
+// steps,examples_per_second (repeated runs of a configuration are
+// averaged).
+package main
+
+import (
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/distflow/distflow/internal/scaling"
+)
+
+func main() {
+	compute := flag.Duration("compute", 0, "one worker's compute per step on a machine of its own (measured: distflow train --model mlp without a cluster)")
+	batch := flag.Int("batch", 100, "examples per worker per step")
+	params := flag.Float64("param-bytes", 318040, "model bytes pushed and pulled per step (mlp 784-100-10: 79510 float32)")
+	bw := flag.Float64("bandwidth", 1000, "the bed's link bandwidth in Mbit/s as measured (netbed.sh iperf)")
+	rtt := flag.Duration("rtt", 500*time.Microsecond, "the bed's round trip as measured (netbed.sh rtt)")
+	cores := flag.Float64("cores", 2, "the bed machine's cores")
+	fitTasks := flag.String("fit-tasks", "2,4", "the task counts fitted; the others are predicted")
+	flag.Parse()
+	if *compute <= 0 {
+		fail(fmt.Errorf("--compute: want the measured compute time of one step (e.g. 2.6ms)"))
+	}
+	fitSet := map[int]bool{}
+	for _, s := range strings.Split(*fitTasks, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			fail(fmt.Errorf("--fit-tasks %q: want numbers separated by commas", *fitTasks))
+		}
+		fitSet[n] = true
+	}
+	w := scaling.Workload{Batch: *batch, ParamBytes: *params, Compute: compute.Seconds()}
+	bed := scaling.Network{Bandwidth: *bw * 1e6 / 8, RTT: rtt.Seconds()}
+	runs, err := readRuns(os.Stdin)
+	fail(err)
+	var fit []scaling.Point
+	for _, r := range runs {
+		r.pt.Workload, r.pt.Network, r.pt.Cluster.SharedCores = w, bed, *cores
+		if fitSet[r.tasks] {
+			fit = append(fit, r.pt)
+		}
+	}
+	p, err := scaling.Fit(fit, scaling.Params{Cores: *cores})
+	fail(err)
+	fmt.Printf("Fitted on %d configurations (tasks %s), with %.0f cores: overhead %.2f ms/step, CPU %.2f ns/byte, CPU %.0f us/message, %.1f messages per worker per sync-ps step.\n\n",
+		len(fit), *fitTasks, p.Cores, p.Overhead*1e3, p.CPUPerByte*1e9, p.CPUPerMessage*1e6, p.PSMessages)
+	fmt.Println("| mode | tasks | workers | ps | measured ex/s | predicted ex/s | error | fitted on |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	var worst float64
+	for _, r := range runs {
+		c := r.pt.Cluster
+		c.SharedCores = *cores
+		x, err := scaling.Throughput(w, bed, c, p)
+		fail(err)
+		e := x/r.pt.ExamplesPerSecond - 1
+		used := "yes"
+		if !fitSet[r.tasks] {
+			used = "no"
+			worst = math.Max(worst, math.Abs(e))
+		}
+		fmt.Printf("| %s | %d | %d | %d | %.0f (%d runs) | %.0f | %+.1f%% | %s |\n", c.Mode, r.tasks, c.Workers, c.PS, r.pt.ExamplesPerSecond, r.n, x, 100*e, used)
+	}
+	fmt.Printf("\nLargest error on configurations not fitted: %.1f%%.\n\n", 100*worst)
+
+	// Larger clusters: each task on a host of its own (no shared cores),
+	// whose communication work one core carries.
+	p.Cores = 1
+	type wl struct {
+		name string
+		w    scaling.Workload
+	}
+	loads := []wl{
+		{"mlp (318 KB, measured compute)", w},
+		{"100 MB model, 250 ms compute (ResNet-50-sized, assumed)", scaling.Workload{Batch: 32, ParamBytes: 102e6, Compute: 0.25}},
+	}
+	fmt.Println("| workload | link | RTT | mode | workers | ps | step ms = CPU (of which compute) + transfer + latency + overhead | ex/s | speed-up over 1 worker |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, l := range loads {
+		for _, gbit := range []float64{10, 100} {
+			net := scaling.Network{Bandwidth: gbit * 1e9 / 8, RTT: 50e-6}
+			one, _ := scaling.Throughput(l.w, net, scaling.Cluster{Mode: scaling.AllReduce, Workers: 1}, p)
+			for _, c := range []scaling.Cluster{{Mode: scaling.SyncPS, Workers: 64, PS: 16}, {Mode: scaling.AllReduce, Workers: 64}} {
+				b, err := scaling.StepTime(l.w, net, c, p)
+				fail(err)
+				x := float64(c.Workers*l.w.Batch) / b.Step
+				fmt.Printf("| %s | %.0f Gbit/s | 50 us | %s | %d | %d | %.2f = %.2f (%.2f) + %.2f + %.2f + %.2f | %.0f | %.1fx |\n",
+					l.name, gbit, c.Mode, c.Workers, c.PS, b.Step*1e3, b.CPU*1e3, b.Compute*1e3, b.Transfer*1e3, b.Latency*1e3, b.Overhead*1e3, x, x/one)
+			}
+		}
+	}
+}
+
+type run struct {
+	tasks int
+	n     int
+	pt    scaling.Point
+}
+
+// readRuns reads netbed_scaling.sh's CSV and averages the repeats of each
+// configuration, in the order first seen.
+func readRuns(r io.Reader) ([]run, error) {
+	rows, err := csv.NewReader(r).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("reading the runs: %w", err)
+	}
+	if len(rows) < 2 || strings.Join(rows[0], ",") != "mode,tasks,workers,ps,rate,rtt,steps,examples_per_second" {
+		return nil, fmt.Errorf("want netbed_scaling.sh's CSV with its header and at least one run")
+	}
+	byKey := map[string]*run{}
+	var order []string
+	for i, row := range rows[1:] {
+		tasks, e1 := strconv.Atoi(row[1])
+		workers, e2 := strconv.Atoi(row[2])
+		ps, e3 := strconv.Atoi(row[3])
+		x, e4 := strconv.ParseFloat(row[7], 64)
+		if e1 != nil || e2 != nil || e3 != nil || e4 != nil {
+			return nil, fmt.Errorf("line %d: %q: want numbers in tasks, workers, ps and examples_per_second", i+2, row)
+		}
+		if math.IsNaN(x) || x <= 0 {
+			fmt.Fprintf(os.Stderr, "scalingfit: line %d: a failed run, left out\n", i+2)
+			continue
+		}
+		key := row[0] + "/" + row[1]
+		rn, ok := byKey[key]
+		if !ok {
+			rn = &run{tasks: tasks, pt: scaling.Point{Cluster: scaling.Cluster{Mode: scaling.Mode(row[0]), Workers: workers, PS: ps}}}
+			byKey[key] = rn
+			order = append(order, key)
+		}
+		// The geometric mean, as the fit compares logarithms.
+		rn.pt.ExamplesPerSecond = math.Exp((math.Log(math.Max(rn.pt.ExamplesPerSecond, 1))*float64(rn.n) + math.Log(x)) / float64(rn.n+1))
+		rn.n++
+	}
+	sort.SliceStable(order, func(i, j int) bool { return byKey[order[i]].tasks < byKey[order[j]].tasks })
+	out := make([]run, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byKey[k])
+	}
+	return out, nil
+}
+
+func fail(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scalingfit:", err)
+		os.Exit(1)
+	}
+}

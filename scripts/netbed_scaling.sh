@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# netbed_scaling.sh: the measurements behind docs/SCALING.md. Runs the
+# mlp model in a shaped-network bed (scripts/netbed.sh) in synchronous-ps
+# and ring all-reduce modes at 2, 4 and 8 tasks and prints one CSV line per
+# run: mode,tasks,workers,ps,rate,rtt,steps,examples_per_second.
+#
+#   sudo scripts/netbed_scaling.sh [--rate 1gbit] [--rtt 0.5ms] [--repeat 2] [--steps 200] [--tasks "2 4 8"] > runs.csv
+#   go run ./cmd/scalingfit < runs.csv
+#
+# Sync ps mode with T tasks is 1 ps and T-1 workers; all-reduce is T workers.
+set -euo pipefail
+rate=1gbit rtt=0.5ms repeat=2 steps=200 tasks="2 4 8"
+while [ $# -gt 0 ]; do
+	case $1 in
+	--rate) rate=$2; shift 2 ;;
+	--rtt) rtt=$2; shift 2 ;;
+	--repeat) repeat=$2; shift 2 ;;
+	--steps) steps=$2; shift 2 ;;
+	--tasks) tasks=$2; shift 2 ;;
+	*) echo "netbed_scaling: unknown argument $1" >&2; exit 2 ;;
+	esac
+done
+bed=$(dirname "$0")/netbed.sh
+max=0
+for t in $tasks; do [ "$t" -gt $max ] && max=$t; done
+"$bed" down
+"$bed" up "$max" --rate "$rate" --rtt "$rtt" >&2
+trap '"$bed" down' EXIT
+echo "mode,tasks,workers,ps,rate,rtt,steps,examples_per_second"
+for ((r = 0; r < repeat; r++)); do
+	for t in $tasks; do
+		for mode in ps allreduce; do
+			if [ $mode = ps ]; then
+				out=$("$bed" train --ps 1 --workers $((t - 1)) -- --model mlp --steps "$steps" --sync --json --quiet | tail -1)
+				w=$((t - 1)) p=1
+			else
+				out=$("$bed" train --workers "$t" -- --model mlp --steps "$steps" --allreduce --json --quiet | tail -1)
+				w=$t p=0
+			fi
+			eps=$(echo "$out" | sed -n 's/.*"cluster_examples_per_second":\([0-9.e+]*\).*/\1/p')
+			echo "$mode,$t,$w,$p,$rate,$rtt,$steps,${eps:-NaN}"
+		done
+	done
+done
