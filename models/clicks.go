@@ -21,6 +21,12 @@ const (
 	criteoLimit = 5_000_000
 )
 
+// LoadClicks is LoadData("widedeep") for the model's config c (its
+// vocabulary).
+func LoadClicks(dir string, seed int64, c WideDeepConfig) (Data, error) {
+	return loadClicks(dir, seed, c.withDefaults().Vocab)
+}
+
 // loadClicks returns the CTR examples: from the Criteo TSV files of dir
 // (the last tenth for evaluation), or, if dir is empty, a synthetic log
 // whose planted model is fixed (the seed changes only the examples'

@@ -82,6 +82,8 @@ type trainFlags struct {
 	// security secures a cluster's connections (--certs-dir,
 	// --cluster-token-file, --insecure).
 	security pki.Security
+	// wideDeep shapes --model widedeep (widedeep.go).
+	wideDeep models.WideDeepConfig
 	// metricsPort serves Prometheus metrics (metrics.go).
 	metricsPort int
 	// dash serves the live dashboard (dashboard.go).
@@ -154,6 +156,7 @@ func newTrainCommand() *cobra.Command {
 	fl.StringVar(&f.memProfile, "memprofile", "", "write a pprof memory profile of this process to the file at the end (go tool pprof -sample_index=alloc_space for what was allocated)")
 	addTraceFlags(fl, &f.trace)
 	addSecurityFlags(fl, &f.security, false)
+	addWideDeepFlags(fl, f)
 	addMetricsFlag(fl, &f.metricsPort, true)
 	addDashboardFlags(fl, &f.dash)
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket")
@@ -269,6 +272,7 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	}
 	if !set("steps") && !set("epochs") {
 		f.steps, f.epochs = d.steps, d.epochs
+		f.wideDeepSteps()
 	}
 	if !set("batch") {
 		f.batch = d.batch
@@ -365,7 +369,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	if err != nil {
 		return fmt.Errorf("--optimizer: %w", err)
 	}
-	fn, err := models.ModelFn(f.model, models.Config{Seed: f.seed}, opt)
+	fn, err := models.ModelFn(f.model, models.Config{Seed: f.seed, WideDeep: f.wideDeep}, opt)
 	if err != nil {
 		return err
 	}
@@ -379,7 +383,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	var ts estimator.TrainSpec
 	var es estimator.EvalSpec
 	if self.Job != "ps" && (!f.inGraph || cfg.IsChief()) {
-		if ex, err = models.LoadData(f.model, f.dataDir, int64(f.seed), f.steps, f.batch); err != nil {
+		if ex, err = loadData(f); err != nil {
 			return err
 		}
 		feature := models.Feature(f.model)
@@ -515,12 +519,12 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		Jobs: jobs, Args: args, Env: dashEnv, Stdout: stdout, Stderr: progressOutput(stderr), Verbose: f.verbose,
 		// A supervisor restarts a ps that dies when the workers can recover
 		// from it: asynchronous training with checkpoints to restore from.
-		RestartPS:          async && (f.ckptDir != "" || f.logdir != ""),
+		RestartPS:          (async || f.inGraph) && (f.ckptDir != "" || f.logdir != ""),
 		TolerateWorkerLoss: async,
 		// A lost chief resumes from the latest checkpoint; a lost worker
 		// rejoins the strategies that go on without it (issue 15).
 		RestartChief:   f.ckptDir != "" || f.logdir != "",
-		RestartWorkers: async || isSync || f.allReduce || f.staleness >= 0,
+		RestartWorkers: async || isSync || f.allReduce || f.staleness >= 0 || f.inGraph,
 	})
 }
 
