@@ -16,7 +16,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
 	"time"
 )
@@ -103,6 +102,7 @@ func pipe(dst, src net.Conn, delay time.Duration) {
 			}
 		}
 	}()
+	lockSleeper()
 	failed := false
 	for c := range ch {
 		if failed {
@@ -124,19 +124,13 @@ func pipe(dst, src net.Conn, delay time.Duration) {
 	}
 }
 
-// wait returns at t. A timer wakes a goroutine tens of microseconds late
-// on an idle machine and milliseconds late on a loaded one, as much as the
-// delays this proxy adds: it sleeps only while more than spinBelow is left,
-// and yields in a loop for the rest (which costs a core while a chunk is
-// due; docs/SCALING.md measures what the bed achieves).
+// wait returns at t. Go's timers cannot wait less than a millisecond on an
+// idle process (the runtime's poller rounds shorter waits up), as much as
+// the delays this proxy adds, and spinning costs a core the bed's tasks
+// need: sleep in the kernel instead (sleepFor; a high-resolution timer on
+// Linux, late by its slack, about 50 us).
 func wait(t time.Time) {
-	if d := time.Until(t); d > spinBelow {
-		time.Sleep(d - spinBelow)
-	}
-	for time.Now().Before(t) {
-		runtime.Gosched()
+	if d := time.Until(t); d > 0 {
+		sleepFor(d)
 	}
 }
-
-// spinBelow is how close to its time a chunk stops sleeping.
-const spinBelow = 2 * time.Millisecond

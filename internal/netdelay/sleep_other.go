@@ -1,0 +1,9 @@
+//go:build !unix
+
+package netdelay
+
+import "time"
+
+func sleepFor(d time.Duration) { time.Sleep(d) }
+
+func lockSleeper() {}
