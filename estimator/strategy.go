@@ -157,7 +157,8 @@ func (s Staleness) train(ctx context.Context, r *replica) (*Result, error) {
 
 // InGraph is in-graph replication: the chief builds one tower per replica
 // (each on its task, the variables on the ps tasks) and applies the mean
-// of their gradients; the other workers only serve.
+// of their gradients; the other workers only serve. With checkpoints it
+// survives a ps or worker that dies and is restarted on its address.
 type InGraph struct{}
 
 func (InGraph) String() string { return "in-graph" }
@@ -176,7 +177,10 @@ func (InGraph) train(ctx context.Context, r *replica) (*Result, error) {
 	if r.index > 0 {
 		return r.serve(ctx)
 	}
-	return trainOnPS(ctx, r, psPlan{inGraph: r.cfg.Cluster != nil})
+	// One client, no queues or counters: a lost ps or worker is recovered
+	// from as in asynchronous training (the towers' tasks come back on
+	// their addresses; a ps's shard is restored from the checkpoint).
+	return trainOnPS(ctx, r, psPlan{inGraph: r.cfg.Cluster != nil, recoverable: true})
 }
 
 // psPlan is a parameter-server strategy's part of the shared training

@@ -194,3 +194,28 @@ func TestAllReduceRankKilledRejoins(t *testing.T) {
 	}
 	noTasksLeft(t, ps)
 }
+
+// TestInGraphSurvivesWorkerAndPSLoss: in-graph replication with
+// checkpoints: SIGKILL the worker that serves a tower, then the ps; the
+// launcher restarts each on its address, the chief waits for them and
+// goes on (the ps's shard restored from the latest checkpoint), and the
+// run finishes with nothing left behind.
+func TestInGraphSurvivesWorkerAndPSLoss(t *testing.T) {
+	dir := t.TempDir()
+	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=2",
+		"--in-graph", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-timeout", "10s", "--step-delay", "2ms", "--log-every", "100")
+	waitFor(t, lines, "checkpoint: saved")
+	killTask(t, ps, "worker", 1)
+	waitFor(t, lines, "local cluster: worker 1 died (signal: killed); restarting it on its address (1 of 3)")
+	waitFor(t, lines, "recovered from a lost task")
+	killTask(t, ps, "ps", 0)
+	waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")
+	waitFor(t, lines, "recovered from a lost task")
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed: %v", err)
+	}
+	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step") {
+		t.Errorf("no result on stdout: %q", out)
+	}
+	noTasksLeft(t, ps)
+}
