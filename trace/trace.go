@@ -178,8 +178,10 @@ func (b *Builder) File() *File {
 			sends[flowKey{sp.step, s.GetRendezvousKey()}] = sp
 		}
 	}
-	// A flow arrow from each Send to its Recv: it starts inside the Send's
-	// slice and binds to the Recv's enclosing slice at its end.
+	// A flow arrow from each Send to its Recv, from the middle of one slice
+	// to the middle of the other: each end is then strictly inside the
+	// slice it binds to (the enclosing slice, bp "e"), even a slice of zero
+	// duration at the microsecond.
 	n := 0
 	for _, sp := range spans {
 		s := sp.s
@@ -194,8 +196,8 @@ func (b *Builder) File() *File {
 		id := strconv.Itoa(n)
 		name := "tensor " + s.GetRendezvousKey()
 		f.TraceEvents = append(f.TraceEvents,
-			Event{Name: name, Cat: CatFlow, Ph: "s", ID: id, Ts: us(snd.start), Pid: snd.pid, Tid: snd.tid},
-			Event{Name: name, Cat: CatFlow, Ph: "f", BP: "e", ID: id, Ts: us(sp.end), Pid: sp.pid, Tid: sp.tid})
+			Event{Name: name, Cat: CatFlow, Ph: "s", BP: "e", ID: id, Ts: us((snd.start + snd.end) / 2), Pid: snd.pid, Tid: snd.tid},
+			Event{Name: name, Cat: CatFlow, Ph: "f", BP: "e", ID: id, Ts: us((sp.start + sp.end) / 2), Pid: sp.pid, Tid: sp.tid})
 	}
 	return f
 }

@@ -116,7 +116,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"unnamed pid", `{"traceEvents":[{"name":"a","ph":"X","pid":2,"tid":1,"ts":0,"dur":1}]}`, "no process_name"},
 		{"unnamed tid", `{"traceEvents":[` + named + `,{"name":"a","ph":"X","pid":1,"tid":2,"ts":0,"dur":1}]}`, "no thread_name"},
 		{"overlap", `{"traceEvents":[` + named + `,{"name":"a","ph":"X","pid":1,"tid":1,"ts":0,"dur":10},{"name":"b","ph":"X","pid":1,"tid":1,"ts":5,"dur":10}]}`, "after the slice it starts in"},
-		{"lone flow", `{"traceEvents":[{"name":"a","ph":"s","id":"1","pid":1,"tid":1,"ts":0}]}`, "flow 1"},
+		{"lone flow", `{"traceEvents":[` + named + `,{"name":"a","ph":"X","pid":1,"tid":1,"ts":0,"dur":1},{"name":"a","ph":"s","id":"1","pid":1,"tid":1,"ts":0}]}`, "flow 1"},
+		{"flow outside slices", `{"traceEvents":[` + named + `,{"name":"a","ph":"X","pid":1,"tid":1,"ts":0,"dur":1},{"name":"a","ph":"s","id":"1","pid":1,"tid":1,"ts":0.5},{"name":"a","ph":"f","bp":"e","id":"1","pid":1,"tid":1,"ts":3}]}`, "in no slice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := trace.Validate([]byte(tc.json))

@@ -22,7 +22,8 @@ const nestSlack = 1e-3
 // tid; complete ("X") events with a non-negative ts and dur; every pid
 // named by a process_name and every thread of an X event by a thread_name
 // metadata event; the X events of one thread nested (a slice that starts
-// inside another ends inside it); every flow start with its end. It reads
+// inside another ends inside it); every flow start with its end, each
+// within a slice of its thread (the slice it binds to). It reads
 // the JSON generically, so that a field the Event type would default is
 // found missing.
 func Validate(data []byte) error {
@@ -45,6 +46,12 @@ func Validate(data []byte) error {
 	procNamed, threadNamed := map[int64]bool{}, map[thread]bool{}
 	slices_ := map[thread][]slice{}
 	flows := map[string]int{}
+	type flowEnd struct {
+		th   thread
+		ts   float64
+		name string
+	}
+	var flowEnds []flowEnd
 	for i, e := range events {
 		name, _ := e["name"].(string)
 		ph, _ := e["ph"].(string)
@@ -80,9 +87,11 @@ func Validate(data []byte) error {
 			th := thread{pid, tid}
 			slices_[th] = append(slices_[th], slice{ts, ts + dur})
 		case "s", "f":
-			if _, ok := number(e["ts"]); !ok {
+			ts, ok := number(e["ts"])
+			if !ok {
 				return fmt.Errorf("trace: %w: flow event %d (%s): no ts", ErrInvalid, i, name)
 			}
+			flowEnds = append(flowEnds, flowEnd{thread{pid, tid}, ts, name})
 			id, _ := e["id"].(string)
 			if id == "" {
 				return fmt.Errorf("trace: %w: flow event %d (%s): no id", ErrInvalid, i, name)
@@ -114,6 +123,11 @@ func Validate(data []byte) error {
 					ErrInvalid, th.pid, th.tid, s.ts, s.end, open[len(open)-1])
 			}
 			open = append(open, s.end)
+		}
+	}
+	for _, f := range flowEnds {
+		if !slices.ContainsFunc(slices_[f.th], func(s slice) bool { return s.ts <= f.ts && f.ts <= s.end }) {
+			return fmt.Errorf("trace: %w: flow %s at %g µs on pid %d tid %d is in no slice of that thread", ErrInvalid, f.name, f.ts, f.th.pid, f.th.tid)
 		}
 	}
 	for id, n := range flows {
