@@ -25,7 +25,8 @@ type MatrixConfig struct {
 	CleanRuns int
 	Seed      uint64
 	// WindowFrom and WindowFraction place faults between WindowFrom and
-	// that fraction of the clean run's wall time (0 means 1s and 0.8).
+	// that fraction of the shortest clean run's wall time (0 means 1s and
+	// 0.8).
 	WindowFrom     time.Duration
 	WindowFraction float64
 	// Progress, if not nil, is called after each run.
@@ -58,7 +59,11 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 			if clean.Finished {
 				finished++
 				cleanAcc += clean.Accuracy
-				cleanWall = max(cleanWall, clean.Wall)
+				// The shortest: faults drawn past the end of a run are
+				// never applied.
+				if cleanWall == 0 || clean.Wall < cleanWall {
+					cleanWall = clean.Wall
+				}
 			}
 		}
 		if finished > 0 {
