@@ -108,6 +108,11 @@ func TestFirstNoticeAndProgress(t *testing.T) {
 	if maxStep != 520 || lost != 80+20 {
 		t.Errorf("progress = %d, %d; want 520, 100", maxStep, lost)
 	}
+	if got := targetSteps(append(lines,
+		Line{Text: `[worker 0] level=INFO msg=training task=/job:worker/task:0 strategy=async replica=0 replicas=2 global_steps=1600 batch=100`},
+		Line{Text: `[worker 1] level=INFO msg=training task=/job:worker/task:1 strategy=allreduce rank=1 ranks=3 steps=534 batch=100 first_step=1`})); got != 1600 {
+		t.Errorf("targetSteps = %d, want 1600", got)
+	}
 	r, ok := lastResult(lines)
 	if !ok || r.GlobalStep != 1600 || r.TestAccuracy != 0.85 {
 		t.Errorf("lastResult = %+v, %v", r, ok)

@@ -88,6 +88,23 @@ func progress(lines []Line) (maxStep, lost int64) {
 	return maxStep, lost
 }
 
+// targetRe finds the steps a run trains to in a task's "training" record:
+// global_steps=1600 (ps strategies) or steps=534 (all-reduce).
+var targetRe = regexp.MustCompile(`msg=training .*\b(?:global_)?steps=(\d+)`)
+
+// targetSteps returns the highest step target the tasks announced, or 0.
+func targetSteps(lines []Line) int64 {
+	var target int64
+	for _, l := range lines {
+		if m := targetRe.FindStringSubmatch(l.Text); m != nil {
+			if s, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+				target = max(target, s)
+			}
+		}
+	}
+	return target
+}
+
 // trainResult is the part of `distflow train --json` output the harness
 // reads.
 type trainResult struct {

@@ -132,7 +132,8 @@ func (f FaultResult) NoticeString() string {
 type Result struct {
 	Strategy string `json:"strategy"`
 	Seed     uint64 `json:"seed"`
-	// Finished: the launcher exited 0 and the chief printed its result.
+	// Finished: the launcher exited 0 and the chief printed its result,
+	// at TargetSteps or beyond.
 	Finished bool `json:"finished"`
 	// ExitError is the launcher's exit status when it was not 0.
 	ExitError string `json:"exit_error,omitempty"`
@@ -149,6 +150,9 @@ type Result struct {
 	// the output showed); LostSteps, how many steps restores undid.
 	GlobalStep int64 `json:"global_step"`
 	LostSteps  int64 `json:"lost_steps"`
+	// TargetSteps is the global step the tasks said they train to (0 if
+	// none said); a run whose result stops short of it did not finish.
+	TargetSteps int64 `json:"target_steps"`
 	// Faults are the planned faults and what became of them.
 	Faults []FaultResult `json:"faults"`
 	// Checkpoints counts the complete checkpoints left; Corrupt names
@@ -276,7 +280,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	tr, ok := lastResult(lines)
 	maxStep, lost := progress(lines)
 	res.GlobalStep, res.LostSteps = max(maxStep, tr.GlobalStep), lost
-	res.Finished = waitErr == nil && !res.Hung && ok
+	res.TargetSteps = targetSteps(lines)
+	// A chief that exits 0 early (told training ended when it had not) is
+	// not a finished run.
+	res.Finished = waitErr == nil && !res.Hung && ok && tr.GlobalStep >= res.TargetSteps
+	if ok && waitErr == nil && !res.Finished {
+		res.ExitError = fmt.Sprintf("exit 0 at global step %d of %d", tr.GlobalStep, res.TargetSteps)
+	}
 	if ok {
 		res.Accuracy = tr.TestAccuracy
 	}
