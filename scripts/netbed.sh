@@ -22,7 +22,7 @@
 # workers, then the ps tasks), each `distflow train` with its TF_CONFIG,
 # certificates made for the run, and the arguments after --; it prints the
 # chief's stdout and exits with the chief's status. Its tasks' stderr goes to
-# $STATE/train-*.log.
+# $STATE/train-*.log, how each ended to $STATE/train-status.
 #
 # Environment: NETBED_PREFIX (namespace prefix, default dfnb: two beds with
 # other prefixes can coexist), DISTFLOW and NETDELAY (the binaries; default:
@@ -250,7 +250,21 @@ cmd_train() {
 		[ $alive = 1 ] || break
 		sleep 0.1
 	done
-	for ((h = 1; h < n; h++)); do kill "${pids[h]}" 2>/dev/null || true; wait "${pids[h]}" 2>/dev/null || true; done
+	# $STATE/train-status: how each task ended ("worker 1 exit 0", "ps 0
+	# stopped" when it had to be killed).
+	echo "${job[0]} ${idx[0]} exit $status" >"$STATE/train-status"
+	for ((h = 1; h < n; h++)); do
+		local st
+		if kill -0 "${pids[h]}" 2>/dev/null; then
+			kill "${pids[h]}" 2>/dev/null || true
+			wait "${pids[h]}" 2>/dev/null || true
+			st=stopped
+		else
+			st=0; wait "${pids[h]}" 2>/dev/null || st=$?
+			st="exit $st"
+		fi
+		echo "${job[h]} ${idx[h]} $st" >>"$STATE/train-status"
+	done
 	for p in "${proxies[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
 	cat "$STATE/train-0.out"
 	[ $status = 0 ] || { echo "netbed: the chief failed ($status); see $STATE/train-*.log" >&2; tail -5 "$STATE/train-0.log" >&2; }

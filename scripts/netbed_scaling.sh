@@ -8,6 +8,8 @@
 #   go run ./cmd/scalingfit < runs.csv
 #
 # Sync ps mode with T tasks is 1 ps and T-1 workers; all-reduce is T workers.
+# Each repeat starts with a "local" run (one process, no cluster, outside
+# the bed): the compute of one step under the machine's load at the time.
 set -euo pipefail
 rate=1gbit rtt=0.5ms repeat=2 steps=200 tasks="2 4 8"
 while [ $# -gt 0 ]; do
@@ -28,6 +30,9 @@ for t in $tasks; do [ "$t" -gt $max ] && max=$t; done
 trap '"$bed" down' EXIT
 echo "mode,tasks,workers,ps,rate,rtt,steps,examples_per_second"
 for ((r = 0; r < repeat; r++)); do
+	out=$("${DISTFLOW:-distflow}" train --model mlp --steps "$steps" --json --quiet | tail -1)
+	eps=$(echo "$out" | sed -n 's/.*"examples_per_second":\([0-9.e+]*\).*/\1/p')
+	echo "local,1,1,0,-,-,$steps,${eps:-NaN}"
 	for t in $tasks; do
 		for mode in ps allreduce; do
 			if [ $mode = ps ]; then

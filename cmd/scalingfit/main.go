@@ -3,7 +3,7 @@
 // to every measured configuration, and a table for larger clusters.
 //
 //	sudo scripts/netbed_scaling.sh > runs.csv
-//	go run ./cmd/scalingfit --compute 2.6ms --bandwidth 800 --rtt 600us --fit-tasks 2,4 < runs.csv
+//	go run ./cmd/scalingfit --bandwidth 780 --rtt 650us --fit-tasks 2,4 < runs.csv
 //
 // The input is netbed_scaling.sh's CSV: mode,tasks,workers,ps,rate,rtt,
 // steps,examples_per_second (repeated runs of a configuration are
@@ -26,7 +26,7 @@ import (
 )
 
 func main() {
-	compute := flag.Duration("compute", 0, "one worker's compute per step on a machine of its own (measured: distflow train --model mlp without a cluster)")
+	compute := flag.Duration("compute", 0, "one worker's compute per step (default: from the input's local runs, distflow train without a cluster)")
 	batch := flag.Int("batch", 100, "examples per worker per step")
 	params := flag.Float64("param-bytes", 318040, "model bytes pushed and pulled per step (mlp 784-100-10: 79510 float32)")
 	bw := flag.Float64("bandwidth", 1000, "the bed's link bandwidth in Mbit/s as measured (netbed.sh iperf)")
@@ -34,9 +34,6 @@ func main() {
 	cores := flag.Float64("cores", 2, "the bed machine's cores")
 	fitTasks := flag.String("fit-tasks", "2,4", "the task counts fitted; the others are predicted")
 	flag.Parse()
-	if *compute <= 0 {
-		fail(fmt.Errorf("--compute: want the measured compute time of one step (e.g. 2.6ms)"))
-	}
 	fitSet := map[int]bool{}
 	for _, s := range strings.Split(*fitTasks, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -45,10 +42,26 @@ func main() {
 		}
 		fitSet[n] = true
 	}
-	w := scaling.Workload{Batch: *batch, ParamBytes: *params, Compute: compute.Seconds()}
 	bed := scaling.Network{Bandwidth: *bw * 1e6 / 8, RTT: rtt.Seconds()}
-	runs, err := readRuns(os.Stdin)
+	all, err := readRuns(os.Stdin)
 	fail(err)
+	// The local runs give the compute of one step, unless --compute does.
+	var runs []run
+	tc := compute.Seconds()
+	for _, r := range all {
+		if r.pt.Cluster.Mode == "local" {
+			if tc <= 0 {
+				tc = float64(*batch) / r.pt.ExamplesPerSecond
+				fmt.Printf("Compute per step: %.2f ms (%d local runs, %.0f examples/s).\n\n", tc*1e3, r.n, r.pt.ExamplesPerSecond)
+			}
+			continue
+		}
+		runs = append(runs, r)
+	}
+	if tc <= 0 {
+		fail(fmt.Errorf("no local runs and no --compute: want the compute time of one step (e.g. --compute 2.6ms)"))
+	}
+	w := scaling.Workload{Batch: *batch, ParamBytes: *params, Compute: tc}
 	var fit []scaling.Point
 	for _, r := range runs {
 		r.pt.Workload, r.pt.Network, r.pt.Cluster.SharedCores = w, bed, *cores
