@@ -66,6 +66,7 @@ func TestTrainTraceFlagsChecked(t *testing.T) {
 		{[]string{"train", "--trace-steps", "-1"}, "--trace-steps -1"},
 		{[]string{"train", "--trace-file", "x.json"}, "go with --trace-steps"},
 		{[]string{"train", "--trace-steps", "1", "--trace-file", "x.json", "--trace-start", "0"}, "--trace-start 0"},
+		{[]string{"train", "--trace-steps", "1", "--trace-file", "x.json", "--allreduce", "--local-cluster", "worker=2"}, "--trace-steps with --allreduce"},
 	} {
 		_, stderr, err := run(t, c.args...)
 		if err == nil || !strings.Contains(stderr, c.want) {
