@@ -24,6 +24,11 @@ import (
 // The file is File, or Dir/trace-<global step>.json (trace.FileName, the
 // global step of the first traced step), so that the newest trace of a
 // directory is the one with the highest step (trace.Newest).
+//
+// It traces the strategies whose loop runs hooks: parameter servers
+// (async, sync, staleness) and in-graph replication, whose steps span
+// every worker; the collective strategies (AllReduce, Averaging) run no
+// hooks yet.
 type TraceHook struct {
 	BaseHook
 	// Steps is how many steps to trace; required (> 0).
