@@ -5,7 +5,7 @@
 // serves it as Prometheus text at /metrics.
 //
 //	m := metrics.New("worker", 1)
-//	ep, err := metrics.Listen("127.0.0.1:0", m) // GET http://ep.Addr()/metrics
+//	ep, err := metrics.Listen("127.0.0.1:0", m, nil) // GET ep.URL(): http://127.0.0.1:PORT/metrics
 //	defer ep.Close()
 //	m.StepSeconds.Observe(0.012)
 //	m.ExamplesTotal.Add(100)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -108,6 +109,26 @@ func TestLocalClusterMetrics(t *testing.T) {
 	grows("ps/0", metrics.TensorChannelBytesTotal, map[string]string{"direction": metrics.Sent})
 	grows("ps/0", metrics.RPCReceivedBytesTotal, map[string]string{"method": "RecvTensor"})
 	grows("ps/0", "process_cpu_seconds_total", nil)
+
+	// Prometheus' own linter, where installed (Debian's prometheus).
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not installed: the lint of the scrapes is skipped")
+		return
+	}
+	for task, url := range urls {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lint := exec.CommandContext(ctx, promtool, "check", "metrics")
+		lint.Stdin = resp.Body
+		out, err := lint.CombinedOutput()
+		resp.Body.Close()
+		if err != nil {
+			t.Errorf("%s: promtool check metrics: %v\n%s", task, err, out)
+		}
+	}
 }
 
 // drain discards the lines already read.
