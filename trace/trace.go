@@ -23,7 +23,8 @@ type Event struct {
 	Cat string `json:"cat,omitempty"`
 	// Ph is the phase: "X" complete, "M" metadata, "s"/"f" flow start/end.
 	Ph string `json:"ph"`
-	// Ts and Dur are in microseconds, Ts from the file's first event.
+	// Ts and Dur are in microseconds, Ts from the file's first event; Dur
+	// is written for complete events only.
 	Ts  float64 `json:"ts"`
 	Dur float64 `json:"dur"`
 	Pid int     `json:"pid"`
@@ -33,6 +34,20 @@ type Event struct {
 	ID   string         `json:"id,omitempty"`
 	BP   string         `json:"bp,omitempty"`
 	Args map[string]any `json:"args,omitempty"`
+}
+
+// MarshalJSON writes dur on complete events only (always, even when 0):
+// the other phases have none.
+func (e Event) MarshalJSON() ([]byte, error) {
+	type plain Event // without this method
+	var dur *float64
+	if e.Ph == "X" {
+		dur = &e.Dur
+	}
+	return json.Marshal(struct {
+		plain
+		Dur *float64 `json:"dur,omitempty"` // shadows plain's
+	}{plain(e), dur})
 }
 
 // File is a Chrome trace file (the JSON Object Format).
