@@ -164,3 +164,31 @@ func (m *membership) lost() []string {
 	}
 	return out
 }
+
+// watchCluster watches, for the logs only, the tasks that no coordinator
+// watches: the chief watches the ps tasks, and with replicas (when no
+// coordinator watches them) the other replicas, which watch the chief. It
+// returns the function that stops the watch.
+func watchCluster(ctx context.Context, r *replica, replicas bool) (stop func()) {
+	peers := map[int]cluster.TaskID{}
+	if r.chief() {
+		for i := range r.cfg.Cluster.NumTasks("ps") {
+			peers[-1-i] = cluster.TaskID{Job: "ps", Index: i} // keys apart from the replicas'
+		}
+	}
+	if replicas {
+		for i, t := range r.reps {
+			if i != r.index && (r.chief() || i == 0) {
+				peers[i] = t
+			}
+		}
+	}
+	if len(peers) == 0 {
+		return func() {}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	m := &membership{cfg: r.cfg, log: r.log, peers: peers, onChange: func(int, bool) {},
+		waiting: "its return (the session recovers, or the step deadline ends the step)"}
+	watched := m.watch(wctx)
+	return func() { cancel(); watched() }
+}

@@ -237,6 +237,10 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			defer st.stop() // whatever way the loop ends
 		}
 	}
+	if cfg.Cluster != nil {
+		// Every lost task is named in the logs, whatever the strategy.
+		defer watchCluster(ctx, r, plan.coordinator == nil)()
+	}
 
 	l := &loop{
 		r: r, ms: ms, towers: towers, ins: ins, trainOp: trainOp, coord: plan.coordinator,
