@@ -29,6 +29,20 @@
 // configuration. Package localcluster starts such a program as a whole
 // cluster of local processes.
 //
+// Failures are state, not surprises. Replicas watch each other with
+// heartbeats (GetStatus; RunConfig.LostAfter): a peer is suspect at its
+// first unanswered heartbeat, named in a warning after half the lost
+// deadline, lost after it, and let back in when it answers again (the
+// same process woken up, or a new one with its task id). In every
+// strategy training goes on without a lost worker: Sync aggregates among
+// the live replicas (the round a lost one holds up is abandoned); the
+// staleness bound ignores it; AllReduce and Averaging re-form the ring
+// among the live ranks (rank 0 sends views: generation, step, members) and
+// grow it back; Async and InGraph wait for the task on its address. A
+// restarted chief goes on from the variables the ps tasks hold, or from
+// the latest checkpoint (a lost ps is restored from it in Async and
+// InGraph); rank 0 of a ring saves and restores the checkpoints.
+//
 // A model function is called once per tower and mode, in scopes that
 // reuse the first call's variables, so the same code builds the training
 // towers, the evaluation graph and the exported prediction graph.
