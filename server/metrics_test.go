@@ -9,6 +9,7 @@ import (
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/metrics"
 	"github.com/distflow/distflow/metrics/metricstest"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
@@ -154,5 +155,47 @@ func TestTransportMetrics(t *testing.T) {
 		for _, m := range ps2["distflow_tensor_channel_bytes_total"].GetMetric() {
 			t.Logf("ps channel series: %v", m.GetLabel())
 		}
+	}
+}
+
+// TestMetricsEndpointOutlivesServer gives a task an endpoint it does not
+// own (an estimator's): GetStatus reports it, Stop leaves it serving, and a
+// config with both an address and an endpoint is refused.
+func TestMetricsEndpointOutlivesServer(t *testing.T) {
+	tc := newTestCluster(t, map[string]int{"worker": 1})
+	ctx := ctxTimeout(t, 10*time.Second)
+	m := metrics.New("worker", 0)
+	ep, err := metrics.Listen("127.0.0.1:0", m, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	id := cluster.TaskID{Job: "worker"}
+	s, err := server.New(server.Config{Cluster: tc.spec, Task: id, Listener: tc.lis[id.String()], Logger: quiet, Metrics: m, MetricsEndpoint: ep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ws, conn, err := rpc.DialWorker(strings.TrimPrefix(s.Target(), "grpc://"), rpc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := ws.GetStatus(ctx, &pb.GetStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetMetricsAddress() != ep.Addr() || s.Metrics() != m {
+		t.Errorf("GetStatus metrics_address %q, want the endpoint's %q", st.GetMetricsAddress(), ep.Addr())
+	}
+	s.Stop()
+	if _, err := metricstest.Scrape(ctx, ep.URL()); err != nil {
+		t.Errorf("the endpoint stopped with the server: %v", err)
+	}
+	_, err = server.New(server.Config{Cluster: tc.spec, Task: id, MetricsAddress: "127.0.0.1:0", MetricsEndpoint: ep})
+	if err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Errorf("an address and an endpoint: %v", err)
 	}
 }
