@@ -32,6 +32,8 @@ func main() {
 	bw := flag.Float64("bandwidth", 1000, "the bed's link bandwidth in Mbit/s as measured (netbed.sh iperf)")
 	rtt := flag.Duration("rtt", 500*time.Microsecond, "the bed's round trip as measured (netbed.sh rtt)")
 	cores := flag.Float64("cores", 2, "the bed machine's cores")
+	hostCores := flag.Float64("host-cores", 4, "cores per host that carry a task's work in the large-cluster table")
+	perByte := flag.Float64("cpu-per-byte", 1.4e-9, "CPU seconds per byte moved, both ends (docs/BENCHMARKS.md: 94 ms of CPU per 64 MiB over TLS)")
 	fitTasks := flag.String("fit-tasks", "2,4", "the task counts fitted; the others are predicted")
 	flag.Parse()
 	fitSet := map[int]bool{}
@@ -69,31 +71,34 @@ func main() {
 			fit = append(fit, r.pt)
 		}
 	}
-	p, err := scaling.Fit(fit, scaling.Params{Cores: *cores})
+	p, err := scaling.Fit(fit, scaling.Params{Cores: *cores, CPUPerByte: *perByte})
 	fail(err)
-	fmt.Printf("Fitted on %d configurations (tasks %s), with %.0f cores: overhead %.2f ms/step, CPU %.2f ns/byte, CPU %.0f us/message, %.1f messages per worker per sync-ps step.\n\n",
-		len(fit), *fitTasks, p.Cores, p.Overhead*1e3, p.CPUPerByte*1e9, p.CPUPerMessage*1e6, p.PSMessages)
-	fmt.Println("| mode | tasks | workers | ps | measured ex/s | predicted ex/s | error | fitted on |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Printf("Fitted on %d configurations (tasks %s), with %.0f cores and %.2f ns of CPU per byte: overhead %.2f ms/step (sync ps), %.2f ms/step (ring), CPU %.0f us/message, %.1f messages per worker per sync-ps step.\n\n",
+		len(fit), *fitTasks, p.Cores, p.CPUPerByte*1e9, p.PSOverhead*1e3, p.RingOverhead*1e3, p.CPUPerMessage*1e6, p.PSMessages)
+	fmt.Println("| mode | tasks | workers | ps | measured ex/s | predicted ex/s | error | predicted step ms = CPU + transfer + latency + overhead | fitted on |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	var worst float64
 	for _, r := range runs {
 		c := r.pt.Cluster
 		c.SharedCores = *cores
-		x, err := scaling.Throughput(w, bed, c, p)
+		b, err := scaling.StepTime(w, bed, c, p)
 		fail(err)
+		x := float64(c.Workers*w.Batch) / b.Step
 		e := x/r.pt.ExamplesPerSecond - 1
 		used := "yes"
 		if !fitSet[r.tasks] {
 			used = "no"
 			worst = math.Max(worst, math.Abs(e))
 		}
-		fmt.Printf("| %s | %d | %d | %d | %.0f (%d runs) | %.0f | %+.1f%% | %s |\n", c.Mode, r.tasks, c.Workers, c.PS, r.pt.ExamplesPerSecond, r.n, x, 100*e, used)
+		fmt.Printf("| %s | %d | %d | %d | %.0f (%d runs) | %.0f | %+.1f%% | %.1f = %.1f + %.1f + %.1f + %.1f | %s |\n", c.Mode, r.tasks, c.Workers, c.PS,
+			r.pt.ExamplesPerSecond, r.n, x, 100*e, b.Step*1e3, b.CPU*1e3, b.Transfer*1e3, b.Latency*1e3, b.Overhead*1e3, used)
 	}
 	fmt.Printf("\nLargest error on configurations not fitted: %.1f%%.\n\n", 100*worst)
 
 	// Larger clusters: each task on a host of its own (no shared cores),
-	// whose communication work one core carries.
-	p.Cores = 1
+	// whose work --host-cores cores carry.
+	p.Cores = *hostCores
+	fmt.Printf("Each task on a host of its own with %.0f cores, links with a 50 us round trip, the software costs fitted above:\n\n", *hostCores)
 	type wl struct {
 		name string
 		w    scaling.Workload

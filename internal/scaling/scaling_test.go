@@ -14,7 +14,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12+1e-9*math.Abs(b) }
 
 func TestStepTime(t *testing.T) {
 	const S, B, rtt, tc = 318040.0, 125e6, 0.5e-3, 2.5e-3
-	p := Params{Overhead: 1e-3, CPUPerByte: 1e-9, CPUPerMessage: 1e-4, PSMessages: 8, Cores: 1}
+	p := Params{PSOverhead: 1e-3, RingOverhead: 1e-3, CPUPerByte: 1e-9, CPUPerMessage: 1e-4, PSMessages: 8, Cores: 1}
 	for _, tc := range []struct {
 		c                      Cluster
 		transfer, latency, cpu float64
@@ -36,7 +36,7 @@ func TestStepTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !near(b.Transfer, tc.transfer) || !near(b.Latency, tc.latency) || !near(b.CPU, tc.cpu) ||
-			!near(b.Step, b.CPU+b.Transfer+b.Latency+p.Overhead) {
+			!near(b.Step, b.CPU+b.Transfer+b.Latency+b.Overhead) {
 			t.Errorf("%+v: %+v, want transfer %g latency %g cpu %g", tc.c, b, tc.transfer, tc.latency, tc.cpu)
 		}
 	}
@@ -51,7 +51,7 @@ func TestStepTime(t *testing.T) {
 // the fit predicts a configuration it did not see.
 func TestFitRecovers(t *testing.T) {
 	// Like the bed: the shared machine's processors set the step.
-	truth := Params{Overhead: 2e-3, CPUPerByte: 5e-9, CPUPerMessage: 1e-3, PSMessages: 10, Cores: 1}
+	truth := Params{PSOverhead: 2e-3, RingOverhead: 1e-3, CPUPerByte: 5e-9, CPUPerMessage: 1e-3, PSMessages: 10, Cores: 1}
 	var pts []Point
 	for _, c := range []Cluster{
 		{Mode: SyncPS, Workers: 1, PS: 1, SharedCores: 1}, {Mode: SyncPS, Workers: 3, PS: 1, SharedCores: 1},
@@ -63,7 +63,7 @@ func TestFitRecovers(t *testing.T) {
 		}
 		pts = append(pts, Point{Cluster: c, Network: gig, Workload: mlp, ExamplesPerSecond: x})
 	}
-	got, err := Fit(pts, Params{Cores: 1})
+	got, err := Fit(pts, Params{Cores: 1, CPUPerByte: truth.CPUPerByte})
 	if err != nil {
 		t.Fatal(err)
 	}
