@@ -121,3 +121,64 @@ func TestTrainingMetrics(t *testing.T) {
 	ps := cluster.TaskID{Job: "ps"}
 	atLeast(ps, scrape(ps), metrics.TensorChannelBytesTotal, map[string]string{"direction": metrics.Sent}, 1)
 }
+
+// TestRingMetrics trains with the ring all-reduce on 2 workers serving
+// metrics: each rank's chunk streams to the other are recorded (the
+// client-streaming Chunks calls, with their bytes).
+func TestRingMetrics(t *testing.T) {
+	addrs := map[string][]string{}
+	lis := map[cluster.TaskID]net.Listener{}
+	for i := range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs["worker"] = append(addrs["worker"], l.Addr().String())
+		lis[cluster.TaskID{Job: "worker", Index: i}] = l
+	}
+	spec, err := cluster.NewSpec(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var wg sync.WaitGroup
+	ests := map[cluster.TaskID]*estimator.Estimator{}
+	for task, l := range lis {
+		est, err := estimator.New(linearModel, estimator.RunConfig{
+			Cluster: spec, Task: task, Strategy: estimator.AllReduce{}, Listener: l, Seed: 1,
+			Logger: quiet, Progress: io.Discard, WaitTimeout: 20 * time.Second, StepTimeout: 20 * time.Second,
+			MetricsAddress: "127.0.0.1:0",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { est.Close() })
+		ests[task] = est
+		wg.Go(func() {
+			if _, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: 20}); err != nil {
+				t.Errorf("%s: %v", task, err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	for task, est := range ests {
+		fams, err := metricstest.Scrape(ctx, "http://"+est.MetricsAddress()+"/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks := map[string]string{"method": "Chunks"}
+		calls, sent := fams.Sum(metrics.RPCSeconds, chunks), fams.Sum(metrics.RPCSentBytesTotal, chunks)
+		if calls < 20 || sent <= 0 {
+			t.Errorf("%s: %v Chunks calls sending %v bytes, want one a step at least, with bytes", task, calls, sent)
+		}
+		if steps := fams.Sum(metrics.StepSeconds, nil); steps < 20 {
+			t.Errorf("%s: %v steps recorded, want 20", task, steps)
+		}
+	}
+}
