@@ -199,3 +199,52 @@ func TestMetricsEndpointOutlivesServer(t *testing.T) {
 		t.Errorf("an address and an endpoint: %v", err)
 	}
 }
+
+// TestTransportMetricsOverGRPC is TestTransportMetrics with the tensor
+// channel off: tensors stream over gRPC, and the RecvTensor streams' calls
+// and bytes are recorded by the client's stream interceptor.
+func TestTransportMetricsOverGRPC(t *testing.T) {
+	tc := newTestCluster(t, map[string]int{"ps": 1, "worker": 1})
+	ctx := ctxTimeout(t, 30*time.Second)
+	var w *server.Server
+	for _, job := range []string{"ps", "worker"} {
+		s, err := server.New(server.Config{Cluster: tc.spec, Task: cluster.TaskID{Job: job}, Listener: tc.lis["/job:"+job+"/task:0"],
+			Logger: quiet, MetricsAddress: "127.0.0.1:0", RPC: rpc.Options{NoTensorChannel: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		w = s
+	}
+	g, init := linearModel(t, 0)
+	sess, err := session.Open(ctx, w.Target(), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := sess.RunNamed(ctx, map[string]*tensor.Tensor{
+			"x": tensor.MustFromSlice([]float32{0.5}, 1, 1), "y": tensor.MustFromSlice([]float32{2}, 1, 1),
+		}, nil, []string{"train"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams, err := metricstest.Scrape(ctx, "http://"+w.MetricsAddress()+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := map[string]string{"peer": "/job:ps/task:0", "method": "RecvTensor"}
+	// W and b (4 bytes each) at least, every step.
+	if calls, bytes := fams.Sum(metrics.RPCSeconds, recv), fams.Sum(metrics.RPCReceivedBytesTotal, recv); calls < 10 || bytes < 40 {
+		t.Errorf("RecvTensor over gRPC: %v calls, %v bytes received; want at least 10 and 40", calls, bytes)
+	}
+	if v := fams.Sum(metrics.TensorChannelBytesTotal, nil); v != 0 {
+		t.Errorf("%v bytes over a tensor channel that is off", v)
+	}
+}
