@@ -28,6 +28,10 @@ func init() {
 		"SparseApplyAdam", "SparseApplyFtrl", "ApplyFtrl"} {
 		RegisterNone(op, "an optimizer update has no outputs to differentiate")
 	}
+	for _, op := range []string{"HashEmbeddingLookup", "HashEmbeddingApplyAdagrad", "HashEmbeddingExport",
+		"HashEmbeddingImport", "HashEmbeddingSize", "HashPartition"} {
+		RegisterNone(op, "a hash embedding's rows are a resource, updated by HashEmbeddingApplyAdagrad from the gradient of the looked-up rows")
+	}
 	Register("UnsortedSegmentSum", sparseSegmentSumGrad)
 	Register("DynamicPartition", sparseDynamicPartitionGrad)
 	Register("DynamicStitch", sparseDynamicStitchGrad)

@@ -1,0 +1,251 @@
+package cpu
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/op"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Kernels of the hash embeddings (op/hash.go). A table lives in the task's
+// resources under "hash_embedding/<table>", behind one mutex: lookups and
+// updates of a step are short loops over the batch's ids.
+
+func init() {
+	kernel.Register("HashEmbeddingLookup", kernel.CPU, kernel.Borrowing(hashKernel(hashLookup)))
+	kernel.Register("HashEmbeddingApplyAdagrad", kernel.CPU, kernel.Borrowing(hashKernel(hashApply)))
+	kernel.Register("HashEmbeddingExport", kernel.CPU, hashKernel(hashExport))
+	kernel.Register("HashEmbeddingImport", kernel.CPU, kernel.Borrowing(hashKernel(hashImport)))
+	kernel.Register("HashEmbeddingSize", kernel.CPU, hashKernel(func(c *kernel.Context, t *hashTable, _ hashConfig) error {
+		c.Alloc(0, tensor.Int64).Int64s()[0] = int64(len(t.rows))
+		return nil
+	}))
+	kernel.Register("HashPartition", kernel.CPU, kernel.Borrowing(func(n *graph.Node) (kernel.Kernel, error) {
+		shards := n.AttrInt("num_shards")
+		return kernel.Func(func(c *kernel.Context) error {
+			ids := c.Input(0).Int64s()
+			out := c.Alloc(0, tensor.Int32, len(ids)).Int32s()
+			for i, id := range ids {
+				out[i] = int32(op.HashShard(id, shards))
+			}
+			return nil
+		}), nil
+	}))
+}
+
+type hashRow struct {
+	value, accum []float32
+	seen         int64 // the clock when last looked up or updated
+	count        int64 // lookups of the id while it had the row
+}
+
+type hashTable struct {
+	mu    sync.Mutex
+	dim   int
+	rows  map[int64]*hashRow
+	clock int64
+	rng   *rand.Rand
+}
+
+// hashConfig is a node's view of its table.
+type hashConfig struct {
+	table                string
+	dim, maxRows         int
+	evictAfter           int64
+	initScale, initAccum float32
+	seed                 int
+}
+
+func hashKernel(f func(c *kernel.Context, t *hashTable, cfg hashConfig) error) kernel.Factory {
+	return func(n *graph.Node) (kernel.Kernel, error) {
+		cfg := hashConfig{table: n.AttrString("table"), dim: n.AttrInt("dim"), maxRows: n.AttrInt("max_rows"),
+			evictAfter: int64(n.AttrInt("evict_after")), initScale: n.AttrFloat("init_scale"),
+			initAccum: n.AttrFloat("initial_accumulator"), seed: n.AttrInt("seed")}
+		if cfg.table == "" || cfg.dim < 1 || cfg.maxRows < 0 || cfg.evictAfter < 0 {
+			return nil, fmt.Errorf("kernel: node %s: hash embedding table %q of dim %d, max_rows %d, evict_after %d: want a name, dim >= 1 and no negative limit",
+				n, cfg.table, cfg.dim, cfg.maxRows, cfg.evictAfter)
+		}
+		return kernel.Func(func(c *kernel.Context) error {
+			if c.Resources == nil {
+				return c.Errorf("no resources to keep hash embedding table %q in", cfg.table)
+			}
+			t := c.Resources.Resource("hash_embedding/"+cfg.table, func() any {
+				return &hashTable{dim: cfg.dim, rows: map[int64]*hashRow{}, rng: rand.New(rand.NewPCG(uint64(cfg.seed), 0x68617368))}
+			}).(*hashTable)
+			if t.dim != cfg.dim {
+				return c.Errorf("hash embedding table %q has rows of %d, this node wants %d", cfg.table, t.dim, cfg.dim)
+			}
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return f(c, t, cfg)
+		}), nil
+	}
+}
+
+func hashIDs(c *kernel.Context, i int) ([]int64, error) {
+	x := c.Input(i)
+	if x.DType() != tensor.Int64 || x.Rank() != 1 {
+		return nil, c.Errorf("ids must be 1-D int64, got %v%v", x.DType(), x.StaticShape())
+	}
+	return x.Int64s(), nil
+}
+
+func hashLookup(c *kernel.Context, t *hashTable, cfg hashConfig) error {
+	ids, err := hashIDs(c, 0)
+	if err != nil {
+		return err
+	}
+	create := c.Node.AttrBool("create")
+	out := c.Alloc(0, tensor.Float32, len(ids), t.dim).Float32s()
+	for i, id := range ids {
+		r := t.rows[id]
+		if r == nil && create {
+			r = &hashRow{value: make([]float32, t.dim), accum: make([]float32, t.dim)}
+			for k := range r.value {
+				r.value[k] = cfg.initScale * float32(2*t.rng.Float64()-1)
+				r.accum[k] = cfg.initAccum
+			}
+			t.rows[id] = r
+		}
+		if r != nil {
+			r.seen = t.clock
+			r.count++
+			copy(out[i*t.dim:(i+1)*t.dim], r.value)
+		}
+	}
+	if cfg.maxRows > 0 && len(t.rows) > 2*cfg.maxRows {
+		t.evict(cfg) // a table that is only read grows at most twice its limit
+	}
+	return nil
+}
+
+func hashApply(c *kernel.Context, t *hashTable, cfg hashConfig) error {
+	ids, err := hashIDs(c, 0)
+	if err != nil {
+		return err
+	}
+	g, lr := c.Input(1), c.Input(2)
+	if g.DType() != tensor.Float32 || g.NumElements() != len(ids)*t.dim || lr.NumElements() != 1 {
+		return c.Errorf("grad %v%v and lr %v: want [%d, %d] and a scalar", g.DType(), g.StaticShape(), lr.StaticShape(), len(ids), t.dim)
+	}
+	rate := float64(lr.Float32s()[0])
+	// Sum the rows of repeated ids first, as the dense update would.
+	sums := map[int64][]float64{}
+	var order []int64
+	gs := g.Float32s()
+	for i, id := range ids {
+		s := sums[id]
+		if s == nil {
+			s = make([]float64, t.dim)
+			sums[id] = s
+			order = append(order, id)
+		}
+		for k := range s {
+			s[k] += float64(gs[i*t.dim+k])
+		}
+	}
+	for _, id := range order {
+		r := t.rows[id]
+		if r == nil {
+			continue // evicted since the lookup: its gradient is dropped
+		}
+		for k, gk := range sums[id] {
+			a := float64(r.accum[k]) + gk*gk
+			r.accum[k] = float32(a)
+			r.value[k] -= float32(rate * gk / math.Sqrt(a))
+		}
+		r.seen = t.clock
+	}
+	t.clock++
+	t.evict(cfg)
+	return nil
+}
+
+// evict drops the rows not seen for evict_after ticks, then, beyond
+// max_rows, the least frequently looked-up (the least recently seen among
+// equals) down to 90% of it, so that a table at its limit does not sort on
+// every step. Counting keeps the frequent ids of a Zipf-like stream, which
+// least-recently-used eviction loses when one batch holds more distinct
+// ids than the limit; a rare id's row is made, updated and dropped.
+func (t *hashTable) evict(cfg hashConfig) {
+	if cfg.evictAfter > 0 && t.clock%max(1, cfg.evictAfter/8) == 0 {
+		for id, r := range t.rows {
+			if t.clock-r.seen > cfg.evictAfter {
+				delete(t.rows, id)
+			}
+		}
+	}
+	if cfg.maxRows <= 0 || len(t.rows) <= cfg.maxRows {
+		return
+	}
+	type aged struct {
+		id          int64
+		count, seen int64
+	}
+	all := make([]aged, 0, len(t.rows))
+	for id, r := range t.rows {
+		all = append(all, aged{id, r.count, r.seen})
+	}
+	slices.SortFunc(all, func(a, b aged) int {
+		switch {
+		case a.count != b.count:
+			return cmp.Compare(a.count, b.count)
+		case a.seen != b.seen:
+			return cmp.Compare(a.seen, b.seen)
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	target := cfg.maxRows * 9 / 10
+	for _, a := range all {
+		if len(t.rows) <= target {
+			break
+		}
+		delete(t.rows, a.id)
+	}
+}
+
+func hashExport(c *kernel.Context, t *hashTable, _ hashConfig) error {
+	keys := make([]int64, 0, len(t.rows))
+	for id := range t.rows {
+		keys = append(keys, id)
+	}
+	slices.Sort(keys)
+	k := c.Alloc(0, tensor.Int64, len(keys)).Int64s()
+	v := c.Alloc(1, tensor.Float32, len(keys), t.dim).Float32s()
+	a := c.Alloc(2, tensor.Float32, len(keys), t.dim).Float32s()
+	for i, id := range keys {
+		k[i] = id
+		copy(v[i*t.dim:], t.rows[id].value)
+		copy(a[i*t.dim:], t.rows[id].accum)
+	}
+	return nil
+}
+
+func hashImport(c *kernel.Context, t *hashTable, _ hashConfig) error {
+	keys, err := hashIDs(c, 0)
+	if err != nil {
+		return err
+	}
+	v, a := c.Input(1), c.Input(2)
+	if v.DType() != tensor.Float32 || a.DType() != tensor.Float32 || v.NumElements() != len(keys)*t.dim || a.NumElements() != len(keys)*t.dim {
+		return c.Errorf("values %v%v and accumulators %v%v: want float32 [%d, %d]", v.DType(), v.StaticShape(), a.DType(), a.StaticShape(), len(keys), t.dim)
+	}
+	shard, shards := c.Node.AttrInt("shard"), c.Node.AttrInt("num_shards")
+	rows := map[int64]*hashRow{}
+	vs, as := v.Float32s(), a.Float32s()
+	for i, id := range keys {
+		if op.HashShard(id, shards) != shard {
+			continue
+		}
+		rows[id] = &hashRow{value: slices.Clone(vs[i*t.dim : (i+1)*t.dim]), accum: slices.Clone(as[i*t.dim : (i+1)*t.dim]), seen: t.clock}
+	}
+	t.rows = rows
+	return nil
+}
