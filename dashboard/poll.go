@@ -73,7 +73,9 @@ func (p *RPCProber) Metrics(ctx context.Context, url string) (map[string]*dto.Me
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "text/plain; version=0.0.4")
+	// Protocol buffers when the task offers them: cheaper to write and to
+	// read than the text format (the text format otherwise).
+	req.Header.Set("Accept", string(expfmt.FmtProtoDelim)+";q=0.7,text/plain;version=0.0.4;q=0.3")
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return nil, err
@@ -82,7 +84,21 @@ func (p *RPCProber) Metrics(ctx context.Context, url string) (map[string]*dto.Me
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("dashboard: GET %s: %s", url, resp.Status)
 	}
-	return ParseMetrics(resp.Body)
+	format := expfmt.ResponseFormat(resp.Header)
+	if format.FormatType() != expfmt.TypeProtoDelim {
+		return ParseMetrics(resp.Body)
+	}
+	fams := map[string]*dto.MetricFamily{}
+	dec := expfmt.NewDecoder(resp.Body, format)
+	for {
+		f := &dto.MetricFamily{}
+		if err := dec.Decode(f); err == io.EOF {
+			return fams, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("dashboard: reading the metrics at %s: %w", url, err)
+		}
+		fams[f.GetName()] = f
+	}
 }
 
 // Close closes the connections.
@@ -266,7 +282,7 @@ func (d *Dashboard) updateLocked(now time.Time, t *taskState, p probe) {
 		} else if t.incarnation != p.st.GetIncarnation() {
 			s.Restarts++
 			t.havePrev = false
-			d.addEventLocked(now, t.name(), "restarted", "restarted: a new process lost its graphs and variables, and recovers from the last checkpoint")
+			d.addEventLocked(now, t.name(), "restarted", "restarted: a new process, whose graphs and variables start afresh")
 		} else if prevState == StateLost {
 			d.addEventLocked(now, t.name(), "recovered", fmt.Sprintf("answers again after %.1f s", now.Sub(t.lastOK).Seconds()))
 		}
@@ -303,8 +319,8 @@ func (d *Dashboard) updateLocked(now time.Time, t *taskState, p probe) {
 	s.HeartbeatAge = now.Sub(since).Seconds()
 	if p.err != nil {
 		switch {
-		case d.finished && t.answered:
-			s.State = StateDone
+		case d.finished && t.answered && prevState != StateLost:
+			s.State = StateDone // lost before the end stays lost
 		case now.Sub(since) > d.cfg.LostAfter:
 			s.State = StateLost
 			s.Error = t.lastErr
