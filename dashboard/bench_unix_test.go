@@ -97,7 +97,7 @@ func BenchmarkDashboardOverhead(b *testing.B) {
 	var lastPoll time.Time
 	polls := 0
 	aa := os.Getenv("DASHBOARD_BENCH_AA") != "" // the control: neither polled
-	poll := func() { // as Dashboard.Run does every Interval
+	poll := func() {                            // as Dashboard.Run does every Interval
 		if aa || time.Since(lastPoll) < pollEvery() {
 			return
 		}
