@@ -96,8 +96,10 @@ func BenchmarkDashboardOverhead(b *testing.B) {
 	off, on := start(), start()
 	var lastPoll time.Time
 	polls := 0
-	aa := os.Getenv("DASHBOARD_BENCH_AA") != "" // the control: neither polled
-	poll := func() {                            // as Dashboard.Run does every Interval
+	// The control polls neither.
+	aa := os.Getenv("DASHBOARD_BENCH_AA") != ""
+	// poll polls as Dashboard.Run does every Interval.
+	poll := func() {
 		if aa || time.Since(lastPoll) < pollEvery() {
 			return
 		}
