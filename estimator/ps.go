@@ -210,6 +210,11 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		}
 		if plan.recoverable && cfg.CheckpointDir != "" {
 			mcfg.WaitForCluster = wait
+			if ar, ok := plan.coordinator.(interface {
+				afterRecovery(context.Context, *session.Session) error
+			}); ok {
+				mcfg.AfterRecovery = func(ctx context.Context) error { return ar.afterRecovery(ctx, sess) }
+			}
 		}
 	}
 	mctx, cancel := context.WithTimeout(ctx, cfg.WaitTimeout)

@@ -116,8 +116,11 @@ func (s Sync) batchesPerStep(n int) int { return s.aggregate(n) }
 func (s Sync) averaged(n int) int       { return s.aggregate(n) }
 
 func (s Sync) train(ctx context.Context, r *replica) (*Result, error) {
-	c := &syncCoordinator{r: r}
+	c := &syncCoordinator{r: r, recovered: make(chan struct{}, 1)}
 	return trainOnPS(ctx, r, psPlan{
+		// A restarted ps is restored from the checkpoint, and the sync
+		// state it lost set up again (afterRecovery).
+		recoverable: true,
 		optimizer: func(opt train.Optimizer) train.Optimizer {
 			c.opt = train.NewSyncReplicas(opt, s.aggregate(len(r.reps)), len(r.reps))
 			c.opt.SetReplica(r.index) // a token queue of its own
@@ -220,6 +223,9 @@ type coordinator interface {
 type syncCoordinator struct {
 	r   *replica
 	opt *train.SyncReplicasOptimizer
+	// recovered tells the chief's aggregation loop, paused by a lost ps,
+	// that the model and the sync state are back.
+	recovered chan struct{}
 	// stopWatch stops a worker's watch of the chief.
 	stopWatch func()
 }
@@ -268,8 +274,24 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 	c.r.observeSync(c.opt)
 	go func() {
 		defer close(stopped)
-		if err := c.opt.ChiefQueueRunner(runCtx, sess); err != nil {
-			log.Warn("the chief's aggregation loop stopped", "err", err)
+		for {
+			err := c.opt.ChiefQueueRunner(runCtx, sess)
+			if err == nil {
+				return
+			}
+			if !train.TaskLost(err) {
+				log.Warn("the chief's aggregation loop stopped", "err", err)
+				return
+			}
+			// A ps was lost: the chief's session recovers it (restores
+			// the model, sets the sync state up again), then the loop
+			// goes on.
+			log.Warn("the chief's aggregation loop waits for the cluster to recover", "err", err)
+			select {
+			case <-c.recovered:
+			case <-runCtx.Done():
+				return
+			}
 		}
 	}()
 	// The chief watches the other replicas: a lost one is no longer
@@ -292,6 +314,29 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 		dropped, _ := c.opt.Dropped(ctx, sess)
 		log.Info("synchronous training", "aggregations", c.opt.Aggregations(), "stale_gradients_dropped", dropped)
 	}, nil
+}
+
+// afterRecovery sets up again what a restarted ps lost: the replica's
+// local step and, on the chief, the accumulators' step and the tokens of
+// the live replicas; then the chief's aggregation loop goes on.
+func (c *syncCoordinator) afterRecovery(ctx context.Context, sess *session.Session) error {
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{c.opt.LocalStepInit()}); err != nil {
+		return fmt.Errorf("estimator: synchronous training: setting the local step: %w", err)
+	}
+	if !c.r.chief() {
+		return nil
+	}
+	if err := c.opt.InitTokens(ctx, sess); err != nil {
+		return fmt.Errorf("estimator: synchronous training: %w", err)
+	}
+	if err := c.opt.Restart(ctx, sess); err != nil {
+		return fmt.Errorf("estimator: synchronous training: %w", err)
+	}
+	select {
+	case c.recovered <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 func (c *syncCoordinator) beforeStep(context.Context, *session.Session) error { return nil }

@@ -105,6 +105,11 @@ type MonitoredConfig struct {
 	// task the session uses answers, or an error naming the missing ones
 	// when ctx ends. Nil means that such steps fail.
 	WaitForCluster func(ctx context.Context) error
+	// AfterRecovery, when set, runs after the model is ready again in a
+	// recovery, before the step runs again: the state that a restarted ps
+	// lost and no checkpoint holds (sync replicas' accumulators and token
+	// queues, local steps) is set up there again.
+	AfterRecovery func(ctx context.Context) error
 	// MaxRecoveries bounds the recoveries of the session (0: 5); the loss
 	// after the last one fails the step.
 	MaxRecoveries int
@@ -209,6 +214,12 @@ func (ms *MonitoredSession) recover(ctx context.Context, cause error) error {
 		if err := ms.readyModel(ctx); err != nil {
 			cause = fmt.Errorf("train: readying the model after a lost task: %w", err)
 			continue
+		}
+		if ms.cfg.AfterRecovery != nil {
+			if err := ms.cfg.AfterRecovery(ctx); err != nil {
+				cause = fmt.Errorf("train: after readying the model again: %w", err)
+				continue
+			}
 		}
 		ms.log.Info("recovered from a lost task", "recovery", ms.recoveries, "restored_step", ms.RestoredStep)
 		return nil

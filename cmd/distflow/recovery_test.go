@@ -219,3 +219,25 @@ func TestInGraphSurvivesWorkerAndPSLoss(t *testing.T) {
 	}
 	noTasksLeft(t, ps)
 }
+
+// TestSyncPSKilledIsRestored: SIGKILL the ps of a synchronous run with
+// checkpoints: the launcher restarts it, the chief restores its shard
+// from the latest checkpoint and sets the sync state up again (the
+// accumulators and token queues lived on the ps), every worker resumes,
+// and the run finishes.
+func TestSyncPSKilledIsRestored(t *testing.T) {
+	dir := t.TempDir()
+	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=3",
+		"--sync", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-timeout", "10s", "--step-delay", "2ms", "--log-every", "100")
+	waitFor(t, lines, "checkpoint: saved")
+	killTask(t, ps, "ps", 0)
+	waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")
+	waitFor(t, lines, "recovered from a lost task")
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed after its ps was killed: %v", err)
+	}
+	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step 1500") {
+		t.Errorf("no result on stdout: %q", out)
+	}
+	noTasksLeft(t, ps)
+}
