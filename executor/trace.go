@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,6 +36,9 @@ type NodeTrace struct {
 	InBytes, OutBytes int64
 	// Failed is set when the kernel returned an error.
 	Failed bool
+	// Shapes are the output shapes, "[100,10] []", when the kernel
+	// succeeded.
+	Shapes string
 }
 
 // Nodes returns the nodes the step executed, in the order they ended. The
@@ -68,9 +72,15 @@ func (t *StepTrace) record(w *worker, en *execNode, c *kernel.Context, start int
 		nt.InBytes += tensorBytes(in)
 	}
 	if !failed {
-		for _, out := range c.Outputs {
+		var shapes []byte
+		for i, out := range c.Outputs {
 			nt.OutBytes += tensorBytes(out)
+			if i > 0 {
+				shapes = append(shapes, ' ')
+			}
+			shapes = appendShape(shapes, out)
 		}
+		nt.Shapes = string(shapes)
 	}
 	t.mu.Lock()
 	if w.traced != t {
@@ -94,4 +104,18 @@ func tensorBytes(t *tensor.Tensor) int64 {
 		return 0
 	}
 	return int64(t.NumElements()) * int64(t.DType().Size())
+}
+
+// appendShape appends t's shape as "[d0,d1]".
+func appendShape(dst []byte, t *tensor.Tensor) []byte {
+	dst = append(dst, '[')
+	if t != nil {
+		for i, d := range t.Shape() {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, int64(d), 10)
+		}
+	}
+	return append(dst, ']')
 }

@@ -86,6 +86,8 @@ func TestRunTracedRecordsEveryNode(t *testing.T) {
 				if nt.Lane == 0 || nt.InBytes != 4*n || nt.OutBytes != 4*n {
 					t.Errorf("detached node: lane %d, %d bytes in, %d out; want a lane of its own and %d bytes", nt.Lane, nt.InBytes, nt.OutBytes, 4*n)
 				}
+			} else if nt.Shapes != "[16384]" {
+				t.Errorf("node %s: shapes %q, want [16384]", nt.Node, nt.Shapes)
 			} else if want := int64(4 * n); nt.OutBytes != want || nt.InBytes != 2*want || nt.Failed {
 				t.Errorf("node %s: %d bytes in, %d out, failed %v; want %d and %d", nt.Node, nt.InBytes, nt.OutBytes, nt.Failed, 2*want, want)
 			}

@@ -97,7 +97,7 @@ func localStats(tr *executor.StepTrace) *pb.TaskStepStats {
 	for _, nt := range tr.Nodes() {
 		ts.Spans = append(ts.Spans, &pb.SpanStats{Name: nt.Node.Name(), Op: nt.Node.Op(),
 			StartUnixNanos: nt.Start, EndUnixNanos: nt.End, Thread: "executor lane " + strconv.Itoa(int(nt.Lane)),
-			Bytes: nt.OutBytes, Failed: nt.Failed})
+			Bytes: nt.OutBytes, Failed: nt.Failed, Shapes: nt.Shapes})
 	}
 	return ts
 }

@@ -204,6 +204,9 @@ func TestTraceSyncStepOnCluster(t *testing.T) {
 		switch e.Cat {
 		case trace.CatKernel:
 			op := e.Args["op"].(string)
+			if op == "MatMul" && e.Args["shapes"] != "[4,1]" && e.Args["shapes"] != "[8,1]" {
+				t.Errorf("MatMul %s: shapes %v, want [4,1] (the forward product) or [8,1] (W's gradient)", e.Name, e.Args["shapes"])
+			}
 			if kernels[task] == nil {
 				kernels[task] = map[string]int{}
 			}

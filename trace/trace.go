@@ -178,6 +178,9 @@ func (b *Builder) File() *File {
 			e.Cat = CatKernel
 			e.Args["op"] = s.GetOp()
 			e.Args["bytes"] = s.GetBytes()
+			if sh := s.GetShapes(); sh != "" {
+				e.Args["shapes"] = sh
+			}
 		}
 		if p := s.GetPeer(); p != "" {
 			e.Args["peer"] = p

@@ -26,7 +26,7 @@ func step() *pb.StepStats {
 			{Name: "RunGraph", Op: trace.OpStep, StartUnixNanos: t0 + 15_000, EndUnixNanos: t0 + 85_000, Thread: "executor lane 0"},
 			{Name: "w/read", Op: "Recv", StartUnixNanos: t0 + 20_000, EndUnixNanos: t0 + 60_000, Thread: "executor lane 10", Bytes: 400, Peer: "/job:ps/task:0", RendezvousKey: key},
 			{Name: "RecvTensor", Op: trace.OpRPC, StartUnixNanos: t0 + 21_000, EndUnixNanos: t0 + 59_000, Thread: "executor lane 10", Bytes: 400, Peer: "/job:ps/task:0", RendezvousKey: key},
-			{Name: "matmul", Op: "MatMul", StartUnixNanos: t0 + 61_000, EndUnixNanos: t0 + 70_000, Thread: "executor lane 2", Bytes: 40},
+			{Name: "matmul", Op: "MatMul", StartUnixNanos: t0 + 61_000, EndUnixNanos: t0 + 70_000, Thread: "executor lane 2", Bytes: 40, Shapes: "[10,1]"},
 		}},
 		{Task: "/job:ps/task:0", Spans: []*pb.SpanStats{
 			{Name: "RunGraph", Op: trace.OpStep, StartUnixNanos: t0 + 10_000, EndUnixNanos: t0 + 30_000, Thread: "executor lane 0"},

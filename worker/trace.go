@@ -52,7 +52,7 @@ func (st *stepTrace) stats(task string) *pb.TaskStepStats {
 	for _, nt := range st.exec.Nodes() {
 		n := nt.Node
 		s := &pb.SpanStats{Name: n.Name(), Op: n.Op(), StartUnixNanos: nt.Start, EndUnixNanos: nt.End,
-			Thread: laneName(nt.Lane), Bytes: nt.OutBytes, Failed: nt.Failed}
+			Thread: laneName(nt.Lane), Bytes: nt.OutBytes, Failed: nt.Failed, Shapes: nt.Shapes}
 		switch n.Op() {
 		case "Send":
 			s.Bytes = nt.InBytes

@@ -99,7 +99,9 @@ type SpanStats struct {
 	// the Recv that gets its tensor share it.
 	RendezvousKey string `protobuf:"bytes,9,opt,name=rendezvous_key,json=rendezvousKey,proto3" json:"rendezvous_key,omitempty"`
 	// The span ended in an error.
-	Failed        bool `protobuf:"varint,10,opt,name=failed,proto3" json:"failed,omitempty"`
+	Failed bool `protobuf:"varint,10,opt,name=failed,proto3" json:"failed,omitempty"`
+	// A kernel's output shapes, "[100,10] []" (a scalar is "[]").
+	Shapes        string `protobuf:"bytes,11,opt,name=shapes,proto3" json:"shapes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +204,13 @@ func (x *SpanStats) GetFailed() bool {
 		return x.Failed
 	}
 	return false
+}
+
+func (x *SpanStats) GetShapes() string {
+	if x != nil {
+		return x.Shapes
+	}
+	return ""
 }
 
 // TaskStepStats is one task's part of a traced step.
@@ -330,7 +339,7 @@ const file_stepstats_proto_rawDesc = "" +
 	"\x0fstepstats.proto\x12\bdistflow\"\"\n" +
 	"\n" +
 	"RunOptions\x12\x14\n" +
-	"\x05trace\x18\x01 \x01(\bR\x05trace\"\x9f\x02\n" +
+	"\x05trace\x18\x01 \x01(\bR\x05trace\"\xb7\x02\n" +
 	"\tSpanStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\tR\x02op\x12(\n" +
@@ -343,7 +352,8 @@ const file_stepstats_proto_rawDesc = "" +
 	"\x04peer\x18\b \x01(\tR\x04peer\x12%\n" +
 	"\x0erendezvous_key\x18\t \x01(\tR\rrendezvousKey\x12\x16\n" +
 	"\x06failed\x18\n" +
-	" \x01(\bR\x06failed\"|\n" +
+	" \x01(\bR\x06failed\x12\x16\n" +
+	"\x06shapes\x18\v \x01(\tR\x06shapes\"|\n" +
 	"\rTaskStepStats\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12)\n" +
 	"\x05spans\x18\x02 \x03(\v2\x13.distflow.SpanStatsR\x05spans\x12,\n" +
