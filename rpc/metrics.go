@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -96,17 +97,20 @@ func (c *callMetrics) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 // the one response of a client stream.
 type meteredStream struct {
 	grpc.ClientStream
-	series         *metrics.RPC
-	start          time.Time
-	serverStreams  bool
-	sent, received int
-	done           bool
+	series        *metrics.RPC
+	start         time.Time
+	serverStreams bool
+	// sent may grow on one goroutine while another receives (gRPC allows
+	// one of each); received and done belong to the receiving one.
+	sent     atomic.Int64
+	received int
+	done     bool
 }
 
 func (s *meteredStream) SendMsg(m any) error {
 	err := s.ClientStream.SendMsg(m)
 	if err == nil {
-		s.sent += messageSize(m)
+		s.sent.Add(int64(messageSize(m)))
 	}
 	return err
 }
@@ -127,7 +131,7 @@ func (s *meteredStream) RecvMsg(m any) error {
 	}
 	if !s.done && (err != nil || !s.serverStreams) {
 		s.done = true
-		s.series.Observe(time.Since(s.start), s.sent, s.received)
+		s.series.Observe(time.Since(s.start), int(s.sent.Load()), s.received)
 	}
 	return err
 }
