@@ -1,10 +1,12 @@
 package kubernetes
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -29,13 +31,7 @@ func TestManifestFlags(t *testing.T) {
 	for rt, s := range tf.Spec.TFReplicaSpecs {
 		args = append(args, container(t, string(rt), s.Template.Spec, kubeflowv1.TFJobDefaultContainerName).Args)
 	}
-	bin := filepath.Join(t.TempDir(), "distflow")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/distflow")
-	build.Dir = "../.."
-	build.Env = append(build.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building distflow: %v\n%s", err, out)
-	}
+	bin := distflowBinary(t)
 	help, err := exec.Command(bin, "train", "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("distflow train --help: %v\n%s", err, help)
@@ -56,4 +52,39 @@ func TestManifestFlags(t *testing.T) {
 			}
 		}
 	}
+}
+
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+	out  []byte
+}
+
+// distflowBinary builds distflow from this tree once per test run (a
+// static build, as the Dockerfile makes it) and returns its path.
+func distflowBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "distflow-deploy-test")
+		if built.err != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-o", filepath.Join(built.dir, "distflow"), "./cmd/distflow")
+		build.Dir = "../.."
+		build.Env = append(build.Environ(), "CGO_ENABLED=0")
+		built.out, built.err = build.CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("building distflow: %v\n%s", built.err, built.out)
+	}
+	return filepath.Join(built.dir, "distflow")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
