@@ -124,7 +124,8 @@ func TestTrainingMetrics(t *testing.T) {
 
 // TestRingMetrics trains with the ring all-reduce on 2 workers serving
 // metrics: each rank's chunk streams to the other are recorded (the
-// client-streaming Chunks calls, with their bytes).
+// client-streaming Chunks calls, with their bytes), and rank 0's
+// checkpoints.
 func TestRingMetrics(t *testing.T) {
 	addrs := map[string][]string{}
 	lis := map[cluster.TaskID]net.Listener{}
@@ -143,11 +144,12 @@ func TestRingMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := t.TempDir()
 	var wg sync.WaitGroup
 	ests := map[cluster.TaskID]*estimator.Estimator{}
 	for task, l := range lis {
 		est, err := estimator.New(linearModel, estimator.RunConfig{
-			Cluster: spec, Task: task, Strategy: estimator.AllReduce{}, Listener: l, Seed: 1,
+			Cluster: spec, Task: task, Strategy: estimator.AllReduce{}, Listener: l, Seed: 1, ModelDir: dir, SaveCheckpointsSteps: 10,
 			Logger: quiet, Progress: io.Discard, WaitTimeout: 20 * time.Second, StepTimeout: 20 * time.Second,
 			MetricsAddress: "127.0.0.1:0",
 		})
@@ -179,6 +181,9 @@ func TestRingMetrics(t *testing.T) {
 		}
 		if steps := fams.Sum(metrics.StepSeconds, nil); steps < 20 {
 			t.Errorf("%s: %v steps recorded, want 20", task, steps)
+		}
+		if saved := fams.Sum(metrics.CheckpointsSavedTotal, nil); task.Index == 0 && saved < 2 {
+			t.Errorf("%s (rank 0, which saves): %v checkpoints recorded, want 2 at least", task, saved)
 		}
 	}
 }

@@ -352,9 +352,11 @@ func (l *ringLoop) save(ctx context.Context, step int64) error {
 	if _, err := l.sess.Run(ctx, map[graph.Output]*tensor.Tensor{l.stepsMade: made}, nil, []*graph.Node{l.setStep}); err != nil {
 		return err
 	}
+	start := time.Now()
 	if _, err := l.saver.Save(ctx, l.sess, step); err != nil {
 		return fmt.Errorf("estimator: saving a checkpoint at step %d: %w", step, err)
 	}
+	l.r.observeCheckpoint(time.Since(start))
 	l.sched.Saved(step, time.Now())
 	return nil
 }
