@@ -2,10 +2,13 @@ package models_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/distflow/distflow/data"
@@ -67,5 +70,35 @@ func TestWideDeepLearnsClicks(t *testing.T) {
 	t.Logf("%d steps of %d: AUC %.4f (planted %.4f), log loss %.4f, %.0f examples/s", steps, batch, m.AUC, m.PlantedAUC, m.LogLoss, res.ExamplesPerSecond)
 	if m.AUC < m.PlantedAUC-0.035 {
 		t.Errorf("AUC %.4f after %d steps: more than 0.035 below the planted %.4f", m.AUC, steps, m.PlantedAUC)
+	}
+}
+
+// TestLoadClicksFromCriteoDir reads a directory of Criteo TSV lines and
+// keeps the last tenth for evaluation.
+func TestLoadClicksFromCriteoDir(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := range 20 {
+		fields := []string{strconv.Itoa(i % 2)}
+		for j := range 13 {
+			fields = append(fields, strconv.Itoa(i*j))
+		}
+		for j := range 26 {
+			fields = append(fields, fmt.Sprintf("%08x", i*31+j))
+		}
+		b.WriteString(strings.Join(fields, "\t") + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "day_0.txt"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := models.LoadClicks(dir, 1, models.WideDeepConfig{Vocab: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Clicks.Len() != 18 || d.TestClicks.Len() != 2 || d.TestClicks.Planted != nil || !strings.Contains(d.Source, "Criteo") {
+		t.Fatalf("train %d, test %d examples, source %q", d.Clicks.Len(), d.TestClicks.Len(), d.Source)
+	}
+	if _, err := models.LoadClicks(t.TempDir(), 1, models.WideDeepConfig{}); err == nil {
+		t.Error("an empty directory loaded")
 	}
 }

@@ -176,3 +176,50 @@ func TestFtrlDense(t *testing.T) {
 		t.Errorf("a coordinate whose |linear| stays under l1 should be exactly zero, got %v", out[0].Float64s()[1])
 	}
 }
+
+// TestPerVariable trains the table with FTRL and another variable with
+// Adagrad, and increments the global step once.
+func TestPerVariable(t *testing.T) {
+	s := graph.NewScope()
+	table, ids, loss := embeddingLoss(s, tensor.Float64, false)
+	w := ops.NewVariable(s, "w", tensor.Float64, []int{1}, ops.ConstantInit(1))
+	loss = ops.Add(s, loss, ops.Sum(s, ops.Square(s, w.Value()), nil, false))
+	gs := train.CreateGlobalStep(s)
+	opt := &train.PerVariable{
+		Rules:   []train.VariableRule{{Match: func(v *ops.Variable) bool { return v.Name() == table.Name() }, Optimizer: train.NewFtrl(0.1, 0, 0)}},
+		Default: train.NewAdagrad(0.1, 0.1),
+	}
+	step, err := train.Minimize(s, opt, loss, gs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]int{}
+	for _, n := range s.Graph().Nodes() {
+		if strings.Contains(n.Op(), "Apply") {
+			used[n.Op()]++
+		}
+	}
+	if used["SparseApplyFtrl"] != 1 || used["ApplyAdagrad"] != 1 || len(used) != 2 {
+		t.Fatalf("updates %v: want the table's sparse FTRL and w's Adagrad", used)
+	}
+	sess, err := session.New(s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{ops.GlobalVariablesInitializer(s)}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{ids: tensor.MustFromSlice([]int64{1, 2}, 2)}, nil, []*graph.Node{step}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := sess.Run(ctx, nil, []graph.Output{gs.Value(), w.Value()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Int64s()[0] != 3 || out[1].Float64s()[0] >= 1 {
+		t.Errorf("global step %v, w %v: want 3 and w below 1", out[0], out[1])
+	}
+}
