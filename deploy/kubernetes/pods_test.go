@@ -12,46 +12,85 @@ import (
 	"testing"
 	"time"
 
+	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 )
 
-// TestIndexedJobsRun runs indexed-jobs.yaml's pods as Kubernetes would,
-// without Kubernetes: each pod in a network namespace of its own (joined by
-// a bridge in another, 10.78.0.0/24, nothing in the machine's namespace),
-// its host name and its peers' resolved by a hosts file for that namespace
-// (/etc/netns/NS/hosts, which `ip netns exec` mounts as /etc/hosts), with
-// the manifest's environment and arguments plus JOB_COMPLETION_INDEX, the
-// certificates made by the README's command and copied as the init
-// container does. Training is cut to a few steps. Every pod must exit 0:
-// the chief and the workers at the last step, the ps when the chief ends
-// training, so that every Job would complete. Root only (network
-// namespaces); skipped otherwise.
+// pod is one pod of a manifest, to run in a network namespace.
+type pod struct {
+	name  string   // the pod's host name
+	names []string // the names its peers reach it by
+	task  string   // its job: chief, worker, ps
+	c     corev1.Container
+	env   map[string]string // the container's environment as the cluster sets it
+}
+
+// TestIndexedJobsRun runs indexed-jobs.yaml's pods as Kubernetes would
+// (see runPods): every pod must exit 0, the chief and the workers at the
+// last step, the ps when the chief ends training, so that every Job would
+// complete. Root only; skipped otherwise.
 func TestIndexedJobsRun(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip (iproute2)")
-	}
-	type pod struct {
-		job          *batchv1.Job
-		index        int
-		name, ns, ip string
-	}
 	var pods []pod
-	prefix := fmt.Sprintf("dfk8s%d", os.Getpid()%100000)
 	for _, d := range readDocs(t, "indexed-jobs.yaml") {
 		if d.meta.Kind != "Job" {
 			continue
 		}
 		j := new(batchv1.Job)
 		decodeStrict(t, d, j)
+		c := container(t, j.Name, j.Spec.Template.Spec, "distflow")
 		for i := range int(*j.Spec.Completions) {
-			k := len(pods)
-			pods = append(pods, pod{job: j, index: i, name: fmt.Sprintf("%s-%d", j.Name, i),
-				ns: fmt.Sprintf("%s-%d", prefix, k), ip: fmt.Sprintf("10.78.0.%d", 10+k)})
+			name := fmt.Sprintf("%s-%d", j.Name, i)
+			pods = append(pods, pod{name: name, names: []string{name + "." + j.Spec.Template.Spec.Subdomain},
+				task: j.Labels["distflow.dev/job"], c: c, env: envOf(c, i)})
 		}
 	}
+	runPods(t, pods)
+}
+
+// TestTFJobRun runs tfjob.yaml's pods with TF_CONFIG as the v1 operator
+// writes it (namespace default; each pod reached as NAME-TYPE-I.default.svc)
+// and the certificates of the README's TFJob command (see runPods).
+func TestTFJobRun(t *testing.T) {
+	job := new(kubeflowv1.TFJob)
+	decodeStrict(t, readDocs(t, "tfjob.yaml")[0], job)
+	kubeflowv1.SetDefaults_TFJob(job)
+	job.Namespace = "default"
+	var pods []pod
+	for _, rt := range []kubeflowv1.ReplicaType{kubeflowv1.TFJobReplicaTypeChief, kubeflowv1.TFJobReplicaTypeWorker, kubeflowv1.TFJobReplicaTypePS} {
+		spec := job.Spec.TFReplicaSpecs[rt]
+		c := container(t, string(rt), spec.Template.Spec, kubeflowv1.TFJobDefaultContainerName)
+		task := strings.ToLower(string(rt))
+		for i := range int(*spec.Replicas) {
+			env := envOf(c, i)
+			delete(env, "JOB_COMPLETION_INDEX")
+			env["TF_CONFIG"] = operatorTFConfig(t, job, rt, i)
+			name := fmt.Sprintf("%s-%s-%d", job.Name, task, i)
+			pods = append(pods, pod{name: name, names: []string{name + "." + job.Namespace + ".svc"}, task: task, c: c, env: env})
+		}
+	}
+	runPods(t, pods)
+}
+
+// runPods runs pods as a cluster would, without one: each pod in a network
+// namespace of its own (joined by a bridge in another, 10.78.0.0/24;
+// nothing in the machine's namespace), its names and its peers' resolved by
+// a hosts file for that namespace (/etc/netns/NS/hosts, which `ip netns
+// exec` mounts as /etc/hosts), with its container's environment and
+// arguments, the certificates `distflow certs create` makes for the names
+// its peers use, copied as the init container does (all but ca.key, keys
+// 0600). Training is cut to 20 steps. Every pod must exit 0 and the first
+// (the chief) report 20 steps. Root only; skipped otherwise.
+func runPods(t *testing.T, pods []pod) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip (iproute2)")
+	}
+	prefix := fmt.Sprintf("dfk8s%d", os.Getpid()%100000)
+	ns := func(k int) string { return fmt.Sprintf("%s-%d", prefix, k) }
+	ip := func(k int) string { return fmt.Sprintf("10.78.0.%d", 10+k) }
 	dir := t.TempDir()
 	bin := distflowBinary(t)
 	sh := func(args ...string) {
@@ -62,9 +101,9 @@ func TestIndexedJobsRun(t *testing.T) {
 	}
 	hub := prefix + "-hub"
 	t.Cleanup(func() {
-		for _, p := range pods {
-			exec.Command("ip", "netns", "del", p.ns).Run()
-			os.RemoveAll(filepath.Join("/etc/netns", p.ns))
+		for k := range pods {
+			exec.Command("ip", "netns", "del", ns(k)).Run()
+			os.RemoveAll(filepath.Join("/etc/netns", ns(k)))
 		}
 		exec.Command("ip", "netns", "del", hub).Run()
 		os.Remove("/etc/netns") // only if empty: it may be someone else's
@@ -73,29 +112,24 @@ func TestIndexedJobsRun(t *testing.T) {
 	sh("-n", hub, "link", "add", "br0", "type", "bridge")
 	sh("-n", hub, "link", "set", "br0", "up")
 	var hosts strings.Builder
-	for _, p := range pods {
-		// The pod's host name, and its name under the Service.
-		fmt.Fprintf(&hosts, "%s %s.%s %s\n", p.ip, p.name, p.job.Spec.Template.Spec.Subdomain, p.name)
-	}
-	for k, p := range pods {
-		sh("netns", "add", p.ns)
-		sh("-n", p.ns, "link", "set", "lo", "up")
-		sh("link", "add", "eth0", "netns", p.ns, "type", "veth", "peer", "name", fmt.Sprintf("v%d", k), "netns", hub)
-		sh("-n", p.ns, "addr", "add", p.ip+"/24", "dev", "eth0")
-		sh("-n", p.ns, "link", "set", "eth0", "up")
-		sh("-n", hub, "link", "set", fmt.Sprintf("v%d", k), "master", "br0", "up")
-		if err := os.MkdirAll(filepath.Join("/etc/netns", p.ns), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join("/etc/netns", p.ns, "hosts"), []byte("127.0.0.1 localhost\n"+hosts.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The README's certificates: every task's address as TF_CONFIG has it.
 	addrs := map[string][]string{}
-	for _, p := range pods {
-		task := p.job.Labels["distflow.dev/job"]
-		addrs[task] = append(addrs[task], p.name+"."+p.job.Spec.Template.Spec.Subdomain+":2222")
+	for k, p := range pods {
+		fmt.Fprintf(&hosts, "%s %s %s\n", ip(k), strings.Join(p.names, " "), p.name)
+		addrs[p.task] = append(addrs[p.task], p.names[0]+":2222")
+	}
+	for k := range pods {
+		sh("netns", "add", ns(k))
+		sh("-n", ns(k), "link", "set", "lo", "up")
+		sh("link", "add", "eth0", "netns", ns(k), "type", "veth", "peer", "name", fmt.Sprintf("v%d", k), "netns", hub)
+		sh("-n", ns(k), "addr", "add", ip(k)+"/24", "dev", "eth0")
+		sh("-n", ns(k), "link", "set", "eth0", "up")
+		sh("-n", hub, "link", "set", fmt.Sprintf("v%d", k), "master", "br0", "up")
+		if err := os.MkdirAll(filepath.Join("/etc/netns", ns(k)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("/etc/netns", ns(k), "hosts"), []byte("127.0.0.1 localhost\n"+hosts.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	secret := filepath.Join(dir, "secret")
 	certs := exec.Command(bin, "certs", "create", "--dir", secret, "--chief_hosts="+strings.Join(addrs["chief"], ","),
@@ -112,7 +146,6 @@ func TestIndexedJobsRun(t *testing.T) {
 	results := make([]*result, len(pods))
 	var wg sync.WaitGroup
 	for k, p := range pods {
-		// The init container: the Secret but ca.key, keys 0600.
 		podCerts := filepath.Join(dir, p.name)
 		if err := os.Mkdir(podCerts, 0o700); err != nil {
 			t.Fatal(err)
@@ -130,21 +163,17 @@ func TestIndexedJobsRun(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		c := container(t, p.name, p.job.Spec.Template.Spec, "distflow")
 		var args []string
-		for _, a := range c.Args {
-			switch {
-			case a == "--certs-dir=/certs":
+		for _, a := range p.c.Args {
+			if a == "--certs-dir=/certs" {
 				a = "--certs-dir=" + podCerts
-			case strings.HasPrefix(a, "--checkpoint-dir="):
-				a = "--checkpoint-dir=" + filepath.Join(dir, p.name+"-ckpt")
 			}
 			args = append(args, a)
 		}
 		args = append(args, "--steps=20", "--quiet")
-		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", p.ns, bin}, args...)...)
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns(k), bin}, args...)...)
 		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
-		for k, v := range envOf(c, p.index) {
+		for k, v := range p.env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 		r := &result{}
@@ -165,8 +194,7 @@ func TestIndexedJobsRun(t *testing.T) {
 		}
 		t.Logf("pod %s exited 0: %s", p.name, strings.TrimSpace(r.out.String()))
 	}
-	chief := results[0]
-	if pods[0].job.Labels["distflow.dev/job"] != "chief" || !strings.Contains(chief.out.String(), "global step 20") {
-		t.Errorf("the chief (%s) did not report 20 steps: %q", pods[0].name, chief.out.String())
+	if pods[0].task != "chief" || !strings.Contains(results[0].out.String(), "global step 20") {
+		t.Errorf("the chief (%s) did not report 20 steps: %q", pods[0].name, results[0].out.String())
 	}
 }
