@@ -151,6 +151,9 @@ func (Staleness) averaged(int) int       { return 1 }
 func (s Staleness) train(ctx context.Context, r *replica) (*Result, error) {
 	c := &stalenessCoordinator{r: r}
 	return trainOnPS(ctx, r, psPlan{
+		// The step counters are variables: a lost ps is restored from
+		// the checkpoint, and each replica takes up again (afterRecovery).
+		recoverable: true,
 		build: func(sc *graph.Scope) {
 			c.bound = train.NewStalenessBound(sc, len(r.reps), r.index, s.Bound)
 		},
@@ -380,6 +383,12 @@ func (c *stalenessCoordinator) begin(ctx context.Context, sess *session.Session,
 	watched := m.watch(wctx)
 	c.stopWatch = func() { cancel(); watched() }
 	return nil, nil
+}
+
+// afterRecovery takes up at the others' step again: the counters came
+// back from a checkpoint.
+func (c *stalenessCoordinator) afterRecovery(ctx context.Context, sess *session.Session) error {
+	return c.bound.Rejoin(ctx, sess)
 }
 
 // stop ends the watch of the other replicas.

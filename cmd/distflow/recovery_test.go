@@ -241,3 +241,23 @@ func TestSyncPSKilledIsRestored(t *testing.T) {
 	}
 	noTasksLeft(t, ps)
 }
+
+// TestStalenessPSKilledIsRestored: SIGKILL the ps of a bounded-staleness
+// run with checkpoints: the ps is restarted and restored (the step
+// counters with it), every replica takes up again and the run finishes.
+func TestStalenessPSKilledIsRestored(t *testing.T) {
+	dir := t.TempDir()
+	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "3000", "--local-cluster", "ps=1,worker=2",
+		"--staleness", "2", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-timeout", "10s", "--step-delay", "2ms", "--log-every", "100")
+	waitFor(t, lines, "checkpoint: saved")
+	killTask(t, ps, "ps", 0)
+	waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")
+	waitFor(t, lines, "recovered from a lost task")
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed after its ps was killed: %v", err)
+	}
+	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step") {
+		t.Errorf("no result on stdout: %q", out)
+	}
+	noTasksLeft(t, ps)
+}

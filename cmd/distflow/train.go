@@ -519,7 +519,7 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		Jobs: jobs, Args: args, Env: dashEnv, Stdout: stdout, Stderr: progressOutput(stderr), Verbose: f.verbose,
 		// A supervisor restarts a ps that dies when the workers can recover
 		// from it: asynchronous training with checkpoints to restore from.
-		RestartPS:          (async || f.inGraph || isSync) && (f.ckptDir != "" || f.logdir != ""),
+		RestartPS:          (async || f.inGraph || isSync || f.staleness >= 0) && (f.ckptDir != "" || f.logdir != ""),
 		TolerateWorkerLoss: async,
 		// A lost chief resumes from the latest checkpoint; a lost worker
 		// rejoins the strategies that go on without it (issue 15).
