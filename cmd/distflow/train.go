@@ -518,7 +518,7 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 	return localcluster.Run(ctx, localcluster.Config{
 		Jobs: jobs, Args: args, Env: dashEnv, Stdout: stdout, Stderr: progressOutput(stderr), Verbose: f.verbose,
 		// A supervisor restarts a ps that dies when the workers can recover
-		// from it: asynchronous training with checkpoints to restore from.
+		// from it: the ps strategies with checkpoints to restore from.
 		RestartPS:          (async || f.inGraph || isSync || f.staleness >= 0) && (f.ckptDir != "" || f.logdir != ""),
 		TolerateWorkerLoss: async,
 		// A lost chief resumes from the latest checkpoint; a lost worker
