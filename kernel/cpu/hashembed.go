@@ -115,8 +115,10 @@ func hashLookup(c *kernel.Context, t *hashTable, cfg hashConfig) error {
 			t.rows[id] = r
 		}
 		if r != nil {
-			r.seen = t.clock
-			r.count++
+			if create { // evaluation reads do not keep rows alive
+				r.seen = t.clock
+				r.count++
+			}
 			copy(out[i*t.dim:(i+1)*t.dim], r.value)
 		}
 	}
