@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -320,5 +321,54 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := New(Config{Prober: fc, Tasks: []Task{{Job: "worker", Address: "a"}, {Job: "worker", Address: "b"}}}); err == nil ||
 		!strings.Contains(err.Error(), "twice") {
 		t.Errorf("a task twice: %v", err)
+	}
+}
+
+// TestServe serves a dashboard on a real listener: it polls by itself,
+// streams snapshots, and returns once its context ends although a page is
+// still connected.
+func TestServe(t *testing.T) {
+	fc := newFakeCluster(fakeSpec(2, 1))
+	d, err := New(Config{Tasks: TasksOf(fakeSpec(2, 1)), Prober: fc, Interval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(ctx, lis) }()
+	resp, err := http.Get("http://" + lis.Addr().String() + "/api/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	var seqs []uint64
+	for len(seqs) < 3 && sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var s Snapshot
+			if err := json.Unmarshal([]byte(data), &s); err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, s.Seq)
+		}
+	}
+	if len(seqs) < 3 || !(seqs[0] < seqs[1] && seqs[1] < seqs[2]) {
+		t.Fatalf("snapshots %v: want three, in order", seqs)
+	}
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after its context ended")
 	}
 }
