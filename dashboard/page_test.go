@@ -49,6 +49,12 @@ func TestPage64(t *testing.T) {
 	waitJS(t, ctx, `document.querySelector('[data-task="/job:worker/task:3"]').dataset.state === "lost" &&
 		document.querySelector('[data-task="/job:worker/task:7"]').dataset.state === "straggler" &&
 		document.querySelector("#graph svg") !== null && document.getElementById("global-step").textContent === "260"`)
+	// Which task runs a node: the search names it.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const e = document.getElementById("graph-search");
+		e.value = "layer0/W"; e.dispatchEvent(new Event("input")); return true })()`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `document.getElementById("graph-find").textContent.includes("layer0/W (Variable) on /job:ps/task:0")`)
 	shot(t, ctx, dir, "cluster64")
 }
 

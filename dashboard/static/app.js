@@ -208,9 +208,20 @@
     const i = name.indexOf("/");
     return i < 0 ? name.replace(/_\d+$/, "") : name.slice(0, i);
   }
+  let graphData = null, graphColors = new Map();
+  function findNodes() {
+    const q = $("graph-search").value.trim().toLowerCase();
+    if (!graphData || !q) { $("graph-find").innerHTML = ""; return; }
+    const hits = graphData.nodes.filter((n) => n.name.toLowerCase().includes(q) || n.op.toLowerCase() === q);
+    $("graph-find").innerHTML = hits.slice(0, 100).map((n) => '<div><i style="background:' + (graphColors.get(n.task) || "#888") + '"></i>' +
+      esc(n.name) + ' <span class=muted>(' + esc(n.op) + ") on</span> " + esc(n.task) + "</div>").join("") +
+      (hits.length > 100 ? '<div class=muted>… ' + (hits.length - 100) + " more</div>" : "") + (hits.length ? "" : '<div class=muted>no such node</div>');
+  }
+  $("graph-search").addEventListener("input", findNodes);
   function renderGraph(g) {
     const groups = new Map(); const nodeGroup = new Map();
     const taskColor = new Map(); let ci = 0;
+    graphData = g; graphColors = taskColor;
     for (const n of g.nodes) {
       if (!taskColor.has(n.task)) taskColor.set(n.task, palette[ci++ % palette.length]);
       const key = n.task + "|" + scopeOf(n.name);
@@ -265,6 +276,7 @@
     legend += '<div><i style="background:#d7263d"></i>' + crossing + " edges cross tasks (Send/Recv)</div></div>";
     $("graph").innerHTML = svg + legend;
     $("graph-info").textContent = g.nodes.length + " nodes in " + list.length + " scopes on " + taskColor.size + " tasks";
+    findNodes();
   }
   function trim(s, n) { return s.length > n ? s.slice(0, n - 1) + "…" : s; }
 
