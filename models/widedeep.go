@@ -75,11 +75,13 @@ func wideDeepModelFn(c Config, opt train.Optimizer) (estimator.ModelFn, error) {
 		}
 		dt := c.DType
 		ws, ds := s.SubScope("wide"), s.SubScope("deep")
-		wideT, err := ops.NewPartitionedVariable(ws, "emb", dt, []int{rows, 1}, ops.ZerosInit(), w.Shards)
+		wideT, err := ops.NewEmbeddingTable(ws, "emb", dt, rows, 1, func(int) ops.Initializer { return ops.ZerosInit() }, w.Shards)
 		if err != nil {
 			return nil, err
 		}
-		deepT, err := ops.NewPartitionedVariable(ds, "emb", dt, []int{rows, w.Dim}, ops.RandomUniformInit(-0.05, 0.05, c.Seed), w.Shards)
+		deepT, err := ops.NewEmbeddingTable(ds, "emb", dt, rows, w.Dim, func(i int) ops.Initializer {
+			return ops.RandomUniformInit(-0.05, 0.05, c.Seed+1000*(i+1))
+		}, w.Shards)
 		if err != nil {
 			return nil, err
 		}

@@ -112,3 +112,49 @@ func tensorInt32(dims []int) *tensor.Tensor {
 	}
 	return tensor.MustFromSlice(v, len(v))
 }
+
+// NewEmbeddingTable adds a table of rows x dim split by rows into shards
+// variables like NewPartitionedVariable ("<name>/part_<i>", the same row
+// counts), but initialises each shard on its own, with init(i) for shard i:
+// no task ever holds the whole table's initial value, which for a table of
+// millions of rows would be the largest tensor of the job (and the other
+// shards' slices of it would cross the wire). Value concatenates the
+// shards as for NewPartitionedVariable; lookups should use EmbeddingLookup.
+func NewEmbeddingTable(s *graph.Scope, name string, dt tensor.DType, rows, dim int, init func(shard int) Initializer, shards int, opts ...VariableOption) (*PartitionedVariable, error) {
+	full := s.Prefix() + name
+	fail := func(format string, args ...any) (*PartitionedVariable, error) {
+		err := fmt.Errorf("ops: embedding table %q: %s", full, fmt.Sprintf(format, args...))
+		s.SetErr(err)
+		return nil, err
+	}
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	switch {
+	case shards < 1 || rows < shards:
+		return fail("%d rows in %d shards: want at least one shard and one row per shard", rows, shards)
+	case dim < 1:
+		return fail("width %d: want at least 1", dim)
+	case init == nil:
+		return fail("no initializer")
+	}
+	pv := &PartitionedVariable{name: full, dtype: dt, shape: []int{rows, dim}}
+	values := make([]graph.Output, 0, shards)
+	for i := range shards {
+		n := rows / shards
+		if i < rows%shards {
+			n++
+		}
+		v := NewVariable(s, fmt.Sprintf("%s/part_%d", name, i), dt, []int{n, dim}, init(i), opts...)
+		if v == nil {
+			return nil, s.Err()
+		}
+		pv.shards = append(pv.shards, v)
+		values = append(values, v.Value())
+	}
+	pv.value = Concat(s.SubScope(name), 0, values...)
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	return pv, nil
+}

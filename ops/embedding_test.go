@@ -168,3 +168,37 @@ func TestEmbeddingGradientIsSparsePerShard(t *testing.T) {
 		}
 	}
 }
+
+// TestNewEmbeddingTableInitialisesShardsAlone: shard i gets init(i) with
+// its own shape, in NewPartitionedVariable's row counts.
+func TestNewEmbeddingTableInitialisesShardsAlone(t *testing.T) {
+	s := graph.NewScope()
+	table, err := ops.NewEmbeddingTable(s, "emb", tensor.Float32, 11, 2, func(i int) ops.Initializer { return ops.ConstantInit(float64(i)) }, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range table.Shards() {
+		if want := []int{4, 4, 3}[i]; v.Shape().Dim(0) != want || v.Shape().Dim(1) != 2 {
+			t.Fatalf("shard %d is %v, want [%d 2]", i, v.Shape(), want)
+		}
+	}
+	emb := ops.EmbeddingLookup(s, table, ops.Const(s, []int64{0, 5, 10}), "div")
+	sess, err := session.New(s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{ops.GlobalVariablesInitializer(s)}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := sess.Run(ctx, nil, []graph.Output{emb}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out[0].Float32s(); got[0] != 0 || got[2] != 1 || got[4] != 2 {
+		t.Errorf("rows %v: want shard 0, 1 and 2's values", got)
+	}
+	if _, err := ops.NewEmbeddingTable(graph.NewScope(), "e", tensor.Float32, 2, 1, nil, 3); err == nil {
+		t.Error("2 rows in 3 shards were accepted")
+	}
+}
