@@ -8,7 +8,8 @@
 #     over 2 ps (train's TestSparseStepMovesOnlyTouchedRows at 10M rows);
 #  3. the same model in one PyTorch process (scripts/sparse_torch.py:
 #     EmbeddingBag/Embedding(sparse=True) + Adagrad), same sizes and batch.
-# Usage: scripts/sparse_scale.sh [STEPS] [BATCH]   (defaults 400, 512)
+# Usage: scripts/sparse_scale.sh [STEPS] [BATCH]   (defaults 400, 512;
+# SPARSE_SCALE_TORCH=0 skips the PyTorch run)
 set -eu
 cd "$(dirname "$0")/.."
 steps=${1:-400}
@@ -23,7 +24,7 @@ launcher=$!
 : >"$out/rss"
 while kill -0 $launcher 2>/dev/null; do
 	for pid in $(pgrep -P $launcher || true); do
-		if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q '"type":"ps"'; then
+		if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -q '"type":"ps"'; then
 			echo "$pid $(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null)" >>"$out/rss"
 		fi
 	done
@@ -37,6 +38,8 @@ sort -k1,1 -k2,2n "$out/rss" | awk 'NF == 2 {max[$1] = $2} END {for (p in max) p
 echo "== bytes per step on the wire, 10M x 16 over 2 ps (256 ids a step, 8 or 256 distinct)"
 SPARSE_WIRE_ROWS=10000000 go test ./train -count=1 -run TestSparseStepMovesOnlyTouchedRows -v 2>&1 | grep -E "bytes per step|ok|FAIL"
 
-echo "== PyTorch, one process, the same model and sizes (uptime: $(uptime))"
-/usr/bin/python3 scripts/sparse_torch.py $vocab 16 "$steps" "$batch" 2
+if [ "${SPARSE_SCALE_TORCH:-1}" != 0 ]; then
+	echo "== PyTorch, one process, the same model and sizes (uptime: $(uptime))"
+	/usr/bin/python3 scripts/sparse_torch.py $vocab 16 "$steps" "$batch" 2
+fi
 rm -rf "$out"
