@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/schollz/progressbar/v3"
@@ -37,6 +38,7 @@ type barWriter struct {
 	bar *progressbar.ProgressBar
 	max int64
 	buf []byte
+	who string // the prefix of the lines the bar follows
 }
 
 func newProgressBar(w io.Writer) *barWriter { return &barWriter{w: w} }
@@ -61,6 +63,18 @@ func (b *barWriter) Write(p []byte) (int, error) {
 // above it.
 func (b *barWriter) line(line string) {
 	m := progressLine.FindStringSubmatch(line)
+	if m != nil {
+		// With -v a local cluster shows every worker's progress: the bar
+		// follows the first task it hears from (the chief), the others'
+		// lines are printed.
+		who, _, _ := strings.Cut(line, "local_step")
+		if b.who == "" {
+			b.who = who
+		}
+		if who != b.who {
+			m = nil
+		}
+	}
 	if m == nil {
 		if b.bar != nil {
 			_ = b.bar.Clear()

@@ -16,7 +16,7 @@ func TestProgressBar(t *testing.T) {
 	for _, l := range []string{
 		"[worker 0] /job:worker/task:0: local_step 100  global_step 187/3000  epoch 0.31  loss 0.6374  avg_step 10.27ms  9737 examples/s\n",
 		"[worker 0] a warning\n",
-		"/job:worker/task:0: local_step 200  global_step 1500/3000  epoch 2.50  loss 0.4012  avg_step 6.64ms  15061 examples/s  accuracy 0.8000\n",
+		"[worker 0] /job:worker/task:0: local_step 200  global_step 1500/3000  epoch 2.50  loss 0.4012  avg_step 6.64ms  15061 examples/s  accuracy 0.8000\n",
 	} {
 		// In pieces, as pipes deliver them.
 		half := len(l) / 2
@@ -29,7 +29,13 @@ func TestProgressBar(t *testing.T) {
 			t.Errorf("the bar's output lacks %q:\n%q", want, s)
 		}
 	}
-	b.Write([]byte("local_step 300  global_step 3000/3000  loss 0.3000  avg_step 6ms  15000 examples/s\n"))
+	// Another worker's progress (-v) is printed, not followed.
+	other := "[worker 1] /job:worker/task:1: local_step 200  global_step 1600/3000  loss 0.4000  avg_step 6ms  15000 examples/s"
+	b.Write([]byte(other + "\n"))
+	if !strings.Contains(out.String(), other+"\n") {
+		t.Errorf("another worker's line was not printed:\n%q", out.String())
+	}
+	b.Write([]byte("[worker 0] /job:worker/task:0: local_step 300  global_step 3000/3000  loss 0.3000  avg_step 6ms  15000 examples/s\n"))
 	if !strings.Contains(out.String(), "3000/3000") || b.bar != nil {
 		t.Errorf("the last step does not finish the bar:\n%q", out.String())
 	}
