@@ -143,7 +143,10 @@ func (l *ringLoop) lead(ctx context.Context, start int64) error {
 			if group, gerr = l.ring.Among(view); gerr != nil {
 				return gerr
 			}
-			if err := l.sync(ctx, group); err != nil {
+			mu.Lock()
+			cut := lossCh
+			mu.Unlock()
+			if err := l.sync(ctx, group, cut); err != nil {
 				l.failed(ctx, err, step, &mu, excluded, changed, lostAfter)
 				continue
 			}
@@ -201,10 +204,12 @@ func (l *ringLoop) failed(ctx context.Context, err error, step int64, mu *sync.M
 		l.r.log.Warn("a step failed: leaving out the ranks that are down", "step", step, "down", pe.Peers, "err", err)
 		return
 	}
+	// The heartbeats count a peer lost lostAfter after its last answer,
+	// which they see within another half of it: wait for that, not less.
 	l.r.log.Warn("a step failed; waiting for the heartbeats to tell who is lost", "step", step, "lost_after", lostAfter, "err", err)
 	select {
 	case <-changed:
-	case <-time.After(lostAfter):
+	case <-time.After(2 * lostAfter):
 	case <-ctx.Done():
 	}
 }
@@ -244,7 +249,7 @@ func (l *ringLoop) follow(ctx context.Context) error {
 		}
 		newer := l.ring.ViewAfter(gen)
 		if view.Sync {
-			if err := l.sync(ctx, group); err != nil {
+			if err := l.sync(ctx, group, newer); err != nil {
 				r.log.Warn("taking rank 0's model failed; waiting for its next view", "generation", gen, "err", err)
 				continue
 			}
@@ -269,10 +274,18 @@ func (l *ringLoop) follow(ctx context.Context) error {
 	}
 }
 
-// sync gives every member of group rank 0's model.
-func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group) error {
+// sync gives every member of group rank 0's model; cut, when closed,
+// cuts it short (as in step).
+func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group, cut <-chan struct{}) error {
 	bctx, cancel := context.WithTimeout(ctx, l.r.cfg.StepTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-cut:
+			cancel()
+		case <-bctx.Done():
+		}
+	}()
 	if err := l.st.broadcast(bctx, l.sess, group); err != nil {
 		return fmt.Errorf("estimator: %s: taking rank 0's model: %w", l.r.cfg.Task, err)
 	}
