@@ -450,7 +450,7 @@ func histogram(fams map[string]*dto.MetricFamily, name string) (count, sum float
 func (d *Dashboard) markStragglersLocked(now time.Time) {
 	var rates []float64
 	for _, t := range d.tasks {
-		if training(t.Job) && t.fresh && len(t.window) > 1 && isUp(t.status.State) && t.status.StepRate > 0 {
+		if training(t.Job) && t.fresh && len(t.window) == rateWindow && isUp(t.status.State) && t.status.StepRate > 0 {
 			rates = append(rates, t.status.StepRate)
 		}
 	}
@@ -462,8 +462,8 @@ func (d *Dashboard) markStragglersLocked(now time.Time) {
 	median := (rates[(n-1)/2] + rates[n/2]) / 2
 	for _, t := range d.tasks {
 		s := &t.status
-		if !training(t.Job) || !t.fresh || len(t.window) < 2 || !isUp(s.State) {
-			continue // not judged without a rate of its own
+		if !training(t.Job) || !t.fresh || len(t.window) < rateWindow || !isUp(s.State) {
+			continue // judged on a full window: the first polls are noise (start-up, warm-up)
 		}
 		slow := s.StepRate < d.cfg.StragglerRatio*median
 		switch {

@@ -137,9 +137,10 @@ func cardsJS(names []string, state string) string {
 // TestDashboardChiefInChromium trains on a cluster of real processes (a ps
 // and three workers, started by hand as on separate machines) whose chief
 // serves the dashboard, opens it in headless Chromium, and checks that
-// every task appears, that the step counter moves between two
-// screenshots, and that a worker killed with SIGKILL shows as lost within
-// the heartbeat deadline.
+// every task appears, that a slow worker (--step-delay) is marked as a
+// straggler, that the step counter moves between two screenshots, and that
+// a worker killed with SIGKILL shows as lost within the heartbeat
+// deadline.
 func TestDashboardChiefInChromium(t *testing.T) {
 	if browser.Path() == "" {
 		t.Skip("no chromium: install Debian's chromium (apt-get install -y chromium; .ci/run does) or set DISTFLOW_CHROMIUM")
@@ -157,6 +158,9 @@ func TestDashboardChiefInChromium(t *testing.T) {
 		}
 		args := append(append([]string(nil), common...), "--job_name", job, "--task_index", strconv.Itoa(index),
 			"--metrics-port", strconv.Itoa(mports[i]), "--dashboard", "127.0.0.1:0")
+		if names[i] == "/job:worker/task:2" {
+			args = append(args, "--step-delay", "60ms") // a slow machine
+		}
 		tasks = append(tasks, startTestTask(t, names[i], files[i], args...))
 	}
 	chief := tasks[1]
@@ -164,7 +168,9 @@ func TestDashboardChiefInChromium(t *testing.T) {
 	t.Logf("dashboard at %s", url)
 
 	p := openDashboard(t, url)
-	p.wait(cardsJS(names, "running")+` && document.getElementById("global-step").textContent !== "–"`, 60*time.Second)
+	p.wait(cardsJS(names[:3], "running")+` && document.getElementById("global-step").textContent !== "–"`, 60*time.Second)
+	// The slow worker is marked once its rate is measured.
+	p.wait(cardsJS(names[3:], "straggler"), 30*time.Second)
 	p.wait(`document.querySelector("#graph svg") !== null`, 30*time.Second)
 	first := p.step()
 	p.shot("1-running")
