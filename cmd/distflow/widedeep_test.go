@@ -23,3 +23,22 @@ func TestTrainWideDeepReportsAUC(t *testing.T) {
 		t.Errorf("the text report has no auc line:\n%s", stdout)
 	}
 }
+
+// TestWideDeepSyncDefaults: --sync halves the default steps (each update
+// averages every worker's batch); other models and async runs keep theirs.
+func TestWideDeepSyncDefaults(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		sync  bool
+		want  int
+	}{{"widedeep", false, 3000}, {"widedeep", true, 1500}, {"mlp", true, 3000}} {
+		f := trainFlags{model: c.model, sync: c.sync, steps: 3000}
+		f.wideDeepSteps()
+		if f.steps != c.want {
+			t.Errorf("%s, sync %v: %d steps, want %d", c.model, c.sync, f.steps, c.want)
+		}
+	}
+	if wideDeepDefaults.steps != 3000 {
+		t.Errorf("the default is %d steps: update docs/BENCHMARKS.md's figures", wideDeepDefaults.steps)
+	}
+}
