@@ -133,7 +133,7 @@ func (d dashboardFlags) taskHooks(ctx context.Context, f trainFlags, spec *clust
 		return nil, stop, nil
 	}
 	if url := os.Getenv(envDashboardReport); url != "" && localcluster.IsTask() {
-		r := &reporter{url: url, token: os.Getenv(envDashboardToken), log: cfg.Logger, self: self}
+		r := &reporter{url: url, token: os.Getenv(envDashboardToken), log: cfg.Logger}
 		r.send(ctx, dashboard.Report{Cluster: clusterMap(spec)})
 		return []estimator.Hook{&dashboardHook{self: self, report: r.send}}, stop, nil
 	}
@@ -200,7 +200,6 @@ func (h *dashboardHook) End(ctx context.Context, _ *train.MonitoredSession) erro
 type reporter struct {
 	url, token string
 	log        *slog.Logger
-	self       cluster.TaskID
 }
 
 func (r *reporter) send(ctx context.Context, rep dashboard.Report) {
