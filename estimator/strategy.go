@@ -306,6 +306,9 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 	m := &membership{cfg: c.r.cfg, log: log, peers: peers, onChange: c.opt.SetLive,
 		waiting: fmt.Sprintf("the gradients of the live replicas (%d to aggregate at most)", c.opt.ReplicasToAggregate())}
 	watched := m.watch(runCtx)
+	// Should training fail before the end, the loop and the watch stop
+	// with trainOnPS (stop).
+	c.stopWatch = func() { cancel(); <-stopped; watched() }
 	return func(ctx context.Context) {
 		// Release the replicas still waiting for a token: training is over.
 		if err := c.opt.Finish(ctx, sess); err != nil {
@@ -344,9 +347,17 @@ func (c *syncCoordinator) afterRecovery(ctx context.Context, sess *session.Sessi
 
 func (c *syncCoordinator) beforeStep(context.Context, *session.Session) error { return nil }
 func (c *syncCoordinator) afterStep(context.Context, *session.Session) error  { return nil }
-func (c *syncCoordinator) done(context.Context, *session.Session) error       { c.stop(); return nil }
 
-// stop ends a worker's watch of the chief.
+// done ends a worker's watch of the chief (the chief's loop goes on
+// until its end function).
+func (c *syncCoordinator) done(context.Context, *session.Session) error {
+	if !c.r.chief() {
+		c.stop()
+	}
+	return nil
+}
+
+// stop ends the watches, and the chief's aggregation loop.
 func (c *syncCoordinator) stop() {
 	if c.stopWatch != nil {
 		c.stopWatch()
