@@ -33,6 +33,7 @@ type elasticCluster struct {
 
 	mu      sync.Mutex
 	kills   map[cluster.TaskID]context.CancelFunc
+	ended   map[cluster.TaskID]chan struct{} // closed when the task's Train returns
 	results map[cluster.TaskID]error
 	wg      sync.WaitGroup
 }
@@ -58,7 +59,7 @@ func (b *syncBuffer) String() string {
 func newElasticCluster(t *testing.T, jobs map[string]int, cfg estimator.RunConfig) *elasticCluster {
 	t.Helper()
 	c := &elasticCluster{t: t, lis: map[cluster.TaskID]net.Listener{}, kills: map[cluster.TaskID]context.CancelFunc{},
-		results: map[cluster.TaskID]error{}}
+		ended: map[cluster.TaskID]chan struct{}{}, results: map[cluster.TaskID]error{}}
 	addrs := map[string][]string{}
 	for _, job := range []string{"ps", "worker"} {
 		for i := range jobs[job] {
@@ -102,12 +103,15 @@ func (c *elasticCluster) start(task cluster.TaskID, steps int64, hooks ...estima
 		c.t.Fatal(err)
 	}
 	ctx, kill := context.WithCancel(c.ctx)
+	ended := make(chan struct{})
 	c.mu.Lock()
 	c.kills[task] = kill
+	c.ended[task] = ended
 	c.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		defer close(ended)
 		_, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: steps}, hooks...)
 		c.mu.Lock()
 		c.results[task] = err
@@ -121,6 +125,16 @@ func (c *elasticCluster) kill(task cluster.TaskID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.kills[task]()
+}
+
+// killAndWait kills task and waits until its Train has returned (its
+// server no longer holds its address).
+func (c *elasticCluster) killAndWait(task cluster.TaskID) {
+	c.mu.Lock()
+	ended := c.ended[task]
+	c.mu.Unlock()
+	c.kill(task)
+	<-ended
 }
 
 func (c *elasticCluster) wait() map[cluster.TaskID]error {
@@ -428,6 +442,41 @@ func TestStalenessBoundIgnoresALostWorker(t *testing.T) {
 	gs, when := h.firstAfter(killedStep + 3*2)
 	if gs < 0 || when.Sub(killedAt) > stepTimeout {
 		t.Errorf("after the kill at global step %d: step %d at +%v; want one within %v", killedStep, gs, when.Sub(killedAt), stepTimeout)
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("%s", c.logs.String())
+	}
+}
+
+// TestRingTakesARestartedRankAtOnce: a rank killed and started again at
+// once (before its heartbeats could count it lost) is seen as a new
+// process (its incarnation): the step that waited for the old one is cut
+// short and the ring re-forms with the new one, well within the step
+// deadline.
+func TestRingTakesARestartedRankAtOnce(t *testing.T) {
+	const stepTimeout = 20 * time.Second
+	c := newElasticCluster(t, map[string]int{"worker": 3}, estimator.RunConfig{
+		Strategy: estimator.AllReduce{}, StepTimeout: stepTimeout, WaitTimeout: 30 * time.Second, LostAfter: 5 * time.Second,
+		LogEverySteps: 10, StepDelay: 5 * time.Millisecond,
+	})
+	victim := cluster.TaskID{Job: "worker", Index: 2}
+	const steps = 600
+	c.start(cluster.TaskID{Job: "worker", Index: 0}, steps)
+	c.start(cluster.TaskID{Job: "worker", Index: 1}, steps)
+	c.start(victim, steps)
+	off := c.waitLog(0, "/job:worker/task:0: step 50/")
+	c.killAndWait(victim)
+	killed := time.Now()
+	c.start(victim, steps)
+	off = c.waitLog(off, "a replica was restarted; letting the new process in")
+	c.waitLog(off, `msg="the ring re-forms"`)
+	if d := time.Since(killed); d > stepTimeout/2 {
+		t.Errorf("the ring re-formed %v after the restart; want well within the step deadline %v", d, stepTimeout)
+	}
+	for task, err := range c.wait() {
+		if err != nil {
+			t.Errorf("%s: %v", task, err)
+		}
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("%s", c.logs.String())

@@ -57,12 +57,14 @@ type membership struct {
 	state  map[int]peerState
 	since  map[int]time.Time // last heartbeat answered
 	warned map[int]bool      // a suspect's silence was logged as a warning
+	// incarnation is each peer's process as its last answer gave it.
+	incarnation map[int]uint64
 }
 
 // watch starts the heartbeats; they stop when ctx ends, and the returned
 // function waits for that.
 func (m *membership) watch(ctx context.Context) (wait func()) {
-	m.state, m.since, m.warned = map[int]peerState{}, map[int]time.Time{}, map[int]bool{}
+	m.state, m.since, m.warned, m.incarnation = map[int]peerState{}, map[int]time.Time{}, map[int]bool{}, map[int]uint64{}
 	var wg sync.WaitGroup
 	interval, lostAfter := m.cfg.heartbeats()
 	for i, t := range m.peers {
@@ -86,9 +88,17 @@ func (m *membership) beat(ctx context.Context, i int, t cluster.TaskID, interval
 	for {
 		// A generous timeout: a loaded machine answers late, and late is
 		// not lost; a dead peer refuses at once.
-		_, err := TaskStatus(ctx, addr, max(lostAfter/2, 500*time.Millisecond), m.cfg.rpc)
+		st, err := TaskStatus(ctx, addr, max(lostAfter/2, 500*time.Millisecond), m.cfg.rpc)
 		if ctx.Err() != nil {
 			return
+		}
+		if err == nil && m.restarted(i, st.GetIncarnation()) {
+			// A new process answers on the address before the old one's
+			// silence could count: it is lost and back at once, so that
+			// nothing waits for what the old one held.
+			m.log.Warn("a replica was restarted; letting the new process in", "peer", t.String(), "incarnation", st.GetIncarnation())
+			m.onChange(i, false)
+			m.onChange(i, true)
 		}
 		m.observe(i, t, err)
 		select {
@@ -143,6 +153,16 @@ func (m *membership) observe(i int, t cluster.TaskID, err error) {
 		m.log.Warn("a lost replica answers again; letting it back in", "peer", t.String(), "lost_for", now.Sub(since).Round(time.Millisecond))
 		m.onChange(i, true)
 	}
+}
+
+// restarted records peer i's incarnation and reports whether it changed
+// (a new process on the address) while the peer was not lost.
+func (m *membership) restarted(i int, inc uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev, seen := m.incarnation[i]
+	m.incarnation[i] = inc
+	return seen && inc != 0 && prev != inc && m.state[i] != peerLost
 }
 
 // answered returns when peer i last answered a heartbeat.
