@@ -108,3 +108,17 @@ func signal(pid int, sig syscall.Signal) error {
 }
 
 func supported() error { return nil }
+
+// The stop and resume signals of a FaultStop.
+const (
+	sigStop = syscall.SIGSTOP
+	sigCont = syscall.SIGCONT
+)
+
+// launcherAttr makes the launcher die with the harness (its tasks die with
+// it) and lead a process group of its own, which killGroup kills.
+func launcherAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+}
+
+func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }

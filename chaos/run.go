@@ -219,8 +219,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cmd := exec.Command(cfg.Binary, args...)
 	cmd.Env = append(os.Environ(), EnvMarker+"="+id)
 	cmd.Dir = dir
-	// The launcher dies with the harness; its tasks die with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = launcherAttr()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
@@ -263,7 +262,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Hung = ctx.Err() == nil // else the caller cancelled
 		r.notef("deadline %v reached (or cancelled): stopping every process of the run", cfg.Deadline)
 		res.WaitingFor = append(waitingFor(r.snapshot(), 5), "alive at the deadline: "+r.describeMarked())
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		killGroup(cmd.Process.Pid)
 		r.killMarked()
 		waitErr = <-exited
 	}
@@ -391,7 +390,7 @@ func (r *runner) inject(ctx context.Context, faults []Fault, results []FaultResu
 		results[i].Pid = p.pid
 		sig := syscall.SIGKILL
 		if f.Kind == Stop {
-			sig = syscall.SIGSTOP
+			sig = sigStop
 		}
 		if err := signal(p.pid, sig); err != nil {
 			results[i].Skipped = err.Error()
@@ -420,7 +419,7 @@ func (r *runner) inject(ctx context.Context, faults []Fault, results []FaultResu
 				r.mu.Lock()
 				delete(r.stopped, p.pid)
 				r.mu.Unlock()
-				_ = signal(p.pid, syscall.SIGCONT)
+				_ = signal(p.pid, sigCont)
 				r.notef("%s: sent SIGCONT to pid %d", f, p.pid)
 			}()
 		}
@@ -468,7 +467,7 @@ func (r *runner) resumeStopped() {
 	r.stopped = nil
 	r.mu.Unlock()
 	for pid := range pids {
-		_ = signal(pid, syscall.SIGCONT)
+		_ = signal(pid, sigCont)
 	}
 }
 
