@@ -22,7 +22,12 @@ echo "== go test -race (concurrent packages)"
 go test -race -count=1 -timeout 15m ./executor/... ./session/... ./data/... ./kernel/... ./graph/... \
   ./rendezvous/... ./worker/... ./master/... ./rpc/... ./server/... ./partition/... ./placement/... \
   ./allreduce/... ./train/... ./checkpoint/... ./summary/... ./estimator/... ./localcluster/... \
-  ./savedmodel/... ./serving/... ./cluster/...
+  ./savedmodel/... ./serving/... ./cluster/... ./metrics/... ./dashboard/... ./internal/netdelay/...
+
+# The Kubernetes manifests' tests are a module of their own (so that the
+# Kubernetes API types stay out of the project's go.mod).
+echo "== deploy/kubernetes"
+(cd deploy/kubernetes && go vet ./... && go test -count=1 -timeout 10m ./...)
 
 # Every fuzz target for 5 s (scripts/fuzz.sh; about 21 targets, two at a
 # time: under two minutes plus builds). Their seed corpora already ran above.
