@@ -123,4 +123,40 @@ func TestReadCriteo(t *testing.T) {
 	if l, err := data.ReadCriteo(strings.NewReader(in), "x", 10, 1); err != nil || l.Len() != 1 {
 		t.Errorf("limit 1: %v", err)
 	}
+	for _, bad := range []string{"NaN", "inf", "-Inf", "1e400"} {
+		ints[0] = bad
+		if _, err := data.ReadCriteo(strings.NewReader(row("1", ints, cats)), "x", 10, 0); err == nil || !strings.Contains(err.Error(), "integer feature 1") {
+			t.Errorf("integer feature %q: %v; want a refusal naming it", bad, err)
+		}
+	}
+}
+
+// FuzzReadCriteo: whatever the bytes, ReadCriteo returns an error or a log
+// whose shapes agree, whose dense features are finite and whose ids lie
+// in their feature's block.
+func FuzzReadCriteo(f *testing.F) {
+	line := "1\t" + strings.Repeat("3\t", 12) + "\t" + strings.Repeat("68fd1e64\t", 25) + "a"
+	f.Add(line+"\n"+line+"\r\n", 7)
+	f.Add("0\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t", 1)
+	f.Fuzz(func(t *testing.T, in string, vocab int) {
+		l, err := data.ReadCriteo(strings.NewReader(in), "fuzz", vocab, 0)
+		if err != nil {
+			return
+		}
+		n := l.Len()
+		if n == 0 || l.Dense.Shape()[0] != n || l.Cat.Shape()[0] != n || l.Labels.Shape()[0] != n {
+			t.Fatalf("shapes disagree: %v %v %v", l.Dense.Shape(), l.Cat.Shape(), l.Labels.Shape())
+		}
+		for i, v := range l.Dense.Float32s() {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("dense value %d is %v", i, v)
+			}
+		}
+		for i, id := range l.Cat.Int64s() {
+			f := int64(i % data.CategoricalFeatures)
+			if id < f*int64(vocab) || id >= (f+1)*int64(vocab) {
+				t.Fatalf("id %d of feature %d is outside its block of %d", id, f, vocab)
+			}
+		}
+	})
 }

@@ -25,8 +25,8 @@ import (
 // feature's block. It reads at most limit examples (all if limit <= 0).
 // name labels errors ("train.txt:12: ...").
 func ReadCriteo(r io.Reader, name string, vocab, limit int) (*ClickLog, error) {
-	if vocab < 1 {
-		return nil, fmt.Errorf("data: ReadCriteo: vocabulary %d: want at least 1", vocab)
+	if vocab < 1 || vocab > math.MaxInt64/CategoricalFeatures {
+		return nil, fmt.Errorf("data: ReadCriteo: vocabulary %d: want 1 to %d", vocab, math.MaxInt64/CategoricalFeatures)
 	}
 	var cat []int64
 	var dense []float32
@@ -57,6 +57,9 @@ func ReadCriteo(r io.Reader, name string, vocab, limit int) (*ClickLog, error) {
 			v := 0.0
 			if f != "" {
 				x, err := strconv.ParseFloat(f, 64)
+				if err == nil && (math.IsNaN(x) || math.IsInf(x, 0)) {
+					err = errors.New("not finite")
+				}
 				if err != nil {
 					return nil, fmt.Errorf("data: %s:%d: integer feature %d: %q is not a number", name, line, j+1, f)
 				}
