@@ -84,12 +84,13 @@ func (p *RPCProber) Metrics(ctx context.Context, url string) (map[string]*dto.Me
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("dashboard: GET %s: %s", url, resp.Status)
 	}
+	body := &boundedReader{r: resp.Body, left: maxScrapeBytes, url: url}
 	format := expfmt.ResponseFormat(resp.Header)
 	if format.FormatType() != expfmt.TypeProtoDelim {
-		return ParseMetrics(resp.Body)
+		return ParseMetrics(body)
 	}
 	fams := map[string]*dto.MetricFamily{}
-	dec := expfmt.NewDecoder(resp.Body, format)
+	dec := expfmt.NewDecoder(body, format)
 	for {
 		f := &dto.MetricFamily{}
 		if err := dec.Decode(f); err == io.EOF {
@@ -611,4 +612,28 @@ func (d *Dashboard) snapshotLocked(now time.Time, live bool) Snapshot {
 	}
 	s.Trace = latestTrace(d.cfg.TraceDir)
 	return s
+}
+
+// maxScrapeBytes bounds what the dashboard reads of one task's /metrics
+// (a task serves tens of KiB): a peer that streams without end is cut
+// off with an error, not read into memory.
+const maxScrapeBytes = 16 << 20
+
+// boundedReader fails once more than left bytes have been read.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+	url  string
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("dashboard: the metrics at %s are over %d MiB: not read further", b.url, maxScrapeBytes>>20)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
