@@ -497,6 +497,22 @@ func (r *runner) killMarked() {
 	for _, p := range ps {
 		_ = signal(p.pid, syscall.SIGKILL)
 	}
+	r.awaitGone()
+}
+
+// killGrace bounds how long awaitGone waits for killed processes to go:
+// a SIGKILL is delivered when the process is next scheduled, not at once.
+const killGrace = 5 * time.Second
+
+// awaitGone waits until no process of the run is alive, or killGrace.
+func (r *runner) awaitGone() {
+	deadline := time.Now().Add(killGrace)
+	for time.Now().Before(deadline) {
+		if ps, err := marked(r.id); err != nil || len(ps) == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // leftBehind waits up to leftBehindGrace for the run's processes to go,
@@ -521,6 +537,7 @@ func (r *runner) leftBehind(ctx context.Context) []string {
 				_ = signal(p.pid, syscall.SIGKILL)
 			}
 			r.notef("left behind after the launcher ended, killed: %s", strings.Join(out, ", "))
+			r.awaitGone()
 			return out
 		}
 		select {
