@@ -176,14 +176,14 @@ func TestLearningRateScaling(t *testing.T) {
 	}
 }
 
-// TestAllReduceNamesTheDeadWorker kills one of three all-reduce workers
-// mid-training: both survivors fail within their step deadline with an
-// error that names the dead worker's task and address, whichever
-// neighbour the failure reached them through.
-func TestAllReduceNamesTheDeadWorker(t *testing.T) {
+// TestAllReduceGoesOnWithoutTheDeadWorker: three all-reduce workers lose
+// worker 2 (SIGKILL, nothing listens on its port any more); the ring
+// re-forms among the two left within twice the step deadline, rank 0 says
+// so naming the members, and training goes on with 2 ranks.
+func TestAllReduceGoesOnWithoutTheDeadWorker(t *testing.T) {
 	const stepTimeout = 5 * time.Second
 	files, addrs := freeListeners(t, 3)
-	common := []string{"train", "--model", "linreg", "--steps", "1000000", "--log-every", "100", "--allreduce",
+	common := []string{"train", "-v", "--model", "linreg", "--steps", "1000000", "--log-every", "100", "--allreduce",
 		"--worker_hosts", strings.Join(addrs, ","), "--step-timeout", stepTimeout.String(), "--wait-timeout", "30s"}
 	var ws []*task
 	for i := range 3 {
@@ -200,18 +200,13 @@ func TestAllReduceNamesTheDeadWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	// A survivor that has already exited may be named too: "rank 0 ...,
-	// rank 2 ... are down".
-	want := regexp.MustCompile(`rank 2 /job:worker/task:2 \(` + regexp.QuoteMeta(addrs[2]) + `\) (is|are) down`)
-	for _, w := range ws[:2] {
-		if err := w.wait(t, 30*time.Second); err == nil {
-			t.Errorf("%s exited without an error after worker 2 died", w.name)
-		}
-		if took := time.Since(killed); took > stepTimeout {
-			t.Errorf("%s failed %v after worker 2 died: more than the step deadline %v", w.name, took, stepTimeout)
-		}
-		if !want.MatchString(w.logs()) {
-			t.Errorf("%s does not report %q:\n%s", w.name, want, tail(w.logs(), 5))
-		}
+	ws[0].waitLine(t, "the ring re-forms", 2*stepTimeout)
+	if took := time.Since(killed); took > 2*stepTimeout {
+		t.Errorf("the ring re-formed %v after worker 2 died: more than twice the step deadline %v", took, stepTimeout)
 	}
+	reform := regexp.MustCompile(`the ring re-forms.*members="\[([^\]]*)\]"`).FindStringSubmatch(ws[0].logs())
+	if reform == nil || strings.Contains(reform[1], "task:2") || !strings.Contains(reform[1], "task:1") {
+		t.Errorf("rank 0 did not re-form the ring among workers 0 and 1: %v\n%s", reform, tail(ws[0].logs(), 10))
+	}
+	ws[0].waitLine(t, "(2 ranks)", 30*time.Second)
 }
