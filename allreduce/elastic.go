@@ -256,30 +256,13 @@ func (g *Group) Size() int { return g.tp.size() }
 
 // AllReduce is Ring.AllReduce among the members.
 func (g *Group) AllReduce(ctx context.Context, name string, round int64, data []float32) error {
-	r := g.r
-	if err := r.box.closedErr(); err != nil {
+	if err := g.r.box.closedErr(); err != nil {
 		return err
 	}
 	if g.tp.size() == 1 {
 		return ctx.Err()
 	}
-	op := Op{Name: fmt.Sprintf("%s/gen%d", name, g.view.Gen), Round: round}
-	if i := nonFinite(data); i >= 0 {
-		return fmt.Errorf("%w: rank %d: %v: this rank's own tensor holds %v at element %d (has the model diverged? lower the learning rate)", ErrNonFinite, r.rank, op, data[i], i)
-	}
-	ib, err := r.box.open(op)
-	if err != nil {
-		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
-	}
-	defer r.box.finish(op)
-	opCtx, cancel := opContext(ctx)
-	defer cancel()
-	if err := r.run(opCtx, op, ib, data, g.tp); err != nil {
-		err = r.explain(ctx, op, err)
-		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "members", g.view.Members, "err", err)
-		return err
-	}
-	return nil
+	return g.r.allReduce(ctx, Op{Name: fmt.Sprintf("%s/gen%d", name, g.view.Gen), Round: round}, data, g.tp)
 }
 
 // AllReduceMean is AllReduce divided by the number of members.

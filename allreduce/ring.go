@@ -303,7 +303,12 @@ func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []f
 	if r.size == 1 {
 		return ctx.Err()
 	}
-	op := Op{Name: name, Round: round}
+	return r.allReduce(ctx, Op{Name: name, Round: round}, data, r.full())
+}
+
+// allReduce runs op among the members of tp (of more than one rank): the
+// one path of Ring.AllReduce and Group.AllReduce.
+func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology) error {
 	if i := nonFinite(data); i >= 0 {
 		return fmt.Errorf("%w: rank %d: %v: this rank's own tensor holds %v at element %d (has the model diverged? lower the learning rate)", ErrNonFinite, r.rank, op, data[i], i)
 	}
@@ -314,9 +319,9 @@ func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []f
 	defer r.box.finish(op)
 	opCtx, cancel := opContext(ctx)
 	defer cancel()
-	if err := r.run(opCtx, op, ib, data, r.full()); err != nil {
+	if err := r.run(opCtx, op, ib, data, tp); err != nil {
 		err = r.explain(ctx, op, err)
-		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "err", err)
+		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "members", tp.members, "err", err)
 		return err
 	}
 	return nil

@@ -182,19 +182,10 @@ func sparseApply(c *kernel.Context, nRefs, gradIdx, idxIdx int, rule sparseRule)
 	}
 	rows := shape.Dim(0)
 	width := tensor.NumElements(shape.Dims()[1:])
-	refs := make([]*kernel.Variable, nRefs)
-	for i := range refs {
-		r := c.Ref(i)
-		if r.DType() != dt || !r.Shape().Equal(shape) {
-			return c.Errorf("input %d: variable %q of %v%v does not match variable %q of %v%v",
-				i, r.Name(), r.DType(), r.Shape(), v.Name(), dt, shape)
-		}
-		for _, prev := range refs[:i] {
-			if prev == r {
-				return c.Errorf("variable %q is passed twice", r.Name())
-			}
-		}
-		refs[i] = r
+	var refsBuf [4]*kernel.Variable // at most three refs (Adam's); no allocation
+	refs := refsBuf[:nRefs]
+	if err := matchRefs(c, refs); err != nil {
+		return err
 	}
 	g := c.Input(gradIdx)
 	idx, err := arrayIndices(c, c.Input(idxIdx), rows, "indices")

@@ -373,19 +373,8 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update state
 	var scalarsBuf [8]float64
 	var valsBuf [4]*tensor.Tensor
 	refs := refsBuf[:nRefs]
-	for i := range refs {
-		r := c.Ref(i)
-		if r.DType() != dt || !r.Shape().Equal(shape) {
-			return c.Errorf("input %d: variable %q of %v%v does not match variable %q of %v%v",
-				i, r.Name(), r.DType(), r.Shape(), v.Name(), dt, shape)
-		}
-		for _, prev := range refs[:i] {
-			if prev == r {
-				// Locking it twice would deadlock.
-				return c.Errorf("variable %q is passed twice", r.Name())
-			}
-		}
-		refs[i] = r
+	if err := matchRefs(c, refs); err != nil {
+		return err
 	}
 	g := c.Input(gradIdx)
 	if g.DType() != dt || !shape.Equal(g.StaticShape()) {
@@ -435,4 +424,26 @@ func stateUnlockAll(refs []*kernel.Variable) {
 	for _, r := range refs {
 		r.UnlockValue()
 	}
+}
+
+// matchRefs fills refs with the node's first len(refs) ref inputs, which
+// must be distinct variables (locking one twice would deadlock) of the
+// dtype and shape of the first: an update's variable and its slots.
+func matchRefs(c *kernel.Context, refs []*kernel.Variable) error {
+	v := c.Ref(0)
+	dt, shape := v.DType(), v.Shape()
+	for i := range refs {
+		r := c.Ref(i)
+		if r.DType() != dt || !r.Shape().Equal(shape) {
+			return c.Errorf("input %d: variable %q of %v%v does not match variable %q of %v%v",
+				i, r.Name(), r.DType(), r.Shape(), v.Name(), dt, shape)
+		}
+		for _, prev := range refs[:i] {
+			if prev == r {
+				return c.Errorf("variable %q is passed twice", r.Name())
+			}
+		}
+		refs[i] = r
+	}
+	return nil
 }
