@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -37,8 +38,8 @@ type MatrixConfig struct {
 // empty). It stops early, with what it has, when ctx ends or the harness
 // itself fails.
 func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
-	from := orDefault(m.WindowFrom, time.Second)
-	frac := orDefault(m.WindowFraction, 0.8)
+	from := cmp.Or(m.WindowFrom, time.Second)
+	frac := cmp.Or(m.WindowFraction, 0.8)
 	var all []*Result
 	for _, s := range m.Strategies {
 		cfg := m.Base

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,19 +87,11 @@ func (c *Config) validate() error {
 	if _, err := os.Stat(c.Binary); err != nil {
 		return fmt.Errorf("chaos: Config.Binary: %w", err)
 	}
-	c.Deadline = orDefault(c.Deadline, DefaultDeadline)
-	c.PauseMin = orDefault(c.PauseMin, DefaultPauseMin)
-	c.PauseMax = orDefault(c.PauseMax, DefaultPauseMax)
-	c.TrainSeed = orDefault(c.TrainSeed, 1)
+	c.Deadline = cmp.Or(c.Deadline, DefaultDeadline)
+	c.PauseMin = cmp.Or(c.PauseMin, DefaultPauseMin)
+	c.PauseMax = cmp.Or(c.PauseMax, DefaultPauseMax)
+	c.TrainSeed = cmp.Or(c.TrainSeed, 1)
 	return nil
-}
-
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // FaultResult is what happened to one planned fault.

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,10 +73,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("dashboard: Config has a negative Interval (%v), LostAfter (%v), History (%d) or StragglerRatio (%v)",
 			c.Interval, c.LostAfter, c.History, c.StragglerRatio)
 	}
-	c.Interval = orDefault(c.Interval, DefaultInterval)
-	c.LostAfter = orDefault(c.LostAfter, DefaultLostAfter)
-	c.History = orDefault(c.History, DefaultHistory)
-	c.StragglerRatio = orDefault(c.StragglerRatio, DefaultStraggler)
+	c.Interval = cmp.Or(c.Interval, DefaultInterval)
+	c.LostAfter = cmp.Or(c.LostAfter, DefaultLostAfter)
+	c.History = cmp.Or(c.History, DefaultHistory)
+	c.StragglerRatio = cmp.Or(c.StragglerRatio, DefaultStraggler)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -83,14 +84,6 @@ func (c Config) withDefaults() (Config, error) {
 		c.Title = "distflow"
 	}
 	return c, nil
-}
-
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Dashboard watches a cluster and serves the page and its API. It is safe

@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -151,21 +152,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}
-	c.TailLines = orDefault(c.TailLines, DefaultTailLines)
-	c.MaxPSRestarts = orDefault(c.MaxPSRestarts, DefaultMaxPSRestarts)
-	c.MaxRestarts = orDefault(c.MaxRestarts, DefaultMaxPSRestarts)
-	c.StopGrace = orDefault(c.StopGrace, DefaultStopGrace)
-	c.PSExitGrace = orDefault(c.PSExitGrace, DefaultPSExitGrace)
+	c.TailLines = cmp.Or(c.TailLines, DefaultTailLines)
+	c.MaxPSRestarts = cmp.Or(c.MaxPSRestarts, DefaultMaxPSRestarts)
+	c.MaxRestarts = cmp.Or(c.MaxRestarts, DefaultMaxPSRestarts)
+	c.StopGrace = cmp.Or(c.StopGrace, DefaultStopGrace)
+	c.PSExitGrace = cmp.Or(c.PSExitGrace, DefaultPSExitGrace)
 	return c, nil
-}
-
-// orDefault returns v, or def when v is zero.
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // TaskError is the error Run returns when a task ends the run: the chief

@@ -250,13 +250,7 @@ func sparseInferDynamicStitch(c *InferContext) error {
 // has shape [len(indices)]+var.shape[1:], indices is 1-D int32 or int64,
 // every other value is a scalar of the variable's dtype.
 func sparseRegisterApply(name, summary string, refs, values []string, attrs []Attr) {
-	var args []Arg
-	for _, r := range refs {
-		args = append(args, Arg{Name: r, Ref: true})
-	}
-	for _, v := range values {
-		args = append(args, Arg{Name: v})
-	}
+	args := applyArgs(refs, values)
 	Register(Def{
 		Name:     name,
 		Remote:   true,

@@ -75,13 +75,7 @@ func stateInferAssign(c *InferContext) error {
 // tensor named like (gradient) must share the variable's shape; the other
 // values are scalars; everything shares the variable's float dtype.
 func stateRegisterApply(name, summary string, refs, values []string, like string, attrs []Attr) {
-	var args []Arg
-	for _, r := range refs {
-		args = append(args, Arg{Name: r, Ref: true})
-	}
-	for _, v := range values {
-		args = append(args, Arg{Name: v})
-	}
+	args := applyArgs(refs, values)
 	Register(Def{
 		Name:     name,
 		Remote:   true,
@@ -113,4 +107,17 @@ func stateRegisterApply(name, summary string, refs, values []string, like string
 			return nil
 		},
 	})
+}
+
+// applyArgs are the inputs of an update op: its variable and slots by
+// ref, then its values.
+func applyArgs(refs, values []string) []Arg {
+	var args []Arg
+	for _, r := range refs {
+		args = append(args, Arg{Name: r, Ref: true})
+	}
+	for _, v := range values {
+		args = append(args, Arg{Name: v})
+	}
+	return args
 }
