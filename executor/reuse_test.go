@@ -46,6 +46,9 @@ func init() {
 // caller fetched (directly or through a forwarding kernel) and tensors a
 // stateful kernel kept are never written again.
 func TestBufferReuse(t *testing.T) {
+	// The records are package state: start clean under -count=N.
+	seen.Delete("addr")
+	kept.Delete("keep")
 	s := graph.NewScope()
 	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(4))
 	sum := ops.Add(s, x, x)                 // fetched
