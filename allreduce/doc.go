@@ -29,6 +29,11 @@
 // receiving overlap. All ranks end with bit-identical results, since each
 // segment is summed once and then copied.
 //
+// AllReduceWire sends the values as float16 or bfloat16 (two to a 32-bit
+// word, so transports are unchanged), accumulating in float32 at each hop:
+// half the bytes. AllGather is the all-gather phase alone, for pieces such
+// as sparse (index, value) lists that must not be summed.
+//
 // # Contracts
 //
 // Every rank calls the same operations with the same (name, round) and the

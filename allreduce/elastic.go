@@ -262,7 +262,13 @@ func (g *Group) AllReduce(ctx context.Context, name string, round int64, data []
 	if g.tp.size() == 1 {
 		return ctx.Err()
 	}
-	return g.r.allReduce(ctx, Op{Name: fmt.Sprintf("%s/gen%d", name, g.view.Gen), Round: round}, data, g.tp)
+	return g.r.allReduce(ctx, g.op(name, round), data, g.tp, mode{})
+}
+
+// op keys the group's operation name: operations of different views
+// never mix.
+func (g *Group) op(name string, round int64) Op {
+	return Op{Name: fmt.Sprintf("%s/gen%d", name, g.view.Gen), Round: round}
 }
 
 // AllReduceMean is AllReduce divided by the number of members.

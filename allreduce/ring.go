@@ -303,12 +303,13 @@ func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []f
 	if r.size == 1 {
 		return ctx.Err()
 	}
-	return r.allReduce(ctx, Op{Name: name, Round: round}, data, r.full())
+	return r.allReduce(ctx, Op{Name: name, Round: round}, data, r.full(), mode{})
 }
 
 // allReduce runs op among the members of tp (of more than one rank): the
-// one path of Ring.AllReduce and Group.AllReduce.
-func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology) error {
+// one path of Ring.AllReduce and Group.AllReduce (and of their variants:
+// a compressed wire, an all-gather).
+func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology, m mode) error {
 	if i := nonFinite(data); i >= 0 {
 		return fmt.Errorf("%w: rank %d: %v: this rank's own tensor holds %v at element %d (has the model diverged? lower the learning rate)", ErrNonFinite, r.rank, op, data[i], i)
 	}
@@ -319,7 +320,7 @@ func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology
 	defer r.box.finish(op)
 	opCtx, cancel := opContext(ctx)
 	defer cancel()
-	if err := r.run(opCtx, op, ib, data, tp); err != nil {
+	if err := r.run(opCtx, op, ib, data, tp, m); err != nil {
 		err = r.explain(ctx, op, err)
 		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "members", tp.members, "err", err)
 		return err
@@ -385,7 +386,10 @@ type item struct {
 // receives are those that rank-1 sends, in the same order. first is the
 // number of chunks of the first step: send item k >= first forwards receive
 // item k-first.
-func schedule(rank, size, n, chunk int) (items []item, first int) {
+//
+// An all-gather (gather) is the all-gather phase alone, each rank starting
+// with its own segment: at step s rank sends segment rank-s.
+func schedule(rank, size, n, chunk int, gather bool) (items []item, first int) {
 	seg := func(j int) (int, int) {
 		j = ((j % size) + size) % size
 		return j * n / size, (j + 1) * n / size
@@ -400,13 +404,15 @@ func schedule(rank, size, n, chunk int) (items []item, first int) {
 		return c
 	}
 	for s := 0; s < size-1; s++ {
-		c := add(rank-s, true)
+		c := add(rank-s, !gather)
 		if s == 0 {
 			first = c
 		}
 	}
-	for s := 0; s < size-1; s++ {
-		add(rank+1-s, false)
+	if !gather {
+		for s := 0; s < size-1; s++ {
+			add(rank+1-s, false)
+		}
 	}
 	return items, first
 }
@@ -414,24 +420,24 @@ func schedule(rank, size, n, chunk int) (items []item, first int) {
 // run is the pipelined ring: a sender goroutine streams chunks to the next
 // rank while this goroutine takes the previous rank's chunks in order,
 // reduces or copies them, and releases the sender to forward each one.
-func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32, tp topology) error {
+func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32, tp topology, m mode) error {
 	next, prev := tp.members[(tp.pos+1)%tp.size()], tp.members[(tp.pos+tp.size()-1)%tp.size()]
-	sends, first := schedule(tp.pos, tp.size(), len(data), r.chunk)
-	recvs, _ := schedule((tp.pos+tp.size()-1)%tp.size(), tp.size(), len(data), r.chunk)
+	sends, first := schedule(tp.pos, tp.size(), len(data), r.chunk, m.gather)
+	recvs, _ := schedule((tp.pos+tp.size()-1)%tp.size(), tp.size(), len(data), r.chunk, m.gather)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan struct{}, len(recvs))
 	sendErr := make(chan error, 1)
 	go func() {
-		err := r.send(ctx, op, next, tp.size(), sends, first, ready, data)
+		err := r.send(ctx, op, next, tp.size(), sends, first, ready, data, m.wire)
 		if err != nil {
 			cancel()
 		}
 		sendErr <- err
 	}()
 
-	recvErr := r.receive(ctx, op, ib, prev, tp.size(), recvs, len(sends)-first, ready, data)
+	recvErr := r.receive(ctx, op, ib, prev, tp.size(), recvs, len(sends)-first, ready, data, m.wire)
 	if recvErr != nil {
 		cancel()
 	}
@@ -451,7 +457,7 @@ func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32, tp top
 	return err
 }
 
-func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, first int, ready <-chan struct{}, data []float32) error {
+func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, first int, ready <-chan struct{}, data []float32, w Wire) error {
 	wrap := func(err error) error {
 		if errors.Is(err, ErrClosed) {
 			return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
@@ -462,6 +468,7 @@ func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, fi
 	if err != nil {
 		return wrap(err)
 	}
+	enc := newCodec(w, r.chunk)
 	for k, it := range items {
 		if k >= first {
 			select {
@@ -478,7 +485,12 @@ func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, fi
 				return &waitingError{wrap(ctx.Err())}
 			}
 		}
-		c := &Chunk{Op: op, From: r.rank, Size: size, Index: k, Length: len(data), Offset: it.lo, Data: data[it.lo:it.hi]}
+		words, err := enc.encode(data[it.lo:it.hi], !it.reduce)
+		if err != nil {
+			st.Abort()
+			return fmt.Errorf("%w: rank %d: %v: element %d: %w", ErrNonFinite, r.rank, op, it.lo+enc.overflow, err)
+		}
+		c := &Chunk{Op: op, From: r.rank, Size: size, Index: k, Length: len(data), Offset: it.lo, Data: words}
 		if err := st.Send(c); err != nil {
 			st.Abort()
 			return wrap(err)
@@ -490,25 +502,32 @@ func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, fi
 	return nil
 }
 
-func (r *Ring) receive(ctx context.Context, op Op, ib *inbox, prev, size int, items []item, forward int, ready chan<- struct{}, data []float32) error {
+func (r *Ring) receive(ctx context.Context, op Op, ib *inbox, prev, size int, items []item, forward int, ready chan<- struct{}, data []float32, w Wire) error {
+	dec := newCodec(w, r.chunk)
 	for k, it := range items {
 		c, err := ib.take(ctx, k)
 		if err != nil {
 			return fmt.Errorf("allreduce: rank %d: %v: waiting for chunk %d of %d from %s: %w",
 				r.rank, op, k, len(items), r.peer(prev), err)
 		}
-		if c.From != prev || c.Size != size || c.Length != len(data) || c.Offset != it.lo || len(c.Data) != it.hi-it.lo {
-			return fmt.Errorf("%w: rank %d: %v: chunk %d from rank %d (ring of %d, %d elements at %d of %d) does not fit this rank's ring of %d, %d elements at %d of %d",
+		if c.From != prev || c.Size != size || c.Length != len(data) || c.Offset != it.lo || len(c.Data) != w.words(it.hi-it.lo) {
+			return fmt.Errorf("%w: rank %d: %v: chunk %d from rank %d (ring of %d, %d words at %d of %d) does not fit this rank's ring of %d, %d words (%d elements as %v) at %d of %d",
 				ErrMismatch, r.rank, op, k, c.From, c.Size, len(c.Data), c.Offset, c.Length,
-				size, it.hi-it.lo, it.lo, len(data))
+				size, w.words(it.hi-it.lo), it.hi-it.lo, w, it.lo, len(data))
 		}
 		dst := data[it.lo:it.hi]
+		vals := dec.decode(c.Data, len(dst))
+		if w != Float32 { // Deliver checked float32 chunks
+			if i := nonFinite(vals); i >= 0 {
+				return fmt.Errorf("%w: rank %d: %v: %s sent %v at element %d", ErrNonFinite, r.rank, op, r.peer(prev), vals[i], it.lo+i)
+			}
+		}
 		if it.reduce {
-			for i, v := range c.Data {
+			for i, v := range vals {
 				dst[i] += v
 			}
 		} else {
-			copy(dst, c.Data)
+			copy(dst, vals)
 		}
 		if k < forward {
 			ready <- struct{}{}

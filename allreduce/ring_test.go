@@ -15,17 +15,21 @@ func TestSchedule(t *testing.T) {
 	// rank r receives is what rank r-1 sends.
 	tests := []struct {
 		size, n, chunk int
+		gather         bool
 		want           string // rank 0's send sequence
 	}{
-		{2, 4, 4, "[{0 2 true} {2 4 false}]"},
-		{3, 7, 4, "[{0 2 true} {4 7 true} {2 4 false} {0 2 false}]"},
-		{3, 7, 2, "[{0 2 true} {4 6 true} {6 7 true} {2 4 false} {0 2 false}]"},
-		{2, 1, 4, "[{0 1 false}]"},
+		{2, 4, 4, false, "[{0 2 true} {2 4 false}]"},
+		{3, 7, 4, false, "[{0 2 true} {4 7 true} {2 4 false} {0 2 false}]"},
+		{3, 7, 2, false, "[{0 2 true} {4 6 true} {6 7 true} {2 4 false} {0 2 false}]"},
+		{2, 1, 4, false, "[{0 1 false}]"},
+		// An all-gather: rank 0 sends its own segment, then forwards
+		// rank 2's and rank 1's.
+		{3, 6, 4, true, "[{0 2 false} {4 6 false}]"},
 	}
 	for _, tc := range tests {
-		items, _ := schedule(0, tc.size, tc.n, tc.chunk)
+		items, _ := schedule(0, tc.size, tc.n, tc.chunk, tc.gather)
 		if got := fmt.Sprint(items); got != tc.want {
-			t.Errorf("schedule(0, %d, %d, %d) = %s, want %s", tc.size, tc.n, tc.chunk, got, tc.want)
+			t.Errorf("schedule(0, %d, %d, %d, %v) = %s, want %s", tc.size, tc.n, tc.chunk, tc.gather, got, tc.want)
 		}
 	}
 }
