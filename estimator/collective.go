@@ -244,6 +244,11 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		if err := r.e.keepTrained(ctx, sess, modelVars, gs); err != nil {
 			return nil, err
 		}
+		if cfg.CheckpointDir != "" {
+			if err := markTrainingEnded(cfg.CheckpointDir, steps); err != nil {
+				r.log.Warn("a rank away now will wait for rank 0 until its wait timeout", "err", err)
+			}
+		}
 	}
 	res.WallSeconds = time.Since(r.started).Seconds()
 	return res, nil

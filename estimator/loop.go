@@ -59,6 +59,9 @@ type loopStats struct {
 	// which build the executors and connections and fault the buffers in.
 	timedSteps int
 	seconds    float64
+	// ended: the chief ended training while this replica could not reach
+	// the cluster (ended.go); it stops without reporting to the ps tasks.
+	ended bool
 	// firstGlobal and lastGlobal are the global steps seen at the end of
 	// the warm-up and at the last local step: their difference is the whole
 	// cluster's progress in the timed steps.
@@ -131,6 +134,12 @@ func (l *loop) run(ctx context.Context) (loopStats, error) {
 		}
 	}
 	if err != nil {
+		if step, ok := trainingEnded(cfg.CheckpointDir, target); ok && !r.chief() {
+			r.log.Info("training ended while this replica could not reach the cluster; exiting",
+				"task", cfg.Task.String(), "global_step", step, "err", err)
+			st.ended, st.lastGlobal = true, int(step)
+			return st, nil
+		}
 		return st, err
 	}
 	if l.coord != nil {

@@ -2,8 +2,10 @@ package estimator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/distflow/distflow/checkpoint"
 	"github.com/distflow/distflow/data"
@@ -201,10 +203,21 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 				tasks = append(tasks, t.String())
 			}
 		}
-		wait := func(ctx context.Context) error { return rpc.WaitForTasks(ctx, srv.Workers(), tasks, log) }
+		// A replica that waits for the cluster stops waiting once the
+		// chief has marked the end of training (ended.go).
+		target := r.stop.steps(ins[0].first[0].Shape()[0], r.cfg.Strategy.batchesPerStep(r.numReplicas()))
+		wait := func(ctx context.Context) error {
+			return untilTrainingEnds(ctx, cfg.CheckpointDir, target, endedPoll, func(ctx context.Context) error {
+				return rpc.WaitForTasks(ctx, srv.Workers(), tasks, log)
+			})
+		}
 		wctx, cancel := context.WithTimeout(ctx, cfg.WaitTimeout)
 		err := wait(wctx)
 		cancel()
+		if errors.Is(err, errTrainingEnded) && !r.chief() {
+			log.Info("training ended while this replica was away; exiting", "task", cfg.Task.String(), "err", err)
+			return &Result{Task: cfg.Task.String(), Strategy: cfg.Strategy.String(), WallSeconds: time.Since(r.started).Seconds()}, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("estimator: %s: waiting for the cluster (wait timeout %v): %w", cfg.Task, cfg.WaitTimeout, err)
 		}
@@ -255,6 +268,9 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.ended { // the ps tasks are gone: nothing to report to them
+		return r.result(st, l.batch), nil
+	}
 	if markDone != nil {
 		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{markDone}); err != nil {
 			return nil, fmt.Errorf("estimator: %s: reporting completion: %w", cfg.Task, err)
@@ -280,6 +296,13 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	if cfg.Cluster != nil {
 		if done != nil {
 			waitForReplicas(ctx, sess, r, done)
+		}
+		if cfg.CheckpointDir != "" {
+			// Before the ps tasks go: a replica that cannot reach them
+			// then knows why (ended.go).
+			if err := markTrainingEnded(cfg.CheckpointDir, res.GlobalStep); err != nil {
+				log.Warn("a replica away now will wait for the ps tasks until its wait timeout", "err", err)
+			}
 		}
 		sess.Close() // while every task still answers
 		res.PSVariables = psVariables(ctx, r)

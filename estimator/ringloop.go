@@ -228,8 +228,18 @@ func (l *ringLoop) follow(ctx context.Context) error {
 	gen := int64(-1)
 	for {
 		wctx, cancel := context.WithTimeout(ctx, cfg.WaitTimeout)
-		view, err := l.ring.NextView(wctx, gen)
+		var view allreduce.View
+		// Rank 0 may have ended training while this rank was away (it
+		// missed the last view): its marker says so (ended.go).
+		err := untilTrainingEnds(wctx, cfg.CheckpointDir, l.steps, endedPoll, func(ctx context.Context) (err error) {
+			view, err = l.ring.NextView(ctx, gen)
+			return err
+		})
 		cancel()
+		if errors.Is(err, errTrainingEnded) {
+			r.log.Info("training ended while this rank was away; exiting", "task", cfg.Task.String(), "err", err)
+			return nil
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

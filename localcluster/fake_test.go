@@ -65,6 +65,9 @@ func fakeLauncher() int {
 //	             its second, then tells it to quit (ps 0 lingers)
 //	ps-lingers   the chief exits 0 at once
 //	stubborn     worker 1 ignores SIGTERM
+//	worker-lingers the chief tells ps 0 to quit and exits 0; worker 1
+//	             serves on and, on SIGTERM, prints whether ps 0's address
+//	             refuses a connection and exits 5
 //	chatty       every task writes 500 lines on stdout and on stderr at once
 //	             and exits 0
 //	long         the chief writes a 3 MiB line on stderr, then
@@ -84,9 +87,22 @@ func fakeTask(args []string) int {
 	}
 	name := self.Job + " " + strconv.Itoa(self.Index)
 	isChief := self.Job == "chief" || self.Job == "worker" && self.Index == 0 && !spec.HasJob("chief")
-	if mode == "stubborn" && name == "worker 1" {
+	switch {
+	case mode == "stubborn" && name == "worker 1":
 		signal.Ignore(syscall.SIGTERM)
-	} else {
+	case mode == "worker-lingers" && name == "worker 1":
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			<-term
+			c, err := net.DialTimeout("tcp", spec.Addresses("ps")[0], time.Second)
+			if err == nil {
+				c.Close()
+			}
+			fmt.Println("ps 0 refuses:", err != nil)
+			os.Exit(5)
+		}()
+	default:
 		term := make(chan os.Signal, 1)
 		signal.Notify(term, syscall.SIGTERM)
 		go func() {
@@ -159,6 +175,9 @@ func fakeTask(args []string) int {
 		ask(spec.Addresses("ps")[0], "quit")
 		return 0
 	case mode == "ps-lingers" && isChief:
+		return 0
+	case mode == "worker-lingers" && isChief:
+		ask(spec.Addresses("ps")[0], "quit")
 		return 0
 	case mode == "chatty":
 		var wg sync.WaitGroup

@@ -26,6 +26,7 @@ const (
 	DefaultMaxPSRestarts = 3
 	DefaultStopGrace     = 5 * time.Second
 	DefaultPSExitGrace   = 10 * time.Second
+	DefaultEndGrace      = 10 * time.Second
 )
 
 // pipeGrace bounds how long Run reads a task's output after the task exited,
@@ -115,6 +116,13 @@ type Config struct {
 	// (the chief tells them to) once every training task has exited,
 	// before they are stopped; 0 means DefaultPSExitGrace.
 	PSExitGrace time.Duration
+
+	// EndGrace is how long the other training tasks may take to exit by
+	// themselves once the chief has exited 0 (training is over), before
+	// they are stopped: one that was stopped or cut off while the chief
+	// ended training may otherwise wait for the ps tasks until its own
+	// timeout. 0 means DefaultEndGrace.
+	EndGrace time.Duration
 }
 
 // withDefaults checks c and fills in the defaults.
@@ -133,6 +141,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("localcluster: Config.StopGrace %v is negative", c.StopGrace)
 	case c.PSExitGrace < 0:
 		return c, fmt.Errorf("localcluster: Config.PSExitGrace %v is negative", c.PSExitGrace)
+	case c.EndGrace < 0:
+		return c, fmt.Errorf("localcluster: Config.EndGrace %v is negative", c.EndGrace)
 	}
 	for _, kv := range c.Env {
 		k, _, ok := strings.Cut(kv, "=")
@@ -157,6 +167,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxRestarts = cmp.Or(c.MaxRestarts, DefaultMaxPSRestarts)
 	c.StopGrace = cmp.Or(c.StopGrace, DefaultStopGrace)
 	c.PSExitGrace = cmp.Or(c.PSExitGrace, DefaultPSExitGrace)
+	c.EndGrace = cmp.Or(c.EndGrace, DefaultEndGrace)
 	return c, nil
 }
 
@@ -230,7 +241,12 @@ type launcher struct {
 // The run ends when every training task has exited. The ps tasks are then
 // given cfg.PSExitGrace to exit by themselves before they are stopped, and
 // Run returns nil: the chief exited 0. A ps task that exits 0 while training
-// goes on is not restarted (the chief told it to exit).
+// goes on is not restarted (the chief told it to exit). Once the chief has
+// exited 0, training is over: no task is restarted, a task that fails is
+// named but does not fail the run, and the training tasks still running
+// are stopped after cfg.EndGrace. The socket of a task that exited for
+// good is closed at once, so that its peers' connections are refused
+// rather than queued for no one.
 //
 // Run needs a Unix system: the listening sockets are passed as inherited
 // file descriptors. It returns ErrInTask in a task of a local cluster.
@@ -438,11 +454,25 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 		return ctx.Err()
 	}
 	restarts := map[taskID]int{}
+	// ended is when the chief exited 0; endGrace fires EndGrace after.
+	var ended time.Time
+	var endGrace <-chan time.Time
 	for training := l.cfg.Jobs.training(); training > 0; {
 		var p *proc
 		select {
 		case <-ctx.Done():
 			return interrupted()
+		case <-endGrace:
+			endGrace = nil
+			var left []*proc
+			for _, q := range procs {
+				if !q.handled && q.id.job != "ps" {
+					l.out.logf("%s still runs %v after the chief ended training; stopping it", q.id, time.Since(ended).Round(time.Millisecond))
+					left = append(left, q)
+				}
+			}
+			l.stopAll(left) // their exits arrive in l.exited
+			continue
 		case p = <-l.exited:
 		}
 		p.handled = true
@@ -455,7 +485,16 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 		}
 		switch {
 		case p.err == nil:
-			// A ps exiting 0 was told to by the chief.
+			// A ps exiting 0 was told to by the chief; no task that exits
+			// 0 is restarted: refuse its peers' connections from now on.
+			l.closeFiles(func(id taskID) bool { return id == p.id })
+			if p.id == l.chief {
+				ended, endGrace = time.Now(), time.After(l.cfg.EndGrace)
+			}
+		case !ended.IsZero():
+			l.out.logf("%s exited after the chief ended training (%v); not restarting it", p.id, p.err)
+			l.showTail(p)
+			l.closeFiles(func(id taskID) bool { return id == p.id })
 		case l.restartable(p.id) && restarts[p.id] < l.maxRestarts(p.id):
 			restarts[p.id]++
 			l.out.logf("%s died (%v); restarting it on its address (%d of %d)", p.id, p.err, restarts[p.id], l.maxRestarts(p.id))

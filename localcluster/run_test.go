@@ -452,6 +452,27 @@ func TestPSStoppedAfterTraining(t *testing.T) {
 		"local cluster: ps 1 did not exit within 100ms of the end of training; stopping it\n")
 }
 
+// TestWorkersStoppedAfterTheChiefEnds: once the chief has exited 0 (and
+// stopped the ps), a worker still running is stopped after EndGrace with
+// a line naming it, is not restarted although it fails, and the run
+// succeeds; meanwhile the ps's address refuses connections rather than
+// queueing them for no one (sync-backup seed 20 of RELIABILITY.md run 4).
+func TestWorkersStoppedAfterTheChiefEnds(t *testing.T) {
+	r := start(t, localcluster.Config{Jobs: localcluster.Jobs{PS: 1, Worker: 2}, Args: []string{"worker-lingers"},
+		RestartPS: true, RestartWorkers: true, RestartChief: true, EndGrace: 200 * time.Millisecond})
+	if err := r.wait(t); err != nil {
+		t.Fatalf("Run: %v\n%s", err, r.stderr)
+	}
+	checkTasks(t, r.marker, 0)
+	stderr := r.stderr.String()
+	wantIn(t, "stderr", stderr, "local cluster: worker 1 exited after the chief ended training (exit status 5); not restarting it\n",
+		"[worker 1] ps 0 refuses: true\n")
+	if !regexp.MustCompile(`local cluster: worker 1 still runs \d+(\.\d+)?m?s after the chief ended training; stopping it\n`).MatchString(stderr) {
+		t.Errorf("stderr %q: no line saying worker 1 is stopped after the chief ended training", stderr)
+	}
+	wantNotIn(t, "stderr", stderr, "restarting it on its address")
+}
+
 // TestOutputLinesNeverInterleave: tasks writing at once, in pieces that cut
 // lines, still give whole lines, each with its own task's prefix.
 func TestOutputLinesNeverInterleave(t *testing.T) {

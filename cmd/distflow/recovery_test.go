@@ -263,3 +263,42 @@ func TestStalenessPSKilledIsRestored(t *testing.T) {
 	}
 	noTasksLeft(t, ps)
 }
+
+// TestWorkerStoppedWhileTheChiefEndsExits: SIGSTOP a worker of an
+// asynchronous run with checkpoints and let the chief end training and
+// stop the ps meanwhile; after SIGCONT the worker finds the ps gone and
+// the chief's end-of-training marker, says so and exits 0, well before the
+// launcher's own end grace (10 s) would stop it; the run succeeds with
+// nothing left behind (RELIABILITY.md run 4, sync-backup seed 20, hung
+// here for its 60 s deadline).
+func TestWorkerStoppedWhileTheChiefEndsExits(t *testing.T) {
+	dir := t.TempDir()
+	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=2",
+		"--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-delay", "2ms", "--log-every", "100")
+	waitFor(t, lines, "checkpoint: saved")
+	signalTask(t, ps, "worker", 1, syscall.SIGSTOP)
+	waitFor(t, lines, `msg="stopped task" task=/job:worker/task:0 stopped=/job:ps/task:0`)
+	signalTask(t, ps, "worker", 1, syscall.SIGCONT)
+	resumed := time.Now()
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed: %v", err)
+	}
+	if d := time.Since(resumed); d > 8*time.Second {
+		t.Errorf("the run ended %v after the stopped worker resumed; want within 8 s", d)
+	}
+	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step 1500") {
+		t.Errorf("no result of the chief on stdout: %q", out)
+	}
+	var rest []string
+	for l := range lines {
+		rest = append(rest, l)
+	}
+	all := strings.Join(rest, "\n")
+	if !strings.Contains(all, "training ended while this replica") {
+		t.Errorf("worker 1 did not say that training had ended:\n%s", all)
+	}
+	if strings.Contains(all, "after the chief ended training; stopping it") {
+		t.Errorf("the launcher had to stop worker 1:\n%s", all)
+	}
+	noTasksLeft(t, ps)
+}
