@@ -48,6 +48,48 @@ func AccumulatorTakeGradient(s *graph.Scope, handle, numRequired graph.Output) (
 	return n.Output(0), n.Output(1)
 }
 
+// SparseConditionalAccumulator adds an accumulator of indexed slices of
+// dtype dt whose dense shape is shape (rows first; tensor.UnknownShape()
+// for any): its state is only the rows the gradients of a round touch.
+// AccumulatorNumAccumulated, AccumulatorNumDropped and
+// AccumulatorSetGlobalStep take its handle too. Sharing as for
+// ConditionalAccumulator.
+func SparseConditionalAccumulator(s *graph.Scope, dt tensor.DType, shape tensor.Shape, sharedName string) graph.Output {
+	return s.Out("SparseConditionalAccumulator", "SparseConditionalAccumulator", nil,
+		map[string]any{"dtype": dt, "shape": shape, "shared_name": sharedName})
+}
+
+// SparseAccumulatorApplyGradient adds the indexed slices (indices: 1-D
+// int32 or int64; values: one row per index; denseShape: 1-D int32 or
+// int64) to the sparse accumulator if localStep (int64 scalar) is at least
+// its global step, and otherwise drops them as stale. Repeated indices add
+// up.
+func SparseAccumulatorApplyGradient(s *graph.Scope, handle, localStep, indices, values, denseShape graph.Output) *graph.Node {
+	return syncColocate(s, handle).AddNode("SparseAccumulatorApplyGradient", "SparseAccumulatorApplyGradient",
+		[]graph.Output{handle, localStep, indices, values, denseShape}, nil)
+}
+
+// SparseAccumulatorTakeGradient waits until numRequired (int32 scalar)
+// gradients are accumulated and returns their mean as indexed slices: the
+// distinct rows touched in ascending order (int64), their values (each
+// row's sum divided by the number of gradients, as the dense accumulator's
+// mean), and the dense shape (int64); with the number of gradients offered
+// since the previous take. It resets the accumulator and advances its
+// global step by one.
+func SparseAccumulatorTakeGradient(s *graph.Scope, handle, numRequired graph.Output) (indices, values, denseShape, offered graph.Output) {
+	if handle.Node == nil {
+		s.SetErr(syncMissing("SparseAccumulatorTakeGradient"))
+		return
+	}
+	n := syncColocate(s, handle).AddNode("SparseAccumulatorTakeGradient", "SparseAccumulatorTakeGradient",
+		[]graph.Output{handle, numRequired},
+		map[string]any{"dtype": handle.Node.AttrDType("dtype"), "shape": handle.Node.AttrShape("shape")})
+	if n == nil {
+		return
+	}
+	return n.Output(0), n.Output(1), n.Output(2), n.Output(3)
+}
+
 // AccumulatorNumAccumulated returns the number of gradients accumulated
 // since the last take (int32 scalar).
 func AccumulatorNumAccumulated(s *graph.Scope, handle graph.Output) graph.Output {

@@ -1,10 +1,12 @@
 package cpu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/distflow/distflow/graph"
@@ -43,37 +45,43 @@ func init() {
 		_, err := k.queue(c)
 		return err
 	}))
-	kernel.Register("AccumulatorApplyGradient", kernel.CPU, kernel.Borrowing(syncUserFactory("ConditionalAccumulator", false, syncApplyGradient)))
-	kernel.Register("AccumulatorTakeGradient", kernel.CPU, syncUserFactory("ConditionalAccumulator", true, syncTakeGradient))
-	kernel.Register("AccumulatorNumAccumulated", kernel.CPU, syncUserFactory("ConditionalAccumulator", false, func(c *kernel.Context, k *syncHandleKernel) error {
-		a, err := k.accumulator(c)
+	kernel.Register("SparseConditionalAccumulator", kernel.CPU, syncResourceFactory(func(c *kernel.Context, k *syncHandleKernel) error {
+		_, err := k.sparseAccumulator(c)
+		return err
+	}))
+	kernel.Register("AccumulatorApplyGradient", kernel.CPU, kernel.Borrowing(syncUserFactory(syncDenseOp, false, syncApplyGradient)))
+	kernel.Register("AccumulatorTakeGradient", kernel.CPU, syncUserFactory(syncDenseOp, true, syncTakeGradient))
+	kernel.Register("SparseAccumulatorApplyGradient", kernel.CPU, kernel.Borrowing(syncUserFactory(syncSparseOp, false, syncSparseApplyGradient)))
+	kernel.Register("SparseAccumulatorTakeGradient", kernel.CPU, syncUserFactory(syncSparseOp, true, syncSparseTakeGradient))
+	kernel.Register("AccumulatorNumAccumulated", kernel.CPU, syncUserFactory(syncAnyAccumulator, false, func(c *kernel.Context, k *syncHandleKernel) error {
+		r, err := k.round(c)
 		if err != nil {
 			return err
 		}
-		n, _ := a.stats()
+		n, _ := r.stats()
 		c.Alloc(0, tensor.Int32).Int32s()[0] = int32(n)
 		return nil
 	}))
-	kernel.Register("AccumulatorNumDropped", kernel.CPU, syncUserFactory("ConditionalAccumulator", false, func(c *kernel.Context, k *syncHandleKernel) error {
-		a, err := k.accumulator(c)
+	kernel.Register("AccumulatorNumDropped", kernel.CPU, syncUserFactory(syncAnyAccumulator, false, func(c *kernel.Context, k *syncHandleKernel) error {
+		r, err := k.round(c)
 		if err != nil {
 			return err
 		}
-		_, d := a.stats()
+		_, d := r.stats()
 		c.Alloc(0, tensor.Int64).Int64s()[0] = d
 		return nil
 	}))
-	kernel.Register("AccumulatorSetGlobalStep", kernel.CPU, kernel.Borrowing(syncUserFactory("ConditionalAccumulator", false, func(c *kernel.Context, k *syncHandleKernel) error {
-		a, err := k.accumulator(c)
+	kernel.Register("AccumulatorSetGlobalStep", kernel.CPU, kernel.Borrowing(syncUserFactory(syncAnyAccumulator, false, func(c *kernel.Context, k *syncHandleKernel) error {
+		r, err := k.round(c)
 		if err != nil {
 			return err
 		}
-		a.setGlobalStep(c.Input(1).Int64s()[0])
+		r.setGlobalStep(c.Input(1).Int64s()[0])
 		return nil
 	})))
-	kernel.Register("QueueEnqueueMany", kernel.CPU, syncUserFactory("FIFOQueue", true, syncEnqueueMany))
-	kernel.Register("QueueDequeue", kernel.CPU, syncUserFactory("FIFOQueue", true, syncDequeue))
-	kernel.Register("QueueSize", kernel.CPU, syncUserFactory("FIFOQueue", false, func(c *kernel.Context, k *syncHandleKernel) error {
+	kernel.Register("QueueEnqueueMany", kernel.CPU, syncUserFactory(syncQueueOp, true, syncEnqueueMany))
+	kernel.Register("QueueDequeue", kernel.CPU, syncUserFactory(syncQueueOp, true, syncDequeue))
+	kernel.Register("QueueSize", kernel.CPU, syncUserFactory(syncQueueOp, false, func(c *kernel.Context, k *syncHandleKernel) error {
 		q, err := k.queue(c)
 		if err != nil {
 			return err
@@ -81,7 +89,7 @@ func init() {
 		c.Alloc(0, tensor.Int32).Int32s()[0] = int32(q.size())
 		return nil
 	}))
-	kernel.Register("QueueClose", kernel.CPU, syncUserFactory("FIFOQueue", false, func(c *kernel.Context, k *syncHandleKernel) error {
+	kernel.Register("QueueClose", kernel.CPU, syncUserFactory(syncQueueOp, false, func(c *kernel.Context, k *syncHandleKernel) error {
 		q, err := k.queue(c)
 		if err != nil {
 			return err
@@ -91,18 +99,66 @@ func init() {
 	}))
 }
 
+// The resource ops a kernel's handle may come from.
+var (
+	syncDenseOp        = []string{"ConditionalAccumulator"}
+	syncSparseOp       = []string{"SparseConditionalAccumulator"}
+	syncAnyAccumulator = []string{"ConditionalAccumulator", "SparseConditionalAccumulator"}
+	syncQueueOp        = []string{"FIFOQueue"}
+)
+
 // syncResources is the accumulators and queues of one kernel.Resources.
+// A name is of one resource only, whatever its kind.
 type syncResources struct {
 	mu     sync.Mutex
 	accums map[string]*syncAccumulator
+	sparse map[string]*syncSparseAccumulator
 	queues map[string]*syncQueue
 }
 
 // syncResourcesOf returns the sync resources of res, creating them.
 func syncResourcesOf(res *kernel.Resources) *syncResources {
 	return res.Resource("sync", func() any {
-		return &syncResources{accums: map[string]*syncAccumulator{}, queues: map[string]*syncQueue{}}
+		return &syncResources{accums: map[string]*syncAccumulator{}, sparse: map[string]*syncSparseAccumulator{},
+			queues: map[string]*syncQueue{}}
 	}).(*syncResources)
+}
+
+// takenLocked names the resource of another kind than kind that has name.
+func (r *syncResources) takenLocked(name, kind string) string {
+	if _, ok := r.accums[name]; ok && kind != "accumulator" {
+		return "an accumulator"
+	}
+	if _, ok := r.sparse[name]; ok && kind != "sparse accumulator" {
+		return "a sparse accumulator"
+	}
+	if _, ok := r.queues[name]; ok && kind != "queue" {
+		return "a queue"
+	}
+	return ""
+}
+
+// AccumulatorBytes returns the bytes that the accumulators of res (dense
+// and sparse) hold for the gradients they sum, now and at most since they
+// were created: a dense accumulator holds the whole variable's shape, a
+// sparse one the rows touched in a round (their sums, indices and index).
+func AccumulatorBytes(res *kernel.Resources) (held, peak int64) {
+	r := syncResourcesOf(res)
+	r.mu.Lock()
+	var rounds []*syncRound
+	for _, a := range r.accums {
+		rounds = append(rounds, &a.syncRound)
+	}
+	for _, a := range r.sparse {
+		rounds = append(rounds, &a.syncRound)
+	}
+	r.mu.Unlock()
+	for _, a := range rounds {
+		a.mu.Lock()
+		held, peak = held+a.held, peak+a.peak
+		a.mu.Unlock()
+	}
+	return held, peak
 }
 
 // syncHandleKernel is the kernel of a resource op or of an op using one:
@@ -147,16 +203,16 @@ func syncResourceFactory(create func(c *kernel.Context, k *syncHandleKernel) err
 }
 
 // syncUserFactory builds the kernel of an op whose input 0 is the handle
-// of a resource op of kind resourceOp.
-func syncUserFactory(resourceOp string, mayWait bool, compute func(c *kernel.Context, k *syncHandleKernel) error) kernel.Factory {
+// of a resource op of one of the kinds resourceOps.
+func syncUserFactory(resourceOps []string, mayWait bool, compute func(c *kernel.Context, k *syncHandleKernel) error) kernel.Factory {
 	return func(n *graph.Node) (kernel.Kernel, error) {
 		if n.NumInputs() == 0 {
 			return nil, fmt.Errorf("kernel: node %s: no resource handle input", n)
 		}
 		p := n.Input(0).Node
-		if p == nil || p.Op() != resourceOp {
+		if p == nil || !slices.Contains(resourceOps, p.Op()) {
 			return nil, fmt.Errorf("kernel: node %s: input 0 must come directly from a %s node on the same device, got %v "+
-				"(place the node with its resource: the ops builders do)", n, resourceOp, p)
+				"(place the node with its resource: the ops builders do)", n, strings.Join(resourceOps, " or "), p)
 		}
 		k := &syncHandleKernel{spec: p, name: syncResourceName(p), mayWait: mayWait, compute: compute}
 		if mayWait {
@@ -176,12 +232,13 @@ func (k *syncHandleKernel) accumulator(c *kernel.Context) (*syncAccumulator, err
 	dt, shape := k.spec.AttrDType("dtype"), k.spec.AttrShape("shape")
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.queues[k.name]; ok {
-		return nil, fmt.Errorf("kernel: node %s: accumulator %q: %w: a queue has that name", c.Node, k.name, ErrResourceConflict)
+	if other := r.takenLocked(k.name, "accumulator"); other != "" {
+		return nil, fmt.Errorf("kernel: node %s: accumulator %q: %w: %s has that name", c.Node, k.name, ErrResourceConflict, other)
 	}
 	a, ok := r.accums[k.name]
 	if !ok {
-		a = &syncAccumulator{name: k.name, dtype: dt, shape: shape, changed: make(chan struct{})}
+		a = &syncAccumulator{name: k.name, dtype: dt, shape: shape}
+		a.changed = make(chan struct{})
 		r.accums[k.name] = a
 		return a, nil
 	}
@@ -201,8 +258,8 @@ func (k *syncHandleKernel) queue(c *kernel.Context) (*syncQueue, error) {
 	dt, capacity := k.spec.AttrDType("dtype"), k.spec.AttrInt("capacity")
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.accums[k.name]; ok {
-		return nil, fmt.Errorf("kernel: node %s: queue %q: %w: an accumulator has that name", c.Node, k.name, ErrResourceConflict)
+	if other := r.takenLocked(k.name, "queue"); other != "" {
+		return nil, fmt.Errorf("kernel: node %s: queue %q: %w: %s has that name", c.Node, k.name, ErrResourceConflict, other)
 	}
 	q, ok := r.queues[k.name]
 	if !ok {
@@ -227,39 +284,103 @@ func syncWait(ctx context.Context, ch <-chan struct{}) error {
 	}
 }
 
-// syncAccumulator sums the gradients applied since its last take. Waiters
-// watch changed, which is closed and replaced at every change.
-type syncAccumulator struct {
-	name  string
-	dtype tensor.DType
-	shape tensor.Shape // declared shape, possibly partial
-
+// syncRound is what accumulators of both kinds keep across steps: the
+// counts of the current round and the global step. Waiters watch changed,
+// which is closed and replaced at every change.
+type syncRound struct {
 	mu         sync.Mutex
-	sum        []float64
-	sumShape   []int
 	count      int   // gradients accumulated since the last take
 	offered    int64 // gradients offered (accepted or dropped) since the last take
 	dropped    int64 // stale gradients dropped, in total
 	globalStep int64
 	changed    chan struct{}
+	held, peak int64 // bytes of the summed gradients (see AccumulatorBytes)
 }
 
-func (a *syncAccumulator) broadcastLocked() {
+func (a *syncRound) broadcastLocked() {
 	close(a.changed)
 	a.changed = make(chan struct{})
 }
 
-func (a *syncAccumulator) stats() (count int, dropped int64) {
+func (a *syncRound) stats() (count int, dropped int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.count, a.dropped
 }
 
-func (a *syncAccumulator) setGlobalStep(step int64) {
+func (a *syncRound) setGlobalStep(step int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.globalStep = step
 	a.broadcastLocked()
+}
+
+// offerLocked counts a gradient computed at local step and reports whether
+// it is fresh; a stale one is counted as dropped.
+func (a *syncRound) offerLocked(local int64) bool {
+	a.offered++
+	if local < a.globalStep {
+		a.dropped++
+		a.broadcastLocked()
+		return false
+	}
+	return true
+}
+
+// acceptedLocked ends an apply that added a gradient holding held bytes.
+func (a *syncRound) acceptedLocked(held int64) {
+	a.count++
+	a.held, a.peak = held, max(a.peak, held)
+	a.broadcastLocked()
+}
+
+// lockWhen locks a once n gradients are accumulated and returns nil, or
+// returns ctx's error unlocked.
+func (a *syncRound) lockWhen(ctx context.Context, n int) error {
+	a.mu.Lock()
+	for a.count < n {
+		ch := a.changed
+		a.mu.Unlock()
+		if err := syncWait(ctx, ch); err != nil {
+			return err
+		}
+		a.mu.Lock()
+	}
+	return nil
+}
+
+// endRoundLocked starts the next round after a take.
+func (a *syncRound) endRoundLocked() {
+	a.count, a.offered = 0, 0
+	a.globalStep++
+	a.broadcastLocked()
+}
+
+// round returns the round state of k's accumulator, of either kind.
+func (k *syncHandleKernel) round(c *kernel.Context) (*syncRound, error) {
+	if k.spec.Op() == "SparseConditionalAccumulator" {
+		a, err := k.sparseAccumulator(c)
+		if err != nil {
+			return nil, err
+		}
+		return &a.syncRound, nil
+	}
+	a, err := k.accumulator(c)
+	if err != nil {
+		return nil, err
+	}
+	return &a.syncRound, nil
+}
+
+// syncAccumulator sums the dense gradients applied since its last take.
+type syncAccumulator struct {
+	name  string
+	dtype tensor.DType
+	shape tensor.Shape // declared shape, possibly partial
+
+	syncRound
+	sum      []float64
+	sumShape []int
 }
 
 // syncApplyGradient adds the gradient, or drops it if it is stale.
@@ -277,10 +398,7 @@ func syncApplyGradient(c *kernel.Context, k *syncHandleKernel) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.offered++
-	if local < a.globalStep {
-		a.dropped++
-		a.broadcastLocked()
+	if !a.offerLocked(local) {
 		return nil
 	}
 	if a.count == 0 {
@@ -301,8 +419,7 @@ func syncApplyGradient(c *kernel.Context, k *syncHandleKernel) error {
 	case tensor.Float64:
 		syncAdd(a.sum, g.Float64s())
 	}
-	a.count++
-	a.broadcastLocked()
+	a.acceptedLocked(int64(cap(a.sum)) * 8)
 	return nil
 }
 
@@ -326,14 +443,8 @@ func syncTakeGradient(c *kernel.Context, k *syncHandleKernel) error {
 	if dt := c.Node.AttrDType("dtype"); dt != a.dtype {
 		return c.Errorf("accumulator %q holds %v, the node takes %v", a.name, a.dtype, dt)
 	}
-	a.mu.Lock()
-	for a.count < n {
-		ch := a.changed
-		a.mu.Unlock()
-		if err := syncWait(c.Ctx, ch); err != nil {
-			return fmt.Errorf("kernel: node %s: waiting for %d gradients in accumulator %q: %w", c.Node, n, a.name, err)
-		}
-		a.mu.Lock()
+	if err := a.lockWhen(c.Ctx, n); err != nil {
+		return fmt.Errorf("kernel: node %s: waiting for %d gradients in accumulator %q: %w", c.Node, n, a.name, err)
 	}
 	defer a.mu.Unlock()
 	out := c.AllocUninit(0, a.dtype, a.sumShape...)
@@ -351,9 +462,270 @@ func syncTakeGradient(c *kernel.Context, k *syncHandleKernel) error {
 		}
 	}
 	c.Alloc(1, tensor.Int64).Int64s()[0] = a.offered
-	a.count, a.offered = 0, 0
-	a.globalStep++
-	a.broadcastLocked()
+	a.endRoundLocked()
+	return nil
+}
+
+// sparseAccumulator returns the sparse accumulator of k's resource op in
+// c's resources, creating it from the op's attributes.
+func (k *syncHandleKernel) sparseAccumulator(c *kernel.Context) (*syncSparseAccumulator, error) {
+	if c.Resources == nil {
+		return nil, c.Errorf("no resource container for sparse accumulator %q", k.name)
+	}
+	r := syncResourcesOf(c.Resources)
+	dt, shape := k.spec.AttrDType("dtype"), k.spec.AttrShape("shape")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if other := r.takenLocked(k.name, "sparse accumulator"); other != "" {
+		return nil, fmt.Errorf("kernel: node %s: sparse accumulator %q: %w: %s has that name", c.Node, k.name, ErrResourceConflict, other)
+	}
+	a, ok := r.sparse[k.name]
+	if !ok {
+		a = &syncSparseAccumulator{name: k.name, dtype: dt, shape: shape, pos: map[int64]int32{}}
+		a.changed = make(chan struct{})
+		r.sparse[k.name] = a
+		return a, nil
+	}
+	if a.dtype != dt || !a.shape.Equal(shape) {
+		return nil, fmt.Errorf("kernel: node %s: sparse accumulator %q: %w: it holds %v%v, the node declares %v%v",
+			c.Node, k.name, ErrResourceConflict, a.dtype, a.shape, dt, shape)
+	}
+	return a, nil
+}
+
+// syncSparseAccumulator sums the indexed slices applied since its last
+// take: its state is the union of the rows they touch (each row once,
+// summed in float64), so its memory follows the distinct ids of a round,
+// not the table's size. The take divides every row by the number of
+// gradients, as the dense accumulator does, so that both give the same
+// mean (TensorFlow's SparseConditionalAccumulator divides each row by the
+// number of gradients that touched it instead: a row touched by one replica
+// of two then moves twice as far as in the single-process step on the
+// combined batch).
+type syncSparseAccumulator struct {
+	name  string
+	dtype tensor.DType
+	shape tensor.Shape // declared dense shape, possibly partial
+
+	syncRound
+	rowShape   []int   // the values' shape after dimension 0, in this round
+	denseShape []int64 // the gradients' dense shape, in this round
+	pos        map[int64]int32
+	idx        []int64   // the touched rows, in order of first touch
+	sum        []float64 // len(idx) rows of rowSize
+	maxRows    int       // the most rows pos held (a Go map keeps its room)
+}
+
+// syncSparseRowOverhead is the bytes a touched row costs beyond its sum:
+// its index and an estimate of its entry in the index map.
+const syncSparseRowOverhead = 8 + 24
+
+func (a *syncSparseAccumulator) heldLocked() int64 {
+	return int64(cap(a.sum))*8 + int64(cap(a.idx))*8 + int64(a.maxRows)*(syncSparseRowOverhead-8)
+}
+
+// syncSlices is one gradient's indexed slices, validated, with repeated
+// indices summed (in the gradient's dtype, as the dense form sums them).
+type syncSlices struct {
+	ids        []int64   // distinct
+	rows       []float64 // len(ids) rows of the row shape
+	rowShape   []int
+	denseShape []int64
+}
+
+// syncReadSlices validates the inputs of SparseAccumulatorApplyGradient
+// (bytes from another task: every index is checked against the dense
+// shape) and deduplicates them.
+func syncReadSlices(a *syncSparseAccumulator, indices, values, denseShape *tensor.Tensor) (*syncSlices, error) {
+	if values.DType() != a.dtype {
+		return nil, fmt.Errorf("it holds %v, got %v values", a.dtype, values.DType())
+	}
+	if indices.Rank() != 1 || values.Rank() < 1 || denseShape.Rank() != 1 {
+		return nil, fmt.Errorf("indices %v and dense_shape %v must be vectors and values %v have rank >= 1",
+			indices.Shape(), denseShape.Shape(), values.Shape())
+	}
+	n := indices.Shape()[0]
+	if values.Shape()[0] != n {
+		return nil, fmt.Errorf("%d indices for values of shape %v: want one row per index", n, values.Shape())
+	}
+	sl := &syncSlices{rowShape: values.Shape()[1:], denseShape: syncInt64s(denseShape)}
+	if len(sl.denseShape) != values.Rank() {
+		return nil, fmt.Errorf("dense shape %v for values of shape %v: want the same rank", sl.denseShape, values.Shape())
+	}
+	for i, d := range sl.rowShape {
+		if sl.denseShape[i+1] != int64(d) {
+			return nil, fmt.Errorf("dense shape %v for rows of shape %v: want the same dimensions after the first", sl.denseShape, sl.rowShape)
+		}
+	}
+	dims := make([]int, len(sl.denseShape))
+	for i, d := range sl.denseShape {
+		dims[i] = int(d)
+	}
+	if sl.denseShape[0] < 0 || !a.shape.AcceptsDims(dims) {
+		return nil, fmt.Errorf("it holds shape %v, got slices of dense shape %v", a.shape, tensor.MakeShape(dims...))
+	}
+	ids := syncInt64s(indices)
+	for i, id := range ids {
+		if id < 0 || id >= sl.denseShape[0] {
+			return nil, fmt.Errorf("index %d at position %d is outside the %d rows of dense shape %v", id, i, sl.denseShape[0], sl.denseShape)
+		}
+	}
+	switch v := values.Data().(type) {
+	case []float32:
+		sl.ids, sl.rows = syncDedup(ids, v, tensor.NumElements(sl.rowShape))
+	case []float64:
+		sl.ids, sl.rows = syncDedup(ids, v, tensor.NumElements(sl.rowShape))
+	}
+	return sl, nil
+}
+
+// syncInt64s returns the elements of an int32 or int64 vector as int64s.
+func syncInt64s(t *tensor.Tensor) []int64 {
+	if t.DType() == tensor.Int64 {
+		return t.Int64s()
+	}
+	out := make([]int64, t.NumElements())
+	for i, v := range t.Int32s() {
+		out[i] = int64(v)
+	}
+	return out
+}
+
+// syncDedup sums the rows of repeated ids (in T, in order of appearance)
+// and returns the distinct ids with their rows as float64.
+func syncDedup[T float32 | float64](ids []int64, vals []T, rowSize int) ([]int64, []float64) {
+	pos := make(map[int64]int32, len(ids))
+	distinct := ids[:0:0]
+	sum := make([]T, 0, len(vals))
+	for i, id := range ids {
+		row := vals[i*rowSize : (i+1)*rowSize]
+		if p, ok := pos[id]; ok {
+			dst := sum[int(p)*rowSize : (int(p)+1)*rowSize]
+			for j, v := range row {
+				dst[j] += v
+			}
+			continue
+		}
+		pos[id] = int32(len(distinct))
+		distinct = append(distinct, id)
+		sum = append(sum, row...)
+	}
+	rows := make([]float64, len(sum))
+	for i, v := range sum {
+		rows[i] = float64(v)
+	}
+	return distinct, rows
+}
+
+// syncSparseApplyGradient adds the slices' rows into the accumulator's
+// union of touched rows, or drops them if they are stale.
+func syncSparseApplyGradient(c *kernel.Context, k *syncHandleKernel) error {
+	a, err := k.sparseAccumulator(c)
+	if err != nil {
+		return err
+	}
+	local := c.Input(1).Int64s()[0]
+	sl, err := syncReadSlices(a, c.Input(2), c.Input(3), c.Input(4))
+	if err != nil {
+		return c.Errorf("sparse accumulator %q: %w", a.name, err)
+	}
+	rowSize := tensor.NumElements(sl.rowShape)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.offerLocked(local) {
+		return nil
+	}
+	if a.count == 0 {
+		a.rowShape = append(a.rowShape[:0], sl.rowShape...)
+		a.denseShape = append(a.denseShape[:0], sl.denseShape...)
+		clear(a.pos)
+		a.idx, a.sum = a.idx[:0], a.sum[:0]
+	} else if !slices.Equal(a.denseShape, sl.denseShape) {
+		a.offered--
+		return c.Errorf("sparse accumulator %q holds gradients of dense shape %v, got one of dense shape %v", a.name, a.denseShape, sl.denseShape)
+	}
+	added := 0
+	for _, id := range sl.ids {
+		if _, ok := a.pos[id]; !ok {
+			added++
+		}
+	}
+	// The state is bounded by the rows touched; a round that touches more
+	// than the task's budget allows fails here, before anything grows.
+	rows := len(a.idx) + added
+	if err := c.Resources.CheckTensorBytes(fmt.Sprintf("sparse accumulator %q: the sums, indices and index of %d touched rows", a.name, rows),
+		tensor.Float64, []int{rows, rowSize + syncSparseRowOverhead/8}); err != nil {
+		a.offered--
+		return c.Wrap(err)
+	}
+	for i, id := range sl.ids {
+		row := sl.rows[i*rowSize : (i+1)*rowSize]
+		p, ok := a.pos[id]
+		if !ok {
+			p = int32(len(a.idx))
+			a.pos[id] = p
+			a.idx = append(a.idx, id)
+			a.sum = append(a.sum, row...)
+			continue
+		}
+		dst := a.sum[int(p)*rowSize : (int(p)+1)*rowSize]
+		for j, v := range row {
+			dst[j] += v
+		}
+	}
+	a.maxRows = max(a.maxRows, len(a.pos))
+	a.acceptedLocked(a.heldLocked())
+	return nil
+}
+
+// syncSparseTakeGradient waits for num_required gradients and outputs their
+// mean as indexed slices: the touched rows in ascending order, each row's
+// sum divided by the number of gradients, the dense shape; then the number
+// offered since the previous take. It starts a new round.
+func syncSparseTakeGradient(c *kernel.Context, k *syncHandleKernel) error {
+	a, err := k.sparseAccumulator(c)
+	if err != nil {
+		return err
+	}
+	n := int(c.Input(1).Int32s()[0])
+	if n < 1 {
+		return c.Errorf("sparse accumulator %q: num_required must be at least 1, got %d", a.name, n)
+	}
+	if dt := c.Node.AttrDType("dtype"); dt != a.dtype {
+		return c.Errorf("sparse accumulator %q holds %v, the node takes %v", a.name, a.dtype, dt)
+	}
+	if err := a.lockWhen(c.Ctx, n); err != nil {
+		return fmt.Errorf("kernel: node %s: waiting for %d gradients in sparse accumulator %q: %w", c.Node, n, a.name, err)
+	}
+	defer a.mu.Unlock()
+	m, rowSize := len(a.idx), tensor.NumElements(a.rowShape)
+	order := make([]int32, m)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(x, y int32) int { return cmp.Compare(a.idx[x], a.idx[y]) })
+	ids := c.AllocUninit(0, tensor.Int64, m).Int64s()
+	values := c.AllocUninit(1, a.dtype, append([]int{m}, a.rowShape...)...)
+	copy(c.AllocUninit(2, tensor.Int64, len(a.denseShape)).Int64s(), a.denseShape)
+	inv := 1 / float64(a.count)
+	for i, p := range order {
+		ids[i] = a.idx[p]
+		row := a.sum[int(p)*rowSize : (int(p)+1)*rowSize]
+		switch a.dtype {
+		case tensor.Float32:
+			d := values.Float32s()[i*rowSize : (i+1)*rowSize]
+			for j, v := range row {
+				d[j] = float32(v * inv)
+			}
+		case tensor.Float64:
+			d := values.Float64s()[i*rowSize : (i+1)*rowSize]
+			for j, v := range row {
+				d[j] = v * inv
+			}
+		}
+	}
+	c.Alloc(3, tensor.Int64).Int64s()[0] = a.offered
+	a.endRoundLocked()
 	return nil
 }
 

@@ -3,6 +3,8 @@ package cpu_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -431,5 +433,242 @@ func TestSyncKernelsDeclareMayBlock(t *testing.T) {
 		if want := n.Op() != "AccumulatorApplyGradient" && n.Op() != "QueueSize"; blocks != want {
 			t.Errorf("%s: MayBlock = %v, want %v", n.Op(), blocks, want)
 		}
+	}
+}
+
+// syncSparseAccGraph is a sparse accumulator of float32[rows, 2] beside a
+// dense one of the same shape, fed the same indexed slices: the dense one
+// through their dense form (GatherGrad), as the sync path did before the
+// sparse accumulator.
+type syncSparseAccGraph struct {
+	g                            *graph.Graph
+	localStep, indices, values   graph.Output
+	required                     graph.Output
+	applySparse, applyDense, set *graph.Node
+	setStep                      graph.Output
+	takeIdx, takeVals, takeShape graph.Output
+	sparseOffered, mean, offered graph.Output
+	num, dropped                 graph.Output
+	denseNum, denseDropped       graph.Output
+}
+
+func syncNewSparseAcc(t *testing.T, rows int) *syncSparseAccGraph {
+	t.Helper()
+	s := graph.NewScope()
+	a := &syncSparseAccGraph{g: s.Graph()}
+	shape := tensor.MakeShape(rows, 2)
+	sh := ops.SparseConditionalAccumulator(s, tensor.Float32, shape, "")
+	dh := ops.ConditionalAccumulator(s, tensor.Float32, shape, "")
+	a.localStep = ops.Placeholder(s, "local_step", tensor.Int64, tensor.ScalarShape())
+	a.indices = ops.Placeholder(s, "indices", tensor.Int64, tensor.MakeShape(-1))
+	a.values = ops.Placeholder(s, "values", tensor.Float32, tensor.MakeShape(-1, 2))
+	a.required = ops.Placeholder(s, "required", tensor.Int32, tensor.ScalarShape())
+	a.setStep = ops.Placeholder(s, "set_step", tensor.Int64, tensor.ScalarShape())
+	dense := ops.Const(s, []int32{int32(rows), 2})
+	a.applySparse = ops.SparseAccumulatorApplyGradient(s, sh, a.localStep, a.indices, a.values, dense)
+	a.applyDense = ops.AccumulatorApplyGradient(s, dh, a.localStep, ops.GatherGrad(s, a.values, a.indices, dense, 0))
+	a.set = ops.Group(s, "set", ops.AccumulatorSetGlobalStep(s, sh, a.setStep), ops.AccumulatorSetGlobalStep(s, dh, a.setStep))
+	a.takeIdx, a.takeVals, a.takeShape, a.sparseOffered = ops.SparseAccumulatorTakeGradient(s, sh, a.required)
+	a.mean, a.offered = ops.AccumulatorTakeGradient(s, dh, a.required)
+	a.num, a.dropped = ops.AccumulatorNumAccumulated(s, sh), ops.AccumulatorNumDropped(s, sh)
+	a.denseNum, a.denseDropped = ops.AccumulatorNumAccumulated(s, dh), ops.AccumulatorNumDropped(s, dh)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (a *syncSparseAccGraph) apply(ctx context.Context, sess *session.Session, step int64, ids []int64, vals []float32) error {
+	_, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{
+		a.localStep: tensor.Scalar(step), a.indices: tensor.MustFromSlice(ids, len(ids)),
+		a.values: tensor.MustFromSlice(vals, len(ids), 2),
+	}, nil, []*graph.Node{a.applySparse, a.applyDense})
+	return err
+}
+
+// TestSparseAccumulatorEqualsDense replays random rounds (ids repeated
+// within a gradient and across gradients, stale gradients, num_required
+// below the number applied, a global step set by hand) against a sparse
+// and a dense accumulator: the sparse mean, scattered, is the dense mean
+// bit for bit, its indices are the distinct touched rows in ascending
+// order, and the counts agree.
+func TestSparseAccumulatorEqualsDense(t *testing.T) {
+	const rows = 50
+	a := syncNewSparseAcc(t, rows)
+	sess := syncSession(t, a.g)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(17, 1))
+	step := int64(0)
+	for round := range 12 {
+		if round == 6 { // jump ahead: every older gradient is stale
+			step += 3
+			if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{a.setStep: tensor.Scalar(step)}, nil, []*graph.Node{a.set}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		applied := 0
+		touched := map[int64]bool{}
+		for range 1 + rng.IntN(4) {
+			local := step
+			if rng.IntN(4) == 0 {
+				local = step - 1 - int64(rng.IntN(2)) // stale (or, at step 0, from before the start)
+			}
+			n := rng.IntN(12)
+			ids, vals := make([]int64, n), make([]float32, 2*n)
+			for i := range ids {
+				ids[i] = int64(rng.IntN(rows / 5)) // few distinct: repeats within and across gradients
+				vals[2*i], vals[2*i+1] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+			}
+			if err := a.apply(ctx, sess, local, ids, vals); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			if local >= step {
+				applied++
+				for _, id := range ids {
+					touched[id] = true
+				}
+			}
+		}
+		out, err := sess.Run(ctx, nil, []graph.Output{a.num, a.dropped, a.denseNum, a.denseDropped}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Int32s()[0] != out[2].Int32s()[0] || out[1].Int64s()[0] != out[3].Int64s()[0] || int(out[0].Int32s()[0]) != applied {
+			t.Fatalf("round %d: sparse accumulated %v dropped %v, dense %v and %v; want %d accumulated",
+				round, out[0], out[1], out[2], out[3], applied)
+		}
+		if applied == 0 {
+			continue
+		}
+		required := int32(1 + rng.IntN(applied))
+		out, err = sess.Run(ctx, map[graph.Output]*tensor.Tensor{a.required: tensor.Scalar(required)},
+			[]graph.Output{a.takeIdx, a.takeVals, a.takeShape, a.sparseOffered, a.mean, a.offered}, nil)
+		if err != nil {
+			t.Fatalf("round %d: take: %v", round, err)
+		}
+		idx, vals, mean := out[0].Int64s(), out[1].Float32s(), out[4].Float32s()
+		if !slices.IsSorted(idx) || len(idx) != len(touched) {
+			t.Fatalf("round %d: indices %v: want the %d touched rows, ascending", round, idx, len(touched))
+		}
+		if got := out[2].Int64s(); !slices.Equal(got, []int64{rows, 2}) {
+			t.Errorf("round %d: dense shape %v, want [%d 2]", round, got, rows)
+		}
+		if out[3].Int64s()[0] != out[5].Int64s()[0] {
+			t.Errorf("round %d: offered %d (sparse) and %d (dense)", round, out[3].Int64s()[0], out[5].Int64s()[0])
+		}
+		scattered := make([]float32, rows*2)
+		for i, id := range idx {
+			if !touched[id] {
+				t.Fatalf("round %d: row %d was not touched", round, id)
+			}
+			copy(scattered[id*2:id*2+2], vals[i*2:i*2+2])
+		}
+		if !slices.Equal(scattered, mean) {
+			t.Fatalf("round %d: sparse mean\n%v\ndense mean\n%v", round, scattered, mean)
+		}
+		step++
+	}
+}
+
+// TestSparseAccumulatorErrors checks that hostile slices are refused with
+// errors naming what is wrong, and that the round goes on after them.
+func TestSparseAccumulatorErrors(t *testing.T) {
+	ctx := context.Background()
+	build := func(s *graph.Scope, a *syncSparseAccGraph, idx graph.Output, vals graph.Output, shape graph.Output) *graph.Node {
+		return ops.SparseAccumulatorApplyGradient(s, a.applySparse.Input(0), ops.Const(s, int64(0)), idx, vals, shape)
+	}
+	for _, tc := range []struct {
+		name string
+		node func(s *graph.Scope, a *syncSparseAccGraph) *graph.Node
+		want string
+	}{
+		{"index out of range", func(s *graph.Scope, a *syncSparseAccGraph) *graph.Node {
+			return build(s, a, ops.Const(s, []int64{1, 10}), ops.Const(s, tensor.MustFromSlice([]float32{1, 2, 3, 4}, 2, 2)), ops.Const(s, []int64{10, 2}))
+		}, "index 10 at position 1 is outside the 10 rows"},
+		{"negative index", func(s *graph.Scope, a *syncSparseAccGraph) *graph.Node {
+			return build(s, a, ops.Const(s, []int32{-1}), ops.Const(s, tensor.MustFromSlice([]float32{1, 2}, 1, 2)), ops.Const(s, []int32{10, 2}))
+		}, "index -1 at position 0"},
+		{"rows and indices", func(s *graph.Scope, a *syncSparseAccGraph) *graph.Node {
+			return build(s, a, ops.Const(s, []int64{1, 2}), ops.Const(s, tensor.MustFromSlice([]float32{1, 2}, 1, 2)), ops.Const(s, []int64{10, 2}))
+		}, "2 indices for values of shape [1 2]"},
+		{"dense shape against the declared one", func(s *graph.Scope, a *syncSparseAccGraph) *graph.Node {
+			return build(s, a, ops.Const(s, []int64{1}), ops.Const(s, tensor.MustFromSlice([]float32{1, 2}, 1, 2)), ops.Const(s, []int64{11, 2}))
+		}, "holds shape [10,2], got slices of dense shape [11,2]"},
+		{"row width against the dense shape", func(s *graph.Scope, a *syncSparseAccGraph) *graph.Node {
+			return build(s, a, ops.Const(s, []int64{1}), ops.Const(s, tensor.MustFromSlice([]float32{1, 2, 3}, 1, 3)), ops.Const(s, []int64{10, 2}))
+		}, "want the same dimensions after the first"},
+		{"dtype", func(s *graph.Scope, a *syncSparseAccGraph) *graph.Node {
+			return build(s, a, ops.Const(s, []int64{1}), ops.Const(s, tensor.MustFromSlice([]float64{1, 2}, 1, 2)), ops.Const(s, []int64{10, 2}))
+		}, "holds float32, got float64 values"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := syncNewSparseAcc(t, 10)
+			s := graph.NewScopeWithGraph(a.g)
+			n := tc.node(s, a)
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			sess := syncSession(t, a.g)
+			if _, err := sess.Run(ctx, nil, nil, []*graph.Node{n}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one containing %q", err, tc.want)
+			}
+			if err := a.apply(ctx, sess, 0, []int64{3}, []float32{1, 2}); err != nil {
+				t.Fatal(err)
+			}
+			out, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{a.required: tensor.Scalar(int32(1))},
+				[]graph.Output{a.takeIdx, a.sparseOffered}, nil)
+			if err != nil || !slices.Equal(out[0].Int64s(), []int64{3}) || out[1].Int64s()[0] != 1 {
+				t.Errorf("after the refused apply: take = %v, %v; want row 3, offered 1", out, err)
+			}
+		})
+	}
+}
+
+// TestSparseAccumulatorMemory checks that the state follows the rows
+// touched, not the table (a 10M-row table's dense accumulator would hold
+// 160 MB), and that a round touching more than the task's budget allows
+// is refused with ErrOverBudget, leaving the round usable.
+func TestSparseAccumulatorMemory(t *testing.T) {
+	ctx := context.Background()
+	res := kernel.NewResources()
+	a := syncNewSparseAcc(t, 10_000_000)
+	sess, err := session.New(a.g, session.WithResources(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	s := graph.NewScopeWithGraph(a.g)
+	ids := ops.Placeholder(s, "ids", tensor.Int64, tensor.MakeShape(-1))
+	vals := ops.Placeholder(s, "vals", tensor.Float32, tensor.MakeShape(-1, 2))
+	apply := ops.SparseAccumulatorApplyGradient(s, a.applySparse.Input(0), ops.Const(s, int64(0)), ids, vals, ops.Const(s, []int64{10_000_000, 2}))
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	feed := func(n, stride int) map[graph.Output]*tensor.Tensor {
+		v := make([]int64, n)
+		for i := range v {
+			v[i] = int64(i * stride)
+		}
+		return map[graph.Output]*tensor.Tensor{ids: tensor.MustFromSlice(v, n), vals: tensor.New(tensor.Float32, n, 2)}
+	}
+	if _, err := sess.Run(ctx, feed(1000, 9973), nil, []*graph.Node{apply}); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := cpu.AccumulatorBytes(res)
+	perRow := int64(2*8 + 8 + 24)
+	if held < 1000*2*8 || held > 2*1000*perRow {
+		t.Errorf("1000 touched rows of 2 hold %d bytes, want about %d", held, 1000*perRow)
+	}
+	// A budget that fits 1000 rows but not 3000.
+	if err := res.SetPolicy(kernel.Policy{MaxTensorBytes: 2000 * perRow}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.Run(ctx, feed(3000, 3331), nil, []*graph.Node{apply}); !errors.Is(err, kernel.ErrOverBudget) ||
+		!strings.Contains(err.Error(), "touched rows") {
+		t.Errorf("err = %v, want ErrOverBudget naming the touched rows", err)
+	}
+	out, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{a.required: tensor.Scalar(int32(1))}, []graph.Output{a.takeIdx, a.sparseOffered}, nil)
+	if err != nil || len(out[0].Int64s()) != 1000 || out[1].Int64s()[0] != 1 {
+		t.Errorf("take after the refused apply = %v rows, %v: want the 1000 rows of the first gradient, offered 1", len(out[0].Int64s()), err)
 	}
 }
