@@ -71,6 +71,7 @@ func (c *SaverConfig) validate() error {
 type Saver struct {
 	cfg     SaverConfig
 	devices []string // one per shard, sorted
+	tables  []ops.HashTableShard
 	step    graph.Output
 	saves   []graph.Output
 	restore *graph.Node
@@ -86,6 +87,13 @@ type Saver struct {
 // replica device setter); each group becomes one shard. Variables without a
 // device form one group, placed as the session places them.
 //
+// Every hash embedding table the graph uses (ops.HashTables) is saved
+// too, whatever vars says (a table is not a variable): each table shard
+// writes its rows, Adagrad accumulators and lookup counts in a data file
+// of its own from the task that holds it, and restores by reading every
+// saved shard of its table and keeping the rows that hash to it, so that
+// a table restores into another number of shards (ps tasks).
+//
 // Build the Saver after the whole model (and the global step) so that vars
 // is complete, and before the session's first Run if you can (the nodes are
 // shipped with the graph; a remote session also ships later additions).
@@ -99,8 +107,12 @@ func NewSaver(s *graph.Scope, vars []*ops.Variable, cfg SaverConfig) (*Saver, er
 	if vars == nil {
 		vars = ops.GlobalVariables(s.Graph())
 	}
-	if len(vars) == 0 {
-		return nil, errors.New("checkpoint: NewSaver: no variables to save")
+	tables, err := ops.HashTables(s.Graph())
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: NewSaver: %w", err)
+	}
+	if len(vars) == 0 && len(tables) == 0 {
+		return nil, errors.New("checkpoint: NewSaver: no variables or hash embedding tables to save")
 	}
 	groups := map[string][]graph.Output{}
 	seen := map[string]bool{}
@@ -115,7 +127,7 @@ func NewSaver(s *graph.Scope, vars []*ops.Variable, cfg SaverConfig) (*Saver, er
 		dev := v.Node().Device()
 		groups[dev] = append(groups[dev], v.Value())
 	}
-	sv := &Saver{cfg: cfg}
+	sv := &Saver{cfg: cfg, tables: tables}
 	for d := range groups {
 		sv.devices = append(sv.devices, d)
 	}
@@ -124,10 +136,17 @@ func NewSaver(s *graph.Scope, vars []*ops.Variable, cfg SaverConfig) (*Saver, er
 	ss := s.SubScope("save")
 	sv.step = ops.Placeholder(ss, "step", tensor.Int64, tensor.ScalarShape())
 	var restores []*graph.Node
+	// Data files: one per device of variables, then one per hash table shard.
+	files := len(sv.devices) + len(tables)
 	for i, d := range sv.devices {
 		ds := ss.WithDevice(d)
-		sv.saves = append(sv.saves, ops.SaveVariables(ds, sv.step, groups[d], cfg.Dir, cfg.Basename, i, len(sv.devices)))
+		sv.saves = append(sv.saves, ops.SaveVariables(ds, sv.step, groups[d], cfg.Dir, cfg.Basename, i, files))
 		restores = append(restores, ops.RestoreVariables(ds, sv.step, groups[d], cfg.Dir, cfg.Basename))
+	}
+	for i, h := range tables {
+		ds := ss.WithDevice(h.Device)
+		sv.saves = append(sv.saves, ops.SaveHashTable(ds, sv.step, h, cfg.Dir, cfg.Basename, len(sv.devices)+i, files))
+		restores = append(restores, ops.RestoreHashTable(ds, sv.step, h, cfg.Dir, cfg.Basename))
 	}
 	sv.restore = ops.Group(ss, "restore_all", restores...)
 	if err := ss.Err(); err != nil {
@@ -136,12 +155,25 @@ func NewSaver(s *graph.Scope, vars []*ops.Variable, cfg SaverConfig) (*Saver, er
 	return sv, nil
 }
 
-// Devices returns the device of each shard, in shard order ("" for
-// variables without a device). The caller must not modify it.
+// Devices returns the device of each shard of variables, in shard order
+// ("" for variables without a device). The caller must not modify it.
 func (sv *Saver) Devices() []string { return sv.devices }
+
+// HashTables returns the hash embedding table shards the Saver saves, each
+// in a data file after the variables' ones. The caller must not modify it.
+func (sv *Saver) HashTables() []ops.HashTableShard { return sv.tables }
 
 // Dir returns the checkpoint directory.
 func (sv *Saver) Dir() string { return sv.cfg.Dir }
+
+// shardName names data file i's source in errors.
+func (sv *Saver) shardName(i int) string {
+	if i < len(sv.devices) {
+		return fmt.Sprintf("variables of device %q", sv.devices[i])
+	}
+	h := sv.tables[i-len(sv.devices)]
+	return fmt.Sprintf("hash embedding table %q shard %d on %q", h.Name, h.Shard, h.Device)
+}
 
 // Save writes the checkpoint of step: it runs the save nodes in one step
 // (each device writes its shard, in parallel), writes the index from the
@@ -163,7 +195,7 @@ func (sv *Saver) Save(ctx context.Context, r Runner, step int64) (string, error)
 	shards := make([]ShardInfo, len(out))
 	for i, t := range out {
 		if err := json.Unmarshal(t.Uint8s(), &shards[i]); err != nil {
-			return "", fmt.Errorf("checkpoint: saving %s: shard %d (device %q) sent a bad description: %w", prefix, i, sv.devices[i], err)
+			return "", fmt.Errorf("checkpoint: saving %s: shard %d (%s) sent a bad description: %w", prefix, i, sv.shardName(i), err)
 		}
 	}
 	if err := WriteIndex(sv.cfg.Dir, prefix, step, shards); err != nil {

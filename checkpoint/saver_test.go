@@ -219,6 +219,13 @@ type cluster struct {
 
 func newCluster(t *testing.T, numPS int, dir string) *cluster {
 	t.Helper()
+	return newClusterWith(t, numPS, dir, nil)
+}
+
+// newClusterWith is newCluster with more of the graph built by build
+// before the saver.
+func newClusterWith(t *testing.T, numPS int, dir string, build func(*graph.Scope)) *cluster {
+	t.Helper()
 	tasks := []string{"/job:worker/task:0"}
 	for i := range numPS {
 		tasks = append(tasks, fmt.Sprintf("/job:ps/task:%d", i))
@@ -229,6 +236,9 @@ func newCluster(t *testing.T, numPS int, dir string) *cluster {
 		PSTasks: numPS, WorkerDevice: "/job:worker/task:0",
 	}))
 	c.m = buildModel(t, c.s)
+	if build != nil {
+		build(c.s)
+	}
 	var err error
 	c.sv, err = checkpoint.NewSaver(c.s, nil, checkpoint.SaverConfig{Dir: dir, Logger: quiet})
 	if err != nil {

@@ -29,7 +29,7 @@ func init() {
 		RegisterNone(op, "an optimizer update has no outputs to differentiate")
 	}
 	for _, op := range []string{"HashEmbeddingLookup", "HashEmbeddingApplyAdagrad", "HashEmbeddingExport",
-		"HashEmbeddingImport", "HashEmbeddingSize", "HashPartition"} {
+		"HashEmbeddingImport", "HashEmbeddingSize", "HashPartition", "HashEmbeddingSave", "HashEmbeddingRestore"} {
 		RegisterNone(op, "a hash embedding's rows are a resource, updated by HashEmbeddingApplyAdagrad from the gradient of the looked-up rows")
 	}
 	Register("UnsortedSegmentSum", sparseSegmentSumGrad)

@@ -88,6 +88,47 @@ func init() {
 		},
 	})
 	Register(Def{
+		Name: "HashEmbeddingSave", Remote: true, Stateful: true,
+		Inputs: []Arg{{Name: "step"}},
+		Attrs: hashAttrs(Attr{Name: "dir", Type: AttrString}, Attr{Name: "basename", Type: AttrString, Default: "model.ckpt"},
+			Attr{Name: "shard", Type: AttrInt, Default: 0}, Attr{Name: "num_shards", Type: AttrInt, Default: 1}),
+		Summary: "Writes data file `shard` of `num_shards` of checkpoint <dir>/<basename>-<step> with a hash embedding table's rows " +
+			"(keys, values, Adagrad accumulators, lookup counts, as hash_embedding/<table>/...); outputs the file's description (JSON bytes) for the index.",
+		Infer: func(c *InferContext) error {
+			if err := checkpointScalarStep(c); err != nil {
+				return err
+			}
+			if c.String("dir") == "" {
+				return fmt.Errorf("attribute dir is empty")
+			}
+			if n, k := c.Int("num_shards"), c.Int("shard"); n <= 0 || k < 0 || k >= n {
+				return fmt.Errorf("shard %d of %d is out of range", k, n)
+			}
+			c.SetOutput(0, tensor.Uint8, tensor.UnknownRankShape(1))
+			return nil
+		},
+	})
+	Register(Def{
+		Name: "HashEmbeddingRestore", Remote: true, Stateful: true,
+		Inputs: []Arg{{Name: "step"}},
+		Attrs: hashAttrs(Attr{Name: "dir", Type: AttrString}, Attr{Name: "basename", Type: AttrString, Default: "model.ckpt"},
+			Attr{Name: "name", Type: AttrString}, Attr{Name: "table_shard", Type: AttrInt, Default: 0}, Attr{Name: "table_shards", Type: AttrInt, Default: 1}),
+		Summary: "Replaces a hash embedding table's rows by those of every saved shard of table `name` in checkpoint <dir>/<basename>-<step> " +
+			"whose HashPartition over table_shards is table_shard (the checkpoint may hold any number of shards).",
+		Infer: func(c *InferContext) error {
+			if err := checkpointScalarStep(c); err != nil {
+				return err
+			}
+			if c.String("dir") == "" || c.String("name") == "" {
+				return fmt.Errorf("attributes dir %q and name %q must not be empty", c.String("dir"), c.String("name"))
+			}
+			if s, n := c.Int("table_shard"), c.Int("table_shards"); n < 1 || s < 0 || s >= n {
+				return fmt.Errorf("table shard %d of %d shards", s, n)
+			}
+			return nil
+		},
+	})
+	Register(Def{
 		Name: "HashEmbeddingSize", Remote: true, Stateful: true,
 		Attrs:   hashAttrs(),
 		Summary: "The number of rows of a hash embedding table (int64 scalar).",

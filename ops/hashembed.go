@@ -1,7 +1,12 @@
 package ops
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/tensor"
@@ -143,4 +148,96 @@ func (h *HashEmbedding) Import(s *graph.Scope, keys, values, accums graph.Output
 		out = append(out, h.device(s, i).AddNode("HashEmbeddingImport", "HashEmbeddingImport", []graph.Output{keys, values, accums}, a))
 	}
 	return out
+}
+
+// HashTableShard is one shard of a hash embedding table as a graph's
+// nodes use it: what a checkpoint saves and restores (see HashTables).
+type HashTableShard struct {
+	// Name is the table's name (HashEmbedding.Name); Shard and NumShards
+	// place this shard among the table's.
+	Name             string
+	Shard, NumShards int
+	// Device is the device of the nodes that use the shard.
+	Device string
+	attrs  map[string]any
+}
+
+// hashOps are the ops that use a table (the checkpoint ops excluded, so
+// that a graph with a saver lists the same tables again).
+var hashOps = map[string]bool{"HashEmbeddingLookup": true, "HashEmbeddingApplyAdagrad": true, "HashEmbeddingExport": true,
+	"HashEmbeddingImport": true, "HashEmbeddingSize": true}
+
+// HashTables lists the shards of every hash embedding table that g's
+// nodes use, sorted by name then shard. A table's shards are found by the
+// "<name>/shard_<i>" names HashEmbedding gives them; it is an error if a
+// shard is used from two devices or with two widths, or if some of a
+// table's shards are missing.
+func HashTables(g *graph.Graph) ([]HashTableShard, error) {
+	byTable := map[string]*HashTableShard{}
+	shards := map[string]int{}
+	for _, n := range g.Nodes() {
+		if !hashOps[n.Op()] {
+			continue
+		}
+		table := n.AttrString("table")
+		i := strings.LastIndex(table, "/shard_")
+		shard, err := -1, error(nil)
+		if i >= 0 {
+			shard, err = strconv.Atoi(table[i+len("/shard_"):])
+		}
+		if err != nil || shard < 0 {
+			return nil, fmt.Errorf("ops: node %s: hash embedding table %q is not named <name>/shard_<i>", n, table)
+		}
+		if h := byTable[table]; h != nil {
+			if h.Device != n.Device() || h.attrs["dim"] != n.AttrInt("dim") {
+				return nil, fmt.Errorf("ops: hash embedding table %q is used on %q with dim %v and by node %s on %q with dim %d",
+					table, h.Device, h.attrs["dim"], n, n.Device(), n.AttrInt("dim"))
+			}
+			continue
+		}
+		attrs := map[string]any{}
+		for _, a := range []string{"table", "dim", "max_rows", "evict_after", "init_scale", "seed", "initial_accumulator"} {
+			if v, ok := n.Attr(a); ok {
+				attrs[a] = v
+			}
+		}
+		name := table[:i]
+		byTable[table] = &HashTableShard{Name: name, Shard: shard, Device: n.Device(), attrs: attrs}
+		shards[name] = max(shards[name], shard+1)
+	}
+	var out []HashTableShard
+	for _, h := range byTable {
+		h.NumShards = shards[h.Name]
+		out = append(out, *h)
+	}
+	slices.SortFunc(out, func(a, b HashTableShard) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(a.Shard, b.Shard))
+	})
+	for i, h := range out {
+		if i == 0 || out[i-1].Name != h.Name {
+			if i+h.NumShards > len(out) || out[i+h.NumShards-1].Name != h.Name {
+				return nil, fmt.Errorf("ops: hash embedding table %q has %d shards, but the graph uses only some of them", h.Name, h.NumShards)
+			}
+		}
+	}
+	return out, nil
+}
+
+// SaveHashTable writes the shard's rows (keys, values, Adagrad
+// accumulators, lookup counts) as data file shard of numShards of
+// checkpoint dir/<basename>-<step>, from the task that holds it, and
+// returns the file's description (as SaveVariables does).
+func SaveHashTable(s *graph.Scope, step graph.Output, h HashTableShard, dir, basename string, shard, numShards int) graph.Output {
+	a := maps.Clone(h.attrs)
+	a["dir"], a["basename"], a["shard"], a["num_shards"] = dir, basename, shard, numShards
+	return s.Out("HashEmbeddingSave", "HashEmbeddingSave", []graph.Output{step}, a)
+}
+
+// RestoreHashTable replaces the shard's rows by the rows of its table in
+// checkpoint dir/<basename>-<step> that hash to it, whatever the number of
+// shards the table was saved in.
+func RestoreHashTable(s *graph.Scope, step graph.Output, h HashTableShard, dir, basename string) *graph.Node {
+	a := maps.Clone(h.attrs)
+	a["dir"], a["basename"], a["name"], a["table_shard"], a["table_shards"] = dir, basename, h.Name, h.Shard, h.NumShards
+	return s.AddNode("HashEmbeddingRestore", "HashEmbeddingRestore", []graph.Output{step}, a)
 }
