@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 
+	"github.com/distflow/distflow/internal/abtest"
+
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/server"
@@ -31,7 +33,7 @@ func BenchmarkLinearRegressionStep(b *testing.B) {
 		}
 	}
 	b.Run("local", func(b *testing.B) {
-		g, init := linearModel(b, 0)
+		g, init := abtest.LinearModel(b, 0)
 		sess, err := session.New(g)
 		if err != nil {
 			b.Fatal(err)
@@ -64,7 +66,7 @@ func BenchmarkLinearRegressionStep(b *testing.B) {
 			defer s.Stop()
 			w = s
 		}
-		g, init := linearModel(b, 0)
+		g, init := abtest.LinearModel(b, 0)
 		sess, err := session.Open(context.Background(), w.Target(), g)
 		if err != nil {
 			b.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distflow/distflow/internal/abtest"
+
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/metrics"
@@ -98,7 +100,7 @@ func TestTransportMetrics(t *testing.T) {
 		return s
 	}
 	ps, w := start("ps"), start("worker")
-	g, init := linearModel(t, 0)
+	g, init := abtest.LinearModel(t, 0)
 	sess, err := session.Open(ctx, w.Target(), g)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +221,7 @@ func TestTransportMetricsOverGRPC(t *testing.T) {
 		t.Cleanup(s.Stop)
 		w = s
 	}
-	g, init := linearModel(t, 0)
+	g, init := abtest.LinearModel(t, 0)
 	sess, err := session.Open(ctx, w.Target(), g)
 	if err != nil {
 		t.Fatal(err)

@@ -13,14 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distflow/distflow/internal/abtest"
+
 	"google.golang.org/grpc/metadata"
 
 	"github.com/distflow/distflow/cluster"
-	"github.com/distflow/distflow/grad"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/testlog"
-	"github.com/distflow/distflow/ops"
-	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/rpc/rpctest"
@@ -86,33 +85,6 @@ func (tc *testCluster) startWith(t *testing.T, job string, index int, log *slog.
 	return s
 }
 
-// linearModel builds the between-graph replica of worker task: y = x*W + b
-// with W and b on the ps, a squared loss and a gradient-descent update.
-func linearModel(t testing.TB, task int) (g *graph.Graph, init *graph.Node) {
-	t.Helper()
-	s := graph.NewScope().WithDeviceFunc(placement.ReplicaDeviceSetter(placement.ReplicaConfig{
-		PSTasks: 1, WorkerDevice: fmt.Sprintf("/job:worker/task:%d", task)}))
-	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(1, 1))
-	y := ops.Placeholder(s, "y", tensor.Float32, tensor.MakeShape(1, 1))
-	w := ops.NewVariable(s, "W", tensor.Float32, []int{1, 1}, ops.ZerosInit())
-	b := ops.NewVariable(s, "b", tensor.Float32, []int{1}, ops.ZerosInit())
-	pred := ops.Add(s, ops.MatMul(s, x, w.Value(), false, false), b.Value())
-	loss := ops.Mean(s, ops.Square(s, ops.Sub(s, pred, y)), nil, false)
-	grads, err := grad.Gradients(s, []graph.Output{loss}, []graph.Output{w.Value(), b.Value()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lr := ops.Scalar(s, tensor.Float32, 0.02)
-	ops.Group(s, "train",
-		ops.ApplyGradientDescent(s, w.Value(), lr, grads[0]),
-		ops.ApplyGradientDescent(s, b.Value(), lr, grads[1]))
-	init = ops.GlobalVariablesInitializer(s)
-	if err := s.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return s.Graph(), init
-}
-
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -129,7 +101,7 @@ func TestBetweenGraphTraining(t *testing.T) {
 
 	sessions := make([]*session.Session, 2)
 	for i, w := range workers {
-		g, init := linearModel(t, i)
+		g, init := abtest.LinearModel(t, i)
 		sess, err := session.Open(ctx, w.Target(), g)
 		if err != nil {
 			t.Fatal(err)
@@ -246,7 +218,7 @@ func TestWorkerStartsBeforePS(t *testing.T) {
 	var logs testlog.Buffer
 	w := tc.start(t, "worker", 0, slog.New(slog.NewTextHandler(&logs, nil)))
 	ctx := ctxTimeout(t, 60*time.Second)
-	g, init := linearModel(t, 0)
+	g, init := abtest.LinearModel(t, 0)
 	sess, err := session.Open(ctx, w.Target(), g)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +260,7 @@ func TestMissingPeerFailsStep(t *testing.T) {
 	tc := newTestCluster(t, map[string]int{"ps": 1, "worker": 1})
 	tc.lis["/job:ps/task:0"].Close()
 	w := tc.start(t, "worker", 0, nil)
-	g, init := linearModel(t, 0)
+	g, init := abtest.LinearModel(t, 0)
 	sess, err := session.Open(context.Background(), w.Target(), g, session.WithConfig(&pb.SessionConfig{StepTimeoutMs: 1500}))
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +316,7 @@ func TestSecureCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closer.Close()
-	g, init := linearModel(t, 0)
+	g, init := abtest.LinearModel(t, 0)
 	sess, err := session.New(g, session.WithMaster(m, nil))
 	if err != nil {
 		t.Fatal(err)
