@@ -1,6 +1,10 @@
 package rpc
 
 import (
+	"bufio"
+	"crypto/tls"
+	"net"
+
 	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/worker"
 )
@@ -26,4 +30,10 @@ func RegisterRingReceiver(s *Server, recv allreduce.Receiver) error {
 
 func NewRingTransport(peers []string, opts Options) allreduce.Transport {
 	return newRingTransport(peers, opts)
+}
+
+// NewTLSClientConn is a TLS client connection as the tensor channel makes
+// them (reads through readBufferedConn), for benchmarks of crypto/tls.
+func NewTLSClientConn(c net.Conn, cfg *tls.Config) *tls.Conn {
+	return tls.Client(&readBufferedConn{Conn: c, r: bufio.NewReaderSize(c, tlsReadBufferSize)}, cfg)
 }

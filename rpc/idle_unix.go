@@ -16,6 +16,12 @@ func idleOpen(c net.Conn) bool {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
+	if bc, ok := c.(*readBufferedConn); ok {
+		if bc.r.Buffered() > 0 {
+			return false
+		}
+		c = bc.Conn
+	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return true

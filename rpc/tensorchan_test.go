@@ -44,9 +44,19 @@ func wantChannel(t *testing.T, c worker.Service) {
 }
 
 // TestTensorChannelRoundTrip: every dtype, empty and odd sizes, over one
-// pooled connection.
+// pooled connection, plaintext and TLS.
 func TestTensorChannelRoundTrip(t *testing.T) {
-	s := &suite{Svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), rpc.Options{}, rpc.Options{})}
+	tlsSrv, tlsCli := testTLS(t)
+	for _, tc := range []struct {
+		name     string
+		srv, cli rpc.Options
+	}{{"plaintext", rpc.Options{}, rpc.Options{}}, {"tls", tlsSrv, tlsCli}} {
+		t.Run(tc.name, func(t *testing.T) { testRoundTrip(t, tc.srv, tc.cli) })
+	}
+}
+
+func testRoundTrip(t *testing.T, srvOpts, cliOpts rpc.Options) {
+	s := &suite{Svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), srvOpts, cliOpts)}
 	filled := func(dt tensor.DType, shape ...int) *tensor.Tensor {
 		v := tensor.New(dt, shape...)
 		raw := v.RawBytes()
@@ -87,7 +97,7 @@ func TestTensorChannelRoundTrip(t *testing.T) {
 
 // testTLS returns server and client options with a fresh self-signed
 // certificate for 127.0.0.1.
-func testTLS(t *testing.T) (srv, cli rpc.Options) {
+func testTLS(t testing.TB) (srv, cli rpc.Options) {
 	server, client := rpctest.SelfSignedTLS(t)
 	return rpc.Options{TLS: server}, rpc.Options{TLS: client}
 }
@@ -253,14 +263,25 @@ func TestTensorChannelCancel(t *testing.T) {
 }
 
 // TestTensorChannelPeerRestarts: pooled connections to a peer that
-// restarted are dead; the next receive opens a new one.
+// restarted are dead; the next receive opens a new one. Over TLS the
+// check sees through the client's read buffer (readBufferedConn).
 func TestTensorChannelPeerRestarts(t *testing.T) {
+	tlsSrv, tlsCli := testTLS(t)
+	for _, tc := range []struct {
+		name     string
+		srv, cli rpc.Options
+	}{{"plaintext", rpc.Options{}, rpc.Options{}}, {"tls", tlsSrv, tlsCli}} {
+		t.Run(tc.name, func(t *testing.T) { testPeerRestarts(t, tc.srv, tc.cli) })
+	}
+}
+
+func testPeerRestarts(t *testing.T, srvOpts, cliOpts rpc.Options) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	c, closer, err := rpc.DialWorker(addr, rpc.Options{})
+	c, closer, err := rpc.DialWorker(addr, cliOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +293,7 @@ func TestTensorChannelPeerRestarts(t *testing.T) {
 			}
 		}
 		w := worker.New(worker.Config{Task: suiteTask})
-		srv := rpc.NewServer(rpc.Options{})
+		srv := rpc.NewServer(srvOpts)
 		rpc.RegisterWorker(srv, w)
 		go srv.Serve(lis)
 		s := &suite{Svc: w} // the step runs in process; only the tensor crosses
