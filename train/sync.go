@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distflow/distflow/grad"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel/cpu"
 	"github.com/distflow/distflow/ops"
@@ -33,6 +34,12 @@ var ErrTrainingFinished = errors.New("training is finished")
 // increments the global step (once per aggregation) and enqueues one token
 // holding the new global step for each of the TotalReplicas replicas; a
 // worker's token becomes its new local step.
+//
+// A variable whose gradient is indexed slices (GradVar.Sparse: an
+// embedding table read through lookups) gets a sparse accumulator instead,
+// which holds only the rows the round's gradients touch, and the wrapped
+// optimizer gets their mean as indexed slices: in sync mode, as in async,
+// neither the wire nor the ps's memory grows with the table's size.
 //
 // Gradients tagged with a local step older than the accumulator's step
 // (computed on parameters that have since been updated) are dropped and
@@ -88,6 +95,7 @@ type SyncReplicasOptimizer struct {
 	globalStep *ops.Variable
 	vars       []*ops.Variable
 	accums     []graph.Output
+	sparse     []bool // accums[i] is a SparseConditionalAccumulator
 	// firstReplica is the index of the first replica built on this graph
 	// (SetReplica), -1 for one shared token queue; nextReplica counts the
 	// replicas built.
@@ -210,19 +218,36 @@ func (o *SyncReplicasOptimizer) buildShared(s *graph.Scope, gvs []GradVar, gs *o
 	drainRequired := ops.Placeholder(root, "drain_required", tensor.Int32, tensor.ScalarShape())
 	o.counts, o.drains = nil, nil
 	var setSteps []*graph.Node
+	o.sparse = nil
 	for _, gv := range gvs {
 		v := gv.Var
 		vs := root.WithDevice(v.Node().Device())
-		acc := ops.ConditionalAccumulator(vs, gv.Grad.DType(), v.Shape(), v.Name()+"/grad_accum")
-		mean, _ := ops.AccumulatorTakeGradient(vs, acc, required)
-		drained, _ := ops.AccumulatorTakeGradient(vs.SubScope("drain"), acc, drainRequired)
+		var acc graph.Output
+		if gv.Sparse != nil {
+			// Indexed slices (embedding lookups) stay sparse: the
+			// accumulator holds the touched rows, and the wrapped
+			// optimizer's sparse update applies them, so the table is
+			// never densified (its dense form is built only for an
+			// optimizer without a sparse update).
+			acc = ops.SparseConditionalAccumulator(vs, gv.Grad.DType(), v.Shape(), v.Name()+"/grad_accum")
+			idx, vals, shape, _ := ops.SparseAccumulatorTakeGradient(vs, acc, required)
+			_, drained, _, _ := ops.SparseAccumulatorTakeGradient(vs.SubScope("drain"), acc, drainRequired)
+			o.drains = append(o.drains, drained.Node)
+			mean := grad.IndexedSlices{Indices: idx, Values: vals, DenseShape: shape}
+			means = append(means, GradVar{Grad: mean.Dense(vs.SubScope("dense_mean")), Var: v, Sparse: &mean})
+		} else {
+			acc = ops.ConditionalAccumulator(vs, gv.Grad.DType(), v.Shape(), v.Name()+"/grad_accum")
+			mean, _ := ops.AccumulatorTakeGradient(vs, acc, required)
+			drained, _ := ops.AccumulatorTakeGradient(vs.SubScope("drain"), acc, drainRequired)
+			o.drains = append(o.drains, drained.Node)
+			means = append(means, GradVar{Grad: mean, Var: v})
+		}
 		o.counts = append(o.counts, ops.AccumulatorNumAccumulated(vs, acc))
-		o.drains = append(o.drains, drained.Node)
 		setSteps = append(setSteps, ops.AccumulatorSetGlobalStep(vs, acc, gs.Value()))
 		o.dropped = append(o.dropped, ops.AccumulatorNumDropped(vs, acc))
 		o.vars = append(o.vars, v)
 		o.accums = append(o.accums, acc)
-		means = append(means, GradVar{Grad: mean, Var: v})
+		o.sparse = append(o.sparse, gv.Sparse != nil)
 	}
 	if err := root.Err(); err != nil {
 		return fmt.Errorf("train: sync replicas: %w", err)
@@ -293,7 +318,16 @@ func (o *SyncReplicasOptimizer) buildReplica(s *graph.Scope, gvs []GradVar) (*gr
 	init := rs.AddNode("Assign", "local_step/init", []graph.Output{ls, o.globalStep.Value()}, nil)
 	var applies []*graph.Node
 	for i, gv := range gvs {
-		applies = append(applies, ops.AccumulatorApplyGradient(rs, o.accums[i], ls, gv.Grad))
+		if !o.sparse[i] {
+			applies = append(applies, ops.AccumulatorApplyGradient(rs, o.accums[i], ls, gv.Grad))
+			continue
+		}
+		sl := gv.Sparse
+		if sl == nil {
+			return nil, fmt.Errorf("train: sync replicas: the gradient of %s is dense in this replica and indexed slices in the first: "+
+				"every replica must read the variable the same way (through embedding lookups only, or not)", gv.Var.Name())
+		}
+		applies = append(applies, ops.SparseAccumulatorApplyGradient(rs, o.accums[i], ls, sl.Indices, sl.Values, sl.DenseShape))
 	}
 	queue := o.queues[0]
 	if o.firstReplica >= 0 {
