@@ -101,6 +101,8 @@ type loop struct {
 	coord     coordinator
 	perStep   int
 	summaries graph.Output
+	// claims, when set, claims the next batch with each step (claim.go).
+	claims *claimer
 	// batch is the batch size, read from the first batch.
 	batch int
 }
@@ -179,6 +181,9 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 		if logging {
 			fs = logFetches
 		}
+		if l.claims != nil { // the next batch's claim rides on this step
+			fs = append(fs[:len(fs):len(fs)], l.claims.op)
+		}
 		if l.coord != nil {
 			if err := l.coord.beforeStep(ctx, sess); err != nil {
 				return st, fmt.Errorf("estimator: %s%w", r.who(), err)
@@ -199,6 +204,10 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 		}
 		if err != nil {
 			return st, fmt.Errorf("estimator: %slocal step %d: %w", r.who(), st.localSteps+1, err)
+		}
+		if l.claims != nil {
+			l.claims.stepped(out[len(out)-1])
+			out = out[:len(out)-1]
 		}
 		if l.coord != nil {
 			if err := l.coord.afterStep(ctx, sess); err != nil {

@@ -95,6 +95,9 @@ type InputContext struct {
 	// Seed is RunConfig.Seed: the same on every replica, so that replicas
 	// can cut their shards from one shuffle.
 	Seed int64
+
+	// claims, when set, shards Examples dynamically (claim.go).
+	claims *claimer
 }
 
 // Input is a pipeline of batches: each element holds one tensor per

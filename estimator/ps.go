@@ -51,12 +51,18 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		}
 	}
 
-	// One input per tower: a replica's own shard, or each tower's.
+	// One input per tower: a replica's own shard, or each tower's. A
+	// replica's input may claim its batches (InputContext.Examples); the
+	// towers of in-graph replication, read by one client, cut fixed shards.
 	ins := make([]*openInput, len(towerDevices))
+	var claims *claimer
 	for i := range towerDevices {
 		ic := InputContext{NumReplicas: r.numReplicas(), ReplicaIndex: r.index, Seed: cfg.Seed}
 		if plan.inGraph {
 			ic.ReplicaIndex = i
+		} else {
+			claims = &claimer{}
+			ic.claims = claims
 		}
 		in, err := openTrainInput(ctx, r.input, ic)
 		if err != nil {
@@ -64,6 +70,9 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		}
 		defer in.close()
 		ins[i] = in
+	}
+	if claims != nil && claims.block == 0 {
+		claims = nil // the input function shards by itself
 	}
 	spec := ins[0].spec
 	r.e.rememberInput(spec)
@@ -95,6 +104,9 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		return nil, fmt.Errorf("estimator: the model function created no trainable variable")
 	}
 	globalStep := train.CreateGlobalStep(s)
+	if claims != nil {
+		claims.build(s)
+	}
 	opt := towers[0].spec.Optimizer
 	if plan.optimizer != nil {
 		opt = plan.optimizer(opt)
@@ -246,6 +258,22 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			return nil, fmt.Errorf("estimator: a hook's AfterCreateSession: %w", err)
 		}
 	}
+	if claims != nil {
+		if err := claims.openTrainedLog(r.who()); err != nil {
+			return nil, err
+		}
+		if claims.trained != nil {
+			defer claims.trained.Close()
+		}
+		claims.run = func(ctx context.Context) (int64, error) {
+			out, err := sess.Run(ctx, nil, []graph.Output{claims.op}, nil)
+			if err != nil {
+				return 0, err
+			}
+			return int64(out[0].Float64At(0)) - claims.block, nil
+		}
+		ins[0].skipFirst = true // read to learn the shapes, not claimed: not trained
+	}
 	var endCoordination func(context.Context)
 	if plan.coordinator != nil {
 		if endCoordination, err = plan.coordinator.begin(ctx, sess, r.chief(), log); err != nil {
@@ -261,7 +289,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	}
 
 	l := &loop{
-		r: r, ms: ms, towers: towers, ins: ins, trainOp: trainOp, coord: plan.coordinator,
+		r: r, ms: ms, towers: towers, ins: ins, trainOp: trainOp, coord: plan.coordinator, claims: claims,
 		perStep: r.cfg.Strategy.batchesPerStep(r.numReplicas()), summaries: summaries,
 	}
 	st, err := l.run(ctx)
@@ -317,6 +345,8 @@ type openInput struct {
 	it    *data.Iterator
 	first []*tensor.Tensor
 	spec  inputSpec
+	// skipFirst: first only told the shapes; next does not return it.
+	skipFirst bool
 }
 
 // openTrainInput calls fn and reads the first batch.
@@ -347,7 +377,7 @@ func openTrainInput(ctx context.Context, fn InputFn, ic InputContext) (*openInpu
 
 // next returns the next batch (the first one first).
 func (in *openInput) next() ([]*tensor.Tensor, error) {
-	if b := in.first; b != nil {
+	if b := in.first; b != nil && !in.skipFirst {
 		in.first = nil
 		return b, nil
 	}

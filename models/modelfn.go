@@ -118,7 +118,10 @@ func Feature(name string) string {
 }
 
 // TrainInput is the endless training input of batches of batch examples,
-// for the replica an estimator names. Every epoch, all replicas' shards
+// for the replica an estimator names: InputContext.Examples, which with
+// parameter servers shards every epoch dynamically (replicas claim the
+// next batch, so a replica that is away or restarted neither skips nor
+// repeats examples). Otherwise, every epoch, all replicas' shards
 // are cut from one permutation of the whole training set, the same on
 // every replica (the seed does not depend on the replica), as PyTorch's
 // DistributedSampler does: together the replicas see each example once per
@@ -129,15 +132,11 @@ func Feature(name string) string {
 // but in batches no single process would draw.)
 func (d Data) TrainInput(feature string, batch int) estimator.InputFn {
 	return func(ic estimator.InputContext) (*estimator.Input, error) {
-		ds, err := data.FromTensors(d.tensors(d.TrainX, d.TrainExtra, d.TrainY)...)
+		ds, err := ic.Examples(batch, d.tensors(d.TrainX, d.TrainExtra, d.TrainY)...)
 		if err != nil {
 			return nil, err
 		}
-		ds = ds.Shuffle(d.Examples(), ic.Seed)
-		if ic.NumReplicas > 1 {
-			ds = ds.Shard(ic.NumReplicas, ic.ReplicaIndex)
-		}
-		return &estimator.Input{Dataset: ds.Repeat(-1).Batch(batch, true).Prefetch(2), Features: d.featureNames(feature)}, nil
+		return &estimator.Input{Dataset: ds, Features: d.featureNames(feature)}, nil
 	}
 }
 

@@ -302,3 +302,75 @@ func TestWorkerStoppedWhileTheChiefEndsExits(t *testing.T) {
 	}
 	noTasksLeft(t, ps)
 }
+
+// trainedBlocks reads the blocks of examples the replicas trained, from
+// the file $DISTFLOW_TRAINED_BLOCKS named: each line "task: start size".
+// It fails on a block trained twice, and returns the number of blocks
+// below the highest one that nobody trained.
+func trainedBlocks(t *testing.T, path string) (blocks, missing int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[int]string{}
+	size, top := 0, -1
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			t.Fatalf("trained blocks: bad line %q", l)
+		}
+		start, n := atoi(f[1]), atoi(f[2])
+		if size == 0 {
+			size = n
+		}
+		if n != size || start%size != 0 {
+			t.Fatalf("trained blocks: %q is not a block of %d", l, size)
+		}
+		// A position is one example of one epoch (a permutation per
+		// epoch): a position trained twice is an example doubled.
+		if who, ok := by[start]; ok {
+			t.Errorf("block at %d trained twice: by %s and by %s", start, who, f[0])
+		}
+		by[start] = f[0]
+		top = max(top, start/size)
+	}
+	for k := 0; k <= top; k++ {
+		if _, ok := by[k*size]; !ok {
+			missing++
+		}
+	}
+	return len(by), missing
+}
+
+// TestAsyncWorkerKilledNeitherSkipsNorDoubles: SIGKILL a worker of an
+// asynchronous run mid-epoch; the launcher restarts it. The replicas
+// claim their batches from a cursor on the ps, so the restarted worker
+// does not repeat its epoch's start and the others read what it would
+// have: no example is trained twice, and the only ones skipped are the
+// killed worker's batch in flight and the one it had claimed (2), and the
+// one each process claimed with its last step (3 processes).
+func TestAsyncWorkerKilledNeitherSkipsNorDoubles(t *testing.T) {
+	log := t.TempDir() + "/trained"
+	cmd := exec.Command(binary, "train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "400", "--local-cluster", "ps=1,worker=2",
+		"--step-delay", "2ms", "--log-every", "50")
+	cmd.Env = append(os.Environ(), "DISTFLOW_TRAINED_BLOCKS="+log)
+	cmd.SysProcAttr = childAttrs()
+	cmd, ps, lines := startLauncherCmd(t, cmd)
+	waitFor(t, lines, "[worker 1] /job:worker/task:1: local_step 50")
+	killTask(t, ps, "worker", 1)
+	waitFor(t, lines, "local cluster: worker 1 died (signal: killed); restarting it on its address (1 of 3)")
+	waitFor(t, lines, "[worker 1] /job:worker/task:1: local_step 50")
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed after a worker was killed: %v", err)
+	}
+	blocks, missing := trainedBlocks(t, log)
+	if blocks < 400 {
+		t.Errorf("%d blocks trained; want at least the 400 global steps", blocks)
+	}
+	if missing > 5 {
+		t.Errorf("%d blocks skipped; want at most 5 (2 of the killed worker, the last claim of each of 3 processes)", missing)
+	}
+	t.Logf("%d blocks trained, %d skipped", blocks, missing)
+	noTasksLeft(t, ps)
+}

@@ -1,0 +1,127 @@
+package estimator
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Examples returns the training examples ts (rows along dimension 0, as
+// data.FromTensors slices them) for this replica, endlessly, in batches of
+// batch.
+//
+// With parameter servers (and in a single process), the examples are
+// sharded dynamically: every epoch is one permutation of the rows from
+// Seed and the epoch number, and the replicas claim the next batch of it
+// from a cursor on a ps with a fetch-and-add carried by the training step
+// itself (no extra round trip). So whoever is away, comes back or is
+// replaced, no example is read twice or skipped within an epoch, except
+// what a failure loses: a replica killed before its step is applied takes
+// with it the batch it was training and the one it had claimed for its
+// next step (2 batches at most); a ps restored from a checkpoint rewinds
+// the cursor with the model, and the batch each replica holds is then read
+// again later. The cursor is saved in checkpoints with the model.
+//
+// Otherwise (in-graph replication, all-reduce, averaging) the replicas cut
+// fixed shards of one shuffle per epoch, as PyTorch's DistributedSampler
+// does.
+func (ic InputContext) Examples(batch int, ts ...*tensor.Tensor) (*data.Dataset, error) {
+	if batch <= 0 {
+		return nil, fmt.Errorf("estimator: InputContext.Examples: batch %d is not positive", batch)
+	}
+	if ic.claims != nil {
+		ic.claims.block = int64(batch)
+		ds, err := data.Claimed(ic.claims.claim, batch, ic.Seed, ts...)
+		if err != nil {
+			return nil, err
+		}
+		return ds.Batch(batch, true), nil // no prefetch: each claim is a batch taken from the others
+	}
+	ds, err := data.FromTensors(ts...)
+	if err != nil {
+		return nil, err
+	}
+	ds = ds.Shuffle(ts[0].Shape()[0], ic.Seed)
+	if ic.NumReplicas > 1 {
+		ds = ds.Shard(ic.NumReplicas, ic.ReplicaIndex)
+	}
+	return ds.Repeat(-1).Batch(batch, true).Prefetch(2), nil
+}
+
+// claimer hands out the blocks of a replica's dynamically sharded input
+// (InputContext.Examples): the first from a step of its own, the others
+// from the cursor's value fetched with each training step. It is used by
+// the training loop's goroutine only.
+type claimer struct {
+	// block is the batch size; 0: the input does not claim.
+	block int64
+	// op adds block to the cursor and returns its new value.
+	op graph.Output
+	// run claims a block in a step of its own; nil until the session is
+	// ready (the batch read before, to learn the input's shapes, is not
+	// trained: it claims nothing).
+	run func(ctx context.Context) (int64, error)
+	// next is a block claimed by the last step, if has.
+	next int64
+	has  bool
+	// current is the block being trained.
+	current int64
+	// trained, when set, gets a line per block trained (a test hook:
+	// $DISTFLOW_TRAINED_BLOCKS names the file).
+	trained *os.File
+	who     string
+}
+
+// envTrainedBlocks names a file to which each replica appends "task start
+// size" for every block it trained: a test hook.
+const envTrainedBlocks = "DISTFLOW_TRAINED_BLOCKS"
+
+func (c *claimer) claim(ctx context.Context) (int64, error) {
+	switch {
+	case c.has:
+		c.has, c.current = false, c.next
+	case c.run == nil:
+		return 0, nil
+	default:
+		p, err := c.run(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("estimator: claiming the next %d examples: %w", c.block, err)
+		}
+		c.current = p
+	}
+	return c.current, nil
+}
+
+// build adds the cursor (on a ps, by the device function) and the claim.
+func (c *claimer) build(s *graph.Scope) {
+	cursor := ops.NewVariable(s.SubScope("input"), "cursor", tensor.Int64, nil, ops.ZerosInit(), ops.NotTrainable())
+	c.op = ops.AssignAdd(s, cursor.Value(), ops.Scalar(s, tensor.Int64, float64(c.block)))
+}
+
+// stepped records the claim fetched with a step that succeeded (the new
+// cursor: the block claimed ends there) and logs the block trained.
+func (c *claimer) stepped(cursor *tensor.Tensor) {
+	if c.trained != nil {
+		fmt.Fprintf(c.trained, "%s %d %d\n", c.who, c.current, c.block)
+	}
+	c.next, c.has = int64(cursor.Float64At(0))-c.block, true
+}
+
+// openTrainedLog opens the test hook's file, if asked for.
+func (c *claimer) openTrainedLog(who string) error {
+	path := os.Getenv(envTrainedBlocks)
+	if path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("estimator: $%s: %w", envTrainedBlocks, err)
+	}
+	c.trained, c.who = f, who
+	return nil
+}
