@@ -33,7 +33,7 @@ func (AllReduce) train(ctx context.Context, r *replica) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &allReduceStep{t: t}, nil
+		return &allReduceStep{t: t, comp: newGradCompressor(r.cfg.Compression)}, nil
 	})
 }
 
@@ -85,14 +85,17 @@ type collectiveStep interface {
 	describe() string
 }
 
-type allReduceStep struct{ t *train.AllReduceTrainer }
+type allReduceStep struct {
+	t    *train.AllReduceTrainer
+	comp *gradCompressor // nil: float32 gradients
+}
 
 func (a *allReduceStep) broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
 	return a.t.Broadcast(ctx, sess, ring, -1)
 }
 
 func (a *allReduceStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64) (float64, error) {
-	return a.t.Step(ctx, sess, feeds, ring, step)
+	return a.t.Step(ctx, sess, feeds, a.comp.wrap(ring), step)
 }
 
 func (a *allReduceStep) finish(context.Context, *session.Session, train.AllReducer) error { return nil }
@@ -206,7 +209,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		}
 		l.sched.Saved(start-1, time.Now()) // the steps are counted from there
 	}
-	r.log.Info("training", "strategy", cfg.Strategy.String(), "rank", r.index, "ranks", ranks, "steps", steps, "batch", batch, "first_step", start)
+	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", ranks, "steps", steps, "batch", batch, "first_step", start)
 	l.trainStart, l.windowStart = time.Now(), time.Now()
 	if r.chief() {
 		err = l.lead(ctx, start)

@@ -58,6 +58,9 @@ type RunConfig struct {
 	// it is lost and the cluster goes on without it (sync replicas,
 	// all-reduce, staleness); 0: a quarter of StepTimeout, 1 s to 15 s.
 	LostAfter time.Duration
+	// Compression is how gradients travel between workers (default
+	// float32): fp16, bf16 or top-k with error feedback; see Compression.
+	Compression Compression
 	// PSPlacement spreads the variables over the ps tasks (default
 	// round-robin).
 	PSPlacement placement.Strategy
@@ -171,6 +174,9 @@ func (c RunConfig) withDefaults() (RunConfig, error) {
 		}
 	}
 	if err := c.Strategy.validate(c.Cluster); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Compression.validateFor(c.Strategy); err != nil {
 		errs = append(errs, err)
 	}
 	if c.CheckpointDir != "" {

@@ -49,6 +49,7 @@ type trainFlags struct {
 	localCluster string
 	inGraph      bool
 	psStrategy   string
+	compression  string
 	stepTimeout  time.Duration
 	waitTimeout  time.Duration
 	// listenFD is an inherited listening socket (tests that start tasks
@@ -148,6 +149,7 @@ func newTrainCommand() *cobra.Command {
 	fl.DurationVar(&f.stepDelay, "step-delay", 0, "wait this long before every step (fault injection: a slow worker)")
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
+	fl.StringVar(&f.compression, "compression", "none", "with --allreduce: how gradients travel: none (float32), fp16, bf16 (half the bytes), topk or topk:RATIO (the largest RATIO of the elements, 0.01 by default, the rest kept for the next step)")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
 	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
 		`"none" uses --lr as given, as TensorFlow's SyncReplicasOptimizer and Horovod do (their scripts scale it); "linear" uses k times --lr (Goyal et al. 2017: --lr is then the single-process rate for one batch); "sqrt" uses sqrt(k) times --lr`)
@@ -157,6 +159,7 @@ func newTrainCommand() *cobra.Command {
 	addTraceFlags(fl, &f.trace)
 	addSecurityFlags(fl, &f.security, false)
 	addWideDeepFlags(fl, f)
+	addHashFlags(fl, f)
 	addMetricsFlag(fl, &f.metricsPort, true)
 	addDashboardFlags(fl, &f.dash)
 	fl.IntVar(&f.listenFD, "listen-fd", 0, "serve on this inherited listening socket")
@@ -227,7 +230,13 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	bad(f.replicasToAggregate > 0 && !f.sync, "--replicas-to-aggregate goes with --sync")
 	bad(set("average-every") && f.averageEvery < 0, "--average-every %d: must not be negative (0 adapts it)", f.averageEvery)
 	bad(f.averageEvery >= 0 && !f.allReduce, "--average-every goes with --allreduce")
+	if c, err := estimator.ParseCompression(f.compression); err != nil {
+		errs = append(errs, fmt.Errorf("--%w", err))
+	} else {
+		bad(c.Kind != estimator.NoCompression && (!f.allReduce || f.averageEvery >= 0), "--compression %s goes with --allreduce (the ps push and --average-every do not compress)", f.compression)
+	}
 	bad(f.verbose && f.quiet, "--verbose and --quiet: choose one")
+	errs = append(errs, f.checkHashFlags(set)...)
 	bad(f.localCluster != "" && f.metricsPort != 0, "--metrics-port %d with --local-cluster: every task gets a free loopback port of its own; leave the flag out (or 0 for none)", f.metricsPort)
 	if f.optimizer != "" {
 		if _, err := train.NewOptimizer(f.optimizer, 0.1); err != nil {
@@ -358,6 +367,9 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		LogEverySteps: f.logEvery, Seed: int64(f.seed), StepTimeout: f.stepTimeout, WaitTimeout: f.waitTimeout,
 		Logger: f.logger(stderr), Progress: progress, StepDelay: f.stepDelay, Security: f.security,
 	}
+	if cfg.Compression, err = estimator.ParseCompression(f.compression); err != nil {
+		return fmt.Errorf("--%w", err)
+	}
 	if f.psStrategy == "greedy" {
 		cfg.PSPlacement = placement.GreedyBySize
 	}
@@ -369,6 +381,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	if err != nil {
 		return fmt.Errorf("--optimizer: %w", err)
 	}
+	f.hashSetup(spec)
 	fn, err := models.ModelFn(f.model, models.Config{Seed: f.seed, WideDeep: f.wideDeep}, opt)
 	if err != nil {
 		return err
@@ -382,6 +395,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	var ex models.Data
 	var ts estimator.TrainSpec
 	var es estimator.EvalSpec
+	var clickHook *models.ClickEvalHook
 	if self.Job != "ps" && (!f.inGraph || cfg.IsChief()) {
 		if ex, err = loadData(f); err != nil {
 			return err
@@ -391,6 +405,10 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 			Stop: estimator.Stop{MaxSteps: int64(f.steps), Epochs: f.epochs, ExamplesPerEpoch: ex.Examples()}}
 		ts.Hooks = append(ts.Hooks, f.trace.hooks(cfg, f.logdir, cfg.Logger)...)
 		es = estimator.EvalSpec{Input: ex.TestInput(feature, 1000), ExportDir: f.export}
+		if clickHook = f.clickEvalHook(fn, ex); clickHook != nil {
+			ts.Hooks = append(ts.Hooks, clickHook)
+			es.Input = nil // the hook evaluates, where the tables are
+		}
 	} else {
 		ts = estimator.TrainSpec{Input: func(estimator.InputContext) (*estimator.Input, error) {
 			return nil, errors.New("a serving task reads no input")
@@ -432,7 +450,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		r.W, r.B = &wv, &bv
 	}
 	if f.model == "widedeep" && res.Chief {
-		if err := clickResult(ctx, est, ex, &r); err != nil {
+		if err := clickResult(ctx, est, ex, clickHook, &r); err != nil {
 			return err
 		}
 	}

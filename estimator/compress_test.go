@@ -1,0 +1,173 @@
+package estimator
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/allreduce"
+)
+
+func TestParseCompression(t *testing.T) {
+	for _, tc := range []struct {
+		in, want, err string
+	}{
+		{"none", "none", ""},
+		{"fp16", "fp16", ""},
+		{"bf16", "bf16", ""},
+		{"topk", "topk:0.01", ""},
+		{"topk:0.1", "topk:0.1", ""},
+		{"topk:1", "topk:1", ""},
+		{"topk:0", "", "want 0 < ratio <= 1"},
+		{"topk:1.5", "", "want 0 < ratio <= 1"},
+		{"topk:NaN", "", "want 0 < ratio <= 1"},
+		{"topk:x", "", "not a number"},
+		{"fp16:0.1", "", "only topk takes a ratio"},
+		{"fp8", "", "want none, fp16, bf16, topk"},
+	} {
+		c, err := ParseCompression(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseCompression(%q) = %v, %v; want an error containing %q", tc.in, c, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || c.String() != tc.want {
+			t.Errorf("ParseCompression(%q) = %v, %v; want %s", tc.in, c, err, tc.want)
+		}
+	}
+	if err := (Compression{Kind: FP16}).validateFor(Sync{}); err == nil || !strings.Contains(err.Error(), "only the allreduce strategy") {
+		t.Errorf("fp16 with Sync{}: %v; want it refused", err)
+	}
+	if err := (Compression{Kind: TopK}).validateFor(AllReduce{}); err != nil {
+		t.Errorf("topk with AllReduce{}: %v", err)
+	}
+}
+
+func TestKthLargest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 2, 3, 10, 1000} {
+		vals := make([]float32, n)
+		for i := range vals {
+			vals[i] = float32(rng.IntN(n/2*2 + 1)) // ties
+		}
+		sorted := slices.Clone(vals)
+		slices.Sort(sorted)
+		slices.Reverse(sorted)
+		for _, k := range []int{1, (n + 1) / 2, n} {
+			if got := kthLargest(slices.Clone(vals), k); got != sorted[k-1] {
+				t.Errorf("n %d: kthLargest(k=%d) = %v, want %v", n, k, got, sorted[k-1])
+			}
+		}
+	}
+}
+
+// TestTopKErrorFeedback: over several steps, each rank sends at most k
+// entries, all ranks apply the same update, and nothing is lost: the sum
+// of the updates applied equals the mean of the gradients given less the
+// mean of the residuals left (error feedback).
+func TestTopKErrorFeedback(t *testing.T) {
+	const ranks, n, steps = 3, 200, 6
+	rings, err := allreduce.NewInProcess(ranks, allreduce.InProcessConfig{ChunkBytes: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	comps := make([]*gradCompressor, ranks)
+	for i := range comps {
+		comps[i] = newGradCompressor(Compression{Kind: TopK, Ratio: 0.05}) // k = 10
+	}
+	given, applied := make([]float64, n), make([]float64, n)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for step := range int64(steps) {
+		grads := make([][]float32, ranks)
+		for r := range grads {
+			grads[r] = make([]float32, n)
+			for i := range grads[r] {
+				grads[r][i] = float32(rng.NormFloat64())
+				given[i] += float64(grads[r][i]) / ranks
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, ranks)
+		for r := range ranks {
+			wg.Go(func() { errs[r] = comps[r].wrap(rings[r]).AllReduceMean(ctx, "grads", step, grads[r]) })
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("step %d rank %d: %v", step, r, err)
+			}
+		}
+		nonzero := 0
+		for i := range n {
+			for r := 1; r < ranks; r++ {
+				if grads[r][i] != grads[0][i] {
+					t.Fatalf("step %d element %d: rank %d applies %v, rank 0 %v", step, i, r, grads[r][i], grads[0][i])
+				}
+			}
+			if grads[0][i] != 0 {
+				nonzero++
+			}
+			applied[i] += float64(grads[0][i])
+		}
+		if nonzero > ranks*10 || nonzero < 10 {
+			t.Errorf("step %d: %d entries updated, want 10 to %d", step, nonzero, ranks*10)
+		}
+	}
+	for i := range n {
+		owed := 0.0
+		for _, c := range comps {
+			owed += float64(c.residual[i]) / ranks
+		}
+		if d := math.Abs(applied[i] + owed - given[i]); d > 1e-4 {
+			t.Fatalf("element %d: applied %v + residuals %v != given %v", i, applied[i], owed, given[i])
+		}
+	}
+}
+
+// TestFP16MeanIsTheMean: the fp16 wrapper takes the mean, within half
+// precision, on every rank alike.
+func TestFP16MeanIsTheMean(t *testing.T) {
+	rings, err := allreduce.NewInProcess(2, allreduce.InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	data := [][]float32{{1, 60000, -3}, {3, 60000, 0.001}} // the sum of the 60000s would overflow fp16, not their mean
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 {
+		wg.Go(func() {
+			errs[r] = newGradCompressor(Compression{Kind: FP16}).wrap(rings[r]).AllReduceMean(ctx, "g", 1, data[r])
+		})
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	// 60000 is a binary16 value; (-3+0.001)/2 rounds.
+	want := []float32{2, 60000, -1.4995}
+	for i, v := range data[0] {
+		if data[1][i] != v || math.Abs(float64(v-want[i])) > 1e-3*math.Abs(float64(want[i])) {
+			t.Errorf("element %d: ranks hold %v and %v, want %v", i, v, data[1][i], want[i])
+		}
+	}
+}
