@@ -40,6 +40,31 @@ func TaskFiles(task cluster.TaskID) (crt, key string) {
 	return base + ".crt", base + ".key"
 }
 
+// HostFiles returns the certificate and key file names of a host
+// certificate (CreateConfig.PerHost): host.NAME.crt and .key, with the
+// host's name or IP as in the cluster's addresses (lower case; characters
+// other than letters, digits, '.' and '-', such as an IPv6 address's
+// colons, become '_').
+func HostFiles(host string) (crt, key string) {
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	base := "host." + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
+			return r
+		}
+		return '_'
+	}, host)
+	return base + ".crt", base + ".key"
+}
+
+// hostOf returns the host part of a task's address.
+func hostOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return host
+}
+
 // Default lifetimes of certificates.
 const (
 	DefaultCALifetime   = 10 * 365 * 24 * time.Hour
@@ -136,9 +161,33 @@ func NewCA(id string, kt KeyType, lifetime time.Duration, now time.Time) (*CA, e
 // (server and client auth), a client's only dials. The id's cluster need
 // not be ca's: tests make certificates of other clusters with it.
 func (ca *CA) Issue(id Identity, hosts []string, kt KeyType, lifetime time.Duration, now time.Time) (certPEM, keyPEM []byte, cert *x509.Certificate, err error) {
-	if err := id.validate(); err != nil {
-		return nil, nil, nil, err
+	return ca.issue([]Identity{id}, id.String(), hosts, kt, lifetime, now)
+}
+
+// IssueHost makes the certificate of a host that runs the given tasks
+// (CreateConfig.PerHost): one key for all of them, every task named by a
+// URI SAN of its own, and host and the other hosts as SANs. A peer
+// holding it is taken for any of these tasks (the one each call names),
+// and for no other. Otherwise as Issue.
+func (ca *CA) IssueHost(host string, tasks []Identity, hosts []string, kt KeyType, lifetime time.Duration, now time.Time) (certPEM, keyPEM []byte, cert *x509.Certificate, err error) {
+	if len(tasks) == 0 {
+		return nil, nil, nil, fmt.Errorf("pki: a certificate for host %s without tasks", host)
 	}
+	for _, id := range tasks {
+		if !id.IsTask {
+			return nil, nil, nil, fmt.Errorf("pki: the certificate of host %s may name tasks only, not %s", host, id)
+		}
+	}
+	return ca.issue(tasks, "host "+host, append([]string{host}, hosts...), kt, lifetime, now)
+}
+
+func (ca *CA) issue(ids []Identity, name string, hosts []string, kt KeyType, lifetime time.Duration, now time.Time) (certPEM, keyPEM []byte, cert *x509.Certificate, err error) {
+	for _, id := range ids {
+		if err := id.validate(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	id := ids[0]
 	if lifetime == 0 {
 		lifetime = DefaultCertLifetime
 	}
@@ -152,12 +201,14 @@ func (ca *CA) Issue(id Identity, hosts []string, kt KeyType, lifetime time.Durat
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{Organization: []string{"distflow"}, OrganizationalUnit: []string{"cluster " + id.ClusterID}, CommonName: id.String()},
+		Subject:      pkix.Name{Organization: []string{"distflow"}, OrganizationalUnit: []string{"cluster " + id.ClusterID}, CommonName: name},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		URIs:         []*url.URL{id.URI()},
+	}
+	for _, id := range ids {
+		tmpl.URIs = append(tmpl.URIs, id.URI())
 	}
 	if _, ok := key.(*ecdsa.PrivateKey); ok {
 		tmpl.KeyUsage |= x509.KeyUsageKeyAgreement
@@ -170,7 +221,7 @@ func (ca *CA) Issue(id Identity, hosts []string, kt KeyType, lifetime time.Durat
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("pki: signing the certificate of %s: %w", id, err)
+		return nil, nil, nil, fmt.Errorf("pki: signing the certificate of %s: %w", name, err)
 	}
 	cert, err = x509.ParseCertificate(der)
 	if err != nil {
@@ -306,6 +357,12 @@ type CreateConfig struct {
 	// Spec lists the tasks: one certificate per task, with its address's
 	// host as SAN. Nil makes only the CA and the client certificate.
 	Spec *cluster.Spec
+	// PerHost makes one certificate per distinct host of Spec instead
+	// (HostFiles: host.NAME.crt and .key), naming every task on that host:
+	// each machine then holds one key, and a task finds its host's files
+	// when it has none of its own. A host's certificate is good for its
+	// own tasks only.
+	PerHost bool
 	// Hosts are added to the SANs of every task's certificate (names or
 	// IPs by which the tasks are also reached).
 	Hosts []string
@@ -329,9 +386,13 @@ type CreateConfig struct {
 type Made struct {
 	File     string // path of the certificate
 	Identity Identity
-	Expires  time.Time
-	SANs     []string
-	New      bool // for the CA: made now, not found in Dir
+	// Tasks are all the tasks a host certificate names (Identity is the
+	// first); nil for other certificates.
+	Tasks   []Identity
+	Host    string // of a host certificate
+	Expires time.Time
+	SANs    []string
+	New     bool // for the CA: made now, not found in Dir
 }
 
 // Create makes the CA (unless Dir has one) and the certificates of cfg,
@@ -379,7 +440,7 @@ func Create(cfg CreateConfig) ([]Made, error) {
 	default:
 		return nil, err
 	}
-	issue := func(id Identity, hosts []string, crt, key string) error {
+	issue := func(m Made, hosts []string, crt, key string) error {
 		crt, key = filepath.Join(cfg.Dir, crt), filepath.Join(cfg.Dir, key)
 		if !cfg.Overwrite {
 			for _, p := range []string{crt, key} {
@@ -388,7 +449,14 @@ func Create(cfg CreateConfig) ([]Made, error) {
 				}
 			}
 		}
-		cp, kp, cert, err := ca.Issue(id, hosts, cfg.KeyType, cfg.Lifetime, now)
+		var cp, kp []byte
+		var cert *x509.Certificate
+		var err error
+		if m.Tasks != nil {
+			cp, kp, cert, err = ca.IssueHost(m.Host, m.Tasks, hosts, cfg.KeyType, cfg.Lifetime, now)
+		} else {
+			cp, kp, cert, err = ca.Issue(m.Identity, hosts, cfg.KeyType, cfg.Lifetime, now)
+		}
 		if err != nil {
 			return err
 		}
@@ -398,18 +466,32 @@ func Create(cfg CreateConfig) ([]Made, error) {
 		if err := writeFile(crt, cp, 0o644, cfg.Overwrite); err != nil {
 			return err
 		}
-		made = append(made, Made{File: crt, Identity: id, Expires: cert.NotAfter, SANs: sans(cert)})
+		m.File, m.Expires, m.SANs = crt, cert.NotAfter, sans(cert)
+		made = append(made, m)
 		return nil
 	}
-	if cfg.Spec != nil {
+	if cfg.Spec != nil && cfg.PerHost {
+		var order []string
+		tasks := map[string][]Identity{}
 		for _, t := range cfg.Spec.Tasks() {
 			addr, _ := cfg.Spec.Address(t)
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				host = addr
+			host := strings.ToLower(hostOf(addr))
+			if tasks[host] == nil {
+				order = append(order, host)
 			}
+			tasks[host] = append(tasks[host], TaskIdentity(ca.ClusterID, t))
+		}
+		for _, host := range order {
+			crt, key := HostFiles(host)
+			if err := issue(Made{Identity: tasks[host][0], Tasks: tasks[host], Host: host}, cfg.Hosts, crt, key); err != nil {
+				return made, err
+			}
+		}
+	} else if cfg.Spec != nil {
+		for _, t := range cfg.Spec.Tasks() {
+			addr, _ := cfg.Spec.Address(t)
 			crt, key := TaskFiles(t)
-			if err := issue(TaskIdentity(ca.ClusterID, t), append([]string{host}, cfg.Hosts...), crt, key); err != nil {
+			if err := issue(Made{Identity: TaskIdentity(ca.ClusterID, t)}, append([]string{hostOf(addr)}, cfg.Hosts...), crt, key); err != nil {
 				return made, err
 			}
 		}
@@ -419,7 +501,7 @@ func Create(cfg CreateConfig) ([]Made, error) {
 		if name == "" {
 			name = "admin"
 		}
-		if err := issue(ClientIdentity(ca.ClusterID, name), nil, ClientCert, ClientKey); err != nil {
+		if err := issue(Made{Identity: ClientIdentity(ca.ClusterID, name)}, nil, ClientCert, ClientKey); err != nil {
 			return made, err
 		}
 	}
@@ -453,8 +535,14 @@ func List(dir string) ([]Made, error) {
 		if err != nil {
 			return nil, err
 		}
-		id, _ := IdentityOf(c)
-		out = append(out, Made{File: f, Identity: id, Expires: c.NotAfter, SANs: sans(c)})
+		m := Made{File: f, Expires: c.NotAfter, SANs: sans(c)}
+		if ids, err := IdentitiesOf(c); err == nil {
+			m.Identity = ids[0]
+			if strings.HasPrefix(c.Subject.CommonName, "host ") {
+				m.Tasks, m.Host = ids, strings.TrimPrefix(c.Subject.CommonName, "host ")
+			}
+		}
+		out = append(out, m)
 	}
 	return out, nil
 }

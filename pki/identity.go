@@ -79,8 +79,24 @@ func (id Identity) validate() error {
 // errNoIdentity is returned for a certificate without a distflow URI.
 var errNoIdentity = errors.New("the certificate names no distflow identity (no distflow:// URI)")
 
-// IdentityOf returns the identity cert names by its distflow URI SAN.
+// IdentityOf returns the identity cert names by its distflow URI SAN: the
+// CA, a client, or a task with a certificate of its own. A host
+// certificate names several tasks: see IdentitiesOf.
 func IdentityOf(cert *x509.Certificate) (Identity, error) {
+	found, err := IdentitiesOf(cert)
+	if err != nil {
+		return Identity{}, err
+	}
+	if len(found) > 1 {
+		return Identity{}, fmt.Errorf("the certificate names %d distflow identities; want one", len(found))
+	}
+	return found[0], nil
+}
+
+// IdentitiesOf returns the identities cert names by its distflow URI
+// SANs: one, or for a host certificate (CreateConfig.PerHost) every task
+// of the host, all of one cluster.
+func IdentitiesOf(cert *x509.Certificate) ([]Identity, error) {
 	var found []Identity
 	for _, u := range cert.URIs {
 		if u.Scheme != Scheme {
@@ -88,17 +104,21 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 		}
 		id, err := parseURI(u)
 		if err != nil {
-			return Identity{}, err
+			return nil, err
 		}
 		found = append(found, id)
 	}
-	switch len(found) {
-	case 0:
-		return Identity{}, errNoIdentity
-	case 1:
-		return found[0], nil
+	if len(found) == 0 {
+		return nil, errNoIdentity
 	}
-	return Identity{}, fmt.Errorf("the certificate names %d distflow identities; want one", len(found))
+	if len(found) > 1 {
+		for _, id := range found {
+			if !id.IsTask || id.ClusterID != found[0].ClusterID {
+				return nil, fmt.Errorf("the certificate names %d distflow identities, not all tasks of one cluster", len(found))
+			}
+		}
+	}
+	return found, nil
 }
 
 func parseURI(u *url.URL) (Identity, error) {

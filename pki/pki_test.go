@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
 	"github.com/distflow/distflow/cluster"
@@ -219,5 +220,110 @@ func TestDefaultIsSecure(t *testing.T) {
 	os.Chmod(tok, 0o644)
 	if _, err := (Security{TokenFile: tok}).TaskOptions(remote, self, log); err == nil || isWindows {
 		t.Fatalf("a token readable by others was taken")
+	}
+}
+
+// TestPerHost: one certificate per host names the host's tasks; each task
+// loads its host's files; a peer holding a host's certificate is taken for
+// the task each call names when that task is on the host, and for no
+// other.
+func TestPerHost(t *testing.T) {
+	spec := testSpec(t, "127.0.0.1:2222", "127.0.0.1:2223,127.0.0.2:2224,127.0.0.2:2225")
+	dir, log := t.TempDir(), testLogger(t)
+	made, err := Create(CreateConfig{Dir: dir, Spec: spec, PerHost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, m := range made {
+		files = append(files, filepath.Base(m.File))
+	}
+	if got := strings.Join(files, " "); got != "ca.crt host.127.0.0.1.crt host.127.0.0.2.crt client.crt" {
+		t.Fatalf("made %s; want the CA, one certificate per host and the client's", got)
+	}
+	if got := names(made[2].Tasks); got != "/job:worker/task:1, /job:worker/task:2" || made[2].Host != "127.0.0.2" {
+		t.Errorf("host 127.0.0.2's certificate names %s (host %q)", got, made[2].Host)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "host.127.0.0.2.key")); err != nil || st.Mode().Perm() != 0o600 && !isWindows {
+		t.Errorf("host key: %v, %v; want mode 0600", st, err)
+	}
+	list, err := List(dir)
+	if err != nil || len(list) != 4 || names(list[3].Tasks) != names(made[2].Tasks) { // sorted by file name
+		t.Fatalf("List: %+v, %v", list, err)
+	}
+
+	opts := map[string]*tls.Config{}
+	for _, task := range spec.Tasks() {
+		o, err := Security{CertsDir: dir}.TaskOptions(spec, task, log)
+		if err != nil {
+			t.Fatalf("%s: %v", task, err)
+		}
+		opts[task.String()] = o.TLS
+		// Every call says which of the host's tasks makes it.
+		md, err := o.PerRPCCredentials.GetRequestMetadata(context.Background())
+		if err != nil || md[taskKey] != task.String() {
+			t.Errorf("%s's calls carry %v, %v", task, md, err)
+		}
+	}
+	srv, err := Security{CertsDir: dir}.TaskOptions(spec, cluster.TaskID{Job: "ps"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, serr, cerr := handshake(t, opts["/job:worker/task:2"], srv.TLS)
+	if serr != nil || cerr != nil {
+		t.Fatalf("a host certificate was refused: server %v, client %v", serr, cerr)
+	}
+	identify := func(claim string) (string, error) {
+		ctx := peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{State: st}})
+		if claim != "" {
+			ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(taskKey, claim))
+		}
+		return srv.Identify(ctx, "/distflow.WorkerService/RunGraph")
+	}
+	for _, tc := range []struct{ claim, want, refuse string }{
+		{"/job:worker/task:2", "/job:worker/task:2", ""},
+		{"/job:worker/task:1", "/job:worker/task:1", ""},
+		{"/job:worker/task:0", "", "does not name"}, // on the other host
+		{"/job:ps/task:0", "", "does not name"},
+		{"", "", "does not say which"},
+	} {
+		got, err := identify(tc.claim)
+		if tc.refuse == "" && (err != nil || got != tc.want) || tc.refuse != "" && (err == nil || !strings.Contains(err.Error(), tc.refuse)) {
+			t.Errorf("a call claiming %q: %q, %v; want %q or a refusal with %q", tc.claim, got, err, tc.want, tc.refuse)
+		}
+	}
+
+	// A host certificate naming a task the cluster does not have is
+	// refused at the handshake, although the CA signed it.
+	ca, err := LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, kp, _, err := ca.IssueHost("127.0.0.2", []Identity{
+		TaskIdentity(ca.ClusterID, cluster.TaskID{Job: "worker", Index: 1}),
+		TaskIdentity(ca.ClusterID, cluster.TaskID{Job: "worker", Index: 9}),
+	}, nil, "", 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := tls.X509KeyPair(cp, kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, serr, _ := handshake(t, &tls.Config{Certificates: []tls.Certificate{rogue}, RootCAs: srv.TLS.RootCAs}, srv.TLS); serr == nil || !strings.Contains(serr.Error(), "not a task of this cluster") {
+		t.Errorf("a host certificate naming /job:worker/task:9: %v; want a refusal", serr)
+	}
+	// A task whose host has no certificate is told what to make.
+	os.Remove(filepath.Join(dir, "host.127.0.0.2.crt"))
+	if _, err := (Security{CertsDir: dir}).TaskOptions(spec, cluster.TaskID{Job: "worker", Index: 2}, log); err == nil || !strings.Contains(err.Error(), "host.127.0.0.2.crt") {
+		t.Errorf("no host certificate: %v; want an error naming host.127.0.0.2.crt", err)
+	}
+}
+
+func TestHostFiles(t *testing.T) {
+	for host, want := range map[string]string{"h1.example": "host.h1.example.crt", "W1": "host.w1.crt", "[::1]": "host.__1.crt", "::1": "host.__1.crt", "10.0.0.1": "host.10.0.0.1.crt"} {
+		if crt, key := HostFiles(host); crt != want || key != strings.TrimSuffix(want, ".crt")+".key" {
+			t.Errorf("HostFiles(%q) = %s, %s; want %s", host, crt, key, want)
+		}
 	}
 }

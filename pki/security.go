@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,8 +120,12 @@ func (s Security) TaskOptions(spec *cluster.Spec, self cluster.TaskID, log *slog
 		return opts, nil
 	}
 	var checks []func(context.Context, string) (string, error)
+	hostCert := false
 	if s.CertsDir != "" {
-		crt, key := TaskFiles(self)
+		crt, key, err := ownFiles(s.CertsDir, spec, self)
+		if err != nil {
+			return opts, err
+		}
 		ca, cert, err := loadPair(s.CertsDir, crt, key)
 		if err != nil {
 			return opts, err
@@ -128,6 +133,8 @@ func (s Security) TaskOptions(spec *cluster.Spec, self cluster.TaskID, log *slog
 		if err := checkOwn(cert, ca, TaskIdentity(ca.id, self)); err != nil {
 			return opts, err
 		}
+		ids, _ := IdentitiesOf(cert.Leaf) // checked by checkOwn
+		hostCert = len(ids) > 1
 		m := &membership{id: ca.id, spec: spec}
 		opts.TLS = &tls.Config{
 			MinVersion:       tls.VersionTLS13,
@@ -150,6 +157,10 @@ func (s Security) TaskOptions(spec *cluster.Spec, self cluster.TaskID, log *slog
 		if s.CertsDir == "" {
 			checks = append(checks, (&membership{spec: spec}).identifyByToken)
 		}
+	} else if hostCert {
+		// The certificate names every task of the host: each call says
+		// which one makes it (membership.identify checks it is one of them).
+		opts.PerRPCCredentials = tokenCreds{md: map[string]string{taskKey: self.String()}}
 	}
 	opts.Identify = checks[0]
 	return opts, nil
@@ -185,6 +196,26 @@ func (s Security) ClientOptions() (rpc.Options, error) {
 		opts.PerRPCCredentials = tokenCreds{md: map[string]string{tokenKey: string(tok), taskKey: "client:tool"}}
 	}
 	return opts, nil
+}
+
+// ownFiles returns the certificate and key files of task self in dir: its
+// own (TaskFiles), else its host's (HostFiles, made with
+// CreateConfig.PerHost).
+func ownFiles(dir string, spec *cluster.Spec, self cluster.TaskID) (crt, key string, err error) {
+	crt, key = TaskFiles(self)
+	if _, err := os.Stat(filepath.Join(dir, crt)); err == nil {
+		return crt, key, nil
+	}
+	addr, err := spec.Address(self)
+	if err != nil {
+		return crt, key, nil // loadPair names the missing file
+	}
+	hcrt, hkey := HostFiles(hostOf(addr))
+	if _, err := os.Stat(filepath.Join(dir, hcrt)); err == nil {
+		return hcrt, hkey, nil
+	}
+	return "", "", fmt.Errorf("pki: no certificate for %s in %s: want %s (made by distflow certs create) or its host's %s (made with --per-host)",
+		self, dir, crt, hcrt)
 }
 
 type caInfo struct {
@@ -223,14 +254,23 @@ func checkOwn(cert tls.Certificate, ca *caInfo, want Identity) error {
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return fmt.Errorf("pki: the certificate of %s: %w", want, err)
 	}
-	id, err := IdentityOf(leaf)
+	ids, err := IdentitiesOf(leaf)
 	if err != nil {
 		return fmt.Errorf("pki: the certificate of %s: %w", want, err)
 	}
-	if id != want {
-		return fmt.Errorf("pki: the certificate for %s names %s of cluster %s", want, id, id.ClusterID)
+	if !slices.Contains(ids, want) {
+		return fmt.Errorf("pki: the certificate for %s names %s of cluster %s", want, names(ids), ids[0].ClusterID)
 	}
 	return nil
+}
+
+// names lists identities for messages.
+func names(ids []Identity) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = id.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 func warnExpiry(log *slog.Logger, cert tls.Certificate) {
@@ -246,22 +286,25 @@ type membership struct {
 	spec *cluster.Spec
 }
 
-// check returns the peer identity of a verified certificate, or why it is
-// not a member.
-func (m *membership) check(cert *x509.Certificate) (Identity, error) {
-	id, err := IdentityOf(cert)
+// check returns the peer identities of a verified certificate (one, or a
+// host certificate's tasks), or why it is not a member: every identity
+// must be a member.
+func (m *membership) check(cert *x509.Certificate) ([]Identity, error) {
+	ids, err := IdentitiesOf(cert)
 	if err != nil {
-		return id, fmt.Errorf("certificate %q: %w", cert.Subject.CommonName, err)
+		return nil, fmt.Errorf("certificate %q: %w", cert.Subject.CommonName, err)
 	}
-	switch {
-	case m.id != "" && id.ClusterID != m.id:
-		return id, fmt.Errorf("certificate of %s is of cluster %s, not of this cluster %s", id, id.ClusterID, m.id)
-	case id.IsTask && m.spec != nil && !m.spec.Contains(id.Task):
-		return id, fmt.Errorf("certificate names %s, which is not a task of this cluster (%s)", id, strings.Join(m.spec.TaskNames(), ", "))
-	case !id.IsTask && id.Client == "":
-		return id, errors.New("certificate is the cluster CA's, not a task's or a client's")
+	for _, id := range ids {
+		switch {
+		case m.id != "" && id.ClusterID != m.id:
+			return nil, fmt.Errorf("certificate of %s is of cluster %s, not of this cluster %s", id, id.ClusterID, m.id)
+		case id.IsTask && m.spec != nil && !m.spec.Contains(id.Task):
+			return nil, fmt.Errorf("certificate names %s, which is not a task of this cluster (%s)", id, strings.Join(m.spec.TaskNames(), ", "))
+		case !id.IsTask && id.Client == "":
+			return nil, errors.New("certificate is the cluster CA's, not a task's or a client's")
+		}
 	}
-	return id, nil
+	return ids, nil
 }
 
 // verifyConnection refuses, at the handshake, a peer whose chain is good
@@ -285,9 +328,24 @@ func (m *membership) identify(ctx context.Context, method string) (string, error
 	if !ok {
 		return "", errors.New("no verified client certificate")
 	}
-	id, err := m.check(cert)
+	ids, err := m.check(cert)
 	if err != nil {
 		return "", err
+	}
+	id := ids[0]
+	if len(ids) > 1 {
+		// A host certificate: the call names its task, which must be one
+		// of the host's.
+		md, _ := metadata.FromIncomingContext(ctx)
+		v := md.Get(taskKey)
+		if len(v) != 1 {
+			return "", fmt.Errorf("the certificate of %s names several tasks (%s) and the call does not say which one makes it", cert.Subject.CommonName, names(ids))
+		}
+		i := slices.IndexFunc(ids, func(id Identity) bool { return id.Task.String() == v[0] })
+		if i < 0 {
+			return "", fmt.Errorf("the call claims to come from %q, which the certificate of %s does not name (it names %s)", v[0], cert.Subject.CommonName, names(ids))
+		}
+		id = ids[i]
 	}
 	if !id.IsTask && !clientMayCall(method) {
 		return "", fmt.Errorf("%s is a client: it may not call %s", id, method)

@@ -30,7 +30,13 @@ the task and its address) and a client certificate for tools (client.crt,
 client.key). Give every task ca.crt and its own two files (ca.key stays with
 whoever makes certificates), and start it with --certs-dir: every connection
 between tasks then uses mutual TLS, and every call is checked to come from a
-task of this cluster.`,
+task of this cluster.
+
+With --per-host, it makes one certificate per host of the cluster instead
+(host.NAME.crt and .key), naming every task on that host: give each machine
+ca.crt and its host's two files. A task uses its own files when the
+directory has them, else its host's; a host's certificate is accepted for
+the tasks of that host only (each call names its task).`,
 	}
 	cmd.AddCommand(newCertsCreateCommand(), newCertsListCommand())
 	return cmd
@@ -41,14 +47,15 @@ func newCertsCreateCommand() *cobra.Command {
 		dir, psHosts, workerHosts, chiefHosts, keyType, client string
 		hosts                                                  []string
 		lifetime, caLifetime                                   time.Duration
-		overwrite, noClient                                    bool
+		overwrite, noClient, perHost                           bool
 	}
 	cmd := &cobra.Command{
 		Use:   "create --dir DIR [--ps_hosts ... --worker_hosts ... | TF_CONFIG]",
 		Short: "Make a cluster CA and the certificates of its tasks and tools",
 		Example: `  distflow certs create --dir certs --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222
   TF_CONFIG='{"cluster": {...}}' distflow certs create --dir certs
-  distflow certs create --dir certs --worker_hosts=h1:2222,h2:2222,h3:2222   # the same CA signs a grown cluster's new tasks`,
+  distflow certs create --dir certs --worker_hosts=h1:2222,h2:2222,h3:2222   # the same CA signs a grown cluster's new tasks
+  distflow certs create --dir certs --per-host --ps_hosts=h0:2222 --worker_hosts=h0:2223,h1:2222,h1:2223   # host.h0.crt, host.h1.crt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.dir == "" {
@@ -73,11 +80,14 @@ func newCertsCreateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if spec == nil && f.perHost {
+				return errors.New("certs create: --per-host needs the cluster (--ps_hosts/--worker_hosts/--chief_hosts or TF_CONFIG)")
+			}
 			if spec == nil && f.noClient {
 				return errors.New("certs create: no cluster (--ps_hosts/--worker_hosts/--chief_hosts or TF_CONFIG) and --no-client: nothing to make")
 			}
 			made, err := pki.Create(pki.CreateConfig{
-				Dir: f.dir, Spec: spec, Hosts: f.hosts, Client: f.client, NoClient: f.noClient,
+				Dir: f.dir, Spec: spec, PerHost: f.perHost, Hosts: f.hosts, Client: f.client, NoClient: f.noClient,
 				KeyType: pki.KeyType(f.keyType), Lifetime: f.lifetime, CALifetime: f.caLifetime, Overwrite: f.overwrite,
 			})
 			printMade(cmd.OutOrStdout(), made, true)
@@ -95,6 +105,7 @@ func newCertsCreateCommand() *cobra.Command {
 	fl.BoolVar(&f.noClient, "no-client", false, "make no client certificate")
 	fl.DurationVar(&f.lifetime, "lifetime", pki.DefaultCertLifetime, "validity of the tasks' and client's certificates")
 	fl.DurationVar(&f.caLifetime, "ca-lifetime", pki.DefaultCALifetime, "validity of a new CA")
+	fl.BoolVar(&f.perHost, "per-host", false, "one certificate per host (host.NAME.crt), naming every task on it, instead of one per task")
 	fl.BoolVar(&f.overwrite, "overwrite", false, "replace certificates and keys already in --dir (the CA is kept)")
 	return cmd
 }
@@ -126,6 +137,13 @@ func printMade(w io.Writer, made []pki.Made, create bool) {
 			}
 		}
 		who := m.Identity.String()
+		if m.Tasks != nil {
+			tasks := make([]string, len(m.Tasks))
+			for i, t := range m.Tasks {
+				tasks[i] = t.String()
+			}
+			who = "host " + m.Host + ": " + strings.Join(tasks, " ")
+		}
 		if m.Identity.ClusterID == "" {
 			who = "not a distflow certificate"
 		} else if who == "ca" {
@@ -137,8 +155,14 @@ func printMade(w io.Writer, made []pki.Made, create bool) {
 			state = "EXPIRED " + m.Expires.UTC().Format(time.DateOnly)
 		}
 		fmt.Fprintf(w, "%s%-14s %s, %s", verb, filepath.Base(m.File), who, state)
-		if len(m.SANs) > 1 {
-			fmt.Fprintf(w, ", SANs %s", strings.Join(m.SANs[1:], " "))
+		var hosts []string // the identities are named above
+		for _, s := range m.SANs {
+			if !strings.HasPrefix(s, pki.Scheme+"://") {
+				hosts = append(hosts, s)
+			}
+		}
+		if len(hosts) > 0 {
+			fmt.Fprintf(w, ", SANs %s", strings.Join(hosts, " "))
 		}
 		fmt.Fprintln(w)
 	}

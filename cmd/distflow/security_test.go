@@ -429,3 +429,115 @@ func TestClusterToken(t *testing.T) {
 		t.Errorf("W %.3f; want about 2", w)
 	}
 }
+
+// listenOn returns an inherited listener's file and address on ip, port
+// chosen by the kernel (127.0.0.2 is a second loopback "host").
+func listenOn(t *testing.T, ip string) (*os.File, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := l.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, l.Addr().String()
+}
+
+// claimCreds names the task a call comes from, as a task with a host
+// certificate does.
+type claimCreds string
+
+func (c claimCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"distflow-task": string(c)}, nil
+}
+func (claimCreds) RequireTransportSecurity() bool { return true }
+
+// TestPerHostCertificates: a cluster of two hosts (127.0.0.1: the ps and
+// worker 0; 127.0.0.2: workers 1 and 2) with one certificate per host from
+// `distflow certs create --per-host` trains; the key of 127.0.0.2 passes
+// for its own tasks but not for worker 0 or the ps, which are on the other
+// host.
+func TestPerHostCertificates(t *testing.T) {
+	var files []*os.File
+	var addrs []string
+	for _, ip := range []string{"127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"} {
+		f, a := listenOn(t, ip)
+		files, addrs = append(files, f), append(addrs, a)
+	}
+	dir := filepath.Join(t.TempDir(), "certs")
+	stdout, stderr, err := run(t, "certs", "create", "--dir", dir, "--per-host", "--ps_hosts", addrs[0], "--worker_hosts", strings.Join(addrs[1:], ","))
+	if err != nil {
+		t.Fatalf("certs create --per-host: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"made host.127.0.0.1.crt host 127.0.0.1: /job:ps/task:0 /job:worker/task:0", "made host.127.0.0.2.crt host 127.0.0.2: /job:worker/task:1 /job:worker/task:2"} {
+		if !strings.Contains(stdout, want) {
+			t.Fatalf("certs create --per-host printed:\n%s\nwant %q", stdout, want)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "worker.*")); len(m) != 0 {
+		t.Fatalf("per-task files made too: %v", m)
+	}
+	common := []string{"train", "--model", "linreg", "--steps", "200", "--lr", "0.03", "--json", "--wait-timeout", "60s", "--certs-dir", dir,
+		"--ps_hosts", addrs[0], "--worker_hosts", strings.Join(addrs[1:], ",")}
+	ps := startTestTask(t, "ps", files[0], append(common, "--job_name", "ps", "--task_index", "0")...)
+	ps.waitLine(t, "serving", 30*time.Second)
+
+	// The key of host 127.0.0.2, used by a process that says it is a task
+	// of the other host, or by its own task 1.
+	spec, _, err := cluster.FromFlags(addrs[0], strings.Join(addrs[1:], ","), "", "ps", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host2, err := pki.Security{CertsDir: dir}.TaskOptions(spec, cluster.TaskID{Job: "worker", Index: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(claim string) error {
+		w, closer, err := rpc.DialWorker(addrs[0], rpc.Options{TLS: host2.TLS, PerRPCCredentials: claimCreds(claim), NoTensorChannel: true})
+		if err != nil {
+			return err
+		}
+		defer closer.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = w.GetStatus(ctx, &pb.GetStatusRequest{})
+		return err
+	}
+	if err := call("/job:worker/task:1"); err != nil {
+		t.Fatalf("host 127.0.0.2's key as its worker 1: %v", err)
+	}
+	for _, other := range []string{"/job:worker/task:0", "/job:ps/task:0"} {
+		if err := call(other); err == nil || !strings.Contains(err.Error(), "which the certificate of host 127.0.0.2 does not name") {
+			t.Errorf("host 127.0.0.2's key claiming %s: %v; want a refusal", other, err)
+		}
+	}
+	waitLogged(t, ps, "which the certificate of host 127.0.0.2 does not name", 2)
+
+	var ws []*task
+	for i := range 3 {
+		ws = append(ws, startTestTask(t, fmt.Sprintf("worker %d", i), files[1+i], append(common, "--job_name", "worker", "--task_index", strconv.Itoa(i))...))
+	}
+	for _, w := range ws {
+		if err := w.wait(t, 120*time.Second); err != nil {
+			t.Fatalf("%s: %v\n%s", w.name, err, w.logs())
+		}
+	}
+	res := lastJSON(t, ws[0].output())
+	if w := res["W"].(float64); math.Abs(w-2) > 0.1 {
+		t.Errorf("W %.3f; want about 2", w)
+	}
+	// The chief, named by its host's certificate and its claim, may stop
+	// the ps.
+	if err := ps.wait(t, 30*time.Second); err != nil || !strings.Contains(ps.logs(), "training finished") {
+		t.Errorf("the ps did not exit when the chief stopped it: %v\n%s", err, ps.logs())
+	}
+	for _, w := range ws {
+		if strings.Contains(w.logs(), "rpc: refused") {
+			t.Errorf("%s's log:\n%s", w.name, w.logs())
+		}
+	}
+}
