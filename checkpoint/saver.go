@@ -72,6 +72,8 @@ type Saver struct {
 	cfg     SaverConfig
 	devices []string // one per shard, sorted
 	tables  []ops.HashTableShard
+	// restoredRows counts the rows each table shard restored.
+	restoredRows []graph.Output
 	step    graph.Output
 	saves   []graph.Output
 	restore *graph.Node
@@ -146,7 +148,9 @@ func NewSaver(s *graph.Scope, vars []*ops.Variable, cfg SaverConfig) (*Saver, er
 	for i, h := range tables {
 		ds := ss.WithDevice(h.Device)
 		sv.saves = append(sv.saves, ops.SaveHashTable(ds, sv.step, h, cfg.Dir, cfg.Basename, len(sv.devices)+i, files))
-		restores = append(restores, ops.RestoreHashTable(ds, sv.step, h, cfg.Dir, cfg.Basename))
+		rows := ops.RestoreHashTable(ds, sv.step, h, cfg.Dir, cfg.Basename)
+		sv.restoredRows = append(sv.restoredRows, rows)
+		restores = append(restores, rows.Node)
 	}
 	sv.restore = ops.Group(ss, "restore_all", restores...)
 	if err := ss.Err(); err != nil {
@@ -218,10 +222,26 @@ func (sv *Saver) Restore(ctx context.Context, r Runner, step int64) error {
 	if err := Verify(sv.cfg.Dir, prefix); err != nil {
 		return err
 	}
-	if _, err := r.Run(ctx, map[graph.Output]*tensor.Tensor{sv.step: tensor.Scalar(step)}, nil, []*graph.Node{sv.restore}); err != nil {
+	out, err := r.Run(ctx, map[graph.Output]*tensor.Tensor{sv.step: tensor.Scalar(step)}, sv.restoredRows, []*graph.Node{sv.restore})
+	if err != nil {
 		return fmt.Errorf("checkpoint: restoring %s from %s: %w", prefix, sv.cfg.Dir, err)
 	}
-	sv.cfg.Logger.Info("checkpoint: restored", "dir", sv.cfg.Dir, "prefix", prefix)
+	attrs := []any{"dir", sv.cfg.Dir, "prefix", prefix}
+	if len(out) > 0 {
+		// "wide/emb: 1290+1310 rows": each shard's, so that a log shows
+		// that a restarted ps got its rows back.
+		var rows []string
+		for i, h := range sv.tables {
+			if i == 0 || sv.tables[i-1].Name != h.Name {
+				rows = append(rows, h.Name+": ")
+			} else {
+				rows[len(rows)-1] += "+"
+			}
+			rows[len(rows)-1] += fmt.Sprint(out[i].Int64s()[0])
+		}
+		attrs = append(attrs, "hash_rows", strings.Join(rows, ", "))
+	}
+	sv.cfg.Logger.Info("checkpoint: restored", attrs...)
 	return nil
 }
 

@@ -114,7 +114,7 @@ func init() {
 		Attrs: hashAttrs(Attr{Name: "dir", Type: AttrString}, Attr{Name: "basename", Type: AttrString, Default: "model.ckpt"},
 			Attr{Name: "name", Type: AttrString}, Attr{Name: "table_shard", Type: AttrInt, Default: 0}, Attr{Name: "table_shards", Type: AttrInt, Default: 1}),
 		Summary: "Replaces a hash embedding table's rows by those of every saved shard of table `name` in checkpoint <dir>/<basename>-<step> " +
-			"whose HashPartition over table_shards is table_shard (the checkpoint may hold any number of shards).",
+			"whose HashPartition over table_shards is table_shard (the checkpoint may hold any number of shards); outputs the number of rows restored.",
 		Infer: func(c *InferContext) error {
 			if err := checkpointScalarStep(c); err != nil {
 				return err
@@ -125,6 +125,7 @@ func init() {
 			if s, n := c.Int("table_shard"), c.Int("table_shards"); n < 1 || s < 0 || s >= n {
 				return fmt.Errorf("table shard %d of %d shards", s, n)
 			}
+			c.SetOutput(0, tensor.Int64, tensor.ScalarShape())
 			return nil
 		},
 	})

@@ -235,9 +235,10 @@ func SaveHashTable(s *graph.Scope, step graph.Output, h HashTableShard, dir, bas
 
 // RestoreHashTable replaces the shard's rows by the rows of its table in
 // checkpoint dir/<basename>-<step> that hash to it, whatever the number of
-// shards the table was saved in.
-func RestoreHashTable(s *graph.Scope, step graph.Output, h HashTableShard, dir, basename string) *graph.Node {
+// shards the table was saved in, and returns the number of rows restored
+// (int64 scalar).
+func RestoreHashTable(s *graph.Scope, step graph.Output, h HashTableShard, dir, basename string) graph.Output {
 	a := maps.Clone(h.attrs)
 	a["dir"], a["basename"], a["name"], a["table_shard"], a["table_shards"] = dir, basename, h.Name, h.Shard, h.NumShards
-	return s.AddNode("HashEmbeddingRestore", "HashEmbeddingRestore", []graph.Output{step}, a)
+	return s.Out("HashEmbeddingRestore", "HashEmbeddingRestore", []graph.Output{step}, a)
 }

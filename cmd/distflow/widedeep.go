@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/models"
 )
@@ -40,6 +41,58 @@ func addWideDeepFlags(fl *pflag.FlagSet, f *trainFlags) {
 	}
 }
 
+// addHashFlags adds the flags of the hash embeddings (documented in the
+// README's widedeep section).
+func addHashFlags(fl *pflag.FlagSet, f *trainFlags) {
+	fl.BoolVar(&f.wideDeep.HashEmbedding, "hash-embedding", false,
+		"widedeep: hash embeddings on the ps tasks (a row per id seen, made on first use) instead of fixed-vocabulary partitioned tables")
+	fl.IntVar(&f.wideDeep.HashMaxRows, "hash-max-rows", 0, "with --hash-embedding: at most this many rows per table, least frequently used evicted first (0: no limit)")
+	fl.IntVar(&f.wideDeep.HashEvictAfter, "hash-evict-after", 0, "with --hash-embedding: evict rows not updated for this many updates of their shard (0: never)")
+}
+
+// checkHashFlags validates the hash embedding flags.
+func (f *trainFlags) checkHashFlags(set func(string) bool) []error {
+	var errs []error
+	bad := func(cond bool, format string, args ...any) {
+		if cond {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	h := f.wideDeep.HashEmbedding
+	bad(h && f.model != "widedeep", "--hash-embedding is for --model widedeep")
+	bad((set("hash-max-rows") || set("hash-evict-after")) && !h, "--hash-max-rows and --hash-evict-after go with --hash-embedding")
+	bad(f.wideDeep.HashMaxRows < 0, "--hash-max-rows %d: must not be negative (0: no limit)", f.wideDeep.HashMaxRows)
+	bad(f.wideDeep.HashEvictAfter < 0, "--hash-evict-after %d: must not be negative (0: never)", f.wideDeep.HashEvictAfter)
+	bad(h && f.allReduce, "--hash-embedding keeps the tables on the ps tasks; --allreduce has none")
+	bad(h && f.export != "", "--export writes the model's variables, not its hash tables: drop --export with --hash-embedding")
+	return errs
+}
+
+// hashSetup readies a --hash-embedding run of a cluster spec: a shard of
+// each table on every ps task, rows trained at --lr.
+func (f *trainFlags) hashSetup(spec *cluster.Spec) {
+	if !f.wideDeep.HashEmbedding {
+		return
+	}
+	f.wideDeep.HashDevices = nil
+	if spec != nil {
+		for i := range spec.NumTasks("ps") {
+			f.wideDeep.HashDevices = append(f.wideDeep.HashDevices, fmt.Sprintf("/job:ps/task:%d", i))
+		}
+	}
+	f.wideDeep.HashLR = float32(f.lr)
+}
+
+// clickEvalHook is the chief's evaluation of a hash embedding model, in
+// the training session (nil for other models: the estimator's Predict
+// evaluates them).
+func (f trainFlags) clickEvalHook(fn estimator.ModelFn, ex models.Data) *models.ClickEvalHook {
+	if !f.wideDeep.HashEmbedding || ex.TestClicks == nil {
+		return nil
+	}
+	return &models.ClickEvalHook{Model: fn, Log: ex.TestClicks}
+}
+
 // loadData loads the model's examples; the CTR model's ids follow --vocab.
 func loadData(f trainFlags) (models.Data, error) {
 	if f.model == "widedeep" {
@@ -49,14 +102,23 @@ func loadData(f trainFlags) (models.Data, error) {
 }
 
 // clickResult evaluates the trained model on the click log's test
-// examples and records the figures in r.
-func clickResult(ctx context.Context, est *estimator.Estimator, ex models.Data, r *result) error {
+// examples and records the figures in r: those the hook measured when
+// there is one.
+func clickResult(ctx context.Context, est *estimator.Estimator, ex models.Data, hook *models.ClickEvalHook, r *result) error {
 	if ex.TestClicks == nil {
 		return fmt.Errorf("widedeep: no evaluation examples")
 	}
-	m, err := models.EvaluateClicks(ctx, est, ex.TestClicks)
-	if err != nil {
-		return err
+	var m models.ClickMetrics
+	switch {
+	case hook != nil && !hook.Done:
+		return fmt.Errorf("widedeep: the hash embedding model was not evaluated at the end of training")
+	case hook != nil:
+		m = hook.Metrics
+	default:
+		var err error
+		if m, err = models.EvaluateClicks(ctx, est, ex.TestClicks); err != nil {
+			return err
+		}
 	}
 	r.AUC, r.LogLoss = &m.AUC, &m.LogLoss
 	if !math.IsNaN(m.PlantedAUC) {

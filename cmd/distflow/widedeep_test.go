@@ -42,3 +42,30 @@ func TestWideDeepSyncDefaults(t *testing.T) {
 		t.Errorf("the default is %d steps: update docs/BENCHMARKS.md's figures", wideDeepDefaults.steps)
 	}
 }
+
+// TestTrainWideDeepHashEmbedding: --hash-embedding trains the model with
+// hash tables under a row limit 10x below the ids (2,600) and reports its
+// auc; the hash flags are checked by name.
+func TestTrainWideDeepHashEmbedding(t *testing.T) {
+	stdout, stderr, err := run(t, "train", "--model", "widedeep", "--hash-embedding", "--hash-max-rows", "260", "--steps", "300", "--json", "--quiet")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	res := lastJSON(t, stdout)
+	auc, _ := res["auc"].(float64)
+	planted, _ := res["planted_auc"].(float64)
+	if auc < 0.6 || auc > planted+0.01 {
+		t.Fatalf("auc %v, planted %v under a limit of 260 rows: %v", auc, planted, res)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--model mlp --hash-embedding", "--hash-embedding is for --model widedeep"},
+		{"--model widedeep --hash-max-rows 10", "go with --hash-embedding"},
+		{"--model widedeep --hash-embedding --hash-evict-after -1", "--hash-evict-after -1"},
+		{"--model widedeep --hash-embedding --export /tmp/x", "drop --export"},
+	} {
+		_, stderr, err := run(t, append([]string{"train"}, strings.Fields(c.args)...)...)
+		if err == nil || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: %v, stderr %q; want an error naming %q", c.args, err, stderr, c.want)
+		}
+	}
+}

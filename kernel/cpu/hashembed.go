@@ -460,6 +460,7 @@ func (k *hashRestoreKernel) Compute(c *kernel.Context) error {
 		r.seen = t.clock
 	}
 	t.rows = rows
+	c.Alloc(0, tensor.Int64).Int64s()[0] = int64(len(rows))
 	return nil
 }
 
