@@ -74,9 +74,9 @@ type Saver struct {
 	tables  []ops.HashTableShard
 	// restoredRows counts the rows each table shard restored.
 	restoredRows []graph.Output
-	step    graph.Output
-	saves   []graph.Output
-	restore *graph.Node
+	step         graph.Output
+	saves        []graph.Output
+	restore      *graph.Node
 	// verified spares retention reading again, at every save, the
 	// checkpoints it has already found valid.
 	verified VerifyCache

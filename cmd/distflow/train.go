@@ -49,6 +49,7 @@ type trainFlags struct {
 	localCluster string
 	inGraph      bool
 	psStrategy   string
+	compression  string
 	stepTimeout  time.Duration
 	waitTimeout  time.Duration
 	// listenFD is an inherited listening socket (tests that start tasks
@@ -148,6 +149,7 @@ func newTrainCommand() *cobra.Command {
 	fl.DurationVar(&f.stepDelay, "step-delay", 0, "wait this long before every step (fault injection: a slow worker)")
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
+	fl.StringVar(&f.compression, "compression", "none", "with --allreduce: how gradients travel: none (float32), fp16, bf16 (half the bytes), topk or topk:RATIO (the largest RATIO of the elements, 0.01 by default, the rest kept for the next step)")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
 	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
 		`"none" uses --lr as given, as TensorFlow's SyncReplicasOptimizer and Horovod do (their scripts scale it); "linear" uses k times --lr (Goyal et al. 2017: --lr is then the single-process rate for one batch); "sqrt" uses sqrt(k) times --lr`)
@@ -228,6 +230,11 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	bad(f.replicasToAggregate > 0 && !f.sync, "--replicas-to-aggregate goes with --sync")
 	bad(set("average-every") && f.averageEvery < 0, "--average-every %d: must not be negative (0 adapts it)", f.averageEvery)
 	bad(f.averageEvery >= 0 && !f.allReduce, "--average-every goes with --allreduce")
+	if c, err := estimator.ParseCompression(f.compression); err != nil {
+		errs = append(errs, fmt.Errorf("--%w", err))
+	} else {
+		bad(c.Kind != estimator.NoCompression && (!f.allReduce || f.averageEvery >= 0), "--compression %s goes with --allreduce (the ps push and --average-every do not compress)", f.compression)
+	}
 	bad(f.verbose && f.quiet, "--verbose and --quiet: choose one")
 	errs = append(errs, f.checkHashFlags(set)...)
 	bad(f.localCluster != "" && f.metricsPort != 0, "--metrics-port %d with --local-cluster: every task gets a free loopback port of its own; leave the flag out (or 0 for none)", f.metricsPort)
@@ -359,6 +366,9 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		SaveCheckpointsSteps: int64(f.saveSteps), SaveCheckpointsSecs: time.Duration(f.saveSecs) * time.Second,
 		LogEverySteps: f.logEvery, Seed: int64(f.seed), StepTimeout: f.stepTimeout, WaitTimeout: f.waitTimeout,
 		Logger: f.logger(stderr), Progress: progress, StepDelay: f.stepDelay, Security: f.security,
+	}
+	if cfg.Compression, err = estimator.ParseCompression(f.compression); err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	if f.psStrategy == "greedy" {
 		cfg.PSPlacement = placement.GreedyBySize
