@@ -5,18 +5,21 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel/cpu"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/placement"
 	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
+	"github.com/distflow/distflow/worker"
 )
 
 // countingListener counts the bytes its connections read and write: what
@@ -51,6 +54,50 @@ func (c countingConn) Write(b []byte) (int, error) {
 	return k, err
 }
 
+// sparseCluster starts ps parameter servers and workers workers, real
+// servers talking gRPC over loopback, whose listeners all count the bytes
+// their connections carry into the returned counter: a tensor crosses on
+// the connection of whoever asks for it (the worker fetches rows from the
+// ps, the ps fetches gradients from the worker). The servers are keyed by
+// task ("/job:ps/task:0") and stop when the test ends.
+func sparseCluster(t *testing.T, ps, workers int) (*atomic.Int64, map[string]*server.Server) {
+	t.Helper()
+	wire := new(atomic.Int64)
+	addrs := map[string][]string{}
+	lis := map[string]net.Listener{}
+	for _, job := range append(slices.Repeat([]string{"ps"}, ps), slices.Repeat([]string{"worker"}, workers)...) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := cluster.TaskID{Job: job, Index: len(addrs[job])}
+		addrs[job] = append(addrs[job], l.Addr().String())
+		lis[id.String()] = countingListener{l, wire}
+	}
+	spec, err := cluster.NewSpec(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	servers := map[string]*server.Server{}
+	for name, l := range lis {
+		id, err := cluster.ParseTaskID(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := server.New(server.Config{Cluster: spec, Task: id, Listener: l, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		servers[name] = srv
+	}
+	return wire, servers
+}
+
 // TestSparseStepMovesOnlyTouchedRows trains an embedding table of 200000
 // rows x 16 (12.8 MB of float32) split over two parameter servers, from a
 // worker, all real servers talking gRPC over loopback, and counts the bytes
@@ -65,45 +112,8 @@ func TestSparseStepMovesOnlyTouchedRows(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("SPARSE_WIRE_ROWS")); err == nil && n > 0 {
 		rows = n
 	}
-	// Every task's listener counts: a tensor crosses on the connection of
-	// whoever asks for it (the worker fetches rows from the ps, the ps
-	// fetches gradients from the worker).
-	var wire atomic.Int64
-	addrs := map[string][]string{}
-	lis := map[string]net.Listener{}
-	for _, job := range []string{"ps", "ps", "worker"} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := cluster.TaskID{Job: job, Index: len(addrs[job])}
-		addrs[job] = append(addrs[job], l.Addr().String())
-		lis[id.String()] = countingListener{l, &wire}
-	}
-	spec, err := cluster.NewSpec(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	var worker *server.Server
-	for name, l := range lis {
-		id, err := cluster.ParseTaskID(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv, err := server.New(server.Config{Cluster: spec, Task: id, Listener: l, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Stop)
-		if id.Job == "worker" {
-			worker = srv
-		}
-	}
-
+	wire, servers := sparseCluster(t, 2, 1)
+	w0 := servers["/job:worker/task:0"]
 	build := func(device graph.DeviceFunc) (*graph.Graph, graph.Output, *graph.Node, *graph.Node, []*ops.Variable) {
 		s := graph.NewScope()
 		if device != nil {
@@ -134,7 +144,7 @@ func TestSparseStepMovesOnlyTouchedRows(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	sess, err := session.Open(ctx, worker.Target(), g)
+	sess, err := session.Open(ctx, w0.Target(), g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +226,100 @@ func TestSparseStepMovesOnlyTouchedRows(t *testing.T) {
 		}
 		if !tensor.Equal(got[0], want[0]) {
 			t.Fatalf("shard %d differs between the cluster and one process", i)
+		}
+	}
+}
+
+// syncWireFigures is what a synchronous round costs: bytes on the wire and
+// the bytes the two ps's accumulators hold at most.
+type syncWireFigures struct{ wire, accum int64 }
+
+// TestSyncSparseRoundMovesOnlyTouchedRows trains an embedding table of R
+// rows x 16 split over two parameter servers with sync replicas (two
+// replicas, both aggregated, built by one client on the worker), all real
+// servers talking gRPC over loopback, and measures per round the bytes on
+// the wire and the ps's accumulator memory (cpu.AccumulatorBytes): both grow
+// with the distinct ids of the round's batches and stay far below the
+// table's size, and both are the same for a table of 200,000 rows and of
+// 10,000,000 (640 MB of float32, 5 s; skipped with -short and under the
+// race detector, where it takes minutes).
+func TestSyncSparseRoundMovesOnlyTouchedRows(t *testing.T) {
+	const dim = 16
+	sizes := []int{200_000, 10_000_000}
+	if testing.Short() || sparseRace {
+		sizes = sizes[:1]
+	}
+	figures := map[int][2]syncWireFigures{}
+	for _, rows := range sizes {
+		t.Run(strconv.Itoa(rows), func(t *testing.T) {
+			wire, servers := sparseCluster(t, 2, 1)
+			r := sparseSyncBuild(t, placement.ReplicaDeviceSetter(placement.ReplicaConfig{PSTasks: 2, WorkerDevice: "/job:worker/task:0"}),
+				train.NewGradientDescent(0.1), rows, dim, 2, 2, ops.ZerosInit(), false)
+			ctx := context.Background()
+			sess, err := session.Open(ctx, servers["/job:worker/task:0"].Target(), r.g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sess.Close()
+			r.initChief(t, sess)
+			// 256 ids a replica, distinct of them, spread over the table
+			// and both shards; both replicas look up the same ids.
+			stride := rows/257 | 1
+			batch := func(distinct int) *tensor.Tensor {
+				v := make([]int64, 256)
+				for i := range v {
+					v[i] = int64((i % distinct) * stride)
+				}
+				return tensor.MustFromSlice(v, len(v))
+			}
+			accum := func() int64 {
+				var peak int64
+				for _, ps := range []string{"/job:ps/task:0", "/job:ps/task:1"} {
+					_, p := cpu.AccumulatorBytes(servers[ps].Worker().(*worker.Worker).Resources())
+					peak += p
+				}
+				return peak
+			}
+			perRound := func(distinct int) syncWireFigures {
+				b := batch(distinct)
+				feed := func(int) *tensor.Tensor { return b }
+				r.round(t, sess, []int{0, 1}, nil, feed) // the plan is made and registered
+				before := wire.Load()
+				for range 3 {
+					r.round(t, sess, []int{0, 1}, nil, feed)
+				}
+				return syncWireFigures{wire: (wire.Load() - before) / 3, accum: accum()}
+			}
+			small, large := perRound(8), perRound(256)
+			rowBytes := int64(dim * 4)
+			t.Logf("per round, 8 and 256 distinct ids: %d and %d bytes on the wire, %d and %d bytes of accumulators (table: %d bytes)",
+				small.wire, large.wire, small.accum, large.accum, int64(rows)*rowBytes)
+			// Each replica's distinct rows cross twice (the rows out, their
+			// gradients in), so four times a round; a few KiB of overhead.
+			if large.wire < 4*256*rowBytes || large.wire > 4*256*rowBytes+128<<10 || small.wire > 4*8*rowBytes+128<<10 {
+				t.Errorf("a round moved %d (8 ids) and %d (256 ids) bytes: want the touched rows (%d for 256) and at most 128 KiB more",
+					small.wire, large.wire, 4*256*rowBytes)
+			}
+			if growth := large.wire - small.wire; growth < (256-8)*4*rowBytes*9/10 {
+				t.Errorf("bytes per round grew by %d from 8 to 256 distinct ids, want about %d", growth, (256-8)*4*rowBytes)
+			}
+			// The accumulators hold each distinct row once (both replicas
+			// touch the same rows) as float64, its index and its map entry,
+			// with room for at most as much again.
+			perRow := int64(dim*8 + 32)
+			if large.accum < 256*dim*8 || large.accum > 2*256*perRow || small.accum > 2*8*perRow+1024 {
+				t.Errorf("the accumulators hold at most %d bytes (8 ids) and %d (256 ids): want about %d per distinct row",
+					small.accum, large.accum, perRow)
+			}
+			figures[rows] = [2]syncWireFigures{small, large}
+		})
+	}
+	if a, b := figures[200_000], figures[10_000_000]; len(figures) == 2 {
+		for i, n := range []int{8, 256} {
+			if d := a[i].wire - b[i].wire; d < -1024 || d > 1024 || a[i].accum != b[i].accum {
+				t.Errorf("%d distinct ids: %d bytes on the wire and %d of accumulators at 200,000 rows, %d and %d at 10,000,000: "+
+					"want the same (within 1 KiB on the wire)", n, a[i].wire, a[i].accum, b[i].wire, b[i].accum)
+			}
 		}
 	}
 }
