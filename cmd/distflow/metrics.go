@@ -45,7 +45,8 @@ func metricsAddress(port int, spec *cluster.Spec, self cluster.TaskID) (string, 
 	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
 
-// trainMetricsAddress is RunConfig.MetricsAddress of `distflow train`. A
+// trainMetricsAddress is RunConfig.MetricsAddress of `distflow train`:
+// metricsAddress, or the host of $DISTFLOW_LISTEN_ADDRESS when it is set. A
 // task of a local cluster that is not given the flag serves on the free
 // loopback port the launcher chose ($DISTFLOW_METRICS_ADDR, read by the
 // estimator); --metrics-port 0 turns that off. A launcher refuses another
@@ -60,5 +61,19 @@ func trainMetricsAddress(f trainFlags, fl *pflag.FlagSet, spec *cluster.Spec, se
 	if f.metricsPort == 0 {
 		os.Unsetenv(localcluster.EnvMetricsAddress)
 	}
-	return metricsAddress(f.metricsPort, spec, self)
+	addr, err := metricsAddress(f.metricsPort, spec, self)
+	if addr == "" || err != nil {
+		return addr, err
+	}
+	// Where the task serves gRPC on another address than the cluster's
+	// (a pod whose own DNS name may not resolve yet when it starts), its
+	// metrics follow: same host, the metrics port.
+	if la := os.Getenv(envListenAddress); la != "" {
+		host, _, err := net.SplitHostPort(la)
+		if err != nil {
+			return "", fmt.Errorf("%s=%q: %w", envListenAddress, la, err)
+		}
+		return net.JoinHostPort(host, strconv.Itoa(f.metricsPort)), nil
+	}
+	return addr, nil
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -10,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
+	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/metrics"
 	"github.com/distflow/distflow/metrics/metricstest"
 )
@@ -155,5 +160,47 @@ func TestMetricsPortFlag(t *testing.T) {
 		if err == nil || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: err %v, stderr %q; want %q", c.args, err, stderr, c.want)
 		}
+	}
+}
+
+// TestMetricsFollowListenAddress: a task told by DISTFLOW_LISTEN_ADDRESS to
+// serve somewhere else than its address in TF_CONFIG (a pod whose own name
+// may not resolve yet) serves its metrics on that host too. The TF_CONFIG
+// address here is 127.0.0.3, where nothing listens: the one-worker ring
+// never dials it, and the metrics must not go there.
+func TestMetricsFollowListenAddress(t *testing.T) {
+	fl := pflag.NewFlagSet("train", pflag.ContinueOnError)
+	var f trainFlags
+	addMetricsFlag(fl, &f.metricsPort, false)
+	if err := fl.Parse([]string{"--metrics-port=9100"}); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cluster.NewSpec(map[string][]string{"worker": {"mnist-worker-0.mnist:2222"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for listen, want := range map[string]string{"": "mnist-worker-0.mnist:9100", ":2222": ":9100", "10.1.2.3:2222": "10.1.2.3:9100", "nonsense": "DISTFLOW_LISTEN_ADDRESS"} {
+		t.Setenv(envListenAddress, listen)
+		got, err := trainMetricsAddress(f, fl, spec, cluster.TaskID{Job: "worker"})
+		if got != want && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s=%q: metrics on %q, %v; want %q", envListenAddress, listen, got, err, want)
+		}
+	}
+
+	files, addrs := freeListeners(t, 2) // a port for gRPC, one for metrics
+	files[0].Close()
+	files[1].Close()
+	_, port, _ := net.SplitHostPort(addrs[0])
+	_, mport, _ := net.SplitHostPort(addrs[1])
+	cmd := exec.Command(binary, "train", "-v", "--model", "linreg", "--steps", "20", "--allreduce", "--metrics-port", mport)
+	cmd.Env = append(os.Environ(),
+		cluster.EnvVar+`={"cluster": {"worker": ["127.0.0.3:`+port+`"]}, "task": {"type": "worker", "index": 0}}`,
+		envListenAddress+"="+addrs[0])
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("distflow train: %v\n%s", err, out)
+	}
+	if want := "serving metrics\" url=http://127.0.0.1:" + mport + "/metrics"; !strings.Contains(string(out), want) {
+		t.Errorf("the task's log lacks %q:\n%s", want, out)
 	}
 }
