@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -67,5 +68,26 @@ func TestTrainWideDeepHashEmbedding(t *testing.T) {
 		if err == nil || !strings.Contains(stderr, c.want) {
 			t.Errorf("%s: %v, stderr %q; want an error naming %q", c.args, err, stderr, c.want)
 		}
+	}
+}
+
+// TestTrainWideDeepOnCriteoFixture: --data reads a directory of Criteo TSV
+// files (the committed fixture, data/testdata/criteo: generated in the
+// real format, since the real logs cannot be downloaded here), trains and
+// reports auc and logloss, and no planted_auc (real data has none).
+func TestTrainWideDeepOnCriteoFixture(t *testing.T) {
+	stdout, stderr, err := run(t, "train", "--model", "widedeep", "--data", filepath.Join("..", "..", "data", "testdata", "criteo"),
+		"--steps", "60", "--batch", "64", "--json", "--quiet")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	res := lastJSON(t, stdout)
+	auc, ok1 := res["auc"].(float64)
+	_, ok2 := res["logloss"].(float64)
+	if !ok1 || !ok2 || auc < 0.55 || res["planted_auc"] != nil || res["test_examples"] != float64(60) {
+		t.Fatalf("result %v: want auc above chance, a logloss, 60 test examples and no planted_auc", res)
+	}
+	if d, _ := res["data"].(string); !strings.Contains(d, "Criteo TSV") {
+		t.Errorf("data %q", d)
 	}
 }
