@@ -8,6 +8,7 @@ import (
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -27,9 +28,16 @@ import (
 // the cursor with the model, and the batch each replica holds is then read
 // again later. The cursor is saved in checkpoints with the model.
 //
-// Otherwise (in-graph replication, all-reduce, averaging) the replicas cut
-// fixed shards of one shuffle per epoch, as PyTorch's DistributedSampler
-// does.
+// With all-reduce and averaging, the same permutations are read without
+// communication: at each step the members of the ring's current view
+// read consecutive batches from a position p (member r of w reads
+// p+r*batch; the next step starts at p+w*batch), which rank 0 gives with
+// its model whenever the ring re-forms and saves in its checkpoints. A
+// step cut short by a failure is read again by the members left.
+//
+// With in-graph replication, where one client reads for every tower, the
+// towers cut fixed shards of one shuffle per epoch, as PyTorch's
+// DistributedSampler does.
 func (ic InputContext) Examples(batch int, ts ...*tensor.Tensor) (*data.Dataset, error) {
 	if batch <= 0 {
 		return nil, fmt.Errorf("estimator: InputContext.Examples: batch %d is not positive", batch)
@@ -106,10 +114,46 @@ func (c *claimer) build(s *graph.Scope) {
 // stepped records the claim fetched with a step that succeeded (the new
 // cursor: the block claimed ends there) and logs the block trained.
 func (c *claimer) stepped(cursor *tensor.Tensor) {
+	c.logTrained()
+	c.next, c.has = int64(cursor.Float64At(0))-c.block, true
+}
+
+// logTrained records the current block as trained (the test hook).
+func (c *claimer) logTrained() {
 	if c.trained != nil {
 		fmt.Fprintf(c.trained, "%s %d %d\n", c.who, c.current, c.block)
 	}
-	c.next, c.has = int64(cursor.Float64At(0))-c.block, true
+}
+
+// inputPosition is the collective strategies' input position as a
+// variable of rank 0's model, so that checkpoints save and restore it.
+type inputPosition struct {
+	v   *ops.Variable
+	in  graph.Output
+	set *graph.Node
+}
+
+func newInputPosition(s *graph.Scope) *inputPosition {
+	v := ops.NewVariable(s.SubScope("input"), "cursor", tensor.Int64, nil, ops.ZerosInit(), ops.NotTrainable())
+	in := ops.Placeholder(s, "input_position", tensor.Int64, tensor.MakeShape())
+	return &inputPosition{v: v, in: in, set: ops.Assign(s, v.Value(), in).Node}
+}
+
+func (p *inputPosition) write(ctx context.Context, sess *session.Session, pos int64) error {
+	t := tensor.New(tensor.Int64)
+	t.SetFloat64At(0, float64(pos))
+	if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{p.in: t}, nil, []*graph.Node{p.set}); err != nil {
+		return fmt.Errorf("estimator: recording the input position: %w", err)
+	}
+	return nil
+}
+
+func (p *inputPosition) read(ctx context.Context, sess *session.Session) (int64, error) {
+	out, err := sess.Run(ctx, nil, []graph.Output{p.v.Value()}, nil)
+	if err != nil {
+		return 0, fmt.Errorf("estimator: reading the input position: %w", err)
+	}
+	return int64(out[0].Float64At(0)), nil
 }
 
 // openTrainedLog opens the test hook's file, if asked for.

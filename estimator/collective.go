@@ -152,11 +152,18 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	defer srv.Stop()
 	ring := srv.Ring()
 
-	in, err := openTrainInput(ctx, r.input, InputContext{NumReplicas: len(r.reps), ReplicaIndex: r.index, Seed: cfg.Seed})
+	// The ranks' batches: the members of each view read consecutive
+	// blocks of one permutation per epoch from a position that rank 0's
+	// views carry (ringloop.go), when the input uses Examples.
+	claims := &claimer{}
+	in, err := openTrainInput(ctx, r.input, InputContext{NumReplicas: len(r.reps), ReplicaIndex: r.index, Seed: cfg.Seed, claims: claims})
 	if err != nil {
 		return nil, err
 	}
 	defer in.close()
+	if claims.block == 0 {
+		claims = nil
+	}
 	r.e.rememberInput(in.spec)
 	s := graph.NewScope()
 	t, err := buildTower(s, r.e.fn, in.spec, Train)
@@ -173,6 +180,11 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	// Rank 0 records the steps made as the trained model's global step.
 	stepsMade := ops.Placeholder(s, "steps_made", gs.DType(), tensor.MakeShape())
 	setStep := ops.Assign(s, gs.Value(), stepsMade).Node
+	var pos *inputPosition
+	if claims != nil {
+		pos = newInputPosition(s)
+		init = ops.GlobalVariablesInitializer(s)
+	}
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("estimator: building the training graph: %w", err)
 	}
@@ -190,7 +202,17 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	steps := r.stop.steps(batch, ranks)
 	l := &ringLoop{r: r, ring: ring, st: st, sess: sess, t: t, in: in, steps: steps, batch: batch,
 		setStep: setStep, stepsMade: stepsMade, gsType: gs.DType(), feeds: map[graph.Output]*tensor.Tensor{},
-		warmup: warmupSteps(steps)}
+		warmup: warmupSteps(steps), claims: claims, position: pos}
+	if claims != nil {
+		if err := claims.openTrainedLog(r.who()); err != nil {
+			return nil, err
+		}
+		if claims.trained != nil {
+			defer claims.trained.Close()
+		}
+		claims.run = func(context.Context) (int64, error) { return l.pos + int64(l.rank*batch), nil }
+		in.skipFirst = true // read to learn the shapes: not trained
+	}
 	start := int64(1)
 	if r.chief() && cfg.CheckpointDir != "" {
 		// Rank 0 saves and restores, as the chief of the other strategies
@@ -206,6 +228,11 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		if ok {
 			r.log.Info("resumed from a checkpoint", "dir", cfg.CheckpointDir, "global_step", restored)
 			start = restored + 1
+			if pos != nil {
+				if l.pos, err = pos.read(ctx, sess); err != nil {
+					return nil, err
+				}
+			}
 		}
 		l.sched.Saved(start-1, time.Now()) // the steps are counted from there
 	}

@@ -58,6 +58,14 @@ type ringLoop struct {
 	trainStart   time.Time
 	warmup       int
 	stepsInRound int64
+
+	// claims, when set, reads the batch at the input position pos plus
+	// this rank's place in the view (rank); position saves pos with the
+	// model (rank 0).
+	claims   *claimer
+	position *inputPosition
+	pos      int64
+	rank     int
 }
 
 // viewGen is the generation of a new view: after the last, and after any
@@ -299,6 +307,16 @@ func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group, cut <-chan 
 	if err := l.st.broadcast(bctx, l.sess, group); err != nil {
 		return fmt.Errorf("estimator: %s: taking rank 0's model: %w", l.r.cfg.Task, err)
 	}
+	if l.claims != nil {
+		// Rank 0's input position goes with its model: in two float32s
+		// of 22 bits each, exact up to 2^44 examples.
+		const half = 1 << 22
+		buf := []float32{float32(l.pos / half), float32(l.pos % half)}
+		if err := group.Broadcast(bctx, "input_position", -1, 0, buf); err != nil {
+			return fmt.Errorf("estimator: %s: taking rank 0's input position: %w", l.r.cfg.Task, err)
+		}
+		l.pos = int64(buf[0])*half + int64(buf[1])
+	}
 	l.st.restart()
 	return nil
 }
@@ -308,6 +326,7 @@ func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group, cut <-chan 
 // was lost).
 func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64, newer <-chan struct{}) error {
 	r, cfg := l.r, l.r.cfg
+	l.rank = group.Rank()
 	b, err := l.in.next()
 	if err != nil {
 		return fmt.Errorf("estimator: %sreading a batch: %w", r.who(), err)
@@ -345,6 +364,10 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 	if math.IsNaN(loss) || math.IsInf(loss, 0) { // as the NaN guard of the ps strategies
 		return fmt.Errorf("estimator: %sstep %d: %w (%v): lower the learning rate", r.who(), step, train.ErrNaNLoss, loss)
 	}
+	if l.claims != nil {
+		l.claims.logTrained()
+		l.pos += int64(group.Size() * l.batch)
+	}
 	l.loss = loss
 	l.localSteps++
 	l.window++
@@ -374,6 +397,11 @@ func (l *ringLoop) save(ctx context.Context, step int64) error {
 	made.SetFloat64At(0, float64(step))
 	if _, err := l.sess.Run(ctx, map[graph.Output]*tensor.Tensor{l.stepsMade: made}, nil, []*graph.Node{l.setStep}); err != nil {
 		return err
+	}
+	if l.position != nil {
+		if err := l.position.write(ctx, l.sess, l.pos); err != nil {
+			return err
+		}
 	}
 	start := time.Now()
 	if _, err := l.saver.Save(ctx, l.sess, step); err != nil {

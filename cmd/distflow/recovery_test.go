@@ -374,3 +374,35 @@ func TestAsyncWorkerKilledNeitherSkipsNorDoubles(t *testing.T) {
 	t.Logf("%d blocks trained, %d skipped", blocks, missing)
 	noTasksLeft(t, ps)
 }
+
+// TestRingReformsNeitherSkipsNorDoubles: SIGKILL a rank of an all-reduce
+// run of 3 mid-epoch: the ring goes on with 2 and grows back to 3 when the
+// launcher has restarted it. Every member of a view reads its batch at the
+// view's input position plus its place in the view, so no example is
+// trained twice, and at most the killed rank's batch of the step it died
+// in is lost.
+func TestRingReformsNeitherSkipsNorDoubles(t *testing.T) {
+	log := t.TempDir() + "/trained"
+	cmd := exec.Command(binary, "train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "300", "--local-cluster", "worker=3",
+		"--allreduce", "--step-timeout", "8s", "--step-delay", "2ms", "--log-every", "50")
+	cmd.Env = append(os.Environ(), "DISTFLOW_TRAINED_BLOCKS="+log)
+	cmd.SysProcAttr = childAttrs()
+	cmd, ps, lines := startLauncherCmd(t, cmd)
+	waitFor(t, lines, "step 50/")
+	killTask(t, ps, "worker", 2)
+	waitFor(t, lines, "local cluster: worker 2 died (signal: killed); restarting it on its address (1 of 3)")
+	waitFor(t, lines, `msg="the ring re-forms"`)
+	waitFor(t, lines, "(3 ranks)")
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed after a rank was killed: %v", err)
+	}
+	blocks, missing := trainedBlocks(t, log)
+	if blocks < 600 {
+		t.Errorf("%d blocks trained; want at least 600 (300 steps, most of them by 3 ranks)", blocks)
+	}
+	if missing > 1 {
+		t.Errorf("%d blocks skipped; want at most 1 (the killed rank's)", missing)
+	}
+	t.Logf("%d blocks trained, %d skipped", blocks, missing)
+	noTasksLeft(t, ps)
+}
