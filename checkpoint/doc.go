@@ -55,6 +55,14 @@
 // index and looks its variables up by name in whichever shard holds them,
 // so a checkpoint saved with 2 ps tasks restores into a cluster with 1 or 3.
 //
+// Hash embedding tables (ops.HashEmbedding) are saved too: each table
+// shard writes its rows, Adagrad accumulators and lookup counts as records
+// "hash_embedding/<name>/shard_<i>/{keys,values,accumulators,counts}" in
+// a data file of its own (after the variables' files), from the task that
+// holds it; a restore reads every saved shard of its table and keeps the
+// rows whose id hashes to it, so a table saved on 2 ps tasks restores
+// onto 1 or 3. The format is unchanged: these are ordinary records.
+//
 // The kernels read and write the directory on the task that runs them.
 // Tasks of one machine (a local cluster) share it as is; a cluster of
 // several machines needs the directory on a shared filesystem (NFS, a
