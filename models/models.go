@@ -34,6 +34,10 @@ type Config struct {
 	DType tensor.DType
 	// WideDeep shapes the "widedeep" model.
 	WideDeep WideDeepConfig
+	// MLPHidden is the width of the mlp's hidden layer (0: 100). Wider
+	// makes a model whose gradients outweigh its compute, for measuring
+	// communication.
+	MLPHidden int
 }
 
 func (c Config) withDefaults() Config {
@@ -42,6 +46,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DType == tensor.Invalid {
 		c.DType = tensor.Float32
+	}
+	if c.MLPHidden == 0 {
+		c.MLPHidden = 100
 	}
 	return c
 }
@@ -162,12 +169,12 @@ func linregTower(s *graph.Scope, c Config, p params) *Model {
 	}
 }
 
-// The 784-100-10 perceptron: a sigmoid hidden layer and a softmax output
+// The 784-100-10 perceptron (Config.MLPHidden wide): a sigmoid hidden layer and a softmax output
 // with cross-entropy, fed flattened images [batch, 784] and int32 labels.
 func mlpVariables(s *graph.Scope, c Config) params {
 	p := params{}
-	denseVariables(s.SubScope("hidden"), p, "hidden", c, 784, 100, c.Seed)
-	denseVariables(s.SubScope("softmax"), p, "softmax", c, 100, 10, c.Seed+1)
+	denseVariables(s.SubScope("hidden"), p, "hidden", c, 784, c.MLPHidden, c.Seed)
+	denseVariables(s.SubScope("softmax"), p, "softmax", c, c.MLPHidden, 10, c.Seed+1)
 	return p
 }
 

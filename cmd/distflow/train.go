@@ -50,6 +50,7 @@ type trainFlags struct {
 	inGraph      bool
 	psStrategy   string
 	compression  string
+	mlpHidden    int
 	stepTimeout  time.Duration
 	waitTimeout  time.Duration
 	// listenFD is an inherited listening socket (tests that start tasks
@@ -150,6 +151,7 @@ func newTrainCommand() *cobra.Command {
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
 	fl.StringVar(&f.compression, "compression", "none", "with --allreduce: how gradients travel: none (float32), fp16, bf16 (half the bytes), topk or topk:RATIO (the largest RATIO of the elements, 0.01 by default, the rest kept for the next step)")
+	fl.IntVar(&f.mlpHidden, "mlp-hidden", 100, "width of the mlp's hidden layer (wider: more bytes of gradient per example, for measuring communication)")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
 	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
 		`"none" uses --lr as given, as TensorFlow's SyncReplicasOptimizer and Horovod do (their scripts scale it); "linear" uses k times --lr (Goyal et al. 2017: --lr is then the single-process rate for one batch); "sqrt" uses sqrt(k) times --lr`)
@@ -235,6 +237,8 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	} else {
 		bad(c.Kind != estimator.NoCompression && (!f.allReduce || f.averageEvery >= 0), "--compression %s goes with --allreduce (the ps push and --average-every do not compress)", f.compression)
 	}
+	bad(f.mlpHidden < 1 || f.mlpHidden > 1<<16, "--mlp-hidden %d: want 1 to 65536", f.mlpHidden)
+	bad(set("mlp-hidden") && f.model != "mlp", "--mlp-hidden goes with --model mlp")
 	bad(f.verbose && f.quiet, "--verbose and --quiet: choose one")
 	errs = append(errs, f.checkHashFlags(set)...)
 	bad(f.localCluster != "" && f.metricsPort != 0, "--metrics-port %d with --local-cluster: every task gets a free loopback port of its own; leave the flag out (or 0 for none)", f.metricsPort)
@@ -382,7 +386,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		return fmt.Errorf("--optimizer: %w", err)
 	}
 	f.hashSetup(spec)
-	fn, err := models.ModelFn(f.model, models.Config{Seed: f.seed, WideDeep: f.wideDeep}, opt)
+	fn, err := models.ModelFn(f.model, models.Config{Seed: f.seed, WideDeep: f.wideDeep, MLPHidden: f.mlpHidden}, opt)
 	if err != nil {
 		return err
 	}
