@@ -198,6 +198,39 @@ func envOf(c corev1.Container, index int) map[string]string {
 	return env
 }
 
+// podEnv is a container's environment as the cluster sets it for the pod
+// of the given index and labels: JOB_COMPLETION_INDEX, the values, and the
+// pod's labels through the downward API (metadata.labels['KEY']).
+func podEnv(t *testing.T, c corev1.Container, index int, labels map[string]string) map[string]string {
+	t.Helper()
+	env := envOf(c, index)
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			continue
+		}
+		var path string
+		if e.ValueFrom.FieldRef != nil {
+			path = e.ValueFrom.FieldRef.FieldPath
+		}
+		key, ok := strings.CutPrefix(path, "metadata.labels['")
+		key, ok2 := strings.CutSuffix(key, "']")
+		v, ok3 := labels[key]
+		if !ok || !ok2 || !ok3 {
+			t.Fatalf("container %s: %s comes from %+v, which the test cannot resolve", c.Name, e.Name, e.ValueFrom)
+		}
+		env[e.Name] = v
+	}
+	return env
+}
+
+func initContainer(t *testing.T, what string, spec corev1.PodSpec) corev1.Container {
+	t.Helper()
+	if len(spec.InitContainers) != 1 {
+		t.Fatalf("%s: %d init containers; want the one that copies the certificates", what, len(spec.InitContainers))
+	}
+	return spec.InitContainers[0]
+}
+
 func container(t *testing.T, what string, spec corev1.PodSpec, name string) corev1.Container {
 	t.Helper()
 	for _, c := range spec.Containers {
@@ -275,6 +308,17 @@ func checkPod(t *testing.T, what string, tmpl corev1.PodTemplateSpec, main strin
 	}
 	if len(tmpl.Spec.InitContainers) != 1 || !strings.Contains(strings.Join(tmpl.Spec.InitContainers[0].Command, " "), "chmod 0600 /certs/*.key") {
 		t.Errorf("%s: no init container making the keys private", what)
+	} else if cmd := strings.Join(tmpl.Spec.InitContainers[0].Command, " "); strings.Contains(cmd, "/secret/*") {
+		// Each pod copies its own key alone (the pods tests run the
+		// command): not every task's.
+		t.Errorf("%s: the init container copies the whole Secret: %q", what, cmd)
+	}
+	for _, ct := range tmpl.Spec.Containers {
+		for _, m := range ct.VolumeMounts {
+			if m.Name == "certs-secret" {
+				t.Errorf("%s: container %s mounts the Secret with every task's key", what, ct.Name)
+			}
+		}
 	}
 	ps := tmpl.Spec.SecurityContext
 	if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.FSGroup != nil {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,10 @@ type pod struct {
 	task  string   // its job: chief, worker, ps
 	c     corev1.Container
 	env   map[string]string // the container's environment as the cluster sets it
+	init  corev1.Container  // the init container that copies the pod's certificates
+	// initEnv is the init container's environment as the cluster sets it
+	// (JOB_COMPLETION_INDEX, the pod's labels through the downward API).
+	initEnv map[string]string
 }
 
 // TestIndexedJobsRun runs indexed-jobs.yaml's pods as Kubernetes would
@@ -39,10 +45,11 @@ func TestIndexedJobsRun(t *testing.T) {
 		j := new(batchv1.Job)
 		decodeStrict(t, d, j)
 		c := container(t, j.Name, j.Spec.Template.Spec, "distflow")
+		init := initContainer(t, j.Name, j.Spec.Template.Spec)
 		for i := range int(*j.Spec.Completions) {
 			name := fmt.Sprintf("%s-%d", j.Name, i)
 			pods = append(pods, pod{name: name, names: []string{name + "." + j.Spec.Template.Spec.Subdomain},
-				task: j.Labels["distflow.dev/job"], c: c, env: envOf(c, i)})
+				task: j.Labels["distflow.dev/job"], c: c, env: envOf(c, i), init: init, initEnv: podEnv(t, init, i, nil)})
 		}
 	}
 	runPods(t, pods)
@@ -60,13 +67,18 @@ func TestTFJobRun(t *testing.T) {
 	for _, rt := range []kubeflowv1.ReplicaType{kubeflowv1.TFJobReplicaTypeChief, kubeflowv1.TFJobReplicaTypeWorker, kubeflowv1.TFJobReplicaTypePS} {
 		spec := job.Spec.TFReplicaSpecs[rt]
 		c := container(t, string(rt), spec.Template.Spec, kubeflowv1.TFJobDefaultContainerName)
+		init := initContainer(t, string(rt), spec.Template.Spec)
 		task := strings.ToLower(string(rt))
 		for i := range int(*spec.Replicas) {
 			env := envOf(c, i)
 			delete(env, "JOB_COMPLETION_INDEX")
 			env["TF_CONFIG"] = operatorTFConfig(t, job, rt, i)
 			name := fmt.Sprintf("%s-%s-%d", job.Name, task, i)
-			pods = append(pods, pod{name: name, names: []string{name + "." + job.Namespace + ".svc"}, task: task, c: c, env: env})
+			// The labels the operator gives the pod (lower-case type).
+			labels := map[string]string{kubeflowv1.ReplicaTypeLabel: task, kubeflowv1.ReplicaIndexLabel: strconv.Itoa(i)}
+			initEnv := podEnv(t, init, i, labels)
+			delete(initEnv, "JOB_COMPLETION_INDEX")
+			pods = append(pods, pod{name: name, names: []string{name + "." + job.Namespace + ".svc"}, task: task, c: c, env: env, init: init, initEnv: initEnv})
 		}
 	}
 	runPods(t, pods)
@@ -77,9 +89,10 @@ func TestTFJobRun(t *testing.T) {
 // nothing in the machine's namespace), its names and its peers' resolved by
 // a hosts file for that namespace (/etc/netns/NS/hosts, which `ip netns
 // exec` mounts as /etc/hosts), with its container's environment and
-// arguments, the certificates `distflow certs create` makes for the names
-// its peers use, copied as the init container does (all but ca.key, keys
-// 0600). Training is cut to 20 steps. Every pod must exit 0 and the first
+// arguments, and the certificates `distflow certs create` makes for the
+// names its peers use, in a directory as in the Secret (all but ca.key),
+// from which the pod's init container's own command (runInit) copies the
+// pod's files: each pod must get its own key and no other. Training is cut to 20 steps. Every pod must exit 0 and the first
 // (the chief) report 20 steps. Root only; skipped otherwise.
 func runPods(t *testing.T, pods []pod) {
 	if os.Geteuid() != 0 {
@@ -137,6 +150,9 @@ func runPods(t *testing.T, pods []pod) {
 	if out, err := certs.CombinedOutput(); err != nil {
 		t.Fatalf("distflow certs create: %v\n%s", err, out)
 	}
+	if err := os.Remove(filepath.Join(secret, "ca.key")); err != nil { // kept out of the Secret
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	type result struct {
@@ -150,19 +166,7 @@ func runPods(t *testing.T, pods []pod) {
 		if err := os.Mkdir(podCerts, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		files, _ := filepath.Glob(filepath.Join(secret, "*"))
-		for _, f := range files {
-			if filepath.Base(f) == "ca.key" {
-				continue
-			}
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(podCerts, filepath.Base(f)), b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
+		runInit(t, p, secret, podCerts)
 		var args []string
 		for _, a := range p.c.Args {
 			if a == "--certs-dir=/certs" {
@@ -196,5 +200,49 @@ func runPods(t *testing.T, pods []pod) {
 	}
 	if pods[0].task != "chief" || !strings.Contains(results[0].out.String(), "global step 20") {
 		t.Errorf("the chief (%s) did not report 20 steps: %q", pods[0].name, results[0].out.String())
+	}
+}
+
+// runInit runs the pod's init container's command with sh, its volumes
+// mounted at the test's directories (certs-secret: secret, certs:
+// podCerts; the paths in the command replaced), and checks that it copied
+// the pod's own files alone: ca.crt, TASK.INDEX.crt and .key, the key
+// 0600.
+func runInit(t *testing.T, p pod, secret, podCerts string) {
+	t.Helper()
+	if len(p.init.Command) != 3 || p.init.Command[0] != "sh" || p.init.Command[1] != "-c" {
+		t.Fatalf("pod %s: init container command %q; want sh -c SCRIPT", p.name, p.init.Command)
+	}
+	mounts := map[string]string{"certs-secret": secret, "certs": podCerts}
+	script := p.init.Command[2]
+	for _, m := range p.init.VolumeMounts {
+		dir, ok := mounts[m.Name]
+		if !ok {
+			t.Fatalf("pod %s: the init container mounts %s, which the test does not know", p.name, m.Name)
+		}
+		script = strings.ReplaceAll(script, m.MountPath+"/", dir+"/")
+	}
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	for k, v := range p.initEnv {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pod %s: init container: %v\n%s", p.name, err, out)
+	}
+	own := p.task + "." + p.name[strings.LastIndex(p.name, "-")+1:]
+	entries, err := os.ReadDir(podCerts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if want := []string{"ca.crt", own + ".crt", own + ".key"}; !slices.Equal(got, want) {
+		t.Errorf("pod %s got %v from its init container; want %v (its own key alone)", p.name, got, want)
+	}
+	if st, err := os.Stat(filepath.Join(podCerts, own+".key")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("pod %s: its key: %v, %v; want mode 0600", p.name, st, err)
 	}
 }
