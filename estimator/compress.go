@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 
@@ -135,8 +136,11 @@ type compressedRing interface {
 type gradCompressor struct {
 	c        Compression
 	residual []float32 // top-k: what this worker has not sent yet
+	cand     []int32   // top-k: the entries selected
+	sel      []int32   // top-k: scratch for the selection
 	mags     []float32 // top-k: scratch for the selection
 	gathered []float32 // top-k: every worker's (indices, values)
+	rng      *rand.Rand
 }
 
 func newGradCompressor(c Compression) *gradCompressor {
@@ -185,17 +189,50 @@ func (r compressingRing) AllReduceMean(ctx context.Context, name string, round i
 // values) instead of n, and all end with bit-identical sums (added in rank
 // order). A failed exchange leaves the residual holding what was selected
 // too, so that nothing is lost if the step is retried.
+//
+// The selection costs two passes over the gradient, as in DGC: the
+// threshold is estimated on a random sample (aiming a little low), the
+// entries above it are collected, and only those are selected exactly.
+// When the estimate overshoots, fewer than k entries are sent (their
+// slots padded with zeros), which error feedback makes up later.
 func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name string, round int64, data []float32) error {
 	n := len(data)
 	if len(g.residual) != n {
-		g.residual, g.mags = make([]float32, n), make([]float32, n)
+		g.residual = make([]float32, n)
 	}
 	k := min(max(int(g.c.ratio()*float64(n)), 1), n)
 	for i, v := range data {
 		g.residual[i] += v
-		g.mags[i] = float32(math.Abs(float64(g.residual[i])))
 	}
-	thr := kthLargest(g.mags, k)
+	thr := g.sampleThreshold(k)
+	g.cand = g.cand[:0]
+	for i, v := range g.residual {
+		if m := math.Float32bits(v) & 0x7fffffff; m >= thr && m != 0 {
+			g.cand = append(g.cand, int32(i))
+		}
+	}
+	if len(g.cand) > k { // keep the k largest candidates
+		g.mags = g.mags[:0]
+		for _, i := range g.cand {
+			g.mags = append(g.mags, abs32(g.residual[i]))
+		}
+		kth := kthLargest(g.mags, k)
+		sel := g.sel[:0]
+		for _, i := range g.cand {
+			if abs32(g.residual[i]) > kth {
+				sel = append(sel, i)
+			}
+		}
+		for _, i := range g.cand { // ties with the k-th fill the rest
+			if len(sel) == k {
+				break
+			}
+			if abs32(g.residual[i]) == kth {
+				sel = append(sel, i)
+			}
+		}
+		g.sel, g.cand = g.cand, sel
+	}
 	size, pos := ring.Size(), ring.Rank()
 	if cap(g.gathered) < 2*k*size {
 		g.gathered = make([]float32, 2*k*size)
@@ -203,24 +240,14 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 	buf := g.gathered[:2*k*size]
 	clear(buf)
 	idx, vals := buf[pos*2*k:pos*2*k+k], buf[pos*2*k+k:(pos+1)*2*k]
-	// The k largest: those above the k-th magnitude, then ties with it.
-	j := 0
-	for pass := 0; pass < 2 && j < k; pass++ {
-		for i, v := range g.residual {
-			m := float32(math.Abs(float64(v)))
-			if (pass == 0 && m > thr) || (pass == 1 && m == thr && v != 0) {
-				idx[j], vals[j] = math.Float32frombits(uint32(i)), v
-				if j++; j == k {
-					break
-				}
-			}
-		}
+	for j, i := range g.cand {
+		idx[j], vals[j] = math.Float32frombits(uint32(i)), g.residual[i]
 	}
 	if err := ring.AllGather(ctx, name, round, buf); err != nil {
 		return err
 	}
-	for s := range j { // sent: no longer owed
-		g.residual[math.Float32bits(idx[s])] = 0
+	for _, i := range g.cand { // sent: no longer owed
+		g.residual[i] = 0
 	}
 	clear(data)
 	inv := 1 / float32(size)
@@ -229,7 +256,7 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 		for s := range k {
 			i, v := math.Float32bits(seg[s]), seg[k+s]
 			if v == 0 {
-				continue // padding (fewer than k non-zero entries)
+				continue // padding (fewer than k entries sent)
 			}
 			if i >= uint32(n) {
 				return fmt.Errorf("%w: %s round %d: rank %d sent index %d for a gradient of %d elements", allreduce.ErrMismatch, name, round, r, i, n)
@@ -239,6 +266,35 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 	}
 	return nil
 }
+
+// topKSample is the size of the sample the threshold is estimated on:
+// it holds about topKSample*ratio of the k largest, enough for an
+// estimate within a few percent.
+const topKSample = 1 << 15
+
+// sampleThreshold estimates, as float32 magnitude bits (which order as the
+// magnitudes do), a threshold above which about 1.2k of the residual's
+// entries lie: the whole residual's k-th largest when it is small.
+func (g *gradCompressor) sampleThreshold(k int) uint32 {
+	n := len(g.residual)
+	g.mags = g.mags[:0]
+	if n <= 2*topKSample {
+		for _, v := range g.residual {
+			g.mags = append(g.mags, abs32(v))
+		}
+		return math.Float32bits(kthLargest(g.mags, k))
+	}
+	if g.rng == nil {
+		g.rng = rand.New(rand.NewPCG(uint64(n), uint64(k)))
+	}
+	for range topKSample {
+		g.mags = append(g.mags, abs32(g.residual[g.rng.IntN(n)]))
+	}
+	ks := min(max(int(1.2*float64(k)*topKSample/float64(n)), 1), topKSample)
+	return math.Float32bits(kthLargest(g.mags, ks))
+}
+
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
 
 // kthLargest returns the k-th largest of vals (1 <= k <= len(vals)),
 // reordering vals: a quickselect, linear on average.
