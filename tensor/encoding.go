@@ -94,6 +94,8 @@ func (t *Tensor) RawBytes() []byte {
 		p = unsafe.Pointer(&d[0])
 	case []uint8:
 		p = unsafe.Pointer(&d[0])
+	case []uint16:
+		p = unsafe.Pointer(&d[0])
 	}
 	return unsafe.Slice((*byte)(p), n)
 }

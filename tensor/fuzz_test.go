@@ -15,6 +15,14 @@ import (
 // carry, so both directions are fuzzed here; FuzzUnmarshalBinary (in
 // tensor_test.go) checks the decoder's round trip without bounds.
 
+func halfTensor(dt tensor.DType, vals ...float64) *tensor.Tensor {
+	t := tensor.New(dt, len(vals))
+	for i, v := range vals {
+		t.SetFloat64At(i, v)
+	}
+	return t
+}
+
 func mustEncode(t *tensor.Tensor) []byte {
 	b, err := t.MarshalBinary()
 	if err != nil {
@@ -37,6 +45,8 @@ func FuzzTensorDecode(f *testing.F) {
 			"bool":         {mustEncode(tensor.MustFromSlice([]bool{true, false, true}, 3))},
 			"uint8_3d":     {mustEncode(tensor.MustFromSlice([]uint8{1, 2, 3, 4, 5, 6}, 1, 2, 3))},
 			"empty_0x5":    {mustEncode(tensor.New(tensor.Float32, 0, 5))},
+			"float16_2":    {mustEncode(halfTensor(tensor.Float16, 1, math.Inf(-1)))},
+			"bfloat16_3":   {mustEncode(halfTensor(tensor.BFloat16, 1, -2, math.NaN()))},
 			// Edge cases: a bool byte other than 0/1, a non-minimal varint,
 			// a lying shape, rank 65, a dimension over MaxInt32, an
 			// element count that overflows, a truncated body, trailing

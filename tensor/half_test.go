@@ -211,3 +211,35 @@ func BenchmarkEncodeBFloat16(b *testing.B) {
 		tensor.EncodeBFloat16(dst, src)
 	}
 }
+
+// A Float16 or BFloat16 tensor stores bits, reads them as float64, and
+// survives the binary encoding (the wire's and checkpoints') bit for bit,
+// in 2 bytes an element.
+func TestHalfTensors(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.Float16, tensor.BFloat16} {
+		x := tensor.New(dt, 2, 2)
+		for i, v := range []float64{1, -2.5, 0.1, math.Inf(1)} {
+			x.SetFloat64At(i, v)
+		}
+		if x.Float64At(0) != 1 || x.Float64At(1) != -2.5 || !math.IsInf(x.Float64At(3), 1) || math.Abs(x.Float64At(2)-0.1) > 0.001 {
+			t.Errorf("%v: %v", dt, x)
+		}
+		b, err := x.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) != 1+1+2+8 {
+			t.Errorf("%v: %d bytes encoded, want 12", dt, len(b))
+		}
+		var y tensor.Tensor
+		if err := y.UnmarshalBinary(b); err != nil || !tensor.Equal(x, &y) || y.DType() != dt {
+			t.Errorf("%v: decoded %v, %v", dt, &y, err)
+		}
+		if got, err := tensor.ParseDType(dt.String()); got != dt || err != nil {
+			t.Errorf("ParseDType(%q) = %v, %v", dt.String(), got, err)
+		}
+		if !dt.IsHalf() || dt.IsFloat() || dt.Size() != 2 {
+			t.Errorf("%v: IsHalf %v, IsFloat %v, Size %d", dt, dt.IsHalf(), dt.IsFloat(), dt.Size())
+		}
+	}
+}

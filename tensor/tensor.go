@@ -15,7 +15,7 @@ import (
 type Tensor struct {
 	dtype DType
 	shape []int
-	data  any // []float32 | []float64 | []int32 | []int64 | []bool | []uint8
+	data  any // []float32 | []float64 | []int32 | []int64 | []bool | []uint8 | []uint16 (Float16, BFloat16 bits)
 }
 
 // New returns a zero-filled tensor of the given type and shape.
@@ -38,6 +38,8 @@ func New(dt DType, shape ...int) *Tensor {
 		data = make([]bool, n)
 	case Uint8:
 		data = make([]uint8, n)
+	case Float16, BFloat16:
+		data = make([]uint16, n)
 	default:
 		panic(fmt.Sprintf("tensor.New: invalid dtype %v", dt))
 	}
@@ -143,6 +145,10 @@ func (t *Tensor) Int32s() []int32 { d, _ := t.data.([]int32); return d }
 // Int64s returns the data of an int64 tensor (nil for other types).
 func (t *Tensor) Int64s() []int64 { d, _ := t.data.([]int64); return d }
 
+// HalfBits returns the element bits of a Float16 or BFloat16 tensor (nil
+// for other types), for conversion with EncodeFloat16 and its kin.
+func (t *Tensor) HalfBits() []uint16 { d, _ := t.data.([]uint16); return d }
+
 // Bools returns the data of a bool tensor (nil for other types).
 func (t *Tensor) Bools() []bool { d, _ := t.data.([]bool); return d }
 
@@ -192,6 +198,8 @@ func copyData(dst, src any) {
 		copy(d, src.([]bool))
 	case []uint8:
 		copy(d, src.([]uint8))
+	case []uint16:
+		copy(d, src.([]uint16))
 	}
 }
 
@@ -208,6 +216,11 @@ func (t *Tensor) Float64At(i int) float64 {
 		return float64(d[i])
 	case []uint8:
 		return float64(d[i])
+	case []uint16:
+		if t.dtype == Float16 {
+			return float64(Float16From(d[i]))
+		}
+		return float64(BFloat16From(d[i]))
 	case []bool:
 		if d[i] {
 			return 1
@@ -229,6 +242,12 @@ func (t *Tensor) SetFloat64At(i int, v float64) {
 		d[i] = int64(v)
 	case []uint8:
 		d[i] = uint8(v)
+	case []uint16:
+		if t.dtype == Float16 {
+			d[i] = Float16Bits(float32(v))
+		} else {
+			d[i] = BFloat16Bits(float32(v))
+		}
 	case []bool:
 		d[i] = v != 0
 	}

@@ -169,6 +169,9 @@ func mathCastKernel(c *kernel.Context) error {
 		c.SetOutput(0, x) // tensors are immutable once produced: share it
 		return nil
 	}
+	if dt.IsHalf() || x.DType().IsHalf() {
+		return castHalf(c, x, dt)
+	}
 	o := c.Alloc(0, dt, x.Shape()...)
 	switch d := o.Data().(type) {
 	case []float32:
