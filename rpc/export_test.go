@@ -37,3 +37,21 @@ func NewRingTransport(peers []string, opts Options) allreduce.Transport {
 func NewTLSClientConn(c net.Conn, cfg *tls.Config) *tls.Conn {
 	return tls.Client(&readBufferedConn{Conn: c, r: bufio.NewReaderSize(c, tlsReadBufferSize)}, cfg)
 }
+
+// TensorChannelTLS returns the TLS state of an idle tensor-channel
+// connection of a client made by DialWorker (false: none idle, or
+// plaintext).
+func TensorChannelTLS(w worker.Service) (tls.ConnectionState, bool) {
+	p := w.(*workerClient).tensors
+	if p == nil {
+		return tls.ConnectionState{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.idle {
+		if tc, ok := c.conn.(*tls.Conn); ok {
+			return tc.ConnectionState(), true
+		}
+	}
+	return tls.ConnectionState{}, false
+}

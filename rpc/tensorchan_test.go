@@ -3,11 +3,14 @@ package rpc_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -132,6 +135,18 @@ func TestTensorChannelTLS(t *testing.T) {
 		t.Errorf("received %v, want %v", got, want)
 	}
 	wantChannel(t, s.Svc)
+	// The channel negotiates TLS 1.3 with AES-128-GCM, the cheapest suite
+	// with AES instructions (see docs/BENCHMARKS.md, TLS); ChaCha20 only
+	// where a peer lacks them (GODEBUG=cpu.aes=off stands for one).
+	st, ok := rpc.TensorChannelTLS(s.Svc)
+	want13 := tls.TLS_AES_128_GCM_SHA256
+	if strings.Contains(os.Getenv("GODEBUG"), "cpu.aes=off") || runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		want13 = st.CipherSuite // no claim where AES instructions may be missing
+	}
+	if !ok || st.Version != tls.VersionTLS13 || st.CipherSuite != want13 || st.NegotiatedProtocol != "distflow-tensors/1" {
+		t.Errorf("tensor channel: TLS %x, suite %s, ALPN %q (found %v); want TLS 1.3, %s, distflow-tensors/1",
+			st.Version, tls.CipherSuiteName(st.CipherSuite), st.NegotiatedProtocol, ok, tls.CipherSuiteName(want13))
+	}
 }
 
 // TestTensorChannelFallback: a client uses gRPC when its peer does not
