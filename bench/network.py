@@ -13,9 +13,15 @@ over the tensor channel (raw TCP beside gRPC, see rpc/doc.go); fetch and feed
 (64 MiB) are the same transfers made by a client's session, with the copies of
 fetching the tensor from the step or feeding it in. --grpc-only measures with
 DISTFLOW_BENCH_GRPC_ONLY=1: the worker receives over gRPC, as before the
-channel. Usage, from the repository root (needs Debian's iperf3 and Go):
+channel. --tls alternates, instead of iperf3, plaintext and mutual TLS
+(DISTFLOW_BENCH_TLS=1: both tasks with certificates from distflow certs) on the
+64 MiB pull and push, with crypto/tls alone over loopback (rpc's
+BenchmarkLoopbackStream: plain TCP, TLS over 1, 2 and 4 connections) as the
+bound, and prints mTLS over plaintext. Usage, from the repository root (needs
+Debian's iperf3 and Go):
 
     /usr/bin/python3 bench/network.py --rounds 3
+    /usr/bin/python3 bench/network.py --tls --rounds 3
 """
 import argparse
 import json
@@ -62,18 +68,53 @@ def iperf3(seconds):
         server.wait()
 
 
-def distflow(grpc_only):
-    env = dict(os.environ, DISTFLOW_BENCH_GRPC_ONLY="1" if grpc_only else "")
-    out = subprocess.run(["go", "test", "-run", "XXX", "-bench", "ParameterTransfer", "-benchtime", "2s",
-                          "./cmd/distflow/"], capture_output=True, text=True, check=True, env=env).stdout
+def go_bench(pkg, pattern, env=None):
+    """Runs benchmarks and returns {name: MB/s} and {name: cpu-ms/op}."""
+    out = subprocess.run(["go", "test", "-run", "XXX", "-bench", pattern, "-benchtime", "2s", pkg],
+                         capture_output=True, text=True, check=True, env=env).stdout
     res, cpu = {}, {}
-    for m in re.finditer(r"BenchmarkParameterTransfer/(\w+)/(\w+)-\d+\s+\d+\s+[\d.]+ ns/op\s+([\d.]+) MB/s(?:\s+([\d.]+) cpu-ms/op)?", out):
-        res[f"{m.group(1)}/{m.group(2)}"] = float(m.group(3))
-        if m.group(4):
-            cpu[f"{m.group(1)}/{m.group(2)}"] = float(m.group(4))
+    for m in re.finditer(r"Benchmark\w+/([\w/]+)-\d+\s+\d+\s+[\d.]+ ns/op\s+([\d.]+) MB/s(?:\s+([\d.]+) cpu-ms/op)?", out):
+        res[m.group(1)] = float(m.group(2))
+        if m.group(3):
+            cpu[m.group(1)] = float(m.group(3))
     if not res:
         raise RuntimeError("no benchmark lines:\n" + out)
     return res, cpu
+
+
+def distflow(grpc_only, tls=False, pattern="ParameterTransfer"):
+    env = dict(os.environ, DISTFLOW_BENCH_GRPC_ONLY="1" if grpc_only else "", DISTFLOW_BENCH_TLS="1" if tls else "")
+    return go_bench("./cmd/distflow/", pattern, env)
+
+
+def median_range(runs, key):
+    vals = [r[key] for r in runs if key in r]
+    return statistics.median(vals), [min(vals), max(vals)]
+
+
+def tls_main(a):
+    """Plaintext and mTLS alternated, with crypto/tls's own bound."""
+    runs = {"plain": ([], []), "mtls": ([], []), "stream": ([], [])}
+    for r in range(a.rounds):
+        for name, tls in (("plain", False), ("mtls", True)):
+            bw, cpu = distflow(False, tls, "ParameterTransfer/(pull|push)/64MiB")
+            runs[name][0].append(bw)
+            runs[name][1].append(cpu)
+        bw, cpu = go_bench("./rpc/", "LoopbackStream")
+        runs["stream"][0].append(bw)
+        runs["stream"][1].append(cpu)
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[0][-1]}" for k, v in runs.items()), file=sys.stderr)
+    res = {"load_average": os.getloadavg()}
+    for name, (bws, cpus) in runs.items():
+        for k in bws[0]:
+            res[f"{name}:{k}_MBps"], res[f"{name}:{k}_range"] = median_range(bws, k)
+            if any(k in c for c in cpus):
+                res[f"{name}:{k}_cpu_ms"], _ = median_range(cpus, k)
+    for k in ("pull/64MiB", "push/64MiB"):
+        res[k + "_mtls_vs_plain"] = res[f"mtls:{k}_MBps"] / res[f"plain:{k}_MBps"]
+    for k in ("tls/1", "tls/2", "tls/4"):
+        res[k + "_vs_tcp"] = res[f"stream:{k}_MBps"] / res["stream:tcp/1_MBps"]
+    print(json.dumps(res))
 
 
 def main():
@@ -81,7 +122,10 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iperf-seconds", type=int, default=5)
     p.add_argument("--grpc-only", action="store_true", help="receive over gRPC, not the tensor channel")
+    p.add_argument("--tls", action="store_true", help="plaintext against mutual TLS, and crypto/tls's bound")
     a = p.parse_args()
+    if a.tls:
+        return tls_main(a)
     ip, ip_cpu, ours, ours_cpu = [], [], [], []
     for r in range(a.rounds):
         bw, cpu = iperf3(a.iperf_seconds)
