@@ -316,9 +316,11 @@ func TestSyncSparseRoundMovesOnlyTouchedRows(t *testing.T) {
 	}
 	if a, b := figures[200_000], figures[10_000_000]; len(figures) == 2 {
 		for i, n := range []int{8, 256} {
-			if d := a[i].wire - b[i].wire; d < -1024 || d > 1024 || a[i].accum != b[i].accum {
+			// The wire carries a little protocol noise (HTTP/2 window
+			// updates and pings): up to a few KiB a round.
+			if d := a[i].wire - b[i].wire; d < -8192 || d > 8192 || a[i].accum != b[i].accum {
 				t.Errorf("%d distinct ids: %d bytes on the wire and %d of accumulators at 200,000 rows, %d and %d at 10,000,000: "+
-					"want the same (within 1 KiB on the wire)", n, a[i].wire, a[i].accum, b[i].wire, b[i].accum)
+					"want the same (within 8 KiB on the wire)", n, a[i].wire, a[i].accum, b[i].wire, b[i].accum)
 			}
 		}
 	}
