@@ -35,16 +35,17 @@ import (
 // its model whenever the ring re-forms and saves in its checkpoints. A
 // step cut short by a failure is read again by the members left.
 //
-// With in-graph replication, where one client reads for every tower, the
-// towers cut fixed shards of one shuffle per epoch, as PyTorch's
-// DistributedSampler does.
+// With in-graph replication, the one client that reads for every tower
+// claims a batch per tower with each step, the same way: tower i reads
+// the i-th. So a restarted chief resumes the epoch where its checkpoint
+// left it.
 func (ic InputContext) Examples(batch int, ts ...*tensor.Tensor) (*data.Dataset, error) {
 	if batch <= 0 {
 		return nil, fmt.Errorf("estimator: InputContext.Examples: batch %d is not positive", batch)
 	}
 	if ic.claims != nil {
 		ic.claims.block = int64(batch)
-		ds, err := data.Claimed(ic.claims.claim, batch, ic.Seed, ts...)
+		ds, err := data.Claimed(ic.claims.forTower(ic.tower), batch, ic.Seed, ts...)
 		if err != nil {
 			return nil, err
 		}
@@ -68,6 +69,9 @@ func (ic InputContext) Examples(batch int, ts ...*tensor.Tensor) (*data.Dataset,
 type claimer struct {
 	// block is the batch size; 0: the input does not claim.
 	block int64
+	// towers is how many towers read one block each per step (in-graph
+	// replication; 1 otherwise): tower i reads the i-th of a claim.
+	towers int64
 	// op adds block to the cursor and returns its new value.
 	op graph.Output
 	// run claims a block in a step of its own; nil until the session is
@@ -77,7 +81,7 @@ type claimer struct {
 	// next is a block claimed by the last step, if has.
 	next int64
 	has  bool
-	// current is the block being trained.
+	// current is the first block being trained (tower 0's).
 	current int64
 	// trained, when set, gets a line per block trained (a test hook:
 	// $DISTFLOW_TRAINED_BLOCKS names the file).
@@ -105,23 +109,39 @@ func (c *claimer) claim(ctx context.Context) (int64, error) {
 	return c.current, nil
 }
 
+// forTower is the claim function of tower i: tower 0 claims the step's
+// blocks, the others read theirs from its claim (the loop reads the
+// towers in order, one block each per step).
+func (c *claimer) forTower(i int) data.ClaimFunc {
+	if i == 0 {
+		return c.claim
+	}
+	return func(context.Context) (int64, error) { return c.current + int64(i)*c.block, nil }
+}
+
+// span is how far one claim moves the cursor: a block per tower.
+func (c *claimer) span() int64 { return c.block * max(c.towers, 1) }
+
 // build adds the cursor (on a ps, by the device function) and the claim.
 func (c *claimer) build(s *graph.Scope) {
 	cursor := ops.NewVariable(s.SubScope("input"), "cursor", tensor.Int64, nil, ops.ZerosInit(), ops.NotTrainable())
-	c.op = ops.AssignAdd(s, cursor.Value(), ops.Scalar(s, tensor.Int64, float64(c.block)))
+	c.op = ops.AssignAdd(s, cursor.Value(), ops.Scalar(s, tensor.Int64, float64(c.span())))
 }
 
 // stepped records the claim fetched with a step that succeeded (the new
-// cursor: the block claimed ends there) and logs the block trained.
+// cursor: the blocks claimed end there) and logs the blocks trained.
 func (c *claimer) stepped(cursor *tensor.Tensor) {
 	c.logTrained()
-	c.next, c.has = int64(cursor.Float64At(0))-c.block, true
+	c.next, c.has = int64(cursor.Float64At(0))-c.span(), true
 }
 
-// logTrained records the current block as trained (the test hook).
+// logTrained records the current blocks as trained (the test hook).
 func (c *claimer) logTrained() {
-	if c.trained != nil {
-		fmt.Fprintf(c.trained, "%s %d %d\n", c.who, c.current, c.block)
+	if c.trained == nil {
+		return
+	}
+	for i := range max(c.towers, 1) {
+		fmt.Fprintf(c.trained, "%s %d %d\n", c.who, c.current+i*c.block, c.block)
 	}
 }
 

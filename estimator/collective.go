@@ -155,7 +155,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	// The ranks' batches: the members of each view read consecutive
 	// blocks of one permutation per epoch from a position that rank 0's
 	// views carry (ringloop.go), when the input uses Examples.
-	claims := &claimer{}
+	claims := &claimer{towers: 1}
 	in, err := openTrainInput(ctx, r.input, InputContext{NumReplicas: len(r.reps), ReplicaIndex: r.index, Seed: cfg.Seed, claims: claims})
 	if err != nil {
 		return nil, err

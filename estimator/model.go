@@ -96,8 +96,10 @@ type InputContext struct {
 	// can cut their shards from one shuffle.
 	Seed int64
 
-	// claims, when set, shards Examples dynamically (claim.go).
+	// claims, when set, shards Examples dynamically (claim.go), for
+	// tower (in-graph replication; 0 otherwise).
 	claims *claimer
+	tower  int
 }
 
 // Input is a pipeline of batches: each element holds one tensor per

@@ -51,18 +51,15 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		}
 	}
 
-	// One input per tower: a replica's own shard, or each tower's. A
-	// replica's input may claim its batches (InputContext.Examples); the
-	// towers of in-graph replication, read by one client, cut fixed shards.
+	// One input per tower: a replica's own shard, or each tower's. The
+	// input may claim its batches (InputContext.Examples): one claim per
+	// step for every tower.
 	ins := make([]*openInput, len(towerDevices))
-	var claims *claimer
+	claims := &claimer{towers: int64(len(towerDevices))}
 	for i := range towerDevices {
-		ic := InputContext{NumReplicas: r.numReplicas(), ReplicaIndex: r.index, Seed: cfg.Seed}
+		ic := InputContext{NumReplicas: r.numReplicas(), ReplicaIndex: r.index, Seed: cfg.Seed, claims: claims, tower: i}
 		if plan.inGraph {
 			ic.ReplicaIndex = i
-		} else {
-			claims = &claimer{}
-			ic.claims = claims
 		}
 		in, err := openTrainInput(ctx, r.input, ic)
 		if err != nil {
@@ -71,7 +68,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		defer in.close()
 		ins[i] = in
 	}
-	if claims != nil && claims.block == 0 {
+	if claims.block == 0 {
 		claims = nil // the input function shards by itself
 	}
 	spec := ins[0].spec
@@ -270,9 +267,11 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			if err != nil {
 				return 0, err
 			}
-			return int64(out[0].Float64At(0)) - claims.block, nil
+			return int64(out[0].Float64At(0)) - claims.span(), nil
 		}
-		ins[0].skipFirst = true // read to learn the shapes, not claimed: not trained
+		for _, in := range ins {
+			in.skipFirst = true // read to learn the shapes, not claimed: not trained
+		}
 	}
 	var endCoordination func(context.Context)
 	if plan.coordinator != nil {

@@ -406,3 +406,23 @@ func TestRingReformsNeitherSkipsNorDoubles(t *testing.T) {
 	t.Logf("%d blocks trained, %d skipped", blocks, missing)
 	noTasksLeft(t, ps)
 }
+
+// TestInGraphClaimsEachBatchOnce: with in-graph replication the chief
+// claims a batch per tower with each step: every batch is trained once,
+// and only the last claim (one batch per tower) is left untrained.
+func TestInGraphClaimsEachBatchOnce(t *testing.T) {
+	log := t.TempDir() + "/trained"
+	cmd := exec.Command(binary, "train", "--model", "mlp", "--data", "embedded", "--steps", "120", "--local-cluster", "ps=1,worker=2",
+		"--in-graph", "--log-every", "50")
+	cmd.Env = append(os.Environ(), "DISTFLOW_TRAINED_BLOCKS="+log)
+	cmd.SysProcAttr = childAttrs()
+	cmd, ps, _ := startLauncherCmd(t, cmd)
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed: %v", err)
+	}
+	blocks, missing := trainedBlocks(t, log)
+	if blocks != 240 || missing != 0 {
+		t.Errorf("%d batches trained, %d skipped; want 240 (120 steps of 2 towers), none skipped", blocks, missing)
+	}
+	noTasksLeft(t, ps)
+}
