@@ -672,3 +672,65 @@ func TestSparseAccumulatorMemory(t *testing.T) {
 		t.Errorf("take after the refused apply = %v rows, %v: want the 1000 rows of the first gradient, offered 1", len(out[0].Int64s()), err)
 	}
 }
+
+// FuzzSparseAccumulatorApplyGradient feeds hostile slices (any indices,
+// values of any shape, any dense shape) to a sparse accumulator of
+// float32[10, 2]: the kernel refuses or accepts them and never panics, and
+// after an accepted gradient the take returns distinct in-range rows in
+// ascending order.
+func FuzzSparseAccumulatorApplyGradient(f *testing.F) {
+	f.Add([]byte{3, 1, 2, 2, 5}, uint8(2), uint8(10), uint8(2))
+	f.Add([]byte{0, 0, 9}, uint8(2), uint8(10), uint8(2))
+	f.Add([]byte{200}, uint8(3), uint8(11), uint8(0))
+	s := graph.NewScope()
+	h := ops.SparseConditionalAccumulator(s, tensor.Float32, tensor.MakeShape(10, 2), "")
+	idx := ops.Placeholder(s, "indices", tensor.Int64, tensor.UnknownShape())
+	vals := ops.Placeholder(s, "values", tensor.Float32, tensor.UnknownShape())
+	shape := ops.Placeholder(s, "dense_shape", tensor.Int64, tensor.UnknownShape())
+	apply := ops.SparseAccumulatorApplyGradient(s, h, ops.Const(s, int64(0)), idx, vals, shape)
+	num := ops.AccumulatorNumAccumulated(s, h)
+	takeIdx, _, _, _ := ops.SparseAccumulatorTakeGradient(s, h, ops.Const(s, int32(1)))
+	if err := s.Err(); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, ids []byte, width, rows, cols uint8) {
+		if len(ids) > 64 || width > 8 {
+			return
+		}
+		sess, err := session.New(s.Graph())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		ctx := context.Background()
+		iv := make([]int64, len(ids))
+		for i, b := range ids {
+			iv[i] = int64(int8(b)) // negatives too
+		}
+		feeds := map[graph.Output]*tensor.Tensor{
+			idx:   tensor.MustFromSlice(iv, len(iv)),
+			vals:  tensor.New(tensor.Float32, len(iv), int(width)),
+			shape: tensor.MustFromSlice([]int64{int64(rows), int64(cols)}, 2),
+		}
+		if _, err := sess.Run(ctx, feeds, nil, []*graph.Node{apply}); err != nil {
+			if strings.Contains(err.Error(), "panicked") {
+				t.Fatal(err)
+			}
+			return
+		}
+		out, err := sess.Run(ctx, nil, []graph.Output{num}, nil)
+		if err != nil || out[0].Int32s()[0] != 1 {
+			t.Fatalf("accepted, but accumulated %v, %v", out, err)
+		}
+		out, err = sess.Run(ctx, nil, []graph.Output{takeIdx}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := out[0].Int64s()
+		for i, id := range got {
+			if id < 0 || id >= 10 || i > 0 && got[i-1] >= id {
+				t.Fatalf("take returned rows %v from indices %v", got, iv)
+			}
+		}
+	})
+}
