@@ -5,17 +5,27 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/distflow/distflow/allreduce"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
 
-// Compression is how the gradients travel between workers: a per-run
-// option (RunConfig.Compression). The zero value sends them as float32.
-// It applies to the AllReduce strategy; the parameter-server push does not
-// compress yet (RunConfig refuses it there rather than ignore it).
+// Compression is how the gradients travel between tasks: a per-run option
+// (RunConfig.Compression). The zero value sends them as float32.
+//
+// With AllReduce, every kind applies to the ring. With the parameter
+// servers (Async, Sync, Staleness), FP16 and BF16 apply to the push: each
+// dense gradient is cast on the worker and cast back to float32 beside its
+// variable, so that the Send/Recv between them carries half the bytes
+// (sparse gradients, pulls of the parameters and TopK are not compressed
+// there). RunConfig refuses a compression that the strategy would not
+// apply rather than ignore it.
 type Compression struct {
 	// Kind is the scheme.
 	Kind CompressionKind
@@ -117,10 +127,53 @@ func (c Compression) validateFor(s Strategy) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	if _, ok := s.(AllReduce); ok || c.Kind == NoCompression {
+	switch s.(type) {
+	case AllReduce:
+		return nil
+	case nil, Async, Sync, Staleness:
+		if c.Kind != TopK {
+			return nil
+		}
+		return fmt.Errorf("estimator: RunConfig.Compression %s: top-k compresses the all-reduce only (not the ps push of %s): use fp16 or bf16, or AllReduce{}", c, s)
+	}
+	if c.Kind == NoCompression {
 		return nil
 	}
-	return fmt.Errorf("estimator: RunConfig.Compression %s: only the allreduce strategy compresses gradients (not %s): drop the compression or use AllReduce{}", c, s)
+	return fmt.Errorf("estimator: RunConfig.Compression %s: the %s strategy does not compress gradients: drop the compression, or use AllReduce{} or a ps strategy", c, s)
+}
+
+// pushOptimizer returns opt with its dense float32 gradients sent to the
+// ps as c's half type (opt itself for other kinds).
+func (c Compression) pushOptimizer(opt train.Optimizer) train.Optimizer {
+	switch c.Kind {
+	case FP16:
+		return halfPush{opt, tensor.Float16}
+	case BF16:
+		return halfPush{opt, tensor.BFloat16}
+	}
+	return opt
+}
+
+// halfPush is an optimizer whose dense gradients cross from the worker to
+// their variable's device as half floats: a Cast where the gradient is
+// computed, a Cast back to float32 on the variable's device, and the
+// wrapped optimizer's update from that.
+type halfPush struct {
+	train.Optimizer
+	half tensor.DType
+}
+
+func (h halfPush) ApplyGradients(s *graph.Scope, gvs []train.GradVar, globalStep *ops.Variable) (*graph.Node, error) {
+	cs := s.SubScope("compress")
+	out := slices.Clone(gvs)
+	for i, gv := range gvs {
+		if gv.Sparse != nil || gv.Grad.DType() != tensor.Float32 {
+			continue
+		}
+		sent := ops.Cast(cs, gv.Grad, h.half)
+		out[i].Grad = ops.Cast(cs.WithDevice(gv.Var.Node().Device()), sent, tensor.Float32)
+	}
+	return h.Optimizer.ApplyGradients(s, out, globalStep)
 }
 
 // compressedRing is what compression needs of a ring: *allreduce.Group.

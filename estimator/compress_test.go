@@ -42,8 +42,16 @@ func TestParseCompression(t *testing.T) {
 			t.Errorf("ParseCompression(%q) = %v, %v; want %s", tc.in, c, err, tc.want)
 		}
 	}
-	if err := (Compression{Kind: FP16}).validateFor(Sync{}); err == nil || !strings.Contains(err.Error(), "only the allreduce strategy") {
-		t.Errorf("fp16 with Sync{}: %v; want it refused", err)
+	if err := (Compression{Kind: TopK}).validateFor(Sync{}); err == nil || !strings.Contains(err.Error(), "top-k compresses the all-reduce only") {
+		t.Errorf("topk with Sync{}: %v; want it refused", err)
+	}
+	if err := (Compression{Kind: FP16}).validateFor(InGraph{}); err == nil || !strings.Contains(err.Error(), "does not compress") {
+		t.Errorf("fp16 with InGraph{}: %v; want it refused", err)
+	}
+	for _, s := range []Strategy{nil, Async{}, Sync{}, Staleness{Bound: 2}} {
+		if err := (Compression{Kind: BF16}).validateFor(s); err != nil {
+			t.Errorf("bf16 with %v: %v", s, err)
+		}
 	}
 	if err := (Compression{Kind: TopK}).validateFor(AllReduce{}); err != nil {
 		t.Errorf("topk with AllReduce{}: %v", err)

@@ -1,16 +1,16 @@
 package main
 
 import (
-	"math"
 	"strings"
 	"testing"
 )
 
 // TestCompressedAllReduceConverges trains the MLP on a local cluster of two
 // workers (real processes, loopback) with each gradient compression and
-// without: after the same epochs, each is within half a point of the
-// float32 run's test accuracy, and the workers say which compression
-// they used.
+// without: after the same epochs, none is more than half a point below the
+// float32 run's test accuracy (top-k may end above it: its residuals
+// delay small updates, a regularisation), and the workers say which
+// compression they used.
 func TestCompressedAllReduceConverges(t *testing.T) {
 	base := []string{"train", "--model", "mlp", "--data", "embedded", "--epochs", "5", "--seed", "7",
 		"--local-cluster", "worker=2", "--allreduce", "--json"}
@@ -28,9 +28,28 @@ func TestCompressedAllReduceConverges(t *testing.T) {
 		t.Logf("--compression %s: test accuracy %.4f, %.0f examples/s", c, accuracy[c], res["cluster_examples_per_second"])
 	}
 	for c, acc := range accuracy {
-		if math.Abs(acc-accuracy["none"]) > 0.005 {
-			t.Errorf("--compression %s: test accuracy %.4f, more than half a point from float32's %.4f", c, acc, accuracy["none"])
+		if acc < accuracy["none"]-0.005 {
+			t.Errorf("--compression %s: test accuracy %.4f, more than half a point below float32's %.4f", c, acc, accuracy["none"])
 		}
+	}
+}
+
+// TestCompressedSyncPSConverges: the same with a ps and synchronous
+// updates, the push in fp16 (cast on the workers, back on the ps).
+func TestCompressedSyncPSConverges(t *testing.T) {
+	base := []string{"train", "--model", "mlp", "--data", "embedded", "--epochs", "5", "--seed", "7",
+		"--local-cluster", "ps=1,worker=2", "--sync", "--json"}
+	accuracy := map[string]float64{}
+	for _, c := range []string{"none", "fp16"} {
+		stdout, stderr, err := run(t, append(base, "--compression", c)...)
+		if err != nil {
+			t.Fatalf("--compression %s: %v\n%s", c, err, tail(stderr, 20))
+		}
+		accuracy[c] = lastJSON(t, stdout)["test_accuracy"].(float64)
+	}
+	t.Logf("sync ps test accuracy: float32 %.4f, fp16 push %.4f", accuracy["none"], accuracy["fp16"])
+	if accuracy["fp16"] < accuracy["none"]-0.005 {
+		t.Errorf("fp16 push: test accuracy %.4f, more than half a point below float32's %.4f", accuracy["fp16"], accuracy["none"])
 	}
 }
 
@@ -38,7 +57,8 @@ func TestCompressionFlagIsChecked(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"--compression fp8 --allreduce", `--compression "fp8": want none, fp16, bf16, topk or topk:RATIO`},
 		{"--compression topk:0 --allreduce", "want 0 < ratio <= 1"},
-		{"--compression fp16", "--compression fp16 goes with --allreduce"},
+		{"--compression topk", "--compression topk goes with --allreduce"},
+		{"--compression fp16 --in-graph --local-cluster ps=1,worker=2", "--in-graph and --average-every do not compress"},
 	} {
 		_, stderr, err := run(t, append([]string{"train", "--model", "mlp"}, strings.Fields(tc.args)...)...)
 		if err == nil || !strings.Contains(stderr, tc.want) {

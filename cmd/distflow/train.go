@@ -150,7 +150,7 @@ func newTrainCommand() *cobra.Command {
 	fl.DurationVar(&f.stepDelay, "step-delay", 0, "wait this long before every step (fault injection: a slow worker)")
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
-	fl.StringVar(&f.compression, "compression", "none", "with --allreduce: how gradients travel: none (float32), fp16, bf16 (half the bytes), topk or topk:RATIO (the largest RATIO of the elements, 0.01 by default, the rest kept for the next step)")
+	fl.StringVar(&f.compression, "compression", "none", "how gradients travel: none (float32), fp16, bf16 (half the bytes: the all-reduce ring, or the push to the ps), topk or topk:RATIO (--allreduce: the largest RATIO of the elements, 0.01 by default, the rest kept for the next step)")
 	fl.IntVar(&f.mlpHidden, "mlp-hidden", 100, "width of the mlp's hidden layer (wider: more bytes of gradient per example, for measuring communication)")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
 	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
@@ -235,7 +235,8 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	if c, err := estimator.ParseCompression(f.compression); err != nil {
 		errs = append(errs, fmt.Errorf("--%w", err))
 	} else {
-		bad(c.Kind != estimator.NoCompression && (!f.allReduce || f.averageEvery >= 0), "--compression %s goes with --allreduce (the ps push and --average-every do not compress)", f.compression)
+		bad(c.Kind == estimator.TopK && !f.allReduce, "--compression %s goes with --allreduce (the ps push compresses to fp16 or bf16 only)", f.compression)
+		bad(c.Kind != estimator.NoCompression && (f.inGraph || f.averageEvery >= 0), "--compression %s: --in-graph and --average-every do not compress gradients", f.compression)
 	}
 	bad(f.mlpHidden < 1 || f.mlpHidden > 1<<16, "--mlp-hidden %d: want 1 to 65536", f.mlpHidden)
 	bad(set("mlp-hidden") && f.model != "mlp", "--mlp-hidden goes with --model mlp")

@@ -1,0 +1,167 @@
+package estimator
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/placement"
+	"github.com/distflow/distflow/server"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// countedListener counts the bytes its connections read and write.
+type countedListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countedConn{c, l.n}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countedConn) Read(b []byte) (int, error) {
+	k, err := c.Conn.Read(b)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+func (c countedConn) Write(b []byte) (int, error) {
+	k, err := c.Conn.Write(b)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// TestHalfPushHalvesTheGradientBytes: a ps and a worker, real servers over
+// loopback sockets whose bytes are counted; a step pulls a 256 KiB float32
+// variable (the worker fetches it: the ps's connections) and pushes its
+// gradient (the ps fetches it: the worker's connections). With fp16 and
+// bf16 the push carries half the bytes and the pull stays float32; the
+// variable ends as with float32, within half precision.
+func TestHalfPushHalvesTheGradientBytes(t *testing.T) {
+	// A transfer may be counted a step early or late (the runtime
+	// overlaps them with the step), so a window of steps is measured and
+	// one transfer's worth more or less is allowed.
+	const rows, cols, steps = 256, 256, 8 // 256 KiB of float32
+	type bytes struct{ pull, push int64 }
+	perStep := map[CompressionKind]bytes{}
+	values := map[CompressionKind][]float32{}
+	for _, kind := range []CompressionKind{NoCompression, FP16, BF16} {
+		pull, push, target := halfPushCluster(t)
+		s := graph.NewScope().WithDeviceFunc(placement.ReplicaDeviceSetter(placement.ReplicaConfig{PSTasks: 1, WorkerDevice: "/job:worker/task:0"}))
+		w := ops.NewVariable(s, "w", tensor.Float32, []int{rows, cols}, ops.RandomUniformInit(-1, 1, 3))
+		x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(4, rows))
+		loss := ops.Sum(s, ops.Square(s, ops.MatMul(s, x, w.Value(), false, false)), nil, false)
+		opt := Compression{Kind: kind}.pushOptimizer(train.NewGradientDescent(0.001))
+		step, err := train.Minimize(s, opt, loss, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		init := ops.GlobalVariablesInitializer(s)
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		sess, err := session.Open(ctx, target, s.Graph())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+			t.Fatal(err)
+		}
+		xs := make([]float32, 4*rows)
+		for i := range xs {
+			xs[i] = float32(i%7) * 0.1
+		}
+		feeds := map[graph.Output]*tensor.Tensor{x: tensor.MustFromSlice(xs, 4, rows)}
+		run := func() {
+			if _, err := sess.Run(ctx, feeds, nil, []*graph.Node{step}); err != nil {
+				t.Fatalf("%v: %v", kind, err)
+			}
+		}
+		run() // the plan is made and registered
+		pull0, push0 := pull.Load(), push.Load()
+		for range steps {
+			run()
+		}
+		perStep[kind] = bytes{(pull.Load() - pull0) / steps, (push.Load() - push0) / steps}
+		out, err := sess.Run(ctx, nil, []graph.Output{w.Value()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		values[kind] = out[0].Float32s()
+	}
+	// The pulls stay float32 (not checked: they overlap the steps most).
+	t.Logf("bytes per step (pull, push): float32 %v, fp16 %v, bf16 %v", perStep[NoCompression], perStep[FP16], perStep[BF16])
+	f32 := perStep[NoCompression]
+	slackOf := func(n int64) int64 { return n/steps + 8<<10 }
+	if f32.push < rows*cols*4-slackOf(f32.push) {
+		t.Fatalf("float32 pushed %d bytes a step: less than the gradient", f32.push)
+	}
+	slack := slackOf(f32.push)
+	for _, kind := range []CompressionKind{FP16, BF16} {
+		c, name := perStep[kind], Compression{Kind: kind}
+		if d := c.push - f32.push/2; d < -slack || d > slack {
+			t.Errorf("%v pushes %d bytes a step, want half of float32's %d (within %d)", name, c.push, f32.push, slack)
+		}
+		tol := map[CompressionKind]float64{FP16: 1e-3, BF16: 1e-2}[kind]
+		for i, v := range values[kind] {
+			if d := float64(v - values[NoCompression][i]); d > tol || d < -tol {
+				t.Fatalf("%v: w[%d] = %v after the steps, float32 gives %v", name, i, v, values[NoCompression][i])
+			}
+		}
+	}
+}
+
+// halfPushCluster starts a ps and a worker whose listeners count the
+// bytes of their connections, into pull (the ps's) and push (the
+// worker's); it returns the worker's target.
+func halfPushCluster(t *testing.T) (pull, push *atomic.Int64, target string) {
+	t.Helper()
+	pull, push = new(atomic.Int64), new(atomic.Int64)
+	lis := map[string]net.Listener{}
+	addrs := map[string][]string{}
+	for job, n := range map[string]*atomic.Int64{"ps": pull, "worker": push} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[job] = []string{l.Addr().String()}
+		lis[job] = countedListener{l, n}
+	}
+	spec, err := cluster.NewSpec(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for job, l := range lis {
+		srv, err := server.New(server.Config{Cluster: spec, Task: cluster.TaskID{Job: job}, Listener: l, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		if job == "worker" {
+			target = srv.Target()
+		}
+	}
+	return pull, push, target
+}
