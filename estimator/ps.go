@@ -108,6 +108,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	if plan.optimizer != nil {
 		opt = plan.optimizer(opt)
 	}
+	opt = cfg.Compression.pushOptimizer(opt)
 	if plan.build != nil {
 		plan.build(s)
 	}
