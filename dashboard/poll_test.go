@@ -22,7 +22,9 @@ func TestMetricsScrapeIsBounded(t *testing.T) {
 	// Families of 32 KiB each (a long help text): the cap is reached in
 	// about 500 of them, quickly even under the race detector.
 	help := strings.Repeat("h", 32<<10)
-	text := func(i int) []byte { return fmt.Appendf(nil, "# HELP m%d %s\nm%d{task=\"/job:ps/task:0\"} 1\n", i, help, i) }
+	text := func(i int) []byte {
+		return fmt.Appendf(nil, "# HELP m%d %s\nm%d{task=\"/job:ps/task:0\"} 1\n", i, help, i)
+	}
 	proto := func(i int) []byte {
 		var b bytes.Buffer
 		name, typ, v := fmt.Sprintf("m%d", i), dto.MetricType_GAUGE, 1.0
