@@ -334,6 +334,23 @@ func (a *syncRound) acceptedLocked(held int64) {
 	a.broadcastLocked()
 }
 
+// startTake checks a take's num_required (input 1) and dtype against
+// accumulator name of kind what, and waits until that many gradients are
+// in: on success it returns with a locked.
+func (a *syncRound) startTake(c *kernel.Context, what, name string, dtype tensor.DType) error {
+	n := int(c.Input(1).Int32s()[0])
+	if n < 1 {
+		return c.Errorf("%s %q: num_required must be at least 1, got %d", what, name, n)
+	}
+	if dt := c.Node.AttrDType("dtype"); dt != dtype {
+		return c.Errorf("%s %q holds %v, the node takes %v", what, name, dtype, dt)
+	}
+	if err := a.lockWhen(c.Ctx, n); err != nil {
+		return fmt.Errorf("kernel: node %s: waiting for %d gradients in %s %q: %w", c.Node, n, what, name, err)
+	}
+	return nil
+}
+
 // lockWhen locks a once n gradients are accumulated and returns nil, or
 // returns ctx's error unlocked.
 func (a *syncRound) lockWhen(ctx context.Context, n int) error {
@@ -436,15 +453,8 @@ func syncTakeGradient(c *kernel.Context, k *syncHandleKernel) error {
 	if err != nil {
 		return err
 	}
-	n := int(c.Input(1).Int32s()[0])
-	if n < 1 {
-		return c.Errorf("accumulator %q: num_required must be at least 1, got %d", a.name, n)
-	}
-	if dt := c.Node.AttrDType("dtype"); dt != a.dtype {
-		return c.Errorf("accumulator %q holds %v, the node takes %v", a.name, a.dtype, dt)
-	}
-	if err := a.lockWhen(c.Ctx, n); err != nil {
-		return fmt.Errorf("kernel: node %s: waiting for %d gradients in accumulator %q: %w", c.Node, n, a.name, err)
+	if err := a.startTake(c, "accumulator", a.name, a.dtype); err != nil {
+		return err
 	}
 	defer a.mu.Unlock()
 	out := c.AllocUninit(0, a.dtype, a.sumShape...)
@@ -687,15 +697,8 @@ func syncSparseTakeGradient(c *kernel.Context, k *syncHandleKernel) error {
 	if err != nil {
 		return err
 	}
-	n := int(c.Input(1).Int32s()[0])
-	if n < 1 {
-		return c.Errorf("sparse accumulator %q: num_required must be at least 1, got %d", a.name, n)
-	}
-	if dt := c.Node.AttrDType("dtype"); dt != a.dtype {
-		return c.Errorf("sparse accumulator %q holds %v, the node takes %v", a.name, a.dtype, dt)
-	}
-	if err := a.lockWhen(c.Ctx, n); err != nil {
-		return fmt.Errorf("kernel: node %s: waiting for %d gradients in sparse accumulator %q: %w", c.Node, n, a.name, err)
+	if err := a.startTake(c, "sparse accumulator", a.name, a.dtype); err != nil {
+		return err
 	}
 	defer a.mu.Unlock()
 	m, rowSize := len(a.idx), tensor.NumElements(a.rowShape)
