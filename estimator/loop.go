@@ -103,8 +103,10 @@ type loop struct {
 	summaries graph.Output
 	// claims, when set, claims the next batch with each step (claim.go).
 	claims *claimer
-	// batch is the batch size, read from the first batch.
-	batch int
+	// batch is the batch size, read from the first batch, and target the
+	// global step to train to.
+	batch  int
+	target int64
 }
 
 // run trains until the global step reaches the stop's target: each step
@@ -114,6 +116,7 @@ func (l *loop) run(ctx context.Context) (loopStats, error) {
 	sess := l.ms.Session()
 	l.batch = l.ins[0].first[0].Shape()[0]
 	target := r.stop.steps(l.batch, l.perStep)
+	l.target = target
 	spec := l.towers[0].spec
 	logNames := sortedNames(spec.Log)
 	fetches := []graph.Output{spec.Loss}

@@ -301,6 +301,12 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	}
 	if markDone != nil {
 		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{markDone}); err != nil {
+			// Resumed after the chief ended training: its last step
+			// went through before the ps tasks left, not the report.
+			if step, ok := trainingEnded(cfg.CheckpointDir, l.target); ok && !r.chief() {
+				log.Info("training ended while this replica was away; exiting", "task", cfg.Task.String(), "global_step", step, "err", err)
+				return r.result(st, l.batch), nil
+			}
 			return nil, fmt.Errorf("estimator: %s: reporting completion: %w", cfg.Task, err)
 		}
 	}

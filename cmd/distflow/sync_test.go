@@ -132,7 +132,10 @@ func TestAllReduceLinearRegression(t *testing.T) {
 			t.Fatalf("%v: %v\n%s", mode, err, tail(stderr, 20))
 		}
 		res := lastJSON(t, stdout)
-		if w, b := res["W"].(float64), res["b"].(float64); math.Abs(w-2) >= 0.05 || math.Abs(b-10) >= 0.1 {
+		// The last iterate of SGD at lr 0.01 wanders around the optimum:
+		// W by about ±0.03 (one standard deviation over 13 seeds), so 0.05
+		// failed on some data orders.
+		if w, b := res["W"].(float64), res["b"].(float64); math.Abs(w-2) >= 0.1 || math.Abs(b-10) >= 0.1 {
 			t.Errorf("%v: W = %.4f, b = %.4f", mode, w, b)
 		}
 	}
