@@ -93,6 +93,14 @@ func EncodeFloat16(dst []uint16, src []float32) (overflow int) {
 	overflow = -1
 	dst = dst[:len(src)]
 	for i, f := range src {
+		b := math.Float32bits(f)
+		if a := b &^ (1 << 31); a-113<<23 < (142-113)<<23 {
+			// A normal binary16 below 2^15 (the common case, which cannot
+			// round up to an infinity), as in Float16Bits.
+			a = a - (127-15)<<23 + 0xfff + (a>>13)&1
+			dst[i] = uint16(b>>16)&0x8000 | uint16(a>>13)
+			continue
+		}
 		h := Float16Bits(f)
 		dst[i] = h
 		if h&0x7fff == 0x7c00 && overflow < 0 && f-f == 0 {
