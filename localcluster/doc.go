@@ -59,8 +59,12 @@
 // after Config.StopGrace), and so does any task's failure, except that
 // Config.RestartPS restarts a ps task that fails, on its socket, and
 // Config.TolerateWorkerLoss lets the others go on without a failed worker
-// that is not the chief. Once training is over, the ps tasks are given
-// Config.PSExitGrace to exit by themselves (the chief tells them to).
+// that is not the chief (RestartWorkers and RestartChief restart those
+// too). Once the chief has exited 0, training is over: nothing is
+// restarted, the sockets of tasks that exited are closed (their peers are
+// refused, not queued), training tasks still running are stopped after
+// Config.EndGrace, and the ps tasks are given Config.PSExitGrace to exit
+// by themselves (the chief tells them to).
 //
 // # Output
 //
