@@ -343,6 +343,29 @@ func trainedBlocks(t *testing.T, path string) (blocks, missing int) {
 	return len(by), missing
 }
 
+// trainBlocks runs `distflow train args` as a local cluster whose tasks
+// log the batches they train, calls faults with its output lines while it
+// runs, and checks that it succeeds and leaves no task behind; it returns
+// the batches trained and how many were skipped (trainedBlocks).
+func trainBlocks(t *testing.T, faults func(lines <-chan string, ps string), args ...string) (blocks, missing int) {
+	t.Helper()
+	log := t.TempDir() + "/trained"
+	cmd := exec.Command(binary, append([]string{"train"}, args...)...)
+	cmd.Env = append(os.Environ(), "DISTFLOW_TRAINED_BLOCKS="+log)
+	cmd.SysProcAttr = childAttrs()
+	cmd, ps, lines := startLauncherCmd(t, cmd)
+	if faults != nil {
+		faults(lines, ps)
+	}
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed: %v", err)
+	}
+	blocks, missing = trainedBlocks(t, log)
+	t.Logf("%d blocks trained, %d skipped", blocks, missing)
+	noTasksLeft(t, ps)
+	return blocks, missing
+}
+
 // TestAsyncWorkerKilledNeitherSkipsNorDoubles: SIGKILL a worker of an
 // asynchronous run mid-epoch; the launcher restarts it. The replicas
 // claim their batches from a cursor on the ps, so the restarted worker
@@ -351,28 +374,19 @@ func trainedBlocks(t *testing.T, path string) (blocks, missing int) {
 // killed worker's batch in flight and the one it had claimed (2), and the
 // one each process claimed with its last step (3 processes).
 func TestAsyncWorkerKilledNeitherSkipsNorDoubles(t *testing.T) {
-	log := t.TempDir() + "/trained"
-	cmd := exec.Command(binary, "train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "400", "--local-cluster", "ps=1,worker=2",
+	blocks, missing := trainBlocks(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "[worker 1] /job:worker/task:1: local_step 50")
+		killTask(t, ps, "worker", 1)
+		waitFor(t, lines, "local cluster: worker 1 died (signal: killed); restarting it on its address (1 of 3)")
+		waitFor(t, lines, "[worker 1] /job:worker/task:1: local_step 50")
+	}, "-v", "--model", "mlp", "--data", "embedded", "--steps", "400", "--local-cluster", "ps=1,worker=2",
 		"--step-delay", "2ms", "--log-every", "50")
-	cmd.Env = append(os.Environ(), "DISTFLOW_TRAINED_BLOCKS="+log)
-	cmd.SysProcAttr = childAttrs()
-	cmd, ps, lines := startLauncherCmd(t, cmd)
-	waitFor(t, lines, "[worker 1] /job:worker/task:1: local_step 50")
-	killTask(t, ps, "worker", 1)
-	waitFor(t, lines, "local cluster: worker 1 died (signal: killed); restarting it on its address (1 of 3)")
-	waitFor(t, lines, "[worker 1] /job:worker/task:1: local_step 50")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed after a worker was killed: %v", err)
-	}
-	blocks, missing := trainedBlocks(t, log)
 	if blocks < 400 {
 		t.Errorf("%d blocks trained; want at least the 400 global steps", blocks)
 	}
 	if missing > 5 {
 		t.Errorf("%d blocks skipped; want at most 5 (2 of the killed worker, the last claim of each of 3 processes)", missing)
 	}
-	t.Logf("%d blocks trained, %d skipped", blocks, missing)
-	noTasksLeft(t, ps)
 }
 
 // TestRingReformsNeitherSkipsNorDoubles: SIGKILL a rank of an all-reduce
@@ -382,47 +396,29 @@ func TestAsyncWorkerKilledNeitherSkipsNorDoubles(t *testing.T) {
 // trained twice, and at most the killed rank's batch of the step it died
 // in is lost.
 func TestRingReformsNeitherSkipsNorDoubles(t *testing.T) {
-	log := t.TempDir() + "/trained"
-	cmd := exec.Command(binary, "train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "300", "--local-cluster", "worker=3",
+	blocks, missing := trainBlocks(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "step 50/")
+		killTask(t, ps, "worker", 2)
+		waitFor(t, lines, "local cluster: worker 2 died (signal: killed); restarting it on its address (1 of 3)")
+		waitFor(t, lines, `msg="the ring re-forms"`)
+		waitFor(t, lines, "(3 ranks)")
+	}, "-v", "--model", "mlp", "--data", "embedded", "--steps", "300", "--local-cluster", "worker=3",
 		"--allreduce", "--step-timeout", "8s", "--step-delay", "2ms", "--log-every", "50")
-	cmd.Env = append(os.Environ(), "DISTFLOW_TRAINED_BLOCKS="+log)
-	cmd.SysProcAttr = childAttrs()
-	cmd, ps, lines := startLauncherCmd(t, cmd)
-	waitFor(t, lines, "step 50/")
-	killTask(t, ps, "worker", 2)
-	waitFor(t, lines, "local cluster: worker 2 died (signal: killed); restarting it on its address (1 of 3)")
-	waitFor(t, lines, `msg="the ring re-forms"`)
-	waitFor(t, lines, "(3 ranks)")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed after a rank was killed: %v", err)
-	}
-	blocks, missing := trainedBlocks(t, log)
 	if blocks < 600 {
 		t.Errorf("%d blocks trained; want at least 600 (300 steps, most of them by 3 ranks)", blocks)
 	}
 	if missing > 1 {
 		t.Errorf("%d blocks skipped; want at most 1 (the killed rank's)", missing)
 	}
-	t.Logf("%d blocks trained, %d skipped", blocks, missing)
-	noTasksLeft(t, ps)
 }
 
 // TestInGraphClaimsEachBatchOnce: with in-graph replication the chief
 // claims a batch per tower with each step: every batch is trained once,
 // and only the last claim (one batch per tower) is left untrained.
 func TestInGraphClaimsEachBatchOnce(t *testing.T) {
-	log := t.TempDir() + "/trained"
-	cmd := exec.Command(binary, "train", "--model", "mlp", "--data", "embedded", "--steps", "120", "--local-cluster", "ps=1,worker=2",
+	blocks, missing := trainBlocks(t, nil, "--model", "mlp", "--data", "embedded", "--steps", "120", "--local-cluster", "ps=1,worker=2",
 		"--in-graph", "--log-every", "50")
-	cmd.Env = append(os.Environ(), "DISTFLOW_TRAINED_BLOCKS="+log)
-	cmd.SysProcAttr = childAttrs()
-	cmd, ps, _ := startLauncherCmd(t, cmd)
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed: %v", err)
-	}
-	blocks, missing := trainedBlocks(t, log)
 	if blocks != 240 || missing != 0 {
 		t.Errorf("%d batches trained, %d skipped; want 240 (120 steps of 2 towers), none skipped", blocks, missing)
 	}
-	noTasksLeft(t, ps)
 }
