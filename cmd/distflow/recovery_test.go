@@ -72,27 +72,38 @@ func startLauncherCmd(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, string, <-chan st
 	}
 }
 
+// recovers runs `distflow train args` as a local cluster (recoveryRun),
+// calls faults with its output lines while it runs, and checks that it
+// succeeds, prints result (when not empty) and leaves no task behind.
+func recovers(t *testing.T, faults func(lines <-chan string, ps string), result string, args ...string) {
+	t.Helper()
+	cmd, ps, lines, stdout := recoveryRun(t, append([]string{"train"}, args...)...)
+	faults(lines, ps)
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed: %v", err)
+	}
+	if out := stdout(); result != "" && !strings.Contains(out, result) {
+		t.Errorf("no %q on stdout: %q", result, out)
+	}
+	noTasksLeft(t, ps)
+}
+
 // TestAsyncChiefKilledIsRestarted: in an asynchronous run with checkpoints,
 // SIGKILL the chief: the other workers keep training, the launcher starts
 // the chief again, it resumes (from the variables the ps hold), ends training
 // (its result is the run's) and stops the ps; no process is left behind.
 func TestAsyncChiefKilledIsRestarted(t *testing.T) {
 	dir := t.TempDir()
-	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "3000", "--local-cluster", "ps=1,worker=3",
+	recovers(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "checkpoint: saved")
+		killTask(t, ps, "worker", 0)
+		waitFor(t, lines, "local cluster: worker 0 died (signal: killed); restarting it on its address (1 of 3)")
+		// The ps still hold the variables: the chief goes on from them, which
+		// loses nothing (from the checkpoint when a ps was lost too).
+		waitFor(t, lines, "the model is already initialised; continuing")
+	}, "/job:worker/task:0 linreg: global step",
+		"-v", "--model", "linreg", "--steps", "3000", "--local-cluster", "ps=1,worker=3",
 		"--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-delay", "2ms", "--log-every", "100")
-	waitFor(t, lines, "checkpoint: saved")
-	killTask(t, ps, "worker", 0)
-	waitFor(t, lines, "local cluster: worker 0 died (signal: killed); restarting it on its address (1 of 3)")
-	// The ps still hold the variables: the chief goes on from them, which
-	// loses nothing (from the checkpoint when a ps was lost too).
-	waitFor(t, lines, "the model is already initialised; continuing")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed after its chief was restarted: %v", err)
-	}
-	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step") {
-		t.Errorf("no result of the restarted chief on stdout: %q", out)
-	}
-	noTasksLeft(t, ps)
 }
 
 // TestSyncWorkerKilledIsRestarted: in a synchronous run of 3 workers, each
@@ -102,19 +113,14 @@ func TestAsyncChiefKilledIsRestarted(t *testing.T) {
 // run finishes. (estimator's TestSyncGoesOnWithoutALostWorker shows the 2
 // others going on within the step deadline while it is away.)
 func TestSyncWorkerKilledIsRestarted(t *testing.T) {
-	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=3",
+	recovers(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "global_step 2")
+		killTask(t, ps, "worker", 2)
+		waitFor(t, lines, "local cluster: worker 2 died (signal: killed); restarting it on its address (1 of 3)")
+		waitFor(t, lines, "[worker 2] /job:worker/task:2 linreg: global step 1500")
+	}, "/job:worker/task:0 linreg: global step",
+		"-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=3",
 		"--sync", "--replicas-to-aggregate", "3", "--step-timeout", "8s", "--step-delay", "2ms", "--log-every", "100")
-	waitFor(t, lines, "global_step 2")
-	killTask(t, ps, "worker", 2)
-	waitFor(t, lines, "local cluster: worker 2 died (signal: killed); restarting it on its address (1 of 3)")
-	waitFor(t, lines, "[worker 2] /job:worker/task:2 linreg: global step 1500")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed after a worker was killed: %v", err)
-	}
-	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step") {
-		t.Errorf("no result on stdout: %q", out)
-	}
-	noTasksLeft(t, ps)
 }
 
 // TestSyncChiefKilledIsRestarted: in a synchronous run with checkpoints,
@@ -123,19 +129,14 @@ func TestSyncWorkerKilledIsRestarted(t *testing.T) {
 // half taken, releases the waiting workers, and the run finishes.
 func TestSyncChiefKilledIsRestarted(t *testing.T) {
 	dir := t.TempDir()
-	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=3",
+	recovers(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "checkpoint: saved")
+		killTask(t, ps, "worker", 0)
+		waitFor(t, lines, "local cluster: worker 0 died (signal: killed); restarting it on its address (1 of 3)")
+		waitFor(t, lines, "sync replicas: abandoned a round; the live replicas go on")
+	}, "/job:worker/task:0 linreg: global step 1500",
+		"-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=3",
 		"--sync", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-timeout", "20s", "--step-delay", "2ms", "--log-every", "100")
-	waitFor(t, lines, "checkpoint: saved")
-	killTask(t, ps, "worker", 0)
-	waitFor(t, lines, "local cluster: worker 0 died (signal: killed); restarting it on its address (1 of 3)")
-	waitFor(t, lines, "sync replicas: abandoned a round; the live replicas go on")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed after its chief was restarted: %v", err)
-	}
-	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step 1500") {
-		t.Errorf("no result of the restarted chief on stdout: %q", out)
-	}
-	noTasksLeft(t, ps)
 }
 
 // signalTask sends sig to the local-cluster task job index.
@@ -159,42 +160,35 @@ func signalTask(t *testing.T, ps, job string, index int, sig syscall.Signal) {
 // (a quarter of the 8 s step deadline) and goes on with the others; after
 // SIGCONT it is let back in, and the run finishes.
 func TestSyncWorkerStoppedIsReported(t *testing.T) {
-	cmd, ps, lines, _ := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1200", "--local-cluster", "ps=1,worker=3",
+	recovers(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "global_step 2")
+		signalTask(t, ps, "worker", 2, syscall.SIGSTOP)
+		stopped := time.Now()
+		waitFor(t, lines, `msg="a replica is lost; going on without it" task=/job:worker/task:0 peer=/job:worker/task:2`)
+		if d := time.Since(stopped); d > 4*time.Second {
+			t.Errorf("the stopped worker was reported after %v; want within twice its lost deadline, 4 s", d)
+		}
+		waitFor(t, lines, "sync replicas: abandoned a round; the live replicas go on")
+		signalTask(t, ps, "worker", 2, syscall.SIGCONT)
+		waitFor(t, lines, "a lost replica answers again; letting it back in")
+	}, "",
+		"-v", "--model", "linreg", "--steps", "1200", "--local-cluster", "ps=1,worker=3",
 		"--sync", "--step-timeout", "8s", "--step-delay", "2ms", "--log-every", "100")
-	waitFor(t, lines, "global_step 2")
-	signalTask(t, ps, "worker", 2, syscall.SIGSTOP)
-	stopped := time.Now()
-	waitFor(t, lines, `msg="a replica is lost; going on without it" task=/job:worker/task:0 peer=/job:worker/task:2`)
-	if d := time.Since(stopped); d > 4*time.Second {
-		t.Errorf("the stopped worker was reported after %v; want within twice its lost deadline, 4 s", d)
-	}
-	waitFor(t, lines, "sync replicas: abandoned a round; the live replicas go on")
-	signalTask(t, ps, "worker", 2, syscall.SIGCONT)
-	waitFor(t, lines, "a lost replica answers again; letting it back in")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed after a worker was stopped: %v", err)
-	}
-	noTasksLeft(t, ps)
 }
 
 // TestAllReduceRankKilledRejoins: SIGKILL a rank of an all-reduce run:
 // the ring re-forms without it, the launcher starts it again, it rejoins
 // (not silent for 90 s), and the run finishes.
 func TestAllReduceRankKilledRejoins(t *testing.T) {
-	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "worker=3",
+	recovers(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "step 200/")
+		killTask(t, ps, "worker", 2)
+		waitFor(t, lines, "local cluster: worker 2 died (signal: killed); restarting it on its address (1 of 3)")
+		waitFor(t, lines, `msg="the ring re-forms"`)
+		waitFor(t, lines, "(3 ranks)")
+	}, "/job:worker/task:0 linreg: global step",
+		"-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "worker=3",
 		"--allreduce", "--step-timeout", "8s", "--step-delay", "2ms", "--log-every", "100")
-	waitFor(t, lines, "step 200/")
-	killTask(t, ps, "worker", 2)
-	waitFor(t, lines, "local cluster: worker 2 died (signal: killed); restarting it on its address (1 of 3)")
-	waitFor(t, lines, `msg="the ring re-forms"`)
-	waitFor(t, lines, "(3 ranks)")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed after a rank was killed: %v", err)
-	}
-	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step") {
-		t.Errorf("no result on stdout: %q", out)
-	}
-	noTasksLeft(t, ps)
 }
 
 // TestInGraphSurvivesWorkerAndPSLoss: in-graph replication with
@@ -204,22 +198,17 @@ func TestAllReduceRankKilledRejoins(t *testing.T) {
 // run finishes with nothing left behind.
 func TestInGraphSurvivesWorkerAndPSLoss(t *testing.T) {
 	dir := t.TempDir()
-	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=2",
+	recovers(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "checkpoint: saved")
+		killTask(t, ps, "worker", 1)
+		waitFor(t, lines, "local cluster: worker 1 died (signal: killed); restarting it on its address (1 of 3)")
+		waitFor(t, lines, "recovered from a lost task")
+		killTask(t, ps, "ps", 0)
+		waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")
+		waitFor(t, lines, "recovered from a lost task")
+	}, "/job:worker/task:0 linreg: global step",
+		"-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=2",
 		"--in-graph", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-timeout", "10s", "--step-delay", "2ms", "--log-every", "100")
-	waitFor(t, lines, "checkpoint: saved")
-	killTask(t, ps, "worker", 1)
-	waitFor(t, lines, "local cluster: worker 1 died (signal: killed); restarting it on its address (1 of 3)")
-	waitFor(t, lines, "recovered from a lost task")
-	killTask(t, ps, "ps", 0)
-	waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")
-	waitFor(t, lines, "recovered from a lost task")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed: %v", err)
-	}
-	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step") {
-		t.Errorf("no result on stdout: %q", out)
-	}
-	noTasksLeft(t, ps)
 }
 
 // TestSyncPSKilledIsRestored: SIGKILL the ps of a synchronous run with
@@ -229,19 +218,14 @@ func TestInGraphSurvivesWorkerAndPSLoss(t *testing.T) {
 // and the run finishes.
 func TestSyncPSKilledIsRestored(t *testing.T) {
 	dir := t.TempDir()
-	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=3",
+	recovers(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "checkpoint: saved")
+		killTask(t, ps, "ps", 0)
+		waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")
+		waitFor(t, lines, "recovered from a lost task")
+	}, "/job:worker/task:0 linreg: global step 1500",
+		"-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=3",
 		"--sync", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-timeout", "10s", "--step-delay", "2ms", "--log-every", "100")
-	waitFor(t, lines, "checkpoint: saved")
-	killTask(t, ps, "ps", 0)
-	waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")
-	waitFor(t, lines, "recovered from a lost task")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed after its ps was killed: %v", err)
-	}
-	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step 1500") {
-		t.Errorf("no result on stdout: %q", out)
-	}
-	noTasksLeft(t, ps)
 }
 
 // TestStalenessPSKilledIsRestored: SIGKILL the ps of a bounded-staleness
@@ -249,19 +233,14 @@ func TestSyncPSKilledIsRestored(t *testing.T) {
 // counters with it), every replica takes up again and the run finishes.
 func TestStalenessPSKilledIsRestored(t *testing.T) {
 	dir := t.TempDir()
-	cmd, ps, lines, stdout := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "3000", "--local-cluster", "ps=1,worker=2",
+	recovers(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "checkpoint: saved")
+		killTask(t, ps, "ps", 0)
+		waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")
+		waitFor(t, lines, "recovered from a lost task")
+	}, "/job:worker/task:0 linreg: global step",
+		"-v", "--model", "linreg", "--steps", "3000", "--local-cluster", "ps=1,worker=2",
 		"--staleness", "2", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100", "--step-timeout", "10s", "--step-delay", "2ms", "--log-every", "100")
-	waitFor(t, lines, "checkpoint: saved")
-	killTask(t, ps, "ps", 0)
-	waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")
-	waitFor(t, lines, "recovered from a lost task")
-	if err := waitExit(t, cmd); err != nil {
-		t.Fatalf("the run failed after its ps was killed: %v", err)
-	}
-	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 linreg: global step") {
-		t.Errorf("no result on stdout: %q", out)
-	}
-	noTasksLeft(t, ps)
 }
 
 // TestWorkerStoppedWhileTheChiefEndsExits: SIGSTOP a worker of an
