@@ -63,8 +63,8 @@ func startLauncher(t *testing.T, args ...string) (*exec.Cmd, string, <-chan stri
 	}
 }
 
-// waitFor reads lines until one contains s.
-func waitFor(t *testing.T, lines <-chan string, s string) {
+// waitFor reads lines until one contains s, and returns it.
+func waitFor(t *testing.T, lines <-chan string, s string) string {
 	t.Helper()
 	deadline := time.After(60 * time.Second)
 	for {
@@ -74,7 +74,7 @@ func waitFor(t *testing.T, lines <-chan string, s string) {
 				t.Fatalf("output ended before %q", s)
 			}
 			if strings.Contains(l, s) {
-				return
+				return l
 			}
 		case <-deadline:
 			t.Fatalf("no %q within a minute", s)

@@ -5,9 +5,7 @@ package main
 import (
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 )
 
 // TestHashEmbeddingPSKilledIsRestored: SIGKILL a ps of an asynchronous
@@ -23,7 +21,7 @@ func TestHashEmbeddingPSKilledIsRestored(t *testing.T) {
 	waitFor(t, lines, "checkpoint: saved")
 	killTask(t, ps, "ps", 1)
 	waitFor(t, lines, "local cluster: ps 1 died (signal: killed); restarting it on its address (1 of 3)")
-	restored := waitForLine(t, lines, "checkpoint: restored")
+	restored := waitFor(t, lines, "checkpoint: restored")
 	m := regexp.MustCompile(`hash_rows="deep/hash_emb: (\d+)\+(\d+), wide/hash_emb: (\d+)\+(\d+)"`).FindStringSubmatch(restored)
 	if m == nil {
 		t.Fatalf("the restore names no rows of both tables' two shards: %s", restored)
@@ -44,23 +42,4 @@ func TestHashEmbeddingPSKilledIsRestored(t *testing.T) {
 		t.Errorf("auc %v after the restore: %v", auc, res)
 	}
 	noTasksLeft(t, ps)
-}
-
-// waitForLine reads lines until one contains s, and returns it.
-func waitForLine(t *testing.T, lines <-chan string, s string) string {
-	t.Helper()
-	deadline := time.After(60 * time.Second)
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("output ended before %q", s)
-			}
-			if strings.Contains(l, s) {
-				return l
-			}
-		case <-deadline:
-			t.Fatalf("no %q within a minute", s)
-		}
-	}
 }
