@@ -314,12 +314,10 @@ func waitLogged(t *testing.T, tk *task, why string, n int) {
 	}
 }
 
-// TestClusterWithCertificatesTrains: ps=1, worker=2, each task with its
-// certificate, trains linear regression to W ≈ 2.
-func TestClusterWithCertificatesTrains(t *testing.T) {
-	files, addrs := freeListeners(t, 3)
-	dir := makeCerts(t, addrs[:1], addrs[1:])
-	ps, ws := startTasksOn(t, files, addrs, "train", "--model", "linreg", "--steps", "200", "--lr", "0.03", "--json", "--wait-timeout", "60s", "--certs-dir", dir)
+// trainedLinreg waits for the workers of a linear regression run, checks
+// that the chief learnt W ≈ 2, and that it stopped the ps.
+func trainedLinreg(t *testing.T, ps *task, ws []*task) {
+	t.Helper()
 	for _, w := range ws {
 		if err := w.wait(t, 120*time.Second); err != nil {
 			t.Fatalf("%s: %v\n%s", w.name, err, w.logs())
@@ -329,10 +327,19 @@ func TestClusterWithCertificatesTrains(t *testing.T) {
 	if w := res["W"].(float64); math.Abs(w-2) > 0.1 {
 		t.Errorf("W %.3f; want about 2", w)
 	}
-	// The chief, named by its certificate, may stop the ps.
 	if err := ps.wait(t, 30*time.Second); err != nil || !strings.Contains(ps.logs(), "training finished") {
 		t.Errorf("the ps did not exit when the chief stopped it: %v\n%s", err, ps.logs())
 	}
+}
+
+// TestClusterWithCertificatesTrains: ps=1, worker=2, each task with its
+// certificate, trains linear regression to W ≈ 2.
+func TestClusterWithCertificatesTrains(t *testing.T) {
+	files, addrs := freeListeners(t, 3)
+	dir := makeCerts(t, addrs[:1], addrs[1:])
+	ps, ws := startTasksOn(t, files, addrs, "train", "--model", "linreg", "--steps", "200", "--lr", "0.03", "--json", "--wait-timeout", "60s", "--certs-dir", dir)
+	// The chief, named by its certificate, may stop the ps.
+	trainedLinreg(t, ps, ws)
 	if strings.Contains(ws[0].logs(), "rpc: refused") || strings.Contains(ws[0].logs(), "plaintext") {
 		t.Errorf("the chief's log:\n%s", ws[0].logs())
 	}
@@ -521,20 +528,9 @@ func TestPerHostCertificates(t *testing.T) {
 	for i := range 3 {
 		ws = append(ws, startTestTask(t, fmt.Sprintf("worker %d", i), files[1+i], append(common, "--job_name", "worker", "--task_index", strconv.Itoa(i))...))
 	}
-	for _, w := range ws {
-		if err := w.wait(t, 120*time.Second); err != nil {
-			t.Fatalf("%s: %v\n%s", w.name, err, w.logs())
-		}
-	}
-	res := lastJSON(t, ws[0].output())
-	if w := res["W"].(float64); math.Abs(w-2) > 0.1 {
-		t.Errorf("W %.3f; want about 2", w)
-	}
 	// The chief, named by its host's certificate and its claim, may stop
 	// the ps.
-	if err := ps.wait(t, 30*time.Second); err != nil || !strings.Contains(ps.logs(), "training finished") {
-		t.Errorf("the ps did not exit when the chief stopped it: %v\n%s", err, ps.logs())
-	}
+	trainedLinreg(t, ps, ws)
 	for _, w := range ws {
 		if strings.Contains(w.logs(), "rpc: refused") {
 			t.Errorf("%s's log:\n%s", w.name, w.logs())
