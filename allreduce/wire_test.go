@@ -108,6 +108,7 @@ func TestAllReduceWire(t *testing.T) {
 			if w != Float32 {
 				want /= 2
 			}
+			t.Logf("%v: %d bytes delivered to the 3 ranks", w, bytes.Load())
 			if got := bytes.Load(); got < want || float64(got) > float64(want)*1.02 {
 				t.Errorf("%d bytes delivered, want about %d", got, want)
 			}
