@@ -48,8 +48,9 @@ const (
 	// precision.
 	BF16
 	// TopK sends, per worker, the Ratio*n largest entries (by magnitude)
-	// of its gradient plus its residual, as (index, value) pairs gathered
-	// by every worker; what it did not send is kept as its residual and
+	// of its gradient plus its residual, as (index gap, binary16 value)
+	// pairs of 32 bits gathered by every worker; what it did not send
+	// (including the rounding of the values) is kept as its residual and
 	// added to the next step's gradient (error feedback: Lin et al. 2018,
 	// Deep Gradient Compression; Stich et al. 2018).
 	TopK
@@ -238,16 +239,17 @@ func (r compressingRing) AllReduceMean(ctx context.Context, name string, round i
 
 // topKMean replaces data (this worker's gradient) by the mean over the
 // ring of every worker's top-k selection of gradient plus residual, and
-// keeps the rest as the residual. Each worker sends 2k words (indices and
-// values) instead of n, and all end with bit-identical sums (added in rank
-// order). A failed exchange leaves the residual holding what was selected
-// too, so that nothing is lost if the step is retried.
+// keeps the rest as the residual. Each worker sends about k words (a
+// 16-bit index gap and a binary16 value each: see encodeSparse) instead of
+// n, and all end with bit-identical sums (added in rank order). A failed
+// exchange leaves the residual holding what was selected too, so that
+// nothing is lost if the step is retried.
 //
 // The selection costs two passes over the gradient, as in DGC: the
 // threshold is estimated on a random sample (aiming a little low), the
 // entries above it are collected, and only those are selected exactly.
 // When the estimate overshoots, fewer than k entries are sent (their
-// slots padded with zeros), which error feedback makes up later.
+// slots padded), which error feedback makes up later.
 func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name string, round int64, data []float32) error {
 	n := len(data)
 	if len(g.residual) != n {
@@ -264,57 +266,51 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 			g.cand = append(g.cand, int32(i))
 		}
 	}
-	if len(g.cand) > k { // keep the k largest candidates
+	if len(g.cand) > k { // keep the k largest candidates, in index order
 		g.mags = g.mags[:0]
 		for _, i := range g.cand {
 			g.mags = append(g.mags, abs32(g.residual[i]))
 		}
 		kth := kthLargest(g.mags, k)
-		sel := g.sel[:0]
-		for _, i := range g.cand {
-			if abs32(g.residual[i]) > kth {
-				sel = append(sel, i)
+		ties := k // of the k-th's magnitude, how many may go
+		for _, m := range g.mags {
+			if m > kth {
+				ties--
 			}
 		}
-		for _, i := range g.cand { // ties with the k-th fill the rest
-			if len(sel) == k {
-				break
-			}
-			if abs32(g.residual[i]) == kth {
+		sel := g.sel[:0]
+		for _, i := range g.cand {
+			if m := abs32(g.residual[i]); m > kth || m == kth && ties > 0 {
+				if m == kth {
+					ties--
+				}
 				sel = append(sel, i)
 			}
 		}
 		g.sel, g.cand = g.cand, sel
 	}
 	size, pos := ring.Size(), ring.Rank()
-	if cap(g.gathered) < 2*k*size {
-		g.gathered = make([]float32, 2*k*size)
+	words := sparseWords(n, k)
+	if cap(g.gathered) < words*size {
+		g.gathered = make([]float32, words*size)
 	}
-	buf := g.gathered[:2*k*size]
+	buf := g.gathered[:words*size]
 	clear(buf)
-	idx, vals := buf[pos*2*k:pos*2*k+k], buf[pos*2*k+k:(pos+1)*2*k]
-	for j, i := range g.cand {
-		idx[j], vals[j] = math.Float32frombits(uint32(i)), g.residual[i]
+	own := buf[pos*words : (pos+1)*words]
+	if err := encodeSparse(own, g.cand, g.residual); err != nil {
+		return fmt.Errorf("estimator: top-k %s round %d: %w", name, round, err)
 	}
 	if err := ring.AllGather(ctx, name, round, buf); err != nil {
 		return err
 	}
-	for _, i := range g.cand { // sent: no longer owed
-		g.residual[i] = 0
+	if err := decodeSparse(g.residual, own, -1); err != nil { // sent: no longer owed
+		return err
 	}
 	clear(data)
 	inv := 1 / float32(size)
 	for r := range size {
-		seg := buf[r*2*k : (r+1)*2*k]
-		for s := range k {
-			i, v := math.Float32bits(seg[s]), seg[k+s]
-			if v == 0 {
-				continue // padding (fewer than k entries sent)
-			}
-			if i >= uint32(n) {
-				return fmt.Errorf("%w: %s round %d: rank %d sent index %d for a gradient of %d elements", allreduce.ErrMismatch, name, round, r, i, n)
-			}
-			data[i] += v * inv
+		if err := decodeSparse(data, buf[r*words:(r+1)*words], inv); err != nil {
+			return fmt.Errorf("%s round %d, from rank %d: %w", name, round, r, err)
 		}
 	}
 	return nil
