@@ -1,13 +1,16 @@
 package estimator
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/internal/fuzztest"
@@ -216,4 +219,55 @@ func FuzzDecodeSparse(f *testing.F) {
 			t.Fatalf("decoded twice: %v", err)
 		}
 	})
+}
+
+// gatherCounter records the words each all-gather of a ring carries.
+type gatherCounter struct {
+	compressedRing
+	words int
+}
+
+func (g *gatherCounter) AllGather(ctx context.Context, name string, round int64, data []float32) error {
+	g.words = len(data)
+	return g.compressedRing.AllGather(ctx, name, round, data)
+}
+
+// TestTopKSendsOneWordPerEntry: a top-k step of 2 ranks gathers one word
+// per entry of each rank (plus the scale and the room for skips), half
+// the index-and-value pairs it sent before.
+func TestTopKSendsOneWordPerEntry(t *testing.T) {
+	const ranks, n, ratio = 2, 200_000, 0.1
+	rings, err := allreduce.NewInProcess(ranks, allreduce.InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	counted := make([]*gatherCounter, ranks)
+	var wg sync.WaitGroup
+	errs := make([]error, ranks)
+	for r := range ranks {
+		counted[r] = &gatherCounter{compressedRing: rings[r]}
+		data := make([]float32, n)
+		for i := range data {
+			data[i] = float32(math.Sin(float64(i * (r + 1))))
+		}
+		comp := newGradCompressor(Compression{Kind: TopK, Ratio: ratio})
+		wg.Go(func() { errs[r] = compressingRing{counted[r], comp}.AllReduceMean(ctx, "g", 1, data) })
+	}
+	wg.Wait()
+	k := int(ratio * n)
+	for r := range ranks {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if want := ranks * (1 + k + n/sparseSkip); counted[r].words != want {
+			t.Errorf("rank %d gathered %d words, want %d: %d ranks of one word per entry (k %d), the scale and %d skips", r, counted[r].words, want, ranks, k, n/sparseSkip)
+		}
+	}
 }
