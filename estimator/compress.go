@@ -32,6 +32,12 @@ type Compression struct {
 	// Ratio is, for TopK, the fraction of a step's gradient elements each
 	// worker sends (0: DefaultTopKRatio).
 	Ratio float64
+	// Warmup is, for TopK, the number of global steps over which the
+	// fraction sent falls geometrically from all the elements (at step 0)
+	// to Ratio: the warm-up of Deep Gradient Compression, which keeps
+	// the first steps, where the gradients change fastest, from waiting on
+	// error feedback (0: Ratio from the first step).
+	Warmup int64
 }
 
 // CompressionKind names a gradient compression scheme.
@@ -59,11 +65,20 @@ const (
 // DefaultTopKRatio is the share of the elements top-k sends by default.
 const DefaultTopKRatio = 0.01
 
-// ParseCompression reads the --compression syntax: none, fp16, bf16,
-// topk or topk:RATIO (0 < RATIO <= 1).
+// ParseCompression reads the --compression syntax: none, fp16, bf16, or
+// topk[:RATIO][,warmup=STEPS] (0 < RATIO <= 1; STEPS: Compression.Warmup).
 func ParseCompression(s string) (Compression, error) {
-	name, ratio, hasRatio := strings.Cut(s, ":")
 	var c Compression
+	s, warmup, hasWarmup := strings.Cut(s, ",")
+	if hasWarmup {
+		steps, ok := strings.CutPrefix(warmup, "warmup=")
+		n, err := strconv.ParseInt(steps, 10, 64)
+		if !ok || err != nil || n < 0 {
+			return c, fmt.Errorf("compression %q: %q: want warmup=STEPS (a whole number of steps, at least 0)", s+","+warmup, warmup)
+		}
+		c.Warmup = n
+	}
+	name, ratio, hasRatio := strings.Cut(s, ":")
 	switch name {
 	case "none", "":
 		c.Kind = NoCompression
@@ -74,12 +89,12 @@ func ParseCompression(s string) (Compression, error) {
 	case "topk":
 		c.Kind = TopK
 	default:
-		return c, fmt.Errorf("compression %q: want none, fp16, bf16, topk or topk:RATIO", s)
+		return c, fmt.Errorf("compression %q: want none, fp16, bf16, topk, topk:RATIO or topk:RATIO,warmup=STEPS", s)
+	}
+	if c.Kind != TopK && (hasRatio || hasWarmup) {
+		return c, fmt.Errorf("compression %q: only topk takes a ratio or a warm-up", s)
 	}
 	if hasRatio {
-		if c.Kind != TopK {
-			return c, fmt.Errorf("compression %q: only topk takes a ratio", s)
-		}
 		r, err := strconv.ParseFloat(ratio, 64)
 		if err != nil {
 			return c, fmt.Errorf("compression %q: ratio %q is not a number", s, ratio)
@@ -101,7 +116,11 @@ func (c Compression) String() string {
 	case BF16:
 		return "bf16"
 	case TopK:
-		return "topk:" + strconv.FormatFloat(c.ratio(), 'g', -1, 64)
+		s := "topk:" + strconv.FormatFloat(c.ratio(), 'g', -1, 64)
+		if c.Warmup > 0 {
+			s += ",warmup=" + strconv.FormatInt(c.Warmup, 10)
+		}
+		return s
 	}
 	return fmt.Sprintf("compression(%d)", c.Kind)
 }
@@ -113,12 +132,24 @@ func (c Compression) ratio() float64 {
 	return c.Ratio
 }
 
+// ratioAt is the fraction of the elements top-k sends at a global step:
+// Ratio^(step/Warmup) during the warm-up, then Ratio.
+func (c Compression) ratioAt(step int64) float64 {
+	if step >= c.Warmup || step < 0 {
+		return c.ratio()
+	}
+	return math.Pow(c.ratio(), float64(step)/float64(c.Warmup))
+}
+
 func (c Compression) validate() error {
 	if c.Kind > TopK {
 		return fmt.Errorf("estimator: RunConfig.Compression: unknown kind %d", c.Kind)
 	}
 	if c.Kind == TopK && !(c.Ratio >= 0 && c.Ratio <= 1) || c.Kind != TopK && c.Ratio != 0 {
 		return fmt.Errorf("estimator: RunConfig.Compression %s: ratio %g: want 0 < ratio <= 1, with topk only", c, c.Ratio)
+	}
+	if c.Warmup < 0 || c.Kind != TopK && c.Warmup != 0 {
+		return fmt.Errorf("estimator: RunConfig.Compression %s: warm-up %d: want at least 0 steps, with topk only", c, c.Warmup)
 	}
 	return nil
 }
@@ -238,7 +269,8 @@ func (r compressingRing) AllReduceMean(ctx context.Context, name string, round i
 }
 
 // topKMean replaces data (this worker's gradient) by the mean over the
-// ring of every worker's top-k selection of gradient plus residual, and
+// ring of every worker's top-k selection of gradient plus residual (k of
+// the ratio at step round: every worker must pass the global step), and
 // keeps the rest as the residual. Each worker sends about k words (a
 // 16-bit index gap and a binary16 value each: see encodeSparse) instead of
 // n, and all end with bit-identical sums (added in rank order). A failed
@@ -255,7 +287,7 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 	if len(g.residual) != n {
 		g.residual = make([]float32, n)
 	}
-	k := min(max(int(g.c.ratio()*float64(n)), 1), n)
+	k := min(max(int(g.c.ratioAt(round)*float64(n)), 1), n)
 	for i, v := range data {
 		g.residual[i] += v
 	}
