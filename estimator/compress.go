@@ -342,7 +342,7 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 	inv := 1 / float32(size)
 	for r := range size {
 		if err := decodeSparse(data, buf[r*words:(r+1)*words], inv); err != nil {
-			return fmt.Errorf("%s round %d, from rank %d: %w", name, round, r, err)
+			return fmt.Errorf("estimator: top-k %s round %d, from rank %d: %w", name, round, r, err)
 		}
 	}
 	return nil

@@ -237,15 +237,7 @@ func (g *gatherCounter) AllGather(ctx context.Context, name string, round int64,
 // the index-and-value pairs it sent before.
 func TestTopKSendsOneWordPerEntry(t *testing.T) {
 	const ranks, n, ratio = 2, 200_000, 0.1
-	rings, err := allreduce.NewInProcess(ranks, allreduce.InProcessConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, r := range rings {
-			r.Close()
-		}
-	}()
+	rings := inProcessRings(t, ranks, allreduce.InProcessConfig{})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	counted := make([]*gatherCounter, ranks)

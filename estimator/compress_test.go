@@ -114,15 +114,7 @@ func TestTopKErrorFeedback(t *testing.T) {
 func testTopKErrorFeedback(t *testing.T, n int) {
 	const ranks, steps, ratio = 3, 6, 0.05
 	k := int(ratio * float64(n))
-	rings, err := allreduce.NewInProcess(ranks, allreduce.InProcessConfig{ChunkBytes: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, r := range rings {
-			r.Close()
-		}
-	}()
+	rings := inProcessRings(t, ranks, allreduce.InProcessConfig{ChunkBytes: 4096})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	comps := make([]*gradCompressor, ranks)
@@ -183,18 +175,25 @@ func testTopKErrorFeedback(t *testing.T, n int) {
 	}
 }
 
-// TestFP16MeanIsTheMean: the fp16 wrapper takes the mean, within half
-// precision, on every rank alike.
-func TestFP16MeanIsTheMean(t *testing.T) {
-	rings, err := allreduce.NewInProcess(2, allreduce.InProcessConfig{})
+// inProcessRings is n ranks of one in-process ring, closed when t ends.
+func inProcessRings(t *testing.T, n int, cfg allreduce.InProcessConfig) []*allreduce.Ring {
+	t.Helper()
+	rings, err := allreduce.NewInProcess(n, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		for _, r := range rings {
 			r.Close()
 		}
-	}()
+	})
+	return rings
+}
+
+// TestFP16MeanIsTheMean: the fp16 wrapper takes the mean, within half
+// precision, on every rank alike.
+func TestFP16MeanIsTheMean(t *testing.T) {
+	rings := inProcessRings(t, 2, allreduce.InProcessConfig{})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	data := [][]float32{{1, 60000, -3}, {3, 60000, 0.001}} // the sum of the 60000s would overflow fp16, not their mean
