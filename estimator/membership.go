@@ -64,11 +64,17 @@ type membership struct {
 // watch starts the heartbeats; they stop when ctx ends, and the returned
 // function waits for that.
 func (m *membership) watch(ctx context.Context) (wait func()) {
+	// Every peer's state is in place before the first heartbeat goroutine
+	// starts writing to the maps.
+	m.mu.Lock()
 	m.state, m.since, m.warned, m.incarnation = map[int]peerState{}, map[int]time.Time{}, map[int]bool{}, map[int]uint64{}
+	for i := range m.peers {
+		m.state[i], m.since[i] = peerAlive, time.Now()
+	}
+	m.mu.Unlock()
 	var wg sync.WaitGroup
 	interval, lostAfter := m.cfg.heartbeats()
 	for i, t := range m.peers {
-		m.state[i], m.since[i] = peerAlive, time.Now()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -3,6 +3,7 @@ package train_test
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,10 +31,16 @@ func TestSyncReplicasGoOnWithoutALostReplica(t *testing.T) {
 	runner := make(chan error, 1)
 	go func() { runner <- r.opt.ChiefQueueRunner(ctx, sess) }()
 	rng := rand.New(rand.NewPCG(1, 2))
-	step := func(i int) <-chan error {
+	var rngMu sync.Mutex
+	batchFor := func(i int) map[graph.Output]*tensor.Tensor {
+		rngMu.Lock()
+		defer rngMu.Unlock()
 		x, y := syncBatch(rng, 4)
+		return map[graph.Output]*tensor.Tensor{r.xs[i]: x, r.ys[i]: y}
+	}
+	step := func(i int) <-chan error {
 		done := make(chan error, 1)
-		feeds := map[graph.Output]*tensor.Tensor{r.xs[i]: x, r.ys[i]: y}
+		feeds := batchFor(i)
 		go func() {
 			_, err := r.opt.RunStep(ctx, sess, feeds, r.steps[i])
 			done <- err
@@ -77,9 +84,43 @@ func TestSyncReplicasGoOnWithoutALostReplica(t *testing.T) {
 	if err != nil || gs < 4 {
 		t.Errorf("global step %d, %v; want at least 4 (1 round of 3, then rounds of 2)", gs, err)
 	}
-	// Back: it drains nothing it should not, and rounds of 3 resume.
+	// Back. Its local step is from before it was lost, so its first
+	// gradient is dropped as stale and the token the chief welcomes it
+	// with brings it up to date; how many steps that takes depends on
+	// whether the chief's current round began before SetLive (a round of
+	// 2) or after (of 3). So the three step as real replicas do, each in
+	// a loop, until the global step has gone 3 rounds further.
 	r.opt.SetLive(2, true)
-	a, b, c = step(0), step(1), step(2)
+	gs, err = r.opt.GlobalStep(ctx, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := gs + 3
+	loops := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			for {
+				local, err := r.opt.RunStep(ctx, sess, batchFor(i), r.steps[i])
+				if err != nil || local >= target {
+					loops <- err
+					return
+				}
+			}
+		}()
+	}
+	for range 3 {
+		if err := <-loops; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Up to date now: a round needs all three again.
+	a, b = step(0), step(1)
+	select {
+	case err := <-a:
+		t.Fatalf("a round went on without the replica that came back (%v)", err)
+	case <-time.After(100 * time.Millisecond): // a round that must not complete: bounded wait for a negative
+	}
+	c = step(2)
 	for _, d := range []<-chan error{a, b, c} {
 		if err := <-d; err != nil {
 			t.Fatal(err)
