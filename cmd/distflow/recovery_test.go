@@ -386,8 +386,13 @@ func TestRingReformsNeitherSkipsNorDoubles(t *testing.T) {
 	if blocks < 600 {
 		t.Errorf("%d blocks trained; want at least 600 (300 steps, most of them by 3 ranks)", blocks)
 	}
-	if missing > 1 {
-		t.Errorf("%d blocks skipped; want at most 1 (the killed rank's)", missing)
+	// The killed rank's batch, and one more when the kill cut a step short
+	// unevenly: a member that finished the step's all-reduce (its update
+	// holds every member's gradient) is furthest on, and the view takes its
+	// input position, so a member whose step failed there never logs the
+	// batch its gradient went into. Neither is trained twice.
+	if missing > 2 {
+		t.Errorf("%d blocks skipped; want at most 2 (the killed rank's, and a member's whose step was cut short)", missing)
 	}
 }
 
@@ -472,8 +477,10 @@ func TestSyncWorkerStoppedPastTheDeadlineRejoins(t *testing.T) {
 	const stepTimeout = 4 * time.Second
 	// No --step-delay: a replica is inside a step nearly all the time, so
 	// that the SIGSTOP lands in one (in a delay before a step, there is no
-	// step to outlive the deadline, and nothing to rejoin from).
-	cmd, ps, lines, _ := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "6000", "--local-cluster", "ps=1,worker=3",
+	// step to outlive the deadline, and nothing to rejoin from). Enough
+	// steps that the others cannot finish while it is stopped: a quiet
+	// machine runs over 1,000 of these steps a second.
+	cmd, ps, lines, _ := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "25000", "--local-cluster", "ps=1,worker=3",
 		"--sync", "--step-timeout", stepTimeout.String(), "--log-every", "200")
 	waitFor(t, lines, "global_step 2")
 	signalTask(t, ps, "worker", 2, syscall.SIGSTOP)
