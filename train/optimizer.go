@@ -113,13 +113,14 @@ func computeGradients(s *graph.Scope, loss graph.Output, vars []*ops.Variable) (
 }
 
 // updateFunc adds the update of one variable in scope s (placed on the
-// variable's device) and returns the nodes that perform it.
-type updateFunc func(s *graph.Scope, gv GradVar) []*graph.Node
+// variable's device) with learning rate lr (in the variable's type, on its
+// device) and returns the nodes that perform it.
+type updateFunc func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node
 
 // applyGradients is the ApplyGradients shared by all optimizers: it adds the
 // updates under the scope "<name>", then the global step increment after
 // all of them, and returns the no-op "<name>/update" depending on everything.
-func applyGradients(s *graph.Scope, name string, gvs []GradVar, globalStep *ops.Variable, update updateFunc) (*graph.Node, error) {
+func applyGradients(s *graph.Scope, name string, gvs []GradVar, globalStep *ops.Variable, lr float32, sch Schedule, update updateFunc) (*graph.Node, error) {
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
@@ -127,6 +128,10 @@ func applyGradients(s *graph.Scope, name string, gvs []GradVar, globalStep *ops.
 		return nil, fmt.Errorf("train: %s: no gradients to apply", name)
 	}
 	scope := s.SubScope(name)
+	rate, err := learningRate(scope, name, lr, sch)
+	if err != nil {
+		return nil, err
+	}
 	var updates []*graph.Node
 	for _, gv := range gvs {
 		if gv.Var == nil || !gv.Grad.Valid() {
@@ -137,7 +142,8 @@ func applyGradients(s *graph.Scope, name string, gvs []GradVar, globalStep *ops.
 			return nil, fmt.Errorf("train: %s: variable %v cannot take gradient %s of %v%v",
 				name, v, gv.Grad, gv.Grad.DType(), gv.Grad.Shape())
 		}
-		updates = append(updates, update(scope.WithDevice(v.Node().Device()), gv)...)
+		vs := scope.WithDevice(v.Node().Device())
+		updates = append(updates, update(vs, gv, rate(vs, v))...)
 	}
 	if globalStep != nil {
 		gs := scope.WithDevice(globalStep.Node().Device()).WithControlDependencies(updates...)

@@ -9,6 +9,7 @@ import (
 
 // GradientDescent updates var -= lr * grad.
 type GradientDescent struct {
+	scheduled
 	LearningRate float32
 }
 
@@ -25,18 +26,19 @@ func (o *GradientDescent) ComputeGradients(s *graph.Scope, loss graph.Output, va
 
 // ApplyGradients implements Optimizer.
 func (o *GradientDescent) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Variable) (*graph.Node, error) {
-	return applyGradients(s, o.Name(), gvs, globalStep, func(s *graph.Scope, gv GradVar) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		if sl := gv.Sparse; sl != nil {
-			return []*graph.Node{ops.SparseApplyGradientDescent(s, v.Value(), scalar(s, v, o.LearningRate), sl.Values, sl.Indices)}
+			return []*graph.Node{ops.SparseApplyGradientDescent(s, v.Value(), lr, sl.Values, sl.Indices)}
 		}
-		return []*graph.Node{ops.ApplyGradientDescent(s, v.Value(), scalar(s, v, o.LearningRate), gv.Grad)}
+		return []*graph.Node{ops.ApplyGradientDescent(s, v.Value(), lr, gv.Grad)}
 	})
 }
 
 // Momentum keeps an accumulator per variable:
 // accum = momentum*accum + grad; var -= lr*accum (or the Nesterov variant).
 type Momentum struct {
+	scheduled
 	LearningRate, Momentum float32
 	Nesterov               bool
 }
@@ -56,17 +58,17 @@ func (o *Momentum) ComputeGradients(s *graph.Scope, loss graph.Output, vars []*o
 
 // ApplyGradients implements Optimizer. The slot is "<var>/Momentum".
 func (o *Momentum) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Variable) (*graph.Node, error) {
-	return applyGradients(s, o.Name(), gvs, globalStep, func(s *graph.Scope, gv GradVar) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		accum := slot(s, v, "Momentum", nil, ops.ZerosInit())
 		if accum == nil {
 			return nil
 		}
 		if sl := gv.Sparse; sl != nil {
-			return []*graph.Node{ops.SparseApplyMomentum(s, v.Value(), accum.Value(), scalar(s, v, o.LearningRate),
+			return []*graph.Node{ops.SparseApplyMomentum(s, v.Value(), accum.Value(), lr,
 				sl.Values, sl.Indices, scalar(s, v, o.Momentum), o.Nesterov)}
 		}
-		return []*graph.Node{ops.ApplyMomentum(s, v.Value(), accum.Value(), scalar(s, v, o.LearningRate), gv.Grad,
+		return []*graph.Node{ops.ApplyMomentum(s, v.Value(), accum.Value(), lr, gv.Grad,
 			scalar(s, v, o.Momentum), o.Nesterov)}
 	})
 }
@@ -74,6 +76,7 @@ func (o *Momentum) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops
 // Adagrad scales each coordinate by the root of its summed squared
 // gradients: accum += grad^2; var -= lr*grad/sqrt(accum).
 type Adagrad struct {
+	scheduled
 	LearningRate, InitialAccumulator float32
 }
 
@@ -96,16 +99,16 @@ func (o *Adagrad) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.
 	if o.InitialAccumulator <= 0 {
 		return nil, fmt.Errorf("train: Adagrad: the initial accumulator must be positive, got %g", o.InitialAccumulator)
 	}
-	return applyGradients(s, o.Name(), gvs, globalStep, func(s *graph.Scope, gv GradVar) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		accum := slot(s, v, "Adagrad", nil, ops.ConstantInit(float64(o.InitialAccumulator)))
 		if accum == nil {
 			return nil
 		}
 		if sl := gv.Sparse; sl != nil {
-			return []*graph.Node{ops.SparseApplyAdagrad(s, v.Value(), accum.Value(), scalar(s, v, o.LearningRate), sl.Values, sl.Indices)}
+			return []*graph.Node{ops.SparseApplyAdagrad(s, v.Value(), accum.Value(), lr, sl.Values, sl.Indices)}
 		}
-		return []*graph.Node{ops.ApplyAdagrad(s, v.Value(), accum.Value(), scalar(s, v, o.LearningRate), gv.Grad)}
+		return []*graph.Node{ops.ApplyAdagrad(s, v.Value(), accum.Value(), lr, gv.Grad)}
 	})
 }
 
@@ -113,6 +116,7 @@ func (o *Adagrad) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.
 // ms = decay*ms + (1-decay)*grad^2; mom = momentum*mom + lr*grad/sqrt(ms+epsilon);
 // var -= mom.
 type RMSProp struct {
+	scheduled
 	LearningRate, Decay, Momentum, Epsilon float32
 }
 
@@ -134,14 +138,14 @@ func (o *RMSProp) ComputeGradients(s *graph.Scope, loss graph.Output, vars []*op
 // (initialised to ones, as TensorFlow does, so early steps are not huge) and
 // "<var>/RMSProp_mom".
 func (o *RMSProp) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Variable) (*graph.Node, error) {
-	return applyGradients(s, o.Name(), gvs, globalStep, func(s *graph.Scope, gv GradVar) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		ms := slot(s, v, "RMSProp_ms", nil, ops.OnesInit())
 		mom := slot(s, v, "RMSProp_mom", nil, ops.ZerosInit())
 		if ms == nil || mom == nil {
 			return nil
 		}
-		return []*graph.Node{ops.ApplyRMSProp(s, v.Value(), ms.Value(), mom.Value(), scalar(s, v, o.LearningRate),
+		return []*graph.Node{ops.ApplyRMSProp(s, v.Value(), ms.Value(), mom.Value(), lr,
 			scalar(s, v, o.Decay), scalar(s, v, o.Momentum), scalar(s, v, o.Epsilon), gv.Grad)}
 	})
 }
@@ -149,6 +153,7 @@ func (o *RMSProp) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.
 // Adam keeps bias-corrected moving averages of the gradient and its square
 // (Kingma & Ba 2015), with TensorFlow's formulas.
 type Adam struct {
+	scheduled
 	LearningRate, Beta1, Beta2, Epsilon float32
 }
 
@@ -175,7 +180,7 @@ func (o *Adam) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Var
 	if o.Beta1 < 0 || o.Beta1 >= 1 || o.Beta2 < 0 || o.Beta2 >= 1 {
 		return nil, fmt.Errorf("train: Adam: beta1 and beta2 must be in [0, 1), got %g and %g", o.Beta1, o.Beta2)
 	}
-	return applyGradients(s, o.Name(), gvs, globalStep, func(s *graph.Scope, gv GradVar) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		m := slot(s, v, "Adam_m", nil, ops.ZerosInit())
 		vv := slot(s, v, "Adam_v", nil, ops.ZerosInit())
@@ -189,10 +194,10 @@ func (o *Adam) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Var
 		if sl := gv.Sparse; sl != nil {
 			// Lazy Adam: the moments of untouched rows do not decay.
 			apply = ops.SparseApplyAdam(s, v.Value(), m.Value(), vv.Value(), b1p.Value(), b2p.Value(),
-				scalar(s, v, o.LearningRate), beta1, beta2, scalar(s, v, o.Epsilon), sl.Values, sl.Indices)
+				lr, beta1, beta2, scalar(s, v, o.Epsilon), sl.Values, sl.Indices)
 		} else {
 			apply = ops.ApplyAdam(s, v.Value(), m.Value(), vv.Value(), b1p.Value(), b2p.Value(),
-				scalar(s, v, o.LearningRate), beta1, beta2, scalar(s, v, o.Epsilon), gv.Grad)
+				lr, beta1, beta2, scalar(s, v, o.Epsilon), gv.Grad)
 		}
 		if apply == nil {
 			return nil

@@ -33,6 +33,7 @@ func sparseGrad(s *graph.Scope, g graph.Output, v *ops.Variable) *grad.IndexedSl
 // weights exactly zero) and L2 regularisation. The classic optimizer of the
 // wide (linear) part of CTR models.
 type Ftrl struct {
+	scheduled
 	LearningRate float32
 	// LearningRatePower is -0.5 in nearly every use (must be <= 0).
 	LearningRatePower float32
@@ -70,14 +71,14 @@ func (o *Ftrl) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Var
 	case o.LearningRate <= 0:
 		return nil, fmt.Errorf("train: Ftrl: the learning rate must be positive, got %g", o.LearningRate)
 	}
-	return applyGradients(s, o.Name(), gvs, globalStep, func(s *graph.Scope, gv GradVar) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		accum := slot(s, v, "Ftrl_accum", nil, ops.ConstantInit(float64(o.InitialAccumulator)))
 		linear := slot(s, v, "Ftrl_linear", nil, ops.ZerosInit())
 		if accum == nil || linear == nil {
 			return nil
 		}
-		lr, l1, l2, p := scalar(s, v, o.LearningRate), scalar(s, v, o.L1), scalar(s, v, o.L2), scalar(s, v, o.LearningRatePower)
+		l1, l2, p := scalar(s, v, o.L1), scalar(s, v, o.L2), scalar(s, v, o.LearningRatePower)
 		if sl := gv.Sparse; sl != nil {
 			return []*graph.Node{ops.SparseApplyFtrl(s, v.Value(), accum.Value(), linear.Value(), sl.Values, sl.Indices, lr, l1, l2, p)}
 		}
