@@ -207,7 +207,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		"--local-cluster", cfg.Strategy.Cluster, "--checkpoint-dir", ckptDir,
 		"--save-checkpoint-steps", "100", "--seed", strconv.Itoa(cfg.TrainSeed), "--json", "--verbose",
 		// Progress lines every 20 local steps: the resolution of LostSteps.
-		"--log-every", "20"}
+		"--log-every", "20",
+		// A rate that falls to zero at the last step: the final model is
+		// then the sum of many small steps, not the last iterate, which one
+		// step more or less moves by up to 6 points at a constant 0.5 (the
+		// noise that a fault's shift of the data order showed as a loss;
+		// docs/RELIABILITY.md). Args may say otherwise (--lr-decay=none).
+		"--lr-decay", "linear"}
 	args = append(append(args, cfg.Strategy.Args...), cfg.Args...)
 	cmd := exec.Command(cfg.Binary, args...)
 	cmd.Env = append(os.Environ(), EnvMarker+"="+id)

@@ -605,8 +605,22 @@ func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group, cuts ...<-c
 		l.r.log.Info("took the model of the member furthest on", "member", l.r.reps[group.Members()[root]].String(), "steps_done", most, "had", l.done)
 	}
 	l.done = most
+	// The global step counts the steps done, on every member alike: a
+	// learning-rate schedule reads it, and members at different rates
+	// would apply the same mean gradient differently.
+	if err := l.setGlobalStep(bctx, most); err != nil {
+		return fmt.Errorf("estimator: %s: setting the global step to the member's %d: %w", l.r.cfg.Task, most, err)
+	}
 	l.st.restart()
 	return nil
+}
+
+// setGlobalStep writes step to the rank's global step.
+func (l *ringLoop) setGlobalStep(ctx context.Context, step int64) error {
+	made := tensor.New(l.gsType)
+	made.SetFloat64At(0, float64(step))
+	_, err := l.sess.Run(ctx, map[graph.Output]*tensor.Tensor{l.stepsMade: made}, nil, []*graph.Node{l.setStep})
+	return err
 }
 
 // rooted is a group whose broadcasts come from the member at root.
@@ -693,9 +707,7 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 
 // save writes a checkpoint at step (the leader).
 func (l *ringLoop) save(ctx context.Context, step int64) error {
-	made := tensor.New(l.gsType)
-	made.SetFloat64At(0, float64(step))
-	if _, err := l.sess.Run(ctx, map[graph.Output]*tensor.Tensor{l.stepsMade: made}, nil, []*graph.Node{l.setStep}); err != nil {
+	if err := l.setGlobalStep(ctx, step); err != nil {
 		return err
 	}
 	if l.position != nil {

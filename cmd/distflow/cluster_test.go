@@ -373,3 +373,35 @@ func TestLocalClusterRestartsADeadPS(t *testing.T) {
 		t.Errorf("test accuracy %.4f after the restart, want about 0.8", acc)
 	}
 }
+
+// TestLearningRateDecayEndsAtZero: a run with --lr-decay linear,steps=N
+// trains N steps; a second run from its checkpoint to 1.5 N with the same
+// schedule applies a rate of zero, so its model, and its accuracy, are
+// the first's to the last digit. The step the rate reads is the restored
+// global step: on the ps, and on every rank of the ring.
+func TestLearningRateDecayEndsAtZero(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"async", []string{"--local-cluster", "ps=1,worker=2"}},
+		{"allreduce", []string{"--local-cluster", "worker=2", "--allreduce"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			accuracy := func(steps string) float64 {
+				args := append([]string{"train", "--model", "mlp", "--data", "embedded", "--steps", steps,
+					"--lr-decay", "linear,steps=100", "--checkpoint-dir", dir, "--json"}, tc.args...)
+				stdout, stderr, err := run(t, args...)
+				if err != nil {
+					t.Fatalf("%v: %v\n%s", args, err, stderr)
+				}
+				return lastJSON(t, stdout)["test_accuracy"].(float64)
+			}
+			first := accuracy("100")
+			if again := accuracy("150"); again != first {
+				t.Errorf("test accuracy %.4f after 50 steps at a rate of zero; want the 100 steps' %.4f unchanged", again, first)
+			}
+		})
+	}
+}

@@ -29,6 +29,8 @@ func TestBadFlagsFailBeforeAnythingStarts(t *testing.T) {
 		{[]string{"--wait-timeout", "-1s"}, "--wait-timeout -1s"},
 		{[]string{"--optimizer", "lbfgs"}, `--optimizer "lbfgs"`},
 		{[]string{"--ps-strategy", "random"}, `--ps-strategy "random"`},
+		{[]string{"--lr-decay", "cosine"}, `--lr-decay: learning-rate schedule "cosine": want none or linear`},
+		{[]string{"--lr-decay", "linear,end=2"}, `--lr-decay: learning-rate schedule "linear,end=2"`},
 		{append([]string{"--sync", "--in-graph"}, cluster...), "choose one"},
 		{append([]string{"--allreduce", "--staleness", "1"}, cluster...), "choose one"},
 		{[]string{"--average-every", "3"}, "--average-every goes with --allreduce"},

@@ -50,6 +50,7 @@ type trainFlags struct {
 	inGraph      bool
 	psStrategy   string
 	compression  string
+	lrDecay      string
 	mlpHidden    int
 	stepTimeout  time.Duration
 	waitTimeout  time.Duration
@@ -126,6 +127,7 @@ func newTrainCommand() *cobra.Command {
 	fl.Float64Var(&f.epochs, "epochs", 0, "passes over the training data (default: the model's)")
 	fl.IntVar(&f.batch, "batch", 0, "examples per step (default: the model's)")
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default: the model's)")
+	fl.StringVar(&f.lrDecay, "lr-decay", "none", "learning-rate schedule: none, or linear (to 0 at the last step), linear,end=SHARE (to SHARE of --lr) or linear,end=SHARE,steps=N (at step N, then held)")
 	fl.StringVar(&f.optimizer, "optimizer", "", "sgd, momentum, adagrad, rmsprop, adam or ftrl (default: the model's)")
 	fl.StringVar(&f.dataDir, "data", "", "directory with the Fashion-MNIST IDX files (default: $DISTFLOW_DATA, the Debian package, or the embedded subset)")
 	fl.IntVar(&f.seed, "seed", 1, "seed of initial weights, shuffling and dropout")
@@ -232,6 +234,9 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	bad(f.replicasToAggregate > 0 && !f.sync, "--replicas-to-aggregate goes with --sync")
 	bad(set("average-every") && f.averageEvery < 0, "--average-every %d: must not be negative (0 adapts it)", f.averageEvery)
 	bad(f.averageEvery >= 0 && !f.allReduce, "--average-every goes with --allreduce")
+	if _, err := train.ParseSchedule(f.lrDecay); err != nil {
+		errs = append(errs, fmt.Errorf("--lr-decay: %w", err))
+	}
 	if c, err := estimator.ParseCompression(f.compression); err != nil {
 		errs = append(errs, fmt.Errorf("--%w", err))
 	} else {
@@ -385,6 +390,13 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	opt, err := train.NewOptimizer(f.optimizer, float32(f.lr))
 	if err != nil {
 		return fmt.Errorf("--optimizer: %w", err)
+	}
+	schedule, err := train.ParseSchedule(f.lrDecay)
+	if err == nil {
+		err = train.SetSchedule(opt, schedule)
+	}
+	if err != nil {
+		return fmt.Errorf("--lr-decay: %w", err)
 	}
 	f.hashSetup(spec)
 	fn, err := models.ModelFn(f.model, models.Config{Seed: f.seed, WideDeep: f.wideDeep, MLPHidden: f.mlpHidden}, opt)
