@@ -67,17 +67,23 @@ func startLauncher(t *testing.T, args ...string) (*exec.Cmd, string, <-chan stri
 func waitFor(t *testing.T, lines <-chan string, s string) string {
 	t.Helper()
 	deadline := time.After(60 * time.Second)
+	// The last lines read, for the failure's message: what the run did
+	// instead.
+	var seen []string
 	for {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatalf("output ended before %q", s)
+				t.Fatalf("output ended before %q; its last lines:\n%s", s, strings.Join(seen, "\n"))
 			}
 			if strings.Contains(l, s) {
 				return l
 			}
+			if seen = append(seen, l); len(seen) > 40 {
+				seen = seen[1:]
+			}
 		case <-deadline:
-			t.Fatalf("no %q within a minute", s)
+			t.Fatalf("no %q within a minute; the last lines:\n%s", s, strings.Join(seen, "\n"))
 		}
 	}
 }
