@@ -27,7 +27,8 @@ type MatrixConfig struct {
 	Seed      uint64
 	// WindowFrom and WindowFraction place faults between WindowFrom and
 	// that fraction of the shortest clean run's wall time (0 means 1s and
-	// 0.8).
+	// 0.8); between a quarter of it and that fraction when the run is
+	// shorter than WindowFrom.
 	WindowFrom     time.Duration
 	WindowFraction float64
 	// Progress, if not nil, is called after each run.
@@ -70,15 +71,12 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 		if finished > 0 {
 			cleanAcc /= float64(finished)
 		}
-		to := time.Duration(float64(cleanWall) * frac)
-		if finished == 0 || to <= from {
-			to = from + 5*time.Second // the clean run failed: still try faults
-		}
+		window := faultWindow(from, frac, cleanWall, finished > 0)
 		for i := range m.Runs {
 			if ctx.Err() != nil {
 				return all, ctx.Err()
 			}
-			cfg.Seed, cfg.Faults, cfg.Window, cfg.Plan = m.Seed+uint64(i), m.Faults, Window{From: from, To: to}, m.Base.Plan
+			cfg.Seed, cfg.Faults, cfg.Window, cfg.Plan = m.Seed+uint64(i), m.Faults, window, m.Base.Plan
 			res, err := Run(ctx, cfg)
 			if err != nil {
 				return all, err
@@ -91,6 +89,21 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 		}
 	}
 	return all, nil
+}
+
+// faultWindow is when faults land: from from to frac of the shortest clean
+// run (cleanWall); from a quarter of it when that run is too short for
+// from (averaging on a quiet machine trains in under a second, and no
+// fault would land); from + 5 s when no clean run finished.
+func faultWindow(from time.Duration, frac float64, cleanWall time.Duration, cleanFinished bool) Window {
+	to := time.Duration(float64(cleanWall) * frac)
+	switch {
+	case !cleanFinished:
+		return Window{From: from, To: from + 5*time.Second}
+	case to <= from:
+		return Window{From: cleanWall / 4, To: to}
+	}
+	return Window{From: from, To: to}
 }
 
 // outcome is "finished", "hung", or "failed".

@@ -220,3 +220,20 @@ func TestChaosShort(t *testing.T) {
 	}
 	checkNoneLeft(t, res)
 }
+
+func TestFaultWindow(t *testing.T) {
+	for _, tc := range []struct {
+		wall     time.Duration
+		finished bool
+		want     Window
+	}{
+		{10 * time.Second, true, Window{From: time.Second, To: 8 * time.Second}},
+		// Too short for faults from 1 s: from a quarter of the run.
+		{800 * time.Millisecond, true, Window{From: 200 * time.Millisecond, To: 640 * time.Millisecond}},
+		{0, false, Window{From: time.Second, To: 6 * time.Second}},
+	} {
+		if got := faultWindow(time.Second, 0.8, tc.wall, tc.finished); got != tc.want {
+			t.Errorf("faultWindow(1s, 0.8, %v, %v) = %+v; want %+v", tc.wall, tc.finished, got, tc.want)
+		}
+	}
+}

@@ -143,7 +143,7 @@ left a corrupt checkpoint or left a process behind.`,
 	f.DurationVar(&deadline, "deadline", chaos.DefaultDeadline, "a run still going after this is reported as hung and killed")
 	f.DurationVar(&pauseMin, "pause-min", chaos.DefaultPauseMin, "shortest SIGSTOP before SIGCONT")
 	f.DurationVar(&pauseMax, "pause-max", chaos.DefaultPauseMax, "longest SIGSTOP before SIGCONT")
-	f.DurationVar(&windowFrom, "window-from", time.Second, "no fault before this time from a run's start")
+	f.DurationVar(&windowFrom, "window-from", time.Second, "no fault before this time from a run's start (from a quarter of the clean run when it is too short for that)")
 	f.Float64Var(&windowFraction, "window-fraction", 0.8, "no fault after this fraction of the clean run's time")
 	f.StringVar(&dir, "dir", "", "directory for the runs' checkpoints and output.log files (default: a new temporary directory)")
 	f.StringVar(&binary, "binary", "", "distflow binary to run (default: this one)")
