@@ -174,6 +174,12 @@ func fakeTask(args []string) int {
 		fmt.Println("worker 1 is gone")
 		ask(spec.Addresses("ps")[0], "quit")
 		return 0
+	case mode == "worker-lost-chief-waits" && isChief:
+		// As worker-lost, but the chief goes on serving until it is
+		// stopped: the launcher has handled worker 1's exit before any
+		// of the chief's.
+		ask(spec.Addresses("worker")[1], "die")
+		fmt.Println("worker 1 is gone")
 	case mode == "ps-lingers" && isChief:
 		return 0
 	case mode == "worker-lingers" && isChief:

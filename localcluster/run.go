@@ -511,6 +511,9 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 		case p.id != l.chief && p.id.job == "worker" && l.cfg.TolerateWorkerLoss:
 			l.out.logf("%s failed (%v); the others go on", p.id, p.err)
 			l.showTail(p)
+			// Nothing will serve its address again: its peers' connections
+			// are refused from now on rather than queued unanswered.
+			l.closeFiles(func(id taskID) bool { return id == p.id })
 		default:
 			l.out.logf("%s failed (%v); stopping every task", p.id, p.err)
 			l.showTail(p)
