@@ -305,15 +305,19 @@ func (l *loop) shortOfTarget(ctx context.Context, target int64) bool {
 // the step deadline: past it the replica fails, and its supervisor acts.
 const maxRejoins = 3
 
-// rejoinAfter handles a step of a replica other than the chief that
-// failed by outliving the step deadline (the replica was stopped, or
-// starved, or waited for a chief that was away): rather than exit and be
-// restarted, the replica rejoins at the current global step as a
-// restarted one would (coordinator.rejoin) and trains on. It reports
-// whether it did; a replica of a training that has ended does not.
+// rejoinAfter handles a step of a replica that failed by outliving the
+// step deadline (the replica was stopped, or starved, or waited for a
+// chief that was away, or for a round that a rejoining replica's stale
+// gradient left short until the chief abandoned it): rather than exit and
+// be restarted, the replica rejoins at the current global step as a
+// restarted one would (coordinator.rejoin) and trains on. The chief does
+// too: its own round runner goes on meanwhile, and a chief that exited
+// for a round left short ended the run (CI saw it once, with 3 sync
+// workers as a stopped one came back). It reports whether it did; a
+// replica of a training that has ended does not.
 func (l *loop) rejoinAfter(ctx context.Context, err error, rejoins *int) bool {
 	r := l.r
-	if l.coord == nil || r.chief() || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || *rejoins >= maxRejoins {
+	if l.coord == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || *rejoins >= maxRejoins {
 		return false
 	}
 	if _, ended := trainingEnded(r.cfg.CheckpointDir, l.target); ended {

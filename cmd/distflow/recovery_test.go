@@ -515,7 +515,9 @@ func TestStoppedChiefAndPSAreNamed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			recovers(t, func(lines <-chan string, ps string) {
-				waitFor(t, lines, "global_step 2")
+				// Not "global_step 2": two async workers' lines may read
+				// 194 and 396, and none begin with a 2.
+				waitFor(t, lines, "/job:worker/task:0: local_step 100 ")
 				signalTask(t, ps, tc.job, 0, syscall.SIGSTOP)
 				stopped := time.Now()
 				l := waitFor(t, lines, `msg="a replica is lost; going on without it" task=`+tc.watcher+` peer=`+tc.peer)
