@@ -461,8 +461,11 @@ func TestStalenessBoundIgnoresALostWorker(t *testing.T) {
 // deadline.
 func TestRingTakesARestartedRankAtOnce(t *testing.T) {
 	const stepTimeout = 20 * time.Second
+	// Lost after 10 s: this in-process kill stops the victim's server,
+	// which may wait its 5 s grace for a call in flight (CI saw it); the
+	// peers must not count the victim lost before it is back.
 	c := newElasticCluster(t, map[string]int{"worker": 3}, estimator.RunConfig{
-		Strategy: estimator.AllReduce{}, StepTimeout: stepTimeout, WaitTimeout: 30 * time.Second, LostAfter: 5 * time.Second,
+		Strategy: estimator.AllReduce{}, StepTimeout: stepTimeout, WaitTimeout: 30 * time.Second, LostAfter: 10 * time.Second,
 		LogEverySteps: 10, StepDelay: 5 * time.Millisecond,
 	})
 	victim := cluster.TaskID{Job: "worker", Index: 2}
