@@ -15,17 +15,7 @@ import (
 // (rank 2 lost: a view without it), then grows back to 3; each member
 // takes rank 0's views and the sums are over the members alone.
 func TestRingReformsAmongViews(t *testing.T) {
-	rings, err := allreduce.NewInProcess(3, allreduce.InProcessConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, r := range rings {
-			r.Close()
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	rings, ctx := threeRings(t)
 	for gen, members := range [][]int{{0, 1, 2}, {0, 1}, {0, 1, 2}} {
 		v := allreduce.View{Gen: int64(gen + 1), Step: int64(10 * gen), Members: members, Sync: gen == 2}
 		if err := rings[0].SendView(ctx, v); err != nil {
@@ -86,17 +76,7 @@ func TestRingReformsAmongViews(t *testing.T) {
 // themselves; a view whose sender is not its first member is refused by
 // SendView, and rank 0's older view no longer counts.
 func TestAnyRankLeads(t *testing.T) {
-	rings, err := allreduce.NewInProcess(3, allreduce.InProcessConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, r := range rings {
-			r.Close()
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	rings, ctx := threeRings(t)
 	if err := rings[0].SendView(ctx, allreduce.View{Gen: 5, Members: []int{0, 1, 2}}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,4 +117,22 @@ func TestAnyRankLeads(t *testing.T) {
 			t.Errorf("rank %d has %v; want [4 6]", m, data[m])
 		}
 	}
+}
+
+// threeRings returns an in-process ring of 3, closed when the test ends,
+// and a context with a deadline for its operations.
+func threeRings(t *testing.T) ([]*allreduce.Ring, context.Context) {
+	t.Helper()
+	rings, err := allreduce.NewInProcess(3, allreduce.InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return rings, ctx
 }

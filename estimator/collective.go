@@ -172,7 +172,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	modelVars := ops.GlobalVariables(s.Graph())
 	gs := train.CreateGlobalStep(s)
-	if err := scheduleOverRun(t.spec.Optimizer, r.stop.steps(in.first[0].Shape()[0], len(r.reps))); err != nil {
+	if err := train.ScheduleOverRun(t.spec.Optimizer, r.stop.steps(in.first[0].Shape()[0], len(r.reps))); err != nil {
 		return nil, err
 	}
 	st, err := build(s, t.spec.Optimizer, t.spec.Loss, ops.TrainableVariables(s.Graph()), gs)

@@ -251,18 +251,3 @@ func sortedNames[V any](m map[string]V) []string {
 	sort.Strings(names)
 	return names
 }
-
-// scheduleOverRun gives a learning-rate schedule of the model's optimizer
-// that has no length (train.LinearDecay with Steps 0) the run's: steps, its
-// last global step.
-func scheduleOverRun(opt train.Optimizer, steps int64) error {
-	d, ok := train.ScheduleOf(opt).(train.LinearDecay)
-	if !ok || d.Steps != 0 {
-		return nil
-	}
-	d.Steps = steps
-	if err := train.SetSchedule(opt, d); err != nil {
-		return fmt.Errorf("estimator: the learning-rate schedule over the run's %d steps: %w", steps, err)
-	}
-	return nil
-}

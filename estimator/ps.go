@@ -105,7 +105,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		claims.build(s)
 	}
 	opt := towers[0].spec.Optimizer
-	if err := scheduleOverRun(opt, r.stop.steps(ins[0].first[0].Shape()[0], cfg.Strategy.batchesPerStep(r.numReplicas()))); err != nil {
+	if err := train.ScheduleOverRun(opt, r.stop.steps(ins[0].first[0].Shape()[0], cfg.Strategy.batchesPerStep(r.numReplicas()))); err != nil {
 		return nil, err
 	}
 	if plan.optimizer != nil {

@@ -24,6 +24,9 @@ type Schedule interface {
 	// build adds the factor at step (an int64 scalar) to the graph as a
 	// float32 scalar.
 	build(s *graph.Scope, step graph.Output) graph.Output
+	// over returns the schedule with the run's length, last, when it has
+	// none of its own.
+	over(last int64) Schedule
 }
 
 // LinearDecay lowers the learning rate linearly from its full value at step
@@ -53,6 +56,13 @@ func (d LinearDecay) validate() error {
 		return fmt.Errorf("train: linear decay to %v of the learning rate: the share must be in [0, 1]", d.Final)
 	}
 	return nil
+}
+
+func (d LinearDecay) over(last int64) Schedule {
+	if d.Steps == 0 {
+		d.Steps = last
+	}
+	return d
 }
 
 func (d LinearDecay) build(s *graph.Scope, step graph.Output) graph.Output {
@@ -102,6 +112,20 @@ func SetSchedule(opt Optimizer, s Schedule) error {
 		}
 	}
 	o.setSchedule(s)
+	return nil
+}
+
+// ScheduleOverRun gives opt's schedule, when it has no length of its own
+// (LinearDecay with Steps 0), the run's: last, its final global step. The
+// estimator calls it before it builds the update.
+func ScheduleOverRun(opt Optimizer, last int64) error {
+	sch := ScheduleOf(opt)
+	if sch == nil {
+		return nil
+	}
+	if err := SetSchedule(opt, sch.over(last)); err != nil {
+		return fmt.Errorf("train: the learning-rate schedule over the run's %d steps: %w", last, err)
+	}
 	return nil
 }
 
