@@ -96,9 +96,10 @@ func TestRunTracedRecordsEveryNode(t *testing.T) {
 			}
 			byLane[nt.Lane] = append(byLane[nt.Lane], nt)
 		}
-		if len(byLane[0]) == 0 {
-			t.Errorf("round %d: nothing ran on lane 0, the caller's", round)
-		}
+		// Lane 0, the caller's, may hold none of them: the caller starts
+		// with the first root, which may be the detached node (a lane of
+		// its own), and the costly adds are queued for any goroutine (CI
+		// saw lane 0 empty under the race detector).
 		// A lane is one goroutine at a time: its nodes never overlap.
 		for lane, nts := range byLane {
 			slices.SortFunc(nts, func(a, b executor.NodeTrace) int { return int(a.Start - b.Start) })
