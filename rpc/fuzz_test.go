@@ -85,6 +85,12 @@ func FuzzReadRequest(f *testing.F) {
 		var req *tensorRequest
 		var err error
 		fuzztest.CheckAlloc(t, uint64(64*len(b))+maxRequestSize, func() {
+			// Version 1.1 (a method byte, a call's body) decodes safely too.
+			if r, err := readRequestV(bufio.NewReader(bytes.NewReader(b)), true); err == nil && r.method >= numMethods {
+				t.Errorf("decoded method %d", r.method)
+			}
+		})
+		fuzztest.CheckAlloc(t, uint64(64*len(b))+maxRequestSize, func() {
 			req, err = readRequest(bufio.NewReader(bytes.NewReader(b)))
 		})
 		if err != nil {

@@ -44,10 +44,21 @@ import (
 // full, finds it bogus and hangs up, and the client falls back to gRPC.
 // Then, one at a time, requests and responses (integers little-endian):
 //
-//	request:  u32 length of the rest | i64 step id | i64 timeout in ns (0: none)
+//	request:  u32 length of the rest | [u8 method] | i64 step id | i64 timeout in ns (0: none)
 //	          | u16 key length | key | u16 metadata pairs | (u16 n | name | u32 n | value)...
+//	          | [body]
 //	response: u8 0 | u8 dtype | u8 rank | u64 dims... | u64 byte length | the bytes
 //	      or: u8 1 | u32 status code | u16 n | reason | u32 n | message
+//	      or: u8 2 | u64 n | the response message (a call's)
+//
+// Version 1.1 (tensorHello11; a client that offers it and is answered
+// 1.0 speaks 1.0 on a new connection) adds the method byte and the body:
+// method 0 is RecvTensor (no body, the key names the tensor), 1 RunGraph
+// and 2 CleanupStep, whose body is the serialised request and whose
+// answer, the serialised response (kind 2). A small step then makes no
+// gRPC call at all: a gRPC unary call costs about three times the CPU of
+// one exchange here (HTTP/2 framing, and a handoff between goroutines at
+// each end), which is most of a small remote step.
 //
 // The metadata are those of the client's PerRPCCredentials, checked by
 // the server's Options.Authenticate as for a gRPC call; an error response
@@ -56,6 +67,7 @@ import (
 // and reused across steps.
 var (
 	tensorHello       = []byte("distflow-tensors/1.0\r\n\r\n")
+	tensorHello11     = []byte("distflow-tensors/1.1\r\n\r\n")
 	tensorHelloPrefix = []byte("distflow-tensors/")
 )
 
@@ -65,6 +77,7 @@ const tensorALPN = "distflow-tensors/1"
 const (
 	respTensor = 0
 	respError  = 1
+	respCall   = 2
 
 	maxRequestSize = 1 << 20 // a key and credentials: anything larger is garbage
 	maxRank        = 64
@@ -84,15 +97,37 @@ var recvTensorMethod = rpcpb.WorkerService_RecvTensor_FullMethodName
 
 // tensorRequest is one request read by the server.
 type tensorRequest struct {
+	method  byte // a version 1.1 request's (methodRecvTensor in 1.0)
 	step    int64
 	timeout time.Duration
 	key     string
 	md      metadata.MD
+	body    []byte // a call's serialised request
 }
 
+// The methods of a version 1.1 request.
+const (
+	methodRecvTensor  = 0
+	methodRunGraph    = 1
+	methodCleanupStep = 2
+	numMethods        = 3
+)
+
+// appendRequest appends a version 1.0 request.
 func appendRequest(b []byte, step int64, timeout time.Duration, key string, md map[string]string) []byte {
+	b, start := beginRequest(b, -1, step, timeout, key, md)
+	return endRequest(b, start)
+}
+
+// beginRequest appends a request without its body and returns where it
+// starts, for endRequest once the body is appended. method is the
+// version 1.1 method byte, or -1 for a version 1.0 request.
+func beginRequest(b []byte, method int, step int64, timeout time.Duration, key string, md map[string]string) ([]byte, int) {
 	start := len(b)
-	b = binary.LittleEndian.AppendUint32(b, 0) // length, below
+	b = binary.LittleEndian.AppendUint32(b, 0) // length, in endRequest
+	if method >= 0 {
+		b = append(b, byte(method))
+	}
 	b = binary.LittleEndian.AppendUint64(b, uint64(step))
 	b = binary.LittleEndian.AppendUint64(b, uint64(timeout))
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(key)))
@@ -104,6 +139,11 @@ func appendRequest(b []byte, step int64, timeout time.Duration, key string, md m
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
 		b = append(b, v...)
 	}
+	return b, start
+}
+
+// endRequest writes the length of the request that starts at start.
+func endRequest(b []byte, start int) []byte {
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	return b
 }
@@ -127,6 +167,7 @@ func (f *frame) next(n int) []byte {
 
 var errShortFrame = fmt.Errorf("%w: truncated tensor channel frame", tensor.ErrCorrupt)
 
+func (f *frame) u8() byte { return f.pad(f.next(1), 1)[0] }
 func (f *frame) u16() int { return int(binary.LittleEndian.Uint16(f.pad(f.next(2), 2))) }
 func (f *frame) u32() int { return int(binary.LittleEndian.Uint32(f.pad(f.next(4), 4))) }
 func (f *frame) u64() uint64 {
@@ -142,7 +183,12 @@ func (f *frame) pad(b []byte, n int) []byte {
 	return b
 }
 
-func readRequest(r *bufio.Reader) (*tensorRequest, error) {
+// readRequest reads a version 1.0 request.
+func readRequest(r *bufio.Reader) (*tensorRequest, error) { return readRequestV(r, false) }
+
+// readRequestV reads a request; v11 says the connection speaks version
+// 1.1 (a method byte, and a call's body after the metadata).
+func readRequestV(r *bufio.Reader, v11 bool) (*tensorRequest, error) {
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
 		return nil, err
@@ -161,7 +207,13 @@ func readRequest(r *bufio.Reader) (*tensorRequest, error) {
 		return nil, io.ErrUnexpectedEOF
 	}
 	f := &frame{b: b}
-	req := &tensorRequest{step: int64(f.u64()), timeout: time.Duration(f.u64())}
+	req := &tensorRequest{}
+	if v11 {
+		if req.method = f.u8(); req.method >= numMethods {
+			return nil, fmt.Errorf("%w: tensor channel request of unknown method %d", tensor.ErrCorrupt, req.method)
+		}
+	}
+	req.step, req.timeout = int64(f.u64()), time.Duration(f.u64())
 	req.key = f.str(f.u16())
 	pairs := f.u16()
 	if pairs*6 > len(f.b) { // a pair takes at least its two lengths
@@ -171,6 +223,9 @@ func readRequest(r *bufio.Reader) (*tensorRequest, error) {
 	for range pairs {
 		k := f.str(f.u16())
 		req.md.Append(k, f.str(f.u32()))
+	}
+	if req.method != methodRecvTensor {
+		req.body = f.b
 	}
 	return req, f.err
 }
@@ -194,8 +249,9 @@ func (c *tensorServerConn) closeIfIdle() {
 }
 
 // serveTensors answers the hello and serves requests on c until the
-// client hangs up or the server stops.
-func (s *Server) serveTensors(c net.Conn) {
+// client hangs up or the server stops. v11 says the client's hello was
+// version 1.1's.
+func (s *Server) serveTensors(c net.Conn, v11 bool) {
 	sc := &tensorServerConn{conn: c}
 	s.mu.Lock()
 	if s.stopping {
@@ -221,7 +277,11 @@ func (s *Server) serveTensors(c net.Conn) {
 	}()
 	// Socket buffers are left to Linux's autotuning (up to tcp_rmem's
 	// maximum): fixed 4 MiB buffers measured no better.
-	if _, err := c.Write(tensorHello); err != nil {
+	hello := tensorHello
+	if v11 {
+		hello = tensorHello11
+	}
+	if _, err := c.Write(hello); err != nil {
 		return
 	}
 
@@ -236,7 +296,7 @@ func (s *Server) serveTensors(c net.Conn) {
 		defer close(reqs)
 		r := bufio.NewReaderSize(c, 4<<10)
 		for {
-			req, err := readRequest(r)
+			req, err := readRequestV(r, v11)
 			if err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 					s.opts.logger().Debug("rpc: tensor channel: bad request", "remote", c.RemoteAddr().String(), "err", err)
@@ -277,27 +337,18 @@ func (s *Server) serveTensors(c net.Conn) {
 // broken.
 func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Service, req *tensorRequest, hdr []byte) ([]byte, error) {
 	ctx := metadata.NewIncomingContext(connCtx, req.md)
-	ctx = grpc.NewContextWithServerTransportStream(ctx, methodStream{}) // grpc.Method(ctx), as for a gRPC call
+	ctx = grpc.NewContextWithServerTransportStream(ctx, methodStreams[req.method]) // grpc.Method(ctx), as for a gRPC call
 	if req.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.timeout)
 		defer cancel()
 	}
+	if req.method != methodRecvTensor {
+		return s.serveCall(ctx, connCtx, c, w, req, hdr)
+	}
 	t, release, err := s.recvAuthenticated(ctx, w, req)
 	if err != nil {
-		st := status.Convert(toStatus(err))
-		hdr = append(hdr, respError)
-		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(st.Code()))
-		reason := reasonOf(st)
-		hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(reason)))
-		hdr = append(hdr, reason...)
-		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(st.Message())))
-		hdr = append(hdr, st.Message()...)
-		// The request's deadline may be what failed it: the answer gets
-		// time of its own.
-		ctx, cancel := context.WithTimeout(connCtx, sniffTimeout)
-		defer cancel()
-		return hdr, writeAll(ctx, c, net.Buffers{hdr})
+		return writeError(connCtx, c, hdr, err)
 	}
 	raw := t.RawBytes()
 	hdr = append(hdr, respTensor, byte(t.DType()), byte(t.Rank()))
@@ -342,11 +393,35 @@ func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *t
 	return t, release, nil
 }
 
-// methodStream gives a tensor-channel request the method name of
-// RecvTensor for grpc.Method; it carries no headers.
-type methodStream struct{}
+// writeError answers a request with err's status (hdr is reused).
+func writeError(connCtx context.Context, c net.Conn, hdr []byte, err error) ([]byte, error) {
+	st := status.Convert(toStatus(err))
+	hdr = append(hdr, respError)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(st.Code()))
+	reason := reasonOf(st)
+	hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(reason)))
+	hdr = append(hdr, reason...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(st.Message())))
+	hdr = append(hdr, st.Message()...)
+	// The request's deadline may be what failed it: the answer gets
+	// time of its own.
+	ctx, cancel := context.WithTimeout(connCtx, sniffTimeout)
+	defer cancel()
+	return hdr, writeAll(ctx, c, net.Buffers{hdr})
+}
 
-func (methodStream) Method() string               { return recvTensorMethod }
+// methodStream gives a tensor-channel request the method name of its
+// gRPC counterpart for grpc.Method; it carries no headers.
+type methodStream struct{ method string }
+
+// methodStreams are the methodStreams of the channel's methods.
+var methodStreams = [numMethods]methodStream{
+	methodRecvTensor:  {recvTensorMethod},
+	methodRunGraph:    {rpcpb.WorkerService_RunGraph_FullMethodName},
+	methodCleanupStep: {rpcpb.WorkerService_CleanupStep_FullMethodName},
+}
+
+func (m methodStream) Method() string             { return m.method }
 func (methodStream) SetHeader(metadata.MD) error  { return nil }
 func (methodStream) SendHeader(metadata.MD) error { return nil }
 func (methodStream) SetTrailer(metadata.MD) error { return nil }
@@ -378,10 +453,13 @@ type tensorPool struct {
 	idle    []*tensorClientConn
 	closed  bool
 	offline time.Time // until then, the peer is taken not to offer the channel
+	v10     bool      // the peer speaks version 1.0 only: no calls
 
-	// rpcSeries and channel record the transfers (nil: no Options.Metrics).
-	rpcSeries *metrics.RPC
-	channel   *metrics.Channel
+	// rpcSeries and channel record the transfers, callSeries the calls
+	// by method (nil: no Options.Metrics).
+	rpcSeries  *metrics.RPC
+	channel    *metrics.Channel
+	callSeries [numMethods]*metrics.RPC
 }
 
 // newTensorPool returns the pool of peer at addr, or nil when opts turn the
@@ -410,6 +488,7 @@ type tensorClientConn struct {
 	conn net.Conn
 	r    *bufio.Reader
 	buf  []byte // request encoding, reused
+	v11  bool   // the connection speaks version 1.1: calls too
 }
 
 // errFallback tells RecvTensor to use gRPC: the channel could not be
@@ -523,6 +602,13 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 		deadline = d
 	}
 	conn.SetDeadline(deadline)
+	p.mu.Lock()
+	mine := tensorHello11
+	if p.v10 {
+		mine = tensorHello
+	}
+	p.mu.Unlock()
+	older := false // the peer answered 1.0 to our 1.1
 	hello := func() error {
 		if p.tlsc != nil {
 			tc := tls.Client(&readBufferedConn{Conn: conn, r: bufio.NewReaderSize(conn, tlsReadBufferSize)}, p.tlsc)
@@ -531,20 +617,27 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 			}
 			conn = tc
 		}
-		if _, err := conn.Write(tensorHello); err != nil {
+		if _, err := conn.Write(mine); err != nil {
 			return err
 		}
-		ack := make([]byte, len(tensorHello))
+		ack := make([]byte, len(mine))
 		if _, err := io.ReadFull(conn, ack); err != nil {
 			return err
 		}
-		if !bytes.Equal(ack, tensorHello) {
+		if !bytes.Equal(ack, mine) {
+			older = bytes.Equal(mine, tensorHello11) && bytes.Equal(ack, tensorHello)
 			return fmt.Errorf("unexpected answer %q", ack)
 		}
 		return nil
 	}
 	if err := hello(); err != nil {
 		conn.Close()
+		if older { // it hangs up: ask again in its version
+			p.mu.Lock()
+			p.v10 = true
+			p.mu.Unlock()
+			return p.dial(ctx)
+		}
 		var ne net.Error
 		if ctx.Err() == nil && !(errors.As(err, &ne) && ne.Timeout()) {
 			p.mu.Lock()
@@ -555,56 +648,30 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
-	return &tensorClientConn{conn: conn, r: bufio.NewReaderSize(conn, ioBufferSize)}, nil
+	return &tensorClientConn{conn: conn, r: bufio.NewReaderSize(conn, ioBufferSize), v11: bytes.Equal(mine, tensorHello11)}, nil
 }
 
 // exchange sends one request on c and reads the response; a *RemoteError
 // is the peer's answer, after which c is still usable.
 func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int64, key string, md map[string]string) (*tensor.Tensor, error) {
-	var timeout time.Duration
-	if d, ok := ctx.Deadline(); ok {
-		if timeout = time.Until(d); timeout <= 0 {
-			return nil, ctx.Err()
-		}
-		c.conn.SetDeadline(d)
-	} else {
-		c.conn.SetDeadline(time.Time{})
-	}
-	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
-	c.buf = appendRequest(c.buf[:0], step, timeout, key, md)
-	if _, err := c.conn.Write(c.buf); err != nil {
-		return nil, err
-	}
-	kind, err := c.r.ReadByte()
+	timeout, stop, err := armDeadline(ctx, c.conn)
 	if err != nil {
 		return nil, err
 	}
-	switch kind {
-	case respError:
-		var h [4]byte
-		if _, err := io.ReadFull(c.r, h[:]); err != nil {
-			return nil, err
-		}
-		code := codes.Code(binary.LittleEndian.Uint32(h[:]))
-		reason, err := readString(c.r, 2)
-		if err != nil {
-			return nil, err
-		}
-		msg, err := readString(c.r, 4)
-		if err != nil {
-			return nil, err
-		}
-		re := &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: code, Msg: msg}
-		var also string
-		if re.Reason, also, _ = strings.Cut(reason, ","); also != "" {
-			re.Also = strings.Split(also, ",")
-		}
-		return nil, re
-	case respTensor:
-	default:
-		return nil, fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
+	defer stop()
+
+	method := -1
+	if c.v11 {
+		method = methodRecvTensor
+	}
+	var start int
+	c.buf, start = beginRequest(c.buf[:0], method, step, timeout, key, md)
+	c.buf = endRequest(c.buf, start)
+	if _, err := c.conn.Write(c.buf); err != nil {
+		return nil, err
+	}
+	if err := p.readKind(c, respTensor, "RecvTensor"); err != nil {
+		return nil, err
 	}
 	var h [2]byte
 	if _, err := io.ReadFull(c.r, h[:]); err != nil {
@@ -649,6 +716,42 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 	return t, nil
 }
 
+// readKind reads the kind of a response: nil when it is want, the peer's
+// error as a *RemoteError of method, or another error when the response
+// is not one.
+func (p *tensorPool) readKind(c *tensorClientConn, want byte, method string) error {
+	kind, err := c.r.ReadByte()
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case want:
+		return nil
+	case respError:
+		var h [4]byte
+		if _, err := io.ReadFull(c.r, h[:]); err != nil {
+			return err
+		}
+		code := codes.Code(binary.LittleEndian.Uint32(h[:]))
+		reason, err := readString(c.r, 2)
+		if err != nil {
+			return err
+		}
+		msg, err := readString(c.r, 4)
+		if err != nil {
+			return err
+		}
+		re := &RemoteError{Peer: p.peer, Method: method, Code: code, Msg: msg}
+		var also string
+		if re.Reason, also, _ = strings.Cut(reason, ","); also != "" {
+			re.Also = strings.Split(also, ",")
+		}
+		return re
+	default:
+		return fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
+	}
+}
+
 func readString(r *bufio.Reader, lenSize int) (string, error) {
 	var h [4]byte
 	if _, err := io.ReadFull(r, h[:lenSize]); err != nil {
@@ -667,12 +770,19 @@ func readString(r *bufio.Reader, lenSize int) (string, error) {
 // own error as is, the end of ctx as DeadlineExceeded or Canceled, a
 // broken connection as Unavailable, all naming the peer.
 func (p *tensorPool) error(ctx context.Context, key string, err error) error {
+	return p.callError(ctx, "RecvTensor", fmt.Sprintf("tensor %q", key), err)
+}
+
+// callError is error for a call of method about what ("tensor "w:0"").
+func (p *tensorPool) callError(ctx context.Context, method, what string, err error) error {
 	var re *RemoteError
 	switch {
 	case errors.As(err, &re):
 		return re
 	case errors.Is(err, tensor.ErrCorrupt) || errors.Is(err, ErrTooLarge):
-		return fmt.Errorf("rpc: RecvTensor %q on %s: %w", key, p.peer, err)
+		return fmt.Errorf("rpc: %s %s on %s: %w", method, what, p.peer, err)
+	case errors.Is(err, errResponseTooLarge):
+		return p.callResponseError(method, err)
 	case ctx.Err() != nil || deadlinePassed(ctx, err):
 		cerr := ctx.Err()
 		if cerr == nil { // the socket's deadline fired just before ctx's
@@ -682,10 +792,10 @@ func (p *tensorPool) error(ctx context.Context, key string, err error) error {
 		if errors.Is(cerr, context.DeadlineExceeded) {
 			code = codes.DeadlineExceeded
 		}
-		re = &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: code, Msg: fmt.Sprintf("tensor %q: %v", key, err)}
+		re = &RemoteError{Peer: p.peer, Method: method, Code: code, Msg: fmt.Sprintf("%s: %v", what, err)}
 		return fmt.Errorf("%w (%w)", re, cerr)
 	default:
-		return &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: codes.Unavailable, Msg: fmt.Sprintf("tensor %q: connection lost: %v", key, err)}
+		return &RemoteError{Peer: p.peer, Method: method, Code: codes.Unavailable, Msg: fmt.Sprintf("%s: connection lost: %v", what, err)}
 	}
 }
 

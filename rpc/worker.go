@@ -182,6 +182,15 @@ func (c *workerClient) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
+	if c.tensors != nil {
+		resp := new(pb.RunGraphResponse)
+		if err := c.tensors.call(ctx, methodRunGraph, r.GetStepId(), r, resp); !errors.Is(err, errFallback) {
+			if err != nil {
+				return nil, err
+			}
+			return resp, nil
+		}
+	}
 	resp, err := c.c.RunGraph(ctx, r, c.waitOpt())
 	return resp, fromStatus(ctx, c.peer, "RunGraph", err)
 }
@@ -248,6 +257,15 @@ var (
 func (c *workerClient) CleanupStep(ctx context.Context, r *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {
 	if err := c.wait(ctx); err != nil {
 		return nil, err
+	}
+	if c.tensors != nil {
+		resp := new(pb.CleanupStepResponse)
+		if err := c.tensors.call(ctx, methodCleanupStep, r.GetStepId(), r, resp); !errors.Is(err, errFallback) {
+			if err != nil {
+				return nil, err
+			}
+			return resp, nil
+		}
 	}
 	resp, err := c.c.CleanupStep(ctx, r)
 	return resp, fromStatus(ctx, c.peer, "CleanupStep", err)
