@@ -297,6 +297,31 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// TestTableCleanupIfIdle: a step is cleaned up by CleanupIfIdle only when
+// nothing in it is pending; then, as after Cleanup, a late Recv fails.
+func TestTableCleanupIfIdle(t *testing.T) {
+	tab := NewTable()
+	ctx := context.Background()
+	if err := tab.Get(1).Send("k", tensor.Scalar(float32(1))); err != nil {
+		t.Fatal(err)
+	}
+	if tab.CleanupIfIdle(1) {
+		t.Fatal("CleanupIfIdle cleaned up a step with a tensor not received")
+	}
+	if _, err := tab.Get(1).Recv(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if !tab.CleanupIfIdle(1) {
+		t.Fatal("CleanupIfIdle left an idle step")
+	}
+	if _, err := tab.Get(1).Recv(ctx, "late"); !errors.Is(err, ErrStepDone) {
+		t.Errorf("late recv: %v, want ErrStepDone", err)
+	}
+	if tab.Len() != 0 {
+		t.Errorf("Len = %d, want 0", tab.Len())
+	}
+}
+
 func TestTableForgetsOldSteps(t *testing.T) {
 	tab := NewTable()
 	for id := range int64(DefaultCleanedSteps + 10) {

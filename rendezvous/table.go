@@ -72,6 +72,26 @@ func (t *Table) Cleanup(stepID int64, abortErr error) {
 	l.Abort(fmt.Errorf("step %d: %w", stepID, abortErr))
 }
 
+// CleanupIfIdle cleans up step stepID, as Cleanup without an error does,
+// if its rendezvous holds nothing (every tensor sent was received, no
+// Recv waits), and reports whether the step is now cleaned up. A step
+// whose every partition here has finished is then over on this task.
+func (t *Table) CleanupIfIdle(stepID int64) bool {
+	t.mu.Lock()
+	l := t.steps[stepID]
+	if l != nil && l.Pending() > 0 {
+		t.mu.Unlock()
+		return false
+	}
+	delete(t.steps, stepID)
+	t.rememberLocked(stepID)
+	t.mu.Unlock()
+	if l != nil {
+		l.Abort(fmt.Errorf("step %d: %w", stepID, ErrStepDone))
+	}
+	return true
+}
+
 func (t *Table) rememberLocked(stepID int64) {
 	if _, ok := t.cleaned[stepID]; ok {
 		return

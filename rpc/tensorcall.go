@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"path"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -51,11 +52,15 @@ func (s *Server) serveCall(ctx, connCtx context.Context, c net.Conn, w worker.Se
 		return writeError(connCtx, c, hdr, err)
 	}
 	var resp proto.Message
+	kind := byte(respCall)
 	switch req.method {
 	case methodRunGraph:
 		in := new(pb.RunGraphRequest)
 		if err = proto.Unmarshal(req.body, in); err == nil {
 			resp, err = w.RunGraph(ctx, in)
+		}
+		if f, ok := w.(worker.StepFinisher); ok && err == nil && f.FinishStep(in.GetStepId()) {
+			kind = respCallFinished
 		}
 	case methodCleanupStep:
 		in := new(pb.CleanupStepRequest)
@@ -68,7 +73,7 @@ func (s *Server) serveCall(ctx, connCtx context.Context, c net.Conn, w worker.Se
 	if err != nil {
 		return writeError(connCtx, c, hdr, err)
 	}
-	hdr = append(hdr, respCall)
+	hdr = append(hdr, kind)
 	at := len(hdr)
 	hdr = binary.LittleEndian.AppendUint64(hdr, 0) // length, below
 	if hdr, err = (proto.MarshalOptions{}).MarshalAppend(hdr, resp); err != nil {
@@ -156,8 +161,16 @@ func (p *tensorPool) exchangeCall(ctx context.Context, c *tensorClientConn, meth
 	if err != nil {
 		return 0, err
 	}
-	if err := p.readKind(c, respCall, methodNames[method]); err != nil {
+	kind, err := p.readKind(c, methodNames[method])
+	if err != nil {
 		return 0, err
+	}
+	switch {
+	case kind == respCall:
+	case kind == respCallFinished && method == methodRunGraph:
+		p.finished(step)
+	default:
+		return 0, fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
 	}
 	var h [8]byte
 	if _, err := io.ReadFull(c.r, h[:]); err != nil {
@@ -204,4 +217,35 @@ func (p *tensorPool) countCall(method int, d time.Duration, sent, received int) 
 // message over its limit.
 func (p *tensorPool) callResponseError(method string, err error) *RemoteError {
 	return &RemoteError{Peer: p.peer, Method: method, Code: codes.ResourceExhausted, Msg: err.Error()}
+}
+
+// finishedSteps is how many steps a pool remembers as finished by its
+// peer (see finished): a master cleans a step up right after its RunGraph
+// calls, so a few suffice; a step forgotten is cleaned up by a call.
+const finishedSteps = 64
+
+// finished records that the peer finished step (its RunGraph answer said
+// so: see worker.StepFinisher), so that the step's CleanupStep without an
+// abort reason needs no call (takeFinished).
+func (p *tensorPool) finished(step int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.done) == finishedSteps {
+		p.done = slices.Delete(p.done, 0, 1) // the oldest
+	}
+	p.done = append(p.done, step)
+}
+
+// takeFinished reports whether the peer finished step, and forgets it.
+func (p *tensorPool) takeFinished(step int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// From the newest: a step is cleaned up right after it ran.
+	for i := len(p.done) - 1; i >= 0; i-- {
+		if p.done[i] == step {
+			p.done = slices.Delete(p.done, i, i+1)
+			return true
+		}
+	}
+	return false
 }

@@ -72,7 +72,25 @@ func TestTensorChannelCalls(t *testing.T) {
 			if err != nil || !tensor.Equal(got, tensor.MustFromSlice([]float32{2, 4}, 2)) || resp.GetFetches()[0].GetName() != "y:0" {
 				t.Errorf("fetched %v (%v), want y:0 = [2 4]", got, err)
 			}
+			// Over the channel, the worker finished the step itself (nothing
+			// of it pending): its cleanup makes no call.
 			if _, err := s.Svc.CleanupStep(ctx, &pb.CleanupStepRequest{StepId: 7}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Svc.RecvTensor(ctx, 7, "k"); !errors.Is(err, rendezvous.ErrStepDone) {
+				t.Errorf("RecvTensor of a cleaned-up step: %v, want ErrStepDone", err)
+			}
+			// A step with a tensor sent and not received is not finished:
+			// its cleanup is a call, as is one with an abort reason.
+			sh, key := s.SendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, tensor.MustFromSlice([]int32{1}, 1)) })
+			s.RunSend(t, sh, 8)
+			if _, err := s.Svc.CleanupStep(ctx, &pb.CleanupStepRequest{StepId: 8}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Svc.RecvTensor(ctx, 8, key); !errors.Is(err, rendezvous.ErrStepDone) {
+				t.Errorf("RecvTensor of a cleaned-up step: %v, want ErrStepDone", err)
+			}
+			if _, err := s.Svc.CleanupStep(ctx, &pb.CleanupStepRequest{StepId: 9, AbortReason: "test"}); err != nil {
 				t.Fatal(err)
 			}
 			// The worker's error comes back with its sentinel.
@@ -80,16 +98,16 @@ func TestTensorChannelCalls(t *testing.T) {
 			if _, err := s.Svc.RunGraph(ctx, req); !errors.Is(err, worker.ErrNoGraph) {
 				t.Errorf("RunGraph of an unknown graph: %v, want ErrNoGraph", err)
 			}
-			// A cleaned-up step is done there.
-			if _, err := s.Svc.RecvTensor(ctx, 7, "k"); !errors.Is(err, rendezvous.ErrStepDone) {
-				t.Errorf("RecvTensor of a cleaned-up step: %v, want ErrStepDone", err)
-			}
 			mu.Lock()
 			defer mu.Unlock()
-			for _, m := range []string{"/distflow.WorkerService/RunGraph", "/distflow.WorkerService/CleanupStep"} {
+			want := map[string]int{"/distflow.WorkerService/RunGraph": 3, "/distflow.WorkerService/CleanupStep": 2}
+			if !tc.wantChannel {
+				want["/distflow.WorkerService/CleanupStep"] = 3
+			}
+			for m, w := range want {
 				n := calls[m]
-				if tc.wantChannel && n[1] != 0 || !tc.wantChannel && n[0] != 0 || n[0]+n[1] == 0 {
-					t.Errorf("%s: %d calls over the channel, %d over gRPC; want them over the channel: %v", m, n[0], n[1], tc.wantChannel)
+				if tc.wantChannel && n != [2]int{w, 0} || !tc.wantChannel && n != [2]int{0, w} {
+					t.Errorf("%s: %d calls over the channel, %d over gRPC; want %d over the channel: %v", m, n[0], n[1], w, tc.wantChannel)
 				}
 			}
 		})

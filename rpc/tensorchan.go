@@ -78,6 +78,9 @@ const (
 	respTensor = 0
 	respError  = 1
 	respCall   = 2
+	// respCallFinished answers a RunGraph call as respCall does, and says
+	// that the peer has finished the step (worker.StepFinisher).
+	respCallFinished = 3
 
 	maxRequestSize = 1 << 20 // a key and credentials: anything larger is garbage
 	maxRank        = 64
@@ -454,6 +457,7 @@ type tensorPool struct {
 	closed  bool
 	offline time.Time // until then, the peer is taken not to offer the channel
 	v10     bool      // the peer speaks version 1.0 only: no calls
+	done    []int64   // the steps the peer finished itself, oldest first (see finished)
 
 	// rpcSeries and channel record the transfers, callSeries the calls
 	// by method (nil: no Options.Metrics).
@@ -670,8 +674,10 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 	if _, err := c.conn.Write(c.buf); err != nil {
 		return nil, err
 	}
-	if err := p.readKind(c, respTensor, "RecvTensor"); err != nil {
+	if kind, err := p.readKind(c, "RecvTensor"); err != nil {
 		return nil, err
+	} else if kind != respTensor {
+		return nil, fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
 	}
 	var h [2]byte
 	if _, err := io.ReadFull(c.r, h[:]); err != nil {
@@ -716,39 +722,36 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 	return t, nil
 }
 
-// readKind reads the kind of a response: nil when it is want, the peer's
-// error as a *RemoteError of method, or another error when the response
-// is not one.
-func (p *tensorPool) readKind(c *tensorClientConn, want byte, method string) error {
+// readKind reads the kind of a response: the peer's error as a
+// *RemoteError of method, or the kind of any other.
+func (p *tensorPool) readKind(c *tensorClientConn, method string) (byte, error) {
 	kind, err := c.r.ReadByte()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	switch kind {
-	case want:
-		return nil
 	case respError:
 		var h [4]byte
 		if _, err := io.ReadFull(c.r, h[:]); err != nil {
-			return err
+			return 0, err
 		}
 		code := codes.Code(binary.LittleEndian.Uint32(h[:]))
 		reason, err := readString(c.r, 2)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		msg, err := readString(c.r, 4)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		re := &RemoteError{Peer: p.peer, Method: method, Code: code, Msg: msg}
 		var also string
 		if re.Reason, also, _ = strings.Cut(reason, ","); also != "" {
 			re.Also = strings.Split(also, ",")
 		}
-		return re
+		return 0, re
 	default:
-		return fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
+		return kind, nil
 	}
 }
 

@@ -259,6 +259,9 @@ func (c *workerClient) CleanupStep(ctx context.Context, r *pb.CleanupStepRequest
 		return nil, err
 	}
 	if c.tensors != nil {
+		if r.GetAbortReason() == "" && c.tensors.takeFinished(r.GetStepId()) {
+			return &pb.CleanupStepResponse{}, nil // the peer cleaned the step up itself
+		}
 		resp := new(pb.CleanupStepResponse)
 		if err := c.tensors.call(ctx, methodCleanupStep, r.GetStepId(), r, resp); !errors.Is(err, errFallback) {
 			if err != nil {

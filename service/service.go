@@ -71,6 +71,17 @@ type Lender interface {
 	LendTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, func(), error)
 }
 
+// StepFinisher is implemented by a Worker that can end a step itself once
+// its partition has run (*worker.Worker): FinishStep forgets the step's
+// rendezvous when nothing in it is pending (every tensor the task sent
+// was received, no Recv waits) and reports whether it did, in which case
+// the step's CleanupStep, without an abort reason, would do nothing. A
+// transport that carries the answer can spare its caller that call;
+// without it, the caller makes the call.
+type StepFinisher interface {
+	FinishStep(stepID int64) bool
+}
+
 // Workers resolves task names to their worker services: a map in tests,
 // gRPC clients in a cluster.
 type Workers interface {

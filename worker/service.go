@@ -9,6 +9,8 @@ type (
 	Service = service.Worker
 	// Lender is service.Lender.
 	Lender = service.Lender
+	// StepFinisher is service.StepFinisher.
+	StepFinisher = service.StepFinisher
 	// Cache is service.Workers.
 	Cache = service.Workers
 )

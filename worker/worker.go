@@ -588,6 +588,12 @@ func (w *Worker) LendTensor(ctx context.Context, stepID int64, key string) (*ten
 	return t, release, nil
 }
 
+// FinishStep forgets the rendezvous of a step whose partition ran here,
+// if nothing in it is pending, and reports whether it did: the step's
+// CleanupStep without an abort reason is then needless (see
+// service.StepFinisher). A late RecvTensor of the step fails at once.
+func (w *Worker) FinishStep(stepID int64) bool { return w.steps.CleanupIfIdle(stepID) }
+
 // CleanupStep forgets a step's rendezvous. With an abort reason, every
 // pending Recv and RecvTensor of the step fails with it.
 func (w *Worker) CleanupStep(ctx context.Context, req *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {
