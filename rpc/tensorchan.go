@@ -84,9 +84,16 @@ const (
 
 	maxRequestSize = 1 << 20 // a key and credentials: anything larger is garbage
 	maxRank        = 64
-	maxIdleConns   = 8           // per peer
-	reprobeAfter   = time.Minute // a peer without the channel is asked again after this
-	ioBufferSize   = 32 << 10
+	// maxIdleConns bounds the idle connections kept per peer. A step
+	// holds one per RecvTensor in flight and one per RunGraph call (a
+	// synchronous worker's blocks until its round ends), so that a sync
+	// step of a small mlp took about 10 at once on a worker: with 8 kept,
+	// the rest were closed and dialled again at every step, a TLS
+	// handshake each. An idle connection costs its buffers (up to 256 KiB
+	// with TLS) and a goroutine on the server.
+	maxIdleConns = 64
+	reprobeAfter = time.Minute // a peer without the channel is asked again after this
+	ioBufferSize = 32 << 10
 	// tlsReadBufferSize is the buffer under a TLS client connection
 	// (readBufferedConn): 16 records per system call. 1 MiB measured the
 	// same.
