@@ -500,6 +500,9 @@ type tensorClientConn struct {
 	r    *bufio.Reader
 	buf  []byte // request encoding, reused
 	v11  bool   // the connection speaks version 1.1: calls too
+	// expired says that a request's context ended during its exchange:
+	// the connection has a deadline in the past (see arm).
+	expired bool
 }
 
 // errFallback tells RecvTensor to use gRPC: the channel could not be
@@ -574,7 +577,7 @@ func (p *tensorPool) get(ctx context.Context) (*tensorClientConn, error) {
 func (p *tensorPool) put(c *tensorClientConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.idle) >= maxIdleConns {
+	if p.closed || len(p.idle) >= maxIdleConns || c.expired {
 		c.conn.Close()
 		return
 	}
@@ -665,11 +668,11 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 // exchange sends one request on c and reads the response; a *RemoteError
 // is the peer's answer, after which c is still usable.
 func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int64, key string, md map[string]string) (*tensor.Tensor, error) {
-	timeout, stop, err := armDeadline(ctx, c.conn)
+	timeout, disarm, err := c.arm(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer stop()
+	defer disarm()
 
 	method := -1
 	if c.v11 {
