@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/gopool"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
 )
@@ -616,7 +617,7 @@ func (r *run) detach(i int32) {
 	r.mu.Lock()
 	r.active++
 	r.mu.Unlock()
-	goDetached(func() {
+	gopool.Go(func() { // a goroutine whose stack has grown: see gopool
 		w := new(worker)
 		next := int32(-1)
 		if !r.aborted.Load() {
@@ -624,40 +625,6 @@ func (r *run) detach(i int32) {
 		}
 		r.work(w, next)
 	})
-}
-
-// Detached nodes run on goroutines kept between steps: a Recv from
-// another task goes through the transport's deep call stack, which a new
-// goroutine's stack grows to at every step (about a tenth of the CPU of a
-// small remote step went to copying stacks). At most maxIdleDetached wait
-// for work; the others exit when done.
-const maxIdleDetached = 64
-
-var (
-	detachedWork = make(chan func()) // to a waiting goroutine
-	detachedIdle atomic.Int32        // goroutines waiting on detachedWork
-)
-
-// goDetached runs f on a waiting goroutine, or on a new one.
-func goDetached(f func()) {
-	select {
-	case detachedWork <- f:
-	default:
-		go detachedLoop(f)
-	}
-}
-
-func detachedLoop(f func()) {
-	for {
-		f()
-		f = nil // let what f holds go while waiting
-		if detachedIdle.Add(1) > maxIdleDetached {
-			detachedIdle.Add(-1)
-			return
-		}
-		f = <-detachedWork
-		detachedIdle.Add(-1)
-	}
 }
 
 // pop takes a queued node, or retires the worker and returns -1.

@@ -549,3 +549,45 @@ func TestSendLent(t *testing.T) {
 	}
 	release()
 }
+
+// TestRecvManyLent: one waiter receives several keys, those sent before
+// it at once and the others as they come, each once with its index; an
+// abort ends it with the keys not received.
+func TestRecvManyLent(t *testing.T) {
+	l := NewLocal()
+	ctx := context.Background()
+	if err := l.Send("a", tensor.Scalar(float32(1))); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		l.Send("c", tensor.Scalar(float32(3)))
+		time.Sleep(10 * time.Millisecond)
+		l.Send("b", tensor.Scalar(float32(2)))
+	}()
+	got := map[int]float32{}
+	calls := 0
+	if err := l.RecvManyLent(ctx, []string{"a", "b", "c"}, func(ready []Lent) {
+		calls++
+		for _, r := range ready {
+			if _, dup := got[r.Index]; dup {
+				t.Errorf("key %d delivered twice", r.Index)
+			}
+			got[r.Index] = r.T.Float32s()[0]
+			r.Release()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 1 || got[1] != 2 || got[2] != 3 || calls < 2 {
+		t.Errorf("got %v in %d calls, want a=1 b=2 c=3 in 2 or 3", got, calls)
+	}
+	if l.Pending() != 0 {
+		t.Errorf("%d pending after the batch", l.Pending())
+	}
+	go func() { time.Sleep(10 * time.Millisecond); l.Abort(errors.New("peer lost")) }()
+	err := l.RecvManyLent(ctx, []string{"x", "y"}, func([]Lent) { t.Error("nothing was sent") })
+	if !errors.Is(err, ErrAborted) {
+		t.Errorf("aborted batch: %v, want ErrAborted", err)
+	}
+}

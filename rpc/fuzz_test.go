@@ -86,9 +86,7 @@ func FuzzReadRequest(f *testing.F) {
 		var err error
 		fuzztest.CheckAlloc(t, uint64(64*len(b))+maxRequestSize, func() {
 			// Version 1.1 (a method byte, a call's body) decodes safely too.
-			if r, err := readRequestV(bufio.NewReader(bytes.NewReader(b)), true); err == nil && r.method >= numMethods {
-				t.Errorf("decoded method %d", r.method)
-			}
+			readRequestV(bufio.NewReader(bytes.NewReader(b)), true)
 		})
 		fuzztest.CheckAlloc(t, uint64(64*len(b))+maxRequestSize, func() {
 			req, err = readRequest(bufio.NewReader(bytes.NewReader(b)))

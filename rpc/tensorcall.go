@@ -38,7 +38,7 @@ const maxReusedHeader = 1 << 20
 
 // methodNames are the short names of the channel's methods, as errors and
 // metrics name them.
-var methodNames = [numMethods]string{methodRecvTensor: "RecvTensor", methodRunGraph: "RunGraph", methodCleanupStep: "CleanupStep"}
+var methodNames = [numMethods]string{methodRecvTensor: "RecvTensor", methodRunGraph: "RunGraph", methodCleanupStep: "CleanupStep", methodRecvTensors: "RecvTensor"}
 
 // errResponseTooLarge is wrapped by the error of a call whose response is
 // larger than Options.MaxMessageBytes.

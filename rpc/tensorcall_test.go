@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -17,8 +19,10 @@ import (
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
+	"github.com/distflow/distflow/worker/workertest"
 )
 
 // TestTensorChannelCalls: RunGraph and CleanupStep go over the tensor
@@ -174,5 +178,68 @@ func TestTensorChannelOlderPeer(t *testing.T) {
 	}
 	if idle, offline := rpc.TensorChannelState(c); idle != 1 || offline {
 		t.Errorf("tensor channel: %d idle connections, offline %v; want 1, not offline", idle, offline)
+	}
+}
+
+// TestTensorChannelBatch: a batch of a step's tensors (RecvTensors) is
+// answered key by key, each with its tensor, the tensors sent together
+// at once, plaintext and TLS; a key never sent ends with the request's
+// context, the others delivered.
+func TestTensorChannelBatch(t *testing.T) {
+	tlsSrv, tlsCli := testTLS(t)
+	for _, tc := range []struct {
+		name     string
+		srv, cli rpc.Options
+	}{{"plaintext", rpc.Options{}, rpc.Options{}}, {"tls", tlsSrv, tlsCli}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &suite{Svc: serveWorker(t, worker.New(worker.Config{Task: suiteTask}), tc.srv, tc.cli)}
+			want := []*tensor.Tensor{
+				tensor.MustFromSlice([]float32{1, 2, 3}, 3),
+				tensor.New(tensor.Float64, 1<<16), // over a TLS record
+				tensor.MustFromSlice([]int32{7}, 1),
+			}
+			var keys []string
+			h := s.Register(t, "sess", func(sc *graph.Scope) {
+				for i, v := range want {
+					name := fmt.Sprintf("v%d:0", i)
+					sc.AddNode("Send", fmt.Sprintf("send%d", i), []graph.Output{ops.Const(sc, v)},
+						map[string]any{"tensor_name": name, "send_device": workertest.Device, "recv_device": workertest.PeerDevice})
+					keys = append(keys, rendezvous.Key(workertest.Device, workertest.PeerDevice, name))
+				}
+			})
+			if _, err := s.Svc.RunGraph(ctxT(t), &pb.RunGraphRequest{SessionHandle: "sess", GraphHandle: h, StepId: 3, Targets: []string{"send0", "send1", "send2"}}); err != nil {
+				t.Fatal(err)
+			}
+			br, ok := s.Svc.(service.BatchReceiver)
+			if !ok {
+				t.Fatal("the rpc client is not a service.BatchReceiver")
+			}
+			got := make([]*tensor.Tensor, len(keys))
+			if err := br.RecvTensors(ctxT(t), 3, keys, func(i int, v *tensor.Tensor, err error) {
+				if err != nil || got[i] != nil {
+					t.Errorf("key %d: %v (delivered before: %v)", i, err, got[i] != nil)
+				}
+				got[i] = v
+			}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if got[i] == nil || !tensor.Equal(got[i], want[i]) {
+					t.Errorf("key %d: got %v, want %v", i, got[i], want[i])
+				}
+			}
+			// A key never sent: the others arrive, it fails with the context.
+			one, _ := s.SendGraph(t, func(sc *graph.Scope) graph.Output { return ops.Const(sc, tensor.MustFromSlice([]int32{1}, 1)) })
+			s.RunSend(t, one, 4)
+			ctx, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
+			defer cancel()
+			errs := map[int]error{}
+			err := br.RecvTensors(ctx, 4, []string{rendezvous.Key(workertest.Device, workertest.PeerDevice, "v:0"), "never;sent;x:0"}, func(i int, v *tensor.Tensor, err error) {
+				errs[i] = err
+			})
+			if errs[0] != nil || !errors.Is(errs[1], context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("batch with a key never sent: %v, %v, returned %v; want the first delivered and the second past its deadline", errs[0], errs[1], err)
+			}
+		})
 	}
 }

@@ -81,6 +81,10 @@ const (
 	// respCallFinished answers a RunGraph call as respCall does, and says
 	// that the peer has finished the step (worker.StepFinisher).
 	respCallFinished = 3
+	// respBatchTensor and respBatchError answer one key of a RecvTensors
+	// request (see tensorbatch.go).
+	respBatchTensor = 4
+	respBatchError  = 5
 
 	maxRequestSize = 1 << 20 // a key and credentials: anything larger is garbage
 	maxRank        = 64
@@ -120,7 +124,8 @@ const (
 	methodRecvTensor  = 0
 	methodRunGraph    = 1
 	methodCleanupStep = 2
-	numMethods        = 3
+	methodRecvTensors = 3
+	numMethods        = 4
 )
 
 // appendRequest appends a version 1.0 request.
@@ -219,9 +224,7 @@ func readRequestV(r *bufio.Reader, v11 bool) (*tensorRequest, error) {
 	f := &frame{b: b}
 	req := &tensorRequest{}
 	if v11 {
-		if req.method = f.u8(); req.method >= numMethods {
-			return nil, fmt.Errorf("%w: tensor channel request of unknown method %d", tensor.ErrCorrupt, req.method)
-		}
+		req.method = f.u8() // one this server does not know is refused by serveRequest
 	}
 	req.step, req.timeout = int64(f.u64()), time.Duration(f.u64())
 	req.key = f.str(f.u16())
@@ -346,6 +349,10 @@ func (s *Server) serveTensors(c net.Conn, v11 bool) {
 // serveRequest answers one request; an error means the connection is
 // broken.
 func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Service, req *tensorRequest, hdr []byte) ([]byte, error) {
+	if req.method >= numMethods {
+		// A newer client's: refused, so that it can do without.
+		return writeError(connCtx, c, hdr, status.Errorf(codes.Unimplemented, "rpc: tensor channel method %d", req.method))
+	}
 	ctx := metadata.NewIncomingContext(connCtx, req.md)
 	ctx = grpc.NewContextWithServerTransportStream(ctx, methodStreams[req.method]) // grpc.Method(ctx), as for a gRPC call
 	if req.timeout > 0 {
@@ -353,7 +360,10 @@ func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Serv
 		ctx, cancel = context.WithTimeout(ctx, req.timeout)
 		defer cancel()
 	}
-	if req.method != methodRecvTensor {
+	switch req.method {
+	case methodRecvTensors:
+		return s.serveBatch(ctx, c, w, req, hdr)
+	case methodRunGraph, methodCleanupStep:
 		return s.serveCall(ctx, connCtx, c, w, req, hdr)
 	}
 	t, release, err := s.recvAuthenticated(ctx, w, req)
@@ -361,11 +371,7 @@ func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Serv
 		return writeError(connCtx, c, hdr, err)
 	}
 	raw := t.RawBytes()
-	hdr = append(hdr, respTensor, byte(t.DType()), byte(t.Rank()))
-	for _, d := range t.Shape() {
-		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(d))
-	}
-	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(len(raw)))
+	hdr = appendTensorHeader(append(hdr, respTensor), t)
 	bufs := net.Buffers{hdr, raw}
 	if s.tlsc != nil && len(raw) <= tlsCoalesceBytes {
 		// Over TLS each Write is a record and a system call of its own: a
@@ -378,6 +384,16 @@ func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Serv
 	return hdr, err
 }
 
+// appendTensorHeader appends what precedes a tensor's bytes in a
+// response: dtype, rank, dims and byte length.
+func appendTensorHeader(hdr []byte, t *tensor.Tensor) []byte {
+	hdr = append(hdr, byte(t.DType()), byte(t.Rank()))
+	for _, d := range t.Shape() {
+		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(d))
+	}
+	return binary.LittleEndian.AppendUint64(hdr, uint64(len(t.RawBytes())))
+}
+
 // recvAuthenticated returns the requested tensor and the function to call
 // once it is written (see worker.Lender).
 func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *tensorRequest) (*tensor.Tensor, func(), error) {
@@ -385,19 +401,26 @@ func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *t
 	if err != nil {
 		return nil, nil, err
 	}
+	return s.lend(ctx, w, req.step, req.key)
+}
+
+// lend returns the tensor under key in step and the function to call once
+// it is written (see worker.Lender).
+func (s *Server) lend(ctx context.Context, w worker.Service, step int64, key string) (*tensor.Tensor, func(), error) {
+	var err error
 	release := func() {}
 	var t *tensor.Tensor
 	if l, ok := w.(worker.Lender); ok {
-		t, release, err = l.LendTensor(ctx, req.step, req.key)
+		t, release, err = l.LendTensor(ctx, step, key)
 	} else {
-		t, err = w.RecvTensor(ctx, req.step, req.key)
+		t, err = w.RecvTensor(ctx, step, key)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
 	if t.Rank() > maxRank {
 		release()
-		return nil, nil, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", req.key, t.Rank(), maxRank)
+		return nil, nil, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", key, t.Rank(), maxRank)
 	}
 	s.countServed(ctx, len(t.RawBytes()))
 	return t, release, nil
@@ -405,19 +428,23 @@ func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *t
 
 // writeError answers a request with err's status (hdr is reused).
 func writeError(connCtx context.Context, c net.Conn, hdr []byte, err error) ([]byte, error) {
-	st := status.Convert(toStatus(err))
-	hdr = append(hdr, respError)
-	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(st.Code()))
-	reason := reasonOf(st)
-	hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(reason)))
-	hdr = append(hdr, reason...)
-	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(st.Message())))
-	hdr = append(hdr, st.Message()...)
+	hdr = appendError(append(hdr, respError), err)
 	// The request's deadline may be what failed it: the answer gets
 	// time of its own.
 	ctx, cancel := context.WithTimeout(connCtx, sniffTimeout)
 	defer cancel()
 	return hdr, writeAll(ctx, c, net.Buffers{hdr})
+}
+
+// appendError appends the body of an error response: err's status.
+func appendError(hdr []byte, err error) []byte {
+	st := status.Convert(toStatus(err))
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(st.Code()))
+	reason := reasonOf(st)
+	hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(reason)))
+	hdr = append(hdr, reason...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(st.Message())))
+	return append(hdr, st.Message()...)
 }
 
 // methodStream gives a tensor-channel request the method name of its
@@ -429,6 +456,7 @@ var methodStreams = [numMethods]methodStream{
 	methodRecvTensor:  {recvTensorMethod},
 	methodRunGraph:    {rpcpb.WorkerService_RunGraph_FullMethodName},
 	methodCleanupStep: {rpcpb.WorkerService_CleanupStep_FullMethodName},
+	methodRecvTensors: {recvTensorMethod},
 }
 
 func (m methodStream) Method() string             { return m.method }
@@ -689,6 +717,12 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 	} else if kind != respTensor {
 		return nil, fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
 	}
+	return p.readTensor(c)
+}
+
+// readTensor reads a response's tensor after its kind: dtype, rank,
+// dims, byte length and the bytes.
+func (p *tensorPool) readTensor(c *tensorClientConn) (*tensor.Tensor, error) {
 	var h [2]byte
 	if _, err := io.ReadFull(c.r, h[:]); err != nil {
 		return nil, err
@@ -739,30 +773,38 @@ func (p *tensorPool) readKind(c *tensorClientConn, method string) (byte, error) 
 	if err != nil {
 		return 0, err
 	}
-	switch kind {
-	case respError:
-		var h [4]byte
-		if _, err := io.ReadFull(c.r, h[:]); err != nil {
-			return 0, err
-		}
-		code := codes.Code(binary.LittleEndian.Uint32(h[:]))
-		reason, err := readString(c.r, 2)
-		if err != nil {
-			return 0, err
-		}
-		msg, err := readString(c.r, 4)
-		if err != nil {
-			return 0, err
-		}
-		re := &RemoteError{Peer: p.peer, Method: method, Code: code, Msg: msg}
-		var also string
-		if re.Reason, also, _ = strings.Cut(reason, ","); also != "" {
-			re.Also = strings.Split(also, ",")
-		}
-		return 0, re
-	default:
+	if kind != respError {
 		return kind, nil
 	}
+	re, err := p.readError(c, method)
+	if err != nil {
+		return 0, err
+	}
+	return 0, re
+}
+
+// readError reads an error response after its kind: the peer's error as
+// a *RemoteError of method.
+func (p *tensorPool) readError(c *tensorClientConn, method string) (*RemoteError, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(c.r, h[:]); err != nil {
+		return nil, err
+	}
+	code := codes.Code(binary.LittleEndian.Uint32(h[:]))
+	reason, err := readString(c.r, 2)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := readString(c.r, 4)
+	if err != nil {
+		return nil, err
+	}
+	re := &RemoteError{Peer: p.peer, Method: method, Code: code, Msg: msg}
+	var also string
+	if re.Reason, also, _ = strings.Cut(reason, ","); also != "" {
+		re.Also = strings.Split(also, ",")
+	}
+	return re, nil
 }
 
 func readString(r *bufio.Reader, lenSize int) (string, error) {

@@ -11,6 +11,10 @@ type (
 	Lender = service.Lender
 	// StepFinisher is service.StepFinisher.
 	StepFinisher = service.StepFinisher
+	// BatchReceiver is service.BatchReceiver.
+	BatchReceiver = service.BatchReceiver
+	// BatchLender is service.BatchLender.
+	BatchLender = service.BatchLender
 	// Cache is service.Workers.
 	Cache = service.Workers
 )
