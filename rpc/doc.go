@@ -46,7 +46,12 @@
 // serialised request and response), with the same authentication and
 // errors as over gRPC, which costs several times the CPU per call; a
 // request larger than about 1 MiB, or a peer that speaks version 1.0 of
-// the channel, goes over gRPC.
+// the channel, goes over gRPC. A peer that finishes a step itself says so
+// in its RunGraph answer, and the step's CleanupStep then makes no call
+// (service.StepFinisher). A step's partition asks each peer it receives
+// several tensors from for all of them in one request (RecvTensors,
+// service.BatchReceiver), answered key by key, those sent together in one
+// write (see tensorbatch.go).
 //
 // Over gRPC, RecvTensor streams a tensor's raw little-endian bytes in
 // messages of at most 4 MiB; the first carries dtype and dims, and the
