@@ -32,6 +32,12 @@ type Compression struct {
 	// Ratio is, for TopK, the fraction of a step's gradient elements each
 	// worker sends (0: DefaultTopKRatio).
 	Ratio float64
+	// Warmup is, for TopK, the number of global steps over which the
+	// fraction sent falls geometrically from all the elements (at step 0)
+	// to Ratio: the warm-up of Deep Gradient Compression, which keeps
+	// the first steps, where the gradients change fastest, from waiting on
+	// error feedback (0: Ratio from the first step).
+	Warmup int64
 }
 
 // CompressionKind names a gradient compression scheme.
@@ -48,8 +54,9 @@ const (
 	// precision.
 	BF16
 	// TopK sends, per worker, the Ratio*n largest entries (by magnitude)
-	// of its gradient plus its residual, as (index, value) pairs gathered
-	// by every worker; what it did not send is kept as its residual and
+	// of its gradient plus its residual, as (index gap, binary16 value)
+	// pairs of 32 bits gathered by every worker; what it did not send
+	// (including the rounding of the values) is kept as its residual and
 	// added to the next step's gradient (error feedback: Lin et al. 2018,
 	// Deep Gradient Compression; Stich et al. 2018).
 	TopK
@@ -58,11 +65,20 @@ const (
 // DefaultTopKRatio is the share of the elements top-k sends by default.
 const DefaultTopKRatio = 0.01
 
-// ParseCompression reads the --compression syntax: none, fp16, bf16,
-// topk or topk:RATIO (0 < RATIO <= 1).
+// ParseCompression reads the --compression syntax: none, fp16, bf16, or
+// topk[:RATIO][,warmup=STEPS] (0 < RATIO <= 1; STEPS: Compression.Warmup).
 func ParseCompression(s string) (Compression, error) {
-	name, ratio, hasRatio := strings.Cut(s, ":")
 	var c Compression
+	s, warmup, hasWarmup := strings.Cut(s, ",")
+	if hasWarmup {
+		steps, ok := strings.CutPrefix(warmup, "warmup=")
+		n, err := strconv.ParseInt(steps, 10, 64)
+		if !ok || err != nil || n < 0 {
+			return c, fmt.Errorf("compression %q: %q: want warmup=STEPS (a whole number of steps, at least 0)", s+","+warmup, warmup)
+		}
+		c.Warmup = n
+	}
+	name, ratio, hasRatio := strings.Cut(s, ":")
 	switch name {
 	case "none", "":
 		c.Kind = NoCompression
@@ -73,12 +89,12 @@ func ParseCompression(s string) (Compression, error) {
 	case "topk":
 		c.Kind = TopK
 	default:
-		return c, fmt.Errorf("compression %q: want none, fp16, bf16, topk or topk:RATIO", s)
+		return c, fmt.Errorf("compression %q: want none, fp16, bf16, topk, topk:RATIO or topk:RATIO,warmup=STEPS", s)
+	}
+	if c.Kind != TopK && (hasRatio || hasWarmup) {
+		return c, fmt.Errorf("compression %q: only topk takes a ratio or a warm-up", s)
 	}
 	if hasRatio {
-		if c.Kind != TopK {
-			return c, fmt.Errorf("compression %q: only topk takes a ratio", s)
-		}
 		r, err := strconv.ParseFloat(ratio, 64)
 		if err != nil {
 			return c, fmt.Errorf("compression %q: ratio %q is not a number", s, ratio)
@@ -100,7 +116,11 @@ func (c Compression) String() string {
 	case BF16:
 		return "bf16"
 	case TopK:
-		return "topk:" + strconv.FormatFloat(c.ratio(), 'g', -1, 64)
+		s := "topk:" + strconv.FormatFloat(c.ratio(), 'g', -1, 64)
+		if c.Warmup > 0 {
+			s += ",warmup=" + strconv.FormatInt(c.Warmup, 10)
+		}
+		return s
 	}
 	return fmt.Sprintf("compression(%d)", c.Kind)
 }
@@ -112,12 +132,24 @@ func (c Compression) ratio() float64 {
 	return c.Ratio
 }
 
+// ratioAt is the fraction of the elements top-k sends at a global step:
+// Ratio^(step/Warmup) during the warm-up, then Ratio.
+func (c Compression) ratioAt(step int64) float64 {
+	if step >= c.Warmup || step < 0 {
+		return c.ratio()
+	}
+	return math.Pow(c.ratio(), float64(step)/float64(c.Warmup))
+}
+
 func (c Compression) validate() error {
 	if c.Kind > TopK {
 		return fmt.Errorf("estimator: RunConfig.Compression: unknown kind %d", c.Kind)
 	}
 	if c.Kind == TopK && !(c.Ratio >= 0 && c.Ratio <= 1) || c.Kind != TopK && c.Ratio != 0 {
 		return fmt.Errorf("estimator: RunConfig.Compression %s: ratio %g: want 0 < ratio <= 1, with topk only", c, c.Ratio)
+	}
+	if c.Warmup < 0 || c.Kind != TopK && c.Warmup != 0 {
+		return fmt.Errorf("estimator: RunConfig.Compression %s: warm-up %d: want at least 0 steps, with topk only", c, c.Warmup)
 	}
 	return nil
 }
@@ -237,23 +269,25 @@ func (r compressingRing) AllReduceMean(ctx context.Context, name string, round i
 }
 
 // topKMean replaces data (this worker's gradient) by the mean over the
-// ring of every worker's top-k selection of gradient plus residual, and
-// keeps the rest as the residual. Each worker sends 2k words (indices and
-// values) instead of n, and all end with bit-identical sums (added in rank
-// order). A failed exchange leaves the residual holding what was selected
-// too, so that nothing is lost if the step is retried.
+// ring of every worker's top-k selection of gradient plus residual (k of
+// the ratio at step round: every worker must pass the global step), and
+// keeps the rest as the residual. Each worker sends about k words (a
+// 16-bit index gap and a binary16 value each: see encodeSparse) instead of
+// n, and all end with bit-identical sums (added in rank order). A failed
+// exchange leaves the residual holding what was selected too, so that
+// nothing is lost if the step is retried.
 //
 // The selection costs two passes over the gradient, as in DGC: the
 // threshold is estimated on a random sample (aiming a little low), the
 // entries above it are collected, and only those are selected exactly.
 // When the estimate overshoots, fewer than k entries are sent (their
-// slots padded with zeros), which error feedback makes up later.
+// slots padded), which error feedback makes up later.
 func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name string, round int64, data []float32) error {
 	n := len(data)
 	if len(g.residual) != n {
 		g.residual = make([]float32, n)
 	}
-	k := min(max(int(g.c.ratio()*float64(n)), 1), n)
+	k := min(max(int(g.c.ratioAt(round)*float64(n)), 1), n)
 	for i, v := range data {
 		g.residual[i] += v
 	}
@@ -264,57 +298,51 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 			g.cand = append(g.cand, int32(i))
 		}
 	}
-	if len(g.cand) > k { // keep the k largest candidates
+	if len(g.cand) > k { // keep the k largest candidates, in index order
 		g.mags = g.mags[:0]
 		for _, i := range g.cand {
 			g.mags = append(g.mags, abs32(g.residual[i]))
 		}
 		kth := kthLargest(g.mags, k)
-		sel := g.sel[:0]
-		for _, i := range g.cand {
-			if abs32(g.residual[i]) > kth {
-				sel = append(sel, i)
+		ties := k // of the k-th's magnitude, how many may go
+		for _, m := range g.mags {
+			if m > kth {
+				ties--
 			}
 		}
-		for _, i := range g.cand { // ties with the k-th fill the rest
-			if len(sel) == k {
-				break
-			}
-			if abs32(g.residual[i]) == kth {
+		sel := g.sel[:0]
+		for _, i := range g.cand {
+			if m := abs32(g.residual[i]); m > kth || m == kth && ties > 0 {
+				if m == kth {
+					ties--
+				}
 				sel = append(sel, i)
 			}
 		}
 		g.sel, g.cand = g.cand, sel
 	}
 	size, pos := ring.Size(), ring.Rank()
-	if cap(g.gathered) < 2*k*size {
-		g.gathered = make([]float32, 2*k*size)
+	words := sparseWords(n, k)
+	if cap(g.gathered) < words*size {
+		g.gathered = make([]float32, words*size)
 	}
-	buf := g.gathered[:2*k*size]
+	buf := g.gathered[:words*size]
 	clear(buf)
-	idx, vals := buf[pos*2*k:pos*2*k+k], buf[pos*2*k+k:(pos+1)*2*k]
-	for j, i := range g.cand {
-		idx[j], vals[j] = math.Float32frombits(uint32(i)), g.residual[i]
+	own := buf[pos*words : (pos+1)*words]
+	if err := encodeSparse(own, g.cand, g.residual); err != nil {
+		return fmt.Errorf("estimator: top-k %s round %d: %w", name, round, err)
 	}
 	if err := ring.AllGather(ctx, name, round, buf); err != nil {
 		return err
 	}
-	for _, i := range g.cand { // sent: no longer owed
-		g.residual[i] = 0
+	if err := decodeSparse(g.residual, own, -1); err != nil { // sent: no longer owed
+		return err
 	}
 	clear(data)
 	inv := 1 / float32(size)
 	for r := range size {
-		seg := buf[r*2*k : (r+1)*2*k]
-		for s := range k {
-			i, v := math.Float32bits(seg[s]), seg[k+s]
-			if v == 0 {
-				continue // padding (fewer than k entries sent)
-			}
-			if i >= uint32(n) {
-				return fmt.Errorf("%w: %s round %d: rank %d sent index %d for a gradient of %d elements", allreduce.ErrMismatch, name, round, r, i, n)
-			}
-			data[i] += v * inv
+		if err := decodeSparse(data, buf[r*words:(r+1)*words], inv); err != nil {
+			return fmt.Errorf("%s round %d, from rank %d: %w", name, round, r, err)
 		}
 	}
 	return nil

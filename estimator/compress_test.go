@@ -29,6 +29,12 @@ func TestParseCompression(t *testing.T) {
 		{"topk:NaN", "", "want 0 < ratio <= 1"},
 		{"topk:x", "", "not a number"},
 		{"fp16:0.1", "", "only topk takes a ratio"},
+		{"topk:0.1,warmup=100", "topk:0.1,warmup=100", ""},
+		{"topk,warmup=5", "topk:0.01,warmup=5", ""},
+		{"topk:0.1,warmup=0", "topk:0.1", ""},
+		{"topk:0.1,warmup=-1", "", "want warmup=STEPS"},
+		{"topk:0.1,warm=3", "", "want warmup=STEPS"},
+		{"fp16,warmup=5", "", "only topk takes a ratio or a warm-up"},
 		{"fp8", "", "want none, fp16, bf16, topk"},
 	} {
 		c, err := ParseCompression(tc.in)
@@ -55,6 +61,23 @@ func TestParseCompression(t *testing.T) {
 	}
 	if err := (Compression{Kind: TopK}).validateFor(AllReduce{}); err != nil {
 		t.Errorf("topk with AllReduce{}: %v", err)
+	}
+}
+
+// TestTopKWarmup: the share sent falls geometrically from everything at
+// step 0 to the ratio at the end of the warm-up, and stays there.
+func TestTopKWarmup(t *testing.T) {
+	c := Compression{Kind: TopK, Ratio: 0.01, Warmup: 100}
+	for _, tc := range []struct {
+		step int64
+		want float64
+	}{{0, 1}, {50, 0.1}, {100, 0.01}, {1000, 0.01}} {
+		if got := c.ratioAt(tc.step); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("step %d: ratio %v, want %v", tc.step, got, tc.want)
+		}
+	}
+	if got := (Compression{Kind: TopK, Ratio: 0.1}).ratioAt(0); got != 0.1 {
+		t.Errorf("no warm-up: ratio %v at step 0, want 0.1", got)
 	}
 }
 

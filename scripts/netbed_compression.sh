@@ -9,6 +9,7 @@
 #
 #   scripts/netbed.sh up 3 --rate 1gbit --rtt 0.5ms
 #   scripts/netbed_compression.sh allreduce 3 "none fp16 topk" --model mlp --epochs 5
+#   scripts/netbed_compression.sh allreduce 3 "none topk:0.05,warmup=100" --model mlp --mlp-hidden 2000 --batch 20 --epochs 5
 #   scripts/netbed_compression.sh syncps 3 "none fp16" --model mlp --epochs 5
 #   scripts/netbed.sh down
 #
@@ -23,13 +24,13 @@ syncps) bed=(--ps 1 --workers 2); flags=(--sync) ;;
 *) echo "netbed_compression: mode $mode: want allreduce or syncps" >&2; exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
-printf "%-10s %12s %9s %s\n" compression "examples/s" accuracy load
+printf "%-22s %12s %9s %s\n" compression "examples/s" accuracy load
 for ((r = 1; r <= rounds; r++)); do
 	for c in $comps; do
 		out=$("$here/netbed.sh" train "${bed[@]}" -- "$@" "${flags[@]}" --compression "$c" --json --quiet | tail -1)
 		load=$(cut -d' ' -f1 /proc/loadavg)
 		python3 -c 'import json, sys
 d = json.loads(sys.argv[2])
-print("%-10s %12.0f %9.4f %s" % (sys.argv[1], d["cluster_examples_per_second"], d.get("test_accuracy", float("nan")), sys.argv[3]))' "$c" "$out" "$load"
+print("%-22s %12.0f %9.4f %s" % (sys.argv[1], d["cluster_examples_per_second"], d.get("test_accuracy", float("nan")), sys.argv[3]))' "$c" "$out" "$load"
 	done
 done

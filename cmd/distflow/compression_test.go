@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -15,12 +16,12 @@ func TestCompressedAllReduceConverges(t *testing.T) {
 	base := []string{"train", "--model", "mlp", "--data", "embedded", "--epochs", "5", "--seed", "7",
 		"--local-cluster", "worker=2", "--allreduce", "--json"}
 	accuracy := map[string]float64{}
-	for _, c := range []string{"none", "fp16", "bf16", "topk"} {
+	for _, c := range []string{"none", "fp16", "bf16", "topk", "topk:0.1,warmup=50"} {
 		stdout, stderr, err := run(t, append(base, "--compression", c)...)
 		if err != nil {
 			t.Fatalf("--compression %s: %v\n%s", c, err, tail(stderr, 20))
 		}
-		if !strings.Contains(stderr, "compression="+c) {
+		if !strings.Contains(stderr, "compression="+c) && !strings.Contains(stderr, "compression="+strconv.Quote(c)) { // slog quotes a value with "="
 			t.Errorf("--compression %s: the log does not name it:\n%s", c, tail(stderr, 20))
 		}
 		res := lastJSON(t, stdout)
@@ -55,7 +56,8 @@ func TestCompressedSyncPSConverges(t *testing.T) {
 
 func TestCompressionFlagIsChecked(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
-		{"--compression fp8 --allreduce", `--compression "fp8": want none, fp16, bf16, topk or topk:RATIO`},
+		{"--compression fp8 --allreduce", `--compression "fp8": want none, fp16, bf16, topk, topk:RATIO or topk:RATIO,warmup=STEPS`},
+		{"--compression topk:0.1,warmup=x --allreduce", "want warmup=STEPS"},
 		{"--compression topk:0 --allreduce", "want 0 < ratio <= 1"},
 		{"--compression topk", "--compression topk goes with --allreduce"},
 		{"--compression fp16 --in-graph --local-cluster ps=1,worker=2", "--in-graph and --average-every do not compress"},

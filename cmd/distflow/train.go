@@ -150,7 +150,7 @@ func newTrainCommand() *cobra.Command {
 	fl.DurationVar(&f.stepDelay, "step-delay", 0, "wait this long before every step (fault injection: a slow worker)")
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
-	fl.StringVar(&f.compression, "compression", "none", "how gradients travel: none (float32), fp16, bf16 (half the bytes: the all-reduce ring, or the push to the ps), topk or topk:RATIO (--allreduce: the largest RATIO of the elements, 0.01 by default, the rest kept for the next step)")
+	fl.StringVar(&f.compression, "compression", "none", "how gradients travel: none (float32), fp16, bf16 (half the bytes: the all-reduce ring, or the push to the ps), topk, topk:RATIO or topk:RATIO,warmup=STEPS (--allreduce: the largest RATIO of the elements, 0.01 by default, the rest kept for the next step; during the first STEPS steps the share falls from all to RATIO)")
 	fl.IntVar(&f.mlpHidden, "mlp-hidden", 100, "width of the mlp's hidden layer (wider: more bytes of gradient per example, for measuring communication)")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
 	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
