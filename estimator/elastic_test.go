@@ -487,3 +487,72 @@ func TestRingTakesARestartedRankAtOnce(t *testing.T) {
 		t.Logf("%s", c.logs.String())
 	}
 }
+
+// TestRingGoesOnWithoutRankZero: the ring of 3 loses rank 0 (the chief,
+// its leader). Within the lost deadline rank 1, the lowest rank alive,
+// takes the lead and the ring goes on with 2, saving checkpoints; rank 0
+// started again takes the lead back with the model of the ranks that went
+// on (not its older checkpoint's), and training ends with rank 0 keeping
+// the model. Without rank 0 to the end, rank 1 ends training, saves the
+// final checkpoint and marks the end; rank 0 started afterwards takes the
+// final checkpoint rather than training again.
+func TestRingGoesOnWithoutRankZero(t *testing.T) {
+	const stepTimeout = 5 * time.Second
+	chief := cluster.TaskID{Job: "worker", Index: 0}
+	for _, restart := range []string{"during", "after"} {
+		t.Run("restart "+restart, func(t *testing.T) {
+			dir := t.TempDir()
+			c := newElasticCluster(t, map[string]int{"worker": 3}, estimator.RunConfig{
+				Strategy: estimator.AllReduce{}, StepTimeout: stepTimeout, WaitTimeout: 20 * time.Second, LostAfter: time.Second,
+				LogEverySteps: 10, StepDelay: 5 * time.Millisecond, CheckpointDir: dir, SaveCheckpointsSteps: 50,
+			})
+			const steps = 600
+			for i := range 3 {
+				c.start(cluster.TaskID{Job: "worker", Index: i}, steps)
+			}
+			off := c.waitLog(0, "/job:worker/task:0: step 100/")
+			c.killAndWait(chief)
+			killed := time.Now()
+			off = c.waitLog(off, "every lower rank is lost: this rank leads the ring")
+			off = c.waitLog(off, "(2 ranks)")
+			if d := time.Since(killed); d > stepTimeout {
+				t.Errorf("the 2 others went on %v after rank 0 was killed; want within the step deadline %v", d, stepTimeout)
+			}
+			if restart == "during" {
+				c.waitLog(off, "/job:worker/task:1: step 300/")
+				c.start(chief, steps)
+				c.waitLog(off, "a lower rank leads the ring again; following it")
+				c.waitLog(off, "took the model of the member furthest on")
+				c.waitLog(off, "/job:worker/task:0: step ")
+			} else {
+				// Rank 1 ends training: the others return.
+				for _, i := range []int{1, 2} {
+					c.mu.Lock()
+					ended := c.ended[cluster.TaskID{Job: "worker", Index: i}]
+					c.mu.Unlock()
+					<-ended
+				}
+				if _, err := os.Stat(filepath.Join(dir, "model.ckpt-600.index")); err != nil {
+					t.Errorf("rank 1 saved no final checkpoint: %v", err)
+				}
+				c.start(chief, steps)
+			}
+			for task, err := range c.wait() {
+				if err != nil {
+					t.Errorf("%s: %v", task, err)
+				}
+			}
+			logs := c.logs.String()
+			if restart == "after" && !strings.Contains(logs, "another rank ended training while this one was away; taking the final checkpoint") &&
+				!strings.Contains(logs, "first_step=601") {
+				t.Errorf("the late chief did not take the final checkpoint")
+			}
+			if _, err := os.Stat(filepath.Join(dir, "model.ckpt-600.index")); err != nil {
+				t.Errorf("no checkpoint at the last step: %v", err)
+			}
+			if t.Failed() || testing.Verbose() {
+				t.Logf("%s", logs)
+			}
+		})
+	}
+}

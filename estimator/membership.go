@@ -67,8 +67,12 @@ func (m *membership) watch(ctx context.Context) (wait func()) {
 	m.state, m.since, m.warned, m.incarnation = map[int]peerState{}, map[int]time.Time{}, map[int]bool{}, map[int]uint64{}
 	var wg sync.WaitGroup
 	interval, lostAfter := m.cfg.heartbeats()
-	for i, t := range m.peers {
+	m.mu.Lock()
+	for i := range m.peers {
 		m.state[i], m.since[i] = peerAlive, time.Now()
+	}
+	m.mu.Unlock()
+	for i, t := range m.peers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
