@@ -32,6 +32,7 @@ type elasticCluster struct {
 	logs   syncBuffer
 
 	mu      sync.Mutex
+	res     map[cluster.TaskID]*estimator.Result
 	kills   map[cluster.TaskID]context.CancelFunc
 	ended   map[cluster.TaskID]chan struct{} // closed when the task's Train returns
 	results map[cluster.TaskID]error
@@ -58,7 +59,7 @@ func (b *syncBuffer) String() string {
 
 func newElasticCluster(t *testing.T, jobs map[string]int, cfg estimator.RunConfig) *elasticCluster {
 	t.Helper()
-	c := &elasticCluster{t: t, lis: map[cluster.TaskID]net.Listener{}, kills: map[cluster.TaskID]context.CancelFunc{},
+	c := &elasticCluster{t: t, lis: map[cluster.TaskID]net.Listener{}, kills: map[cluster.TaskID]context.CancelFunc{}, res: map[cluster.TaskID]*estimator.Result{},
 		ended: map[cluster.TaskID]chan struct{}{}, results: map[cluster.TaskID]error{}}
 	addrs := map[string][]string{}
 	for _, job := range []string{"ps", "worker"} {
@@ -112,9 +113,9 @@ func (c *elasticCluster) start(task cluster.TaskID, steps int64, hooks ...estima
 	go func() {
 		defer c.wg.Done()
 		defer close(ended)
-		_, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: steps}, hooks...)
+		res, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: steps}, hooks...)
 		c.mu.Lock()
-		c.results[task] = err
+		c.results[task], c.res[task] = err, res
 		c.mu.Unlock()
 	}()
 }
@@ -554,5 +555,46 @@ func TestRingGoesOnWithoutRankZero(t *testing.T) {
 				t.Logf("%s", logs)
 			}
 		})
+	}
+}
+
+// TestSyncChiefEndsAtTheTarget: a worker of a sync cluster aggregating
+// all 3 is killed as the last round begins: the round is abandoned and
+// every live replica released without an update, so the chief's last step
+// did not move the global step although its estimate (the step read as
+// it started, plus one) says it did. The chief trains on to the target:
+// its result and its final checkpoint are at the target step, not one
+// short (a chaos run, sync-backup seed 20, ended at 799 of 800).
+func TestSyncChiefEndsAtTheTarget(t *testing.T) {
+	dir := t.TempDir()
+	c := newElasticCluster(t, map[string]int{"ps": 1, "worker": 3}, estimator.RunConfig{
+		Strategy: estimator.Sync{ReplicasToAggregate: 3}, StepTimeout: 5 * time.Second, WaitTimeout: 20 * time.Second,
+		LostAfter: time.Second, CheckpointDir: dir, StepDelay: 2 * time.Millisecond,
+	})
+	victim := cluster.TaskID{Job: "worker", Index: 2}
+	const steps = 60
+	var once sync.Once
+	h := &stepTimes{onStep: func(gs int64) {
+		if gs >= steps-1 {
+			once.Do(func() { c.kill(victim) })
+		}
+	}}
+	chief := cluster.TaskID{Job: "worker"}
+	c.start(cluster.TaskID{Job: "ps"}, steps)
+	c.start(chief, steps, h)
+	c.start(cluster.TaskID{Job: "worker", Index: 1}, steps)
+	c.start(victim, steps)
+	results := c.wait()
+	if err := results[chief]; err != nil {
+		t.Fatalf("the chief: %v\n%s", err, c.logs.String())
+	}
+	c.mu.Lock()
+	res := c.res[chief]
+	c.mu.Unlock()
+	if res.GlobalStep != steps {
+		t.Errorf("the chief's result is at global step %d; want %d\n%s", res.GlobalStep, steps, c.logs.String())
+	}
+	if testing.Verbose() {
+		t.Logf("%s", c.logs.String())
 	}
 }
