@@ -484,3 +484,37 @@ func TestSyncWorkerStoppedPastTheDeadlineRejoins(t *testing.T) {
 	}
 	noTasksLeft(t, ps)
 }
+
+// TestStoppedChiefAndPSAreNamed: the defects "a lost chief gives 60 s of
+// silence and then a deadline error that names no task" (sync mode) and
+// "a task stopped with SIGSTOP is never reported": SIGSTOP the chief of a
+// synchronous run, or the ps of an asynchronous one; a worker (the chief,
+// for the ps) names it, lost, within twice its lost deadline (a quarter
+// of the 8 s step deadline); after SIGCONT the run finishes.
+func TestStoppedChiefAndPSAreNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name, job, watcher, peer string
+		args                     []string
+	}{
+		{"sync chief", "worker", "/job:worker/task:1", "/job:worker/task:0", []string{"--sync"}},
+		{"async ps", "ps", "/job:worker/task:0", "/job:ps/task:0", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recovers(t, func(lines <-chan string, ps string) {
+				waitFor(t, lines, "global_step 2")
+				signalTask(t, ps, tc.job, 0, syscall.SIGSTOP)
+				stopped := time.Now()
+				l := waitFor(t, lines, `msg="a replica is lost; going on without it" task=`+tc.watcher+` peer=`+tc.peer)
+				if d := time.Since(stopped); d > 4*time.Second {
+					t.Errorf("the stopped %s was reported after %v; want within twice its lost deadline, 4 s", tc.peer, d)
+				}
+				if !strings.Contains(l, "waiting_for=") {
+					t.Errorf("the report does not say what the cluster waits for: %s", l)
+				}
+				signalTask(t, ps, tc.job, 0, syscall.SIGCONT)
+			}, "/job:worker/task:0 linreg: global step",
+				append([]string{"-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=2",
+					"--step-timeout", "8s", "--step-delay", "2ms", "--log-every", "100"}, tc.args...)...)
+		})
+	}
+}
