@@ -133,6 +133,17 @@ func (r *Ring) deliverView(c *Chunk) error {
 // with the errors of those that could not be reached (they may be lost:
 // the operations of the view fail on them, and the leader sends another).
 func (r *Ring) SendView(ctx context.Context, v View) error {
+	if len(v.Members) == 0 {
+		return fmt.Errorf("allreduce: view %d has no members", v.Gen)
+	}
+	return r.SendViewTo(ctx, v, v.Members[1:])
+}
+
+// SendViewTo sends v, which this rank leads (its first member), to the
+// ranks to, members of v or not: a rank left out of a view learns from it
+// that another rank leads (the estimator tells a lower rank that comes
+// back, so that it takes the lead back at once).
+func (r *Ring) SendViewTo(ctx context.Context, v View, to []int) error {
 	if len(v.Members) == 0 || v.Members[0] != r.rank {
 		return fmt.Errorf("allreduce: view %d: its sender, rank %d, must be its first member (got %v)", v.Gen, r.rank, v.Members)
 	}
@@ -143,9 +154,14 @@ func (r *Ring) SendView(ctx context.Context, v View) error {
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, m := range v.Members[1:] {
+	for _, m := range to {
 		if m < 0 || m >= r.size {
 			return fmt.Errorf("allreduce: view %d: rank %d outside the %d ranks", v.Gen, m, r.size)
+		}
+	}
+	for _, m := range to {
+		if m == r.rank {
+			continue
 		}
 		wg.Go(func() {
 			err := r.sendView(ctx, m, op, data)

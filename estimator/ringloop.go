@@ -240,6 +240,9 @@ func (l *ringLoop) lead(ctx context.Context) error {
 	var view allreduce.View
 	var group *allreduce.Group
 	fresh := true
+	told := map[int]int64{} // the lower ranks sent a view, and which
+	var telling sync.WaitGroup
+	defer telling.Wait()
 	for l.done < l.steps {
 		if v, ok := l.foreignView(max(seen, view.Gen)); ok && v.Members[0] < me {
 			r.log.Info("a lower rank leads the ring again; following it", "leader", r.reps[v.Members[0]].String(), "generation", v.Gen)
@@ -271,9 +274,17 @@ func (l *ringLoop) lead(ctx context.Context) error {
 			l.mu.Lock()
 			cut := l.lossCh
 			l.mu.Unlock()
+			l.tellLower(ctx, view, told, &telling)
 			if err := l.sync(ctx, group, cut, l.ring.ViewAfter(view.Gen)); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
+				}
+				if l.endedElsewhere(ctx) {
+					if me != 0 {
+						return nil
+					}
+					l.done, group = l.steps, nil
+					break
 				}
 				if _, ok := l.foreignView(view.Gen); !ok {
 					l.failed(ctx, err, l.done+1, lostAfter)
@@ -282,6 +293,7 @@ func (l *ringLoop) lead(ctx context.Context) error {
 			}
 			fresh = false
 		}
+		l.tellLower(ctx, view, told, &telling)
 		l.mu.Lock()
 		cut := l.lossCh
 		l.mu.Unlock()
@@ -337,6 +349,37 @@ func (l *ringLoop) lead(ctx context.Context) error {
 		r.log.Info("telling every rank that training is over", "err", err)
 	}
 	return nil
+}
+
+// tellLower sends view, in the background, to each lower rank that the
+// heartbeats see alive and that was not sent it yet (an acting leader's):
+// that rank, back, learns that another rank leads and takes the lead back
+// at once, rather than when its own step or sync of an older view fails
+// (two leaders otherwise trained apart until then; a chaos run saw rank 0
+// train alone to the end while ranks 1 and 2 finished without it).
+func (l *ringLoop) tellLower(ctx context.Context, view allreduce.View, told map[int]int64, wg *sync.WaitGroup) {
+	var to []int
+	l.mu.Lock()
+	for j := range l.r.index {
+		switch {
+		case l.lost[j]:
+			delete(told, j) // tell it again when it is back
+		case told[j] != view.Gen:
+			told[j] = view.Gen
+			to = append(to, j)
+		}
+	}
+	l.mu.Unlock()
+	if len(to) == 0 {
+		return
+	}
+	wg.Go(func() {
+		tctx, cancel := context.WithTimeout(ctx, l.r.cfg.StepTimeout)
+		defer cancel()
+		if err := l.ring.SendViewTo(tctx, view, to); err != nil {
+			l.r.log.Info("telling a lower rank that this one leads", "generation", view.Gen, "err", err)
+		}
+	})
 }
 
 // endedElsewhere reports whether another rank ended training while this
