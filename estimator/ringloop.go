@@ -202,12 +202,16 @@ func (l *ringLoop) lead(ctx context.Context) error {
 	me := r.index
 	l.leader = true
 	defer func() { l.leader = false }()
+	// The members: this rank first, then every rank the heartbeats see
+	// alive, lower ones too (a rank back from a pause may not count the
+	// ranks below it lost again yet: it trains as a member until it, or
+	// a rank below it, takes the lead back with a newer view).
 	members := func() []int {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		out := []int{me}
-		for i := me + 1; i < len(r.reps); i++ {
-			if l.lost[i] {
+		for i := range len(r.reps) {
+			if i == me || l.lost[i] {
 				continue
 			}
 			if at, ok := l.excluded[i]; ok {
@@ -244,6 +248,16 @@ func (l *ringLoop) lead(ctx context.Context) error {
 	var telling sync.WaitGroup
 	defer telling.Wait()
 	for l.done < l.steps {
+		if fresh && l.endedElsewhere(ctx) {
+			// Another rank ended training while this one was away: no
+			// view for ranks that have exited (each send would wait for
+			// the step deadline).
+			if me != 0 {
+				return nil
+			}
+			l.done, group = l.steps, nil
+			break
+		}
 		if v, ok := l.foreignView(max(seen, view.Gen)); ok && v.Members[0] < me {
 			r.log.Info("a lower rank leads the ring again; following it", "leader", r.reps[v.Members[0]].String(), "generation", v.Gen)
 			// It is alive, whatever the heartbeats have seen yet.
@@ -287,7 +301,7 @@ func (l *ringLoop) lead(ctx context.Context) error {
 					break
 				}
 				if _, ok := l.foreignView(view.Gen); !ok {
-					l.failed(ctx, err, l.done+1, lostAfter)
+					l.failed(ctx, err, l.done+1, lostAfter, l.ring.ViewAfter(view.Gen))
 				}
 				continue
 			}
@@ -315,7 +329,7 @@ func (l *ringLoop) lead(ctx context.Context) error {
 				l.done, group = l.steps, nil
 				break
 			}
-			l.failed(ctx, err, l.done+1, lostAfter)
+			l.failed(ctx, err, l.done+1, lostAfter, l.ring.ViewAfter(view.Gen))
 			continue
 		}
 		l.done++
@@ -410,7 +424,7 @@ func (l *ringLoop) endedElsewhere(ctx context.Context) bool {
 // leader: the ranks it found down are left out at once; otherwise it
 // waits, at most the lost deadline, for the heartbeats to tell who is
 // lost.
-func (l *ringLoop) failed(ctx context.Context, err error, step int64, lostAfter time.Duration) {
+func (l *ringLoop) failed(ctx context.Context, err error, step int64, lostAfter time.Duration, newer <-chan struct{}) {
 	var pe *allreduce.PeerDownError
 	if errors.As(err, &pe) {
 		l.mu.Lock()
@@ -426,6 +440,7 @@ func (l *ringLoop) failed(ctx context.Context, err error, step int64, lostAfter 
 	l.r.log.Warn("a step failed; waiting for the heartbeats to tell who is lost", "step", step, "lost_after", lostAfter, "err", err)
 	select {
 	case <-l.changed:
+	case <-newer: // another rank leads: answer it at once
 	case <-time.After(2 * lostAfter):
 	case <-ctx.Done():
 	}
