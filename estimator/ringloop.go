@@ -275,11 +275,17 @@ func (l *ringLoop) lead(ctx context.Context) error {
 				last = max(last, v.Gen)
 			}
 			view = allreduce.View{Gen: viewGen(last), Step: l.done + 1, Members: want, Sync: true}
-			vctx, cancel := context.WithTimeout(ctx, cfg.StepTimeout)
+			// A view is one small message: a member that has not taken it
+			// within twice the lost deadline is down (a send to a task that
+			// has exited waits for its whole deadline).
+			vctx, cancel := context.WithTimeout(ctx, min(cfg.StepTimeout, 2*lostAfter))
 			err := l.ring.SendView(vctx, view)
 			cancel()
 			if err != nil {
 				r.log.Warn("a member did not take the new view", "generation", view.Gen, "err", err)
+				if now := members(); !slices.Equal(now, want) {
+					continue // the heartbeats have seen more meanwhile: a new view
+				}
 			}
 			var gerr error
 			if group, gerr = l.ring.Among(view); gerr != nil {
