@@ -10,14 +10,17 @@ import (
 )
 
 // An elastic ring runs its operations among the members of a View, a
-// subset of its ranks that rank 0 chooses and sends to the others: when a
-// rank is lost, rank 0 sends a view without it (a new generation), and
-// the ring re-forms among the ranks left; when it comes back, a view with
-// it. Every operation of a view is named with its generation, so that
-// the operations of two generations never mix. Views travel over the
-// ring's own transport, straight from rank 0 to each member.
+// subset of its ranks that a leader (usually rank 0) chooses and sends to
+// the others: when a rank is lost, the leader sends a view without it (a
+// new generation), and the ring re-forms among the ranks left; when it
+// comes back, a view with it. Every operation of a view is named with its
+// generation, so that the operations of two generations never mix. Views
+// travel over the ring's own transport, straight from the leader to each
+// member. The leader is the view's first member; which rank leads is the
+// caller's choice (the estimator: the lowest rank alive), and a rank takes
+// the newest view whoever sent it.
 //
-//	rank 0: r.SendView(ctx, v); g := r.Among(v); g.AllReduceMean(...)
+//	leader: r.SendView(ctx, v); g := r.Among(v); g.AllReduceMean(...)
 //	others: v, _ := r.NextView(ctx, last); g := r.Among(v); ...
 
 // viewOp names the operations that carry views.
@@ -25,14 +28,16 @@ const viewOp = "\x00view"
 
 // View is the membership of an elastic ring from a step on.
 type View struct {
-	// Gen is the view's generation, increasing with every view rank 0
-	// sends; a rank takes only a view newer than the last it took.
+	// Gen is the view's generation, increasing with every view a leader
+	// sends; a rank takes only a view newer than the last it took (a new
+	// leader must choose one newer than its predecessor's).
 	Gen int64
 	// Step is the step at which the members start (or start again).
 	Step int64
-	// Members are the ranks of the ring, in ring order, rank 0 first.
+	// Members are the ranks of the ring, in ring order, the leader (the
+	// sender) first.
 	Members []int
-	// Sync asks the members to take rank 0's state first (a member
+	// Sync asks the members to agree on one state first (a member
 	// joined, or a step failed on some ranks and not on others).
 	Sync bool
 	// Stop tells the members that training is over.
@@ -116,23 +121,31 @@ func (r *Ring) deliverView(c *Chunk) error {
 	if err != nil {
 		return err
 	}
-	if c.From != 0 {
-		return fmt.Errorf("%w: rank %d: a view from rank %d (only rank 0 sends views)", ErrMismatch, r.rank, c.From)
+	if len(v.Members) == 0 || v.Members[0] != c.From {
+		return fmt.Errorf("%w: rank %d: a view from rank %d that names %v (a view is sent by its first member)", ErrMismatch, r.rank, c.From, v.Members)
 	}
 	r.views.put(v)
 	return nil
 }
 
-// SendView sends v to every member of v but this rank (rank 0, which
-// chooses the views). It returns once every member has taken it, or with
-// the errors of those that could not be reached (they may be lost: the
-// operations of the view fail on them, and rank 0 sends another).
+// SendView sends v to every member of v but this rank, which leads: it
+// must be v's first member. It returns once every member has taken it, or
+// with the errors of those that could not be reached (they may be lost:
+// the operations of the view fail on them, and the leader sends another).
 func (r *Ring) SendView(ctx context.Context, v View) error {
-	if r.rank != 0 {
-		return fmt.Errorf("allreduce: rank %d: only rank 0 sends views", r.rank)
+	if len(v.Members) == 0 {
+		return fmt.Errorf("allreduce: view %d has no members", v.Gen)
 	}
-	if len(v.Members) == 0 || v.Members[0] != 0 {
-		return fmt.Errorf("allreduce: view %d: rank 0 must be its first member (got %v)", v.Gen, v.Members)
+	return r.SendViewTo(ctx, v, v.Members[1:])
+}
+
+// SendViewTo sends v, which this rank leads (its first member), to the
+// ranks to, members of v or not: a rank left out of a view learns from it
+// that another rank leads (the estimator tells a lower rank that comes
+// back, so that it takes the lead back at once).
+func (r *Ring) SendViewTo(ctx context.Context, v View, to []int) error {
+	if len(v.Members) == 0 || v.Members[0] != r.rank {
+		return fmt.Errorf("allreduce: view %d: its sender, rank %d, must be its first member (got %v)", v.Gen, r.rank, v.Members)
 	}
 	data := v.encode()
 	op := Op{Name: viewOp, Round: v.Gen}
@@ -141,9 +154,14 @@ func (r *Ring) SendView(ctx context.Context, v View) error {
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, m := range v.Members[1:] {
+	for _, m := range to {
 		if m < 0 || m >= r.size {
 			return fmt.Errorf("allreduce: view %d: rank %d outside the %d ranks", v.Gen, m, r.size)
+		}
+	}
+	for _, m := range to {
+		if m == r.rank {
+			continue
 		}
 		wg.Go(func() {
 			err := r.sendView(ctx, m, op, data)
@@ -199,7 +217,7 @@ func (r *Ring) NewestView() (View, bool) {
 
 // ViewAfter returns a channel closed once a view newer than gen has
 // arrived (at once if it has): a member cancels an operation of an older
-// view with it, since rank 0 has moved on.
+// view with it, since the leader has moved on.
 func (r *Ring) ViewAfter(gen int64) <-chan struct{} {
 	v, changed := r.views.after(gen)
 	if v != nil {
@@ -251,6 +269,9 @@ func (r *Ring) Among(v View) (*Group, error) {
 // Rank returns this rank's position among the members.
 func (g *Group) Rank() int { return g.tp.pos }
 
+// Members returns the ranks of the members, in ring order.
+func (g *Group) Members() []int { return slices.Clone(g.tp.members) }
+
 // Size returns the number of members.
 func (g *Group) Size() int { return g.tp.size() }
 
@@ -284,7 +305,7 @@ func (g *Group) AllReduceMean(ctx context.Context, name string, round int64, dat
 }
 
 // Broadcast replaces data on every member by that of the member at
-// position root (0: rank 0).
+// position root (0: the leader).
 func (g *Group) Broadcast(ctx context.Context, name string, round int64, root int, data []float32) error {
 	if root < 0 || root >= g.tp.size() {
 		return fmt.Errorf("allreduce: broadcast %q: root %d outside the %d members", name, root, g.tp.size())

@@ -80,3 +80,61 @@ func TestRingReformsAmongViews(t *testing.T) {
 		t.Errorf("NextView after the newest: %v; want the deadline", err)
 	}
 }
+
+// TestAnyRankLeads: rank 0 lost, rank 1 leads a view of {1, 2} (newer
+// than rank 0's last) and the members take it and reduce among
+// themselves; a view whose sender is not its first member is refused by
+// SendView, and rank 0's older view no longer counts.
+func TestAnyRankLeads(t *testing.T) {
+	rings, err := allreduce.NewInProcess(3, allreduce.InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rings[0].SendView(ctx, allreduce.View{Gen: 5, Members: []int{0, 1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rings[1].SendView(ctx, allreduce.View{Gen: 6, Members: []int{0, 1, 2}}); err == nil {
+		t.Error("rank 1 sent a view whose first member is rank 0: no error")
+	}
+	v := allreduce.View{Gen: 6, Step: 40, Members: []int{1, 2}, Sync: true}
+	if err := rings[1].SendView(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	got, err := rings[2].NextView(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Gen != 6 || !slices.Equal(got.Members, []int{1, 2}) {
+		t.Fatalf("rank 2 took %+v; want rank 1's view %+v", got, v)
+	}
+	var wg sync.WaitGroup
+	data := [][]float32{nil, {1, 2}, {3, 4}}
+	for _, m := range []int{1, 2} {
+		wg.Go(func() {
+			g, err := rings[m].Among(v)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if m == 1 && g.Rank() != 0 {
+				t.Errorf("the leader's position: %d; want 0", g.Rank())
+			}
+			if err := g.AllReduce(ctx, "grads", 40, data[m]); err != nil {
+				t.Errorf("rank %d: %v", m, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, m := range []int{1, 2} {
+		if !slices.Equal(data[m], []float32{4, 6}) {
+			t.Errorf("rank %d has %v; want [4 6]", m, data[m])
+		}
+	}
+}

@@ -131,7 +131,7 @@ func (a *averagingStep) describe() string { return fmt.Sprintf("  tau %d", a.av.
 
 // trainCollective trains as one rank of a ring of workers with no
 // parameter server, on the task's own address: every rank holds the model
-// in a local session, starts from rank 0's values, and runs the same
+// in a local session, starts from the leader's values, and runs the same
 // number of steps; rank 0 ends with the trained model.
 func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (collectiveStep, error)) (*Result, error) {
 	cfg := r.cfg
@@ -214,9 +214,11 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		in.skipFirst = true // read to learn the shapes: not trained
 	}
 	start := int64(1)
-	if r.chief() && cfg.CheckpointDir != "" {
-		// Rank 0 saves and restores, as the chief of the other strategies
-		// does; the others take its model with its first view.
+	if cfg.CheckpointDir != "" {
+		// The leader saves (rank 0, or the lowest rank alive while rank 0
+		// is away); every rank restores the latest checkpoint when it
+		// starts, and the members of a view take the model of the one
+		// furthest on.
 		if l.saver, err = checkpoint.NewSaver(s, ops.GlobalVariables(s.Graph()), checkpoint.SaverConfig{Dir: cfg.CheckpointDir, Keep: cfg.KeepCheckpoints, Logger: r.log}); err != nil {
 			return nil, err
 		}
@@ -236,14 +238,10 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		}
 		l.sched.Saved(start-1, time.Now()) // the steps are counted from there
 	}
+	l.done = start - 1
 	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", ranks, "steps", steps, "batch", batch, "first_step", start)
 	l.trainStart, l.windowStart = time.Now(), time.Now()
-	if r.chief() {
-		err = l.lead(ctx, start)
-	} else {
-		err = l.follow(ctx)
-	}
-	if err != nil {
+	if err := l.run(ctx); err != nil {
 		return nil, err
 	}
 	seconds := time.Since(l.trainStart).Seconds()
@@ -260,12 +258,14 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	if n := r.stop.ExamplesPerEpoch; n > 0 {
 		res.Epochs = float64(steps*int64(batch*ranks)) / float64(n)
 	}
-	if r.chief() { // the ranks hold the same model: rank 0 keeps it
-		if l.saver != nil {
-			if err := l.save(ctx, steps); err != nil { // the final checkpoint
-				return nil, err
-			}
+	// The ranks hold the same model: the leader at the end saves it, and
+	// rank 0 keeps it (for evaluation and export).
+	if l.saver != nil && (r.chief() || l.ledLast) {
+		if err := l.save(ctx, steps); err != nil { // the final checkpoint
+			return nil, err
 		}
+	}
+	if r.chief() {
 		made := tensor.New(gs.DType())
 		made.SetFloat64At(0, float64(steps))
 		if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{stepsMade: made}, nil, []*graph.Node{setStep}); err != nil {
@@ -274,10 +274,10 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		if err := r.e.keepTrained(ctx, sess, modelVars, gs); err != nil {
 			return nil, err
 		}
-		if cfg.CheckpointDir != "" {
-			if err := markTrainingEnded(cfg.CheckpointDir, steps); err != nil {
-				r.log.Warn("a rank away now will wait for rank 0 until its wait timeout", "err", err)
-			}
+	}
+	if cfg.CheckpointDir != "" && (r.chief() || l.ledLast) {
+		if err := markTrainingEnded(cfg.CheckpointDir, steps); err != nil {
+			r.log.Warn("a rank away now will wait for the leader until its wait timeout", "err", err)
 		}
 	}
 	res.WallSeconds = time.Since(r.started).Seconds()

@@ -37,11 +37,13 @@
 // strategy training goes on without a lost worker: Sync aggregates among
 // the live replicas (the round a lost one holds up is abandoned); the
 // staleness bound ignores it; AllReduce and Averaging re-form the ring
-// among the live ranks (rank 0 sends views: generation, step, members) and
-// grow it back; Async and InGraph wait for the task on its address. A
+// among the live ranks (the lowest live rank leads: it sends the views,
+// generation, step, members) and grow it back; Async and InGraph wait for the task on its address. A
 // restarted chief goes on from the variables the ps tasks hold, or from
 // the latest checkpoint (a lost ps is restored from it in Async and
-// InGraph); rank 0 of a ring saves and restores the checkpoints.
+// InGraph); the leader of a ring saves the checkpoints, every rank
+// restores the latest when it starts, and the members of a new view take
+// the model of the one furthest on.
 //
 // A model function is called once per tower and mode, in scopes that
 // reuse the first call's variables, so the same code builds the training

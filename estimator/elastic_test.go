@@ -32,6 +32,7 @@ type elasticCluster struct {
 	logs   syncBuffer
 
 	mu      sync.Mutex
+	res     map[cluster.TaskID]*estimator.Result
 	kills   map[cluster.TaskID]context.CancelFunc
 	ended   map[cluster.TaskID]chan struct{} // closed when the task's Train returns
 	results map[cluster.TaskID]error
@@ -58,7 +59,7 @@ func (b *syncBuffer) String() string {
 
 func newElasticCluster(t *testing.T, jobs map[string]int, cfg estimator.RunConfig) *elasticCluster {
 	t.Helper()
-	c := &elasticCluster{t: t, lis: map[cluster.TaskID]net.Listener{}, kills: map[cluster.TaskID]context.CancelFunc{},
+	c := &elasticCluster{t: t, lis: map[cluster.TaskID]net.Listener{}, kills: map[cluster.TaskID]context.CancelFunc{}, res: map[cluster.TaskID]*estimator.Result{},
 		ended: map[cluster.TaskID]chan struct{}{}, results: map[cluster.TaskID]error{}}
 	addrs := map[string][]string{}
 	for _, job := range []string{"ps", "worker"} {
@@ -112,9 +113,9 @@ func (c *elasticCluster) start(task cluster.TaskID, steps int64, hooks ...estima
 	go func() {
 		defer c.wg.Done()
 		defer close(ended)
-		_, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: steps}, hooks...)
+		res, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: steps}, hooks...)
 		c.mu.Lock()
-		c.results[task] = err
+		c.results[task], c.res[task] = err, res
 		c.mu.Unlock()
 	}()
 }
@@ -484,6 +485,116 @@ func TestRingTakesARestartedRankAtOnce(t *testing.T) {
 		}
 	}
 	if t.Failed() || testing.Verbose() {
+		t.Logf("%s", c.logs.String())
+	}
+}
+
+// TestRingGoesOnWithoutRankZero: the ring of 3 loses rank 0 (the chief,
+// its leader). Within the lost deadline rank 1, the lowest rank alive,
+// takes the lead and the ring goes on with 2, saving checkpoints; rank 0
+// started again takes the lead back with the model of the ranks that went
+// on (not its older checkpoint's), and training ends with rank 0 keeping
+// the model. Without rank 0 to the end, rank 1 ends training, saves the
+// final checkpoint and marks the end; rank 0 started afterwards takes the
+// final checkpoint rather than training again.
+func TestRingGoesOnWithoutRankZero(t *testing.T) {
+	const stepTimeout = 5 * time.Second
+	chief := cluster.TaskID{Job: "worker", Index: 0}
+	for _, restart := range []string{"during", "after"} {
+		t.Run("restart "+restart, func(t *testing.T) {
+			dir := t.TempDir()
+			c := newElasticCluster(t, map[string]int{"worker": 3}, estimator.RunConfig{
+				Strategy: estimator.AllReduce{}, StepTimeout: stepTimeout, WaitTimeout: 20 * time.Second, LostAfter: time.Second,
+				LogEverySteps: 10, StepDelay: 5 * time.Millisecond, CheckpointDir: dir, SaveCheckpointsSteps: 50,
+			})
+			const steps = 600
+			for i := range 3 {
+				c.start(cluster.TaskID{Job: "worker", Index: i}, steps)
+			}
+			off := c.waitLog(0, "/job:worker/task:0: step 100/")
+			c.killAndWait(chief)
+			killed := time.Now()
+			off = c.waitLog(off, "every lower rank is lost: this rank leads the ring")
+			off = c.waitLog(off, "(2 ranks)")
+			if d := time.Since(killed); d > stepTimeout {
+				t.Errorf("the 2 others went on %v after rank 0 was killed; want within the step deadline %v", d, stepTimeout)
+			}
+			if restart == "during" {
+				c.waitLog(off, "/job:worker/task:1: step 300/")
+				c.start(chief, steps)
+				c.waitLog(off, "a lower rank leads the ring again; following it")
+				c.waitLog(off, "took the model of the member furthest on")
+				c.waitLog(off, "/job:worker/task:0: step ")
+			} else {
+				// Rank 1 ends training: the others return.
+				for _, i := range []int{1, 2} {
+					c.mu.Lock()
+					ended := c.ended[cluster.TaskID{Job: "worker", Index: i}]
+					c.mu.Unlock()
+					<-ended
+				}
+				if _, err := os.Stat(filepath.Join(dir, "model.ckpt-600.index")); err != nil {
+					t.Errorf("rank 1 saved no final checkpoint: %v", err)
+				}
+				c.start(chief, steps)
+			}
+			for task, err := range c.wait() {
+				if err != nil {
+					t.Errorf("%s: %v", task, err)
+				}
+			}
+			logs := c.logs.String()
+			if restart == "after" && !strings.Contains(logs, "another rank ended training while this one was away; taking the final checkpoint") &&
+				!strings.Contains(logs, "first_step=601") {
+				t.Errorf("the late chief did not take the final checkpoint")
+			}
+			if _, err := os.Stat(filepath.Join(dir, "model.ckpt-600.index")); err != nil {
+				t.Errorf("no checkpoint at the last step: %v", err)
+			}
+			if t.Failed() || testing.Verbose() {
+				t.Logf("%s", logs)
+			}
+		})
+	}
+}
+
+// TestSyncChiefEndsAtTheTarget: a worker of a sync cluster aggregating
+// all 3 is killed as the last round begins: the round is abandoned and
+// every live replica released without an update, so the chief's last step
+// did not move the global step although its estimate (the step read as
+// it started, plus one) says it did. The chief trains on to the target:
+// its result and its final checkpoint are at the target step, not one
+// short (a chaos run, sync-backup seed 20, ended at 799 of 800).
+func TestSyncChiefEndsAtTheTarget(t *testing.T) {
+	dir := t.TempDir()
+	c := newElasticCluster(t, map[string]int{"ps": 1, "worker": 3}, estimator.RunConfig{
+		Strategy: estimator.Sync{ReplicasToAggregate: 3}, StepTimeout: 5 * time.Second, WaitTimeout: 20 * time.Second,
+		LostAfter: time.Second, CheckpointDir: dir, StepDelay: 2 * time.Millisecond,
+	})
+	victim := cluster.TaskID{Job: "worker", Index: 2}
+	const steps = 60
+	var once sync.Once
+	h := &stepTimes{onStep: func(gs int64) {
+		if gs >= steps-1 {
+			once.Do(func() { c.kill(victim) })
+		}
+	}}
+	chief := cluster.TaskID{Job: "worker"}
+	c.start(cluster.TaskID{Job: "ps"}, steps)
+	c.start(chief, steps, h)
+	c.start(cluster.TaskID{Job: "worker", Index: 1}, steps)
+	c.start(victim, steps)
+	results := c.wait()
+	if err := results[chief]; err != nil {
+		t.Fatalf("the chief: %v\n%s", err, c.logs.String())
+	}
+	c.mu.Lock()
+	res := c.res[chief]
+	c.mu.Unlock()
+	if res.GlobalStep != steps {
+		t.Errorf("the chief's result is at global step %d; want %d\n%s", res.GlobalStep, steps, c.logs.String())
+	}
+	if testing.Verbose() {
 		t.Logf("%s", c.logs.String())
 	}
 }

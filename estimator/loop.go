@@ -2,6 +2,7 @@ package estimator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -103,6 +104,8 @@ type loop struct {
 	summaries graph.Output
 	// claims, when set, claims the next batch with each step (claim.go).
 	claims *claimer
+	// globalStep reads the global step variable.
+	globalStep graph.Output
 	// batch is the batch size, read from the first batch, and target the
 	// global step to train to.
 	batch  int
@@ -169,7 +172,9 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 	start := time.Now()
 	window, windowStart := 0, start
 	examplesPerStep := l.batch * len(l.towers)
-	for int64(l.ms.GlobalStep()) < target || st.localSteps == 0 {
+	rejoins := 0 // in a row, since the last step that succeeded
+	// At least one step; then until a step reaches the target (done).
+	for {
 		for i, t := range l.towers {
 			b, err := l.ins[i].next()
 			if err != nil {
@@ -206,8 +211,12 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 			break
 		}
 		if err != nil {
+			if l.rejoinAfter(ctx, err, &rejoins) {
+				continue
+			}
 			return st, fmt.Errorf("estimator: %slocal step %d: %w", r.who(), st.localSteps+1, err)
 		}
+		rejoins = 0
 		if l.claims != nil {
 			l.claims.stepped(out[len(out)-1])
 			out = out[:len(out)-1]
@@ -230,6 +239,9 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 		st.lastGlobal = gstep
 		r.observeStep(time.Since(stepStart), examplesPerStep, int64(gstep), st.loss)
 		done := int64(gstep) >= target || l.ms.ShouldStop()
+		if done && !l.ms.ShouldStop() && l.shortOfTarget(ctx, target) {
+			done = false
+		}
 		if st.localSteps%cfg.LogEverySteps == 0 || done {
 			now := time.Now()
 			elapsed := now.Sub(windowStart)
@@ -265,6 +277,56 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 	st.seconds = time.Since(start).Seconds()
 	st.timedSteps = st.localSteps - timedFrom
 	return st, nil
+}
+
+// shortOfTarget reports, on the chief of a coordinated strategy, whether
+// the global step is still below target although the last step's says
+// otherwise. A step's global step is an estimate (read as the step
+// starts, plus one), and a synchronous replica released without an
+// update (a round abandoned after a loss, a replica let back in) did not
+// move it: the chief, whose result and final checkpoint are the run's,
+// ends training at the target itself (a chaos run ended at 799 of 800).
+func (l *loop) shortOfTarget(ctx context.Context, target int64) bool {
+	if !l.r.chief() || l.coord == nil || !l.globalStep.Valid() {
+		return false
+	}
+	out, err := l.ms.Session().Run(ctx, nil, []graph.Output{l.globalStep}, nil)
+	if err != nil {
+		return false // the next step finds out
+	}
+	if gs := int64(out[0].Float64At(0)); gs < target {
+		l.r.log.Info("the global step is short of the target: training on", "global_step", gs, "target", target)
+		return true
+	}
+	return false
+}
+
+// maxRejoins bounds the rejoins in a row of a replica whose steps outlive
+// the step deadline: past it the replica fails, and its supervisor acts.
+const maxRejoins = 3
+
+// rejoinAfter handles a step of a replica other than the chief that
+// failed by outliving the step deadline (the replica was stopped, or
+// starved, or waited for a chief that was away): rather than exit and be
+// restarted, the replica rejoins at the current global step as a
+// restarted one would (coordinator.rejoin) and trains on. It reports
+// whether it did; a replica of a training that has ended does not.
+func (l *loop) rejoinAfter(ctx context.Context, err error, rejoins *int) bool {
+	r := l.r
+	if l.coord == nil || r.chief() || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || *rejoins >= maxRejoins {
+		return false
+	}
+	if _, ended := trainingEnded(r.cfg.CheckpointDir, l.target); ended {
+		return false
+	}
+	*rejoins++
+	r.log.Warn("this replica's step outlived the step deadline; rejoining at the current global step",
+		"step_timeout", r.cfg.StepTimeout, "rejoin", *rejoins, "max_rejoins", maxRejoins, "err", err)
+	if rerr := l.coord.rejoin(ctx, l.ms.Session()); rerr != nil {
+		r.log.Warn("rejoining failed", "err", rerr)
+		return false
+	}
+	return true
 }
 
 // eventSuffix names this process's event file.

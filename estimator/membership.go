@@ -59,16 +59,25 @@ type membership struct {
 	warned map[int]bool      // a suspect's silence was logged as a warning
 	// incarnation is each peer's process as its last answer gave it.
 	incarnation map[int]uint64
+	// observed is when each peer's last heartbeat ended, and counted
+	// when its silence counts from: this process's own pauses (it was
+	// stopped, or starved of CPU) are not the peer's silence.
+	observed, counted map[int]time.Time
 }
 
 // watch starts the heartbeats; they stop when ctx ends, and the returned
 // function waits for that.
 func (m *membership) watch(ctx context.Context) (wait func()) {
 	m.state, m.since, m.warned, m.incarnation = map[int]peerState{}, map[int]time.Time{}, map[int]bool{}, map[int]uint64{}
+	m.observed, m.counted = map[int]time.Time{}, map[int]time.Time{}
 	var wg sync.WaitGroup
 	interval, lostAfter := m.cfg.heartbeats()
-	for i, t := range m.peers {
+	m.mu.Lock()
+	for i := range m.peers {
 		m.state[i], m.since[i] = peerAlive, time.Now()
+	}
+	m.mu.Unlock()
+	for i, t := range m.peers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -115,11 +124,23 @@ func (m *membership) observe(i int, t cluster.TaskID, err error) {
 	_, lostAfter := m.cfg.heartbeats()
 	m.mu.Lock()
 	now, prev, since := time.Now(), m.state[i], m.since[i]
+	if last := m.observed[i]; err != nil && !last.IsZero() && now.Sub(last) > lostAfter {
+		// No heartbeat of this process ended for longer than the lost
+		// deadline: this process was not running (stopped, starved), and
+		// a heartbeat that spanned the pause failed for that. The peer's
+		// silence counts from now, not from its last answer.
+		m.counted[i] = now
+	}
+	m.observed[i] = now
+	silent := since
+	if c := m.counted[i]; c.After(silent) {
+		silent = c
+	}
 	next := prev
 	switch {
 	case err == nil:
 		next, m.since[i] = peerAlive, now
-	case now.Sub(since) >= lostAfter:
+	case now.Sub(silent) >= lostAfter:
 		next = peerLost
 	case prev == peerAlive:
 		next = peerSuspect

@@ -290,7 +290,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 
 	l := &loop{
 		r: r, ms: ms, towers: towers, ins: ins, trainOp: trainOp, coord: plan.coordinator, claims: claims,
-		perStep: r.cfg.Strategy.batchesPerStep(r.numReplicas()), summaries: summaries,
+		perStep: r.cfg.Strategy.batchesPerStep(r.numReplicas()), summaries: summaries, globalStep: globalStep.Value(),
 	}
 	st, err := l.run(ctx)
 	if err != nil {

@@ -219,6 +219,10 @@ type coordinator interface {
 	finished(err error) bool
 	// done runs after this replica's last step.
 	done(ctx context.Context, sess *session.Session) error
+	// rejoin takes a replica (not the chief) whose step outlived the step
+	// deadline back in at the current global step, as a restarted
+	// process would begin.
+	rejoin(ctx context.Context, sess *session.Session) error
 }
 
 // syncCoordinator runs the token queue and the chief's aggregation loop of
@@ -345,6 +349,19 @@ func (c *syncCoordinator) afterRecovery(ctx context.Context, sess *session.Sessi
 	return nil
 }
 
+// rejoin sets the local step to the global step (the gradients of the
+// step that timed out are stale and dropped) and drains the tokens of the
+// rounds this replica missed, as begin does for a restarted worker.
+func (c *syncCoordinator) rejoin(ctx context.Context, sess *session.Session) error {
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{c.opt.LocalStepInit()}); err != nil {
+		return fmt.Errorf("estimator: synchronous training: setting the local step: %w", err)
+	}
+	if err := c.opt.DrainTokens(ctx, sess); err != nil {
+		return fmt.Errorf("estimator: synchronous training: %w", err)
+	}
+	return nil
+}
+
 func (c *syncCoordinator) beforeStep(context.Context, *session.Session) error { return nil }
 func (c *syncCoordinator) afterStep(context.Context, *session.Session) error  { return nil }
 
@@ -422,6 +439,14 @@ func (c *stalenessCoordinator) afterStep(ctx context.Context, sess *session.Sess
 }
 
 func (c *stalenessCoordinator) finished(error) bool { return false }
+
+// rejoin takes up at the others' step, as a restarted replica does.
+func (c *stalenessCoordinator) rejoin(ctx context.Context, sess *session.Session) error {
+	if err := c.bound.Rejoin(ctx, sess); err != nil {
+		return fmt.Errorf("estimator: %w", err)
+	}
+	return nil
+}
 
 func (c *stalenessCoordinator) done(ctx context.Context, sess *session.Session) error {
 	c.stop()

@@ -401,3 +401,127 @@ func TestInGraphClaimsEachBatchOnce(t *testing.T) {
 		t.Errorf("%d batches trained, %d skipped; want 240 (120 steps of 2 towers), none skipped", blocks, missing)
 	}
 }
+
+// TestRingGoesOnWhileRankZeroIsStopped: SIGSTOP rank 0 (the chief, the
+// ring's leader) of an all-reduce run of 3: within twice the step
+// deadline rank 1, the lowest rank alive, leads and the ring goes on with
+// 2; after SIGCONT rank 0 takes the lead back with the model of the ranks
+// that went on, the ring grows back to 3 and the run finishes. No batch is
+// trained twice.
+func TestRingGoesOnWhileRankZeroIsStopped(t *testing.T) {
+	const stepTimeout = 8 * time.Second
+	dir := t.TempDir()
+	_, missing := trainBlocks(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "[worker 0] /job:worker/task:0: step 50/")
+		signalTask(t, ps, "worker", 0, syscall.SIGSTOP)
+		stopped := time.Now()
+		waitFor(t, lines, "every lower rank is lost: this rank leads the ring")
+		waitFor(t, lines, "(2 ranks)")
+		if d := time.Since(stopped); d > 2*stepTimeout {
+			t.Errorf("the ring went on with 2 ranks %v after rank 0 was stopped; want within twice the step deadline, %v", d, 2*stepTimeout)
+		}
+		waitFor(t, lines, "[worker 1] /job:worker/task:1: step 200/")
+		signalTask(t, ps, "worker", 0, syscall.SIGCONT)
+		resumed := time.Now()
+		waitFor(t, lines, "a lower rank leads the ring again; following it")
+		// Rank 1 tells rank 0 of its views once rank 0 answers again, so
+		// rank 0 takes the lead back at once, not when its step of the
+		// old view fails at the step deadline (two leaders until then).
+		if d := time.Since(resumed); d > stepTimeout/2 {
+			t.Errorf("rank 0 took the lead back %v after SIGCONT; want well within the step deadline, %v", d, stepTimeout)
+		}
+		waitFor(t, lines, "took the model of the member furthest on")
+		waitFor(t, lines, "(3 ranks)")
+	}, "-v", "--model", "mlp", "--data", "embedded", "--steps", "800", "--local-cluster", "worker=3", "--checkpoint-dir", dir,
+		"--allreduce", "--step-timeout", stepTimeout.String(), "--step-delay", "5ms", "--log-every", "50")
+	// The step rank 0 was stopped in: the other ranks' batches of it are
+	// read again after the re-form; rank 0's own was in flight.
+	if missing > 2 {
+		t.Errorf("%d blocks skipped; want at most 2", missing)
+	}
+}
+
+// TestRingRankZeroKilledKeepsTheRingsProgress: SIGKILL rank 0 of an
+// all-reduce run with checkpoints, well after its last checkpoint: the
+// launcher restarts it, it restores that checkpoint, and the members agree
+// on the model of the ranks that trained on (not the older checkpoint's),
+// so no step is lost; the run finishes.
+func TestRingRankZeroKilledKeepsTheRingsProgress(t *testing.T) {
+	dir := t.TempDir()
+	recovers(t, func(lines <-chan string, ps string) {
+		waitFor(t, lines, "checkpoint: saved")
+		waitFor(t, lines, "[worker 1] /job:worker/task:1: step 150/")
+		killTask(t, ps, "worker", 0)
+		waitFor(t, lines, "local cluster: worker 0 died (signal: killed); restarting it on its address (1 of 3)")
+		l := waitFor(t, lines, `msg="took the model of the member furthest on" task=/job:worker/task:0`)
+		if !strings.Contains(l, "/job:worker/task:0") {
+			t.Errorf("the member that took the others' model is not the restarted rank 0: %s", l)
+		}
+		waitFor(t, lines, "(3 ranks)")
+	}, "/job:worker/task:0 linreg: global step 1000",
+		"-v", "--model", "linreg", "--steps", "1000", "--local-cluster", "worker=3", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100",
+		"--allreduce", "--step-timeout", "8s", "--step-delay", "3ms", "--log-every", "50")
+}
+
+// TestSyncWorkerStoppedPastTheDeadlineRejoins: SIGSTOP a worker of a
+// synchronous run for longer than the step deadline: the chief goes on
+// without it; resumed, its step in flight has outlived the deadline, and
+// rather than exit (and be restarted by the launcher) it rejoins at the
+// current global step and trains on; the run finishes.
+func TestSyncWorkerStoppedPastTheDeadlineRejoins(t *testing.T) {
+	const stepTimeout = 4 * time.Second
+	// No --step-delay: a replica is inside a step nearly all the time, so
+	// that the SIGSTOP lands in one (in a delay before a step, there is no
+	// step to outlive the deadline, and nothing to rejoin from).
+	cmd, ps, lines, _ := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "6000", "--local-cluster", "ps=1,worker=3",
+		"--sync", "--step-timeout", stepTimeout.String(), "--log-every", "200")
+	waitFor(t, lines, "global_step 2")
+	signalTask(t, ps, "worker", 2, syscall.SIGSTOP)
+	waitFor(t, lines, `msg="a replica is lost; going on without it" task=/job:worker/task:0 peer=/job:worker/task:2`)
+	// The fault: stopped for longer than the step deadline (this is the
+	// fault's length, not a wait for something to happen).
+	time.Sleep(stepTimeout + time.Second)
+	signalTask(t, ps, "worker", 2, syscall.SIGCONT)
+	// Had it exited, the launcher would restart it and no process would
+	// say this.
+	waitFor(t, lines, "this replica's step outlived the step deadline; rejoining at the current global step")
+	waitFor(t, lines, "[worker 2] /job:worker/task:2 linreg: global step") // its result: it trained to the end
+	if err := waitExit(t, cmd); err != nil {
+		t.Fatalf("the run failed: %v", err)
+	}
+	noTasksLeft(t, ps)
+}
+
+// TestStoppedChiefAndPSAreNamed: the defects "a lost chief gives 60 s of
+// silence and then a deadline error that names no task" (sync mode) and
+// "a task stopped with SIGSTOP is never reported": SIGSTOP the chief of a
+// synchronous run, or the ps of an asynchronous one; a worker (the chief,
+// for the ps) names it, lost, within twice its lost deadline (a quarter
+// of the 8 s step deadline); after SIGCONT the run finishes.
+func TestStoppedChiefAndPSAreNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name, job, watcher, peer string
+		args                     []string
+	}{
+		{"sync chief", "worker", "/job:worker/task:1", "/job:worker/task:0", []string{"--sync"}},
+		{"async ps", "ps", "/job:worker/task:0", "/job:ps/task:0", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recovers(t, func(lines <-chan string, ps string) {
+				waitFor(t, lines, "global_step 2")
+				signalTask(t, ps, tc.job, 0, syscall.SIGSTOP)
+				stopped := time.Now()
+				l := waitFor(t, lines, `msg="a replica is lost; going on without it" task=`+tc.watcher+` peer=`+tc.peer)
+				if d := time.Since(stopped); d > 4*time.Second {
+					t.Errorf("the stopped %s was reported after %v; want within twice its lost deadline, 4 s", tc.peer, d)
+				}
+				if !strings.Contains(l, "waiting_for=") {
+					t.Errorf("the report does not say what the cluster waits for: %s", l)
+				}
+				signalTask(t, ps, tc.job, 0, syscall.SIGCONT)
+			}, "/job:worker/task:0 linreg: global step",
+				append([]string{"-v", "--model", "linreg", "--steps", "1500", "--local-cluster", "ps=1,worker=2",
+					"--step-timeout", "8s", "--step-delay", "2ms", "--log-every", "100"}, tc.args...)...)
+		})
+	}
+}
