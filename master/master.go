@@ -506,9 +506,26 @@ func (m *Master) cleanup(stepID int64, p *plan, stepErr error) {
 		}
 		return
 	}
+	// A task that ended the step itself (service.StepFinisher: the local
+	// worker when nothing of the step is pending on it, a remote one whose
+	// answer said so) needs no call, nor a goroutine: at this point every
+	// partition has returned, so each is asked once, here.
+	var rest []string
+	for _, pt := range p.Parts {
+		w, err := m.cfg.Workers.Worker(pt.Task)
+		if err == nil {
+			if f, ok := w.(service.StepFinisher); ok && f.FinishStep(stepID) {
+				continue
+			}
+		}
+		rest = append(rest, pt.Task)
+	}
+	if len(rest) == 0 {
+		return
+	}
 	go func() {
-		for _, pt := range p.Parts {
-			cleanOne(pt.Task)
+		for _, task := range rest {
+			cleanOne(task)
 		}
 	}()
 }
