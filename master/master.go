@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/gopool"
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
@@ -373,7 +374,9 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 	}
 	for i := range reqs {
 		if i != inline {
-			go run(i)
+			// A kept goroutine: the partition's call stack (the executor
+			// under the worker's RunGraph) grew a new one's at every step.
+			gopool.Go(func() { run(i) })
 		}
 	}
 	if inline >= 0 {
