@@ -172,15 +172,8 @@ func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		select {
-		case <-r.local.Done():
-			cancel()
-		case <-stop:
-		}
-	}()
+	a := r.local.afterAbort(cancel) // the step's abort ends the fetch
+	defer r.local.stopAbort(a)
 	t, err := r.fetch(ctx, sendTask, key)
 	if err != nil {
 		if aerr := r.local.Err(); aerr != nil {
