@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/gopool"
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
@@ -373,7 +374,9 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 	}
 	for i := range reqs {
 		if i != inline {
-			go run(i)
+			// A kept goroutine: the partition's call stack (the executor
+			// under the worker's RunGraph) grew a new one's at every step.
+			gopool.Go(func() { run(i) })
 		}
 	}
 	if inline >= 0 {
@@ -506,9 +509,26 @@ func (m *Master) cleanup(stepID int64, p *plan, stepErr error) {
 		}
 		return
 	}
+	// A task that ended the step itself (service.StepFinisher: the local
+	// worker when nothing of the step is pending on it, a remote one whose
+	// answer said so) needs no call, nor a goroutine: at this point every
+	// partition has returned, so each is asked once, here.
+	var rest []string
+	for _, pt := range p.Parts {
+		w, err := m.cfg.Workers.Worker(pt.Task)
+		if err == nil {
+			if f, ok := w.(service.StepFinisher); ok && f.FinishStep(stepID) {
+				continue
+			}
+		}
+		rest = append(rest, pt.Task)
+	}
+	if len(rest) == 0 {
+		return
+	}
 	go func() {
-		for _, pt := range p.Parts {
-			cleanOne(pt.Task)
+		for _, task := range rest {
+			cleanOne(task)
 		}
 	}()
 }

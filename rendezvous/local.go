@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -55,7 +56,11 @@ type Local struct {
 	items   map[string]*localItem
 	err     error         // set by Abort; every later operation fails with it
 	aborted chan struct{} // closed by Abort
+	onAbort []*abortFunc  // see afterAbort
 }
+
+// abortFunc is a function to call when a Local is aborted (afterAbort).
+type abortFunc struct{ f func() }
 
 // localItem is either a sent tensor waiting for its receiver (ready == nil)
 // or a receiver waiting for its tensor (ready != nil, closed by Send).
@@ -284,8 +289,8 @@ func (l *Local) deleteIfSame(key string, it *localItem) {
 // Abort counts; later calls do nothing.
 func (l *Local) Abort(err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return
 	}
 	switch {
@@ -298,6 +303,43 @@ func (l *Local) Abort(err error) {
 	}
 	l.items = map[string]*localItem{}
 	close(l.aborted)
+	fns := l.onAbort
+	l.onAbort = nil
+	l.mu.Unlock()
+	for _, a := range fns {
+		a.f()
+	}
+}
+
+// afterAbort arranges for f to be called, on the goroutine that aborts l,
+// when l is aborted (at once, on this goroutine, if it already is), until
+// stopAbort is called with the returned handle. It is what a goroutine
+// waiting on Done would do, without starting one: a remote Recv did at
+// every step.
+func (l *Local) afterAbort(f func()) *abortFunc {
+	a := &abortFunc{f: f}
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		f()
+		return a
+	}
+	l.onAbort = append(l.onAbort, a)
+	l.mu.Unlock()
+	return a
+}
+
+// stopAbort undoes afterAbort: a's function is not called after it returns
+// (unless it was already running).
+func (l *Local) stopAbort(a *abortFunc) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, b := range l.onAbort {
+		if b == a {
+			l.onAbort = slices.Delete(l.onAbort, i, i+1)
+			return
+		}
+	}
 }
 
 // Err returns the abort error, or nil while the rendezvous is live.

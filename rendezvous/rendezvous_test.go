@@ -417,6 +417,40 @@ func TestRouterAbortCancelsFetch(t *testing.T) {
 	}
 }
 
+// TestRouterAbortWatch: a remote Recv watches the step's abort without a
+// goroutine of its own; the watch ends with the Recv (none is left behind
+// after many), and one made on an aborted rendezvous fires at once.
+func TestRouterAbortWatch(t *testing.T) {
+	local := NewLocal()
+	r := NewRouter(local, "/job:worker/task:0", func(ctx context.Context, task, key string) (*tensor.Tensor, error) {
+		return tensor.Scalar(float32(1)), nil
+	})
+	key := Key("/job:ps/task:0/cpu:0", "/job:worker/task:0/cpu:0", "w:0")
+	for range 100 {
+		if _, err := r.Recv(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local.mu.Lock()
+	n := len(local.onAbort)
+	local.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d abort watches left after the Recvs, want 0", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := local.afterAbort(cancel)
+	local.Abort(errors.New("step cancelled"))
+	if ctx.Err() == nil {
+		t.Error("Abort did not call the watch")
+	}
+	local.stopAbort(a) // after the fact: harmless
+	fired := false
+	local.afterAbort(func() { fired = true })
+	if !fired {
+		t.Error("a watch made on an aborted rendezvous did not fire at once")
+	}
+}
+
 // BenchmarkSendRecv measures one exchange on one goroutine (the tensor is
 // sent first) and between two goroutines (the handoff latency, including the
 // goroutine wake-ups).

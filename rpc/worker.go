@@ -254,6 +254,16 @@ var (
 	forceTensorCodec = grpc.ForceCodecV2(tensorCodec)
 )
 
+// FinishStep reports whether the peer ended step itself (its RunGraph
+// answer over the tensor channel said so), and forgets it: the step's
+// CleanupStep without an abort reason would make no call (see
+// worker.StepFinisher). A caller that sees false makes the call.
+func (c *workerClient) FinishStep(step int64) bool {
+	return c.tensors != nil && c.tensors.takeFinished(step)
+}
+
+var _ worker.StepFinisher = (*workerClient)(nil)
+
 func (c *workerClient) CleanupStep(ctx context.Context, r *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {
 	if err := c.wait(ctx); err != nil {
 		return nil, err

@@ -651,11 +651,11 @@ func (w *Worker) startBatches(ctx context.Context, stepID int64, recvs map[strin
 					close(b.done[i])
 				}
 			})
-			if err == nil {
-				err = fmt.Errorf("recv from %s: %w: the batch ended early", task, rendezvous.ErrAborted)
-			}
 			for i := range keys {
 				if !delivered[i] {
+					if err == nil { // made only when needed: not at every step
+						err = fmt.Errorf("recv from %s: %w: the batch ended early", task, rendezvous.ErrAborted)
+					}
 					b.results[i] = batchResult{nil, err}
 					close(b.done[i])
 				}
