@@ -472,8 +472,11 @@ func TestSyncWorkerStoppedPastTheDeadlineRejoins(t *testing.T) {
 	const stepTimeout = 4 * time.Second
 	// No --step-delay: a replica is inside a step nearly all the time, so
 	// that the SIGSTOP lands in one (in a delay before a step, there is no
-	// step to outlive the deadline, and nothing to rejoin from).
-	cmd, ps, lines, _ := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "6000", "--local-cluster", "ps=1,worker=3",
+	// step to outlive the deadline, and nothing to rejoin from). Enough
+	// steps that the others cannot finish while it is stopped: a quiet
+	// machine runs over 1,000 of these steps a second (6,000 once ended
+	// before the stopped worker was resumed).
+	cmd, ps, lines, _ := recoveryRun(t, "train", "-v", "--model", "linreg", "--steps", "25000", "--local-cluster", "ps=1,worker=3",
 		"--sync", "--step-timeout", stepTimeout.String(), "--log-every", "200")
 	waitFor(t, lines, "global_step 2")
 	signalTask(t, ps, "worker", 2, syscall.SIGSTOP)
