@@ -174,11 +174,21 @@ func TestAutoencoder(t *testing.T) {
 		t.Run(c.strategy, func(t *testing.T) {
 			r := run(t, "autoencoder", append(common, "--export", t.TempDir(), "--local-cluster", c.jobs, "--strategy", c.strategy)...)
 			check(t, r)
-			if rel := *r.Loss / *ref.Loss; rel < 1-lossTolerance || rel > 1+lossTolerance {
-				t.Errorf("test loss %.5f; in process %.5f: want them within %.0f%%", *r.Loss, *ref.Loss, 100*lossTolerance)
+			tol := lossTolerance
+			if c.strategy == "async" || strings.HasPrefix(c.strategy, "staleness") {
+				tol = asyncLossTolerance
+			}
+			if rel := *r.Loss / *ref.Loss; rel < 1-tol || rel > 1+tol {
+				t.Errorf("test loss %.5f; in process %.5f: want them within %.0f%%", *r.Loss, *ref.Loss, 100*tol)
 			}
 		})
 	}
 }
 
 const lossTolerance = 0.15
+
+// asyncLossTolerance is wider, for async and bounded staleness: 300
+// steps of stale gradients end where the replicas' interleaving takes
+// them (CI saw 19% above the in-process loss once, with a faster remote
+// step).
+const asyncLossTolerance = 0.25

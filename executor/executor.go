@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/gopool"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
 )
@@ -616,14 +617,14 @@ func (r *run) detach(i int32) {
 	r.mu.Lock()
 	r.active++
 	r.mu.Unlock()
-	go func() {
+	gopool.Go(func() { // a goroutine whose stack has grown: see gopool
 		w := new(worker)
 		next := int32(-1)
 		if !r.aborted.Load() {
 			next = r.exec(i, w)
 		}
 		r.work(w, next)
-	}()
+	})
 }
 
 // pop takes a queued node, or retires the worker and returns -1.

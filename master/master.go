@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/gopool"
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
@@ -358,12 +359,28 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 		}
 		results <- result{i, resp, err}
 	}
-	// The last partition runs on this goroutine: one handoff less per step.
-	for i := range len(reqs) - 1 {
-		go run(i)
+	// One partition runs on this goroutine: one handoff less per step. It
+	// is a remote one when there is one, so that the request that starts
+	// the step on another task goes out at once; a new goroutine waits its
+	// turn for a core (tens of microseconds on a busy machine), which the
+	// partition of this task, whose Recvs wait for the others anyway, can
+	// better afford.
+	inline := len(reqs) - 1
+	for i := range reqs {
+		if p.Parts[i].Task != m.cfg.Task {
+			inline = i
+			break
+		}
 	}
-	if len(reqs) > 0 {
-		run(len(reqs) - 1)
+	for i := range reqs {
+		if i != inline {
+			// A kept goroutine: the partition's call stack (the executor
+			// under the worker's RunGraph) grew a new one's at every step.
+			gopool.Go(func() { run(i) })
+		}
+	}
+	if inline >= 0 {
+		run(inline)
 	}
 	resps := make([]*pb.RunGraphResponse, len(reqs))
 	var errs []error // in arrival order
@@ -492,9 +509,26 @@ func (m *Master) cleanup(stepID int64, p *plan, stepErr error) {
 		}
 		return
 	}
+	// A task that ended the step itself (service.StepFinisher: the local
+	// worker when nothing of the step is pending on it, a remote one whose
+	// answer said so) needs no call, nor a goroutine: at this point every
+	// partition has returned, so each is asked once, here.
+	var rest []string
+	for _, pt := range p.Parts {
+		w, err := m.cfg.Workers.Worker(pt.Task)
+		if err == nil {
+			if f, ok := w.(service.StepFinisher); ok && f.FinishStep(stepID) {
+				continue
+			}
+		}
+		rest = append(rest, pt.Task)
+	}
+	if len(rest) == 0 {
+		return
+	}
 	go func() {
-		for _, pt := range p.Parts {
-			cleanOne(pt.Task)
+		for _, task := range rest {
+			cleanOne(task)
 		}
 	}()
 }

@@ -54,10 +54,13 @@ type Route struct {
 // fed tensor in each task that reads it. It is a pure function of g, sig
 // and opts: it only reads g, and equal inputs give equal plans.
 func NewPlan(g *graph.Graph, sig graph.Signature, opts placement.Options) (*Plan, error) {
-	sub, err := graph.NewSubgraph(g, sig)
+	run := sig
+	run.Targets = ungroup(sig.Targets)
+	sub, err := graph.NewSubgraph(g, run)
 	if err != nil {
 		return nil, err
 	}
+	sub.Signature.Targets = slices.Clone(sig.Targets) // the plan is of sig
 	devices, err := placement.Place(sub.AllNodes(), opts)
 	if err != nil {
 		return nil, err
@@ -114,6 +117,37 @@ func NewPlan(g *graph.Graph, sig graph.Signature, opts placement.Options) (*Plan
 		}
 	}
 	return p, nil
+}
+
+// ungroup returns targets with every NoOp that only groups other nodes (a
+// train op, ops.Group: no data inputs, some control inputs) replaced by
+// the nodes it groups, recursively, without duplicates. Running those is
+// running it, since a NoOp does nothing; and a group placed on one task
+// (a worker's train op) over nodes on another (the ps's updates) would
+// otherwise make the step send a control edge between them, one
+// RecvTensor round trip per step. A group that another node of the step
+// waits for is still run, as that node's dependency.
+func ungroup(targets []*graph.Node) []*graph.Node {
+	var out []*graph.Node
+	seen := map[*graph.Node]bool{}
+	var add func(n *graph.Node)
+	add = func(n *graph.Node) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		if n.Op() == "NoOp" && n.NumInputs() == 0 && len(n.ControlInputs()) > 0 {
+			for _, c := range n.ControlInputs() {
+				add(c)
+			}
+			return
+		}
+		out = append(out, n)
+	}
+	for _, t := range targets {
+		add(t)
+	}
+	return out
 }
 
 // sinks returns the names of the nodes of g that no node consumes: running

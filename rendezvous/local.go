@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -55,7 +56,11 @@ type Local struct {
 	items   map[string]*localItem
 	err     error         // set by Abort; every later operation fails with it
 	aborted chan struct{} // closed by Abort
+	onAbort []*abortFunc  // see afterAbort
 }
+
+// abortFunc is a function to call when a Local is aborted (afterAbort).
+type abortFunc struct{ f func() }
 
 // localItem is either a sent tensor waiting for its receiver (ready == nil)
 // or a receiver waiting for its tensor (ready != nil, closed by Send).
@@ -64,6 +69,7 @@ type localItem struct {
 	release func() // see SendLent; nil for Send
 	sent    bool
 	ready   chan struct{}
+	notify  chan struct{} // a RecvManyLent's, poked by Send (buffered 1)
 }
 
 // NewLocal returns an empty rendezvous.
@@ -96,7 +102,109 @@ func (l *Local) SendLent(key string, t *tensor.Tensor, release func()) error {
 	}
 	it.t, it.release, it.sent = t, release, true
 	close(it.ready)
+	if it.notify != nil {
+		select {
+		case it.notify <- struct{}{}:
+		default: // already poked
+		}
+	}
 	return nil
+}
+
+// Lent is a tensor received by RecvManyLent: the index of its key, and the
+// function to call once the caller no longer reads it (see RecvLent).
+type Lent struct {
+	Index   int
+	T       *tensor.Tensor
+	Release func()
+}
+
+// RecvManyLent receives the tensors sent under keys, as RecvLent would
+// each, as they come: got is called with those sent since its last call
+// (each key once, in no set order), one call at a time on the caller's
+// goroutine, and RecvManyLent returns once every key was received. It
+// fails as Recv does (ctx, abort, another receiver of a key), the keys not
+// yet received then not. One waiter serves all the keys, so that a batch
+// of a step's tensors costs no goroutine per tensor.
+func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent)) error {
+	notify := make(chan struct{}, 1)
+	pending := make(map[string]*localItem, len(keys))
+	index := make(map[string]int, len(keys))
+	var ready []Lent
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return fmt.Errorf("rendezvous: recv %d tensors: %w", len(keys), l.err)
+	}
+	for i, key := range keys {
+		if _, dup := index[key]; dup {
+			l.mu.Unlock()
+			return fmt.Errorf("rendezvous: recv %q: the key is asked for twice", key)
+		}
+		index[key] = i
+		it, ok := l.items[key]
+		switch {
+		case ok && it.sent:
+			delete(l.items, key)
+			ready = append(ready, lentOf(i, it))
+		case ok:
+			for k, it := range pending { // undo
+				l.deleteIfSame(k, it)
+			}
+			l.mu.Unlock()
+			return fmt.Errorf("rendezvous: recv %q: another receiver already waits for this key", key)
+		default:
+			it = &localItem{ready: make(chan struct{}), notify: notify}
+			l.items[key] = it
+			pending[key] = it
+		}
+	}
+	l.mu.Unlock()
+	for {
+		if len(ready) > 0 {
+			got(ready)
+			ready = ready[:0]
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		var stop error
+		select {
+		case <-notify:
+		case <-l.aborted:
+			l.mu.Lock()
+			stop = l.err
+			l.mu.Unlock()
+			return fmt.Errorf("rendezvous: recv %d tensors: %w", len(pending), stop)
+		case <-ctx.Done():
+			stop = ctx.Err()
+		}
+		l.mu.Lock()
+		for key, it := range pending {
+			if it.sent { // sent while we were giving up: delivered anyway
+				l.deleteIfSame(key, it)
+				delete(pending, key)
+				ready = append(ready, lentOf(index[key], it))
+			} else if stop != nil {
+				l.deleteIfSame(key, it)
+			}
+		}
+		l.mu.Unlock()
+		if stop != nil {
+			if len(ready) > 0 {
+				got(ready)
+			}
+			return fmt.Errorf("rendezvous: recv %d tensors: %w", len(pending), stop)
+		}
+	}
+}
+
+func lentOf(i int, it *localItem) Lent {
+	release := it.release
+	if release == nil {
+		release = func() {}
+	}
+	return Lent{Index: i, T: it.t, Release: release}
 }
 
 // Recv returns the tensor sent under key, waiting for it if needed. It fails
@@ -181,8 +289,8 @@ func (l *Local) deleteIfSame(key string, it *localItem) {
 // Abort counts; later calls do nothing.
 func (l *Local) Abort(err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return
 	}
 	switch {
@@ -195,6 +303,43 @@ func (l *Local) Abort(err error) {
 	}
 	l.items = map[string]*localItem{}
 	close(l.aborted)
+	fns := l.onAbort
+	l.onAbort = nil
+	l.mu.Unlock()
+	for _, a := range fns {
+		a.f()
+	}
+}
+
+// afterAbort arranges for f to be called, on the goroutine that aborts l,
+// when l is aborted (at once, on this goroutine, if it already is), until
+// stopAbort is called with the returned handle. It is what a goroutine
+// waiting on Done would do, without starting one: a remote Recv did at
+// every step.
+func (l *Local) afterAbort(f func()) *abortFunc {
+	a := &abortFunc{f: f}
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		f()
+		return a
+	}
+	l.onAbort = append(l.onAbort, a)
+	l.mu.Unlock()
+	return a
+}
+
+// stopAbort undoes afterAbort: a's function is not called after it returns
+// (unless it was already running).
+func (l *Local) stopAbort(a *abortFunc) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, b := range l.onAbort {
+		if b == a {
+			l.onAbort = slices.Delete(l.onAbort, i, i+1)
+			return
+		}
+	}
 }
 
 // Err returns the abort error, or nil while the rendezvous is live.

@@ -297,6 +297,31 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// TestTableCleanupIfIdle: a step is cleaned up by CleanupIfIdle only when
+// nothing in it is pending; then, as after Cleanup, a late Recv fails.
+func TestTableCleanupIfIdle(t *testing.T) {
+	tab := NewTable()
+	ctx := context.Background()
+	if err := tab.Get(1).Send("k", tensor.Scalar(float32(1))); err != nil {
+		t.Fatal(err)
+	}
+	if tab.CleanupIfIdle(1) {
+		t.Fatal("CleanupIfIdle cleaned up a step with a tensor not received")
+	}
+	if _, err := tab.Get(1).Recv(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if !tab.CleanupIfIdle(1) {
+		t.Fatal("CleanupIfIdle left an idle step")
+	}
+	if _, err := tab.Get(1).Recv(ctx, "late"); !errors.Is(err, ErrStepDone) {
+		t.Errorf("late recv: %v, want ErrStepDone", err)
+	}
+	if tab.Len() != 0 {
+		t.Errorf("Len = %d, want 0", tab.Len())
+	}
+}
+
 func TestTableForgetsOldSteps(t *testing.T) {
 	tab := NewTable()
 	for id := range int64(DefaultCleanedSteps + 10) {
@@ -389,6 +414,40 @@ func TestRouterAbortCancelsFetch(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("abort did not cancel the remote fetch")
+	}
+}
+
+// TestRouterAbortWatch: a remote Recv watches the step's abort without a
+// goroutine of its own; the watch ends with the Recv (none is left behind
+// after many), and one made on an aborted rendezvous fires at once.
+func TestRouterAbortWatch(t *testing.T) {
+	local := NewLocal()
+	r := NewRouter(local, "/job:worker/task:0", func(ctx context.Context, task, key string) (*tensor.Tensor, error) {
+		return tensor.Scalar(float32(1)), nil
+	})
+	key := Key("/job:ps/task:0/cpu:0", "/job:worker/task:0/cpu:0", "w:0")
+	for range 100 {
+		if _, err := r.Recv(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local.mu.Lock()
+	n := len(local.onAbort)
+	local.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d abort watches left after the Recvs, want 0", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := local.afterAbort(cancel)
+	local.Abort(errors.New("step cancelled"))
+	if ctx.Err() == nil {
+		t.Error("Abort did not call the watch")
+	}
+	local.stopAbort(a) // after the fact: harmless
+	fired := false
+	local.afterAbort(func() { fired = true })
+	if !fired {
+		t.Error("a watch made on an aborted rendezvous did not fire at once")
 	}
 }
 
@@ -523,4 +582,46 @@ func TestSendLent(t *testing.T) {
 		t.Fatalf("RecvLent of a sent tensor: err %v, or no release function", err)
 	}
 	release()
+}
+
+// TestRecvManyLent: one waiter receives several keys, those sent before
+// it at once and the others as they come, each once with its index; an
+// abort ends it with the keys not received.
+func TestRecvManyLent(t *testing.T) {
+	l := NewLocal()
+	ctx := context.Background()
+	if err := l.Send("a", tensor.Scalar(float32(1))); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		l.Send("c", tensor.Scalar(float32(3)))
+		time.Sleep(10 * time.Millisecond)
+		l.Send("b", tensor.Scalar(float32(2)))
+	}()
+	got := map[int]float32{}
+	calls := 0
+	if err := l.RecvManyLent(ctx, []string{"a", "b", "c"}, func(ready []Lent) {
+		calls++
+		for _, r := range ready {
+			if _, dup := got[r.Index]; dup {
+				t.Errorf("key %d delivered twice", r.Index)
+			}
+			got[r.Index] = r.T.Float32s()[0]
+			r.Release()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 1 || got[1] != 2 || got[2] != 3 || calls < 2 {
+		t.Errorf("got %v in %d calls, want a=1 b=2 c=3 in 2 or 3", got, calls)
+	}
+	if l.Pending() != 0 {
+		t.Errorf("%d pending after the batch", l.Pending())
+	}
+	go func() { time.Sleep(10 * time.Millisecond); l.Abort(errors.New("peer lost")) }()
+	err := l.RecvManyLent(ctx, []string{"x", "y"}, func([]Lent) { t.Error("nothing was sent") })
+	if !errors.Is(err, ErrAborted) {
+		t.Errorf("aborted batch: %v, want ErrAborted", err)
+	}
 }

@@ -3,8 +3,10 @@ package rendezvous
 import (
 	"context"
 	"fmt"
-	"github.com/distflow/distflow/placement"
+	"strconv"
 	"sync"
+
+	"github.com/distflow/distflow/placement"
 
 	"github.com/distflow/distflow/tensor"
 )
@@ -45,7 +47,7 @@ func (t *Table) Get(stepID int64) *Local {
 	}
 	if _, done := t.cleaned[stepID]; done {
 		l := NewLocal()
-		l.Abort(fmt.Errorf("step %d: %w", stepID, ErrStepDone))
+		l.Abort(stepDone(stepID))
 		return l
 	}
 	l := NewLocal()
@@ -67,9 +69,41 @@ func (t *Table) Cleanup(stepID int64, abortErr error) {
 		return
 	}
 	if abortErr == nil {
-		abortErr = ErrStepDone
+		l.Abort(stepDone(stepID))
+		return
 	}
 	l.Abort(fmt.Errorf("step %d: %w", stepID, abortErr))
+}
+
+// stepDone is the abort error of a finished step's rendezvous ("rendezvous
+// aborted: step N: step already cleaned up"), wrapping ErrAborted and
+// ErrStepDone. Every step makes one, so it is formatted only when read.
+type stepDone int64
+
+func (e stepDone) Error() string {
+	return ErrAborted.Error() + ": step " + strconv.FormatInt(int64(e), 10) + ": " + ErrStepDone.Error()
+}
+
+func (e stepDone) Unwrap() []error { return []error{ErrAborted, ErrStepDone} }
+
+// CleanupIfIdle cleans up step stepID, as Cleanup without an error does,
+// if its rendezvous holds nothing (every tensor sent was received, no
+// Recv waits), and reports whether the step is now cleaned up. A step
+// whose every partition here has finished is then over on this task.
+func (t *Table) CleanupIfIdle(stepID int64) bool {
+	t.mu.Lock()
+	l := t.steps[stepID]
+	if l != nil && l.Pending() > 0 {
+		t.mu.Unlock()
+		return false
+	}
+	delete(t.steps, stepID)
+	t.rememberLocked(stepID)
+	t.mu.Unlock()
+	if l != nil {
+		l.Abort(stepDone(stepID))
+	}
+	return true
 }
 
 func (t *Table) rememberLocked(stepID int64) {
@@ -138,15 +172,8 @@ func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		select {
-		case <-r.local.Done():
-			cancel()
-		case <-stop:
-		}
-	}()
+	a := r.local.afterAbort(cancel) // the step's abort ends the fetch
+	defer r.local.stopAbort(a)
 	t, err := r.fetch(ctx, sendTask, key)
 	if err != nil {
 		if aerr := r.local.Err(); aerr != nil {

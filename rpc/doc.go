@@ -41,6 +41,18 @@
 // Options.NoTensorChannel) is served over gRPC, as is a client with
 // NoTensorChannel.
 //
+// The two calls a master makes to every remote task at every step,
+// RunGraph and CleanupStep, go over the channel too (version 1.1: their
+// serialised request and response), with the same authentication and
+// errors as over gRPC, which costs several times the CPU per call; a
+// request larger than about 1 MiB, or a peer that speaks version 1.0 of
+// the channel, goes over gRPC. A peer that finishes a step itself says so
+// in its RunGraph answer, and the step's CleanupStep then makes no call
+// (service.StepFinisher). A step's partition asks each peer it receives
+// several tensors from for all of them in one request (RecvTensors,
+// service.BatchReceiver), answered key by key, those sent together in one
+// write (see tensorbatch.go).
+//
 // Over gRPC, RecvTensor streams a tensor's raw little-endian bytes in
 // messages of at most 4 MiB; the first carries dtype and dims, and the
 // receiver allocates the tensor once and copies each chunk into place, so

@@ -85,6 +85,10 @@ func FuzzReadRequest(f *testing.F) {
 		var req *tensorRequest
 		var err error
 		fuzztest.CheckAlloc(t, uint64(64*len(b))+maxRequestSize, func() {
+			// Version 1.1 (a method byte, a call's body) decodes safely too.
+			readRequestV(bufio.NewReader(bytes.NewReader(b)), true)
+		})
+		fuzztest.CheckAlloc(t, uint64(64*len(b))+maxRequestSize, func() {
 			req, err = readRequest(bufio.NewReader(bytes.NewReader(b)))
 		})
 		if err != nil {

@@ -171,6 +171,9 @@ func (p *tensorPool) meterPool() {
 	if m := p.opts.Metrics; m != nil {
 		label := p.opts.peerLabel(p.addr)
 		p.rpcSeries, p.channel = m.RPC(label, "RecvTensor"), m.TensorChannel(label)
+		for _, method := range []int{methodRunGraph, methodCleanupStep} {
+			p.callSeries[method] = m.RPC(label, methodNames[method])
+		}
 	}
 }
 

@@ -149,8 +149,8 @@ func (s *Server) sniff(c net.Conn, g *chanListener) {
 		return
 	}
 	c.SetDeadline(time.Time{})
-	if err == nil && bytes.Equal(head, tensorHello) {
-		s.serveTensors(c)
+	if err == nil && (bytes.Equal(head, tensorHello) || bytes.Equal(head, tensorHello11)) {
+		s.serveTensors(c, bytes.Equal(head, tensorHello11))
 		return
 	}
 	if err == nil && bytes.HasPrefix(head, tensorHelloPrefix) {

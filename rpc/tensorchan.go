@@ -44,10 +44,21 @@ import (
 // full, finds it bogus and hangs up, and the client falls back to gRPC.
 // Then, one at a time, requests and responses (integers little-endian):
 //
-//	request:  u32 length of the rest | i64 step id | i64 timeout in ns (0: none)
+//	request:  u32 length of the rest | [u8 method] | i64 step id | i64 timeout in ns (0: none)
 //	          | u16 key length | key | u16 metadata pairs | (u16 n | name | u32 n | value)...
+//	          | [body]
 //	response: u8 0 | u8 dtype | u8 rank | u64 dims... | u64 byte length | the bytes
 //	      or: u8 1 | u32 status code | u16 n | reason | u32 n | message
+//	      or: u8 2 | u64 n | the response message (a call's)
+//
+// Version 1.1 (tensorHello11; a client that offers it and is answered
+// 1.0 speaks 1.0 on a new connection) adds the method byte and the body:
+// method 0 is RecvTensor (no body, the key names the tensor), 1 RunGraph
+// and 2 CleanupStep, whose body is the serialised request and whose
+// answer, the serialised response (kind 2). A small step then makes no
+// gRPC call at all: a gRPC unary call costs about three times the CPU of
+// one exchange here (HTTP/2 framing, and a handoff between goroutines at
+// each end), which is most of a small remote step.
 //
 // The metadata are those of the client's PerRPCCredentials, checked by
 // the server's Options.Authenticate as for a gRPC call; an error response
@@ -56,6 +67,7 @@ import (
 // and reused across steps.
 var (
 	tensorHello       = []byte("distflow-tensors/1.0\r\n\r\n")
+	tensorHello11     = []byte("distflow-tensors/1.1\r\n\r\n")
 	tensorHelloPrefix = []byte("distflow-tensors/")
 )
 
@@ -65,12 +77,27 @@ const tensorALPN = "distflow-tensors/1"
 const (
 	respTensor = 0
 	respError  = 1
+	respCall   = 2
+	// respCallFinished answers a RunGraph call as respCall does, and says
+	// that the peer has finished the step (worker.StepFinisher).
+	respCallFinished = 3
+	// respBatchTensor and respBatchError answer one key of a RecvTensors
+	// request (see tensorbatch.go).
+	respBatchTensor = 4
+	respBatchError  = 5
 
 	maxRequestSize = 1 << 20 // a key and credentials: anything larger is garbage
 	maxRank        = 64
-	maxIdleConns   = 8           // per peer
-	reprobeAfter   = time.Minute // a peer without the channel is asked again after this
-	ioBufferSize   = 32 << 10
+	// maxIdleConns bounds the idle connections kept per peer. A step
+	// holds one per RecvTensor in flight and one per RunGraph call (a
+	// synchronous worker's blocks until its round ends), so that a sync
+	// step of a small mlp took about 10 at once on a worker: with 8 kept,
+	// the rest were closed and dialled again at every step, a TLS
+	// handshake each. An idle connection costs its buffers (up to 256 KiB
+	// with TLS) and a goroutine on the server.
+	maxIdleConns = 64
+	reprobeAfter = time.Minute // a peer without the channel is asked again after this
+	ioBufferSize = 32 << 10
 	// tlsReadBufferSize is the buffer under a TLS client connection
 	// (readBufferedConn): 16 records per system call. 1 MiB measured the
 	// same.
@@ -84,15 +111,38 @@ var recvTensorMethod = rpcpb.WorkerService_RecvTensor_FullMethodName
 
 // tensorRequest is one request read by the server.
 type tensorRequest struct {
+	method  byte // a version 1.1 request's (methodRecvTensor in 1.0)
 	step    int64
 	timeout time.Duration
 	key     string
 	md      metadata.MD
+	body    []byte // a call's serialised request
 }
 
+// The methods of a version 1.1 request.
+const (
+	methodRecvTensor  = 0
+	methodRunGraph    = 1
+	methodCleanupStep = 2
+	methodRecvTensors = 3
+	numMethods        = 4
+)
+
+// appendRequest appends a version 1.0 request.
 func appendRequest(b []byte, step int64, timeout time.Duration, key string, md map[string]string) []byte {
+	b, start := beginRequest(b, -1, step, timeout, key, md)
+	return endRequest(b, start)
+}
+
+// beginRequest appends a request without its body and returns where it
+// starts, for endRequest once the body is appended. method is the
+// version 1.1 method byte, or -1 for a version 1.0 request.
+func beginRequest(b []byte, method int, step int64, timeout time.Duration, key string, md map[string]string) ([]byte, int) {
 	start := len(b)
-	b = binary.LittleEndian.AppendUint32(b, 0) // length, below
+	b = binary.LittleEndian.AppendUint32(b, 0) // length, in endRequest
+	if method >= 0 {
+		b = append(b, byte(method))
+	}
 	b = binary.LittleEndian.AppendUint64(b, uint64(step))
 	b = binary.LittleEndian.AppendUint64(b, uint64(timeout))
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(key)))
@@ -104,6 +154,11 @@ func appendRequest(b []byte, step int64, timeout time.Duration, key string, md m
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
 		b = append(b, v...)
 	}
+	return b, start
+}
+
+// endRequest writes the length of the request that starts at start.
+func endRequest(b []byte, start int) []byte {
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	return b
 }
@@ -127,6 +182,7 @@ func (f *frame) next(n int) []byte {
 
 var errShortFrame = fmt.Errorf("%w: truncated tensor channel frame", tensor.ErrCorrupt)
 
+func (f *frame) u8() byte { return f.pad(f.next(1), 1)[0] }
 func (f *frame) u16() int { return int(binary.LittleEndian.Uint16(f.pad(f.next(2), 2))) }
 func (f *frame) u32() int { return int(binary.LittleEndian.Uint32(f.pad(f.next(4), 4))) }
 func (f *frame) u64() uint64 {
@@ -142,7 +198,12 @@ func (f *frame) pad(b []byte, n int) []byte {
 	return b
 }
 
-func readRequest(r *bufio.Reader) (*tensorRequest, error) {
+// readRequest reads a version 1.0 request.
+func readRequest(r *bufio.Reader) (*tensorRequest, error) { return readRequestV(r, false) }
+
+// readRequestV reads a request; v11 says the connection speaks version
+// 1.1 (a method byte, and a call's body after the metadata).
+func readRequestV(r *bufio.Reader, v11 bool) (*tensorRequest, error) {
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
 		return nil, err
@@ -161,7 +222,11 @@ func readRequest(r *bufio.Reader) (*tensorRequest, error) {
 		return nil, io.ErrUnexpectedEOF
 	}
 	f := &frame{b: b}
-	req := &tensorRequest{step: int64(f.u64()), timeout: time.Duration(f.u64())}
+	req := &tensorRequest{}
+	if v11 {
+		req.method = f.u8() // one this server does not know is refused by serveRequest
+	}
+	req.step, req.timeout = int64(f.u64()), time.Duration(f.u64())
 	req.key = f.str(f.u16())
 	pairs := f.u16()
 	if pairs*6 > len(f.b) { // a pair takes at least its two lengths
@@ -171,6 +236,9 @@ func readRequest(r *bufio.Reader) (*tensorRequest, error) {
 	for range pairs {
 		k := f.str(f.u16())
 		req.md.Append(k, f.str(f.u32()))
+	}
+	if req.method != methodRecvTensor {
+		req.body = f.b
 	}
 	return req, f.err
 }
@@ -194,8 +262,9 @@ func (c *tensorServerConn) closeIfIdle() {
 }
 
 // serveTensors answers the hello and serves requests on c until the
-// client hangs up or the server stops.
-func (s *Server) serveTensors(c net.Conn) {
+// client hangs up or the server stops. v11 says the client's hello was
+// version 1.1's.
+func (s *Server) serveTensors(c net.Conn, v11 bool) {
 	sc := &tensorServerConn{conn: c}
 	s.mu.Lock()
 	if s.stopping {
@@ -221,7 +290,11 @@ func (s *Server) serveTensors(c net.Conn) {
 	}()
 	// Socket buffers are left to Linux's autotuning (up to tcp_rmem's
 	// maximum): fixed 4 MiB buffers measured no better.
-	if _, err := c.Write(tensorHello); err != nil {
+	hello := tensorHello
+	if v11 {
+		hello = tensorHello11
+	}
+	if _, err := c.Write(hello); err != nil {
 		return
 	}
 
@@ -236,7 +309,7 @@ func (s *Server) serveTensors(c net.Conn) {
 		defer close(reqs)
 		r := bufio.NewReaderSize(c, 4<<10)
 		for {
-			req, err := readRequest(r)
+			req, err := readRequestV(r, v11)
 			if err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 					s.opts.logger().Debug("rpc: tensor channel: bad request", "remote", c.RemoteAddr().String(), "err", err)
@@ -276,35 +349,29 @@ func (s *Server) serveTensors(c net.Conn) {
 // serveRequest answers one request; an error means the connection is
 // broken.
 func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Service, req *tensorRequest, hdr []byte) ([]byte, error) {
+	if req.method >= numMethods {
+		// A newer client's: refused, so that it can do without.
+		return writeError(connCtx, c, hdr, status.Errorf(codes.Unimplemented, "rpc: tensor channel method %d", req.method))
+	}
 	ctx := metadata.NewIncomingContext(connCtx, req.md)
-	ctx = grpc.NewContextWithServerTransportStream(ctx, methodStream{}) // grpc.Method(ctx), as for a gRPC call
+	ctx = grpc.NewContextWithServerTransportStream(ctx, methodStreams[req.method]) // grpc.Method(ctx), as for a gRPC call
 	if req.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.timeout)
 		defer cancel()
 	}
+	switch req.method {
+	case methodRecvTensors:
+		return s.serveBatch(ctx, c, w, req, hdr)
+	case methodRunGraph, methodCleanupStep:
+		return s.serveCall(ctx, connCtx, c, w, req, hdr)
+	}
 	t, release, err := s.recvAuthenticated(ctx, w, req)
 	if err != nil {
-		st := status.Convert(toStatus(err))
-		hdr = append(hdr, respError)
-		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(st.Code()))
-		reason := reasonOf(st)
-		hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(reason)))
-		hdr = append(hdr, reason...)
-		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(st.Message())))
-		hdr = append(hdr, st.Message()...)
-		// The request's deadline may be what failed it: the answer gets
-		// time of its own.
-		ctx, cancel := context.WithTimeout(connCtx, sniffTimeout)
-		defer cancel()
-		return hdr, writeAll(ctx, c, net.Buffers{hdr})
+		return writeError(connCtx, c, hdr, err)
 	}
 	raw := t.RawBytes()
-	hdr = append(hdr, respTensor, byte(t.DType()), byte(t.Rank()))
-	for _, d := range t.Shape() {
-		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(d))
-	}
-	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(len(raw)))
+	hdr = appendTensorHeader(append(hdr, respTensor), t)
 	bufs := net.Buffers{hdr, raw}
 	if s.tlsc != nil && len(raw) <= tlsCoalesceBytes {
 		// Over TLS each Write is a record and a system call of its own: a
@@ -317,6 +384,16 @@ func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Serv
 	return hdr, err
 }
 
+// appendTensorHeader appends what precedes a tensor's bytes in a
+// response: dtype, rank, dims and byte length.
+func appendTensorHeader(hdr []byte, t *tensor.Tensor) []byte {
+	hdr = append(hdr, byte(t.DType()), byte(t.Rank()))
+	for _, d := range t.Shape() {
+		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(d))
+	}
+	return binary.LittleEndian.AppendUint64(hdr, uint64(len(t.RawBytes())))
+}
+
 // recvAuthenticated returns the requested tensor and the function to call
 // once it is written (see worker.Lender).
 func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *tensorRequest) (*tensor.Tensor, func(), error) {
@@ -324,29 +401,65 @@ func (s *Server) recvAuthenticated(ctx context.Context, w worker.Service, req *t
 	if err != nil {
 		return nil, nil, err
 	}
+	return s.lend(ctx, w, req.step, req.key)
+}
+
+// lend returns the tensor under key in step and the function to call once
+// it is written (see worker.Lender).
+func (s *Server) lend(ctx context.Context, w worker.Service, step int64, key string) (*tensor.Tensor, func(), error) {
+	var err error
 	release := func() {}
 	var t *tensor.Tensor
 	if l, ok := w.(worker.Lender); ok {
-		t, release, err = l.LendTensor(ctx, req.step, req.key)
+		t, release, err = l.LendTensor(ctx, step, key)
 	} else {
-		t, err = w.RecvTensor(ctx, req.step, req.key)
+		t, err = w.RecvTensor(ctx, step, key)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
 	if t.Rank() > maxRank {
 		release()
-		return nil, nil, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", req.key, t.Rank(), maxRank)
+		return nil, nil, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", key, t.Rank(), maxRank)
 	}
 	s.countServed(ctx, len(t.RawBytes()))
 	return t, release, nil
 }
 
-// methodStream gives a tensor-channel request the method name of
-// RecvTensor for grpc.Method; it carries no headers.
-type methodStream struct{}
+// writeError answers a request with err's status (hdr is reused).
+func writeError(connCtx context.Context, c net.Conn, hdr []byte, err error) ([]byte, error) {
+	hdr = appendError(append(hdr, respError), err)
+	// The request's deadline may be what failed it: the answer gets
+	// time of its own.
+	ctx, cancel := context.WithTimeout(connCtx, sniffTimeout)
+	defer cancel()
+	return hdr, writeAll(ctx, c, net.Buffers{hdr})
+}
 
-func (methodStream) Method() string               { return recvTensorMethod }
+// appendError appends the body of an error response: err's status.
+func appendError(hdr []byte, err error) []byte {
+	st := status.Convert(toStatus(err))
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(st.Code()))
+	reason := reasonOf(st)
+	hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(reason)))
+	hdr = append(hdr, reason...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(st.Message())))
+	return append(hdr, st.Message()...)
+}
+
+// methodStream gives a tensor-channel request the method name of its
+// gRPC counterpart for grpc.Method; it carries no headers.
+type methodStream struct{ method string }
+
+// methodStreams are the methodStreams of the channel's methods.
+var methodStreams = [numMethods]methodStream{
+	methodRecvTensor:  {recvTensorMethod},
+	methodRunGraph:    {rpcpb.WorkerService_RunGraph_FullMethodName},
+	methodCleanupStep: {rpcpb.WorkerService_CleanupStep_FullMethodName},
+	methodRecvTensors: {recvTensorMethod},
+}
+
+func (m methodStream) Method() string             { return m.method }
 func (methodStream) SetHeader(metadata.MD) error  { return nil }
 func (methodStream) SendHeader(metadata.MD) error { return nil }
 func (methodStream) SetTrailer(metadata.MD) error { return nil }
@@ -378,10 +491,14 @@ type tensorPool struct {
 	idle    []*tensorClientConn
 	closed  bool
 	offline time.Time // until then, the peer is taken not to offer the channel
+	v10     bool      // the peer speaks version 1.0 only: no calls
+	done    []int64   // the steps the peer finished itself, oldest first (see finished)
 
-	// rpcSeries and channel record the transfers (nil: no Options.Metrics).
-	rpcSeries *metrics.RPC
-	channel   *metrics.Channel
+	// rpcSeries and channel record the transfers, callSeries the calls
+	// by method (nil: no Options.Metrics).
+	rpcSeries  *metrics.RPC
+	channel    *metrics.Channel
+	callSeries [numMethods]*metrics.RPC
 }
 
 // newTensorPool returns the pool of peer at addr, or nil when opts turn the
@@ -410,6 +527,10 @@ type tensorClientConn struct {
 	conn net.Conn
 	r    *bufio.Reader
 	buf  []byte // request encoding, reused
+	v11  bool   // the connection speaks version 1.1: calls too
+	// expired says that a request's context ended during its exchange:
+	// the connection has a deadline in the past (see arm).
+	expired bool
 }
 
 // errFallback tells RecvTensor to use gRPC: the channel could not be
@@ -484,7 +605,7 @@ func (p *tensorPool) get(ctx context.Context) (*tensorClientConn, error) {
 func (p *tensorPool) put(c *tensorClientConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.idle) >= maxIdleConns {
+	if p.closed || len(p.idle) >= maxIdleConns || c.expired {
 		c.conn.Close()
 		return
 	}
@@ -523,6 +644,13 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 		deadline = d
 	}
 	conn.SetDeadline(deadline)
+	p.mu.Lock()
+	mine := tensorHello11
+	if p.v10 {
+		mine = tensorHello
+	}
+	p.mu.Unlock()
+	older := false // the peer answered 1.0 to our 1.1
 	hello := func() error {
 		if p.tlsc != nil {
 			tc := tls.Client(&readBufferedConn{Conn: conn, r: bufio.NewReaderSize(conn, tlsReadBufferSize)}, p.tlsc)
@@ -531,20 +659,27 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 			}
 			conn = tc
 		}
-		if _, err := conn.Write(tensorHello); err != nil {
+		if _, err := conn.Write(mine); err != nil {
 			return err
 		}
-		ack := make([]byte, len(tensorHello))
+		ack := make([]byte, len(mine))
 		if _, err := io.ReadFull(conn, ack); err != nil {
 			return err
 		}
-		if !bytes.Equal(ack, tensorHello) {
+		if !bytes.Equal(ack, mine) {
+			older = bytes.Equal(mine, tensorHello11) && bytes.Equal(ack, tensorHello)
 			return fmt.Errorf("unexpected answer %q", ack)
 		}
 		return nil
 	}
 	if err := hello(); err != nil {
 		conn.Close()
+		if older { // it hangs up: ask again in its version
+			p.mu.Lock()
+			p.v10 = true
+			p.mu.Unlock()
+			return p.dial(ctx)
+		}
 		var ne net.Error
 		if ctx.Err() == nil && !(errors.As(err, &ne) && ne.Timeout()) {
 			p.mu.Lock()
@@ -555,57 +690,39 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
-	return &tensorClientConn{conn: conn, r: bufio.NewReaderSize(conn, ioBufferSize)}, nil
+	return &tensorClientConn{conn: conn, r: bufio.NewReaderSize(conn, ioBufferSize), v11: bytes.Equal(mine, tensorHello11)}, nil
 }
 
 // exchange sends one request on c and reads the response; a *RemoteError
 // is the peer's answer, after which c is still usable.
 func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int64, key string, md map[string]string) (*tensor.Tensor, error) {
-	var timeout time.Duration
-	if d, ok := ctx.Deadline(); ok {
-		if timeout = time.Until(d); timeout <= 0 {
-			return nil, ctx.Err()
-		}
-		c.conn.SetDeadline(d)
-	} else {
-		c.conn.SetDeadline(time.Time{})
-	}
-	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
-	c.buf = appendRequest(c.buf[:0], step, timeout, key, md)
-	if _, err := c.conn.Write(c.buf); err != nil {
-		return nil, err
-	}
-	kind, err := c.r.ReadByte()
+	timeout, disarm, err := c.arm(ctx)
 	if err != nil {
 		return nil, err
 	}
-	switch kind {
-	case respError:
-		var h [4]byte
-		if _, err := io.ReadFull(c.r, h[:]); err != nil {
-			return nil, err
-		}
-		code := codes.Code(binary.LittleEndian.Uint32(h[:]))
-		reason, err := readString(c.r, 2)
-		if err != nil {
-			return nil, err
-		}
-		msg, err := readString(c.r, 4)
-		if err != nil {
-			return nil, err
-		}
-		re := &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: code, Msg: msg}
-		var also string
-		if re.Reason, also, _ = strings.Cut(reason, ","); also != "" {
-			re.Also = strings.Split(also, ",")
-		}
-		return nil, re
-	case respTensor:
-	default:
+	defer disarm()
+
+	method := -1
+	if c.v11 {
+		method = methodRecvTensor
+	}
+	var start int
+	c.buf, start = beginRequest(c.buf[:0], method, step, timeout, key, md)
+	c.buf = endRequest(c.buf, start)
+	if _, err := c.conn.Write(c.buf); err != nil {
+		return nil, err
+	}
+	if kind, err := p.readKind(c, "RecvTensor"); err != nil {
+		return nil, err
+	} else if kind != respTensor {
 		return nil, fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
 	}
+	return p.readTensor(c)
+}
+
+// readTensor reads a response's tensor after its kind: dtype, rank,
+// dims, byte length and the bytes.
+func (p *tensorPool) readTensor(c *tensorClientConn) (*tensor.Tensor, error) {
 	var h [2]byte
 	if _, err := io.ReadFull(c.r, h[:]); err != nil {
 		return nil, err
@@ -649,6 +766,47 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 	return t, nil
 }
 
+// readKind reads the kind of a response: the peer's error as a
+// *RemoteError of method, or the kind of any other.
+func (p *tensorPool) readKind(c *tensorClientConn, method string) (byte, error) {
+	kind, err := c.r.ReadByte()
+	if err != nil {
+		return 0, err
+	}
+	if kind != respError {
+		return kind, nil
+	}
+	re, err := p.readError(c, method)
+	if err != nil {
+		return 0, err
+	}
+	return 0, re
+}
+
+// readError reads an error response after its kind: the peer's error as
+// a *RemoteError of method.
+func (p *tensorPool) readError(c *tensorClientConn, method string) (*RemoteError, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(c.r, h[:]); err != nil {
+		return nil, err
+	}
+	code := codes.Code(binary.LittleEndian.Uint32(h[:]))
+	reason, err := readString(c.r, 2)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := readString(c.r, 4)
+	if err != nil {
+		return nil, err
+	}
+	re := &RemoteError{Peer: p.peer, Method: method, Code: code, Msg: msg}
+	var also string
+	if re.Reason, also, _ = strings.Cut(reason, ","); also != "" {
+		re.Also = strings.Split(also, ",")
+	}
+	return re, nil
+}
+
 func readString(r *bufio.Reader, lenSize int) (string, error) {
 	var h [4]byte
 	if _, err := io.ReadFull(r, h[:lenSize]); err != nil {
@@ -667,12 +825,19 @@ func readString(r *bufio.Reader, lenSize int) (string, error) {
 // own error as is, the end of ctx as DeadlineExceeded or Canceled, a
 // broken connection as Unavailable, all naming the peer.
 func (p *tensorPool) error(ctx context.Context, key string, err error) error {
+	return p.callError(ctx, "RecvTensor", fmt.Sprintf("tensor %q", key), err)
+}
+
+// callError is error for a call of method about what ("tensor "w:0"").
+func (p *tensorPool) callError(ctx context.Context, method, what string, err error) error {
 	var re *RemoteError
 	switch {
 	case errors.As(err, &re):
 		return re
 	case errors.Is(err, tensor.ErrCorrupt) || errors.Is(err, ErrTooLarge):
-		return fmt.Errorf("rpc: RecvTensor %q on %s: %w", key, p.peer, err)
+		return fmt.Errorf("rpc: %s %s on %s: %w", method, what, p.peer, err)
+	case errors.Is(err, errResponseTooLarge):
+		return p.callResponseError(method, err)
 	case ctx.Err() != nil || deadlinePassed(ctx, err):
 		cerr := ctx.Err()
 		if cerr == nil { // the socket's deadline fired just before ctx's
@@ -682,10 +847,10 @@ func (p *tensorPool) error(ctx context.Context, key string, err error) error {
 		if errors.Is(cerr, context.DeadlineExceeded) {
 			code = codes.DeadlineExceeded
 		}
-		re = &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: code, Msg: fmt.Sprintf("tensor %q: %v", key, err)}
+		re = &RemoteError{Peer: p.peer, Method: method, Code: code, Msg: fmt.Sprintf("%s: %v", what, err)}
 		return fmt.Errorf("%w (%w)", re, cerr)
 	default:
-		return &RemoteError{Peer: p.peer, Method: "RecvTensor", Code: codes.Unavailable, Msg: fmt.Sprintf("tensor %q: connection lost: %v", key, err)}
+		return &RemoteError{Peer: p.peer, Method: method, Code: codes.Unavailable, Msg: fmt.Sprintf("%s: connection lost: %v", what, err)}
 	}
 }
 

@@ -182,6 +182,15 @@ func (c *workerClient) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb
 	if err := c.wait(ctx); err != nil {
 		return nil, err
 	}
+	if c.tensors != nil {
+		resp := new(pb.RunGraphResponse)
+		if err := c.tensors.call(ctx, methodRunGraph, r.GetStepId(), r, resp); !errors.Is(err, errFallback) {
+			if err != nil {
+				return nil, err
+			}
+			return resp, nil
+		}
+	}
 	resp, err := c.c.RunGraph(ctx, r, c.waitOpt())
 	return resp, fromStatus(ctx, c.peer, "RunGraph", err)
 }
@@ -245,9 +254,31 @@ var (
 	forceTensorCodec = grpc.ForceCodecV2(tensorCodec)
 )
 
+// FinishStep reports whether the peer ended step itself (its RunGraph
+// answer over the tensor channel said so), and forgets it: the step's
+// CleanupStep without an abort reason would make no call (see
+// worker.StepFinisher). A caller that sees false makes the call.
+func (c *workerClient) FinishStep(step int64) bool {
+	return c.tensors != nil && c.tensors.takeFinished(step)
+}
+
+var _ worker.StepFinisher = (*workerClient)(nil)
+
 func (c *workerClient) CleanupStep(ctx context.Context, r *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {
 	if err := c.wait(ctx); err != nil {
 		return nil, err
+	}
+	if c.tensors != nil {
+		if r.GetAbortReason() == "" && c.tensors.takeFinished(r.GetStepId()) {
+			return &pb.CleanupStepResponse{}, nil // the peer cleaned the step up itself
+		}
+		resp := new(pb.CleanupStepResponse)
+		if err := c.tensors.call(ctx, methodCleanupStep, r.GetStepId(), r, resp); !errors.Is(err, errFallback) {
+			if err != nil {
+				return nil, err
+			}
+			return resp, nil
+		}
 	}
 	resp, err := c.c.CleanupStep(ctx, r)
 	return resp, fromStatus(ctx, c.peer, "CleanupStep", err)

@@ -213,6 +213,13 @@ func New(cfg Config) (*Server, error) {
 // the worker needs is built.
 type selfWorker struct{ worker.Service }
 
+// FinishStep is the worker's (service.StepFinisher), so that the master
+// ends a step on its own task without a CleanupStep on a goroutine.
+func (w *selfWorker) FinishStep(stepID int64) bool {
+	f, ok := w.Service.(worker.StepFinisher)
+	return ok && f.FinishStep(stepID)
+}
+
 // Start listens (on the task's address unless Config.Listener is set) and
 // serves in the background. It returns once the server accepts connections;
 // it does not wait for the other tasks.

@@ -20,6 +20,7 @@ import (
 	"errors"
 
 	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -69,6 +70,46 @@ type Worker interface {
 // uses RecvTensor.
 type Lender interface {
 	LendTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, func(), error)
+}
+
+// BatchReceiver is implemented by a worker client that can ask its peer
+// for several tensors of one step in one request (the rpc package's
+// tensor channel): RecvTensors calls deliver once for each key, by its
+// index, as its tensor arrives (or fails), and returns when every key was
+// delivered, or with ErrNoBatch, before asking anything, when the peer
+// cannot serve it (each key is then asked for with RecvTensor). A
+// partition's tensors from one peer then cost one request, and the peer
+// writes those ready together at once, instead of a round trip each.
+// deliver may be called on another goroutine than the caller's, one call
+// at a time.
+type BatchReceiver interface {
+	RecvTensors(ctx context.Context, stepID int64, keys []string, deliver func(i int, t *tensor.Tensor, err error)) error
+}
+
+// BatchLender is implemented by a Worker that can serve a batch of
+// tensors with one waiter (*worker.Worker): LendTensors calls got with the
+// tensors of keys as they are sent, as Lender.LendTensor would return
+// each (a rendezvous.Lent's Release is called once the tensor is
+// written), and returns once every key was lent, or with the error that
+// ended the wait. Without it, a transport waits for each key with
+// LendTensor or RecvTensor.
+type BatchLender interface {
+	LendTensors(ctx context.Context, stepID int64, keys []string, got func([]rendezvous.Lent)) error
+}
+
+// ErrNoBatch is returned by BatchReceiver.RecvTensors when the peer cannot
+// serve a batch.
+var ErrNoBatch = errors.New("peer cannot serve a batch of tensors")
+
+// StepFinisher is implemented by a Worker that can end a step itself once
+// its partition has run (*worker.Worker): FinishStep forgets the step's
+// rendezvous when nothing in it is pending (every tensor the task sent
+// was received, no Recv waits) and reports whether it did, in which case
+// the step's CleanupStep, without an abort reason, would do nothing. A
+// transport that carries the answer can spare its caller that call;
+// without it, the caller makes the call.
+type StepFinisher interface {
+	FinishStep(stepID int64) bool
 }
 
 // Workers resolves task names to their worker services: a map in tests,

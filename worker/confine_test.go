@@ -187,7 +187,12 @@ func TestRemoteFileOpsRefusedWithoutRoots(t *testing.T) {
 	_, open := serveVictim(t, worker.Config{})
 	g, init, saves, _ := checkpointGraph(t, t.TempDir())
 	sess := open(g)
-	_, err := sess.Run(ctxT(t), nil, saves, []*graph.Node{init})
+	// The initializer first: in one step with the saves, a save could run
+	// before it and fail on the uninitialized variable instead.
+	if _, err := sess.Run(ctxT(t), nil, nil, []*graph.Node{init}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sess.Run(ctxT(t), nil, saves, nil)
 	if err == nil || !strings.Contains(err.Error(), "no file roots configured") {
 		t.Errorf("save on a task without file roots: %v, want a refusal", err)
 	}

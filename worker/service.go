@@ -9,6 +9,12 @@ type (
 	Service = service.Worker
 	// Lender is service.Lender.
 	Lender = service.Lender
+	// StepFinisher is service.StepFinisher.
+	StepFinisher = service.StepFinisher
+	// BatchReceiver is service.BatchReceiver.
+	BatchReceiver = service.BatchReceiver
+	// BatchLender is service.BatchLender.
+	BatchLender = service.BatchLender
 	// Cache is service.Workers.
 	Cache = service.Workers
 )

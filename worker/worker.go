@@ -17,8 +17,10 @@ import (
 
 	"github.com/distflow/distflow/executor"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/gopool"
 	"github.com/distflow/distflow/kernel"
 	_ "github.com/distflow/distflow/kernel/cpu" // every CPU kernel, Send and Recv included
+	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/service"
@@ -166,7 +168,14 @@ type registered struct {
 	bytes int64 // serialised size, counted in its session's sessionUse
 
 	mu    sync.Mutex
-	execs map[string]*executor.Executor // by signature
+	execs map[string]*prepared // by signature
+}
+
+// prepared is an executor and the tensors its steps receive from other
+// tasks, by task, for the batches of RunGraph.
+type prepared struct {
+	e     *executor.Executor
+	recvs map[string][]string // task -> rendezvous keys, two or more
 }
 
 // sessionUse is what a session holds on the worker, for its limits.
@@ -275,7 +284,7 @@ func (w *Worker) RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest
 	if err := w.checkGraph(g); err != nil {
 		return nil, w.errorf("register graph of session %q: %w", session, err)
 	}
-	r := &registered{session: session, g: g, bytes: size, execs: map[string]*executor.Executor{}}
+	r := &registered{session: session, g: g, bytes: size, execs: map[string]*prepared{}}
 	w.mu.Lock()
 	// Checked again: other registrations of the session may have run.
 	if use = w.sessions[session]; use == nil {
@@ -467,11 +476,15 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 			sig.Feeds[i], vals[i] = feeds[j], sorted[j]
 		}
 	}
-	e, err := r.executor(w, sig)
+	pe, err := r.executor(w, sig)
 	if err != nil {
 		return fail(err)
 	}
+	e := pe.e
 	local := w.steps.Get(stepID)
+	bctx, endBatches := context.WithCancel(ctx)
+	defer endBatches()
+	batches := w.startBatches(bctx, stepID, pe.recvs)
 	// waiting records the tasks whose tensors were asked for and never
 	// arrived, so that a step that times out says whom it waited for.
 	var waitMu sync.Mutex
@@ -491,7 +504,14 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 		if st != nil {
 			start = time.Now()
 		}
-		t, err := peer.RecvTensor(ctx, stepID, key)
+		var t *tensor.Tensor
+		batched := false
+		if b := batches[sendTask]; b != nil {
+			t, batched, err = b.take(ctx, key)
+		}
+		if !batched {
+			t, err = peer.RecvTensor(ctx, stepID, key)
+		}
 		if st != nil {
 			st.recvTensor(sendTask, key, start, t, err)
 		}
@@ -549,20 +569,119 @@ func byName(a, b graph.Output) int { return strings.Compare(a.Name(), b.Name()) 
 // executor returns the cached executor of a signature, building it on
 // first use. Its feeds are sorted by name, as the executor of the key
 // takes them.
-func (r *registered) executor(w *Worker, sig graph.Signature) (*executor.Executor, error) {
+func (r *registered) executor(w *Worker, sig graph.Signature) (*prepared, error) {
 	key := sig.Key()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := r.execs[key]; ok {
-		return e, nil
+	if p, ok := r.execs[key]; ok {
+		return p, nil
 	}
 	e, err := executor.New(r.g, sig, w.res)
 	if err != nil {
 		return nil, err
 	}
-	r.execs[key] = e
+	p := &prepared{e: e, recvs: map[string][]string{}}
+	for _, n := range e.Nodes() {
+		if n.Op() != "Recv" {
+			continue
+		}
+		send, recv, name := n.AttrString("send_device"), n.AttrString("recv_device"), n.AttrString("tensor_name")
+		dev, err := placement.ParseDevice(send)
+		if err != nil || dev.TaskName() == "" || dev.TaskName() == w.cfg.Task || recv == "" || name == "" {
+			continue // received here, or malformed: the kernel says so
+		}
+		p.recvs[dev.TaskName()] = append(p.recvs[dev.TaskName()], rendezvous.Key(send, recv, name))
+	}
+	for task, keys := range p.recvs {
+		if len(keys) < 2 {
+			delete(p.recvs, task) // one key: RecvTensor costs the same
+		}
+	}
+	r.execs[key] = p
 	w.log.Debug("worker: built executor", "graph", r.handle, "signature", sig)
-	return e, nil
+	return p, nil
+}
+
+// batch is the tensors of one step asked of one peer in one request
+// (service.BatchReceiver), for the step's Recvs to take.
+type batch struct {
+	index   map[string]int
+	done    []chan struct{} // closed when results[i] is set
+	results []batchResult
+}
+
+type batchResult struct {
+	t   *tensor.Tensor
+	err error
+}
+
+// startBatches asks, for each peer the step receives two or more tensors
+// from and whose client can (service.BatchReceiver), for all of them in
+// one request, on a goroutine each until ctx ends. A peer that cannot
+// leaves its keys to RecvTensor.
+func (w *Worker) startBatches(ctx context.Context, stepID int64, recvs map[string][]string) map[string]*batch {
+	if w.cfg.Workers == nil || len(recvs) == 0 {
+		return nil
+	}
+	var out map[string]*batch
+	for task, keys := range recvs {
+		peer, err := w.cfg.Workers.Worker(task)
+		if err != nil {
+			continue // RecvTensor reports it
+		}
+		br, ok := peer.(BatchReceiver)
+		if !ok {
+			continue
+		}
+		b := &batch{index: make(map[string]int, len(keys)), done: make([]chan struct{}, len(keys)), results: make([]batchResult, len(keys))}
+		for i, k := range keys {
+			b.index[k] = i
+			b.done[i] = make(chan struct{})
+		}
+		if out == nil {
+			out = map[string]*batch{}
+		}
+		out[task] = b
+		gopool.Go(func() {
+			delivered := make([]bool, len(keys))
+			err := br.RecvTensors(ctx, stepID, keys, func(i int, t *tensor.Tensor, err error) {
+				if i >= 0 && i < len(keys) && !delivered[i] {
+					delivered[i] = true
+					b.results[i] = batchResult{t, err}
+					close(b.done[i])
+				}
+			})
+			for i := range keys {
+				if !delivered[i] {
+					if err == nil { // made only when needed: not at every step
+						err = fmt.Errorf("recv from %s: %w: the batch ended early", task, rendezvous.ErrAborted)
+					}
+					b.results[i] = batchResult{nil, err}
+					close(b.done[i])
+				}
+			}
+		})
+	}
+	return out
+}
+
+// take waits for key's tensor in b; ok is false when the batch could not
+// be asked for (the caller then uses RecvTensor).
+func (b *batch) take(ctx context.Context, key string) (t *tensor.Tensor, ok bool, err error) {
+	i, in := b.index[key]
+	if !in {
+		return nil, false, nil
+	}
+	select {
+	case <-b.done[i]:
+	case <-ctx.Done():
+		return nil, true, ctx.Err()
+	}
+	r := b.results[i]
+	if errors.Is(r.err, service.ErrNoBatch) {
+		return nil, false, nil
+	}
+	return r.t, true, r.err
 }
 
 // RecvTensor waits until key is sent in step stepID on this worker and
@@ -587,6 +706,21 @@ func (w *Worker) LendTensor(ctx context.Context, stepID int64, key string) (*ten
 	}
 	return t, release, nil
 }
+
+// LendTensors is LendTensor for several keys of a step, with one waiter
+// (see service.BatchLender and rendezvous.Local.RecvManyLent).
+func (w *Worker) LendTensors(ctx context.Context, stepID int64, keys []string, got func([]rendezvous.Lent)) error {
+	if err := w.steps.Get(stepID).RecvManyLent(ctx, keys, got); err != nil {
+		return w.errorf("step %d: %w", stepID, err)
+	}
+	return nil
+}
+
+// FinishStep forgets the rendezvous of a step whose partition ran here,
+// if nothing in it is pending, and reports whether it did: the step's
+// CleanupStep without an abort reason is then needless (see
+// service.StepFinisher). A late RecvTensor of the step fails at once.
+func (w *Worker) FinishStep(stepID int64) bool { return w.steps.CleanupIfIdle(stepID) }
 
 // CleanupStep forgets a step's rendezvous. With an abort reason, every
 // pending Recv and RecvTensor of the step fails with it.

@@ -1,0 +1,334 @@
+package rpc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/distflow/distflow/rendezvous"
+	"github.com/distflow/distflow/service"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/worker"
+)
+
+// Batches on the tensor channel (version 1.1, method 3, RecvTensors): a
+// worker asks a peer for all the tensors a step's partition receives from
+// it in one request (service.BatchReceiver), and the peer answers each
+// key, by its index, as its tensor is sent, writing those ready at the
+// same time together:
+//
+//	request body: u16 keys | (u16 n | key)...
+//	response:     u8 4 | u16 index | u8 dtype | u8 rank | u64 dims... | u64 byte length | the bytes
+//	          or: u8 5 | u16 index | u32 status code | u16 n | reason | u32 n | message
+//	          or: u8 1 | ... (an error of the whole request, as for RecvTensor)
+//
+// until every index is answered. A remote step then costs one request per
+// peer and about one response per wave of tensors (a ps's parameters are
+// sent at once), instead of a round trip per tensor.
+
+// maxBatchKeys bounds the keys of one batch.
+const maxBatchKeys = 1 << 12
+
+// appendKeys appends a batch request's body.
+func appendKeys(b []byte, keys []string) []byte {
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(keys)))
+	for _, k := range keys {
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(k)))
+		b = append(b, k...)
+	}
+	return b
+}
+
+// parseKeys reads a batch request's body.
+func parseKeys(body []byte) ([]string, error) {
+	f := &frame{b: body}
+	n := f.u16()
+	if n == 0 || n > maxBatchKeys || n*2 > len(f.b) {
+		return nil, fmt.Errorf("%w: a batch of %d keys in %d bytes", errShortFrame, n, len(body))
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = f.str(f.u16())
+	}
+	return keys, f.err
+}
+
+// lent is one answered key of a batch on the server.
+type lent struct {
+	i       int
+	t       *tensor.Tensor
+	release func()
+	err     error
+}
+
+// serveBatch answers a RecvTensors request; an error means the connection
+// is broken.
+func (s *Server) serveBatch(ctx context.Context, c net.Conn, w worker.Service, req *tensorRequest, hdr []byte) ([]byte, error) {
+	ctx, err := s.opts.admit(ctx, recvTensorMethod)
+	if err == nil {
+		var keys []string
+		if keys, err = parseKeys(req.body); err == nil {
+			return s.serveKeys(ctx, c, w, req.step, keys, hdr)
+		}
+	}
+	hdr = appendError(append(hdr, respError), err)
+	return hdr, writeAll(ctx, c, net.Buffers{hdr})
+}
+
+// serveLent answers a batch with w's LendTensors: one waiter, and the
+// tensors sent together written together.
+func (s *Server) serveLent(ctx context.Context, c net.Conn, bl worker.BatchLender, step int64, keys []string, hdr []byte) ([]byte, error) {
+	answered := make([]bool, len(keys))
+	var werr error // a failed write: the connection is broken
+	type part struct {
+		start, end int    // its header in hdr
+		raw        []byte // its bytes after the header, if not in hdr
+	}
+	var parts []part
+	var bufs net.Buffers
+	err := bl.LendTensors(ctx, step, keys, func(ready []rendezvous.Lent) {
+		if werr != nil {
+			for _, r := range ready {
+				r.Release()
+			}
+			return
+		}
+		hdr, parts, bufs = hdr[:0], parts[:0], bufs[:0]
+		for _, r := range ready {
+			p := part{start: len(hdr)}
+			if r.T.Rank() > maxRank {
+				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchError), uint16(r.Index))
+				hdr = appendError(hdr, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", keys[r.Index], r.T.Rank(), maxRank))
+			} else {
+				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchTensor), uint16(r.Index))
+				hdr = appendTensorHeader(hdr, r.T)
+				if raw := r.T.RawBytes(); s.tlsc != nil && len(raw) <= tlsCoalesceBytes {
+					hdr = append(hdr, raw...) // one TLS record with its header
+				} else {
+					p.raw = raw
+				}
+				s.countServed(ctx, len(r.T.RawBytes()))
+			}
+			p.end = len(hdr)
+			parts = append(parts, p)
+			answered[r.Index] = true
+		}
+		for _, p := range parts { // hdr no longer grows
+			bufs = append(bufs, hdr[p.start:p.end])
+			if len(p.raw) > 0 {
+				bufs = append(bufs, p.raw)
+			}
+		}
+		werr = writeAll(ctx, c, bufs)
+		for _, r := range ready {
+			r.Release() // written or failed: the socket has what it took
+		}
+	})
+	if werr != nil {
+		return hdr, werr
+	}
+	if err != nil { // the keys not lent end with the wait's error
+		hdr = hdr[:0]
+		for i, done := range answered {
+			if !done {
+				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchError), uint16(i))
+				hdr = appendError(hdr, err)
+			}
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sniffTimeout)
+		defer cancel()
+		if werr := writeAll(wctx, c, net.Buffers{hdr}); werr != nil {
+			return hdr, werr
+		}
+	}
+	if cap(hdr) > maxReusedHeader {
+		hdr = nil
+	}
+	return hdr, nil
+}
+
+func (s *Server) serveKeys(ctx context.Context, c net.Conn, w worker.Service, step int64, keys []string, hdr []byte) ([]byte, error) {
+	if bl, ok := w.(worker.BatchLender); ok {
+		return s.serveLent(ctx, c, bl, step, keys, hdr)
+	}
+	results := make(chan lent, len(keys))
+	for i, k := range keys {
+		go func() {
+			t, release, err := s.lend(ctx, w, step, k)
+			results <- lent{i, t, release, err}
+		}()
+	}
+	var (
+		ready []lent
+		spans []int // hdr[spans[2j]:spans[2j+1]] precedes ready[j]'s bytes
+	)
+	for left := len(keys); left > 0; {
+		ready, spans, hdr = append(ready[:0], <-results), spans[:0], hdr[:0]
+	more:
+		for {
+			select {
+			case r := <-results:
+				ready = append(ready, r)
+			default:
+				break more
+			}
+		}
+		left -= len(ready)
+		for _, r := range ready {
+			start := len(hdr)
+			if r.err != nil {
+				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchError), uint16(r.i))
+				hdr = appendError(hdr, r.err)
+			} else {
+				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchTensor), uint16(r.i))
+				hdr = appendTensorHeader(hdr, r.t)
+				if raw := r.t.RawBytes(); s.tlsc != nil && len(raw) <= tlsCoalesceBytes {
+					hdr = append(hdr, raw...) // one TLS record with its header
+				}
+			}
+			spans = append(spans, start, len(hdr))
+		}
+		bufs := make(net.Buffers, 0, 2*len(ready))
+		for j, r := range ready {
+			bufs = append(bufs, hdr[spans[2*j]:spans[2*j+1]])
+			if r.err != nil {
+				continue
+			}
+			if raw := r.t.RawBytes(); len(raw) > 0 && !(s.tlsc != nil && len(raw) <= tlsCoalesceBytes) {
+				bufs = append(bufs, raw)
+			}
+		}
+		err := writeAll(ctx, c, bufs)
+		for _, r := range ready {
+			if r.release != nil {
+				r.release() // written or failed: the socket has what it took
+			}
+		}
+		if err != nil {
+			go func() { // the keys still waited for end with ctx
+				for ; left > 0; left-- {
+					if r := <-results; r.release != nil {
+						r.release()
+					}
+				}
+			}()
+			return hdr, err
+		}
+	}
+	if cap(hdr) > maxReusedHeader {
+		hdr = nil
+	}
+	return hdr, nil
+}
+
+// RecvTensors receives a batch over the tensor channel
+// (service.BatchReceiver); service.ErrNoBatch when the peer does not offer
+// version 1.1 of the channel.
+func (c *workerClient) RecvTensors(ctx context.Context, stepID int64, keys []string, deliver func(i int, t *tensor.Tensor, err error)) error {
+	if c.tensors == nil || len(keys) == 0 || len(keys) > maxBatchKeys {
+		return service.ErrNoBatch
+	}
+	if err := c.wait(ctx); err != nil {
+		return service.ErrNoBatch // RecvTensor reports it
+	}
+	return c.tensors.recvBatch(ctx, stepID, keys, deliver)
+}
+
+// recvBatch is RecvTensors on p's peer.
+func (p *tensorPool) recvBatch(ctx context.Context, step int64, keys []string, deliver func(i int, t *tensor.Tensor, err error)) error {
+	p.mu.Lock()
+	v10 := p.v10
+	p.mu.Unlock()
+	size := 2
+	for _, k := range keys {
+		size += 2 + len(k)
+	}
+	if v10 || size > maxCallBody {
+		return service.ErrNoBatch
+	}
+	var md map[string]string
+	if pc := p.opts.PerRPCCredentials; pc != nil {
+		if pc.RequireTransportSecurity() && p.tlsc == nil {
+			return service.ErrNoBatch // RecvTensor reports the misconfiguration
+		}
+		var err error
+		if md, err = pc.GetRequestMetadata(ctx, "https://"+p.addr+path.Dir(recvTensorMethod)); err != nil {
+			return service.ErrNoBatch
+		}
+	}
+	c, err := p.get(ctx)
+	if err != nil {
+		return service.ErrNoBatch
+	}
+	if !c.v11 {
+		p.put(c)
+		return service.ErrNoBatch
+	}
+	err = p.exchangeBatch(ctx, c, step, keys, md, deliver)
+	var re *RemoteError
+	if err == nil || errors.As(err, &re) {
+		p.put(c)
+		if re != nil && re.Code == codes.Unimplemented {
+			return service.ErrNoBatch // an older peer: nothing was asked
+		}
+		return err
+	}
+	c.conn.Close()
+	return p.callError(ctx, "RecvTensor", fmt.Sprintf("%d tensors of step %d", len(keys), step), err)
+}
+
+// exchangeBatch sends a batch request on c and delivers its answers; a
+// *RemoteError is the peer's refusal of the whole request, after which c
+// is still usable.
+func (p *tensorPool) exchangeBatch(ctx context.Context, c *tensorClientConn, step int64, keys []string, md map[string]string, deliver func(i int, t *tensor.Tensor, err error)) error {
+	timeout, disarm, err := c.arm(ctx)
+	if err != nil {
+		return err
+	}
+	defer disarm()
+	var start int
+	c.buf, start = beginRequest(c.buf[:0], methodRecvTensors, step, timeout, "", md)
+	c.buf = endRequest(appendKeys(c.buf, keys), start)
+	begin := time.Now()
+	if _, err := c.conn.Write(c.buf); err != nil {
+		return err
+	}
+	answered := make([]bool, len(keys))
+	for left := len(keys); left > 0; left-- {
+		kind, err := p.readKind(c, "RecvTensor")
+		if err != nil {
+			return err
+		}
+		var h [2]byte
+		if _, err := io.ReadFull(c.r, h[:]); err != nil {
+			return err
+		}
+		i := int(binary.LittleEndian.Uint16(h[:]))
+		if i >= len(keys) || answered[i] || kind != respBatchTensor && kind != respBatchError {
+			return fmt.Errorf("%w: batch answer of kind %d for key %d of %d", tensor.ErrCorrupt, kind, i, len(keys))
+		}
+		answered[i] = true
+		if kind == respBatchError {
+			re, err := p.readError(c, "RecvTensor")
+			if err != nil {
+				return err
+			}
+			deliver(i, nil, re)
+			continue
+		}
+		t, err := p.readTensor(c)
+		if err != nil {
+			return err
+		}
+		p.countReceived(time.Since(begin), len(c.buf)/len(keys), 8*t.Rank()+13, len(t.RawBytes()))
+		deliver(i, t, nil)
+	}
+	return nil
+}
