@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"net"
+	"time"
 
 	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/worker"
@@ -20,6 +21,14 @@ func TensorChannelState(w worker.Service) (idle int, offline bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle), !p.offline.IsZero()
+}
+
+// SetHelloTimeout sets how long a new tensor-channel connection waits for
+// its hello's answer, until the returned function restores it.
+func SetHelloTimeout(d time.Duration) (restore func()) {
+	old := helloTimeout
+	helloTimeout = d
+	return func() { helloTimeout = old }
 }
 
 // RegisterRingReceiver and NewRingTransport are RegisterRing's two halves,

@@ -265,6 +265,9 @@ func (p *tensorPool) recvBatch(ctx context.Context, step int64, keys []string, d
 	}
 	c, err := p.get(ctx)
 	if err != nil {
+		if err := p.dialError(ctx, "RecvTensor", fmt.Sprintf("%d tensors of step %d", len(keys), step), err); !errors.Is(err, errFallback) {
+			return err
+		}
 		return service.ErrNoBatch
 	}
 	if !c.v11 {

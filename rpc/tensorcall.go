@@ -115,7 +115,7 @@ func (p *tensorPool) call(ctx context.Context, method int, step int64, req, resp
 	}
 	c, err := p.get(ctx)
 	if err != nil {
-		return errFallback
+		return p.dialError(ctx, name, fmt.Sprintf("step %d", step), err)
 	}
 	if !c.v11 {
 		p.put(c)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,6 +240,59 @@ func TestTensorChannelBatch(t *testing.T) {
 			})
 			if errs[0] != nil || !errors.Is(errs[1], context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("batch with a key never sent: %v, %v, returned %v; want the first delivered and the second past its deadline", errs[0], errs[1], err)
+			}
+		})
+	}
+}
+
+// TestTensorChannelUnansweredPeer: a peer whose listener accepts
+// connections that nothing serves (a parent holding the listener of a task
+// that is down, or a stopped task) fails RunGraph and RecvTensor with
+// ErrUnavailable naming it once the hello has had no answer, a lost task
+// to recover from, rather than waiting out the call's deadline; the peer
+// is not taken to lack the channel.
+func TestTensorChannelUnansweredPeer(t *testing.T) {
+	defer rpc.SetHelloTimeout(300 * time.Millisecond)()
+	lis, err := net.Listen("tcp", "127.0.0.1:0") // never accepted: the kernel queues the connections
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	addr := lis.Addr().String()
+	for _, opts := range []struct {
+		name string
+		cli  func() rpc.Options
+	}{
+		{"plaintext", func() rpc.Options { return rpc.Options{} }},
+		{"TLS", func() rpc.Options { _, cli := testTLS(t); return cli }},
+	} {
+		t.Run(opts.name, func(t *testing.T) {
+			c, closer, err := rpc.DialWorker(addr, opts.cli())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closer.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			calls := map[string]func() error{
+				"RunGraph": func() error {
+					_, err := c.RunGraph(ctx, &pb.RunGraphRequest{GraphHandle: "g", StepId: 1})
+					return err
+				},
+				"RecvTensor": func() error { _, err := c.RecvTensor(ctx, 1, "k"); return err },
+			}
+			for name, call := range calls {
+				start := time.Now()
+				err := call()
+				if !errors.Is(err, rpc.ErrUnavailable) || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "no answer") {
+					t.Errorf("%s: err = %v, want one wrapping ErrUnavailable naming %s and the unanswered hello", name, err, addr)
+				}
+				if d := time.Since(start); d > 10*time.Second {
+					t.Errorf("%s failed after %v, want after the hello's 300ms", name, d)
+				}
+			}
+			if _, offline := rpc.TensorChannelState(c); offline {
+				t.Error("the unanswered peer is taken not to offer the channel; want it asked again")
 			}
 		})
 	}

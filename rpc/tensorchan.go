@@ -537,6 +537,27 @@ type tensorClientConn struct {
 // opened (a peer without it, or not reachable: gRPC waits for it).
 var errFallback = errors.New("rpc: tensor channel not available")
 
+// errUnanswered says that a connection was accepted but its hello had no
+// answer within helloTimeout: nothing serves the address, as when a
+// parent holds the listener of a task that is down (a local cluster) or
+// the task is stopped. The call fails as Unavailable, a lost task to
+// recover from, rather than falling back to gRPC, which would wait on the
+// same listener for the rest of the call's deadline.
+var errUnanswered = errors.New("the connection was accepted but the hello had no answer")
+
+// helloTimeout bounds a new connection's TLS handshake and hello: a live
+// peer answers in milliseconds. A variable for tests.
+var helloTimeout = 5 * time.Second
+
+// dialError maps an error of get for a call of method about what:
+// errFallback, or Unavailable for a peer that did not answer.
+func (p *tensorPool) dialError(ctx context.Context, method, what string, err error) error {
+	if errors.Is(err, errUnanswered) {
+		return p.callError(ctx, method, what, err)
+	}
+	return errFallback
+}
+
 // recv receives a tensor over the channel. It returns errFallback when
 // the caller should use gRPC instead.
 func (p *tensorPool) recv(ctx context.Context, step int64, key string) (*tensor.Tensor, error) {
@@ -556,7 +577,7 @@ func (p *tensorPool) recv(ctx context.Context, step int64, key string) (*tensor.
 	}
 	c, err := p.get(ctx)
 	if err != nil {
-		return nil, errFallback
+		return nil, p.dialError(ctx, "RecvTensor", fmt.Sprintf("tensor %q", key), err)
 	}
 	start := time.Now()
 	t, err := p.exchange(ctx, c, step, key, md)
@@ -639,7 +660,7 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(sniffTimeout)
+	deadline := time.Now().Add(helloTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -681,7 +702,11 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 			return p.dial(ctx)
 		}
 		var ne net.Error
-		if ctx.Err() == nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		timedOut := errors.As(err, &ne) && ne.Timeout()
+		if ctx.Err() == nil && timedOut && !deadlinePassed(ctx, err) {
+			return nil, fmt.Errorf("%w within %v: %v", errUnanswered, helloTimeout, err)
+		}
+		if ctx.Err() == nil && !timedOut {
 			p.mu.Lock()
 			p.offline = time.Now().Add(reprobeAfter)
 			p.mu.Unlock()
