@@ -9,6 +9,11 @@ workload; gradients are all-reduced every step. Prints one JSON line with
 the aggregate examples/s (all processes) and the test accuracy of rank 0.
 
     /usr/bin/python3 bench/torch_ddp.py --model mlp --steps 1500
+
+With --rank, this process is one rank of a group whose rendezvous is
+--init (tcp://HOST:PORT, rank 0 listens there), as torchrun starts them: the
+shaped-network bed runs one rank per network namespace this way
+(scripts/netbed_modes.sh). Rank 0 prints the JSON line.
 """
 import os
 
@@ -34,9 +39,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(rank, world, port, args, out):
+def worker(rank, world, init, args, out):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     cfg = ref.MODELS[args.model]
     (xtr, ytr), test = ref.load(args.data)
     xtr, ytr = xtr[rank::world].contiguous(), ytr[rank::world].contiguous()  # this rank's shard
@@ -69,6 +74,13 @@ def worker(rank, world, port, args, out):
     dist.destroy_process_group()
 
 
+class Printer:
+    """Prints what a rank run alone puts (rank 0's result), as JSON."""
+
+    def put(self, result):
+        print(json.dumps(result), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=sorted(ref.MODELS), default="mlp")
@@ -77,11 +89,18 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--data", default=os.environ.get("DISTFLOW_DATA", ref.DEFAULT_DATA))
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rank", type=int, help="run only this rank of --processes (with --init)")
+    p.add_argument("--init", help="the group's rendezvous with --rank, tcp://HOST:PORT")
     args = p.parse_args()
+    if args.rank is not None:
+        if not args.init:
+            p.error("--rank needs --init tcp://HOST:PORT")
+        worker(args.rank, args.processes, args.init, args, Printer())
+        return
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    mp.start_processes(worker, args=(args.processes, free_port(), args, out), nprocs=args.processes,
-                       join=True, start_method="spawn")
+    mp.start_processes(worker, args=(args.processes, f"tcp://127.0.0.1:{free_port()}", args, out),
+                       nprocs=args.processes, join=True, start_method="spawn")
     print(json.dumps(out.get()))
 
 
