@@ -31,6 +31,7 @@ func main() {
 	params := flag.Float64("param-bytes", 318040, "model bytes pushed and pulled per step (mlp 784-100-10: 79510 float32)")
 	bw := flag.Float64("bandwidth", 1000, "the bed's link bandwidth in Mbit/s as measured (netbed.sh iperf)")
 	rtt := flag.Duration("rtt", 500*time.Microsecond, "the bed's round trip as measured (netbed.sh rtt)")
+	burst := flag.Float64("burst", 250000, "the bytes a bed link sends at once after idling: netbed.sh gives tc tbf a bucket of 2 ms at its rate (250000 at 1gbit); 0 for none")
 	cores := flag.Float64("cores", 2, "the bed machine's cores")
 	hostCores := flag.Float64("host-cores", 4, "cores per host that carry a task's work in the large-cluster table")
 	perByte := flag.Float64("cpu-per-byte", 1.4e-9, "CPU seconds per byte moved, both ends (docs/BENCHMARKS.md: 94 ms of CPU per 64 MiB over TLS)")
@@ -44,7 +45,7 @@ func main() {
 		}
 		fitSet[n] = true
 	}
-	bed := scaling.Network{Bandwidth: *bw * 1e6 / 8, RTT: rtt.Seconds()}
+	bed := scaling.Network{Bandwidth: *bw * 1e6 / 8, RTT: rtt.Seconds(), Burst: *burst}
 	all, err := readRuns(os.Stdin)
 	fail(err)
 	// The local runs give the compute of one step, unless --compute does.

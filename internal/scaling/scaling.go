@@ -46,6 +46,18 @@ type Network struct {
 	Bandwidth float64
 	// RTT is the round-trip time between two hosts, seconds.
 	RTT float64
+	// Burst is how many bytes the link sends at once, above Bandwidth,
+	// after it has been idle: the bucket of a token-bucket shaper (the
+	// bed's tc tbf holds 2 ms at its rate), refilled at Bandwidth while
+	// idle. Zero for a link that never exceeds its rate.
+	Burst float64
+}
+
+// sendTime is how long the link takes to send bytes after idling for idle
+// seconds: the bytes the bucket holds go at once, the rest at Bandwidth.
+func (n Network) sendTime(bytes, idle float64) float64 {
+	credit := math.Min(n.Burst, n.Bandwidth*math.Max(idle, 0))
+	return math.Max(0, bytes-credit) / n.Bandwidth
 }
 
 // Cluster is a configuration to predict.
@@ -118,10 +130,16 @@ type Breakdown struct {
 // StepTime returns the predicted time of one synchronous step.
 //
 // Compute is one worker's compute. Transfer is the bytes on the
-// busiest link at Bandwidth: for SyncPS the pull and then the push each
-// move ParamBytes*Workers/PS through each ps link (or ParamBytes through a
-// worker's, if more); for the ring each worker sends and receives
-// 2*(N-1)/N*ParamBytes. Latency is the round trips waited for in series.
+// busiest link at Bandwidth. SyncPS: the pull moves ParamBytes*Workers/PS
+// out of each ps link (or ParamBytes into a worker's, if more), and the
+// pushes go the other way: a ps link serves the pulls one after another,
+// so each worker pushes while the later ones still pull, and only the
+// last worker's push (ParamBytes, on its own link) follows the pull
+// phase. The ring: each worker sends and receives 2*(N-1)/N*ParamBytes. Each
+// of these phases finds its direction of the link idle since its previous
+// step's phase, so with a Burst its first bytes go at once: the step is
+// then the fixed point of Step = CPU + Transfer(Step) + Latency + Overhead.
+// Latency is the round trips waited for in series.
 //
 // CPU: on a cluster of hosts, the busiest host's work (a worker's compute
 // plus its bytes and messages over Params.Cores; a ps task's share of all
@@ -139,10 +157,11 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 	nw := float64(c.Workers)
 	var bytes, msgs float64                  // the whole cluster's, per step
 	var hostBytes, hostMsgs, psShare float64 // the busiest host's
+	var phases []float64                     // the busiest link's bytes per phase, each in series
 	switch c.Mode {
 	case SyncPS:
 		perPS := w.ParamBytes * nw / float64(c.PS)
-		b.Transfer = 2 * math.Max(perPS, w.ParamBytes) / n.Bandwidth
+		phases = []float64{math.Max(perPS, w.ParamBytes), w.ParamBytes}
 		b.Latency = psRounds * n.RTT
 		b.Overhead = p.PSOverhead
 		bytes, msgs = 2*nw*w.ParamBytes, nw*p.PSMessages
@@ -150,7 +169,7 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 		psShare = (p.CPUPerByte*bytes + p.CPUPerMessage*msgs) / float64(c.PS)
 	case AllReduce:
 		if c.Workers > 1 {
-			b.Transfer = 2 * (nw - 1) / nw * w.ParamBytes / n.Bandwidth
+			phases = []float64{2 * (nw - 1) / nw * w.ParamBytes}
 			b.Latency = ringHopRounds * 2 * (nw - 1) * n.RTT
 			b.Overhead = p.RingOverhead
 			hostBytes, hostMsgs = 2*2*(nw-1)/nw*w.ParamBytes, 2*2*(nw-1)
@@ -169,8 +188,37 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 		worker := w.Compute + (p.CPUPerByte*hostBytes+p.CPUPerMessage*hostMsgs)/cores
 		b.CPU = math.Max(worker, psShare/cores)
 	}
-	b.Step = b.CPU + b.Transfer + b.Latency + b.Overhead
+	rest := b.CPU + b.Latency + b.Overhead
+	b.Transfer = transferTime(n, phases, rest)
+	b.Step = rest + b.Transfer
 	return b, nil
+}
+
+// transferTime is the time the phases take in a step whose other parts
+// take rest: each phase's direction idles for the rest of the step. The
+// time falls as the step grows (longer idle, fuller bucket), so the fixed
+// point is found by bisection.
+func transferTime(n Network, phases []float64, rest float64) float64 {
+	at := func(step float64) float64 {
+		var d float64
+		for _, bytes := range phases {
+			d += n.sendTime(bytes, step-bytes/n.Bandwidth)
+		}
+		return d
+	}
+	lo, hi := rest, rest+at(rest) // g(lo) <= 0 <= g(hi) for g(s) = s - rest - at(s)
+	if n.Burst <= 0 || hi == lo {
+		return hi - rest
+	}
+	for range 100 {
+		mid := (lo + hi) / 2
+		if mid-rest-at(mid) < 0 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi - rest
 }
 
 // Throughput returns the predicted examples per second of the whole

@@ -19,9 +19,10 @@ func TestStepTime(t *testing.T) {
 		c                      Cluster
 		transfer, latency, cpu float64
 	}{
-		// One ps link carries 4 workers' bytes, pulled then pushed; the ps
-		// host handles all of them.
-		{Cluster{Mode: SyncPS, Workers: 4, PS: 1}, 2 * 4 * S / B, 3 * rtt, math.Max(tc+1e-9*2*S+8e-4, 1e-9*2*4*S+4*8e-4)},
+		// One ps link carries 4 workers' pulls, then the last worker's
+		// push (the others' pushes went while it pulled); the ps host
+		// handles all of them.
+		{Cluster{Mode: SyncPS, Workers: 4, PS: 1}, (4*S + S) / B, 3 * rtt, math.Max(tc+1e-9*2*S+8e-4, 1e-9*2*4*S+4*8e-4)},
 		// More ps tasks than workers: the worker's link is the bottleneck.
 		{Cluster{Mode: SyncPS, Workers: 2, PS: 4}, 2 * S / B, 3 * rtt, tc + 1e-9*2*S + 8e-4},
 		// The ring: 2(N-1)/N of the model each way, 2(N-1) one-way hops,
@@ -44,6 +45,41 @@ func TestStepTime(t *testing.T) {
 		if _, err := StepTime(mlp, gig, bad, p); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
+	}
+}
+
+// TestStepTimeBurst: a token-bucket link sends a phase's first Burst bytes
+// at once when the step leaves it idle long enough to refill, and the step
+// is the fixed point of that.
+func TestStepTimeBurst(t *testing.T) {
+	const S, B = 318040.0, 125e6
+	p := Params{PSOverhead: 10e-3, Cores: 1}
+	c := Cluster{Mode: SyncPS, Workers: 1, PS: 1}
+	// A 10 ms overhead refills a 2 ms bucket: each phase sends S-Burst at
+	// the rate.
+	bursty := gig
+	bursty.Burst = 2e-3 * B
+	b, err := StepTime(mlp, bursty, c, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * (S - bursty.Burst) / B; !near(b.Transfer, want) {
+		t.Errorf("transfer %g, want %g (each phase less the bucket)", b.Transfer, want)
+	}
+	// A bucket larger than the bytes, with little else in the step: the
+	// idle time, not the bucket, bounds the credit.
+	p.PSOverhead = 0
+	b, err = StepTime(Workload{Batch: 100, ParamBytes: S}, Network{Bandwidth: B, Burst: 10 * S}, c, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Transfer <= 0 || b.Transfer >= 2*S/B || !near(b.Step, b.CPU+b.Transfer+b.Latency+b.Overhead) {
+		t.Errorf("%+v: want a transfer between 0 and the unshaped %g", b, 2*S/B)
+	}
+	// The fixed point: each phase's idle time is the rest of the step.
+	idle := b.Step - S/B
+	if want := 2 * math.Max(0, S-math.Min(10*S, B*idle)) / B; math.Abs(b.Transfer-want) > 1e-9 {
+		t.Errorf("transfer %g, want %g at the fixed point", b.Transfer, want)
 	}
 }
 
