@@ -38,6 +38,26 @@ type Config struct {
 	// makes a model whose gradients outweigh its compute, for measuring
 	// communication.
 	MLPHidden int
+	// MaxShards and MinShardBytes split each weight matrix of the mlp and
+	// the cnn by rows into up to MaxShards variables of at least
+	// MinShardBytes each (ops.PartitionedVariable), as TensorFlow's
+	// min_max_variable_partitioner: a replica device setter then spreads a
+	// large layer over the ps tasks, and each ps link carries its share of
+	// it. MaxShards 0 or 1 (or MinShardBytes 0) keeps every weight whole.
+	MaxShards     int
+	MinShardBytes int64
+}
+
+// shards returns how many shards a weight of shape takes under c.
+func (c Config) shards(shape []int) int {
+	if c.MaxShards < 2 || c.MinShardBytes <= 0 || len(shape) == 0 {
+		return 1
+	}
+	bytes := int64(c.DType.Size())
+	for _, d := range shape {
+		bytes *= int64(d)
+	}
+	return int(max(1, min(int64(c.MaxShards), int64(shape[0]), bytes/c.MinShardBytes)))
 }
 
 func (c Config) withDefaults() Config {
@@ -75,8 +95,22 @@ type architecture struct {
 	classes int
 }
 
-// params are a model's variables by name ("hidden/W").
-type params map[string]*ops.Variable
+// params are a model's parameters by name ("hidden/W").
+type params map[string]param
+
+// param is a model parameter: a variable, or one split into shards
+// (*ops.PartitionedVariable, see Config.MaxShards).
+type param interface{ Value() graph.Output }
+
+// weight adds a weight matrix called name, partitioned as c says.
+func weight(s *graph.Scope, c Config, name string, shape []int, init ops.Initializer) param {
+	if n := c.shards(shape); n > 1 {
+		if v, err := ops.NewPartitionedVariable(s, name, c.DType, shape, init, n); err == nil {
+			return v
+		} // the error is in s, which Build reports
+	}
+	return ops.NewVariable(s, name, c.DType, shape, init)
+}
 
 func (p params) value(name string) graph.Output { return p[name].Value() }
 
@@ -130,16 +164,22 @@ func BuildTowers(s *graph.Scope, name string, c Config, devices []string) ([]*Mo
 	return towers, nil
 }
 
-// list returns the variables in name order, for deterministic gradients.
+// list returns the variables in name order (a partitioned one's shards in
+// theirs), for deterministic gradients.
 func (p params) list() []*ops.Variable {
 	names := make([]string, 0, len(p))
 	for n := range p {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	vars := make([]*ops.Variable, len(names))
-	for i, n := range names {
-		vars[i] = p[n]
+	vars := make([]*ops.Variable, 0, len(names))
+	for _, n := range names {
+		switch v := p[n].(type) {
+		case *ops.Variable:
+			vars = append(vars, v)
+		case *ops.PartitionedVariable:
+			vars = append(vars, v.Shards()...)
+		}
 	}
 	return vars
 }
@@ -202,7 +242,7 @@ func cnnVariables(s *graph.Scope, c Config) params {
 		{"fc1", []int{7 * 7 * 64, 1024}}, {"fc2", []int{1024, 10}},
 	} {
 		ls := s.SubScope(l.name)
-		p[l.name+"/W"] = ops.NewVariable(ls, "W", c.DType, l.shape, ops.TruncatedNormalInit(0, 0.1, c.Seed+i))
+		p[l.name+"/W"] = weight(ls, c, "W", l.shape, ops.TruncatedNormalInit(0, 0.1, c.Seed+i))
 		p[l.name+"/b"] = ops.NewVariable(ls, "b", c.DType, l.shape[len(l.shape)-1:], ops.ConstantInit(0.1))
 	}
 	return p
@@ -235,7 +275,7 @@ func cnnTower(s *graph.Scope, c Config, p params) *Model {
 // denseVariables adds the Glorot-uniform weights and zero bias of a fully
 // connected layer as p[layer+"/W"] and p[layer+"/b"].
 func denseVariables(s *graph.Scope, p params, layer string, c Config, in, out, seed int) {
-	p[layer+"/W"] = ops.NewVariable(s, "W", c.DType, []int{in, out}, ops.GlorotUniformInit(seed))
+	p[layer+"/W"] = weight(s, c, "W", []int{in, out}, ops.GlorotUniformInit(seed))
 	p[layer+"/b"] = ops.NewVariable(s, "b", c.DType, []int{out}, ops.ZerosInit())
 }
 

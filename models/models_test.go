@@ -3,7 +3,9 @@ package models_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/distflow/distflow/data"
@@ -26,8 +28,13 @@ type trainer struct {
 
 func newTrainer(tb testing.TB, name string, batch int) *trainer {
 	tb.Helper()
+	return newTrainerWith(tb, name, batch, models.Config{Seed: 1})
+}
+
+func newTrainerWith(tb testing.TB, name string, batch int, cfg models.Config) *trainer {
+	tb.Helper()
 	s := graph.NewScope()
-	m, err := models.Build(s, name, models.Config{Seed: 1})
+	m, err := models.Build(s, name, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -107,6 +114,29 @@ func TestModelsLearnOneBatch(t *testing.T) {
 				t.Errorf("loss went from %.4f to %.4f in %d steps", first, last, c.steps)
 			}
 		})
+	}
+}
+
+// TestPartitionedWeightsTrainAlike: with MaxShards and MinShardBytes the
+// mlp's 784x100 weight becomes 3 shards (313,600 bytes over slices of at
+// least 64 KiB, at most 3) and the 100x10 one stays whole; the model starts
+// from the same values and trains to the same losses as the unpartitioned
+// one.
+func TestPartitionedWeightsTrainAlike(t *testing.T) {
+	whole := newTrainer(t, "mlp", 100)
+	split := newTrainerWith(t, "mlp", 100, models.Config{Seed: 1, MaxShards: 3, MinShardBytes: 64 << 10})
+	var names []string
+	for _, v := range split.m.Variables {
+		names = append(names, v.Name())
+	}
+	if len(split.m.Variables) != len(whole.m.Variables)+2 || !slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, "W/part_2") }) {
+		t.Fatalf("variables %v: want the hidden layer's W in 3 shards, the rest whole (%d variables unpartitioned)", names, len(whole.m.Variables))
+	}
+	for i := range 10 {
+		a, b := whole.step(t), split.step(t)
+		if math.Abs(a-b) > 1e-5*math.Abs(a) {
+			t.Fatalf("step %d: loss %.7f partitioned, %.7f whole", i, b, a)
+		}
 	}
 }
 

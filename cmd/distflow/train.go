@@ -52,6 +52,7 @@ type trainFlags struct {
 	compression  string
 	lrDecay      string
 	mlpHidden    int
+	minSlice     int64
 	stepTimeout  time.Duration
 	waitTimeout  time.Duration
 	// listenFD is an inherited listening socket (tests that start tasks
@@ -153,6 +154,7 @@ func newTrainCommand() *cobra.Command {
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
 	fl.StringVar(&f.compression, "compression", "none", "how gradients travel: none (float32), fp16, bf16 (half the bytes: the all-reduce ring, or the push to the ps), topk, topk:RATIO or topk:RATIO,warmup=STEPS (--allreduce: the largest RATIO of the elements, 0.01 by default, the rest kept for the next step; during the first STEPS steps the share falls from all to RATIO)")
+	fl.Int64Var(&f.minSlice, "ps-min-slice-bytes", 0, "split each weight matrix of the mlp or cnn by rows over the ps tasks, in slices of at least this many bytes (TensorFlow's min_max_variable_partitioner, at most one slice per ps task): each ps then serves its share of a large layer; 0 keeps every variable whole")
 	fl.IntVar(&f.mlpHidden, "mlp-hidden", 100, "width of the mlp's hidden layer (wider: more bytes of gradient per example, for measuring communication)")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
 	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
@@ -245,6 +247,8 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	}
 	bad(f.mlpHidden < 1 || f.mlpHidden > 1<<16, "--mlp-hidden %d: want 1 to 65536", f.mlpHidden)
 	bad(set("mlp-hidden") && f.model != "mlp", "--mlp-hidden goes with --model mlp")
+	bad(f.minSlice < 0, "--ps-min-slice-bytes %d: want 0 (whole variables) or more", f.minSlice)
+	bad(f.minSlice > 0 && f.model != "mlp" && f.model != "cnn", "--ps-min-slice-bytes goes with --model mlp or cnn (widedeep partitions its tables with --embedding-shards)")
 	bad(f.verbose && f.quiet, "--verbose and --quiet: choose one")
 	errs = append(errs, f.checkHashFlags(set)...)
 	bad(f.localCluster != "" && f.metricsPort != 0, "--metrics-port %d with --local-cluster: every task gets a free loopback port of its own; leave the flag out (or 0 for none)", f.metricsPort)
@@ -399,7 +403,11 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		return fmt.Errorf("--lr-decay: %w", err)
 	}
 	f.hashSetup(spec)
-	fn, err := models.ModelFn(f.model, models.Config{Seed: f.seed, WideDeep: f.wideDeep, MLPHidden: f.mlpHidden}, opt)
+	mc := models.Config{Seed: f.seed, WideDeep: f.wideDeep, MLPHidden: f.mlpHidden, MinShardBytes: f.minSlice}
+	if spec != nil { // nil: one process, no ps to slice over
+		mc.MaxShards = spec.NumTasks("ps")
+	}
+	fn, err := models.ModelFn(f.model, mc, opt)
 	if err != nil {
 		return err
 	}
