@@ -297,3 +297,63 @@ func TestTensorChannelUnansweredPeer(t *testing.T) {
 		})
 	}
 }
+
+// blockingWorker answers RunGraph for step 1 at once and holds any other
+// step until its context ends (saying when it started and ended) or the
+// test releases it.
+type blockingWorker struct {
+	*worker.Worker
+	started, ended, release chan struct{}
+}
+
+func (b *blockingWorker) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb.RunGraphResponse, error) {
+	if r.GetStepId() == 1 {
+		return &pb.RunGraphResponse{}, nil
+	}
+	close(b.started)
+	select {
+	case <-ctx.Done():
+		close(b.ended)
+		return nil, ctx.Err()
+	case <-b.release: // the test is over: let the server stop
+		return nil, errors.New("released by the test")
+	}
+}
+
+// TestTensorChannelServerStopsWhenClientGoes: a call that blocks on the
+// server (a RunGraph waiting for a tensor) ends there when its client
+// cancels it, on a connection that has served a call before (the server's
+// two goroutines take turns reading, see serveTensors) and long before
+// any deadline.
+func TestTensorChannelServerStopsWhenClientGoes(t *testing.T) {
+	bw := &blockingWorker{Worker: worker.New(worker.Config{Task: suiteTask}),
+		started: make(chan struct{}), ended: make(chan struct{}), release: make(chan struct{})}
+	c := serveWorker(t, bw, rpc.Options{}, rpc.Options{})
+	t.Cleanup(func() { close(bw.release) }) // before the server's Stop, which waits for the call
+	if _, err := c.RunGraph(ctxT(t), &pb.RunGraphRequest{GraphHandle: "g", StepId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if idle, _ := rpc.TensorChannelState(c); idle != 1 {
+		t.Fatalf("%d idle connections after a call over the channel, want 1", idle)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.RunGraph(ctx, &pb.RunGraphRequest{GraphHandle: "g", StepId: 2})
+		done <- err
+	}()
+	select {
+	case <-bw.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second call did not reach the worker")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled call: err = %v, want context.Canceled", err)
+	}
+	select {
+	case <-bw.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server's RunGraph still waits 10 s after its client cancelled")
+	}
+}
