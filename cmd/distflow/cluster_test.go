@@ -27,12 +27,16 @@ import (
 // images measure accuracy to about 0.4 points (the embedded subset's 2,000,
 // to 0.8: too coarse for a 1-point comparison). The learning rate is the
 // one at which asynchronous updates, a step or two stale, converge like
-// synchronous ones here (at 0.5 the gap varied from 0 to 1.7 points).
+// synchronous ones here (at 0.5 the gap varied from 0 to 1.7 points), and
+// it decays to zero over the run: the last iterate of SGD at a constant
+// rate moves by points from one step to the next, and a quiet machine's
+// asynchronous runs ended 0.8241-0.8455 against the single process's 0.8547
+// (with the decay: 0.8457-0.8460 against 0.8468).
 func TestLocalClusterMLPMatchesSingleProcess(t *testing.T) {
 	if _, err := os.Stat(data.DefaultFashionMNISTDir); err != nil {
 		t.Skipf("needs the full Fashion-MNIST (apt-get install dataset-fashion-mnist): %v", err)
 	}
-	args := []string{"train", "--model", "mlp", "--data", data.DefaultFashionMNISTDir, "--epochs", "10", "--lr", "0.2", "--json"}
+	args := []string{"train", "--model", "mlp", "--data", data.DefaultFashionMNISTDir, "--epochs", "10", "--lr", "0.2", "--lr-decay", "linear", "--json"}
 	stdout, stderr, err := run(t, args...)
 	if err != nil {
 		t.Fatalf("single process: %v\n%s", err, stderr)
