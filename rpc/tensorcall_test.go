@@ -296,6 +296,23 @@ func TestTensorChannelUnansweredPeer(t *testing.T) {
 			}
 		})
 	}
+	// A call whose deadline is nearer than the hello's own bound gives the
+	// hello half of what it has left, and fails as Unavailable before its
+	// deadline, not with it.
+	t.Run("the call's deadline first", func(t *testing.T) {
+		defer rpc.SetHelloTimeout(time.Minute)()
+		c, closer, err := rpc.DialWorker(addr, rpc.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closer.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = c.RunGraph(ctx, &pb.RunGraphRequest{GraphHandle: "g", StepId: 1})
+		if !errors.Is(err, rpc.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			t.Errorf("err = %v (context: %v), want ErrUnavailable before the call's deadline", err, ctx.Err())
+		}
+	})
 }
 
 // blockingWorker answers RunGraph for step 1 at once and holds any other

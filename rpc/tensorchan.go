@@ -557,8 +557,8 @@ var errFallback = errors.New("rpc: tensor channel not available")
 // same listener for the rest of the call's deadline.
 var errUnanswered = errors.New("the connection was accepted but the hello had no answer")
 
-// helloTimeout bounds a new connection's TLS handshake and hello: a live
-// peer answers in milliseconds. A variable for tests.
+// helloTimeout bounds a new connection's TLS handshake and hello (see
+// dial): a live peer answers in milliseconds. A variable for tests.
 var helloTimeout = 5 * time.Second
 
 // dialError maps an error of get for a call of method about what:
@@ -672,11 +672,15 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(helloTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	// The hello has helloTimeout, and at most half of what the call has
+	// left: a peer that does not answer is then reported as unavailable
+	// (a lost task) while the call's context is still live, instead of
+	// when its deadline ends it.
+	limit := helloTimeout
+	if d, ok := ctx.Deadline(); ok {
+		limit = min(limit, time.Until(d)/2)
 	}
-	conn.SetDeadline(deadline)
+	conn.SetDeadline(time.Now().Add(limit))
 	p.mu.Lock()
 	mine := tensorHello11
 	if p.v10 {
@@ -716,7 +720,7 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 		var ne net.Error
 		timedOut := errors.As(err, &ne) && ne.Timeout()
 		if ctx.Err() == nil && timedOut && !deadlinePassed(ctx, err) {
-			return nil, fmt.Errorf("%w within %v: %v", errUnanswered, helloTimeout, err)
+			return nil, fmt.Errorf("%w within %v: %v", errUnanswered, limit.Round(time.Millisecond), err)
 		}
 		if ctx.Err() == nil && !timedOut {
 			p.mu.Lock()
