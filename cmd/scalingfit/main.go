@@ -31,7 +31,7 @@ func main() {
 	params := flag.Float64("param-bytes", 318040, "model bytes pushed and pulled per step (mlp 784-100-10: 79510 float32)")
 	bw := flag.Float64("bandwidth", 1000, "the bed's link bandwidth in Mbit/s as measured (netbed.sh iperf)")
 	rtt := flag.Duration("rtt", 500*time.Microsecond, "the bed's round trip as measured (netbed.sh rtt)")
-	burst := flag.Float64("burst", 250000, "the bytes a bed link sends at once after idling: netbed.sh gives tc tbf a bucket of 2 ms at its rate (250000 at 1gbit); 0 for none")
+	burst := flag.Float64("burst", -1, "the bytes a bed link sends at once after idling; 0 for none (default: netbed.sh's tc tbf bucket, 2 ms at the runs' rate column and at least 32 KiB: 250000 at 1gbit)")
 	cores := flag.Float64("cores", 2, "the bed machine's cores")
 	hostCores := flag.Float64("host-cores", 4, "cores per host that carry a task's work in the large-cluster table")
 	perByte := flag.Float64("cpu-per-byte", 1.4e-9, "CPU seconds per byte moved, both ends (docs/BENCHMARKS.md: 94 ms of CPU per 64 MiB over TLS)")
@@ -45,9 +45,12 @@ func main() {
 		}
 		fitSet[n] = true
 	}
-	bed := scaling.Network{Bandwidth: *bw * 1e6 / 8, RTT: rtt.Seconds(), Burst: *burst}
-	all, err := readRuns(os.Stdin)
+	all, rateBits, err := readRuns(os.Stdin)
 	fail(err)
+	if *burst < 0 { // as netbed.sh sets it
+		*burst = max(rateBits*2e-3/8, 32<<10)
+	}
+	bed := scaling.Network{Bandwidth: *bw * 1e6 / 8, RTT: rtt.Seconds(), Burst: *burst}
 	// The local runs give the compute of one step, unless --compute does.
 	var runs []run
 	tc := compute.Seconds()
@@ -132,14 +135,26 @@ type run struct {
 }
 
 // readRuns reads netbed_scaling.sh's CSV and averages the repeats of each
-// configuration, in the order first seen.
-func readRuns(r io.Reader) ([]run, error) {
+// configuration, in the order first seen, and the bed's configured rate in
+// bit/s (its rate column: one rate for every run on the bed).
+func readRuns(r io.Reader) ([]run, float64, error) {
 	rows, err := csv.NewReader(r).ReadAll()
 	if err != nil {
-		return nil, fmt.Errorf("reading the runs: %w", err)
+		return nil, 0, fmt.Errorf("reading the runs: %w", err)
 	}
 	if len(rows) < 2 || strings.Join(rows[0], ",") != "mode,tasks,workers,ps,rate,rtt,steps,examples_per_second" {
-		return nil, fmt.Errorf("want netbed_scaling.sh's CSV with its header and at least one run")
+		return nil, 0, fmt.Errorf("want netbed_scaling.sh's CSV with its header and at least one run")
+	}
+	var rate float64
+	for i, row := range rows[1:] {
+		if row[4] == "-" { // a local run
+			continue
+		}
+		bits, err := tcRate(row[4])
+		if err != nil || (rate != 0 && bits != rate) {
+			return nil, 0, fmt.Errorf("line %d: rate %q: want one tc rate (1gbit, 100mbit) for every run", i+2, row[4])
+		}
+		rate = bits
 	}
 	byKey := map[string]*run{}
 	var order []string
@@ -149,7 +164,7 @@ func readRuns(r io.Reader) ([]run, error) {
 		ps, e3 := strconv.Atoi(row[3])
 		x, e4 := strconv.ParseFloat(row[7], 64)
 		if e1 != nil || e2 != nil || e3 != nil || e4 != nil {
-			return nil, fmt.Errorf("line %d: %q: want numbers in tasks, workers, ps and examples_per_second", i+2, row)
+			return nil, 0, fmt.Errorf("line %d: %q: want numbers in tasks, workers, ps and examples_per_second", i+2, row)
 		}
 		if math.IsNaN(x) || x <= 0 {
 			fmt.Fprintf(os.Stderr, "scalingfit: line %d: a failed run, left out\n", i+2)
@@ -171,7 +186,25 @@ func readRuns(r io.Reader) ([]run, error) {
 	for _, k := range order {
 		out = append(out, *byKey[k])
 	}
-	return out, nil
+	return out, rate, nil
+}
+
+// tcRate parses a tc rate as netbed.sh takes it (100mbit, 1gbit) into
+// bit/s.
+func tcRate(s string) (float64, error) {
+	for _, u := range []struct {
+		suffix string
+		scale  float64
+	}{{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}} {
+		if num, ok := strings.CutSuffix(strings.ToLower(s), u.suffix); ok {
+			n, err := strconv.ParseFloat(num, 64)
+			if err != nil || !(n > 0) {
+				break
+			}
+			return n * u.scale, nil
+		}
+	}
+	return 0, fmt.Errorf("rate %q: want e.g. 100mbit or 1gbit", s)
 }
 
 func fail(err error) {
