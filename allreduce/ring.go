@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,6 +56,16 @@ type Config struct {
 	// Names optionally names the task of each rank (such as
 	// "/job:worker/task:2"), indexed like Peers, for errors.
 	Names []string
+	// Servers is the number of summation servers (the ps tasks) among
+	// Peers: the last Servers of them. The others are the ring's ranks,
+	// whose operations then go through the servers (see star.go) rather
+	// than round the ring, as long as the servers serve. A server's Ring
+	// only sums for the others.
+	Servers int
+	// ServerChunkBytes is the size of the pieces of an operation through
+	// the servers (0: DefaultServerChunkBytes). Every rank and server
+	// must be given the same.
+	ServerChunkBytes int
 }
 
 func (c Config) validate() error {
@@ -64,8 +75,11 @@ func (c Config) validate() error {
 	if c.Rank < 0 || c.Rank >= len(c.Peers) {
 		return fmt.Errorf("%w: rank %d outside the %d peers", ErrInvalidConfig, c.Rank, len(c.Peers))
 	}
-	if c.ChunkBytes < 0 {
-		return fmt.Errorf("%w: negative chunk size %d", ErrInvalidConfig, c.ChunkBytes)
+	if c.ChunkBytes < 0 || c.ServerChunkBytes < 0 {
+		return fmt.Errorf("%w: negative chunk size %d or %d", ErrInvalidConfig, c.ChunkBytes, c.ServerChunkBytes)
+	}
+	if c.Servers < 0 || c.Servers >= len(c.Peers) {
+		return fmt.Errorf("%w: %d summation servers among %d peers: want 0 to %d", ErrInvalidConfig, c.Servers, len(c.Peers), len(c.Peers)-1)
 	}
 	if len(c.Names) != 0 && len(c.Names) != len(c.Peers) {
 		return fmt.Errorf("%w: %d names for %d peers", ErrInvalidConfig, len(c.Names), len(c.Peers))
@@ -83,9 +97,9 @@ func (c Config) validate() error {
 	return nil
 }
 
-func chunkElems(bytes int) int {
+func chunkElems(bytes, def int) int {
 	if bytes == 0 {
-		bytes = DefaultChunkBytes
+		bytes = def
 	}
 	return max(bytes/4, 1)
 }
@@ -96,7 +110,7 @@ func chunkElems(bytes int) int {
 // A Ring is also its rank's Receiver: its Transport delivers the chunks
 // that arrive from the previous rank with Deliver and Fail.
 type Ring struct {
-	rank, size int
+	rank, size int // size: the ring's ranks, servers apart
 	peers      []string
 	names      []string // task names by rank, or nil
 	chunk      int      // elements per chunk
@@ -104,6 +118,11 @@ type Ring struct {
 	box        *mailbox
 	tr         Transport
 	views      views // the newest view received (elastic rings)
+
+	servers          int          // summation servers, ranks size to size+servers-1
+	serverChunk      int          // elements per chunk through them
+	serversDownUntil atomic.Int64 // UnixNano until which the ring is used instead
+	sum              *summer      // set on a server
 
 	mu     sync.Mutex
 	closed bool
@@ -125,16 +144,32 @@ func NewRing(cfg Config, tr Transport) (*Ring, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Ring{
-		rank: cfg.Rank, size: len(cfg.Peers), peers: slices.Clone(cfg.Peers), names: slices.Clone(cfg.Names),
-		chunk: chunkElems(cfg.ChunkBytes), log: log, box: newMailbox(), tr: tr,
-	}, nil
+	r := &Ring{
+		rank: cfg.Rank, size: len(cfg.Peers) - cfg.Servers, peers: slices.Clone(cfg.Peers), names: slices.Clone(cfg.Names),
+		chunk: chunkElems(cfg.ChunkBytes, DefaultChunkBytes), log: log, box: newMailbox(), tr: tr,
+		servers: cfg.Servers, serverChunk: chunkElems(cfg.ServerChunkBytes, DefaultServerChunkBytes),
+	}
+	if r.rank >= r.size {
+		r.sum = newSummer(r)
+	}
+	return r, nil
 }
 
 // Deliver implements Receiver: it files c for its operation.
 func (r *Ring) Deliver(c *Chunk) error {
+	if r.sum != nil {
+		if c.Index < 0 || c.Offset < 0 {
+			return fmt.Errorf("%w: summation server %d: chunk %d of %v from rank %d: negative index or offset", ErrMismatch, r.rank, c.Index, c.Op, c.From)
+		}
+		return r.sum.deliver(c)
+	}
 	if c.Op.Name == viewOp {
 		return r.deliverView(c)
+	}
+	if c.Size == 0 && c.From >= r.size && c.From < len(r.peers) {
+		// A summation server's notice that it failed the operation.
+		r.box.fail(c.Op, fmt.Errorf("summation server %s failed the operation", r.peer(c.From)))
+		return nil
 	}
 	if c.Index < 0 || c.Offset < 0 || c.Length < 0 {
 		err := fmt.Errorf("%w: rank %d: chunk %d of %v from rank %d: negative index, offset or length", ErrMismatch, r.rank, c.Index, c.Op, c.From)
@@ -150,7 +185,13 @@ func (r *Ring) Deliver(c *Chunk) error {
 }
 
 // Fail implements Receiver: operation op's incoming stream broke.
-func (r *Ring) Fail(op Op, err error) { r.box.fail(op, err) }
+func (r *Ring) Fail(op Op, err error) {
+	if r.sum != nil {
+		r.sum.fail(op, err)
+		return
+	}
+	r.box.fail(op, err)
+}
 
 // Err implements Receiver: ErrClosed once Close was called.
 func (r *Ring) Err() error { return r.box.closedErr() }
@@ -158,7 +199,7 @@ func (r *Ring) Err() error { return r.box.closedErr() }
 // Rank returns this ring member's rank.
 func (r *Ring) Rank() int { return r.rank }
 
-// Size returns the number of ranks.
+// Size returns the number of ranks (the summation servers apart).
 func (r *Ring) Size() int { return r.size }
 
 // peer names rank i in errors: its rank and, if known, its task and
@@ -310,22 +351,38 @@ func (r *Ring) AllReduce(ctx context.Context, name string, round int64, data []f
 // one path of Ring.AllReduce and Group.AllReduce (and of their variants:
 // a compressed wire, an all-gather).
 func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology, m mode) error {
+	if r.sum != nil {
+		return fmt.Errorf("%w: rank %d is a summation server: it takes part in no operation of its own", ErrInvalidConfig, r.rank)
+	}
 	if i := nonFinite(data); i >= 0 {
 		return fmt.Errorf("%w: rank %d: %v: this rank's own tensor holds %v at element %d (has the model diverged? lower the learning rate)", ErrNonFinite, r.rank, op, data[i], i)
 	}
-	ib, err := r.box.open(op)
-	if err != nil {
-		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
-	}
-	defer r.box.finish(op)
 	opCtx, cancel := opContext(ctx)
 	defer cancel()
-	if err := r.run(opCtx, op, ib, data, tp, m); err != nil {
+	var err error
+	if m == (mode{}) && r.serversUp() {
+		// An all-reduce of float32 values goes through the servers
+		// (compressed wires and all-gathers go round the ring).
+		err = r.starOrRing(opCtx, op, data, tp)
+	} else {
+		err = r.ring(opCtx, op, data, tp, m)
+	}
+	if err != nil {
 		err = r.explain(ctx, op, err)
 		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "members", tp.members, "err", err)
 		return err
 	}
 	return nil
+}
+
+// ring runs op round the ring.
+func (r *Ring) ring(ctx context.Context, op Op, data []float32, tp topology, m mode) error {
+	ib, err := r.box.open(op)
+	if err != nil {
+		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
+	}
+	defer r.box.finish(op)
+	return r.run(ctx, op, ib, data, tp, m)
 }
 
 // AllReduceMean is AllReduce followed by a division by the number of ranks:
@@ -367,6 +424,9 @@ func (r *Ring) Close() error {
 	r.closed = true
 	r.mu.Unlock()
 	r.box.close(ErrClosed)
+	if r.sum != nil {
+		r.sum.close()
+	}
 	return r.tr.Close()
 }
 

@@ -141,7 +141,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		want string
 	}{
 		{estimator.RunConfig{Strategy: estimator.Sync{}}, "coordinates the workers of a cluster"},
-		{estimator.RunConfig{Cluster: spec, Task: worker, Strategy: estimator.AllReduce{}}, "without parameter servers"},
+		{estimator.RunConfig{Cluster: spec, Task: worker, Strategy: estimator.Averaging{Every: 2}}, "without parameter servers"},
 		{estimator.RunConfig{Cluster: spec, Task: worker, Strategy: estimator.Sync{ReplicasToAggregate: 3}}, "ReplicasToAggregate 3"},
 		{estimator.RunConfig{Cluster: spec, Task: worker, Strategy: estimator.Staleness{Bound: -1}}, "Staleness.Bound -1"},
 		{estimator.RunConfig{StepTimeout: -time.Second}, "StepTimeout"},
@@ -196,7 +196,7 @@ func TestLaunchLocalClusterChecksTheStrategyFirst(t *testing.T) {
 		strategy estimator.Strategy
 		want     string
 	}{
-		{"ps=1,worker=2", estimator.AllReduce{}, "without parameter servers"},
+		{"ps=1,worker=2", estimator.Averaging{Every: 2}, "without parameter servers"},
 		{"worker=2", estimator.Sync{}, "no ps task"},
 		{"ps=1,worker=2", estimator.Sync{ReplicasToAggregate: 3}, "ReplicasToAggregate 3"},
 		{"ps=1,worker=x", estimator.Async{}, "worker=x"},

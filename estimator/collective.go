@@ -15,14 +15,22 @@ import (
 	"github.com/distflow/distflow/train"
 )
 
-// AllReduce trains without parameter servers: every worker holds the
-// whole model and, each step, the workers average their gradients with a
-// chunked, pipelined ring all-reduce.
+// AllReduce trains with every worker holding the whole model: each step,
+// the workers average their gradients with a chunked, pipelined ring
+// all-reduce. When the cluster has ps tasks the sums go through them
+// instead, BytePS's design: each ps sums a slice of every gradient and
+// returns it, holding no variables (allreduce.Config.Servers). A ps that
+// is lost sends the workers round the ring until it is back.
 type AllReduce struct{}
 
 func (AllReduce) String() string { return "allreduce" }
 
-func (AllReduce) validate(c *cluster.Spec) error { return needsCluster("allreduce", c, false) }
+func (AllReduce) validate(c *cluster.Spec) error {
+	if c == nil {
+		return needsCluster("allreduce", c, false)
+	}
+	return nil
+}
 
 func (AllReduce) batchesPerStep(n int) int { return n }
 func (AllReduce) averaged(n int) int       { return n }
@@ -141,7 +149,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	// The task's server serves the ring (ranks: the training tasks) beside
 	// its master and worker services, on its one address.
-	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, FileRoots: cfg.fileRoots(), RPC: cfg.rpc,
+	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, RingServers: r.ringServers(), FileRoots: cfg.fileRoots(), RPC: cfg.rpc,
 		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint()})
 	if err != nil {
 		return nil, err
@@ -242,7 +250,8 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		l.sched.Saved(start-1, time.Now()) // the steps are counted from there
 	}
 	l.done = start - 1
-	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", ranks, "steps", steps, "batch", batch, "first_step", start)
+	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", ranks,
+		"summation_servers", len(r.ringServers()), "steps", steps, "batch", batch, "first_step", start)
 	l.trainStart, l.windowStart = time.Now(), time.Now()
 	if err := l.run(ctx); err != nil {
 		return nil, err
@@ -282,6 +291,9 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		if err := markTrainingEnded(cfg.CheckpointDir, steps); err != nil {
 			r.log.Warn("a rank away now will wait for the leader until its wait timeout", "err", err)
 		}
+	}
+	if len(r.ringServers()) > 0 && (r.chief() || l.ledLast) {
+		shutdownCluster(ctx, r, false) // the summation servers' work is done
 	}
 	res.WallSeconds = time.Since(r.started).Seconds()
 	return res, nil

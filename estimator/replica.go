@@ -62,8 +62,12 @@ func (r *replica) startServer() (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger, FileRoots: r.cfg.fileRoots(), RPC: r.cfg.rpc,
-		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint()})
+	sc := server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger, FileRoots: r.cfg.fileRoots(), RPC: r.cfg.rpc,
+		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint()}
+	if servers := r.ringServers(); len(servers) > 0 {
+		sc.Ring, sc.RingServers = r.reps, servers // a ps that sums for the workers
+	}
+	srv, err := server.New(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +75,19 @@ func (r *replica) startServer() (*server.Server, error) {
 		return nil, err
 	}
 	return srv, nil
+}
+
+// ringServers are the summation servers of an all-reduce through the ps
+// tasks (AllReduce with ps tasks), nil otherwise.
+func (r *replica) ringServers() []cluster.TaskID {
+	if _, ok := r.cfg.Strategy.(AllReduce); !ok || r.cfg.Cluster == nil {
+		return nil
+	}
+	var ps []cluster.TaskID
+	for i := range r.cfg.Cluster.NumTasks("ps") {
+		ps = append(ps, cluster.TaskID{Job: "ps", Index: i})
+	}
+	return ps
 }
 
 // serve runs this task's server until the chief ends training (a Shutdown

@@ -47,6 +47,11 @@ type Config struct {
 	// them). The ring is served on the task's address beside the master
 	// and worker services; Server.Ring returns it.
 	Ring []cluster.TaskID
+	// RingServers, with Ring, are summation servers for the ring's ranks
+	// (the ps tasks): the ranks' all-reduces go through them, BytePS's
+	// design, as long as they serve (allreduce.Config.Servers). Task may
+	// be one of them; it then only sums.
+	RingServers []cluster.TaskID
 	// Logger receives the server's logs, tagged with the task; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -89,8 +94,11 @@ func (c *Config) validate() error {
 	if err := c.checkMetricsAddress(); err != nil {
 		return err
 	}
-	if len(c.Ring) > 0 && !slices.Contains(c.Ring, c.Task) {
-		return fmt.Errorf("server: task %s is not one of the ring's ranks %v", c.Task, c.Ring)
+	if len(c.Ring) > 0 && !slices.Contains(c.Ring, c.Task) && !slices.Contains(c.RingServers, c.Task) {
+		return fmt.Errorf("server: task %s is not one of the ring's ranks %v or its summation servers %v", c.Task, c.Ring, c.RingServers)
+	}
+	if len(c.RingServers) > 0 && len(c.Ring) == 0 {
+		return fmt.Errorf("server: task %s: summation servers %v without a ring", c.Task, c.RingServers)
 	}
 	return nil
 }
@@ -113,8 +121,9 @@ func (c *Config) shutdownFrom() []string {
 
 // ringConfig is the all-reduce configuration of the ranks c.Ring.
 func (c *Config) ringConfig(log *slog.Logger) (allreduce.Config, error) {
-	rc := allreduce.Config{Rank: slices.Index(c.Ring, c.Task), Logger: log}
-	for _, t := range c.Ring {
+	ranks := slices.Concat(c.Ring, c.RingServers)
+	rc := allreduce.Config{Rank: slices.Index(ranks, c.Task), Logger: log, Servers: len(c.RingServers)}
+	for _, t := range ranks {
 		addr, err := c.Cluster.Address(t)
 		if err != nil {
 			return rc, fmt.Errorf("server: ring rank %s: %w", t, err)

@@ -37,7 +37,7 @@ func TestBadFlagsFailBeforeAnythingStarts(t *testing.T) {
 		{[]string{"--replicas-to-aggregate", "2"}, "--replicas-to-aggregate goes with --sync"},
 		{[]string{"--sync"}, "--sync and --staleness coordinate the workers of a cluster"},
 		{[]string{"--local-cluster", "ps=1,worker=x"}, "--local-cluster"},
-		{[]string{"--local-cluster", "ps=1,worker=2", "--allreduce"}, "without ps tasks"},
+		{[]string{"--local-cluster", "ps=1,worker=2", "--allreduce", "--average-every", "2"}, "drop the ps tasks"},
 		{[]string{"--eopchs", "3"}, "did you mean --epochs"},
 		{[]string{"--ps_hosts", "localhost:2222", "--worker_hosts", "127.0.0.1:2222", "--job_name", "worker"}, "same address"},
 	} {

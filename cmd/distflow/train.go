@@ -152,7 +152,7 @@ func newTrainCommand() *cobra.Command {
 	fl.IntVar(&f.staleness, "staleness", -1, "bounded staleness: a worker runs at most this many steps ahead of the slowest (default: unbounded)")
 	fl.DurationVar(&f.stepDelay, "step-delay", 0, "wait this long before every step (fault injection: a slow worker)")
 	_ = fl.MarkHidden("step-delay")
-	fl.BoolVar(&f.allReduce, "allreduce", false, "no parameter servers: the workers average their gradients with a ring all-reduce every step")
+	fl.BoolVar(&f.allReduce, "allreduce", false, "every worker holds the model and the workers average their gradients every step: round a ring all-reduce, or, when the cluster has ps tasks, through them (BytePS: each ps sums a slice; a lost ps sends the workers round the ring until it is back)")
 	fl.StringVar(&f.compression, "compression", "none", "how gradients travel: none (float32), fp16, bf16 (half the bytes: the all-reduce ring, or the push to the ps), topk, topk:RATIO or topk:RATIO,warmup=STEPS (--allreduce: the largest RATIO of the elements, 0.01 by default, the rest kept for the next step; during the first STEPS steps the share falls from all to RATIO)")
 	fl.Int64Var(&f.minSlice, "ps-min-slice-bytes", 0, "split each weight matrix of the mlp or cnn by rows over the ps tasks, in slices of at least this many bytes (TensorFlow's min_max_variable_partitioner, at most one slice per ps task): each ps then serves its share of a large layer; 0 keeps every variable whole")
 	fl.IntVar(&f.mlpHidden, "mlp-hidden", 100, "width of the mlp's hidden layer (wider: more bytes of gradient per example, for measuring communication)")
@@ -277,14 +277,10 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	hosts := f.psHosts != "" || f.workerHosts != "" || f.chiefHosts != "" || f.jobName != ""
 	bad(f.localCluster != "" && hosts, "--local-cluster chooses the cluster itself: drop --ps_hosts/--worker_hosts/--chief_hosts/--job_name")
 	if f.localCluster != "" {
-		var opts []localcluster.ParseOption
-		if f.allReduce {
-			opts = append(opts, localcluster.WithoutPS())
-		}
-		if jobs, err := localcluster.Parse(f.localCluster, opts...); err != nil {
+		if jobs, err := localcluster.Parse(f.localCluster, f.psRule()...); err != nil {
 			errs = append(errs, fmt.Errorf("--local-cluster: %w", err))
-		} else if f.allReduce && jobs.PS > 0 {
-			errs = append(errs, fmt.Errorf("--local-cluster %q: --allreduce trains without ps tasks", f.localCluster))
+		} else if f.averageEvery >= 0 && jobs.PS > 0 {
+			errs = append(errs, fmt.Errorf("--local-cluster %q: --average-every averages the models round the ring: drop the ps tasks", f.localCluster))
 		}
 	} else if !hosts && os.Getenv(cluster.EnvVar) == "" {
 		bad(f.sync || f.staleness >= 0, "--sync and --staleness coordinate the workers of a cluster: add --local-cluster or the cluster flags")
@@ -519,15 +515,21 @@ func startProfiles(cpu, mem string, stderr io.Writer) (stop func(), err error) {
 	return stop, nil
 }
 
+// psRule is what --local-cluster may say of ps tasks: the ps strategies
+// need one at least; --allreduce takes any number (none: the ring; some:
+// summation servers).
+func (f trainFlags) psRule() []localcluster.ParseOption {
+	if f.allReduce {
+		return []localcluster.ParseOption{localcluster.AnyPS()}
+	}
+	return nil
+}
+
 // runLocalCluster runs the same command as a local cluster of processes:
 // each task gets this command's flags, without --local-cluster and the
 // profiles, and its place in TF_CONFIG. The chief's output is the run's.
 func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stderr io.Writer) error {
-	var opts []localcluster.ParseOption
-	if f.allReduce {
-		opts = append(opts, localcluster.WithoutPS())
-	}
-	jobs, err := localcluster.Parse(f.localCluster, opts...)
+	jobs, err := localcluster.Parse(f.localCluster, f.psRule()...)
 	if err != nil {
 		return fmt.Errorf("--local-cluster: %w", err)
 	}
@@ -562,7 +564,8 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		Jobs: jobs, Args: args, Env: dashEnv, Stdout: stdout, Stderr: progressOutput(stderr), Verbose: f.verbose,
 		// A supervisor restarts a ps that dies when the workers can recover
 		// from it: the ps strategies with checkpoints to restore from.
-		RestartPS:          (async || f.inGraph || isSync || f.staleness >= 0) && (f.ckptDir != "" || f.logdir != ""),
+		// The summation servers of --allreduce hold nothing to restore.
+		RestartPS:          (async || f.inGraph || isSync || f.staleness >= 0) && (f.ckptDir != "" || f.logdir != "") || f.allReduce,
 		TolerateWorkerLoss: async,
 		// A lost chief resumes from the latest checkpoint; a lost worker
 		// rejoins the strategies that go on without it (issue 15).

@@ -1,0 +1,506 @@
+package allreduce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The star: an all-reduce through summation servers, BytePS's design for
+// parameter servers. With Config.Servers > 0 the last peers are servers
+// (the ps tasks) and the others the ring's ranks (the workers). The tensor
+// is cut into one segment per server; each rank streams the chunks of
+// segment j to server j, which adds the chunks of the same index from
+// every member into the first one that arrived (no copy) and streams each
+// sum back to the members as soon as it is complete. A rank's push of
+// chunk k+1 overlaps the return of chunk k, on the other direction of its
+// link. Each rank sends and receives the tensor once, as in the ring of
+// two, whatever the number of ranks; with as many servers as ranks (on
+// their own hosts) no link carries more. All ranks end with bit-identical
+// results, since each chunk is summed once, on its server.
+//
+// The servers hold no state between operations: a server that dies fails
+// the operations it was part of, and the ranks then take the ring among
+// themselves (the same operation, recomputed from their own tensors), and
+// keep to it for starRetry before trying the servers again.
+
+// DefaultServerChunkBytes is the size of the chunks of an operation through
+// servers when Config.ServerChunkBytes is zero: smaller than the ring's, so
+// that a segment is several chunks and pushing overlaps receiving the sums
+// even for a model of a few hundred kilobytes.
+const DefaultServerChunkBytes = 64 << 10
+
+// starRetry is how long the ranks go round the ring after the servers
+// failed an operation, before they try the servers again.
+const starRetry = 10 * time.Second
+
+// maxSumOps bounds the operations that a server holds partial sums of: a
+// member that died before the server heard of it leaves its operation
+// incomplete, and the oldest such operation is dropped for a new one.
+const maxSumOps = 64
+
+// starItem is one chunk of an operation through servers: elements
+// [lo, hi) of the tensor, summed on server (a position among the servers).
+type starItem struct {
+	server, lo, hi int
+}
+
+// starSchedule cuts a tensor of n elements for servers servers: segment j
+// is [j*n/servers, (j+1)*n/servers), cut into chunks of chunk elements; a
+// chunk's index is its position in this list.
+func starSchedule(n, servers, chunk int) []starItem {
+	var items []starItem
+	for j := range servers {
+		lo, hi := j*n/servers, (j+1)*n/servers
+		for a := lo; a < hi; a += chunk {
+			items = append(items, starItem{server: j, lo: a, hi: min(a+chunk, hi)})
+		}
+	}
+	return items
+}
+
+// serversUp reports whether the operations go through the servers: there
+// are some, and none failed an operation in the last starRetry.
+func (r *Ring) serversUp() bool {
+	return r.servers > 0 && time.Now().UnixNano() >= r.serversDownUntil.Load()
+}
+
+// starOrRing runs op through the servers. If they fail it and one of
+// them does not answer a probe, it runs op again round the ring among the
+// members, from data as it was: the servers get at most half of the time
+// left, so that the ring has the other half. A failure with every server
+// up is a member's, and is returned.
+func (r *Ring) starOrRing(ctx context.Context, op Op, data []float32, tp topology) error {
+	sctx, cancel := ctx, context.CancelFunc(func() {})
+	if deadline, ok := ctx.Deadline(); ok {
+		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
+	}
+	err := r.star(sctx, op, data, tp)
+	cancel()
+	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrNonFinite) || ctx.Err() != nil {
+		return err
+	}
+	down := r.serverDown(ctx)
+	if down < 0 {
+		return err
+	}
+	r.serversDownUntil.Store(time.Now().Add(starRetry).UnixNano())
+	r.log.Warn("allreduce: a summation server is down; the ranks go round the ring",
+		"rank", r.rank, "server", r.peer(down), "name", op.Name, "round", op.Round, "for", starRetry, "err", err)
+	return r.ring(ctx, Op{Name: op.Name + "/ring", Round: op.Round}, data, tp, mode{})
+}
+
+// serverDown probes the servers and returns the rank of one that does not
+// answer (or has closed its ring), -1 if all answer. The probes have at
+// most a quarter of the time left to ctx's deadline, and maxProbe.
+func (r *Ring) serverDown(ctx context.Context) int {
+	wait := maxProbe
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(max(time.Until(deadline)/4, minProbe), maxProbe)
+	}
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	down := make(chan int, r.servers)
+	for j := range r.servers {
+		go func() {
+			if err := r.tr.Probe(pctx, r.size+j); err != nil {
+				down <- r.size + j
+				return
+			}
+			down <- -1
+		}()
+	}
+	first := -1
+	for range r.servers {
+		if d := <-down; d >= 0 && first < 0 {
+			first = d
+		}
+	}
+	return first
+}
+
+// star sums data among the members of tp through the servers. data is
+// written only once every sum is in, so that a failure leaves it whole.
+func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) error {
+	ib, err := r.box.open(op)
+	if err != nil {
+		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
+	}
+	defer r.box.finish(op)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	items := starSchedule(len(data), r.servers, r.serverChunk)
+	sent := make(chan error, r.servers)
+	for j := range r.servers {
+		go func() {
+			err := r.starSend(ctx, op, j, items, data, tp.size())
+			if err != nil {
+				cancel()
+			}
+			sent <- err
+		}()
+	}
+	sums := make([]*Chunk, len(items))
+	var recvErr error
+	for k, it := range items {
+		c, err := ib.take(ctx, k)
+		if err != nil {
+			recvErr = fmt.Errorf("allreduce: rank %d: %v: waiting for the sum of chunk %d of %d from %s: %w",
+				r.rank, op, k, len(items), r.peer(r.size+it.server), err)
+			break
+		}
+		if c.From != r.size+it.server || c.Size != tp.size() || c.Length != len(data) || c.Offset != it.lo || len(c.Data) != it.hi-it.lo {
+			recvErr = fmt.Errorf("%w: rank %d: %v: sum %d from rank %d (of %d members, %d values at %d of %d) is not the chunk of %s expected (of %d members, %d values at %d of %d)",
+				ErrMismatch, r.rank, op, k, c.From, c.Size, len(c.Data), c.Offset, c.Length,
+				r.peer(r.size+it.server), tp.size(), it.hi-it.lo, it.lo, len(data))
+			break
+		}
+		sums[k] = c
+	}
+	if recvErr != nil {
+		cancel()
+	}
+	var sendErr error
+	for range r.servers {
+		if err := <-sent; err != nil && sendErr == nil {
+			sendErr = err
+		}
+	}
+	if recvErr != nil {
+		// A sender that the failure cancelled did not cause it.
+		if sendErr != nil && !errors.Is(sendErr, context.Canceled) {
+			return sendErr
+		}
+		return recvErr
+	}
+	if sendErr != nil {
+		return sendErr
+	}
+	for k, it := range items {
+		copy(data[it.lo:it.hi], sums[k].Data)
+	}
+	return nil
+}
+
+// starSend streams this rank's chunks of server j's segment to it.
+func (r *Ring) starSend(ctx context.Context, op Op, j int, items []starItem, data []float32, size int) error {
+	to := r.size + j
+	wrap := func(err error) error {
+		return fmt.Errorf("allreduce: rank %d: %v: sending to summation server %s: %w", r.rank, op, r.peer(to), err)
+	}
+	st, err := r.tr.Open(ctx, to, op)
+	if err != nil {
+		return wrap(err)
+	}
+	for k, it := range items {
+		if it.server != j {
+			continue
+		}
+		c := &Chunk{Op: op, From: r.rank, Size: size, Index: k, Length: len(data), Offset: it.lo, Data: data[it.lo:it.hi]}
+		if err := st.Send(c); err != nil {
+			st.Abort()
+			return wrap(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// summer is a server's side of the star: the partial sums of the
+// operations under way, and the streams that return the sums.
+type summer struct {
+	r     *Ring
+	index int // this server's position among the servers
+	mu    sync.Mutex
+	ops   map[Op]*sumOp
+	// ended holds the operations that completed or failed (nil error),
+	// so that late chunks are dropped or refused; order bounds it.
+	ended  map[Op]error
+	order  []Op
+	bytes  int64 // data held in partial sums
+	closed bool
+}
+
+// sumOp is one operation on a server.
+type sumOp struct {
+	op           Op
+	size, length int
+	base, chunks int // the index of this server's first chunk, and their number
+	lo, hi       int // this server's segment
+	slots        map[int]*sumSlot
+	members      []int // the ranks heard from
+	done         int   // chunks summed and sent
+	outs         map[int]*sumOut
+	bytes        int64
+	started      time.Time
+	ctx          context.Context
+	cancel       context.CancelFunc
+}
+
+// sumSlot is one chunk's partial sum: the first chunk that arrived, to
+// which the others are added, and the members they came from.
+type sumSlot struct {
+	sum  *Chunk
+	from []int
+}
+
+// sumOut streams the sums of one operation to one member, in order.
+type sumOut struct {
+	queue chan *Chunk
+	done  chan struct{}
+}
+
+func newSummer(r *Ring) *summer {
+	return &summer{r: r, index: r.rank - r.size, ops: make(map[Op]*sumOp), ended: make(map[Op]error)}
+}
+
+// deliver adds c to its chunk's partial sum, and sends the sum to the
+// members once each has added its chunk. A chunk that does not fit the
+// operation fails it (the members are told) and is refused.
+func (s *summer) deliver(c *Chunk) error {
+	r := s.r
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err, ended := s.ended[c.Op]; ended {
+		if err != nil {
+			return err
+		}
+		// Every member gave its chunks to the completed operation: this
+		// is the key used again (see Op).
+		delete(s.ended, c.Op)
+	}
+	o := s.ops[c.Op]
+	if o == nil {
+		var err error
+		if o, err = s.start(c); err != nil {
+			return err
+		}
+	}
+	if err := o.fits(c, r); err != nil {
+		s.failLocked(o, err)
+		return err
+	}
+	if i := nonFinite(c.Data); i >= 0 {
+		err := fmt.Errorf("%w: summation server %d: %v: %s sent %v at element %d", ErrNonFinite, r.rank, c.Op, r.peer(c.From), c.Data[i], c.Offset+i)
+		s.failLocked(o, err)
+		return err
+	}
+	if !slices.Contains(o.members, c.From) {
+		o.members = append(o.members, c.From)
+	}
+	sl := o.slots[c.Index]
+	if sl == nil {
+		n := 4 * int64(len(c.Data))
+		if s.bytes+n > maxEarlyBytes {
+			err := fmt.Errorf("%w: summation server %d: %v: more than %d bytes of partial sums", ErrMismatch, r.rank, c.Op, maxEarlyBytes)
+			s.failLocked(o, err)
+			return err
+		}
+		s.bytes += n
+		o.bytes += n
+		o.slots[c.Index] = &sumSlot{sum: c, from: []int{c.From}}
+	} else {
+		if slices.Contains(sl.from, c.From) {
+			err := fmt.Errorf("%w: summation server %d: %v: chunk %d came twice from %s", ErrMismatch, r.rank, c.Op, c.Index, r.peer(c.From))
+			s.failLocked(o, err)
+			return err
+		}
+		dst := sl.sum.Data
+		for i, v := range c.Data {
+			dst[i] += v
+		}
+		sl.from = append(sl.from, c.From)
+	}
+	if sl = o.slots[c.Index]; len(sl.from) < o.size {
+		return nil
+	}
+	delete(o.slots, c.Index)
+	n := 4 * int64(len(sl.sum.Data))
+	s.bytes -= n
+	o.bytes -= n
+	out := &Chunk{Op: c.Op, From: r.rank, Size: o.size, Index: c.Index, Length: o.length, Offset: c.Offset, Data: sl.sum.Data}
+	for _, m := range sl.from {
+		o.out(s, m).queue <- out
+	}
+	if o.done++; o.done == o.chunks {
+		for _, w := range o.outs {
+			close(w.queue)
+		}
+		s.endLocked(o, nil)
+		go func() { // the context ends once every return stream is
+			for _, w := range o.outs {
+				<-w.done
+			}
+			o.cancel()
+		}()
+	}
+	return nil
+}
+
+// start begins the operation of c, its first chunk here, after checking
+// what every later chunk is checked against.
+func (s *summer) start(c *Chunk) (*sumOp, error) {
+	r := s.r
+	switch {
+	case c.From < 0 || c.From >= r.size:
+		return nil, fmt.Errorf("%w: summation server %d: %v: chunk from rank %d, not one of the %d ranks", ErrMismatch, r.rank, c.Op, c.From, r.size)
+	case c.Size < 1 || c.Size > r.size:
+		return nil, fmt.Errorf("%w: summation server %d: %v: chunk of an operation among %d members, not 1 to %d", ErrMismatch, r.rank, c.Op, c.Size, r.size)
+	case c.Length < r.servers:
+		return nil, fmt.Errorf("%w: summation server %d: %v: a tensor of %d values, fewer than the %d servers", ErrMismatch, r.rank, c.Op, c.Length, r.servers)
+	}
+	s.evict()
+	o := &sumOp{op: c.Op, size: c.Size, length: c.Length, slots: make(map[int]*sumSlot), outs: make(map[int]*sumOut), started: time.Now()}
+	o.lo, o.hi = s.index*c.Length/r.servers, (s.index+1)*c.Length/r.servers
+	for j := range s.index {
+		lo, hi := j*c.Length/r.servers, (j+1)*c.Length/r.servers
+		o.base += (hi - lo + r.serverChunk - 1) / r.serverChunk
+	}
+	o.chunks = (o.hi - o.lo + r.serverChunk - 1) / r.serverChunk
+	o.ctx, o.cancel = context.WithCancel(context.Background())
+	s.ops[c.Op] = o
+	return o, nil
+}
+
+// evict drops the oldest operation when maxSumOps are held: one that a
+// member left without a word.
+func (s *summer) evict() {
+	if len(s.ops) < maxSumOps {
+		return
+	}
+	var oldest *sumOp
+	for _, o := range s.ops {
+		if oldest == nil || o.started.Before(oldest.started) {
+			oldest = o
+		}
+	}
+	s.failLocked(oldest, fmt.Errorf("summation server %d: %v: dropped, incomplete after %v, for a newer operation", s.r.rank, oldest.op, time.Since(oldest.started).Round(time.Millisecond)))
+}
+
+// fits checks that c is a chunk of o's segment from one of its members.
+func (o *sumOp) fits(c *Chunk, r *Ring) error {
+	k := c.Index - o.base
+	lo := o.lo + k*r.serverChunk
+	if c.Size != o.size || c.Length != o.length || c.From < 0 || c.From >= r.size || k < 0 || k >= o.chunks ||
+		c.Offset != lo || len(c.Data) != min(r.serverChunk, o.hi-lo) {
+		return fmt.Errorf("%w: summation server %d: %v: chunk %d from %s (of %d members, %d values at %d of %d) is not one of its chunks %d to %d here (of %d members, a segment [%d, %d) of %d, in chunks of %d)",
+			ErrMismatch, r.rank, c.Op, c.Index, r.peer(c.From), c.Size, len(c.Data), c.Offset, c.Length,
+			o.base, o.base+o.chunks-1, o.size, o.lo, o.hi, o.length, r.serverChunk)
+	}
+	return nil
+}
+
+// out returns the stream of o's sums to member m, started on first use.
+func (o *sumOp) out(s *summer, m int) *sumOut {
+	if w := o.outs[m]; w != nil {
+		return w
+	}
+	w := &sumOut{queue: make(chan *Chunk, o.chunks), done: make(chan struct{})}
+	o.outs[m] = w
+	go s.stream(o, m, w)
+	return w
+}
+
+// stream sends w's sums to member m. A failure fails the operation, which
+// tells the other members.
+func (s *summer) stream(o *sumOp, m int, w *sumOut) {
+	defer close(w.done)
+	r := s.r
+	st, err := r.tr.Open(o.ctx, m, o.op)
+	if err == nil {
+		for c := range w.queue {
+			if err = st.Send(c); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = o.ctx.Err() // the operation failed
+		}
+		if err == nil {
+			err = st.Close()
+		} else {
+			st.Abort()
+		}
+	}
+	if err != nil {
+		s.fail(o.op, fmt.Errorf("summation server %d: %v: returning the sums to %s: %w", r.rank, o.op, r.peer(m), err))
+	}
+}
+
+// fail ends operation op with err (an incoming stream broke, or a return
+// stream failed): the members are told, through their streams, and its
+// later chunks are refused with err.
+func (s *summer) fail(op Op, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o := s.ops[op]; o != nil {
+		s.failLocked(o, err)
+	}
+}
+
+func (s *summer) failLocked(o *sumOp, err error) {
+	s.r.log.Warn("allreduce: summation server: operation failed", "rank", s.r.rank, "name", o.op.Name, "round", o.op.Round, "err", err)
+	o.cancel() // aborts the return streams
+	s.bytes -= o.bytes
+	if o.done < o.chunks {
+		for _, w := range o.outs {
+			close(w.queue)
+		}
+	}
+	s.endLocked(o, err)
+	// An aborted stream tells a member nothing if no sum went through it:
+	// every member heard from gets a notice of the failure.
+	for _, m := range o.members {
+		go s.notify(o.op, m)
+	}
+}
+
+// notifyTimeout bounds the sending of a failure notice to a member.
+const notifyTimeout = 5 * time.Second
+
+// notify tells member m that op failed here: a chunk from this server of
+// no members (Size 0), which fails the operation at the member (Deliver).
+func (s *summer) notify(op Op, m int) {
+	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+	defer cancel()
+	st, err := s.r.tr.Open(ctx, m, op)
+	if err != nil {
+		return // the member is gone, or its operation ends at its deadline
+	}
+	if err := st.Send(&Chunk{Op: op, From: s.r.rank}); err != nil {
+		st.Abort()
+		return
+	}
+	st.Close()
+}
+
+// endLocked forgets o, keeping its outcome for its late chunks.
+func (s *summer) endLocked(o *sumOp, err error) {
+	delete(s.ops, o.op)
+	if _, ok := s.ended[o.op]; !ok {
+		s.order = append(s.order, o.op)
+		if len(s.order) > maxFinished {
+			delete(s.ended, s.order[0])
+			s.order = s.order[1:]
+		}
+	}
+	s.ended[o.op] = err
+}
+
+// close fails every operation: the ring is closing.
+func (s *summer) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, o := range s.ops {
+		s.failLocked(o, ErrClosed)
+	}
+}
