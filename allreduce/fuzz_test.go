@@ -158,3 +158,51 @@ func FuzzDeliver(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSummerDeliver files fuzzed chunks with a summation server (rank 2
+// of 2 ranks and 1 server, chunks of 2 values), as its transport does with
+// what the ranks stream: chunks that do not fit an operation are refused
+// with ErrMismatch or ErrNonFinite, nothing panics, and the partial sums
+// held cost no more memory than the chunks' encoding's multiple.
+func FuzzSummerDeliver(f *testing.F) {
+	fuzztest.WriteSeeds(f, "FuzzSummerDeliver", func() map[string][]any {
+		op := allreduce.Op{Name: "g"}
+		from := func(rank int) []*allreduce.Chunk {
+			return []*allreduce.Chunk{
+				{Op: op, From: rank, Size: 2, Index: 0, Length: 5, Offset: 0, Data: []float32{1, 2}},
+				{Op: op, From: rank, Size: 2, Index: 1, Length: 5, Offset: 2, Data: []float32{3, 4}},
+				{Op: op, From: rank, Size: 2, Index: 2, Length: 5, Offset: 4, Data: []float32{5}},
+			}
+		}
+		bad := *from(0)[1]
+		bad.Offset = 3
+		return map[string][]any{
+			"complete":   {encodeChunks(append(from(0), from(1)...)...)},
+			"one_member": {encodeChunks(from(1)...)},
+			"twice":      {encodeChunks(append(from(0), from(0)...)...)},
+			"misaligned": {encodeChunks(from(0)[0], &bad)},
+			"empty":      {[]byte{}},
+		}
+	})
+	quiet := slog.New(slog.DiscardHandler)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := allreduce.NewRing(allreduce.Config{Rank: 2, Peers: []string{"a", "b", "c"}, Servers: 1, ServerChunkBytes: 8, Logger: quiet}, sinkTransport{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		chunks := decodeChunks(b)
+		fuzztest.CheckAlloc(t, uint64(32*len(b))+64<<10, func() {
+			for _, c := range chunks {
+				if err := r.Deliver(c); err != nil && !errors.Is(err, allreduce.ErrMismatch) && !errors.Is(err, allreduce.ErrNonFinite) {
+					t.Fatalf("Deliver(%+v): %v", c, err)
+				}
+			}
+		})
+		r.Fail(allreduce.Op{Name: "g"}, errStreamEnd)
+		r.Close()
+		if err := r.Deliver(&allreduce.Chunk{Op: allreduce.Op{Name: "g"}, Size: 1, Length: 1, Data: []float32{1}}); !errors.Is(err, allreduce.ErrClosed) {
+			t.Fatalf("Deliver on a closed server: %v", err)
+		}
+	})
+}

@@ -9,7 +9,8 @@
 # Modes: sync (1 ps and 2 workers, 3 hosts), sync2 (2 ps, 4 hosts),
 # sync2-sliced (2 ps, the hidden layer's weights split over both:
 # --ps-min-slice-bytes 65536),
-# allreduce (2 hosts), ddp (bench/torch_ddp.py, one rank per host, gloo;
+# allreduce (2 hosts), allreduce-ps and allreduce-ps2 (the all-reduce
+# through 1 or 2 ps tasks that sum, BytePS's design: 3 or 4 hosts), ddp (bench/torch_ddp.py, one rank per host, gloo;
 # needs Debian's python3-torch). The modes alternate within each round.
 # The bed's latency is a proxy in front of each distflow task's port
 # (cmd/netdelay); gloo connects on ports of its own choosing, so DDP's
@@ -42,6 +43,8 @@ for ((r = 1; r <= rounds; r++)); do
 		sync2) hosts=4 out=$("$bed" train --ps 2 --workers 2 -- "${flags[@]}" --sync | tail -1) ;;
 		sync2-sliced) hosts=4 out=$("$bed" train --ps 2 --workers 2 -- "${flags[@]}" --sync --ps-min-slice-bytes 65536 | tail -1) ;;
 		allreduce) hosts=2 out=$("$bed" train --workers 2 -- "${flags[@]}" --allreduce | tail -1) ;;
+		allreduce-ps) hosts=3 out=$("$bed" train --ps 1 --workers 2 -- "${flags[@]}" --allreduce | tail -1) ;;
+		allreduce-ps2) hosts=4 out=$("$bed" train --ps 2 --workers 2 -- "${flags[@]}" --allreduce | tail -1) ;;
 		ddp)
 			hosts=2
 			init="tcp://$("$bed" addr 0):29500"

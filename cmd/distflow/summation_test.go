@@ -1,0 +1,90 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAllReduceThroughThePSMatchesTheRing: --allreduce with ps tasks sums
+// the gradients on them (each ps a slice) and trains exactly as the ring
+// does: with two workers every sum is a+b whichever way it is made, so
+// the losses agree to the last digit. The ps tasks end with the training.
+func TestAllReduceThroughThePSMatchesTheRing(t *testing.T) {
+	common := []string{"train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "120", "--allreduce", "--json"}
+	ring, ringLogs, err := run(t, append(common, "--local-cluster", "worker=2")...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tail(ringLogs, 20))
+	}
+	star, starLogs, err := run(t, append(common, "--local-cluster", "ps=2,worker=2")...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tail(starLogs, 20))
+	}
+	if !strings.Contains(starLogs, "summation_servers=2") {
+		t.Errorf("the workers do not say that they sum through the 2 ps tasks:\n%s", tail(starLogs, 20))
+	}
+	if strings.Contains(starLogs, "summation server is down") || strings.Contains(starLogs, "operation failed") {
+		t.Errorf("the run went round the ring:\n%s", starLogs)
+	}
+	if a, b := lastJSON(t, ring)["loss"], lastJSON(t, star)["loss"]; a != b {
+		t.Errorf("final loss %v through the ps tasks, %v round the ring: want them equal", b, a)
+	}
+}
+
+// TestAllReduceThroughThePSSurvivesAPSKill: a summation ps that is killed
+// (SIGKILL) sends the workers round the ring, and training ends as it
+// would have: the local cluster restarts the ps, which holds nothing.
+func TestAllReduceThroughThePSSurvivesAPSKill(t *testing.T) {
+	cmd := exec.Command(binary, "train", "-v", "--model", "mlp", "--data", "embedded", "--epochs", "20", "--log-every", "20",
+		"--local-cluster", "ps=2,worker=2", "--allreduce", "--step-timeout", "10s", "--json")
+	cmd.SysProcAttr = childAttrs()
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	lines := startStreaming(t, cmd)
+	var logs strings.Builder
+	pid := regexp.MustCompile(`local cluster: started ps 1 \(pid (\d+)\)`)
+	psPID, killed := 0, false
+	deadline := time.After(120 * time.Second)
+	for done := false; !done; {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				done = true
+				break
+			}
+			logs.WriteString(line + "\n")
+			if m := pid.FindStringSubmatch(line); m != nil && psPID == 0 {
+				psPID, _ = strconv.Atoi(m[1])
+			}
+			if !killed && psPID > 0 && strings.Contains(line, "step 40/") {
+				p, _ := os.FindProcess(psPID)
+				if err := p.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				killed = true
+			}
+		case <-deadline:
+			t.Fatalf("the run did not end within 120 s:\n%s", tail(logs.String(), 30))
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, tail(logs.String(), 30))
+	}
+	if !killed {
+		t.Fatalf("training ended before step 40:\n%s", tail(logs.String(), 30))
+	}
+	if !strings.Contains(logs.String(), "summation server is down; the ranks go round the ring") {
+		t.Errorf("no worker said that it went round the ring:\n%s", tail(logs.String(), 30))
+	}
+	res := lastJSON(t, stdout.String())
+	if gs := res["global_step"].(float64); gs != 800 { // 20 epochs of 8,000 examples, 2 x 100 a step
+		t.Errorf("global step %v, want 800", gs)
+	}
+	if acc := res["test_accuracy"].(float64); acc < 0.75 {
+		t.Errorf("test accuracy %.4f, want about 0.8", acc)
+	}
+}
