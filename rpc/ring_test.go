@@ -3,6 +3,7 @@ package rpc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"testing"
@@ -163,10 +164,12 @@ func TestRegisterRing(t *testing.T) {
 	}
 }
 
-func benchmarkAllReduce(b *testing.B, n int) {
+// benchmarkAllReduce all-reduces n float32s among 2 ranks, round the ring
+// or through servers summation servers, each on its own rpc.Server.
+func benchmarkAllReduce(b *testing.B, n, servers int) {
 	b.StopTimer()
-	var lis [2]net.Listener
-	addrs := make([]string, 2)
+	lis := make([]net.Listener, 2+servers)
+	addrs := make([]string, len(lis))
 	for i := range lis {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -174,10 +177,10 @@ func benchmarkAllReduce(b *testing.B, n int) {
 		}
 		lis[i], addrs[i] = l, l.Addr().String()
 	}
-	rings := make([]*allreduce.Ring, 2)
+	rings := make([]*allreduce.Ring, len(lis))
 	for i := range rings {
 		s := rpc.NewServer(rpc.Options{Logger: quiet})
-		r, err := rpc.RegisterRing(s, allreduce.Config{Rank: i, Peers: addrs, Logger: quiet})
+		r, err := rpc.RegisterRing(s, allreduce.Config{Rank: i, Peers: addrs, Servers: servers, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -192,7 +195,7 @@ func benchmarkAllReduce(b *testing.B, n int) {
 	b.StartTimer()
 	for i := range b.N {
 		errs := make(chan error, 2)
-		for k, r := range rings {
+		for k, r := range rings[:2] {
 			go func() { errs <- r.AllReduce(ctx, "bench", int64(i), data[k]) }()
 		}
 		for range 2 {
@@ -205,5 +208,14 @@ func benchmarkAllReduce(b *testing.B, n int) {
 
 // BenchmarkAllReduceGRPC measures the bytes of tensor all-reduced per
 // second by 2 ranks over loopback gRPC, each on its task's rpc.Server.
-func BenchmarkAllReduceGRPC1MiB(b *testing.B)  { benchmarkAllReduce(b, 1<<20/4) }
-func BenchmarkAllReduceGRPC64MiB(b *testing.B) { benchmarkAllReduce(b, 64<<20/4) }
+func BenchmarkAllReduceGRPC1MiB(b *testing.B)  { benchmarkAllReduce(b, 1<<20/4, 0) }
+func BenchmarkAllReduceGRPC64MiB(b *testing.B) { benchmarkAllReduce(b, 64<<20/4, 0) }
+
+// BenchmarkAllReduceMLP is the reference mlp's gradients (79,510
+// float32s) among 2 ranks: round the ring, and through 1 and 2 summation
+// servers (the ps tasks of --allreduce).
+func BenchmarkAllReduceMLP(b *testing.B) {
+	for _, servers := range []int{0, 1, 2} {
+		b.Run(fmt.Sprintf("servers=%d", servers), func(b *testing.B) { benchmarkAllReduce(b, 79510, servers) })
+	}
+}
