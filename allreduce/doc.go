@@ -29,6 +29,17 @@
 // receiving overlap. All ranks end with bit-identical results, since each
 // segment is summed once and then copied.
 //
+// # Summation servers
+//
+// With Config.Servers the last peers are summation servers (the ps tasks
+// of a cluster), BytePS's design: the tensor is cut into one slice per
+// server, each rank streams slice j to server j, which sums the chunks of
+// every member as they arrive and streams the sums back. Each rank sends
+// and receives the tensor once, whatever N. A server holds no state; when
+// one fails an operation and does not answer a probe, the ranks run the
+// operation round the ring instead, and keep to it for a while (star.go).
+// Compressed wires and all-gathers always go round the ring.
+//
 // AllReduceWire sends the values as float16 or bfloat16 (two to a 32-bit
 // word, so transports are unchanged), accumulating in float32 at each hop:
 // half the bytes. AllGather is the all-gather phase alone, for pieces such

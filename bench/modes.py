@@ -3,7 +3,7 @@
 
 Runs, alternately for --rounds rounds: distflow asynchronous (1 ps + 2
 workers), synchronous (sync replicas, 1 ps + 2 workers), ring all-reduce (2
-workers, no ps), and PyTorch DistributedDataParallel (gloo, 2 processes, see
+workers, no ps), the all-reduce through 1 or 2 ps tasks that sum, and PyTorch DistributedDataParallel (gloo, 2 processes, see
 torch_ddp.py); each for the same number of steps of batch 100 per worker on
 the full Fashion-MNIST. Prints the median aggregate examples/s of each.
 
@@ -23,6 +23,9 @@ MODES = {
     "async": ["--local-cluster", "ps=1,worker=2"],
     "sync": ["--local-cluster", "ps=1,worker=2", "--sync"],
     "allreduce": ["--local-cluster", "worker=2", "--allreduce"],
+    # The all-reduce through ps tasks that sum (BytePS's design).
+    "allreduce-ps": ["--local-cluster", "ps=1,worker=2", "--allreduce"],
+    "allreduce-ps2": ["--local-cluster", "ps=2,worker=2", "--allreduce"],
 }
 
 
