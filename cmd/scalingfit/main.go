@@ -77,8 +77,8 @@ func main() {
 	}
 	p, err := scaling.Fit(fit, scaling.Params{Cores: *cores, CPUPerByte: *perByte})
 	fail(err)
-	fmt.Printf("Fitted on %d configurations (tasks %s), with %.0f cores and %.2f ns of CPU per byte: overhead %.2f ms/step (sync ps), %.2f ms/step (ring), CPU %.0f us/message, %.1f messages per worker per sync-ps step.\n\n",
-		len(fit), *fitTasks, p.Cores, p.CPUPerByte*1e9, p.PSOverhead*1e3, p.RingOverhead*1e3, p.CPUPerMessage*1e6, p.PSMessages)
+	fmt.Printf("Fitted on %d configurations (tasks %s), with %.0f cores and %.2f ns of CPU per byte: overhead %.2f ms/step (sync ps), %.2f ms/step (ring), %.2f ms/step (sum), CPU %.0f us/message, %.1f messages per worker per sync-ps step.\n\n",
+		len(fit), *fitTasks, p.Cores, p.CPUPerByte*1e9, p.PSOverhead*1e3, p.RingOverhead*1e3, p.SumOverhead*1e3, p.CPUPerMessage*1e6, p.PSMessages)
 	fmt.Println("| mode | tasks | workers | ps | measured ex/s | predicted ex/s | error | predicted step ms = CPU + transfer + latency + overhead | fitted on |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	var worst float64
@@ -117,7 +117,8 @@ func main() {
 		for _, gbit := range []float64{10, 100} {
 			net := scaling.Network{Bandwidth: gbit * 1e9 / 8, RTT: 50e-6}
 			one, _ := scaling.Throughput(l.w, net, scaling.Cluster{Mode: scaling.AllReduce, Workers: 1}, p)
-			for _, c := range []scaling.Cluster{{Mode: scaling.SyncPS, Workers: 64, PS: 16}, {Mode: scaling.AllReduce, Workers: 64}} {
+			for _, c := range []scaling.Cluster{{Mode: scaling.SyncPS, Workers: 64, PS: 16}, {Mode: scaling.AllReduce, Workers: 64},
+				{Mode: scaling.SumPS, Workers: 64, PS: 16}, {Mode: scaling.SumPS, Workers: 64, PS: 64}} {
 				b, err := scaling.StepTime(l.w, net, c, p)
 				fail(err)
 				x := float64(c.Workers*l.w.Batch) / b.Step

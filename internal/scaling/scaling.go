@@ -26,7 +26,16 @@ const (
 	// AllReduce: the workers average their gradients with a ring
 	// all-reduce (reduce-scatter then all-gather) and each applies it.
 	AllReduce Mode = "allreduce"
+	// SumPS: the all-reduce through the ps tasks (BytePS's design,
+	// --allreduce with ps tasks): each worker streams a slice of its
+	// gradients to each ps, which sums the workers' chunks and streams the
+	// sums back, in pipelined chunks; each worker applies the update.
+	SumPS Mode = "sum"
 )
+
+// sumChunk is the size of the chunks of SumPS (allreduce's
+// DefaultServerChunkBytes): the pipeline fills with one.
+const sumChunk = 64 << 10
 
 // Workload is what one worker does in one step.
 type Workload struct {
@@ -75,10 +84,11 @@ type Cluster struct {
 
 // Params are the model's fitted constants.
 type Params struct {
-	// PSOverhead and RingOverhead are the fixed software cost of one step
-	// on its critical path (RPC set-up, graph execution, the
-	// coordination of a synchronous step), seconds, by mode.
-	PSOverhead, RingOverhead float64
+	// PSOverhead, RingOverhead and SumOverhead are the fixed software
+	// cost of one step on its critical path (RPC set-up, graph
+	// execution, the coordination of a synchronous step), seconds, by
+	// mode.
+	PSOverhead, RingOverhead, SumOverhead float64
 	// CPUPerByte is the processor time spent per byte moved between
 	// tasks (serialisation, TLS, copies; both ends), seconds. Fit keeps
 	// it: it is measured apart (docs/BENCHMARKS.md, 64 MiB transfers).
@@ -108,10 +118,10 @@ func (c Cluster) validate() error {
 	switch {
 	case c.Workers < 1:
 		return fmt.Errorf("scaling: %d workers: want at least 1", c.Workers)
-	case c.Mode == SyncPS && c.PS < 1:
-		return fmt.Errorf("scaling: sync ps mode with %d ps tasks: want at least 1", c.PS)
-	case c.Mode != SyncPS && c.Mode != AllReduce:
-		return fmt.Errorf("scaling: mode %q: want %q or %q", c.Mode, SyncPS, AllReduce)
+	case (c.Mode == SyncPS || c.Mode == SumPS) && c.PS < 1:
+		return fmt.Errorf("scaling: %s mode with %d ps tasks: want at least 1", c.Mode, c.PS)
+	case c.Mode != SyncPS && c.Mode != AllReduce && c.Mode != SumPS:
+		return fmt.Errorf("scaling: mode %q: want %q, %q or %q", c.Mode, SyncPS, AllReduce, SumPS)
 	}
 	return nil
 }
@@ -135,7 +145,11 @@ type Breakdown struct {
 // pushes go the other way: a ps link serves the pulls one after another,
 // so each worker pushes while the later ones still pull, and only the
 // last worker's push (ParamBytes, on its own link) follows the pull
-// phase. The ring: each worker sends and receives 2*(N-1)/N*ParamBytes. Each
+// phase. The ring: each worker sends and receives 2*(N-1)/N*ParamBytes.
+// SumPS: the pushes and the returned sums overlap, on the two directions of
+// every link, so the busiest link carries max(ParamBytes,
+// ParamBytes*Workers/PS) each way once, and a chunk more while the
+// pipeline fills; one round trip (a push hop and a return hop). Each
 // of these phases finds its direction of the link idle since its previous
 // step's phase, so with a Burst its first bytes go at once: the step is
 // then the fixed point of Step = CPU + Transfer(Step) + Latency + Overhead.
@@ -174,6 +188,19 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 			b.Overhead = p.RingOverhead
 			hostBytes, hostMsgs = 2*2*(nw-1)/nw*w.ParamBytes, 2*2*(nw-1)
 			bytes, msgs = nw*hostBytes/2, nw*hostMsgs/2
+		}
+	case SumPS:
+		if c.Workers > 1 {
+			np := float64(c.PS)
+			phases = []float64{math.Max(w.ParamBytes, w.ParamBytes*nw/np) + sumChunk}
+			b.Latency = n.RTT
+			b.Overhead = p.SumOverhead
+			// A worker's chunks out and sums in, and a stream each way
+			// per ps.
+			hostBytes = 2 * w.ParamBytes
+			hostMsgs = 2 * (math.Ceil(w.ParamBytes/np/sumChunk)*np + np)
+			bytes, msgs = 2*nw*w.ParamBytes, nw*hostMsgs
+			psShare = (p.CPUPerByte*bytes + p.CPUPerMessage*msgs) / np
 		}
 	}
 	cores := p.Cores
@@ -243,8 +270,9 @@ type Point struct {
 // Fit returns the Params that minimise the squared relative error (in
 // logarithms) of the predicted throughput over the points, starting from
 // init (zero fields start from defaults). It fits PSOverhead,
-// RingOverhead, CPUPerMessage and PSMessages, which stay positive, and
-// keeps init's CPUPerByte and Cores.
+// RingOverhead, SumOverhead, CPUPerMessage and PSMessages, which stay
+// positive, and keeps init's CPUPerByte and Cores. (An overhead of a mode
+// without points stays where it starts.)
 func Fit(points []Point, init Params) (Params, error) {
 	if len(points) == 0 {
 		return Params{}, errors.New("scaling: no points to fit")
@@ -265,11 +293,11 @@ func Fit(points []Point, init Params) (Params, error) {
 	}
 	x0 := []float64{
 		math.Log(def(init.PSOverhead, 1e-3)), math.Log(def(init.RingOverhead, 1e-3)),
-		math.Log(def(init.CPUPerMessage, 1e-4)), math.Log(def(init.PSMessages, 8)),
+		math.Log(def(init.CPUPerMessage, 1e-4)), math.Log(def(init.PSMessages, 8)), math.Log(def(init.SumOverhead, 1e-3)),
 	}
 	toParams := func(x []float64) Params {
 		return Params{PSOverhead: math.Exp(x[0]), RingOverhead: math.Exp(x[1]), CPUPerMessage: math.Exp(x[2]),
-			PSMessages: math.Exp(x[3]), CPUPerByte: init.CPUPerByte, Cores: init.Cores}
+			PSMessages: math.Exp(x[3]), SumOverhead: math.Exp(x[4]), CPUPerByte: init.CPUPerByte, Cores: init.Cores}
 	}
 	loss := func(x []float64) float64 {
 		p := toParams(x)
