@@ -185,8 +185,13 @@ func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) err
 	return nil
 }
 
-// starSend streams this rank's chunks of server j's segment to it.
+// starSend streams this rank's chunks of server j's segment to it (none
+// for a tensor shorter than the number of servers, whose segment j may be
+// empty).
 func (r *Ring) starSend(ctx context.Context, op Op, j int, items []starItem, data []float32, size int) error {
+	if !slices.ContainsFunc(items, func(it starItem) bool { return it.server == j }) {
+		return nil
+	}
 	to := r.size + j
 	wrap := func(err error) error {
 		return fmt.Errorf("allreduce: rank %d: %v: sending to summation server %s: %w", r.rank, op, r.peer(to), err)
@@ -354,8 +359,8 @@ func (s *summer) start(c *Chunk) (*sumOp, error) {
 		return nil, fmt.Errorf("%w: summation server %d: %v: chunk from rank %d, not one of the %d ranks", ErrMismatch, r.rank, c.Op, c.From, r.size)
 	case c.Size < 1 || c.Size > r.size:
 		return nil, fmt.Errorf("%w: summation server %d: %v: chunk of an operation among %d members, not 1 to %d", ErrMismatch, r.rank, c.Op, c.Size, r.size)
-	case c.Length < r.servers:
-		return nil, fmt.Errorf("%w: summation server %d: %v: a tensor of %d values, fewer than the %d servers", ErrMismatch, r.rank, c.Op, c.Length, r.servers)
+	case c.Length < 1:
+		return nil, fmt.Errorf("%w: summation server %d: %v: a tensor of %d values", ErrMismatch, r.rank, c.Op, c.Length)
 	}
 	s.evict()
 	o := &sumOp{op: c.Op, size: c.Size, length: c.Length, slots: make(map[int]*sumSlot), outs: make(map[int]*sumOut), started: time.Now()}

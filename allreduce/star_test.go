@@ -67,6 +67,8 @@ func wantSum(n, i int) float32 {
 func TestStarSumsThroughTheServers(t *testing.T) {
 	for _, tc := range []struct{ ranks, servers, length int }{
 		{2, 1, 1}, {2, 1, 7}, {2, 2, 2}, {2, 2, 101}, {3, 2, 50}, {4, 3, 1000}, {3, 1, 64},
+		// Fewer values than servers: some servers have nothing to sum.
+		{2, 4, 2}, {4, 4, 1}, {4, 4, 3},
 	} {
 		t.Run(fmt.Sprintf("%d_ranks_%d_servers_%d_values", tc.ranks, tc.servers, tc.length), func(t *testing.T) {
 			rings, _ := starRings(t, tc.ranks, tc.servers, 16) // chunks of 4 values
@@ -90,6 +92,9 @@ func TestStarSumsThroughTheServers(t *testing.T) {
 					}
 				}
 				for s := tc.ranks; s < len(rings); s++ {
+					if j := s - tc.ranks; j*tc.length/tc.servers == (j+1)*tc.length/tc.servers {
+						continue // an empty slice: nothing to sum there
+					}
 					sum := rings[s].sum
 					sum.mu.Lock()
 					err, ended := sum.ended[Op{Name: "grads", Round: round}]
@@ -209,7 +214,8 @@ func TestSummerRefusesChunksThatDoNotFit(t *testing.T) {
 		{"short", func(c *Chunk) { c.Data = c.Data[:1] }, "not one of its chunks"},
 		{"from a server", func(c *Chunk) { c.From = 2 }, "not one of the 2 ranks"},
 		{"too many members", func(c *Chunk) { c.Size = 3 }, "not 1 to 2"},
-		{"shorter than the servers", func(c *Chunk) { c.Length, c.Offset, c.Index = 1, 0, 0; c.Data = c.Data[:1] }, "fewer than the 2 servers"},
+		{"no values", func(c *Chunk) { c.Length, c.Offset, c.Index = 0, 0, 0; c.Data = nil }, "a tensor of 0 values"},
+		{"beyond a short tensor", func(c *Chunk) { c.Length, c.Offset, c.Index = 1, 1, 1; c.Data = c.Data[:1] }, "not one of its chunks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
