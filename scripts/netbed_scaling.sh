@@ -10,7 +10,7 @@
 #
 # Sync ps mode with T tasks is 1 ps and T-1 workers; all-reduce is T workers;
 # sum is T/2 workers and T/2 ps (as many ps hosts as workers, BytePS's
-# set-up; at 2 tasks the one worker has nothing to sum).
+# set-up), from 4 tasks (at 2 the one worker would have nothing to sum).
 # Each repeat starts with a "local" run (one process, no cluster, outside
 # the bed): the compute of one step under the machine's load at the time.
 set -euo pipefail
@@ -39,6 +39,7 @@ for ((r = 0; r < repeat; r++)); do
 	echo "local,1,1,0,-,-,$steps,${eps:-NaN}"
 	for t in $tasks; do
 		for mode in $modes; do
+			[ "$mode" = sum ] && [ "$t" -lt 4 ] && continue
 			case $mode in
 			ps)
 				out=$("$bed" train --ps 1 --workers $((t - 1)) -- --model mlp --steps "$steps" --sync --json --quiet | tail -1)

@@ -33,9 +33,12 @@ const (
 	SumPS Mode = "sum"
 )
 
-// sumChunk is the size of the chunks of SumPS (allreduce's
-// DefaultServerChunkBytes): the pipeline fills with one.
-const sumChunk = 64 << 10
+// The chunks the modes send as messages (allreduce's DefaultChunkBytes
+// and DefaultServerChunkBytes); SumPS's pipeline fills with one.
+const (
+	ringChunk = 1 << 20
+	sumChunk  = 64 << 10
+)
 
 // Workload is what one worker does in one step.
 type Workload struct {
@@ -186,7 +189,9 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 			phases = []float64{2 * (nw - 1) / nw * w.ParamBytes}
 			b.Latency = ringHopRounds * 2 * (nw - 1) * n.RTT
 			b.Overhead = p.RingOverhead
-			hostBytes, hostMsgs = 2*2*(nw-1)/nw*w.ParamBytes, 2*2*(nw-1)
+			// 2(N-1) segments each way, in chunks of ringChunk.
+			hostBytes = 2 * 2 * (nw - 1) / nw * w.ParamBytes
+			hostMsgs = 2 * 2 * (nw - 1) * math.Ceil(w.ParamBytes/nw/ringChunk)
 			bytes, msgs = nw*hostBytes/2, nw*hostMsgs/2
 		}
 	case SumPS:
@@ -195,10 +200,9 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 			phases = []float64{math.Max(w.ParamBytes, w.ParamBytes*nw/np) + sumChunk}
 			b.Latency = n.RTT
 			b.Overhead = p.SumOverhead
-			// A worker's chunks out and sums in, and a stream each way
-			// per ps.
+			// A worker's chunks out and sums in.
 			hostBytes = 2 * w.ParamBytes
-			hostMsgs = 2 * (math.Ceil(w.ParamBytes/np/sumChunk)*np + np)
+			hostMsgs = 2 * math.Ceil(w.ParamBytes/np/sumChunk) * np
 			bytes, msgs = 2*nw*w.ParamBytes, nw*hostMsgs
 			psShare = (p.CPUPerByte*bytes + p.CPUPerMessage*msgs) / np
 		}

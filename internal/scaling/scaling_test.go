@@ -31,11 +31,11 @@ func TestStepTime(t *testing.T) {
 		{Cluster{Mode: AllReduce, Workers: 1}, 0, 0, tc},
 		// Through the ps tasks, as many as workers: each link carries
 		// the model once each way, pushes and sums overlapping, plus a
-		// chunk; one round trip; a worker's 3 chunks and one stream out
-		// and in per ps.
-		{Cluster{Mode: SumPS, Workers: 2, PS: 2}, (S + sumChunk) / B, rtt, tc + 1e-9*2*S + 1e-4*2*(3*2+2)},
+		// chunk; one round trip; a worker's 3 chunks to each ps and
+		// their sums back.
+		{Cluster{Mode: SumPS, Workers: 2, PS: 2}, (S + sumChunk) / B, rtt, tc + 1e-9*2*S + 1e-4*2*3*2},
 		// Fewer ps than workers: the ps link carries N/P models.
-		{Cluster{Mode: SumPS, Workers: 4, PS: 1}, (4*S + sumChunk) / B, rtt, math.Max(tc+1e-9*2*S+1e-4*2*(5+1), 1e-9*2*4*S+1e-4*4*2*(5+1))},
+		{Cluster{Mode: SumPS, Workers: 4, PS: 1}, (4*S + sumChunk) / B, rtt, math.Max(tc+1e-9*2*S+1e-4*2*5, 1e-9*2*4*S+1e-4*4*2*5)},
 		{Cluster{Mode: SumPS, Workers: 1, PS: 1}, 0, 0, tc},
 		// Eight workers sharing the machine: everybody's work on its cores.
 		{Cluster{Mode: AllReduce, Workers: 8, SharedCores: 1}, 2 * 7.0 / 8 * S / B, 7 * rtt, 8*tc + 1e-9*8*2*7.0/8*S + 1e-4*8*14},
