@@ -37,7 +37,8 @@
 // every member as they arrive and streams the sums back. Each rank sends
 // and receives the tensor once, whatever N. A server holds no state; when
 // one fails an operation and does not answer a probe, the ranks run the
-// operation round the ring instead, and keep to it for a while (star.go).
+// operation round the ring instead, and keep to it up to the next multiple
+// of 1000 rounds (star.go).
 // Compressed wires and all-gathers always go round the ring.
 //
 // AllReduceWire sends the values as float16 or bfloat16 (two to a 32-bit

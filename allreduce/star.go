@@ -24,8 +24,13 @@ import (
 //
 // The servers hold no state between operations: a server that dies fails
 // the operations it was part of, and the ranks then take the ring among
-// themselves (the same operation, recomputed from their own tensors), and
-// keep to it for starRetry before trying the servers again.
+// themselves (the same operation, recomputed from their own tensors), up
+// to the next multiple of starRetryRounds of the rounds, when they try the
+// servers again. Every member must take the same path for an operation,
+// and a member cannot ask the others: the rounds (the training steps, the
+// same on every member) say when, whichever member saw the failure first.
+// Operations of negative rounds (one-off ones, such as the state a ring
+// takes when it re-forms) always go round the ring.
 
 // DefaultServerChunkBytes is the size of the chunks of an operation through
 // servers when Config.ServerChunkBytes is zero: smaller than the ring's, so
@@ -33,9 +38,9 @@ import (
 // even for a model of a few hundred kilobytes.
 const DefaultServerChunkBytes = 64 << 10
 
-// starRetry is how long the ranks go round the ring after the servers
-// failed an operation, before they try the servers again.
-const starRetry = 10 * time.Second
+// starRetryRounds is the multiple of the rounds at which the ranks try
+// the servers again after a server was found down.
+const starRetryRounds = 1000
 
 // maxSumOps bounds the operations that a server holds partial sums of: a
 // member that died before the server heard of it leaves its operation
@@ -62,23 +67,27 @@ func starSchedule(n, servers, chunk int) []starItem {
 	return items
 }
 
-// serversUp reports whether the operations go through the servers: there
-// are some, and none failed an operation in the last starRetry.
-func (r *Ring) serversUp() bool {
-	return r.servers > 0 && time.Now().UnixNano() >= r.serversDownUntil.Load()
+// viaServers reports whether op goes through the servers: there are
+// some, op is of a round of its own, and no server was found down since
+// the last multiple of starRetryRounds before it.
+func (r *Ring) viaServers(op Op) bool {
+	return r.servers > 0 && op.Round >= 0 && op.Round >= r.serversFrom.Load()
 }
 
 // starOrRing runs op through the servers. If they fail it and one of
 // them does not answer a probe, it runs op again round the ring among the
-// members, from data as it was: the servers get at most half of the time
-// left, so that the ring has the other half. A failure with every server
-// up is a member's, and is returned.
+// members, from data as it was, and so do the next rounds' operations up
+// to the next multiple of starRetryRounds: the servers get at most half of
+// the time left, so that the ring has the other half. A failure with every
+// server up is a member's, and is returned.
 func (r *Ring) starOrRing(ctx context.Context, op Op, data []float32, tp topology) error {
 	sctx, cancel := ctx, context.CancelFunc(func() {})
 	if deadline, ok := ctx.Deadline(); ok {
 		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
 	}
-	err := r.star(sctx, op, data, tp)
+	// The servers' key differs from the ring's: sums that a server sends
+	// after the operation failed must not land in the ring's.
+	err := r.star(sctx, Op{Name: op.Name + "@servers", Round: op.Round}, data, tp)
 	cancel()
 	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrNonFinite) || ctx.Err() != nil {
 		return err
@@ -87,10 +96,17 @@ func (r *Ring) starOrRing(ctx context.Context, op Op, data []float32, tp topolog
 	if down < 0 {
 		return err
 	}
-	r.serversDownUntil.Store(time.Now().Add(starRetry).UnixNano())
+	from := (op.Round/starRetryRounds + 1) * starRetryRounds
+	for {
+		cur := r.serversFrom.Load()
+		if cur >= from || r.serversFrom.CompareAndSwap(cur, from) {
+			break
+		}
+	}
 	r.log.Warn("allreduce: a summation server is down; the ranks go round the ring",
-		"rank", r.rank, "server", r.peer(down), "name", op.Name, "round", op.Round, "for", starRetry, "err", err)
-	return r.ring(ctx, Op{Name: op.Name + "/ring", Round: op.Round}, data, tp, mode{})
+		"rank", r.rank, "server", r.peer(down), "name", op.Name, "round", op.Round, "until_round", from, "err", err)
+	// The same key as the members that went round the ring at once use.
+	return r.ring(ctx, op, data, tp, mode{})
 }
 
 // serverDown probes the servers and returns the rank of one that does not

@@ -20,7 +20,8 @@ import (
 // all-reduce. When the cluster has ps tasks the sums go through them
 // instead, BytePS's design: each ps sums a slice of every gradient and
 // returns it, holding no variables (allreduce.Config.Servers). A ps that
-// is lost sends the workers round the ring until it is back.
+// is lost sends the workers round the ring up to the next thousandth
+// step, when they try the ps tasks again.
 type AllReduce struct{}
 
 func (AllReduce) String() string { return "allreduce" }
