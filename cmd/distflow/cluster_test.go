@@ -320,18 +320,18 @@ func tail(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// TestLocalClusterRestartsADeadPS: with checkpoints, --local-cluster
-// supervises its ps: one that dies is restarted on its address, and the
-// workers recover and finish training.
-func TestLocalClusterRestartsADeadPS(t *testing.T) {
-	cmd := exec.Command(binary, "train", "-v", "--model", "mlp", "--data", "embedded", "--epochs", "10", "--lr", "0.1",
-		"--local-cluster", "ps=1,worker=2", "--checkpoint-dir", t.TempDir(), "--save-checkpoint-steps", "100", "--json")
+// runKillingPS runs `distflow args` (a local cluster, with -v) to its end,
+// SIGKILLing ps index at the first line of its output that holds trigger,
+// and returns its standard output and its logs. It fails the test if the
+// run fails, does not end within 120 s, or ends before the trigger.
+func runKillingPS(t *testing.T, index int, trigger string, args ...string) (stdout, logs string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
 	cmd.SysProcAttr = childAttrs()
-	var stdout strings.Builder
-	cmd.Stdout = &stdout
+	var out, log strings.Builder
+	cmd.Stdout = &out
 	lines := startStreaming(t, cmd)
-	var logs strings.Builder
-	pid := regexp.MustCompile(`local cluster: started ps 0 \(pid (\d+)\)`)
+	pid := regexp.MustCompile(fmt.Sprintf(`local cluster: started ps %d \(pid (\d+)\)`, index))
 	psPID, killed := 0, false
 	deadline := time.After(120 * time.Second)
 	for done := false; !done; {
@@ -341,11 +341,11 @@ func TestLocalClusterRestartsADeadPS(t *testing.T) {
 				done = true
 				break
 			}
-			logs.WriteString(line + "\n")
+			log.WriteString(line + "\n")
 			if m := pid.FindStringSubmatch(line); m != nil && psPID == 0 {
 				psPID, _ = strconv.Atoi(m[1])
 			}
-			if !killed && psPID > 0 && strings.Contains(line, "saved a checkpoint") {
+			if !killed && psPID > 0 && strings.Contains(line, trigger) {
 				p, _ := os.FindProcess(psPID)
 				if err := p.Kill(); err != nil {
 					t.Fatal(err)
@@ -353,21 +353,30 @@ func TestLocalClusterRestartsADeadPS(t *testing.T) {
 				killed = true
 			}
 		case <-deadline:
-			t.Fatalf("the run did not end within 120 s:\n%s", tail(logs.String(), 30))
+			t.Fatalf("the run did not end within 120 s:\n%s", tail(log.String(), 30))
 		}
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("%v\n%s", err, tail(logs.String(), 30))
+		t.Fatalf("%v\n%s", err, tail(log.String(), 30))
 	}
 	if !killed {
-		t.Fatalf("no checkpoint was saved:\n%s", tail(logs.String(), 30))
+		t.Fatalf("the run ended before %q:\n%s", trigger, tail(log.String(), 30))
 	}
+	return out.String(), log.String()
+}
+
+// TestLocalClusterRestartsADeadPS: with checkpoints, --local-cluster
+// supervises its ps: one that dies is restarted on its address, and the
+// workers recover and finish training.
+func TestLocalClusterRestartsADeadPS(t *testing.T) {
+	stdout, logs := runKillingPS(t, 0, "saved a checkpoint", "train", "-v", "--model", "mlp", "--data", "embedded", "--epochs", "10", "--lr", "0.1",
+		"--local-cluster", "ps=1,worker=2", "--checkpoint-dir", t.TempDir(), "--save-checkpoint-steps", "100", "--json")
 	for _, want := range []string{"local cluster: ps 0 died", "restarting it on its address", "resumed from a checkpoint"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("no %q in the logs:\n%s", want, tail(logs.String(), 30))
+		if !strings.Contains(logs, want) {
+			t.Errorf("no %q in the logs:\n%s", want, tail(logs, 30))
 		}
 	}
-	res := lastJSON(t, stdout.String())
+	res := lastJSON(t, stdout)
 	if gs := res["global_step"].(float64); gs < 800 { // 10 epochs of 8,000 examples, batch 100
 		t.Errorf("global step %v, want 800", gs)
 	}
