@@ -233,6 +233,7 @@ func (r *Ring) ViewAfter(gen int64) <-chan struct{} {
 type topology struct {
 	members []int
 	pos     int
+	gen     int64 // the view's generation, -1 for every rank
 }
 
 func (t topology) size() int { return len(t.members) }
@@ -243,7 +244,7 @@ func (r *Ring) full() topology {
 	for i := range members {
 		members[i] = i
 	}
-	return topology{members: members, pos: r.rank}
+	return topology{members: members, pos: r.rank, gen: -1}
 }
 
 // Group is the ring re-formed among the members of a view: it implements
@@ -263,7 +264,7 @@ func (r *Ring) Among(v View) (*Group, error) {
 	if pos < 0 {
 		return nil, fmt.Errorf("allreduce: rank %d is not a member of view %d %v", r.rank, v.Gen, v.Members)
 	}
-	return &Group{r: r, view: v, tp: topology{members: slices.Clone(v.Members), pos: pos}}, nil
+	return &Group{r: r, view: v, tp: topology{members: slices.Clone(v.Members), pos: pos, gen: v.Gen}}, nil
 }
 
 // Rank returns this rank's position among the members.

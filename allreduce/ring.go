@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -119,10 +118,10 @@ type Ring struct {
 	tr         Transport
 	views      views // the newest view received (elastic rings)
 
-	servers     int          // summation servers, ranks size to size+servers-1
-	serverChunk int          // elements per chunk through them
-	serversFrom atomic.Int64 // the first round through them since one was down
-	sum         *summer      // set on a server
+	servers     int // summation servers, ranks size to size+servers-1
+	serverChunk int // elements per chunk through them
+	down        serversDown
+	sum         *summer // set on a server
 
 	mu     sync.Mutex
 	closed bool
@@ -360,7 +359,7 @@ func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology
 	opCtx, cancel := opContext(ctx)
 	defer cancel()
 	var err error
-	if m == (mode{}) && r.viaServers(op) {
+	if m == (mode{}) && r.viaServers(op, tp) {
 		// An all-reduce of float32 values goes through the servers
 		// (compressed wires and all-gathers go round the ring).
 		err = r.starOrRing(opCtx, op, data, tp)

@@ -25,12 +25,16 @@ import (
 // The servers hold no state between operations: a server that dies fails
 // the operations it was part of, and the ranks then take the ring among
 // themselves (the same operation, recomputed from their own tensors), up
-// to the next multiple of starRetryRounds of the rounds, when they try the
-// servers again. Every member must take the same path for an operation,
-// and a member cannot ask the others: the rounds (the training steps, the
-// same on every member) say when, whichever member saw the failure first.
-// Operations of negative rounds (one-off ones, such as the state a ring
-// takes when it re-forms) always go round the ring.
+// to the next multiple of starRetryRounds of the rounds or the next view,
+// when they try the servers again. Every member must take the same path
+// for an operation, and a member cannot ask the others: the rounds (the
+// training steps, the same on every member) say when. Members that saw
+// different things (one got every sum before a server died, another did
+// not; a server restarted before one of them probed it) take different
+// paths, fail the operation, and the ring re-forms: a new view, in which
+// every member tries the servers again. Operations of negative rounds
+// (one-off ones, such as the state a ring takes when it re-forms) always
+// go round the ring.
 
 // DefaultServerChunkBytes is the size of the chunks of an operation through
 // servers when Config.ServerChunkBytes is zero: smaller than the ring's, so
@@ -67,17 +71,45 @@ func starSchedule(n, servers, chunk int) []starItem {
 	return items
 }
 
-// viaServers reports whether op goes through the servers: there are
-// some, op is of a round of its own, and no server was found down since
-// the last multiple of starRetryRounds before it.
-func (r *Ring) viaServers(op Op) bool {
-	return r.servers > 0 && op.Round >= 0 && op.Round >= r.serversFrom.Load()
+// serversDown records the view (generation) in which a server was last
+// found down, and the round from which its operations try the servers
+// again.
+type serversDown struct {
+	mu        sync.Mutex
+	found     bool
+	gen, from int64
+}
+
+// viaServers reports whether op, among tp, goes through the servers: there
+// are some, op is of a round of its own, and no server was found down in
+// tp's view since the last multiple of starRetryRounds before op's round.
+func (r *Ring) viaServers(op Op, tp topology) bool {
+	if r.servers == 0 || op.Round < 0 {
+		return false
+	}
+	d := &r.down
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.found || d.gen != tp.gen || op.Round >= d.from
+}
+
+// serversFoundDown records that a server was found down during op among
+// tp.
+func (r *Ring) serversFoundDown(op Op, tp topology) int64 {
+	d := &r.down
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	from := (op.Round/starRetryRounds + 1) * starRetryRounds
+	if !d.found || d.gen != tp.gen || from > d.from {
+		d.found, d.gen, d.from = true, tp.gen, from
+	}
+	return d.from
 }
 
 // starOrRing runs op through the servers. If they fail it and one of
 // them does not answer a probe, it runs op again round the ring among the
-// members, from data as it was, and so do the next rounds' operations up
-// to the next multiple of starRetryRounds: the servers get at most half of
+// members, from data as it was, and so do the next rounds' operations of
+// the view up to the next multiple of starRetryRounds: the servers get at most half of
 // the time left, so that the ring has the other half. A failure with every
 // server up is a member's, and is returned.
 func (r *Ring) starOrRing(ctx context.Context, op Op, data []float32, tp topology) error {
@@ -96,13 +128,7 @@ func (r *Ring) starOrRing(ctx context.Context, op Op, data []float32, tp topolog
 	if down < 0 {
 		return err
 	}
-	from := (op.Round/starRetryRounds + 1) * starRetryRounds
-	for {
-		cur := r.serversFrom.Load()
-		if cur >= from || r.serversFrom.CompareAndSwap(cur, from) {
-			break
-		}
-	}
+	from := r.serversFoundDown(op, tp)
 	r.log.Warn("allreduce: a summation server is down; the ranks go round the ring",
 		"rank", r.rank, "server", r.peer(down), "name", op.Name, "round", op.Round, "until_round", from, "err", err)
 	// The same key as the members that went round the ring at once use.

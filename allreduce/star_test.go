@@ -156,9 +156,14 @@ func TestStarFallsBackToTheRingWhenAServerDies(t *testing.T) {
 			}
 		}
 	}
+	all := rings[0].full()
 	for r := range 2 {
-		if rings[r].viaServers(Op{Name: "grads", Round: 4}) || !rings[r].viaServers(Op{Name: "grads", Round: starRetryRounds}) {
-			t.Errorf("rank %d: servers from round %d after one died at round 1; want %d", r, rings[r].serversFrom.Load(), starRetryRounds)
+		if rings[r].viaServers(Op{Name: "grads", Round: 4}, all) || !rings[r].viaServers(Op{Name: "grads", Round: starRetryRounds}, all) {
+			t.Errorf("rank %d: servers from round %d after one died at round 1; want %d", r, rings[r].down.from, starRetryRounds)
+		}
+		// A new view tries the servers again, at once.
+		if !rings[r].viaServers(Op{Name: "grads", Round: 4}, topology{members: []int{0, 1}, gen: 7}) {
+			t.Errorf("rank %d: a new view does not try the servers again", r)
 		}
 	}
 }
