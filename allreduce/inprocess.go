@@ -24,9 +24,6 @@ type InProcessConfig struct {
 	Delay time.Duration
 	// Names is as in Config.
 	Names []string
-	// Servers and ServerChunkBytes are as in Config: NewInProcess then
-	// returns n ranks followed by Servers summation servers.
-	Servers, ServerChunkBytes int
 }
 
 // NewInProcess returns n rings connected by a MemNetwork, one per rank:
@@ -36,12 +33,8 @@ func NewInProcess(n int, cfg InProcessConfig) ([]*Ring, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("%w: %d ranks", ErrInvalidConfig, n)
 	}
-	if cfg.Servers < 0 {
-		return nil, fmt.Errorf("%w: %d summation servers", ErrInvalidConfig, cfg.Servers)
-	}
-	n += cfg.Servers
 	if len(cfg.Names) != 0 && len(cfg.Names) != n {
-		return nil, fmt.Errorf("%w: %d names for %d ranks and servers", ErrInvalidConfig, len(cfg.Names), n)
+		return nil, fmt.Errorf("%w: %d names for %d ranks", ErrInvalidConfig, len(cfg.Names), n)
 	}
 	net := NewMemNetwork(make([]Receiver, n), cfg.Delay)
 	peers := make([]string, n)
@@ -50,8 +43,7 @@ func NewInProcess(n int, cfg InProcessConfig) ([]*Ring, error) {
 	}
 	rings := make([]*Ring, n)
 	for i := range rings {
-		r, err := NewRing(Config{Rank: i, Peers: peers, Names: cfg.Names, ChunkBytes: cfg.ChunkBytes, Logger: cfg.Logger,
-			Servers: cfg.Servers, ServerChunkBytes: cfg.ServerChunkBytes}, net.Transport(i))
+		r, err := NewRing(Config{Rank: i, Peers: peers, Names: cfg.Names, ChunkBytes: cfg.ChunkBytes, Logger: cfg.Logger}, net.Transport(i))
 		if err != nil {
 			return nil, err
 		}

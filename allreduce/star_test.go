@@ -217,6 +217,8 @@ func TestSummerRefusesChunksThatDoNotFit(t *testing.T) {
 	}{
 		{"other segment", func(c *Chunk) { c.Index, c.Offset = 0, 0 }, "not one of its chunks"},
 		{"misaligned", func(c *Chunk) { c.Offset = 6 }, "not one of its chunks"},
+		{"negative index", func(c *Chunk) { c.Index = -1 }, "not one of its chunks"},
+		{"negative offset", func(c *Chunk) { c.Offset = -5 }, "not one of its chunks"},
 		{"short", func(c *Chunk) { c.Data = c.Data[:1] }, "not one of its chunks"},
 		{"from a server", func(c *Chunk) { c.From = 2 }, "not one of the 2 ranks"},
 		{"too many members", func(c *Chunk) { c.Size = 3 }, "not 1 to 2"},
