@@ -150,7 +150,8 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	// The task's server serves the ring (ranks: the training tasks) beside
 	// its master and worker services, on its one address.
-	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, RingServers: r.ringServers(), FileRoots: cfg.fileRoots(), RPC: cfg.rpc,
+	servers := r.ringServers()
+	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, RingServers: servers, FileRoots: cfg.fileRoots(), RPC: cfg.rpc,
 		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint()})
 	if err != nil {
 		return nil, err
@@ -252,7 +253,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	l.done = start - 1
 	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", ranks,
-		"summation_servers", len(r.ringServers()), "steps", steps, "batch", batch, "first_step", start)
+		"summation_servers", len(servers), "steps", steps, "batch", batch, "first_step", start)
 	l.trainStart, l.windowStart = time.Now(), time.Now()
 	if err := l.run(ctx); err != nil {
 		return nil, err
@@ -293,7 +294,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 			r.log.Warn("a rank away now will wait for the leader until its wait timeout", "err", err)
 		}
 	}
-	if len(r.ringServers()) > 0 && (r.chief() || l.ledLast) {
+	if len(servers) > 0 && (r.chief() || l.ledLast) {
 		shutdownCluster(ctx, r, false) // the summation servers' work is done
 	}
 	res.WallSeconds = time.Since(r.started).Seconds()

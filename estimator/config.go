@@ -213,10 +213,13 @@ func (c RunConfig) fileRoots() []string {
 
 // replicas lists the tasks that train: the chief (if any) first, then the
 // workers. The first one is the chief.
-func replicas(spec *cluster.Spec) []cluster.TaskID {
+func replicas(spec *cluster.Spec) []cluster.TaskID { return tasksOf(spec, "chief", "worker") }
+
+// tasksOf lists the tasks of jobs, job by job, in index order.
+func tasksOf(spec *cluster.Spec, jobs ...string) []cluster.TaskID {
 	var out []cluster.TaskID
-	for _, job := range []string{"chief", "worker"} {
-		for i := 0; i < spec.NumTasks(job); i++ {
+	for _, job := range jobs {
+		for i := range spec.NumTasks(job) {
 			out = append(out, cluster.TaskID{Job: job, Index: i})
 		}
 	}

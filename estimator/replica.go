@@ -83,11 +83,7 @@ func (r *replica) ringServers() []cluster.TaskID {
 	if _, ok := r.cfg.Strategy.(AllReduce); !ok || r.cfg.Cluster == nil {
 		return nil
 	}
-	var ps []cluster.TaskID
-	for i := range r.cfg.Cluster.NumTasks("ps") {
-		ps = append(ps, cluster.TaskID{Job: "ps", Index: i})
-	}
-	return ps
+	return tasksOf(r.cfg.Cluster, "ps")
 }
 
 // serve runs this task's server until the chief ends training (a Shutdown
@@ -191,8 +187,7 @@ func TaskStatus(ctx context.Context, addr string, timeout time.Duration, opts rp
 // psVariables lists the variables each ps task holds, for the result.
 func psVariables(ctx context.Context, r *replica) map[string][]string {
 	out := map[string][]string{}
-	for i := 0; i < r.cfg.Cluster.NumTasks("ps"); i++ {
-		t := cluster.TaskID{Job: "ps", Index: i}
+	for _, t := range tasksOf(r.cfg.Cluster, "ps") {
 		addr, _ := r.cfg.Cluster.Address(t)
 		st, err := TaskStatus(ctx, addr, 2*time.Second, r.cfg.rpc)
 		if err != nil {

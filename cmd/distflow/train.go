@@ -565,7 +565,7 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		// A supervisor restarts a ps that dies when the workers can recover
 		// from it: the ps strategies with checkpoints to restore from.
 		// The summation servers of --allreduce hold nothing to restore.
-		RestartPS:          (async || f.inGraph || isSync || f.staleness >= 0) && (f.ckptDir != "" || f.logdir != "") || f.allReduce,
+		RestartPS:          f.allReduce || ((async || f.inGraph || isSync || f.staleness >= 0) && (f.ckptDir != "" || f.logdir != "")),
 		TolerateWorkerLoss: async,
 		// A lost chief resumes from the latest checkpoint; a lost worker
 		// rejoins the strategies that go on without it (issue 15).
