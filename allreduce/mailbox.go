@@ -24,8 +24,7 @@ const (
 type mailbox struct {
 	mu       sync.Mutex
 	ops      map[Op]*inbox
-	finished map[Op]struct{}
-	order    []Op
+	finished ended[struct{}]
 	// early counts the operations that have chunks but have not started
 	// here, and earlyBytes their chunks' data.
 	early, earlyBytes int64
@@ -34,8 +33,41 @@ type mailbox struct {
 }
 
 func newMailbox() *mailbox {
-	return &mailbox{ops: make(map[Op]*inbox), finished: make(map[Op]struct{}), closed: make(chan struct{})}
+	return &mailbox{ops: make(map[Op]*inbox), closed: make(chan struct{})}
 }
+
+// ended remembers the outcome of the last maxFinished operations that
+// ended, so that their late chunks are dropped (or refused) rather than
+// taken for a new operation's. The zero value is ready to use.
+type ended[V any] struct {
+	outcome map[Op]V
+	order   []Op
+}
+
+// get returns the outcome of op, and whether op is remembered.
+func (e *ended[V]) get(op Op) (V, bool) {
+	v, ok := e.outcome[op]
+	return v, ok
+}
+
+// put remembers that op ended with v, forgetting the oldest beyond
+// maxFinished.
+func (e *ended[V]) put(op Op, v V) {
+	if e.outcome == nil {
+		e.outcome = make(map[Op]V)
+	}
+	if _, ok := e.outcome[op]; !ok {
+		e.order = append(e.order, op)
+		if len(e.order) > maxFinished {
+			delete(e.outcome, e.order[0])
+			e.order = e.order[1:]
+		}
+	}
+	e.outcome[op] = v
+}
+
+// forget drops op: its key is used again.
+func (e *ended[V]) forget(op Op) { delete(e.outcome, op) }
 
 // inbox is one operation's received chunks, by index; its single consumer
 // is the operation's receive loop.
@@ -105,7 +137,7 @@ func (m *mailbox) lookup(op Op, n int64) (*inbox, error) {
 	if m.err != nil {
 		return nil, nil
 	}
-	if _, done := m.finished[op]; done {
+	if _, done := m.finished.get(op); done {
 		return nil, nil
 	}
 	ib := m.ops[op]
@@ -161,7 +193,7 @@ func (m *mailbox) open(op Op) (*inbox, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
-	delete(m.finished, op) // a key may be reused once its operation is over
+	m.finished.forget(op) // a key may be reused once its operation is over
 	ib := m.ops[op]
 	switch {
 	case ib == nil:
@@ -183,14 +215,7 @@ func (m *mailbox) finish(op Op) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.ops, op)
-	if _, ok := m.finished[op]; !ok {
-		m.finished[op] = struct{}{}
-		m.order = append(m.order, op)
-		if len(m.order) > maxFinished {
-			delete(m.finished, m.order[0])
-			m.order = m.order[1:]
-		}
-	}
+	m.finished.put(op, struct{}{})
 }
 
 func (m *mailbox) closedErr() error {

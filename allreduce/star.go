@@ -265,10 +265,9 @@ type summer struct {
 	index int // this server's position among the servers
 	mu    sync.Mutex
 	ops   map[Op]*sumOp
-	// ended holds the operations that completed or failed (nil error),
-	// so that late chunks are dropped or refused; order bounds it.
-	ended  map[Op]error
-	order  []Op
+	// ended holds the operations that completed (nil) or failed, so that
+	// late chunks are dropped or refused.
+	ended  ended[error]
 	bytes  int64 // data held in partial sums
 	closed bool
 }
@@ -303,7 +302,7 @@ type sumOut struct {
 }
 
 func newSummer(r *Ring) *summer {
-	return &summer{r: r, index: r.rank - r.size, ops: make(map[Op]*sumOp), ended: make(map[Op]error)}
+	return &summer{r: r, index: r.rank - r.size, ops: make(map[Op]*sumOp)}
 }
 
 // deliver adds c to its chunk's partial sum, and sends the sum to the
@@ -316,13 +315,13 @@ func (s *summer) deliver(c *Chunk) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if err, ended := s.ended[c.Op]; ended {
+	if err, ended := s.ended.get(c.Op); ended {
 		if err != nil {
 			return err
 		}
 		// Every member gave its chunks to the completed operation: this
 		// is the key used again (see Op).
-		delete(s.ended, c.Op)
+		s.ended.forget(c.Op)
 	}
 	o := s.ops[c.Op]
 	if o == nil {
@@ -532,14 +531,7 @@ func (s *summer) notify(op Op, m int) {
 // endLocked forgets o, keeping its outcome for its late chunks.
 func (s *summer) endLocked(o *sumOp, err error) {
 	delete(s.ops, o.op)
-	if _, ok := s.ended[o.op]; !ok {
-		s.order = append(s.order, o.op)
-		if len(s.order) > maxFinished {
-			delete(s.ended, s.order[0])
-			s.order = s.order[1:]
-		}
-	}
-	s.ended[o.op] = err
+	s.ended.put(o.op, err)
 }
 
 // close fails every operation: the ring is closing.

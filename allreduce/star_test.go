@@ -97,7 +97,7 @@ func TestStarSumsThroughTheServers(t *testing.T) {
 					}
 					sum := rings[s].sum
 					sum.mu.Lock()
-					err, ended := sum.ended[Op{Name: "grads@servers", Round: round}]
+					err, ended := sum.ended.get(Op{Name: "grads@servers", Round: round})
 					held := sum.bytes
 					sum.mu.Unlock()
 					if !ended || err != nil || held != 0 {
