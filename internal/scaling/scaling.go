@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/distflow/distflow/allreduce"
 )
 
 // Mode is how the workers combine their gradients.
@@ -33,11 +35,11 @@ const (
 	SumPS Mode = "sum"
 )
 
-// The chunks the modes send as messages (allreduce's DefaultChunkBytes
-// and DefaultServerChunkBytes); SumPS's pipeline fills with one.
+// The chunks the modes send as messages, as distflow cuts them; SumPS's
+// pipeline fills with one.
 const (
-	ringChunk = 1 << 20
-	sumChunk  = 64 << 10
+	ringChunk = allreduce.DefaultChunkBytes
+	sumChunk  = allreduce.DefaultServerChunkBytes
 )
 
 // Workload is what one worker does in one step.
