@@ -173,6 +173,13 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 	window, windowStart := 0, start
 	examplesPerStep := l.batch * len(l.towers)
 	rejoins := 0 // in a row, since the last step that succeeded
+	// The coordinator's work around a step recovers from a lost task as
+	// the step does.
+	var beforeStep, afterStep func(context.Context) error
+	if l.coord != nil {
+		beforeStep = func(ctx context.Context) error { return l.coord.beforeStep(ctx, sess) }
+		afterStep = func(ctx context.Context) error { return l.coord.afterStep(ctx, sess) }
+	}
 	// At least one step; then until a step reaches the target (done).
 	for {
 		for i, t := range l.towers {
@@ -193,7 +200,7 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 			fs = append(fs[:len(fs):len(fs)], l.claims.op)
 		}
 		if l.coord != nil {
-			if err := l.coord.beforeStep(ctx, sess); err != nil {
+			if err := l.ms.Do(ctx, beforeStep); err != nil {
 				return st, fmt.Errorf("estimator: %s%w", r.who(), err)
 			}
 		}
@@ -222,7 +229,7 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 			out = out[:len(out)-1]
 		}
 		if l.coord != nil {
-			if err := l.coord.afterStep(ctx, sess); err != nil {
+			if err := l.ms.Do(ctx, afterStep); err != nil {
 				return st, err
 			}
 		}

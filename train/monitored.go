@@ -226,6 +226,23 @@ func (ms *MonitoredSession) recover(ctx context.Context, cause error) error {
 	}
 }
 
+// Do runs fn, a step's work outside Run (a coordinator reading or writing
+// its state on the ps around the step), recovering from a lost task as
+// Run does: fn runs again once the cluster and the model are back. Work
+// of the step that Run did not guard ended the replica's process when a
+// ps was lost in it, and its restart hid the failure.
+func (ms *MonitoredSession) Do(ctx context.Context, fn func(context.Context) error) error {
+	for {
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if err = ms.recover(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
 // Recoveries returns how many recoveries from a lost task the session has
 // attempted.
 func (ms *MonitoredSession) Recoveries() int { return ms.recoveries }

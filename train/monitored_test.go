@@ -289,6 +289,50 @@ func TestMonitoredSessionRecoversFromARestartedPS(t *testing.T) {
 	}
 }
 
+// TestMonitoredSessionDoRecovers: work of a step outside Run (here a read
+// of the ps) that loses the ps recovers as a step does and runs again; an
+// error that is not a lost task is returned at once.
+func TestMonitoredSessionDoRecovers(t *testing.T) {
+	ctx := context.Background()
+	r := newReplicatedQuadratic(t)
+	sess := r.session(t, wk0)
+	cfg := r.config(sess, true)
+	cfg.Saver, cfg.WaitForCluster, cfg.ReadyTimeout = r.saver, r.waitForPS, 30*time.Second
+	ms, err := train.NewMonitoredSession(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ms.Run(ctx, nil, nil, []*graph.Node{r.step}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.saver.Save(ctx, sess, 1); err != nil {
+		t.Fatal(err)
+	}
+	r.net.Restart(psTask)
+	calls := 0
+	var w float64
+	err = ms.Do(ctx, func(ctx context.Context) error {
+		calls++
+		out, err := sess.Run(ctx, nil, []graph.Output{r.w.Value()}, nil)
+		if err == nil {
+			w = out[0].Float64At(0)
+		}
+		return err
+	})
+	if err != nil || calls != 2 || ms.Recoveries() != 1 || ms.RestoredStep != 1 {
+		t.Fatalf("Do after a restart of the ps: %v after %d calls, %d recoveries, restored step %d; want nil, 2, 1, 1",
+			err, calls, ms.Recoveries(), ms.RestoredStep)
+	}
+	if w <= 0 || w >= 3 {
+		t.Errorf("w = %v after the recovery: not restored", w)
+	}
+	other := errors.New("not a lost task")
+	calls = 0
+	if err := ms.Do(ctx, func(context.Context) error { calls++; return other }); err != other || calls != 1 {
+		t.Errorf("Do = %v after %d calls, want %v after 1", err, calls, other)
+	}
+}
+
 // TestMonitoredSessionLostTaskFailures: without WaitForCluster, when the
 // lost task does not come back in time, or after MaxRecoveries, the step
 // fails naming the task.
