@@ -3,6 +3,7 @@ package estimator_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -12,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
@@ -37,6 +41,8 @@ type elasticCluster struct {
 	ended   map[cluster.TaskID]chan struct{} // closed when the task's Train returns
 	results map[cluster.TaskID]error
 	wg      sync.WaitGroup
+	// models replaces linearModel for some tasks.
+	models map[cluster.TaskID]estimator.ModelFn
 }
 
 // syncBuffer is a log that goroutines write concurrently.
@@ -99,7 +105,11 @@ func (c *elasticCluster) start(task cluster.TaskID, steps int64, hooks ...estima
 	cfg.Cluster, cfg.Task, cfg.Listener, cfg.Seed = c.spec, task, l, 1
 	cfg.Logger = slog.New(slog.NewTextHandler(&c.logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("self", task.String())
 	cfg.Progress = &c.logs
-	est, err := estimator.New(linearModel, cfg)
+	model := linearModel
+	if m := c.models[task]; m != nil {
+		model = m
+	}
+	est, err := estimator.New(model, cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -448,6 +458,47 @@ func TestStalenessBoundIgnoresALostWorker(t *testing.T) {
 	gs, when := h.firstAfter(killedStep + 3*2)
 	if gs < 0 || when.Sub(killedAt) > stepTimeout {
 		t.Errorf("after the kill at global step %d: step %d at +%v; want one within %v", killedStep, gs, when.Sub(killedAt), stepTimeout)
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("%s", c.logs.String())
+	}
+}
+
+// TestRingEndsWhenTheRanksDisagree: a rank that builds another model
+// than the others' cannot take part in their all-reduce, whichever view
+// the ring re-forms in: training ends with an error that says so, where
+// the ring loop re-formed the ring for ever.
+func TestRingEndsWhenTheRanksDisagree(t *testing.T) {
+	c := newElasticCluster(t, map[string]int{"worker": 2}, estimator.RunConfig{
+		Strategy: estimator.AllReduce{}, StepTimeout: 2 * time.Second, WaitTimeout: 20 * time.Second, LostAfter: time.Second,
+		LogEverySteps: 10,
+	})
+	odd := cluster.TaskID{Job: "worker", Index: 1}
+	c.models = map[cluster.TaskID]estimator.ModelFn{odd: func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
+		spec, err := linearModel(s, f, labels, mode)
+		if err != nil || mode != estimator.Train {
+			return spec, err
+		}
+		// One more weight than the others have.
+		v := ops.NewVariable(s, "extra", tensor.Float32, []int{3}, ops.ZerosInit())
+		spec.Loss = ops.Add(s, spec.Loss, ops.Mean(s, ops.Square(s, v.Value()), nil, false))
+		return spec, nil
+	}}
+	for i := range 2 {
+		c.start(cluster.TaskID{Job: "worker", Index: i}, 100)
+	}
+	ended := 0
+	for task, err := range c.wait() {
+		if err == nil {
+			continue
+		}
+		if !strings.Contains(err.Error(), "views in a row because the ranks' data do not match") || !errors.Is(err, allreduce.ErrMismatch) {
+			t.Errorf("%s: %v; want the ranks' disagreement named", task, err)
+		}
+		ended++
+	}
+	if ended == 0 {
+		t.Errorf("training succeeded with two different models")
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("%s", c.logs.String())

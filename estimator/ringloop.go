@@ -51,6 +51,10 @@ type ringLoop struct {
 
 	// done is the last step this rank trained, or restored.
 	done int64
+	// mismatches counts the views in a row whose step mismatchAt failed
+	// because the ranks' data did not match (disagree).
+	mismatchAt int64
+	mismatches int
 	// leader: this rank leads now; ledLast: it led when training ended
 	// (it saves the final checkpoint and marks the end).
 	leader, ledLast bool
@@ -306,6 +310,9 @@ func (l *ringLoop) lead(ctx context.Context) error {
 					l.done, group = l.steps, nil
 					break
 				}
+				if derr := l.disagree(err, l.done+1); derr != nil {
+					return derr
+				}
 				if _, ok := l.foreignView(view.Gen); !ok {
 					l.failed(ctx, err, l.done+1, lostAfter, l.ring.ViewAfter(view.Gen))
 				}
@@ -323,6 +330,9 @@ func (l *ringLoop) lead(ctx context.Context) error {
 			}
 			if errors.Is(err, train.ErrNaNLoss) {
 				return err
+			}
+			if derr := l.disagree(err, l.done+1); derr != nil {
+				return derr
 			}
 			fresh = true // a new view: some members may have applied the step and others not
 			if _, ok := l.foreignView(view.Gen); ok {
@@ -452,6 +462,31 @@ func (l *ringLoop) failed(ctx context.Context, err error, step int64, lostAfter 
 	}
 }
 
+// maxMismatches bounds the views in a row whose same step fails because
+// the ranks' data do not match (allreduce.ErrMismatch: ranks that build
+// different models, or a peer that sends garbage). A new view does not
+// mend that, and the loop re-formed the ring for ever, which looked like a
+// hang under --quiet.
+const maxMismatches = 3
+
+// disagree counts a failure of step (its sync or the step itself); it
+// returns the error that ends training once the ranks' data did not match
+// in maxMismatches views in a row, else nil.
+func (l *ringLoop) disagree(err error, step int64) error {
+	if !errors.Is(err, allreduce.ErrMismatch) {
+		l.mismatches = 0
+		return nil
+	}
+	if step != l.mismatchAt {
+		l.mismatchAt, l.mismatches = step, 0
+	}
+	if l.mismatches++; l.mismatches < maxMismatches {
+		return nil
+	}
+	return fmt.Errorf("estimator: %s: step %d failed in %d views in a row because the ranks' data do not match; "+
+		"do all ranks run the same model, with the same flags? %w", l.r.cfg.Task, step, l.mismatches, err)
+}
+
 // follow is the loop of the other ranks: take the leader's views and
 // train among their members until the leader says training is over, or
 // until every lower rank is lost (errLeadChanged: this one leads).
@@ -510,6 +545,9 @@ func (l *ringLoop) followView(ctx context.Context, view allreduce.View) error {
 	newer, lead := l.ring.ViewAfter(view.Gen), l.untilLeading(vctx)
 	if view.Sync {
 		if err := l.sync(ctx, group, newer, lead); err != nil {
+			if derr := l.disagree(err, l.done+1); derr != nil {
+				return derr
+			}
 			r.log.Warn("taking the members' model failed; waiting for the next view", "generation", view.Gen, "err", err)
 			return nil
 		}
@@ -523,6 +561,9 @@ func (l *ringLoop) followView(ctx context.Context, view allreduce.View) error {
 			}
 			if errors.Is(err, train.ErrNaNLoss) {
 				return err
+			}
+			if derr := l.disagree(err, l.done+1); derr != nil {
+				return derr
 			}
 			r.log.Warn("a step failed; waiting for the next view", "step", l.done+1, "generation", view.Gen, "err", err)
 			return nil
