@@ -603,12 +603,3 @@ type waitingError struct{ err error }
 func (e *waitingError) Error() string { return e.err.Error() }
 func (e *waitingError) Unwrap() error { return e.err }
 
-// nonFinite returns the index of the first NaN or infinity of data, or -1.
-func nonFinite(data []float32) int {
-	for i, v := range data {
-		if v-v != 0 { // NaN or ±Inf
-			return i
-		}
-	}
-	return -1
-}
