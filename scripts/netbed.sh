@@ -5,14 +5,16 @@
 # (10.77.0.(10+I)/24), a veth pair to a bridge in the namespace PREFIX-hub.
 # Both ends of every pair are shaped with tc tbf to RATE, so each host has a
 # full-duplex link of RATE to a non-blocking switch. The kernel here has no
-# netem, so latency is added in user space: every task listens on loopback
-# inside its namespace behind a netdelay proxy (cmd/netdelay) that delays
-# each byte by RTT/2 in each direction. Addresses exist only inside the
-# namespaces this script makes; nothing touches the machine's own network
-# namespace.
+# netem, so latency is added in user space: an nftables rule in each host
+# redirects every TCP connection it makes to another host (any program, any
+# port) to a transparent netdelay proxy (cmd/netdelay --transparent) in the
+# same namespace, which goes on to the address dialled and delays each byte
+# by RTT/2 in each direction. Addresses exist only inside the namespaces
+# this script makes; nothing touches the machine's own network namespace.
+# It needs iproute2 (ip, tc, ss) and, for a round trip above 0, nft.
 #
 #   scripts/netbed.sh up 4 --rate 1gbit --rtt 0.5ms   # 4 hosts
-#   scripts/netbed.sh iperf 0 1                        # Mbit/s from host 0 to host 1 (through the delay)
+#   scripts/netbed.sh iperf 0 1                        # Mbit/s from host 0 to host 1
 #   scripts/netbed.sh rtt 0 1                          # round trip in us, host 0 to host 1
 #   scripts/netbed.sh train --ps 1 --workers 2 -- --model mlp --steps 300 --sync --json
 #   scripts/netbed.sh exec 0 ip addr
@@ -34,6 +36,10 @@ PREFIX=${NETBED_PREFIX:-dfnb}
 STATE=/run/netbed-$PREFIX
 SUBNET=10.77.0
 PORT=2222
+# Each host's transparent delay proxy listens on 127.0.0.1:DELAYPORT; its
+# own connections carry firewall mark MARK, which the redirect leaves alone.
+DELAYPORT=7777
+MARK=1
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 die() { echo "netbed: $*" >&2; exit 1; }
@@ -89,9 +95,13 @@ cmd_up() {
 	[[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 200 ] || die "up N: want 2 to 200 hosts"
 	need_root
 	[ -e "$STATE/hosts" ] && die "a bed $PREFIX is up: netbed.sh down first"
-	local bps burst
+	local bps burst half
 	bps=$(rate_bps "$rate")
-	half_us "$rtt" >/dev/null
+	half=$(half_us "$rtt")
+	if [ "$half" -gt 0 ]; then
+		command -v nft >/dev/null || die "needs nft (Debian's nftables) to add the latency"
+		binaries
+	fi
 	# A burst of 2 ms at the rate (at least 32 KiB): tbf needs more than a
 	# timer tick's worth to reach the rate.
 	burst=$((bps / 4000)); [ "$burst" -ge 32768 ] || burst=32768
@@ -111,8 +121,27 @@ cmd_up() {
 		tc -n "$(ns "$i")" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 10ms
 		tc -n "$(ns hub)" qdisc add dev "v$i" root tbf rate "$rate" burst "$burst" latency 10ms
 		echo $((i + 1)) >"$STATE/hosts"
+		[ "$half" -gt 0 ] && delay_host "$i" "$half"
 	done
 	echo "netbed: $n hosts ($(ns 0)..$(ns $((n - 1))), $SUBNET.10-$((9 + n))) at $rate, +$rtt round trip through netdelay"
+}
+
+# delay_host HOST HALF_US: every TCP connection HOST makes to the bed's
+# subnet goes through a transparent netdelay proxy in its namespace (which
+# lives as long as the namespace: down kills it).
+delay_host() {
+	local h=$1 half=$2
+	ip netns exec "$(ns "$h")" nft -f - <<-EOF
+		table ip netbed {
+			chain out {
+				type nat hook output priority -100; policy accept;
+				ip daddr $SUBNET.0/24 meta l4proto tcp meta mark != $MARK redirect to :$DELAYPORT
+			}
+		}
+	EOF
+	ip netns exec "$(ns "$h")" "$NETDELAY" --listen "127.0.0.1:$DELAYPORT" --transparent --mark "$MARK" --delay "${half}us" \
+		>/dev/null 2>>"$STATE/netdelay.log" &
+	wait_port "$h" "$DELAYPORT"
 }
 
 cmd_down() {
@@ -131,16 +160,6 @@ cmd_exec() {
 	exec ip netns exec "$(ns "$i")" "$@"
 }
 
-# delay_to HOST LISTENPORT TARGETPORT: a netdelay proxy in HOST's namespace
-# from its address to loopback, in the background; prints its pid.
-delay_to() {
-	local h=$1 lport=$2 tport=$3 half
-	half=$(half_us "$(cat "$STATE/rtt")")
-	ip netns exec "$(ns "$h")" "$NETDELAY" --listen "$(addr "$h"):$lport" --target "127.0.0.1:$tport" --delay "${half}us" \
-		>/dev/null 2>>"$STATE/netdelay.log" &
-	echo $!
-}
-
 wait_port() { # HOST PORT: until something listens there (without connecting,
 	# which a one-shot server such as iperf3 -1 would take for its client)
 	local k
@@ -153,29 +172,23 @@ wait_port() { # HOST PORT: until something listens there (without connecting,
 
 cmd_iperf() {
 	local from=$1 to=$2 secs=${3:-3}
-	binaries
 	command -v iperf3 >/dev/null || die "needs iperf3"
-	ip netns exec "$(ns "$to")" iperf3 -s -1 -B 127.0.0.1 -p 5202 >/dev/null &
-	local srv=$! px
-	px=$(delay_to "$to" 5201 5202)
-	wait_port "$to" 5202
+	ip netns exec "$(ns "$to")" iperf3 -s -1 -B "$(addr "$to")" -p 5201 >/dev/null &
+	local srv=$!
 	wait_port "$to" 5201
 	ip netns exec "$(ns "$from")" iperf3 -c "$(addr "$to")" -p 5201 -t "$secs" -J |
 		awk -F: '/"sum_received"/ {r = 1} r && /"bits_per_second"/ {gsub(/[ ,]/, "", $2); printf "%.0f\n", $2 / 1e6; exit}'
-	kill "$px" 2>/dev/null || true
 	wait "$srv" 2>/dev/null || true
 }
 
 cmd_rtt() {
 	local from=$1 to=$2
 	binaries
-	ip netns exec "$(ns "$to")" "$NETDELAY" --echo 127.0.0.1:7008 >/dev/null &
-	local echo=$! px
-	px=$(delay_to "$to" 7007 7008)
-	wait_port "$to" 7008
+	ip netns exec "$(ns "$to")" "$NETDELAY" --echo "$(addr "$to"):7007" >/dev/null &
+	local echo=$!
 	wait_port "$to" 7007
 	ip netns exec "$(ns "$from")" "$NETDELAY" --ping "$(addr "$to"):7007" --count 200
-	kill "$px" "$echo" 2>/dev/null || true
+	kill "$echo" 2>/dev/null || true
 	wait 2>/dev/null || true
 }
 
@@ -219,18 +232,9 @@ cmd_train() {
 		[ -n "${!v}" ] || continue
 		cluster+="${cluster:+,}\"$j\": [\"$(echo "${!v}" | sed 's/,/", "/g')\"]"
 	done
-	local rtt half listen
-	rtt=$(cat "$STATE/rtt"); half=$(half_us "$rtt")
-	local -a pids proxies
+	local -a pids
 	for ((h = 0; h < n; h++)); do
-		listen=""
-		if [ "$half" -gt 0 ]; then
-			# The task serves on loopback, behind the delay.
-			listen=127.0.0.1:$((PORT + 1))
-			proxies+=("$(delay_to "$h" "$PORT" $((PORT + 1)))")
-		fi
 		TF_CONFIG="{\"cluster\": {$cluster}, \"task\": {\"type\": \"${job[h]}\", \"index\": ${idx[h]}}}" \
-			DISTFLOW_LISTEN_ADDRESS=$listen \
 			ip netns exec "$(ns "$h")" "$DISTFLOW" train --certs-dir "$certs" "$@" \
 			>"$STATE/train-$h.out" 2>"$STATE/train-$h.log" &
 		pids[h]=$!
@@ -265,7 +269,6 @@ cmd_train() {
 		fi
 		echo "${job[h]} ${idx[h]} $st" >>"$STATE/train-status"
 	done
-	for p in "${proxies[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
 	cat "$STATE/train-0.out"
 	[ $status = 0 ] || { echo "netbed: the chief failed ($status); see $STATE/train-*.log" >&2; tail -5 "$STATE/train-0.log" >&2; }
 	return $status

@@ -12,10 +12,8 @@
 # allreduce (2 hosts), allreduce-ps and allreduce-ps2 (the all-reduce
 # through 1 or 2 ps tasks that sum, BytePS's design: 3 or 4 hosts), ddp (bench/torch_ddp.py, one rank per host, gloo;
 # needs Debian's python3-torch). The modes alternate within each round.
-# The bed's latency is a proxy in front of each distflow task's port
-# (cmd/netdelay); gloo connects on ports of its own choosing, so DDP's
-# traffic gets the bandwidth limit but not the added latency: its figure is
-# an upper bound for DDP on the same network.
+# Every TCP connection between the bed's hosts, gloo's as well as
+# distflow's, gets the same bandwidth limit and the same added latency.
 set -euo pipefail
 rate=1gbit rtt=0.5ms rounds=2 steps=600 modes="sync sync2 allreduce ddp"
 while [ $# -gt 0 ]; do

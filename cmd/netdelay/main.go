@@ -4,6 +4,13 @@
 //
 //	netdelay --listen 10.77.0.11:2222 --target 127.0.0.1:2223 --delay 250us
 //
+// or, as a transparent proxy for every TCP connection that a host's nat
+// rule redirects to it (each goes on to the address its client dialled,
+// from sockets marked 1, which the rule leaves alone):
+//
+//	nft add rule ip netbed out ip daddr 10.77.0.0/24 meta l4proto tcp meta mark != 1 redirect to :7777
+//	netdelay --listen 127.0.0.1:7777 --transparent --mark 1 --delay 250us
+//
 // It serves until SIGINT or SIGTERM. To measure a link's round trip (the
 // test bed has no ping): an echo server and a client that prints the
 // median of 1-byte round trips in microseconds,
@@ -30,6 +37,8 @@ import (
 func main() {
 	listen := flag.String("listen", "", "address to accept connections on (host:port)")
 	target := flag.String("target", "", "address to connect each accepted connection to")
+	transparent := flag.Bool("transparent", false, "connect each accepted connection to the address its client dialled before a nat redirect (Linux; instead of --target)")
+	mark := flag.Int("mark", 1, "with --transparent: the firewall mark of the proxy's own connections, which the redirect rule must leave alone")
 	delay := flag.Duration("delay", 0, "one-way delay added in each direction (a round trip gains twice this)")
 	echo := flag.String("echo", "", "serve TCP echo on this address instead")
 	ping := flag.String("ping", "", "measure the round trip to this TCP echo address and print its median in microseconds")
@@ -47,8 +56,8 @@ func main() {
 		fmt.Println(us)
 		return
 	}
-	if *listen == "" || *target == "" || *delay < 0 || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "netdelay: want --listen HOST:PORT --target HOST:PORT [--delay D >= 0] and no arguments")
+	if *listen == "" || (*target == "") == !*transparent || *delay < 0 || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "netdelay: want --listen HOST:PORT, one of --target HOST:PORT and --transparent, [--delay D >= 0] and no arguments")
 		os.Exit(2)
 	}
 	lis, err := net.Listen("tcp", *listen)
@@ -56,7 +65,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "netdelay:", err)
 		os.Exit(1)
 	}
-	if err := netdelay.Serve(ctx, lis, *target, *delay); err != nil {
+	serve := func() error { return netdelay.Serve(ctx, lis, *target, *delay) }
+	if *transparent {
+		serve = func() error { return netdelay.ServeTransparent(ctx, lis, *mark, *delay) }
+	}
+	if err := serve(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

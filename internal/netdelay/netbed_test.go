@@ -12,13 +12,13 @@ import (
 
 // TestNetbed builds a two-host bed with scripts/netbed.sh (200 Mbit/s, 2 ms
 // round trip), checks the bandwidth with iperf3 and the round trip with
-// netdelay --ping, and removes it. It needs root (CAP_NET_ADMIN), ip, tc, ss
-// and iperf3, and is skipped without them.
+// netdelay --ping, and removes it. It needs root (CAP_NET_ADMIN), ip, tc, ss,
+// nft and iperf3, and is skipped without them.
 func TestNetbed(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces and tc")
 	}
-	for _, tool := range []string{"ip", "tc", "ss", "iperf3"} {
+	for _, tool := range []string{"ip", "tc", "ss", "nft", "iperf3"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s", tool)
 		}

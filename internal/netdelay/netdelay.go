@@ -31,6 +31,22 @@ const chunkSize = 64 << 10
 // connection when ctx ends and returns nil then; it returns an accept error
 // otherwise. delay must not be negative.
 func Serve(ctx context.Context, lis net.Listener, target string, delay time.Duration) error {
+	return serve(ctx, lis, func(net.Conn) (string, error) { return target, nil }, &net.Dialer{}, delay)
+}
+
+// ServeTransparent is Serve for the connections that a firewall rule of
+// the host redirected to lis (nftables' or iptables' redirect in the nat
+// output hook): each goes on to the address its client dialled (Linux's
+// SO_ORIGINAL_DST), from a socket marked with mark, which the rule must
+// leave alone (meta mark != MARK), or the proxy would redirect itself.
+// Every TCP connection a host makes then gets the delay, whatever program
+// makes it and on whatever port: PyTorch's gloo as well as distflow.
+func ServeTransparent(ctx context.Context, lis net.Listener, mark int, delay time.Duration) error {
+	return serve(ctx, lis, originalDst, markedDialer(mark), delay)
+}
+
+// serve is Serve with target(c) the address to connect c to, dialled by d.
+func serve(ctx context.Context, lis net.Listener, target func(net.Conn) (string, error), d *net.Dialer, delay time.Duration) error {
 	if delay < 0 {
 		lis.Close()
 		return fmt.Errorf("netdelay: delay %v: must not be negative", delay)
@@ -51,15 +67,18 @@ func Serve(ctx context.Context, lis net.Listener, target string, delay time.Dura
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			proxy(ctx, c, target, delay)
+			defer c.Close()
+			to, err := target(c)
+			if err != nil {
+				return
+			}
+			proxy(ctx, c, d, to, delay)
 		}()
 	}
 }
 
 // proxy serves one connection until both directions end or ctx does.
-func proxy(ctx context.Context, client net.Conn, target string, delay time.Duration) {
-	defer client.Close()
-	var d net.Dialer
+func proxy(ctx context.Context, client net.Conn, d *net.Dialer, target string, delay time.Duration) {
 	server, err := d.DialContext(ctx, "tcp", target)
 	if err != nil {
 		return
