@@ -30,7 +30,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 bed=$here/scripts/netbed.sh
 "$bed" down
 "$bed" up 4 --rate "$rate" --rtt "$rtt" >&2
-trap '"$bed" down' EXIT
+tmp=$(mktemp -d)
+trap '"$bed" down; rm -rf "$tmp"' EXIT
 field() { sed -n "s/.*\"$1\": *\([0-9.e+]*\).*/\1/p"; }
 flags=(--model mlp --steps "$steps" --lr 0.4 --json --quiet)
 echo "round,mode,hosts,examples_per_second,test_accuracy"
@@ -50,9 +51,17 @@ for ((r = 1; r <= rounds; r++)); do
 				"$bed" exec "$1" env GLOO_SOCKET_IFNAME=eth0 /usr/bin/python3 "$here/bench/torch_ddp.py" \
 					--processes 2 --rank "$1" --init "$init" --steps "$steps"
 			}
-			run_rank 1 >/dev/null &
-			out=$(run_rank 0 | tail -1 | sed 's/"examples_per_second"/"cluster_examples_per_second"/')
+			# Rank 0 listens first: through the bed's delay proxy a
+			# connection to a port nobody listens on yet is reset rather
+			# than refused, which PyTorch's store does not retry.
+			run_rank 0 >"$tmp/ddp0" &
+			for ((k = 0; k < 600; k++)); do
+				[ -n "$("$bed" exec 0 ss -Hltn "sport = :29500")" ] && break
+				sleep 0.1
+			done
+			run_rank 1 >/dev/null
 			wait
+			out=$(tail -1 "$tmp/ddp0" | sed 's/"examples_per_second"/"cluster_examples_per_second"/')
 			;;
 		*) echo "netbed_modes: unknown mode $m" >&2; exit 2 ;;
 		esac

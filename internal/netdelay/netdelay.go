@@ -81,6 +81,11 @@ func serve(ctx context.Context, lis net.Listener, target func(net.Conn) (string,
 func proxy(ctx context.Context, client net.Conn, d *net.Dialer, target string, delay time.Duration) {
 	server, err := d.DialContext(ctx, "tcp", target)
 	if err != nil {
+		// Reset the client's connection, as close to the refusal it
+		// would have had without the proxy as an accepted one can be.
+		if tc, ok := client.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
 		return
 	}
 	defer server.Close()
