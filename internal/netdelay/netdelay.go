@@ -42,6 +42,10 @@ func Serve(ctx context.Context, lis net.Listener, target string, delay time.Dura
 // Every TCP connection a host makes then gets the delay, whatever program
 // makes it and on whatever port: PyTorch's gloo as well as distflow.
 func ServeTransparent(ctx context.Context, lis net.Listener, mark int, delay time.Duration) error {
+	if errTransparent != nil {
+		lis.Close()
+		return errTransparent
+	}
 	return serve(ctx, lis, originalDst, markedDialer(mark), delay)
 }
 

@@ -11,6 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// errTransparent says why this system cannot serve as a transparent proxy:
+// Linux can.
+var errTransparent error
+
 // originalDst is the IPv4 address and port that c's client dialled before
 // the host's nat rule redirected it here.
 func originalDst(c net.Conn) (string, error) {

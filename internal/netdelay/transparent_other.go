@@ -8,10 +8,11 @@ import (
 	"syscall"
 )
 
-var errNotLinux = errors.New("netdelay: a transparent proxy needs Linux (SO_ORIGINAL_DST, SO_MARK)")
+// errTransparent says why this system cannot serve as a transparent proxy.
+var errTransparent = errors.New("netdelay: a transparent proxy needs Linux (SO_ORIGINAL_DST, SO_MARK)")
 
-func originalDst(net.Conn) (string, error) { return "", errNotLinux }
+func originalDst(net.Conn) (string, error) { return "", errTransparent }
 
 func markedDialer(int) *net.Dialer {
-	return &net.Dialer{Control: func(string, string, syscall.RawConn) error { return errNotLinux }}
+	return &net.Dialer{Control: func(string, string, syscall.RawConn) error { return errTransparent }}
 }
