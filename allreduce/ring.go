@@ -602,4 +602,3 @@ type waitingError struct{ err error }
 
 func (e *waitingError) Error() string { return e.err.Error() }
 func (e *waitingError) Unwrap() error { return e.err }
-
