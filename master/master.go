@@ -98,6 +98,7 @@ type session struct {
 	mu     sync.RWMutex // guards g against Import while steps resolve names
 	g      *graph.Graph
 	plans  map[string]*plan
+	keys   graph.KeyCache  // the plans' keys, without naming every step
 	tasks  map[string]bool // every task a partition was registered on
 	closed bool
 }
@@ -537,7 +538,7 @@ func (m *Master) cleanup(stepID int64, p *plan, stepErr error) {
 // first use. Concurrent first uses wait for one build; a failed build is
 // not cached.
 func (m *Master) plan(ctx context.Context, s *session, sig graph.Signature) (*plan, error) {
-	key := sig.Key()
+	key := s.keys.Key(sig)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -169,6 +169,7 @@ type registered struct {
 
 	mu    sync.Mutex
 	execs map[string]*prepared // by signature
+	keys  graph.KeyCache       // the executors' keys, without naming every step
 }
 
 // prepared is an executor and the tensors its steps receive from other
@@ -570,7 +571,7 @@ func byName(a, b graph.Output) int { return strings.Compare(a.Name(), b.Name()) 
 // first use. Its feeds are sorted by name, as the executor of the key
 // takes them.
 func (r *registered) executor(w *Worker, sig graph.Signature) (*prepared, error) {
-	key := sig.Key()
+	key := r.keys.Key(sig)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p, ok := r.execs[key]; ok {
