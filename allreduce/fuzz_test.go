@@ -39,6 +39,21 @@ var errStreamEnd = errors.New("the fuzzed stream ended")
 //	| i16 index | i16 length | i16 offset | u8 elements | f32 elements...
 //
 // The signed fields reach the negative values a hostile peer may send.
+// deliverFuzzed delivers the chunks that b encodes to r, as its transport
+// would: each is filed or refused with ErrMismatch or ErrNonFinite, and
+// what r holds of them costs no more memory than a multiple of b.
+func deliverFuzzed(t *testing.T, r *allreduce.Ring, b []byte) {
+	t.Helper()
+	chunks := decodeChunks(b)
+	fuzztest.CheckAlloc(t, uint64(32*len(b))+64<<10, func() {
+		for _, c := range chunks {
+			if err := r.Deliver(c); err != nil && !errors.Is(err, allreduce.ErrMismatch) && !errors.Is(err, allreduce.ErrNonFinite) {
+				t.Fatalf("Deliver(%+v): %v", c, err)
+			}
+		}
+	})
+}
+
 func decodeChunks(b []byte) []*allreduce.Chunk {
 	var out []*allreduce.Chunk
 	for len(b) >= 10 {
@@ -136,14 +151,7 @@ func FuzzDeliver(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		chunks := decodeChunks(b)
-		fuzztest.CheckAlloc(t, uint64(32*len(b))+64<<10, func() {
-			for _, c := range chunks {
-				if err := r.Deliver(c); err != nil && !errors.Is(err, allreduce.ErrMismatch) && !errors.Is(err, allreduce.ErrNonFinite) {
-					t.Fatalf("Deliver(%+v): %v", c, err)
-				}
-			}
-		})
+		deliverFuzzed(t, r, b)
 		r.Fail(allreduce.Op{Name: "g"}, errStreamEnd)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -191,14 +199,7 @@ func FuzzSummerDeliver(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		chunks := decodeChunks(b)
-		fuzztest.CheckAlloc(t, uint64(32*len(b))+64<<10, func() {
-			for _, c := range chunks {
-				if err := r.Deliver(c); err != nil && !errors.Is(err, allreduce.ErrMismatch) && !errors.Is(err, allreduce.ErrNonFinite) {
-					t.Fatalf("Deliver(%+v): %v", c, err)
-				}
-			}
-		})
+		deliverFuzzed(t, r, b)
 		r.Fail(allreduce.Op{Name: "g"}, errStreamEnd)
 		r.Close()
 		if err := r.Deliver(&allreduce.Chunk{Op: allreduce.Op{Name: "g"}, Size: 1, Length: 1, Data: []float32{1}}); !errors.Is(err, allreduce.ErrClosed) {

@@ -12,13 +12,7 @@ import (
 // allocation.
 func TestKeyCache(t *testing.T) {
 	g := pruneGraph(t)
-	out := func(name string) graph.Output {
-		o, err := g.Output(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
+	out := func(name string) graph.Output { return outputOf(t, g, name) }
 	x, c, y, z, read := out("x"), out("c"), out("y"), out("z"), out("read")
 	assign, side := out("assign").Node, out("side").Node
 	sigs := []graph.Signature{

@@ -34,15 +34,19 @@ func pruneGraph(t *testing.T) *graph.Graph {
 	return s.Graph()
 }
 
+// outputOf is g's output name, which the test needs.
+func outputOf(t *testing.T, g *graph.Graph, name string) graph.Output {
+	t.Helper()
+	o, err := g.Output(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 func TestPrune(t *testing.T) {
 	g := pruneGraph(t)
-	out := func(name string) graph.Output {
-		o, err := g.Output(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
+	out := func(name string) graph.Output { return outputOf(t, g, name) }
 	tests := []struct {
 		name    string
 		feeds   []string

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,7 +67,16 @@ func startLauncher(t *testing.T, args ...string) (*exec.Cmd, string, <-chan stri
 // waitFor reads lines until one contains s, and returns it.
 func waitFor(t *testing.T, lines <-chan string, s string) string {
 	t.Helper()
+	return waitForEach(t, lines, "", s)
+}
+
+// waitForEach reads lines until each of want has been seen, in any order,
+// failing on a line that holds bad first (bad "": none does); it returns
+// the line that held the last of want.
+func waitForEach(t *testing.T, lines <-chan string, bad string, want ...string) string {
+	t.Helper()
 	deadline := time.After(60 * time.Second)
+	left := slices.Clone(want)
 	// The last lines read, for the failure's message: what the run did
 	// instead.
 	var seen []string
@@ -74,16 +84,19 @@ func waitFor(t *testing.T, lines <-chan string, s string) string {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatalf("output ended before %q; its last lines:\n%s", s, strings.Join(seen, "\n"))
+				t.Fatalf("output ended before %q; its last lines:\n%s", left, strings.Join(seen, "\n"))
 			}
-			if strings.Contains(l, s) {
+			if bad != "" && strings.Contains(l, bad) {
+				t.Fatalf("%q before %q: %s; the lines before it:\n%s", bad, left, l, strings.Join(seen, "\n"))
+			}
+			if left = slices.DeleteFunc(left, func(w string) bool { return strings.Contains(l, w) }); len(left) == 0 {
 				return l
 			}
 			if seen = append(seen, l); len(seen) > 40 {
 				seen = seen[1:]
 			}
 		case <-deadline:
-			t.Fatalf("no %q within a minute; the last lines:\n%s", s, strings.Join(seen, "\n"))
+			t.Fatalf("no %q within a minute; the last lines:\n%s", left, strings.Join(seen, "\n"))
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -286,32 +285,6 @@ func TestWorkerStoppedWhileTheChiefEndsExits(t *testing.T) {
 		t.Errorf("the launcher had to stop worker 1:\n%s", all)
 	}
 	noTasksLeft(t, ps)
-}
-
-// waitForEach reads lines until each of want has been seen, in any order,
-// failing on a line that holds bad first.
-func waitForEach(t *testing.T, lines <-chan string, bad string, want ...string) {
-	t.Helper()
-	deadline := time.After(60 * time.Second)
-	left := slices.Clone(want)
-	var seen []string
-	for len(left) > 0 {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("output ended before %q; its last lines:\n%s", left, strings.Join(seen, "\n"))
-			}
-			if strings.Contains(l, bad) {
-				t.Fatalf("%q before %q: %s; the lines before it:\n%s", bad, left, l, strings.Join(seen, "\n"))
-			}
-			left = slices.DeleteFunc(left, func(w string) bool { return strings.Contains(l, w) })
-			if seen = append(seen, l); len(seen) > 40 {
-				seen = seen[1:]
-			}
-		case <-deadline:
-			t.Fatalf("no %q within a minute; the last lines:\n%s", left, strings.Join(seen, "\n"))
-		}
-	}
 }
 
 // trainedBlocks reads the blocks of examples the replicas trained, from
