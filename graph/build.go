@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/distflow/distflow/op"
 	"github.com/distflow/distflow/tensor"
@@ -87,6 +88,10 @@ func (g *Graph) AddNode(spec NodeSpec) (*Node, error) {
 		inputs:  append([]Output(nil), spec.Inputs...),
 		control: append([]*Node(nil), spec.Control...),
 		attrs:   attrs, device: spec.Device, outputs: ic.Outputs,
+		names: make([]string, len(ic.Outputs)),
+	}
+	for i := range n.names {
+		n.names[i] = n.name + ":" + strconv.Itoa(i)
 	}
 	g.nodes = append(g.nodes, n)
 	g.byName[n.name] = n

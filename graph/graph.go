@@ -39,6 +39,7 @@ type Node struct {
 	attrs   map[string]any
 	device  string
 	outputs []op.TensorInfo
+	names   []string // the outputs' names ("node:index"), made once: hot paths name tensors at every step
 }
 
 // Output is one output of a node: the edge type of the graph. The zero
@@ -150,7 +151,12 @@ func (o Output) DType() tensor.DType { return o.Node.outputs[o.Index].DType }
 func (o Output) Shape() tensor.Shape { return o.Node.outputs[o.Index].Shape }
 
 // Name returns "node:index", the name used for feeds and fetches.
-func (o Output) Name() string { return o.Node.name + ":" + strconv.Itoa(o.Index) }
+func (o Output) Name() string {
+	if o.Index >= 0 && o.Index < len(o.Node.names) {
+		return o.Node.names[o.Index]
+	}
+	return o.Node.name + ":" + strconv.Itoa(o.Index)
+}
 
 // Valid reports whether o refers to a tensor.
 func (o Output) Valid() bool { return o.Node != nil }

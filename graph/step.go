@@ -131,7 +131,7 @@ type Subgraph struct {
 // or not in g, a tensor is fed twice, or a fetch is of a node without
 // outputs. It only reads g.
 func NewSubgraph(g *Graph, sig Signature) (*Subgraph, error) {
-	fed, err := sig.check(g)
+	fed, err := sig.check(g, true)
 	if err != nil {
 		return nil, err
 	}
@@ -197,12 +197,12 @@ func NewSubgraph(g *Graph, sig Signature) (*Subgraph, error) {
 // tensor is fed twice and that every fetch is of a node with outputs; the
 // error names the tensor or node. NewSubgraph checks the same.
 func (s Signature) Check(g *Graph) error {
-	_, err := s.check(g)
+	_, err := s.check(g, false)
 	return err
 }
 
-// check is Check, returning the index of each feed.
-func (s Signature) check(g *Graph) (map[Output]int, error) {
+// check is Check, returning the index of each feed when index is set.
+func (s Signature) check(g *Graph, index bool) (map[Output]int, error) {
 	if g == nil {
 		return nil, errors.New("graph: nil graph")
 	}
@@ -221,15 +221,24 @@ func (s Signature) check(g *Graph) (map[Output]int, error) {
 		}
 		return nil
 	}
-	fed := make(map[Output]int, len(s.Feeds))
+	var fed map[Output]int // a few feeds are searched: Check runs at every remote step
+	if index || len(s.Feeds) > maxSameCompare {
+		fed = make(map[Output]int, len(s.Feeds))
+	}
 	for i, f := range s.Feeds {
 		if err := checkOutput("feed", f); err != nil {
 			return nil, err
 		}
-		if _, dup := fed[f]; dup {
+		dup := false
+		if fed != nil {
+			_, dup = fed[f]
+			fed[f] = i
+		} else {
+			dup = slices.Contains(s.Feeds[:i], f)
+		}
+		if dup {
 			return nil, fmt.Errorf("graph: tensor %s is fed twice", f)
 		}
-		fed[f] = i
 	}
 	for _, f := range s.Fetches {
 		if err := checkOutput("fetch", f); err != nil {

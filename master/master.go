@@ -98,8 +98,9 @@ type session struct {
 	mu     sync.RWMutex // guards g against Import while steps resolve names
 	g      *graph.Graph
 	plans  map[string]*plan
-	keys   graph.KeyCache  // the plans' keys, without naming every step
-	tasks  map[string]bool // every task a partition was registered on
+	keys   graph.KeyCache                   // the plans' keys, without naming every step
+	names  graph.NameCache[graph.Signature] // resolved requests, without a lookup per name at every step
+	tasks  map[string]bool                  // every task a partition was registered on
 	closed bool
 }
 
@@ -110,7 +111,54 @@ type plan struct {
 	err   error
 
 	*Plan
-	regs []reg // per part
+	regs  []reg     // per part
+	calls sync.Pool // of *partCalls, so that a step builds no requests
+}
+
+// partCalls is what one step of a plan calls its tasks with: the
+// partitions' requests, which only their step ID, trace flag and fed
+// values change from step to step, and the channel of their results.
+type partCalls struct {
+	reqs    []*pb.RunGraphRequest
+	results chan partResult
+	resps   []*pb.RunGraphResponse
+}
+
+type partResult struct {
+	i    int
+	resp *pb.RunGraphResponse
+	err  error
+}
+
+// getCalls returns p's calls for a step, made on first use.
+func (p *plan) getCalls(session string) *partCalls {
+	if c, ok := p.calls.Get().(*partCalls); ok {
+		return c
+	}
+	c := &partCalls{reqs: make([]*pb.RunGraphRequest, len(p.Parts)), results: make(chan partResult, len(p.Parts)),
+		resps: make([]*pb.RunGraphResponse, len(p.Parts))}
+	for i, pt := range p.Parts {
+		c.reqs[i] = &pb.RunGraphRequest{SessionHandle: session, GraphHandle: p.regs[i].handle, Targets: pt.Targets, Fetches: pt.Fetches}
+		if len(pt.Feeds) > 0 {
+			c.reqs[i].Feeds = make([]*pb.NamedTensor, len(pt.Feeds))
+			for j, name := range pt.Feeds {
+				c.reqs[i].Feeds[j] = &pb.NamedTensor{Name: name}
+			}
+		}
+	}
+	return c
+}
+
+// putCalls gives c back to p once no call of its step runs any more: the
+// requests keep no fed value, the results nothing of the step.
+func (p *plan) putCalls(c *partCalls) {
+	for _, r := range c.reqs {
+		for _, f := range r.Feeds {
+			f.Tensor = nil
+		}
+	}
+	clear(c.resps)
+	p.calls.Put(c)
 }
 
 // reg is the registration of one part of a plan.
@@ -211,6 +259,10 @@ func (s *session) resolve(req *pb.RunStepRequest) (graph.Signature, error) {
 	if s.closed {
 		return sig, fmt.Errorf("session %q: %w", s.handle, ErrNoSession)
 	}
+	// Names once resolved stay valid: Import only adds nodes.
+	if sig, ok := s.names.Get(req); ok {
+		return sig, nil
+	}
 	for _, f := range req.GetFeeds() {
 		o, err := s.g.Output(f.GetName())
 		if err != nil {
@@ -235,6 +287,7 @@ func (s *session) resolve(req *pb.RunStepRequest) (graph.Signature, error) {
 		}
 		sig.Targets = append(sig.Targets, n)
 	}
+	s.names.Put(req, sig)
 	return sig, nil
 }
 
@@ -270,15 +323,20 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 		if t == nil {
 			return nil, m.errorf("run step in session %q: feed %q: no value", s.handle, f.GetName())
 		}
-		if err := graph.CheckFeed(sig.Feeds[i], tensor.DType(t.GetDtype()), dims(t)); err != nil {
+		var buf [8]int // the common case allocates nothing
+		if err := graph.CheckFeed(sig.Feeds[i], tensor.DType(t.GetDtype()), dims(buf[:0], t)); err != nil {
 			return nil, m.errorf("run step in session %q: %w", s.handle, err)
 		}
 	}
+	// The step's one cancellable context: its deadline, and the end of
+	// every partition at the first failure (runPartitions).
+	var cancel context.CancelFunc
 	if s.timeout > 0 {
-		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
 	}
+	defer cancel()
 	p, err := m.plan(ctx, s, sig)
 	if err != nil {
 		return nil, m.errorf("run step in session %q: %w", s.handle, err)
@@ -286,28 +344,26 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 
 	// Requests per partition.
 	stepID := int64(rand.Uint64() >> 1)
-	reqs := make([]*pb.RunGraphRequest, len(p.Parts))
-	for i, pt := range p.Parts {
-		reqs[i] = &pb.RunGraphRequest{SessionHandle: s.handle, GraphHandle: p.regs[i].handle, StepId: stepID,
-			Targets: pt.Targets, Fetches: pt.Fetches, Trace: st != nil}
-		if len(pt.Feeds) > 0 {
-			reqs[i].Feeds = make([]*pb.NamedTensor, len(pt.Feeds))
-		}
+	calls := p.getCalls(s.handle)
+	defer p.putCalls(calls)
+	for _, r := range calls.reqs {
+		r.StepId, r.Trace = stepID, st != nil
 	}
 	for i, f := range req.GetFeeds() {
 		for _, r := range p.Feeds[i] {
-			reqs[r.Part].Feeds[r.Index] = &pb.NamedTensor{Name: p.Parts[r.Part].Feeds[r.Index], Tensor: f.GetTensor()}
+			calls.reqs[r.Part].Feeds[r.Index].Tensor = f.GetTensor()
 		}
 	}
 
 	if st != nil {
-		st.calls = make([]rpcCall, len(reqs))
+		st.calls = make([]rpcCall, len(calls.reqs))
 	}
-	resps, err := m.runPartitions(ctx, stepID, p, reqs, st)
+	resps, err := m.runPartitions(ctx, cancel, stepID, p, calls, st)
 	if err != nil {
 		return nil, m.errorf("step %d in session %q: %w", stepID, s.handle, err)
 	}
 	out := &pb.RunStepResponse{Tensors: make([]*pb.NamedTensor, len(sig.Fetches))}
+	named := make([]pb.NamedTensor, len(sig.Fetches)) // one allocation for all
 	for i, r := range p.Fetches {
 		var t *pb.TensorProto
 		if r.Part < 0 {
@@ -317,7 +373,8 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 		} else {
 			return nil, m.errorf("step %d in session %q: task %s returned %d fetches, want %d", stepID, s.handle, p.Parts[r.Part].Task, len(fs), len(p.Parts[r.Part].Fetches))
 		}
-		out.Tensors[i] = &pb.NamedTensor{Name: req.GetFetches()[i], Tensor: t}
+		named[i].Name, named[i].Tensor = req.GetFetches()[i], t
+		out.Tensors[i] = &named[i]
 	}
 	if st != nil {
 		out.StepStats = st.stats(m.cfg.Task, stepID)
@@ -325,26 +382,19 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 	return out, nil
 }
 
-// dims returns the shape of a tensor proto.
-func dims(t *pb.TensorProto) []int {
-	out := make([]int, len(t.GetDims()))
-	for i, d := range t.GetDims() {
-		out[i] = int(d)
+// dims appends the shape of a tensor proto to dst.
+func dims(dst []int, t *pb.TensorProto) []int {
+	for _, d := range t.GetDims() {
+		dst = append(dst, int(d))
 	}
-	return out
+	return dst
 }
 
 // runPartitions runs every partition of a step concurrently and cleans the
-// step up on every task.
-func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs []*pb.RunGraphRequest, st *stepTrace) ([]*pb.RunGraphResponse, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type result struct {
-		i    int
-		resp *pb.RunGraphResponse
-		err  error
-	}
-	results := make(chan result, len(reqs))
+// step up on every task. cancel ends ctx: the first failure ends the step
+// everywhere. The responses are calls.resps.
+func (m *Master) runPartitions(ctx context.Context, cancel context.CancelFunc, stepID int64, p *plan, calls *partCalls, st *stepTrace) ([]*pb.RunGraphResponse, error) {
+	reqs, results := calls.reqs, calls.results
 	run := func(i int) {
 		w, err := m.cfg.Workers.Worker(p.Parts[i].Task)
 		var resp *pb.RunGraphResponse
@@ -358,7 +408,7 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 				st.call(i, p.Parts[i].Task, start, reqs[i], resp, err)
 			}
 		}
-		results <- result{i, resp, err}
+		results <- partResult{i, resp, err}
 	}
 	// One partition runs on this goroutine: one handoff less per step. It
 	// is a remote one when there is one, so that the request that starts
@@ -383,7 +433,7 @@ func (m *Master) runPartitions(ctx context.Context, stepID int64, p *plan, reqs 
 	if inline >= 0 {
 		run(inline)
 	}
-	resps := make([]*pb.RunGraphResponse, len(reqs))
+	resps := calls.resps
 	var errs []error // in arrival order
 	for range reqs {
 		r := <-results
@@ -488,25 +538,11 @@ func rootCause(errs []error) error {
 // an abort reason when the step failed, so that every pending wait of the
 // step ends.
 func (m *Master) cleanup(stepID int64, p *plan, stepErr error) {
-	req := &pb.CleanupStepRequest{StepId: stepID}
-	if stepErr != nil {
-		req.AbortReason = stepErr.Error()
-	}
-	cleanOne := func(task string) {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		w, err := m.cfg.Workers.Worker(task)
-		if err == nil {
-			_, err = w.CleanupStep(ctx, req)
-		}
-		if err != nil {
-			m.log.Debug("master: cleaning up a step failed", "step", stepID, "peer", task, "err", err)
-		}
-	}
 	if stepErr != nil {
 		// Every task at once: their pending waits must end now.
+		req := &pb.CleanupStepRequest{StepId: stepID, AbortReason: stepErr.Error()}
 		for _, pt := range p.Parts {
-			go cleanOne(pt.Task)
+			go m.cleanupOn(pt.Task, req)
 		}
 		return
 	}
@@ -527,11 +563,25 @@ func (m *Master) cleanup(stepID int64, p *plan, stepErr error) {
 	if len(rest) == 0 {
 		return
 	}
+	req := &pb.CleanupStepRequest{StepId: stepID}
 	go func() {
 		for _, task := range rest {
-			cleanOne(task)
+			m.cleanupOn(task, req)
 		}
 	}()
+}
+
+// cleanupOn asks task to clean up the step of req, logging a failure.
+func (m *Master) cleanupOn(task string, req *pb.CleanupStepRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	w, err := m.cfg.Workers.Worker(task)
+	if err == nil {
+		_, err = w.CleanupStep(ctx, req)
+	}
+	if err != nil {
+		m.log.Debug("master: cleaning up a step failed", "step", req.GetStepId(), "peer", task, "err", err)
+	}
 }
 
 // plan returns the session's plan for sig, building and registering it on

@@ -205,8 +205,24 @@ func (s *Session) runRemoteTraced(ctx context.Context, sig graph.Signature, vals
 	}
 	fetches := sig.Fetches
 	req := &pb.RunStepRequest{Feeds: make([]*pb.NamedTensor, len(vals)), Fetches: make([]string, len(fetches)), Targets: make([]string, len(sig.Targets))}
+	// The fed values go out as they are, not copied: the master only reads
+	// them, before RunStep returns. One allocation each for all the feeds'
+	// names, protos and dimensions.
+	named, protos := make([]pb.NamedTensor, len(vals)), make([]pb.TensorProto, len(vals))
+	rank := 0
+	for _, v := range vals {
+		rank += v.Rank()
+	}
+	dims := make([]int64, 0, rank)
 	for i, f := range sig.Feeds {
-		req.Feeds[i] = &pb.NamedTensor{Name: f.Name(), Tensor: graph.TensorToProto(vals[i])}
+		v, tp := vals[i], &protos[i]
+		start := len(dims)
+		for _, d := range v.Shape() {
+			dims = append(dims, int64(d))
+		}
+		tp.Dtype, tp.Dims, tp.Content = pb.DataType(v.DType()), dims[start:len(dims):len(dims)], v.RawBytes()
+		named[i].Name, named[i].Tensor = f.Name(), tp
+		req.Feeds[i] = &named[i]
 	}
 	for i, o := range fetches {
 		req.Fetches[i] = o.Name()

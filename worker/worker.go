@@ -168,15 +168,32 @@ type registered struct {
 	bytes int64 // serialised size, counted in its session's sessionUse
 
 	mu    sync.Mutex
-	execs map[string]*prepared // by signature
-	keys  graph.KeyCache       // the executors' keys, without naming every step
+	execs map[string]*prepared       // by signature
+	keys  graph.KeyCache             // the executors' keys, without naming every step
+	names graph.NameCache[*resolved] // requests resolved, without a lookup per name at every step
+}
+
+// resolved is a RunGraph request's names resolved in its graph: the
+// signature, feeds sorted by name as executors take them, and where each
+// of the request's feeds goes in it.
+type resolved struct {
+	sig   graph.Signature
+	order []int // feed i of the request is sig.Feeds[order[i]]; nil when in order
 }
 
 // prepared is an executor and the tensors its steps receive from other
 // tasks, by task, for the batches of RunGraph.
 type prepared struct {
-	e     *executor.Executor
-	recvs map[string][]string // task -> rendezvous keys, two or more
+	e       *executor.Executor
+	batches []batchPlan // by task
+}
+
+// batchPlan is the tensors a step receives from one task, two or more,
+// asked for in one request.
+type batchPlan struct {
+	task  string
+	keys  []string       // rendezvous keys
+	index map[string]int // key -> its place in keys
 }
 
 // sessionUse is what a session holds on the worker, for its limits.
@@ -434,95 +451,44 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 	if err != nil {
 		return fail(err)
 	}
-	var sig graph.Signature
-	vals := make([]*tensor.Tensor, len(req.GetFeeds()))
-	for i, f := range req.GetFeeds() {
-		o, err := r.g.Output(f.GetName())
-		if err != nil {
-			return fail(fmt.Errorf("feed %q: %w", f.GetName(), err))
-		}
+	for _, f := range req.GetFeeds() { // before anything else is looked at
 		if f.GetTensor() == nil {
 			return fail(fmt.Errorf("feed %q: no value", f.GetName()))
 		}
 		if err := w.checkFeedBytes(f); err != nil {
 			return fail(err)
 		}
-		if vals[i], err = graph.TensorFromProto(f.GetTensor()); err != nil {
+	}
+	res, ok := r.names.Get(req)
+	if !ok {
+		if res, err = r.resolve(req); err != nil {
+			return fail(err)
+		}
+		r.names.Put(req, res)
+	}
+	vals := make([]*tensor.Tensor, len(req.GetFeeds()))
+	for i, f := range req.GetFeeds() {
+		j := i
+		if res.order != nil {
+			j = res.order[i]
+		}
+		if vals[j], err = graph.TensorFromProto(f.GetTensor()); err != nil {
 			return fail(fmt.Errorf("feed %q: %w", f.GetName(), err))
 		}
-		sig.Feeds = append(sig.Feeds, o)
 	}
-	for _, name := range req.GetFetches() {
-		o, err := r.g.Output(name)
-		if err != nil {
-			return fail(fmt.Errorf("fetch %q: %w", name, err))
-		}
-		sig.Fetches = append(sig.Fetches, o)
-	}
-	for _, name := range req.GetTargets() {
-		n := r.g.Node(name)
-		if n == nil {
-			return fail(fmt.Errorf("target %q: no node of that name in graph %s (%w)", name, r.handle, graph.ErrNotFound))
-		}
-		sig.Targets = append(sig.Targets, n)
-	}
-	if !slices.IsSortedFunc(sig.Feeds, byName) { // the master sorts them
-		perm := make([]int, len(vals))
-		for i := range perm {
-			perm[i] = i
-		}
-		slices.SortFunc(perm, func(a, b int) int { return byName(sig.Feeds[a], sig.Feeds[b]) })
-		feeds, sorted := slices.Clone(sig.Feeds), slices.Clone(vals)
-		for i, j := range perm {
-			sig.Feeds[i], vals[i] = feeds[j], sorted[j]
-		}
-	}
-	pe, err := r.executor(w, sig)
+	pe, err := r.executor(w, res.sig)
 	if err != nil {
 		return fail(err)
 	}
 	e := pe.e
 	local := w.steps.Get(stepID)
-	bctx, endBatches := context.WithCancel(ctx)
-	defer endBatches()
-	batches := w.startBatches(bctx, stepID, pe.recvs)
-	// waiting records the tasks whose tensors were asked for and never
-	// arrived, so that a step that times out says whom it waited for.
-	var waitMu sync.Mutex
-	waiting := map[string]bool{}
-	rv := rendezvous.NewRouter(local, w.cfg.Task, func(ctx context.Context, sendTask, key string) (*tensor.Tensor, error) {
-		if w.cfg.Workers == nil {
-			return nil, fmt.Errorf("recv %q from %s: %w", key, sendTask, ErrNoWorkers)
-		}
-		peer, err := w.cfg.Workers.Worker(sendTask)
-		if err != nil {
-			return nil, fmt.Errorf("recv %q from %s: %w", key, sendTask, err)
-		}
-		waitMu.Lock()
-		waiting[sendTask] = true
-		waitMu.Unlock()
-		var start time.Time
-		if st != nil {
-			start = time.Now()
-		}
-		var t *tensor.Tensor
-		batched := false
-		if b := batches[sendTask]; b != nil {
-			t, batched, err = b.take(ctx, key)
-		}
-		if !batched {
-			t, err = peer.RecvTensor(ctx, stepID, key)
-		}
-		if st != nil {
-			st.recvTensor(sendTask, key, start, t, err)
-		}
-		if err == nil {
-			waitMu.Lock()
-			delete(waiting, sendTask)
-			waitMu.Unlock()
-		}
-		return t, err
-	})
+	recvs := &stepRecvs{w: w, stepID: stepID, st: st}
+	if len(pe.batches) > 0 {
+		bctx, endBatches := context.WithCancel(ctx)
+		defer endBatches()
+		recvs.batches = w.startBatches(bctx, stepID, pe.batches)
+	}
+	rv := rendezvous.NewRouter(local, w.cfg.Task, recvs.fetch)
 	var out []*tensor.Tensor
 	if st != nil {
 		out, err = e.RunTraced(ctx, &kernel.Step{ID: stepID, Rendezvous: rv}, vals, &st.exec)
@@ -530,17 +496,16 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 		out, err = e.RunStep(ctx, &kernel.Step{ID: stepID, Rendezvous: rv}, vals)
 	}
 	if err != nil {
-		waitMu.Lock()
-		tasks := slices.Sorted(maps.Keys(waiting))
-		waitMu.Unlock()
-		if len(tasks) > 0 && ctx.Err() != nil {
+		if tasks := recvs.waitingFor(); len(tasks) > 0 && ctx.Err() != nil {
 			err = fmt.Errorf("%w (waiting for tensors from %s)", err, strings.Join(tasks, ", "))
 		}
 		return fail(err)
 	}
 	resp := &pb.RunGraphResponse{Fetches: make([]*pb.NamedTensor, len(out))}
+	named := make([]pb.NamedTensor, len(out)) // one allocation for all
 	for i, t := range out {
-		resp.Fetches[i] = &pb.NamedTensor{Name: req.GetFetches()[i], Tensor: graph.TensorToProto(t)}
+		named[i].Name, named[i].Tensor = req.GetFetches()[i], graph.TensorToProto(t)
+		resp.Fetches[i] = &named[i]
 	}
 	if st != nil {
 		resp.StepStats = st.stats(w.cfg.Task)
@@ -567,6 +532,110 @@ func (w *Worker) checkFeedBytes(f *pb.NamedTensor) error {
 
 func byName(a, b graph.Output) int { return strings.Compare(a.Name(), b.Name()) }
 
+// resolve looks up req's names in r's graph.
+func (r *registered) resolve(req *pb.RunGraphRequest) (*resolved, error) {
+	res := &resolved{}
+	sig := &res.sig
+	for _, f := range req.GetFeeds() {
+		o, err := r.g.Output(f.GetName())
+		if err != nil {
+			return nil, fmt.Errorf("feed %q: %w", f.GetName(), err)
+		}
+		sig.Feeds = append(sig.Feeds, o)
+	}
+	for _, name := range req.GetFetches() {
+		o, err := r.g.Output(name)
+		if err != nil {
+			return nil, fmt.Errorf("fetch %q: %w", name, err)
+		}
+		sig.Fetches = append(sig.Fetches, o)
+	}
+	for _, name := range req.GetTargets() {
+		n := r.g.Node(name)
+		if n == nil {
+			return nil, fmt.Errorf("target %q: no node of that name in graph %s (%w)", name, r.handle, graph.ErrNotFound)
+		}
+		sig.Targets = append(sig.Targets, n)
+	}
+	if !slices.IsSortedFunc(sig.Feeds, byName) { // the master sorts them
+		sorted := make([]int, len(sig.Feeds)) // request indexes, in name order
+		for i := range sorted {
+			sorted[i] = i
+		}
+		slices.SortFunc(sorted, func(a, b int) int { return byName(sig.Feeds[a], sig.Feeds[b]) })
+		feeds := slices.Clone(sig.Feeds)
+		res.order = make([]int, len(sorted))
+		for i, j := range sorted {
+			sig.Feeds[i] = feeds[j]
+			res.order[j] = i
+		}
+	}
+	return res, nil
+}
+
+// stepRecvs is how one step receives from other tasks: from its batches,
+// or by RecvTensor. It records the tasks asked and not yet answered, so
+// that a step that times out says whom it waited for.
+type stepRecvs struct {
+	w       *Worker
+	stepID  int64
+	st      *stepTrace
+	batches []*batch // see startBatches
+
+	mu      sync.Mutex
+	waiting []string // tasks, distinct
+}
+
+// fetch receives key from sendTask (rendezvous.NewRouter).
+func (s *stepRecvs) fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, error) {
+	if s.w.cfg.Workers == nil {
+		return nil, fmt.Errorf("recv %q from %s: %w", key, sendTask, ErrNoWorkers)
+	}
+	peer, err := s.w.cfg.Workers.Worker(sendTask)
+	if err != nil {
+		return nil, fmt.Errorf("recv %q from %s: %w", key, sendTask, err)
+	}
+	s.mu.Lock()
+	if !slices.Contains(s.waiting, sendTask) {
+		s.waiting = append(s.waiting, sendTask)
+	}
+	s.mu.Unlock()
+	var start time.Time
+	if s.st != nil {
+		start = time.Now()
+	}
+	var t *tensor.Tensor
+	batched := false
+	for _, b := range s.batches {
+		if b != nil && b.plan.task == sendTask {
+			t, batched, err = b.take(ctx, key)
+			break
+		}
+	}
+	if !batched {
+		t, err = peer.RecvTensor(ctx, s.stepID, key)
+	}
+	if s.st != nil {
+		s.st.recvTensor(sendTask, key, start, t, err)
+	}
+	if err == nil {
+		s.mu.Lock()
+		if i := slices.Index(s.waiting, sendTask); i >= 0 {
+			s.waiting = slices.Delete(s.waiting, i, i+1)
+		}
+		s.mu.Unlock()
+	}
+	return t, err
+}
+
+// waitingFor returns the tasks asked for tensors and not yet answered,
+// sorted.
+func (s *stepRecvs) waitingFor() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(slices.Values(s.waiting))
+}
+
 // executor returns the cached executor of a signature, building it on
 // first use. Its feeds are sorted by name, as the executor of the key
 // takes them.
@@ -581,7 +650,8 @@ func (r *registered) executor(w *Worker, sig graph.Signature) (*prepared, error)
 	if err != nil {
 		return nil, err
 	}
-	p := &prepared{e: e, recvs: map[string][]string{}}
+	p := &prepared{e: e}
+	recvs := map[string][]string{} // task -> keys
 	for _, n := range e.Nodes() {
 		if n.Op() != "Recv" {
 			continue
@@ -591,12 +661,18 @@ func (r *registered) executor(w *Worker, sig graph.Signature) (*prepared, error)
 		if err != nil || dev.TaskName() == "" || dev.TaskName() == w.cfg.Task || recv == "" || name == "" {
 			continue // received here, or malformed: the kernel says so
 		}
-		p.recvs[dev.TaskName()] = append(p.recvs[dev.TaskName()], rendezvous.Key(send, recv, name))
+		recvs[dev.TaskName()] = append(recvs[dev.TaskName()], rendezvous.Key(send, recv, name))
 	}
-	for task, keys := range p.recvs {
+	for _, task := range slices.Sorted(maps.Keys(recvs)) {
+		keys := recvs[task]
 		if len(keys) < 2 {
-			delete(p.recvs, task) // one key: RecvTensor costs the same
+			continue // one key: RecvTensor costs the same
 		}
+		b := batchPlan{task: task, keys: keys, index: make(map[string]int, len(keys))}
+		for i, k := range keys {
+			b.index[k] = i
+		}
+		p.batches = append(p.batches, b)
 	}
 	r.execs[key] = p
 	w.log.Debug("worker: built executor", "graph", r.handle, "signature", sig)
@@ -606,27 +682,29 @@ func (r *registered) executor(w *Worker, sig graph.Signature) (*prepared, error)
 // batch is the tensors of one step asked of one peer in one request
 // (service.BatchReceiver), for the step's Recvs to take.
 type batch struct {
-	index   map[string]int
-	done    []chan struct{} // closed when results[i] is set
-	results []batchResult
+	plan  *batchPlan
+	items []batchItem // by the plan's keys
 }
 
-type batchResult struct {
-	t   *tensor.Tensor
-	err error
+type batchItem struct {
+	done      chan struct{} // closed when t and err are set
+	t         *tensor.Tensor
+	err       error
+	delivered bool // by the peer; only the request's goroutine uses it
 }
 
-// startBatches asks, for each peer the step receives two or more tensors
-// from and whose client can (service.BatchReceiver), for all of them in
-// one request, on a goroutine each until ctx ends. A peer that cannot
-// leaves its keys to RecvTensor.
-func (w *Worker) startBatches(ctx context.Context, stepID int64, recvs map[string][]string) map[string]*batch {
-	if w.cfg.Workers == nil || len(recvs) == 0 {
+// startBatches asks, for each plan whose peer's client can
+// (service.BatchReceiver), for all of its tensors in one request, on a
+// goroutine each until ctx ends. The batches are in the order of plans; a
+// peer that cannot leaves a nil batch, and its keys to RecvTensor.
+func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPlan) []*batch {
+	if w.cfg.Workers == nil {
 		return nil
 	}
-	var out map[string]*batch
-	for task, keys := range recvs {
-		peer, err := w.cfg.Workers.Worker(task)
+	out := make([]*batch, len(plans))
+	for i := range plans {
+		plan := &plans[i]
+		peer, err := w.cfg.Workers.Worker(plan.task)
 		if err != nil {
 			continue // RecvTensor reports it
 		}
@@ -634,55 +712,53 @@ func (w *Worker) startBatches(ctx context.Context, stepID int64, recvs map[strin
 		if !ok {
 			continue
 		}
-		b := &batch{index: make(map[string]int, len(keys)), done: make([]chan struct{}, len(keys)), results: make([]batchResult, len(keys))}
-		for i, k := range keys {
-			b.index[k] = i
-			b.done[i] = make(chan struct{})
+		b := &batch{plan: plan, items: make([]batchItem, len(plan.keys))}
+		for i := range b.items {
+			b.items[i].done = make(chan struct{})
 		}
-		if out == nil {
-			out = map[string]*batch{}
-		}
-		out[task] = b
-		gopool.Go(func() {
-			delivered := make([]bool, len(keys))
-			err := br.RecvTensors(ctx, stepID, keys, func(i int, t *tensor.Tensor, err error) {
-				if i >= 0 && i < len(keys) && !delivered[i] {
-					delivered[i] = true
-					b.results[i] = batchResult{t, err}
-					close(b.done[i])
-				}
-			})
-			for i := range keys {
-				if !delivered[i] {
-					if err == nil { // made only when needed: not at every step
-						err = fmt.Errorf("recv from %s: %w: the batch ended early", task, rendezvous.ErrAborted)
-					}
-					b.results[i] = batchResult{nil, err}
-					close(b.done[i])
-				}
-			}
-		})
+		out[i] = b
+		gopool.Go(func() { b.ask(ctx, br, stepID) })
 	}
 	return out
+}
+
+// ask asks br for b's tensors and hands each to its Recv as it comes.
+func (b *batch) ask(ctx context.Context, br BatchReceiver, stepID int64) {
+	err := br.RecvTensors(ctx, stepID, b.plan.keys, func(i int, t *tensor.Tensor, err error) {
+		if i >= 0 && i < len(b.items) && !b.items[i].delivered {
+			it := &b.items[i]
+			it.delivered, it.t, it.err = true, t, err
+			close(it.done)
+		}
+	})
+	for i := range b.items {
+		if it := &b.items[i]; !it.delivered {
+			if err == nil { // made only when needed: not at every step
+				err = fmt.Errorf("recv from %s: %w: the batch ended early", b.plan.task, rendezvous.ErrAborted)
+			}
+			it.t, it.err = nil, err
+			close(it.done)
+		}
+	}
 }
 
 // take waits for key's tensor in b; ok is false when the batch could not
 // be asked for (the caller then uses RecvTensor).
 func (b *batch) take(ctx context.Context, key string) (t *tensor.Tensor, ok bool, err error) {
-	i, in := b.index[key]
+	i, in := b.plan.index[key]
 	if !in {
 		return nil, false, nil
 	}
+	it := &b.items[i]
 	select {
-	case <-b.done[i]:
+	case <-it.done:
 	case <-ctx.Done():
 		return nil, true, ctx.Err()
 	}
-	r := b.results[i]
-	if errors.Is(r.err, service.ErrNoBatch) {
+	if errors.Is(it.err, service.ErrNoBatch) {
 		return nil, false, nil
 	}
-	return r.t, true, r.err
+	return it.t, true, it.err
 }
 
 // RecvTensor waits until key is sent in step stepID on this worker and

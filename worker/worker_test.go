@@ -322,3 +322,41 @@ func TestIncarnation(t *testing.T) {
 		t.Errorf("the restarted task kept incarnation %x", first)
 	}
 }
+
+// TestRunGraphFeedsInAnyOrder feeds a partition's tensors out of name
+// order, then in order, several times: each value must reach its own
+// placeholder whether the request's names were resolved or remembered.
+func TestRunGraphFeedsInAnyOrder(t *testing.T) {
+	n := workertest.NewCluster(ps)
+	w := service(t, n, ps)
+	s := graph.NewScope()
+	a := ops.Placeholder(s, "a", tensor.Float32, tensor.MakeShape())
+	b := ops.Placeholder(s, "b", tensor.Float32, tensor.MakeShape())
+	ops.Identity(s.SubScope("d"), ops.Sub(s, a, b))
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := register(t, w, "s", s.Graph().ToProto())
+	feed := func(o graph.Output, v float32) *pb.NamedTensor {
+		return &pb.NamedTensor{Name: o.Name(), Tensor: graph.TensorToProto(tensor.Scalar(v))}
+	}
+	ctx := context.Background()
+	for step := int64(1); step <= 4; step++ {
+		av, bv := float32(step*10), float32(step)
+		feeds := []*pb.NamedTensor{feed(b, bv), feed(a, av)}
+		if step > 2 {
+			feeds[0], feeds[1] = feeds[1], feeds[0]
+		}
+		resp, err := w.RunGraph(ctx, &pb.RunGraphRequest{SessionHandle: "s", GraphHandle: h, StepId: step, Feeds: feeds, Fetches: []string{"d/Identity:0"}})
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		got, err := graph.TensorFromProto(resp.GetFetches()[0].GetTensor())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := tensor.Scalar(av - bv); !tensor.Equal(got, want) {
+			t.Errorf("step %d: a-b = %v, want %v", step, got, want)
+		}
+	}
+}
