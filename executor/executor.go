@@ -534,6 +534,10 @@ type worker struct {
 	caller bool
 	traced *StepTrace
 	lane   int32
+	// detached is the blocking node a detached worker runs first, and
+	// runDetached its goroutine's body (see detach), built once per worker.
+	detached    int32
+	runDetached func()
 }
 
 // costlyElems is the number of input elements from which a ready node is
@@ -555,13 +559,16 @@ func (r *run) costly(i int32) bool {
 	return total >= costlyElems
 }
 
-// spawnLocked reserves workers for queued nodes, up to the pool size, and
-// returns how many goroutines the caller must start.
 // newWorker returns a retired worker of this or an earlier step of r, or a
 // new one.
 func (r *run) newWorker() *worker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.idleWorkerLocked()
+}
+
+// idleWorkerLocked is newWorker with r.mu held.
+func (r *run) idleWorkerLocked() *worker {
 	if n := len(r.idle); n > 0 {
 		w := r.idle[n-1]
 		r.idle = r.idle[:n-1]
@@ -570,6 +577,8 @@ func (r *run) newWorker() *worker {
 	return new(worker)
 }
 
+// spawnLocked reserves workers for queued nodes, up to the pool size, and
+// returns how many goroutines the caller must start.
 func (r *run) spawnLocked() int {
 	n := min(len(r.queue), r.e.maxWorkers-r.active)
 	if n < 0 {
@@ -616,15 +625,22 @@ func (r *run) work(w *worker, next int32) {
 func (r *run) detach(i int32) {
 	r.mu.Lock()
 	r.active++
+	w := r.idleWorkerLocked()
 	r.mu.Unlock()
-	gopool.Go(func() { // a goroutine whose stack has grown: see gopool
-		w := new(worker)
-		next := int32(-1)
-		if !r.aborted.Load() {
-			next = r.exec(i, w)
+	// A retired worker, its func and its slices serve again: a detach
+	// allocates nothing once r has as many workers as a step needs at once.
+	// The func touches w no more once pop has put w back in r.idle.
+	w.detached = i
+	if w.runDetached == nil {
+		w.runDetached = func() {
+			next := int32(-1)
+			if !r.aborted.Load() {
+				next = r.exec(w.detached, w)
+			}
+			r.work(w, next)
 		}
-		r.work(w, next)
-	})
+	}
+	gopool.Go(w.runDetached) // a goroutine whose stack has grown: see gopool
 }
 
 // pop takes a queued node, or retires the worker and returns -1.

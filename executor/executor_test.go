@@ -128,6 +128,16 @@ func init() {
 		return nil
 	}))
 
+	// ExecDetach forwards its input on a goroutine of its own (it declares
+	// that it may block, and never does).
+	op.Register(op.Def{Name: "ExecDetach", Inputs: []op.Arg{{Name: "x"}}, Infer: op.PassThrough})
+	kernel.Register("ExecDetach", kernel.CPU, func(*graph.Node) (kernel.Kernel, error) { return execDetach{}, nil })
+
+	// ExecLease is a stateful sink that takes its input's lease, as Send does.
+	op.Register(op.Def{Name: "ExecLease", Inputs: []op.Arg{{Name: "x"}}, Stateful: true,
+		Infer: func(c *op.InferContext) error { return nil }})
+	kernel.Register("ExecLease", kernel.CPU, func(*graph.Node) (kernel.Kernel, error) { return execLease{}, nil })
+
 	// ExecStepID outputs the step's ID.
 	op.Register(op.Def{Name: "ExecStepID", Infer: func(c *op.InferContext) error {
 		c.SetOutput(0, tensor.Int64, tensor.ScalarShape())
@@ -160,6 +170,26 @@ func (execWait) Compute(c *kernel.Context) error {
 		return c.Errorf("never signalled")
 	}
 	c.Outputs[0] = tensor.Scalar(float32(2))
+	return nil
+}
+
+type execDetach struct{}
+
+func (execDetach) MayBlock() bool { return true }
+
+func (execDetach) Compute(c *kernel.Context) error {
+	c.Outputs[0] = c.Inputs[0]
+	return nil
+}
+
+type execLease struct{}
+
+func (execLease) LeasesInputs() bool { return true }
+
+func (execLease) Compute(c *kernel.Context) error {
+	for _, l := range c.InputLeases {
+		l.Release()
+	}
 	return nil
 }
 
@@ -501,6 +531,42 @@ func TestConcurrentRuns(t *testing.T) {
 	}
 }
 
+// TestConcurrentDetachedRuns runs steps whose blocking nodes take their
+// workers from the run's reused ones, several steps at once.
+func TestConcurrentDetachedRuns(t *testing.T) {
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(2))
+	y := x
+	for range 4 {
+		d := s.Out("ExecDetach", "d", []graph.Output{y}, nil)
+		a := s.Out("ExecAdd", "a", []graph.Output{d, x}, nil)
+		b := s.Out("ExecAdd", "b", []graph.Output{d, d}, nil)
+		y = s.Out("ExecAdd", "y", []graph.Output{a, b}, nil) // 3y + x
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), []graph.Output{x}, []graph.Output{y}, nil, nil)
+	var wg sync.WaitGroup
+	for gi := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				v := float32(gi*100 + i)
+				out, err := ex.Run(context.Background(), []*tensor.Tensor{f32(v, -v)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if want := f32(121*v, -121*v); !tensor.Equal(out[0], want) { // 3⁴v + (3³+3²+3+1)v
+					t.Errorf("run %d/%d: got %v, want %v", gi, i, out[0], want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // BenchmarkChain measures the per-node overhead of a chain of tiny ops (batch
 // 1, as in the linear-regression step): one op is one "node".
 func BenchmarkChain(b *testing.B) {
@@ -555,6 +621,58 @@ func BenchmarkWide(b *testing.B) {
 		if _, err := ex.Run(context.Background(), feed); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestStepAllocs bounds the executor's own allocations per step, on graphs
+// whose kernels allocate nothing: the returned fetch slice, and for a step
+// with blocking kernels its cancellable context (context.WithCancelCause:
+// two). Detached workers, their stacks and lease slices are reused.
+func TestStepAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts do not hold under the race detector")
+	}
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(1))
+	// A fan-out, so that ready nodes wait on a worker's stack.
+	fan := func(in graph.Output) (a, b, c graph.Output) {
+		return ops.Identity(s, in), ops.Identity(s, in), ops.Identity(s, in)
+	}
+	a, b, c := fan(x)
+	local := []graph.Output{a, b, c}
+	d1 := s.Out("ExecDetach", "d1", []graph.Output{a}, nil)
+	e1, e2, e3 := fan(d1)
+	d2 := s.Out("ExecDetach", "d2", []graph.Output{e1}, nil)
+	f1, f2, _ := fan(d2)
+	sink := s.AddNode("ExecLease", "sink", []graph.Output{e2}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	feed := []*tensor.Tensor{f32(1)}
+	for _, tc := range []struct {
+		name    string
+		fetches []graph.Output
+		targets []*graph.Node
+		max     float64
+	}{
+		{"local", local, nil, 1},
+		{"blocking", []graph.Output{e3, f1, f2}, []*graph.Node{sink}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ex := mustNew(t, s.Graph(), []graph.Output{x}, tc.fetches, tc.targets, nil)
+			var err error
+			n := testing.AllocsPerRun(200, func() {
+				if _, e := ex.Run(context.Background(), feed); e != nil {
+					err = e
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > tc.max {
+				t.Errorf("%v allocations per step, want at most %v", n, tc.max)
+			}
+		})
 	}
 }
 
