@@ -69,7 +69,8 @@ func (t *Tensor) UnmarshalBinary(b []byte) error {
 	if err != nil {
 		return err
 	}
-	*t = *out
+	t.dtype, t.data = out.dtype, out.data
+	t.setShape(out.shape)
 	return nil
 }
 

@@ -15,7 +15,25 @@ import (
 type Tensor struct {
 	dtype DType
 	shape []int
-	data  any // []float32 | []float64 | []int32 | []int64 | []bool | []uint8 | []uint16 (Float16, BFloat16 bits)
+	data  any    // []float32 | []float64 | []int32 | []int64 | []bool | []uint8 | []uint16 (Float16, BFloat16 bits)
+	dims  [4]int // shape's storage up to rank 4: one allocation less per tensor, and every op makes one
+}
+
+// newTensor returns a tensor of dt and data with a copy of shape.
+func newTensor(dt DType, shape []int, data any) *Tensor {
+	t := &Tensor{dtype: dt, data: data}
+	t.setShape(shape)
+	return t
+}
+
+// setShape makes t's shape a copy of shape.
+func (t *Tensor) setShape(shape []int) {
+	if len(shape) <= len(t.dims) {
+		t.shape = t.dims[:len(shape):len(shape)]
+	} else {
+		t.shape = make([]int, len(shape))
+	}
+	copy(t.shape, shape)
 }
 
 // New returns a zero-filled tensor of the given type and shape.
@@ -43,7 +61,7 @@ func New(dt DType, shape ...int) *Tensor {
 	default:
 		panic(fmt.Sprintf("tensor.New: invalid dtype %v", dt))
 	}
-	return &Tensor{dtype: dt, shape: append([]int{}, shape...), data: data}
+	return newTensor(dt, shape, data)
 }
 
 func checkedNumElements(shape []int) int {
@@ -82,7 +100,7 @@ func FromSlice(data any, shape ...int) (*Tensor, error) {
 	if want != n {
 		return nil, fmt.Errorf("tensor: %d elements do not fill shape %v (%d elements)", n, shape, want)
 	}
-	return &Tensor{dtype: dt, shape: append([]int{}, shape...), data: data}, nil
+	return newTensor(dt, shape, data), nil
 }
 
 // MustFromSlice is FromSlice for literals in tests and examples; it panics on error.
@@ -165,7 +183,7 @@ func (t *Tensor) Reshaped(shape ...int) (*Tensor, error) {
 		return nil, fmt.Errorf("tensor: cannot reshape %v (%d elements) to %v (%d elements)",
 			t.shape, t.NumElements(), shape, n)
 	}
-	return &Tensor{dtype: t.dtype, shape: append([]int{}, shape...), data: t.data}, nil
+	return newTensor(t.dtype, shape, t.data), nil
 }
 
 // Clone returns a deep copy.
