@@ -3,6 +3,7 @@ package tensor
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -204,4 +205,22 @@ func TestShapeOverflow(t *testing.T) {
 		}()
 		New(Float32, big...)
 	}()
+}
+
+// TestNewAllocations: a tensor of rank 4 or less keeps its shape in itself
+// (its data, the data's interface value and the tensor are the rest).
+func TestNewAllocations(t *testing.T) {
+	for _, shape := range [][]int{{}, {3}, {2, 3, 4, 5}} {
+		if n := testing.AllocsPerRun(100, func() { New(Float32, shape...) }); n > 3 {
+			t.Errorf("New(Float32, %v) allocated %.0f times, want at most 3", shape, n)
+		}
+	}
+	big := New(Float32, 1, 2, 1, 2, 1)
+	r, err := big.Reshaped(2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(big.Shape(), []int{1, 2, 1, 2, 1}) || !slices.Equal(r.Shape(), []int{2, 2}) {
+		t.Errorf("shapes %v and %v, want [1 2 1 2 1] and [2 2]", big.Shape(), r.Shape())
+	}
 }
