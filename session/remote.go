@@ -204,7 +204,8 @@ func (s *Session) runRemoteTraced(ctx context.Context, sig graph.Signature, vals
 		return nil, nil, fmt.Errorf("session: %w", err)
 	}
 	fetches := sig.Fetches
-	req := &pb.RunStepRequest{Feeds: make([]*pb.NamedTensor, len(vals)), Fetches: make([]string, len(fetches)), Targets: make([]string, len(sig.Targets))}
+	req := &pb.RunStepRequest{Feeds: make([]*pb.NamedTensor, len(vals))}
+	req.Fetches, req.Targets = s.names(sig) // the master only reads them
 	// The fed values go out as they are, not copied: the master only reads
 	// them, before RunStep returns. One allocation each for all the feeds'
 	// names, protos and dimensions.
@@ -223,12 +224,6 @@ func (s *Session) runRemoteTraced(ctx context.Context, sig graph.Signature, vals
 		tp.Dtype, tp.Dims, tp.Content = pb.DataType(v.DType()), dims[start:len(dims):len(dims)], v.RawBytes()
 		named[i].Name, named[i].Tensor = f.Name(), tp
 		req.Feeds[i] = &named[i]
-	}
-	for i, o := range fetches {
-		req.Fetches[i] = o.Name()
-	}
-	for i, t := range sig.Targets {
-		req.Targets[i] = t.Name()
 	}
 	handle, err := s.remote.ship(ctx, s.g)
 	if err != nil {

@@ -105,6 +105,13 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 		}
 	}
 	if l := s.last.Load(); l != nil && len(feeds) <= len(l.vals) && l.matches(feeds, fetches, targets) {
+		if s.remote != nil {
+			vals := make([]*tensor.Tensor, len(l.feeds))
+			for i, o := range l.feeds {
+				vals[i] = feeds[o]
+			}
+			return s.runRemote(ctx, graph.Signature{Feeds: l.feeds, Fetches: l.fetches, Targets: l.targets}, vals)
+		}
 		var vals [len(lastSig{}.vals)]*tensor.Tensor
 		for i, o := range l.feeds {
 			vals[i] = feeds[o]
@@ -116,6 +123,9 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 		return nil, err
 	}
 	if s.remote != nil {
+		if len(sig.Feeds) <= len(lastSig{}.vals) {
+			s.last.Store(newLastSig(sig, nil))
+		}
 		return s.runRemote(ctx, sig, vals)
 	}
 	e, err := s.executor(sig)
@@ -123,7 +133,7 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 		return nil, err
 	}
 	if len(sig.Feeds) <= len(lastSig{}.vals) {
-		s.last.Store(&lastSig{feeds: slices.Clone(sig.Feeds), fetches: slices.Clone(fetches), targets: slices.Clone(targets), e: e})
+		s.last.Store(newLastSig(sig, e))
 	}
 	return e.Run(ctx, vals)
 }
@@ -149,13 +159,47 @@ func signature(feeds map[graph.Output]*tensor.Tensor, fetches []graph.Output, ta
 	return sig, vals, nil
 }
 
-// lastSig is a validated signature and its executor.
+// lastSig is a signature and its executor (nil in a remote session, whose
+// master checks it), and the names a remote step sends.
 type lastSig struct {
 	feeds   []graph.Output // in the executor's order
 	fetches []graph.Output
 	targets []*graph.Node
 	e       *executor.Executor
 	vals    [8]struct{} // only its length is used: the most feeds taken this way
+
+	fetchNames, targetNames []string
+}
+
+// newLastSig returns sig's lastSig, with copies of the caller's slices.
+func newLastSig(sig graph.Signature, e *executor.Executor) *lastSig {
+	l := &lastSig{feeds: slices.Clone(sig.Feeds), fetches: slices.Clone(sig.Fetches), targets: slices.Clone(sig.Targets), e: e}
+	if e == nil {
+		l.fetchNames, l.targetNames = make([]string, len(sig.Fetches)), make([]string, len(sig.Targets))
+		for i, o := range sig.Fetches {
+			l.fetchNames[i] = o.Name()
+		}
+		for i, n := range sig.Targets {
+			l.targetNames[i] = n.Name()
+		}
+	}
+	return l
+}
+
+// names returns the names of sig's fetches and targets: the last
+// signature's when sig is it.
+func (s *Session) names(sig graph.Signature) (fetches, targets []string) {
+	if l := s.last.Load(); l != nil && l.e == nil && slices.Equal(l.fetches, sig.Fetches) && slices.Equal(l.targets, sig.Targets) {
+		return l.fetchNames, l.targetNames
+	}
+	fetches, targets = make([]string, len(sig.Fetches)), make([]string, len(sig.Targets))
+	for i, o := range sig.Fetches {
+		fetches[i] = o.Name()
+	}
+	for i, n := range sig.Targets {
+		targets[i] = n.Name()
+	}
+	return fetches, targets
 }
 
 // matches reports whether a Run of feeds, fetches and targets has this
