@@ -47,7 +47,11 @@ func ParseDevice(s string) (Device, error) {
 		return AnyDevice(), fmt.Errorf("placement: %w %q: %s", ErrBadDevice, s, fmt.Sprintf(format, args...))
 	}
 	var seenJob, seenReplica, seenTask, seenType bool
-	for _, part := range strings.Split(rest, "/") {
+	// Cut, not Split: a name parsed at every step (rendezvous keys) costs
+	// no allocation.
+	for more := true; more; {
+		var part string
+		part, rest, more = strings.Cut(rest, "/")
 		key, val, ok := strings.Cut(part, ":")
 		if !ok {
 			return bad("part %q is not <key>:<value>", part)
@@ -86,7 +90,7 @@ func ParseDevice(s string) (Device, error) {
 			}
 			seenType = true
 			typ, idx := key, val
-			if key != "device" && !shortTypes[strings.ToLower(key)] {
+			if key != "device" && shortType(key) == "" {
 				return bad("unknown part %q (want job:, replica:, task:, device:<TYPE>:<n> or cpu:<n>)", part)
 			}
 			if key == "device" {
@@ -102,7 +106,10 @@ func ParseDevice(s string) (Device, error) {
 			if err != nil {
 				return bad("device index %q: %v", idx, err)
 			}
-			d.Type, d.Index = strings.ToLower(typ), n
+			d.Type, d.Index = shortType(typ), n
+			if d.Type == "" {
+				d.Type = strings.ToLower(typ)
+			}
 		}
 	}
 	return d, nil
@@ -110,7 +117,18 @@ func ParseDevice(s string) (Device, error) {
 
 // shortTypes are the device types accepted in the short form "cpu:0"; any
 // type may be written in the long form "device:TPU:0".
-var shortTypes = map[string]bool{"cpu": true, "gpu": true}
+var shortTypes = [...]string{"cpu", "gpu"}
+
+// shortType returns the short-form type s names in any case ("CPU" ->
+// "cpu"), or "": unlike strings.ToLower, it allocates nothing.
+func shortType(s string) string {
+	for _, t := range shortTypes {
+		if strings.EqualFold(s, t) {
+			return t
+		}
+	}
+	return ""
+}
 
 // parseIndex parses a non-negative decimal integer, or "*" (unset: -1).
 func parseIndex(s string) (int, error) {
@@ -118,7 +136,8 @@ func parseIndex(s string) (int, error) {
 		return -1, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || strconv.Itoa(n) != s {
+	var buf [20]byte // Itoa would allocate for n >= 100
+	if err != nil || n < 0 || string(strconv.AppendInt(buf[:0], int64(n), 10)) != s {
 		return 0, errors.New("want a non-negative integer or *")
 	}
 	return n, nil
@@ -150,7 +169,7 @@ func (d Device) String() string {
 		b.WriteString("/task:" + strconv.Itoa(d.Task))
 	}
 	if d.Type != "" {
-		if shortTypes[d.Type] {
+		if shortType(d.Type) == d.Type {
 			b.WriteString("/" + d.Type + ":")
 		} else {
 			b.WriteString("/device:" + d.Type + ":")
@@ -171,6 +190,30 @@ func (d Device) TaskName() string {
 		return ""
 	}
 	return TaskID{Job: d.Job, Index: d.Task}.String()
+}
+
+// TaskNameFrom returns d.TaskName(), as a part of s when s begins with it,
+// so that no string is built: s is the name d was parsed from, which
+// begins with the task name when written as String writes it.
+func (d Device) TaskNameFrom(s string) string {
+	if d.Job == "" || d.Task < 0 {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(s, "/job:")
+	if ok {
+		rest, ok = strings.CutPrefix(rest, d.Job)
+	}
+	if ok {
+		rest, ok = strings.CutPrefix(rest, "/task:")
+	}
+	var buf [20]byte
+	if ok {
+		rest, ok = strings.CutPrefix(rest, string(strconv.AppendInt(buf[:0], int64(d.Task), 10)))
+	}
+	if ok {
+		return s[:len(s)-len(rest)]
+	}
+	return d.TaskName()
 }
 
 // IsFull reports whether every part is set.

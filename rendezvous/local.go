@@ -35,11 +35,13 @@ func Key(sendDevice, recvDevice, tensorName string) string {
 // ParseKey splits a key made by Key. It fails, naming the key, if one of the
 // three parts is missing or empty.
 func ParseKey(key string) (sendDevice, recvDevice, tensorName string, err error) {
-	parts := strings.SplitN(key, ";", 3)
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+	// Cut, not SplitN: a remote Recv parses its key at every step.
+	sendDevice, rest, ok1 := strings.Cut(key, ";")
+	recvDevice, tensorName, ok2 := strings.Cut(rest, ";")
+	if !ok1 || !ok2 || sendDevice == "" || recvDevice == "" || tensorName == "" {
 		return "", "", "", fmt.Errorf("rendezvous: malformed key %q: want send_device;recv_device;tensor_name", key)
 	}
-	return parts[0], parts[1], parts[2], nil
+	return sendDevice, recvDevice, tensorName, nil
 }
 
 // Local is the rendezvous of one step within one process: a table from key
@@ -53,17 +55,23 @@ func ParseKey(key string) (sendDevice, recvDevice, tensorName string, err error)
 // tensor is handed over, not copied: senders must not modify it afterwards.
 type Local struct {
 	mu      sync.Mutex
-	items   map[string]*localItem
+	items   itemTable
 	err     error         // set by Abort; every later operation fails with it
-	aborted chan struct{} // closed by Abort
+	aborted chan struct{} // closed by Abort; made by the first waiter (abortedLocked)
 	onAbort []*abortFunc  // see afterAbort
+
+	// The common case allocates nothing more: a step's router registers
+	// one abort function, and a finished step's abort error is kept here.
+	onAbortBuf [1]*abortFunc
+	done       stepDone
 }
 
 // abortFunc is a function to call when a Local is aborted (afterAbort).
 type abortFunc struct{ f func() }
 
-// localItem is either a sent tensor waiting for its receiver (ready == nil)
-// or a receiver waiting for its tensor (ready != nil, closed by Send).
+// localItem is either a sent tensor waiting for its receiver (sent) or a
+// receiver waiting for its tensor, which Send wakes: a Recv's by closing
+// ready, a RecvManyLent's (whose ready is nil) by poking notify.
 type localItem struct {
 	t       *tensor.Tensor
 	release func() // see SendLent; nil for Send
@@ -74,7 +82,23 @@ type localItem struct {
 
 // NewLocal returns an empty rendezvous.
 func NewLocal() *Local {
-	return &Local{items: map[string]*localItem{}, aborted: make(chan struct{})}
+	return &Local{}
+}
+
+// closedChan is the Done channel of a Local aborted before anything asked
+// for it.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// abortedLocked returns the channel Abort closes; l.mu is held.
+func (l *Local) abortedLocked() <-chan struct{} {
+	if l.aborted == nil {
+		l.aborted = make(chan struct{})
+	}
+	return l.aborted
 }
 
 // Send makes t available under key and wakes its receiver, if one waits. It
@@ -92,16 +116,18 @@ func (l *Local) SendLent(key string, t *tensor.Tensor, release func()) error {
 	if l.err != nil {
 		return fmt.Errorf("rendezvous: send %q: %w", key, l.err)
 	}
-	it, ok := l.items[key]
+	it, ok := l.items.get(key)
 	if !ok {
-		l.items[key] = &localItem{t: t, release: release, sent: true}
+		l.items.put(key, &localItem{t: t, release: release, sent: true})
 		return nil
 	}
 	if it.sent {
 		return fmt.Errorf("rendezvous: send %q: %w", key, ErrDuplicateSend)
 	}
 	it.t, it.release, it.sent = t, release, true
-	close(it.ready)
+	if it.ready != nil {
+		close(it.ready)
+	}
 	if it.notify != nil {
 		select {
 		case it.notify <- struct{}{}:
@@ -125,12 +151,17 @@ type Lent struct {
 // goroutine, and RecvManyLent returns once every key was received. It
 // fails as Recv does (ctx, abort, another receiver of a key), the keys not
 // yet received then not. One waiter serves all the keys, so that a batch
-// of a step's tensors costs no goroutine per tensor.
+// of a step's tensors costs no goroutine per tensor. got must not keep
+// the slice it is given: it is reused.
 func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent)) error {
-	notify := make(chan struct{}, 1)
+	// Made when a key must wait: the receivers of all the keys still to
+	// come, in one allocation, and the channel that wakes them.
+	var notify chan struct{}
+	var waiters []localItem
+	var aborted <-chan struct{}
 	pending := make(map[string]*localItem, len(keys))
 	index := make(map[string]int, len(keys))
-	var ready []Lent
+	ready := make([]Lent, 0, len(keys))
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
@@ -142,10 +173,10 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 			return fmt.Errorf("rendezvous: recv %q: the key is asked for twice", key)
 		}
 		index[key] = i
-		it, ok := l.items[key]
+		it, ok := l.items.get(key)
 		switch {
 		case ok && it.sent:
-			delete(l.items, key)
+			l.items.delete(key)
 			ready = append(ready, lentOf(i, it))
 		case ok:
 			for k, it := range pending { // undo
@@ -154,8 +185,15 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 			l.mu.Unlock()
 			return fmt.Errorf("rendezvous: recv %q: another receiver already waits for this key", key)
 		default:
-			it = &localItem{ready: make(chan struct{}), notify: notify}
-			l.items[key] = it
+			if waiters == nil {
+				notify = make(chan struct{}, 1)
+				waiters = make([]localItem, len(keys)-i)
+				aborted = l.abortedLocked()
+			}
+			it = &waiters[0]
+			waiters = waiters[1:]
+			it.notify = notify
+			l.items.put(key, it)
 			pending[key] = it
 		}
 	}
@@ -171,7 +209,7 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 		var stop error
 		select {
 		case <-notify:
-		case <-l.aborted:
+		case <-aborted:
 			l.mu.Lock()
 			stop = l.err
 			l.mu.Unlock()
@@ -239,9 +277,9 @@ func (l *Local) recv(ctx context.Context, key string) (*localItem, error) {
 		l.mu.Unlock()
 		return nil, fmt.Errorf("rendezvous: recv %q: %w", key, l.err)
 	}
-	it, ok := l.items[key]
+	it, ok := l.items.get(key)
 	if ok && it.sent {
-		delete(l.items, key)
+		l.items.delete(key)
 		l.mu.Unlock()
 		return it, nil
 	}
@@ -250,7 +288,8 @@ func (l *Local) recv(ctx context.Context, key string) (*localItem, error) {
 		return nil, fmt.Errorf("rendezvous: recv %q: another receiver already waits for this key", key)
 	}
 	it = &localItem{ready: make(chan struct{})}
-	l.items[key] = it
+	l.items.put(key, it)
+	aborted := l.abortedLocked()
 	l.mu.Unlock()
 
 	select {
@@ -259,7 +298,7 @@ func (l *Local) recv(ctx context.Context, key string) (*localItem, error) {
 		l.deleteIfSame(key, it)
 		l.mu.Unlock()
 		return it, nil
-	case <-l.aborted:
+	case <-aborted:
 		// Abort cleared the table; l.err is set before aborted is closed.
 		l.mu.Lock()
 		err := l.err
@@ -278,8 +317,8 @@ func (l *Local) recv(ctx context.Context, key string) (*localItem, error) {
 }
 
 func (l *Local) deleteIfSame(key string, it *localItem) {
-	if l.items[key] == it {
-		delete(l.items, key)
+	if got, _ := l.items.get(key); got == it {
+		l.items.delete(key)
 	}
 }
 
@@ -301,8 +340,30 @@ func (l *Local) Abort(err error) {
 	default:
 		l.err = fmt.Errorf("%w: %w", ErrAborted, err)
 	}
-	l.items = map[string]*localItem{}
-	close(l.aborted)
+	l.abortLocked()
+}
+
+// abortDone is Abort(stepDone(stepID)), the end of a finished step, with
+// the error kept in l rather than allocated.
+func (l *Local) abortDone(stepID int64) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.done = stepDone(stepID)
+	l.err = &l.done
+	l.abortLocked()
+}
+
+// abortLocked ends Abort once l.err is set: it unlocks l.mu.
+func (l *Local) abortLocked() {
+	l.items = itemTable{} // dropped: no operation adds to it any more
+	if l.aborted == nil {
+		l.aborted = closedChan
+	} else {
+		close(l.aborted)
+	}
 	fns := l.onAbort
 	l.onAbort = nil
 	l.mu.Unlock()
@@ -318,15 +379,23 @@ func (l *Local) Abort(err error) {
 // every step.
 func (l *Local) afterAbort(f func()) *abortFunc {
 	a := &abortFunc{f: f}
+	l.addAbort(a)
+	return a
+}
+
+// addAbort is afterAbort of a.f, for a caller that provides a.
+func (l *Local) addAbort(a *abortFunc) {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
-		f()
-		return a
+		a.f()
+		return
+	}
+	if l.onAbort == nil {
+		l.onAbort = l.onAbortBuf[:0]
 	}
 	l.onAbort = append(l.onAbort, a)
 	l.mu.Unlock()
-	return a
 }
 
 // stopAbort undoes afterAbort: a's function is not called after it returns
@@ -350,12 +419,82 @@ func (l *Local) Err() error {
 }
 
 // Done returns a channel closed when the rendezvous is aborted.
-func (l *Local) Done() <-chan struct{} { return l.aborted }
+func (l *Local) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.abortedLocked()
+}
 
 // Pending returns the number of keys sent but not received plus receivers
 // waiting: zero after a step whose transfers all completed.
 func (l *Local) Pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.items)
+	return l.items.len()
+}
+
+// itemTable maps keys to items. The first few keys live in an array, so
+// that a step with few transfers makes no map; more spill into one.
+type itemTable struct {
+	n     int // keys in small
+	small [4]itemEntry
+	big   map[string]*localItem // once made, it holds every key
+}
+
+type itemEntry struct {
+	key string
+	it  *localItem
+}
+
+func (t *itemTable) get(key string) (*localItem, bool) {
+	if t.big != nil {
+		it, ok := t.big[key]
+		return it, ok
+	}
+	for _, e := range t.small[:t.n] {
+		if e.key == key {
+			return e.it, true
+		}
+	}
+	return nil, false
+}
+
+// put adds key, which t does not hold.
+func (t *itemTable) put(key string, it *localItem) {
+	if t.big == nil && t.n < len(t.small) {
+		t.small[t.n] = itemEntry{key, it}
+		t.n++
+		return
+	}
+	if t.big == nil {
+		t.big = make(map[string]*localItem, 2*len(t.small))
+		for _, e := range t.small[:t.n] {
+			t.big[e.key] = e.it
+		}
+		clear(t.small[:])
+		t.n = 0
+	}
+	t.big[key] = it
+}
+
+func (t *itemTable) delete(key string) {
+	if t.big != nil {
+		delete(t.big, key)
+		return
+	}
+	for i := range t.n {
+		if t.small[i].key == key {
+			t.n--
+			t.small[i] = t.small[t.n]
+			t.small[t.n] = itemEntry{}
+			return
+		}
+	}
+}
+
+func (t *itemTable) len() int {
+	if t.big != nil {
+		return len(t.big)
+	}
+	return t.n
 }

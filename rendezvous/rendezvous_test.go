@@ -32,6 +32,18 @@ func TestKeyRoundTrip(t *testing.T) {
 	}
 }
 
+// TestParseKeyAllocs: a remote Recv parses its key at every step.
+func TestParseKeyAllocs(t *testing.T) {
+	key := Key("/job:ps/task:0/cpu:0", "/job:worker/task:1/cpu:0", "a;b")
+	if n := testing.AllocsPerRun(100, func() {
+		if s, _, name, err := ParseKey(key); err != nil || s != "/job:ps/task:0/cpu:0" || name != "a;b" {
+			t.Fatal(s, name, err)
+		}
+	}); n != 0 {
+		t.Errorf("ParseKey: %v allocations, want 0", n)
+	}
+}
+
 func TestParseKeyErrors(t *testing.T) {
 	for _, key := range []string{"", "a", "a;b", ";b;c", "a;;c", "a;b;"} {
 		_, _, _, err := ParseKey(key)
@@ -149,6 +161,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestDone: Done is closed by Abort, whether asked for before or after.
+func TestDone(t *testing.T) {
+	before, after := NewLocal(), NewLocal()
+	done := before.Done()
+	select {
+	case <-done:
+		t.Fatal("Done is closed before Abort")
+	default:
+	}
+	before.Abort(nil)
+	after.Abort(nil)
+	for _, c := range []<-chan struct{}{done, before.Done(), after.Done()} {
+		select {
+		case <-c:
+		default:
+			t.Error("Done is not closed after Abort")
+		}
 	}
 }
 
@@ -281,8 +313,9 @@ func TestTable(t *testing.T) {
 	tab.Cleanup(1, nil)
 	start := time.Now()
 	_, err := tab.Get(1).Recv(ctx, "late")
-	if !errors.Is(err, ErrStepDone) {
-		t.Errorf("late recv: %v, want ErrStepDone", err)
+	const want = `rendezvous: recv "late": rendezvous aborted: step 1: step already cleaned up`
+	if !errors.Is(err, ErrStepDone) || !errors.Is(err, ErrAborted) || err.Error() != want {
+		t.Errorf("late recv: %v, want %s (ErrStepDone, ErrAborted)", err, want)
 	}
 	if time.Since(start) > time.Second {
 		t.Error("late recv waited")
@@ -391,57 +424,110 @@ func TestRouter(t *testing.T) {
 	}
 }
 
+// TestRouterAbortCancelsFetch: aborting a step ends its waiting fetches
+// at once, with errors naming the key, the task and the reason, whether
+// they share the step's fetch context (the step's ctx, after an earlier
+// Recv made it) or have their own (another ctx).
 func TestRouterAbortCancelsFetch(t *testing.T) {
+	const (
+		worker = "/job:worker/task:0/cpu:0"
+		ps     = "/job:ps/task:0/cpu:0"
+	)
+	stepCtx, cancelStep := context.WithCancel(context.Background())
+	defer cancelStep()
 	local := NewLocal()
-	started := make(chan struct{})
+	started := make(chan struct{}, 3)
 	r := NewRouter(local, "/job:worker/task:0", func(ctx context.Context, task, key string) (*tensor.Tensor, error) {
-		close(started)
+		if strings.HasSuffix(key, "early:0") {
+			return tensor.Scalar(float32(1)), nil
+		}
+		started <- struct{}{}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
-	errc := make(chan error, 1)
-	go func() {
-		_, err := r.Recv(context.Background(), Key("/job:ps/task:0/cpu:0", "/job:worker/task:0/cpu:0", "w:0"))
-		errc <- err
-	}()
-	<-started
+	if _, err := r.Recv(stepCtx, Key(ps, worker, "early:0")); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 3)
+	for _, c := range []struct {
+		ctx  context.Context
+		name string
+	}{{stepCtx, "a:0"}, {stepCtx, "b:0"}, {context.Background(), "c:0"}} {
+		go func() {
+			_, err := r.Recv(c.ctx, Key(ps, worker, c.name))
+			if err != nil && !strings.Contains(err.Error(), c.name) {
+				err = fmt.Errorf("the error does not name the key: %w", err)
+			}
+			errc <- err
+		}()
+	}
+	for range 3 {
+		<-started
+	}
 	reason := errors.New("step cancelled")
 	local.Abort(reason)
-	select {
-	case err := <-errc:
-		if !errors.Is(err, reason) || !errors.Is(err, ErrAborted) {
-			t.Errorf("err = %v", err)
+	for range 3 {
+		select {
+		case err := <-errc:
+			if !errors.Is(err, reason) || !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "/job:ps/task:0") {
+				t.Errorf("err = %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("abort did not cancel the remote fetches")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("abort did not cancel the remote fetch")
+	}
+	if stepCtx.Err() != nil {
+		t.Error("the step's abort cancelled the caller's context")
 	}
 }
 
-// TestRouterAbortWatch: a remote Recv watches the step's abort without a
-// goroutine of its own; the watch ends with the Recv (none is left behind
-// after many), and one made on an aborted rendezvous fires at once.
+// TestRouterAbortWatch: remote Recvs watch the step's abort without a
+// goroutine of their own: those with the step's ctx share one watch, made
+// once, which the abort ends; another ctx's watch ends with its Recv.
+// A watch made on an aborted rendezvous fires at once.
 func TestRouterAbortWatch(t *testing.T) {
 	local := NewLocal()
+	var fetchCtx context.Context
+	x := tensor.Scalar(float32(1))
 	r := NewRouter(local, "/job:worker/task:0", func(ctx context.Context, task, key string) (*tensor.Tensor, error) {
-		return tensor.Scalar(float32(1)), nil
+		fetchCtx = ctx
+		return x, nil
 	})
 	key := Key("/job:ps/task:0/cpu:0", "/job:worker/task:0/cpu:0", "w:0")
+	watches := func() int {
+		local.mu.Lock()
+		defer local.mu.Unlock()
+		return len(local.onAbort)
+	}
 	for range 100 {
 		if _, err := r.Recv(context.Background(), key); err != nil {
 			t.Fatal(err)
 		}
 	}
-	local.mu.Lock()
-	n := len(local.onAbort)
-	local.mu.Unlock()
-	if n != 0 {
-		t.Errorf("%d abort watches left after the Recvs, want 0", n)
+	if n := watches(); n != 0 {
+		t.Errorf("%d abort watches left after the Recvs of another ctx, want 0", n)
+	}
+	stepCtx, cancelStep := context.WithCancel(context.Background())
+	defer cancelStep()
+	for range 100 {
+		if _, err := r.Recv(stepCtx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := watches(); n != 1 {
+		t.Errorf("%d abort watches after the Recvs of the step's ctx, want 1", n)
+	}
+	if fetchCtx.Err() != nil {
+		t.Fatal("the step's fetch context ended with a Recv")
+	}
+	if n := testing.AllocsPerRun(100, func() { r.Recv(stepCtx, key) }); n != 0 {
+		t.Errorf("a remote Recv with the step's ctx: %v allocations, want 0", n)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := local.afterAbort(cancel)
 	local.Abort(errors.New("step cancelled"))
-	if ctx.Err() == nil {
-		t.Error("Abort did not call the watch")
+	if ctx.Err() == nil || fetchCtx.Err() == nil {
+		t.Error("Abort did not call the watches")
 	}
 	local.stopAbort(a) // after the fact: harmless
 	fired := false
@@ -623,5 +709,38 @@ func TestRecvManyLent(t *testing.T) {
 	err := l.RecvManyLent(ctx, []string{"x", "y"}, func([]Lent) { t.Error("nothing was sent") })
 	if !errors.Is(err, ErrAborted) {
 		t.Errorf("aborted batch: %v, want ErrAborted", err)
+	}
+}
+
+// TestItemTable: the table agrees with a map through puts and deletes,
+// within its array (4 keys) and after it spills out of it (13).
+func TestItemTable(t *testing.T) {
+	for _, keys := range []int{4, 13} {
+		var tab itemTable
+		want := map[string]*localItem{}
+		for i := range 200 {
+			key := fmt.Sprint(i * 7 % keys)
+			if _, ok := want[key]; ok && i%3 != 0 {
+				tab.delete(key)
+				delete(want, key)
+			} else if !ok {
+				it := &localItem{}
+				tab.put(key, it)
+				want[key] = it
+			}
+			if tab.len() != len(want) {
+				t.Fatalf("%d keys, step %d: len %d, want %d", keys, i, tab.len(), len(want))
+			}
+			for k := range keys {
+				key := fmt.Sprint(k)
+				got, ok := tab.get(key)
+				if w, wok := want[key]; got != w || ok != wok {
+					t.Fatalf("%d keys, step %d: get(%q) = %p, %v; want %p, %v", keys, i, key, got, ok, w, wok)
+				}
+			}
+		}
+		if spilled := tab.big != nil; spilled != (keys > len(tab.small)) {
+			t.Errorf("%d keys: spilled %v", keys, spilled)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 
@@ -47,7 +48,7 @@ func (t *Table) Get(stepID int64) *Local {
 	}
 	if _, done := t.cleaned[stepID]; done {
 		l := NewLocal()
-		l.Abort(stepDone(stepID))
+		l.abortDone(stepID)
 		return l
 	}
 	l := NewLocal()
@@ -69,7 +70,7 @@ func (t *Table) Cleanup(stepID int64, abortErr error) {
 		return
 	}
 	if abortErr == nil {
-		l.Abort(stepDone(stepID))
+		l.abortDone(stepID)
 		return
 	}
 	l.Abort(fmt.Errorf("step %d: %w", stepID, abortErr))
@@ -77,14 +78,18 @@ func (t *Table) Cleanup(stepID int64, abortErr error) {
 
 // stepDone is the abort error of a finished step's rendezvous ("rendezvous
 // aborted: step N: step already cleaned up"), wrapping ErrAborted and
-// ErrStepDone. Every step makes one, so it is formatted only when read.
+// ErrStepDone. Every step makes one, so it is formatted only when read, and
+// kept in its Local (Local.abortDone) as a *stepDone.
 type stepDone int64
 
-func (e stepDone) Error() string {
-	return ErrAborted.Error() + ": step " + strconv.FormatInt(int64(e), 10) + ": " + ErrStepDone.Error()
+func (e *stepDone) Error() string {
+	return ErrAborted.Error() + ": step " + strconv.FormatInt(int64(*e), 10) + ": " + ErrStepDone.Error()
 }
 
-func (e stepDone) Unwrap() []error { return []error{ErrAborted, ErrStepDone} }
+func (e *stepDone) Unwrap() []error { return []error{ErrAborted, ErrStepDone} }
+
+// Is answers errors.Is without Unwrap's allocation.
+func (e *stepDone) Is(target error) bool { return target == ErrAborted || target == ErrStepDone }
 
 // CleanupIfIdle cleans up step stepID, as Cleanup without an error does,
 // if its rendezvous holds nothing (every tensor sent was received, no
@@ -101,7 +106,7 @@ func (t *Table) CleanupIfIdle(stepID int64) bool {
 	t.rememberLocked(stepID)
 	t.mu.Unlock()
 	if l != nil {
-		l.Abort(stepDone(stepID))
+		l.abortDone(stepID)
 	}
 	return true
 }
@@ -132,6 +137,14 @@ type router struct {
 	local *Local
 	task  string
 	fetch func(ctx context.Context, sendTask, key string) (*tensor.Tensor, error)
+
+	// The step's Recvs share one context for their fetches, derived from
+	// the first one's (the step's) and cancelled when local is aborted:
+	// one cancellable context and abort function per step, not per Recv.
+	mu       sync.Mutex
+	parent   context.Context // ctx of the first remote Recv; nil before
+	fetchCtx context.Context // parent, also ended by local's abort
+	cancel   abortFunc       // cancels fetchCtx, registered with local
 }
 
 // NewRouter returns the rendezvous a worker hands to one step's kernels.
@@ -160,7 +173,7 @@ func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: recv %q: %w", key, err)
 	}
-	sendTask := dev.TaskName()
+	sendTask := dev.TaskNameFrom(sendDev)
 	if sendTask == "" {
 		return nil, fmt.Errorf("rendezvous: recv %q: device %q names no job and task", key, sendDev)
 	}
@@ -170,10 +183,10 @@ func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 	if err := r.local.Err(); err != nil {
 		return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	a := r.local.afterAbort(cancel) // the step's abort ends the fetch
-	defer r.local.stopAbort(a)
+	ctx, done := r.fetchContext(ctx)
+	if done != nil {
+		defer done()
+	}
 	t, err := r.fetch(ctx, sendTask, key)
 	if err != nil {
 		if aerr := r.local.Err(); aerr != nil {
@@ -182,4 +195,30 @@ func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 		return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, err)
 	}
 	return t, nil
+}
+
+// fetchContext returns ctx, ended also by the step's abort, for a fetch,
+// and the function to call after the fetch, if any. The step's context
+// (the first one seen, whose type must be a pointer so that comparing it
+// cannot panic) gets one shared derived context, cancelled when the step
+// ends: by local's abort, or as ctx's child when ctx is cancelled. Any
+// other ctx gets its own, for the fetch only.
+func (r *router) fetchContext(ctx context.Context) (context.Context, func()) {
+	r.mu.Lock()
+	if r.parent == nil && ctx != nil && reflect.TypeOf(ctx).Kind() == reflect.Pointer {
+		r.parent = ctx
+		r.fetchCtx, r.cancel.f = context.WithCancel(ctx)
+		r.local.addAbort(&r.cancel)
+	}
+	if r.parent != nil && ctx == r.parent {
+		r.mu.Unlock()
+		return r.fetchCtx, nil
+	}
+	r.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	a := r.local.afterAbort(cancel)
+	return ctx, func() {
+		r.local.stopAbort(a)
+		cancel()
+	}
 }
