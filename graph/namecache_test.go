@@ -5,6 +5,7 @@ import (
 
 	"github.com/distflow/distflow/graph"
 	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/tensor"
 )
 
 func TestNameCache(t *testing.T) {
@@ -69,5 +70,19 @@ func TestOutputNameAllocatesNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = y.Name() }); n != 0 {
 		t.Errorf("Name allocated %.0f times", n)
+	}
+}
+
+// TestTensorFromProtoAllocations: decoding a fed or fetched tensor makes
+// the tensor and nothing else (its shape goes on the stack).
+func TestTensorFromProtoAllocations(t *testing.T) {
+	tp := graph.TensorToProto(tensor.MustFromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3))
+	want := testing.AllocsPerRun(100, func() { tensor.New(tensor.Float32, 2, 3) })
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := graph.TensorFromProto(tp); err != nil {
+			t.Fatal(err)
+		}
+	}); n > want {
+		t.Errorf("TensorFromProto allocated %.0f times, tensor.New %.0f", n, want)
 	}
 }

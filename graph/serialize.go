@@ -207,12 +207,13 @@ func TensorToProto(t *tensor.Tensor) *pb.TensorProto {
 
 // TensorFromProto converts back, validating dtype and size.
 func TensorFromProto(tp *pb.TensorProto) (*tensor.Tensor, error) {
-	shape := make([]int, len(tp.GetDims()))
+	var buf [8]int // the common case allocates nothing
+	shape := buf[:0]
 	for i, d := range tp.GetDims() {
 		if d < 0 || d > 1<<40 {
 			return nil, fmt.Errorf("graph: tensor dimension %d is %d", i, d)
 		}
-		shape[i] = int(d)
+		shape = append(shape, int(d))
 	}
 	return tensor.FromRawBytes(tensor.DType(tp.GetDtype()), shape, tp.GetContent())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 )
 
@@ -113,7 +114,7 @@ func FromRawBytes(dt DType, shape []int, raw []byte) (*Tensor, error) {
 	}
 	want := n * dt.Size()
 	if n > maxInt/dt.Size() || len(raw) != want {
-		return nil, fmt.Errorf("%w: %v%v needs %d bytes, got %d", ErrCorrupt, dt, shape, want, len(raw))
+		return nil, fmt.Errorf("%w: %v%v needs %d bytes, got %d", ErrCorrupt, dt, slices.Clone(shape), want, len(raw)) // a clone: shape stays the caller's, on its stack
 	}
 	t := New(dt, shape...)
 	if dt == Bool {
