@@ -119,9 +119,34 @@ type plan struct {
 // partitions' requests, which only their step ID, trace flag and fed
 // values change from step to step, and the channel of their results.
 type partCalls struct {
+	m       *Master
+	p       *plan
 	reqs    []*pb.RunGraphRequest
 	results chan partResult
 	resps   []*pb.RunGraphResponse
+	runs    []func() // runs[i] calls partition i: made once, not at every step
+
+	// The step's, for runs.
+	ctx context.Context
+	st  *stepTrace
+}
+
+// run calls partition i of the step and sends the result.
+func (c *partCalls) run(i int) {
+	task := c.p.Parts[i].Task
+	w, err := c.m.cfg.Workers.Worker(task)
+	var resp *pb.RunGraphResponse
+	if err == nil {
+		var start time.Time
+		if c.st != nil {
+			start = time.Now()
+		}
+		resp, err = w.RunGraph(c.ctx, c.reqs[i])
+		if c.st != nil {
+			c.st.call(i, task, start, c.reqs[i], resp, err)
+		}
+	}
+	c.results <- partResult{i, resp, err}
 }
 
 type partResult struct {
@@ -131,13 +156,14 @@ type partResult struct {
 }
 
 // getCalls returns p's calls for a step, made on first use.
-func (p *plan) getCalls(session string) *partCalls {
+func (p *plan) getCalls(m *Master, session string) *partCalls {
 	if c, ok := p.calls.Get().(*partCalls); ok {
 		return c
 	}
-	c := &partCalls{reqs: make([]*pb.RunGraphRequest, len(p.Parts)), results: make(chan partResult, len(p.Parts)),
-		resps: make([]*pb.RunGraphResponse, len(p.Parts))}
+	c := &partCalls{m: m, p: p, reqs: make([]*pb.RunGraphRequest, len(p.Parts)), results: make(chan partResult, len(p.Parts)),
+		resps: make([]*pb.RunGraphResponse, len(p.Parts)), runs: make([]func(), len(p.Parts))}
 	for i, pt := range p.Parts {
+		c.runs[i] = func() { c.run(i) }
 		c.reqs[i] = &pb.RunGraphRequest{SessionHandle: session, GraphHandle: p.regs[i].handle, Targets: pt.Targets, Fetches: pt.Fetches}
 		if len(pt.Feeds) > 0 {
 			c.reqs[i].Feeds = make([]*pb.NamedTensor, len(pt.Feeds))
@@ -158,6 +184,7 @@ func (p *plan) putCalls(c *partCalls) {
 		}
 	}
 	clear(c.resps)
+	c.ctx, c.st = nil, nil
 	p.calls.Put(c)
 }
 
@@ -344,7 +371,7 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 
 	// Requests per partition.
 	stepID := int64(rand.Uint64() >> 1)
-	calls := p.getCalls(s.handle)
+	calls := p.getCalls(m, s.handle)
 	defer p.putCalls(calls)
 	for _, r := range calls.reqs {
 		r.StepId, r.Trace = stepID, st != nil
@@ -395,21 +422,7 @@ func dims(dst []int, t *pb.TensorProto) []int {
 // everywhere. The responses are calls.resps.
 func (m *Master) runPartitions(ctx context.Context, cancel context.CancelFunc, stepID int64, p *plan, calls *partCalls, st *stepTrace) ([]*pb.RunGraphResponse, error) {
 	reqs, results := calls.reqs, calls.results
-	run := func(i int) {
-		w, err := m.cfg.Workers.Worker(p.Parts[i].Task)
-		var resp *pb.RunGraphResponse
-		if err == nil {
-			var start time.Time
-			if st != nil {
-				start = time.Now()
-			}
-			resp, err = w.RunGraph(ctx, reqs[i])
-			if st != nil {
-				st.call(i, p.Parts[i].Task, start, reqs[i], resp, err)
-			}
-		}
-		results <- partResult{i, resp, err}
-	}
+	calls.ctx, calls.st = ctx, st
 	// One partition runs on this goroutine: one handoff less per step. It
 	// is a remote one when there is one, so that the request that starts
 	// the step on another task goes out at once; a new goroutine waits its
@@ -427,11 +440,11 @@ func (m *Master) runPartitions(ctx context.Context, cancel context.CancelFunc, s
 		if i != inline {
 			// A kept goroutine: the partition's call stack (the executor
 			// under the worker's RunGraph) grew a new one's at every step.
-			gopool.Go(func() { run(i) })
+			gopool.Go(calls.runs[i])
 		}
 	}
 	if inline >= 0 {
-		run(inline)
+		calls.run(inline)
 	}
 	resps := calls.resps
 	var errs []error // in arrival order

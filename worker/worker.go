@@ -483,10 +483,11 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 	e := pe.e
 	local := w.steps.Get(stepID)
 	recvs := &stepRecvs{w: w, stepID: stepID, st: st}
+	recvs.waiting = recvs.waitBuf[:0]
 	if len(pe.batches) > 0 {
 		bctx, endBatches := context.WithCancel(ctx)
 		defer endBatches()
-		recvs.batches = w.startBatches(bctx, stepID, pe.batches)
+		recvs.batches = w.startBatches(bctx, stepID, pe.batches, recvs.batchBuf[:0])
 	}
 	rv := rendezvous.NewRouter(local, w.cfg.Task, recvs.fetch)
 	var out []*tensor.Tensor
@@ -584,6 +585,11 @@ type stepRecvs struct {
 
 	mu      sync.Mutex
 	waiting []string // tasks, distinct
+
+	// The storage of batches and waiting for a step that receives from
+	// few tasks: no allocation of their own.
+	batchBuf [2]*batch
+	waitBuf  [2]string
 }
 
 // fetch receives key from sendTask (rendezvous.NewRouter).
@@ -682,8 +688,9 @@ func (r *registered) executor(w *Worker, sig graph.Signature) (*prepared, error)
 // batch is the tensors of one step asked of one peer in one request
 // (service.BatchReceiver), for the step's Recvs to take.
 type batch struct {
-	plan  *batchPlan
-	items []batchItem // by the plan's keys
+	plan    *batchPlan
+	items   []batchItem  // by the plan's keys
+	itemBuf [4]batchItem // items' storage for a few keys
 }
 
 type batchItem struct {
@@ -695,15 +702,16 @@ type batchItem struct {
 
 // startBatches asks, for each plan whose peer's client can
 // (service.BatchReceiver), for all of its tensors in one request, on a
-// goroutine each until ctx ends. The batches are in the order of plans; a
-// peer that cannot leaves a nil batch, and its keys to RecvTensor.
-func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPlan) []*batch {
+// goroutine each until ctx ends. It appends the batches to dst in the order
+// of plans; a peer that cannot leaves a nil batch, and its keys to
+// RecvTensor.
+func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPlan, dst []*batch) []*batch {
 	if w.cfg.Workers == nil {
 		return nil
 	}
-	out := make([]*batch, len(plans))
 	for i := range plans {
 		plan := &plans[i]
+		dst = append(dst, nil)
 		peer, err := w.cfg.Workers.Worker(plan.task)
 		if err != nil {
 			continue // RecvTensor reports it
@@ -712,14 +720,19 @@ func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPl
 		if !ok {
 			continue
 		}
-		b := &batch{plan: plan, items: make([]batchItem, len(plan.keys))}
+		b := &batch{plan: plan}
+		if len(plan.keys) <= len(b.itemBuf) {
+			b.items = b.itemBuf[:len(plan.keys)]
+		} else {
+			b.items = make([]batchItem, len(plan.keys))
+		}
 		for i := range b.items {
 			b.items[i].done = make(chan struct{})
 		}
-		out[i] = b
+		dst[len(dst)-1] = b
 		gopool.Go(func() { b.ask(ctx, br, stepID) })
 	}
-	return out
+	return dst
 }
 
 // ask asks br for b's tensors and hands each to its Recv as it comes.
