@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,6 +93,13 @@ func FuzzReadRequest(f *testing.F) {
 		fuzztest.CheckAlloc(t, uint64(64*len(b))+maxRequestSize, func() {
 			req, err = readRequest(bufio.NewReader(bytes.NewReader(b)))
 		})
+		// Into a server connection's reused buffer, the same request.
+		var reused tensorRequest
+		if _, rerr := readRequestInto(bufio.NewReader(bytes.NewReader(b)), false, &reused, make([]byte, 0, 1<<10)); (rerr == nil) != (err == nil) {
+			t.Fatalf("into a reused buffer: %v, else %v", rerr, err)
+		} else if err == nil && (reused.step != req.step || reused.timeout != req.timeout || reused.key != req.key || !maps.EqualFunc(reused.md, req.md, slices.Equal)) {
+			t.Fatalf("into a reused buffer: %+v, else %+v", reused, *req)
+		}
 		if err != nil {
 			return
 		}

@@ -4,6 +4,8 @@ package rpc
 
 import "net"
 
-// idleOpen cannot peek here: an idle connection the server has closed
+// idleProbe cannot peek here: an idle connection the server has closed
 // fails the next request with ErrUnavailable.
-func idleOpen(net.Conn) bool { return true }
+type idleProbe struct{}
+
+func (*idleProbe) open(net.Conn) bool { return true }

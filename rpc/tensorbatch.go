@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"path"
 	"time"
 
@@ -46,16 +45,19 @@ func appendKeys(b []byte, keys []string) []byte {
 	return b
 }
 
-// parseKeys reads a batch request's body.
-func parseKeys(body []byte) ([]string, error) {
-	f := &frame{b: body}
+// parseKeys reads a batch request's body, appending its keys to keys.
+func parseKeys(body []byte, keys []string) ([]string, error) {
+	f := frame{b: body}
 	n := f.u16()
 	if n == 0 || n > maxBatchKeys || n*2 > len(f.b) {
-		return nil, fmt.Errorf("%w: a batch of %d keys in %d bytes", errShortFrame, n, len(body))
+		return keys, fmt.Errorf("%w: a batch of %d keys in %d bytes", errShortFrame, n, len(body))
 	}
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = f.str(f.u16())
+	// One string holds them all: one allocation per batch, not per key.
+	all := string(f.b)
+	for range n {
+		k := len(f.next(f.u16()))
+		at := len(all) - len(f.b) - k
+		keys = append(keys, all[at:at+k])
 	}
 	return keys, f.err
 }
@@ -68,96 +70,114 @@ type lent struct {
 	err     error
 }
 
-// serveBatch answers a RecvTensors request; an error means the connection
-// is broken.
-func (s *Server) serveBatch(ctx context.Context, c net.Conn, w worker.Service, req *tensorRequest, hdr []byte) ([]byte, error) {
+// serveBatch answers rs's RecvTensors request; an error means the
+// connection is broken.
+func (s *Server) serveBatch(ctx context.Context, rs *responder, w worker.Service) error {
 	ctx, err := s.opts.admit(ctx, recvTensorMethod)
 	if err == nil {
-		var keys []string
-		if keys, err = parseKeys(req.body); err == nil {
-			return s.serveKeys(ctx, c, w, req.step, keys, hdr)
+		if rs.keys, err = parseKeys(rs.req.body, rs.keys[:0]); err == nil {
+			err = s.serveKeys(ctx, rs, w)
+			// The worker keeps no key past its call (nor the slice, per
+			// Go's custom), so the slice serves the next batch.
+			clear(rs.keys)
+			rs.keys = rs.keys[:0]
+			return err
 		}
 	}
-	hdr = appendError(append(hdr, respError), err)
-	return hdr, writeAll(ctx, c, net.Buffers{hdr})
+	rs.hdr = appendError(append(rs.hdr, respError), err)
+	rs.bufs = append(rs.bufs, rs.hdr)
+	return rs.write(ctx)
 }
 
-// serveLent answers a batch with w's LendTensors: one waiter, and the
-// tensors sent together written together.
-func (s *Server) serveLent(ctx context.Context, c net.Conn, bl worker.BatchLender, step int64, keys []string, hdr []byte) ([]byte, error) {
-	answered := make([]bool, len(keys))
-	var werr error // a failed write: the connection is broken
-	type part struct {
-		start, end int    // its header in hdr
-		raw        []byte // its bytes after the header, if not in hdr
+// lentPart is one answered key of a wave of serveLent: its header in
+// rs.hdr, and its bytes after it, if not in hdr.
+type lentPart struct {
+	start, end int
+	raw        []byte
+}
+
+// serveLent answers rs's batch with w's LendTensors: one waiter, and the
+// tensors sent together written together (by sendLent).
+func (s *Server) serveLent(ctx context.Context, rs *responder, bl worker.BatchLender) error {
+	keys := rs.keys
+	rs.answered = append(rs.answered[:0], make([]bool, len(keys))...)
+	rs.lendCtx, rs.werr = ctx, nil
+	if rs.got == nil {
+		rs.got = rs.sendLent // one method value for all the connection's batches
 	}
-	var parts []part
-	var bufs net.Buffers
-	err := bl.LendTensors(ctx, step, keys, func(ready []rendezvous.Lent) {
-		if werr != nil {
-			for _, r := range ready {
-				r.Release()
-			}
-			return
-		}
-		hdr, parts, bufs = hdr[:0], parts[:0], bufs[:0]
-		for _, r := range ready {
-			p := part{start: len(hdr)}
-			if r.T.Rank() > maxRank {
-				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchError), uint16(r.Index))
-				hdr = appendError(hdr, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", keys[r.Index], r.T.Rank(), maxRank))
-			} else {
-				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchTensor), uint16(r.Index))
-				hdr = appendTensorHeader(hdr, r.T)
-				if raw := r.T.RawBytes(); s.tlsc != nil && len(raw) <= tlsCoalesceBytes {
-					hdr = append(hdr, raw...) // one TLS record with its header
-				} else {
-					p.raw = raw
-				}
-				s.countServed(ctx, len(r.T.RawBytes()))
-			}
-			p.end = len(hdr)
-			parts = append(parts, p)
-			answered[r.Index] = true
-		}
-		for _, p := range parts { // hdr no longer grows
-			bufs = append(bufs, hdr[p.start:p.end])
-			if len(p.raw) > 0 {
-				bufs = append(bufs, p.raw)
-			}
-		}
-		werr = writeAll(ctx, c, bufs)
-		for _, r := range ready {
-			r.Release() // written or failed: the socket has what it took
-		}
-	})
+	err := bl.LendTensors(ctx, rs.req.step, keys, rs.got)
+	werr := rs.werr
+	rs.lendCtx, rs.werr = nil, nil
 	if werr != nil {
-		return hdr, werr
+		return werr
 	}
 	if err != nil { // the keys not lent end with the wait's error
-		hdr = hdr[:0]
-		for i, done := range answered {
+		rs.hdr = rs.hdr[:0]
+		for i, done := range rs.answered {
 			if !done {
-				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchError), uint16(i))
-				hdr = appendError(hdr, err)
+				rs.hdr = binary.LittleEndian.AppendUint16(append(rs.hdr, respBatchError), uint16(i))
+				rs.hdr = appendError(rs.hdr, err)
 			}
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sniffTimeout)
 		defer cancel()
-		if werr := writeAll(wctx, c, net.Buffers{hdr}); werr != nil {
-			return hdr, werr
+		rs.bufs = append(rs.bufs, rs.hdr)
+		if werr := rs.write(wctx); werr != nil {
+			return werr
 		}
 	}
-	if cap(hdr) > maxReusedHeader {
-		hdr = nil
-	}
-	return hdr, nil
+	return nil
 }
 
-func (s *Server) serveKeys(ctx context.Context, c net.Conn, w worker.Service, step int64, keys []string, hdr []byte) ([]byte, error) {
-	if bl, ok := w.(worker.BatchLender); ok {
-		return s.serveLent(ctx, c, bl, step, keys, hdr)
+// sendLent writes a wave of serveLent's tensors, lent together, in one
+// writev; a failed write is kept in rs.werr.
+func (rs *responder) sendLent(ready []rendezvous.Lent) {
+	if rs.werr != nil {
+		for _, r := range ready {
+			r.Release()
+		}
+		return
 	}
+	s := rs.s
+	rs.hdr, rs.parts = rs.hdr[:0], rs.parts[:0]
+	for _, r := range ready {
+		p := lentPart{start: len(rs.hdr)}
+		if r.T.Rank() > maxRank {
+			rs.hdr = binary.LittleEndian.AppendUint16(append(rs.hdr, respBatchError), uint16(r.Index))
+			rs.hdr = appendError(rs.hdr, fmt.Errorf("rpc: tensor %q of rank %d: the tensor channel moves at most rank %d", rs.keys[r.Index], r.T.Rank(), maxRank))
+		} else {
+			rs.hdr = binary.LittleEndian.AppendUint16(append(rs.hdr, respBatchTensor), uint16(r.Index))
+			rs.hdr = appendTensorHeader(rs.hdr, r.T)
+			if raw := r.T.RawBytes(); s.tlsc != nil && len(raw) <= tlsCoalesceBytes {
+				rs.hdr = append(rs.hdr, raw...) // one TLS record with its header
+			} else {
+				p.raw = raw
+			}
+			s.countServed(rs.lendCtx, len(r.T.RawBytes()))
+		}
+		p.end = len(rs.hdr)
+		rs.parts = append(rs.parts, p)
+		rs.answered[r.Index] = true
+	}
+	for _, p := range rs.parts { // hdr no longer grows
+		rs.bufs = append(rs.bufs, rs.hdr[p.start:p.end])
+		if len(p.raw) > 0 {
+			rs.bufs = append(rs.bufs, p.raw)
+		}
+	}
+	clear(rs.parts) // not to keep a tensor's memory
+	rs.werr = rs.write(rs.lendCtx)
+	for _, r := range ready {
+		r.Release() // written or failed: the socket has what it took
+	}
+}
+
+// serveKeys answers rs's batch of keys (rs.keys).
+func (s *Server) serveKeys(ctx context.Context, rs *responder, w worker.Service) error {
+	if bl, ok := w.(worker.BatchLender); ok {
+		return s.serveLent(ctx, rs, bl)
+	}
+	step, keys := rs.req.step, rs.keys
 	results := make(chan lent, len(keys))
 	for i, k := range keys {
 		go func() {
@@ -170,7 +190,7 @@ func (s *Server) serveKeys(ctx context.Context, c net.Conn, w worker.Service, st
 		spans []int // hdr[spans[2j]:spans[2j+1]] precedes ready[j]'s bytes
 	)
 	for left := len(keys); left > 0; {
-		ready, spans, hdr = append(ready[:0], <-results), spans[:0], hdr[:0]
+		ready, spans, rs.hdr = append(ready[:0], <-results), spans[:0], rs.hdr[:0]
 	more:
 		for {
 			select {
@@ -182,30 +202,29 @@ func (s *Server) serveKeys(ctx context.Context, c net.Conn, w worker.Service, st
 		}
 		left -= len(ready)
 		for _, r := range ready {
-			start := len(hdr)
+			start := len(rs.hdr)
 			if r.err != nil {
-				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchError), uint16(r.i))
-				hdr = appendError(hdr, r.err)
+				rs.hdr = binary.LittleEndian.AppendUint16(append(rs.hdr, respBatchError), uint16(r.i))
+				rs.hdr = appendError(rs.hdr, r.err)
 			} else {
-				hdr = binary.LittleEndian.AppendUint16(append(hdr, respBatchTensor), uint16(r.i))
-				hdr = appendTensorHeader(hdr, r.t)
+				rs.hdr = binary.LittleEndian.AppendUint16(append(rs.hdr, respBatchTensor), uint16(r.i))
+				rs.hdr = appendTensorHeader(rs.hdr, r.t)
 				if raw := r.t.RawBytes(); s.tlsc != nil && len(raw) <= tlsCoalesceBytes {
-					hdr = append(hdr, raw...) // one TLS record with its header
+					rs.hdr = append(rs.hdr, raw...) // one TLS record with its header
 				}
 			}
-			spans = append(spans, start, len(hdr))
+			spans = append(spans, start, len(rs.hdr))
 		}
-		bufs := make(net.Buffers, 0, 2*len(ready))
 		for j, r := range ready {
-			bufs = append(bufs, hdr[spans[2*j]:spans[2*j+1]])
+			rs.bufs = append(rs.bufs, rs.hdr[spans[2*j]:spans[2*j+1]])
 			if r.err != nil {
 				continue
 			}
 			if raw := r.t.RawBytes(); len(raw) > 0 && !(s.tlsc != nil && len(raw) <= tlsCoalesceBytes) {
-				bufs = append(bufs, raw)
+				rs.bufs = append(rs.bufs, raw)
 			}
 		}
-		err := writeAll(ctx, c, bufs)
+		err := rs.write(ctx)
 		for _, r := range ready {
 			if r.release != nil {
 				r.release() // written or failed: the socket has what it took
@@ -219,13 +238,10 @@ func (s *Server) serveKeys(ctx context.Context, c net.Conn, w worker.Service, st
 					}
 				}
 			}()
-			return hdr, err
+			return err
 		}
 	}
-	if cap(hdr) > maxReusedHeader {
-		hdr = nil
-	}
-	return hdr, nil
+	return nil
 }
 
 // RecvTensors receives a batch over the tensor channel
@@ -275,8 +291,8 @@ func (p *tensorPool) recvBatch(ctx context.Context, step int64, keys []string, d
 		return service.ErrNoBatch
 	}
 	err = p.exchangeBatch(ctx, c, step, keys, md, deliver)
-	var re *RemoteError
-	if err == nil || errors.As(err, &re) {
+	re, remote := asRemote(err)
+	if err == nil || remote {
 		p.put(c)
 		if re != nil && re.Code == codes.Unimplemented {
 			return service.ErrNoBatch // an older peer: nothing was asked
@@ -291,11 +307,11 @@ func (p *tensorPool) recvBatch(ctx context.Context, step int64, keys []string, d
 // *RemoteError is the peer's refusal of the whole request, after which c
 // is still usable.
 func (p *tensorPool) exchangeBatch(ctx context.Context, c *tensorClientConn, step int64, keys []string, md map[string]string, deliver func(i int, t *tensor.Tensor, err error)) error {
-	timeout, disarm, err := c.arm(ctx)
+	timeout, err := c.arm(ctx)
 	if err != nil {
 		return err
 	}
-	defer disarm()
+	defer c.disarm()
 	var start int
 	c.buf, start = beginRequest(c.buf[:0], methodRecvTensors, step, timeout, "", md)
 	c.buf = endRequest(appendKeys(c.buf, keys), start)
@@ -309,11 +325,10 @@ func (p *tensorPool) exchangeBatch(ctx context.Context, c *tensorClientConn, ste
 		if err != nil {
 			return err
 		}
-		var h [2]byte
-		if _, err := io.ReadFull(c.r, h[:]); err != nil {
+		if _, err := io.ReadFull(c.r, c.scratch[:2]); err != nil {
 			return err
 		}
-		i := int(binary.LittleEndian.Uint16(h[:]))
+		i := int(binary.LittleEndian.Uint16(c.scratch[:2]))
 		if i >= len(keys) || answered[i] || kind != respBatchTensor && kind != respBatchError {
 			return fmt.Errorf("%w: batch answer of kind %d for key %d of %d", tensor.ErrCorrupt, kind, i, len(keys))
 		}

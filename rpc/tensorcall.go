@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"path"
 	"slices"
 	"time"
@@ -32,10 +31,6 @@ import (
 // channel, leaving room in a request (maxRequestSize) for its metadata.
 const maxCallBody = maxRequestSize - 64<<10
 
-// maxReusedHeader is the largest response buffer a server connection keeps
-// for the next response.
-const maxReusedHeader = 1 << 20
-
 // methodNames are the short names of the channel's methods, as errors and
 // metrics name them.
 var methodNames = [numMethods]string{methodRecvTensor: "RecvTensor", methodRunGraph: "RunGraph", methodCleanupStep: "CleanupStep", methodRecvTensors: "RecvTensor"}
@@ -44,12 +39,13 @@ var methodNames = [numMethods]string{methodRecvTensor: "RecvTensor", methodRunGr
 // larger than Options.MaxMessageBytes.
 var errResponseTooLarge = errors.New("response larger than Options.MaxMessageBytes")
 
-// serveCall answers a call; an error means the connection is broken.
-func (s *Server) serveCall(ctx, connCtx context.Context, c net.Conn, w worker.Service, req *tensorRequest, hdr []byte) ([]byte, error) {
+// serveCall answers rs's call; an error means the connection is broken.
+func (s *Server) serveCall(ctx context.Context, rs *responder, w worker.Service) error {
+	req := &rs.req
 	full := methodStreams[req.method].method
 	ctx, err := s.opts.admit(ctx, full)
 	if err != nil {
-		return writeError(connCtx, c, hdr, err)
+		return rs.writeError(err)
 	}
 	var resp proto.Message
 	kind := byte(respCall)
@@ -71,20 +67,19 @@ func (s *Server) serveCall(ctx, connCtx context.Context, c net.Conn, w worker.Se
 		err = fmt.Errorf("rpc: tensor channel method %d", req.method)
 	}
 	if err != nil {
-		return writeError(connCtx, c, hdr, err)
+		return rs.writeError(err)
 	}
-	hdr = append(hdr, kind)
+	hdr := append(rs.hdr, kind)
 	at := len(hdr)
 	hdr = binary.LittleEndian.AppendUint64(hdr, 0) // length, below
-	if hdr, err = (proto.MarshalOptions{}).MarshalAppend(hdr, resp); err != nil {
-		return writeError(connCtx, c, hdr[:0], fmt.Errorf("rpc: %s response: %w", methodNames[req.method], err))
+	hdr, err = (proto.MarshalOptions{}).MarshalAppend(hdr, resp)
+	rs.hdr = hdr
+	if err != nil {
+		return rs.writeError(fmt.Errorf("rpc: %s response: %w", methodNames[req.method], err))
 	}
 	binary.LittleEndian.PutUint64(hdr[at:], uint64(len(hdr)-at-8))
-	err = writeAll(connCtx, c, net.Buffers{hdr})
-	if cap(hdr) > maxReusedHeader {
-		hdr = nil // a large fetch: not kept for the connection's next answers
-	}
-	return hdr, err
+	rs.bufs = append(rs.bufs, hdr)
+	return rs.write(rs.connCtx)
 }
 
 // call makes a call of method (methodRunGraph, methodCleanupStep) for step
@@ -123,8 +118,8 @@ func (p *tensorPool) call(ctx context.Context, method int, step int64, req, resp
 	}
 	start := time.Now()
 	received, err := p.exchangeCall(ctx, c, method, step, md, req, resp)
-	var re *RemoteError
-	if err == nil || errors.As(err, &re) { // a whole answer: c can serve again
+	re, remote := asRemote(err)
+	if err == nil || remote { // a whole answer: c can serve again
 		p.countCall(method, time.Since(start), size, received)
 		p.put(c)
 		if err != nil {
@@ -142,11 +137,11 @@ func (p *tensorPool) call(ctx context.Context, method int, step int64, req, resp
 // returns the size of the answer. A *RemoteError is the peer's answer,
 // after which c is still usable.
 func (p *tensorPool) exchangeCall(ctx context.Context, c *tensorClientConn, method int, step int64, md map[string]string, req, resp proto.Message) (int, error) {
-	timeout, disarm, err := c.arm(ctx)
+	timeout, err := c.arm(ctx)
 	if err != nil {
 		return 0, err
 	}
-	defer disarm()
+	defer c.disarm()
 	var start int
 	c.buf, start = beginRequest(c.buf[:0], method, step, timeout, "", md)
 	// proto.Size in call left the request's size in its cache.
@@ -172,17 +167,25 @@ func (p *tensorPool) exchangeCall(ctx context.Context, c *tensorClientConn, meth
 	default:
 		return 0, fmt.Errorf("%w: unknown response kind %d", tensor.ErrCorrupt, kind)
 	}
-	var h [8]byte
-	if _, err := io.ReadFull(c.r, h[:]); err != nil {
+	if _, err := io.ReadFull(c.r, c.scratch[:8]); err != nil {
 		return 0, err
 	}
-	n := binary.LittleEndian.Uint64(h[:])
+	n := binary.LittleEndian.Uint64(c.scratch[:8])
 	if limit := uint64(p.opts.maxMessageBytes()); n > limit {
 		return 0, fmt.Errorf("%w: %d bytes, limit %d", errResponseTooLarge, n, limit)
 	}
-	b := make([]byte, n)
+	// The request's buffer, sent, takes the answer when it fits:
+	// proto.Unmarshal copies what it keeps.
+	b := c.buf[:0]
+	if uint64(cap(b)) < n {
+		b = make([]byte, n)
+	}
+	b = b[:n]
 	if _, err := io.ReadFull(c.r, b); err != nil {
 		return 0, err
+	}
+	if cap(b) <= maxReusedHeader {
+		c.buf = b[:0]
 	}
 	if err := proto.Unmarshal(b, resp); err != nil {
 		return 0, fmt.Errorf("%w: %s response: %v", tensor.ErrCorrupt, methodNames[method], err)
@@ -190,24 +193,48 @@ func (p *tensorPool) exchangeCall(ctx context.Context, c *tensorClientConn, meth
 	return int(n), nil
 }
 
-// arm makes a read or write on c fail once ctx ends (call the returned
-// disarm when the exchange is over), and returns the time ctx has left, 0
-// for no deadline. ctx's own timer ends it at its deadline, so the socket
-// needs no deadline of its own: setting one at every exchange cost about
-// 5% of a small remote step's CPU. A connection whose ctx ended during
-// the exchange keeps a deadline in the past and is not reused.
-func (c *tensorClientConn) arm(ctx context.Context) (timeout time.Duration, disarm func(), err error) {
+// arm makes a read or write on c fail once ctx ends (call disarm when the
+// exchange is over), and returns the time ctx has left, 0 for no
+// deadline. ctx's own timer ends it at its deadline, so the socket needs
+// no deadline of its own: setting one at every exchange cost about 5% of
+// a small remote step's CPU. A connection whose ctx ended during the
+// exchange keeps a deadline in the past and is not reused.
+func (c *tensorClientConn) arm(ctx context.Context) (timeout time.Duration, err error) {
 	if d, ok := ctx.Deadline(); ok {
 		if timeout = time.Until(d); timeout <= 0 {
-			return 0, nil, ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
-	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
-	return timeout, func() {
-		if !stop() {
-			c.expired = true // the deadline in the past is set, or about to be
-		}
-	}, nil
+	if ctx.Done() == nil {
+		return timeout, nil // never ends: nothing to watch
+	}
+	if c.expire == nil {
+		c.expire = c.setExpired // one method value for all its exchanges
+	}
+	c.stop = context.AfterFunc(ctx, c.expire)
+	return timeout, nil
+}
+
+// disarm undoes arm.
+func (c *tensorClientConn) disarm() {
+	if c.stop != nil && !c.stop() {
+		c.expired = true // the deadline in the past is set, or about to be
+	}
+	c.stop = nil
+}
+
+func (c *tensorClientConn) setExpired() { c.conn.SetDeadline(time.Unix(1, 0)) }
+
+// asRemote returns the *RemoteError err is or wraps, if any. Its variable
+// escapes (errors.As), so that a caller's own would cost an allocation at
+// every call, failed or not.
+func asRemote(err error) (*RemoteError, bool) {
+	if err == nil {
+		return nil, false
+	}
+	var re *RemoteError
+	ok := errors.As(err, &re)
+	return re, ok
 }
 
 // countCall records a call made on the channel as its gRPC counterpart

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/distflow/distflow/metrics"
+	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/rpc/rpcpb"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
@@ -204,25 +206,50 @@ func readRequest(r *bufio.Reader) (*tensorRequest, error) { return readRequestV(
 // readRequestV reads a request; v11 says the connection speaks version
 // 1.1 (a method byte, and a call's body after the metadata).
 func readRequestV(r *bufio.Reader, v11 bool) (*tensorRequest, error) {
-	var n [4]byte
-	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return nil, err
-	}
-	size := binary.LittleEndian.Uint32(n[:])
-	if size > maxRequestSize {
-		return nil, fmt.Errorf("%w: tensor channel request of %d bytes", tensor.ErrCorrupt, size)
-	}
-	// Read what arrives, not what the header announces: a peer cannot make
-	// the task allocate more than it sends.
-	b, err := io.ReadAll(io.LimitReader(r, int64(size)))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) < int(size) {
-		return nil, io.ErrUnexpectedEOF
-	}
-	f := &frame{b: b}
 	req := &tensorRequest{}
+	if _, err := readRequestInto(r, v11, req, nil); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// readRequestInto is readRequestV into req, reading the request's bytes
+// into buf when they fit (a server connection's buffer, reused from one
+// request to the next); it returns the buffer used, which req.body is in.
+func readRequestInto(r *bufio.Reader, v11 bool, req *tensorRequest, buf []byte) ([]byte, error) {
+	*req = tensorRequest{}
+	n, err := r.Peek(4) // not io.ReadFull: its buffer would escape
+	if err != nil {
+		if err == io.EOF && len(n) > 0 {
+			err = io.ErrUnexpectedEOF // as io.ReadFull says
+		}
+		return buf, err
+	}
+	size := binary.LittleEndian.Uint32(n)
+	r.Discard(4)
+	if size > maxRequestSize {
+		return buf, fmt.Errorf("%w: tensor channel request of %d bytes", tensor.ErrCorrupt, size)
+	}
+	var b []byte
+	if int(size) <= cap(buf) {
+		b = buf[:size]
+		if _, err := io.ReadFull(r, b); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return buf, err
+		}
+	} else {
+		// Read what arrives, not what the header announces: a peer cannot
+		// make the task allocate more than it sends.
+		if b, err = io.ReadAll(io.LimitReader(r, int64(size))); err != nil {
+			return buf, err
+		}
+		if len(b) < int(size) {
+			return buf, io.ErrUnexpectedEOF
+		}
+	}
+	f := frame{b: b}
 	if v11 {
 		req.method = f.u8() // one this server does not know is refused by serveRequest
 	}
@@ -230,9 +257,11 @@ func readRequestV(r *bufio.Reader, v11 bool) (*tensorRequest, error) {
 	req.key = f.str(f.u16())
 	pairs := f.u16()
 	if pairs*6 > len(f.b) { // a pair takes at least its two lengths
-		return nil, errShortFrame
+		return b, errShortFrame
 	}
-	req.md = make(metadata.MD, pairs)
+	if pairs > 0 { // none: nil, which reads as empty metadata all the same
+		req.md = make(metadata.MD, pairs)
+	}
 	for range pairs {
 		k := f.str(f.u16())
 		req.md.Append(k, f.str(f.u32()))
@@ -240,7 +269,7 @@ func readRequestV(r *bufio.Reader, v11 bool) (*tensorRequest, error) {
 	if req.method != methodRecvTensor {
 		req.body = f.b
 	}
-	return req, f.err
+	return b, f.err
 }
 
 // ---- server ----
@@ -313,6 +342,7 @@ func (s *Server) serveTensors(c net.Conn, v11 bool) {
 		p.AuthInfo = credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
 	}
 	base := s.meterConn(peer.NewContext(ctx, p), c.RemoteAddr())
+	methodCtx := methodContexts(base)
 	r := bufio.NewReaderSize(c, 4<<10)
 	turn := make(chan struct{}, 1) // holds the turn to read while nobody reads
 	turn <- struct{}{}
@@ -321,15 +351,15 @@ func (s *Server) serveTensors(c net.Conn, v11 bool) {
 			cancel()
 			c.Close()
 		}()
-		var hdr []byte
+		rs := newResponder(s, c, base, methodCtx)
 		for {
 			select {
 			case <-turn:
 			case <-ctx.Done():
 				return
 			}
-			req, err := readRequestV(r, v11)
-			if err != nil {
+			var err error
+			if rs.in, err = readRequestInto(r, v11, &rs.req, rs.in); err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
 					s.opts.logger().Debug("rpc: tensor channel: bad request", "remote", c.RemoteAddr().String(), "err", err)
 				}
@@ -339,7 +369,8 @@ func (s *Server) serveTensors(c net.Conn, v11 bool) {
 			sc.serving++
 			s.mu.Unlock()
 			turn <- struct{}{}
-			hdr, err = s.serveRequest(base, c, w, req, hdr[:0])
+			err = s.serveRequest(rs, w)
+			rs.done()
 			s.mu.Lock()
 			sc.serving--
 			draining := sc.draining
@@ -358,42 +389,111 @@ func (s *Server) serveTensors(c net.Conn, v11 bool) {
 	<-other
 }
 
-// serveRequest answers one request; an error means the connection is
+// responder is one of the two goroutines that serve a tensor-channel
+// connection (see serveTensors), with what it reuses from one request to
+// the next so that serving a step allocates next to nothing: the request
+// and its buffer, the response's header and the buffers of its writev.
+// Only its goroutine uses it.
+type responder struct {
+	s         *Server
+	c         net.Conn
+	connCtx   context.Context // the connection's: it ends when the connection does
+	connDone  <-chan struct{} // connCtx.Done()
+	methodCtx *[numMethods]context.Context
+	reqCtx    context.Context // the request's, while one is served (see write)
+
+	in   []byte // the request's bytes
+	req  tensorRequest
+	hdr  []byte      // the response's header
+	bufs net.Buffers // what write sends
+	out  net.Buffers // bufs, as WriteTo consumes them
+
+	// A batch being lent: see serveLent.
+	keys     []string
+	lendCtx  context.Context
+	answered []bool
+	parts    []lentPart
+	werr     error
+	got      func([]rendezvous.Lent) // rs.sendLent, made once
+}
+
+// newResponder returns a responder on c, whose context is connCtx.
+func newResponder(s *Server, c net.Conn, connCtx context.Context, methodCtx *[numMethods]context.Context) *responder {
+	return &responder{s: s, c: c, connCtx: connCtx, connDone: connCtx.Done(), methodCtx: methodCtx}
+}
+
+// methodContexts returns, for each method, the context of its requests
+// without metadata (no PerRPCCredentials) on a connection whose context
+// is connCtx: made once per connection rather than at every request.
+func methodContexts(connCtx context.Context) *[numMethods]context.Context {
+	var ctxs [numMethods]context.Context
+	noMD := metadata.NewIncomingContext(connCtx, nil)
+	for m := range ctxs {
+		ctxs[m] = grpc.NewContextWithServerTransportStream(noMD, methodStreams[m]) // grpc.Method(ctx), as for a gRPC call
+	}
+	return &ctxs
+}
+
+// Buffers larger than these are not kept for a connection's next request.
+const (
+	maxReusedRequest = 64 << 10
+	maxReusedHeader  = 1 << 20 // a large fetch
+)
+
+// done forgets the request served, and buffers too large to keep.
+func (rs *responder) done() {
+	rs.req, rs.reqCtx = tensorRequest{}, nil
+	if cap(rs.in) > maxReusedRequest {
+		rs.in = nil
+	}
+	if cap(rs.hdr) > maxReusedHeader {
+		rs.hdr = nil
+	}
+}
+
+// serveRequest answers rs's request; an error means the connection is
 // broken.
-func (s *Server) serveRequest(connCtx context.Context, c net.Conn, w worker.Service, req *tensorRequest, hdr []byte) ([]byte, error) {
+func (s *Server) serveRequest(rs *responder, w worker.Service) error {
+	req := &rs.req
+	rs.hdr = rs.hdr[:0]
 	if req.method >= numMethods {
 		// A newer client's: refused, so that it can do without.
-		return writeError(connCtx, c, hdr, status.Errorf(codes.Unimplemented, "rpc: tensor channel method %d", req.method))
+		return rs.writeError(status.Errorf(codes.Unimplemented, "rpc: tensor channel method %d", req.method))
 	}
-	ctx := metadata.NewIncomingContext(connCtx, req.md)
-	ctx = grpc.NewContextWithServerTransportStream(ctx, methodStreams[req.method]) // grpc.Method(ctx), as for a gRPC call
+	ctx := rs.methodCtx[req.method]
+	if len(req.md) > 0 {
+		ctx = metadata.NewIncomingContext(rs.connCtx, req.md)
+		ctx = grpc.NewContextWithServerTransportStream(ctx, methodStreams[req.method]) // grpc.Method(ctx), as for a gRPC call
+	}
 	if req.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.timeout)
 		defer cancel()
 	}
+	rs.reqCtx = ctx
 	switch req.method {
 	case methodRecvTensors:
-		return s.serveBatch(ctx, c, w, req, hdr)
+		return s.serveBatch(ctx, rs, w)
 	case methodRunGraph, methodCleanupStep:
-		return s.serveCall(ctx, connCtx, c, w, req, hdr)
+		return s.serveCall(ctx, rs, w)
 	}
 	t, release, err := s.recvAuthenticated(ctx, w, req)
 	if err != nil {
-		return writeError(connCtx, c, hdr, err)
+		return rs.writeError(err)
 	}
 	raw := t.RawBytes()
-	hdr = appendTensorHeader(append(hdr, respTensor), t)
-	bufs := net.Buffers{hdr, raw}
+	rs.hdr = appendTensorHeader(append(rs.hdr, respTensor), t)
 	if s.tlsc != nil && len(raw) <= tlsCoalesceBytes {
 		// Over TLS each Write is a record and a system call of its own: a
 		// small tensor goes out with its header, in one (hdr is reused).
-		hdr = append(hdr, raw...)
-		bufs = net.Buffers{hdr}
+		rs.hdr = append(rs.hdr, raw...)
+		rs.bufs = append(rs.bufs, rs.hdr)
+	} else {
+		rs.bufs = append(rs.bufs, rs.hdr, raw)
 	}
-	err = writeAll(ctx, c, bufs)
+	err = rs.write(ctx)
 	release() // written or failed: the socket has what it took of raw
-	return hdr, err
+	return err
 }
 
 // appendTensorHeader appends what precedes a tensor's bytes in a
@@ -438,14 +538,15 @@ func (s *Server) lend(ctx context.Context, w worker.Service, step int64, key str
 	return t, release, nil
 }
 
-// writeError answers a request with err's status (hdr is reused).
-func writeError(connCtx context.Context, c net.Conn, hdr []byte, err error) ([]byte, error) {
-	hdr = appendError(append(hdr, respError), err)
+// writeError answers a request with err's status.
+func (rs *responder) writeError(err error) error {
+	rs.hdr = appendError(append(rs.hdr[:0], respError), err)
 	// The request's deadline may be what failed it: the answer gets
 	// time of its own.
-	ctx, cancel := context.WithTimeout(connCtx, sniffTimeout)
+	ctx, cancel := context.WithTimeout(rs.connCtx, sniffTimeout)
 	defer cancel()
-	return hdr, writeAll(ctx, c, net.Buffers{hdr})
+	rs.bufs = append(rs.bufs, rs.hdr)
+	return rs.write(ctx)
 }
 
 // appendError appends the body of an error response: err's status.
@@ -463,8 +564,9 @@ func appendError(hdr []byte, err error) []byte {
 // gRPC counterpart for grpc.Method; it carries no headers.
 type methodStream struct{ method string }
 
-// methodStreams are the methodStreams of the channel's methods.
-var methodStreams = [numMethods]methodStream{
+// methodStreams are the methodStreams of the channel's methods (pointers:
+// a grpc.ServerTransportStream of each without an allocation).
+var methodStreams = [numMethods]*methodStream{
 	methodRecvTensor:  {recvTensorMethod},
 	methodRunGraph:    {rpcpb.WorkerService_RunGraph_FullMethodName},
 	methodCleanupStep: {rpcpb.WorkerService_CleanupStep_FullMethodName},
@@ -476,18 +578,27 @@ func (methodStream) SetHeader(metadata.MD) error  { return nil }
 func (methodStream) SendHeader(metadata.MD) error { return nil }
 func (methodStream) SetTrailer(metadata.MD) error { return nil }
 
-// writeAll writes bufs (with writev on TCP), giving up when ctx ends.
-func writeAll(ctx context.Context, c net.Conn, bufs net.Buffers) error {
-	if d, ok := ctx.Deadline(); ok {
-		c.SetWriteDeadline(d)
-	} else {
-		c.SetWriteDeadline(time.Time{})
+// write writes rs.bufs (with writev on TCP), giving up when ctx ends, and
+// empties them.
+func (rs *responder) write(ctx context.Context) error {
+	d, _ := ctx.Deadline() // the zero time: none
+	rs.c.SetWriteDeadline(d)
+	// A request's context (and the connection's) ends at its deadline,
+	// which the socket now has, or when the connection ends, which
+	// serveTensors then closes: only a context that can end otherwise
+	// needs watching, which costs several allocations.
+	if done := ctx.Done(); done != rs.connDone && (rs.reqCtx == nil || done != rs.reqCtx.Done()) {
+		stop := context.AfterFunc(ctx, rs.expire)
+		defer stop()
 	}
-	stop := context.AfterFunc(ctx, func() { c.SetWriteDeadline(time.Unix(1, 0)) })
-	defer stop()
-	_, err := bufs.WriteTo(c)
+	rs.out = rs.bufs
+	_, err := rs.out.WriteTo(rs.c)
+	clear(rs.bufs) // not to keep a tensor's memory
+	rs.bufs, rs.out = rs.bufs[:0], nil
 	return err
 }
+
+func (rs *responder) expire() { rs.c.SetWriteDeadline(time.Unix(1, 0)) }
 
 // ---- client ----
 
@@ -543,6 +654,10 @@ type tensorClientConn struct {
 	// expired says that a request's context ended during its exchange:
 	// the connection has a deadline in the past (see arm).
 	expired bool
+	stop    func() bool // unregisters arm's watch of the exchange's context
+	expire  func()      // c.setExpired, made once
+	probe   idleProbe
+	scratch [8]byte // for fixed-size reads (a local array would escape)
 }
 
 // errFallback tells RecvTensor to use gRPC: the channel could not be
@@ -593,8 +708,7 @@ func (p *tensorPool) recv(ctx context.Context, step int64, key string) (*tensor.
 	}
 	start := time.Now()
 	t, err := p.exchange(ctx, c, step, key, md)
-	var re *RemoteError
-	if err == nil || errors.As(err, &re) { // a whole answer: c can serve again
+	if _, remote := asRemote(err); err == nil || remote { // a whole answer: c can serve again
 		if err == nil {
 			p.countReceived(time.Since(start), len(c.buf), 8*t.Rank()+11, len(t.RawBytes()))
 		}
@@ -628,7 +742,7 @@ func (p *tensorPool) get(ctx context.Context) (*tensorClientConn, error) {
 		// A server closes idle connections when it stops: such a one
 		// would fail the request after sending it, when a new
 		// connection would do (a restarted peer).
-		if idleOpen(c.conn) {
+		if c.probe.open(c.conn) {
 			return c, nil
 		}
 		c.conn.Close()
@@ -737,11 +851,11 @@ func (p *tensorPool) dial(ctx context.Context) (*tensorClientConn, error) {
 // exchange sends one request on c and reads the response; a *RemoteError
 // is the peer's answer, after which c is still usable.
 func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int64, key string, md map[string]string) (*tensor.Tensor, error) {
-	timeout, disarm, err := c.arm(ctx)
+	timeout, err := c.arm(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer disarm()
+	defer c.disarm()
 
 	method := -1
 	if c.v11 {
@@ -764,40 +878,48 @@ func (p *tensorPool) exchange(ctx context.Context, c *tensorClientConn, step int
 // readTensor reads a response's tensor after its kind: dtype, rank,
 // dims, byte length and the bytes.
 func (p *tensorPool) readTensor(c *tensorClientConn) (*tensor.Tensor, error) {
-	var h [2]byte
-	if _, err := io.ReadFull(c.r, h[:]); err != nil {
+	h := c.scratch[:2]
+	if _, err := io.ReadFull(c.r, h); err != nil {
 		return nil, err
 	}
 	dt, rank := tensor.DType(h[0]), int(h[1])
 	if !dt.Valid() {
 		return nil, fmt.Errorf("%w: invalid dtype %d", tensor.ErrCorrupt, h[0])
 	}
-	dims := make([]byte, 8*rank+8)
-	if _, err := io.ReadFull(c.r, dims); err != nil {
-		return nil, err
+	// Dims and shape stay on the stack up to rank 8: tensor.New copies
+	// the shape, and errors format a copy.
+	var dimsBuf [9]uint64
+	var shapeBuf [8]int
+	dims, shape := dimsBuf[:0], shapeBuf[:0]
+	if rank > len(shapeBuf) {
+		dims, shape = make([]uint64, 0, rank+1), make([]int, 0, rank)
 	}
-	shape := make([]int, rank)
+	for range rank + 1 { // and the byte length
+		if _, err := io.ReadFull(c.r, c.scratch[:8]); err != nil {
+			return nil, err
+		}
+		dims = append(dims, binary.LittleEndian.Uint64(c.scratch[:8]))
+	}
 	size := uint64(dt.Size())
-	for i := range shape {
-		d := binary.LittleEndian.Uint64(dims[8*i:])
+	for _, d := range dims[:rank] {
 		// A dimension beyond the largest tensor is corrupt even when
 		// another one is 0 (it would not fit an int either).
 		if d > maxTensorSize || d > 0 && size > maxTensorSize/d {
 			return nil, fmt.Errorf("%w: bad dimensions in a tensor of %v", tensor.ErrCorrupt, dt)
 		}
 		size *= d
-		shape[i] = int(d)
+		shape = append(shape, int(d))
 	}
 	if err := p.opts.tensorTooLarge(size); err != nil {
-		return nil, fmt.Errorf("%v%v: %w", dt, shape, err)
+		return nil, fmt.Errorf("%v%v: %w", dt, slices.Clone(shape), err)
 	}
-	if n := binary.LittleEndian.Uint64(dims[8*rank:]); n != size {
-		return nil, fmt.Errorf("%w: %d bytes announced for %v%v, want %d", tensor.ErrCorrupt, n, dt, shape, size)
+	if n := dims[rank]; n != size {
+		return nil, fmt.Errorf("%w: %d bytes announced for %v%v, want %d", tensor.ErrCorrupt, n, dt, slices.Clone(shape), size)
 	}
 	t := tensor.New(dt, shape...)
 	raw := t.RawBytes()
 	if n, err := io.ReadFull(c.r, raw); err != nil {
-		return nil, fmt.Errorf("got %d of the %d bytes of %v%v: %w", n, len(raw), dt, shape, err)
+		return nil, fmt.Errorf("got %d of the %d bytes of %v%v: %w", n, len(raw), dt, t.Shape(), err)
 	}
 	if dt == tensor.Bool { // keep bools 0 or 1 whatever the peer sent
 		for i := range raw {
