@@ -189,7 +189,9 @@ func TestChaosShort(t *testing.T) {
 	bin := distflowBinary(t)
 	dir := t.TempDir()
 	cfg := Config{Binary: bin, Strategy: MustStrategy("async"), Dir: dir, Deadline: 60 * time.Second,
-		Args: []string{"--steps", "1200", "--step-timeout", "10s"},
+		// Steps enough to outlast the last fault with room to spare: 1200
+		// steps once ended at 3.1 s, before the kill at 3.2 s.
+		Args: []string{"--steps", "4000", "--step-timeout", "10s"},
 		Plan: []Fault{
 			{At: 1200 * time.Millisecond, Kind: Kill, Target: Task{"worker", 1}},
 			{At: 1700 * time.Millisecond, Kind: Stop, Target: Task{"ps", 0}, Pause: time.Second},
