@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
@@ -13,6 +14,38 @@ type NamedStep interface {
 	GetFeeds() []*pb.NamedTensor
 	GetFetches() []string
 	GetTargets() []string
+}
+
+// Resolve looks req's names up in g: the tensors fed and fetched and the
+// nodes run. The error names the first name not in g, or a tensor fed
+// twice.
+func (g *Graph) Resolve(req NamedStep) (Signature, error) {
+	var sig Signature
+	for _, f := range req.GetFeeds() {
+		o, err := g.Output(f.GetName())
+		if err != nil {
+			return Signature{}, fmt.Errorf("feed %q: %w", f.GetName(), err)
+		}
+		if slices.Contains(sig.Feeds, o) {
+			return Signature{}, fmt.Errorf("feed %q: tensor %s is fed twice", f.GetName(), o)
+		}
+		sig.Feeds = append(sig.Feeds, o)
+	}
+	for _, name := range req.GetFetches() {
+		o, err := g.Output(name)
+		if err != nil {
+			return Signature{}, fmt.Errorf("fetch %q: %w", name, err)
+		}
+		sig.Fetches = append(sig.Fetches, o)
+	}
+	for _, name := range req.GetTargets() {
+		n := g.Node(name)
+		if n == nil {
+			return Signature{}, fmt.Errorf("target %q: no node of that name in the graph (%w)", name, ErrNotFound)
+		}
+		sig.Targets = append(sig.Targets, n)
+	}
+	return sig, nil
 }
 
 // NameCache remembers what was resolved from the names of the last few

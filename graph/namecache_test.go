@@ -1,6 +1,7 @@
 package graph_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/distflow/distflow/graph"
@@ -84,5 +85,38 @@ func TestTensorFromProtoAllocations(t *testing.T) {
 		}
 	}); n > want {
 		t.Errorf("TensorFromProto allocated %.0f times, tensor.New %.0f", n, want)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	g := pruneGraph(t)
+	feed := func(names ...string) []*pb.NamedTensor {
+		var out []*pb.NamedTensor
+		for _, n := range names {
+			out = append(out, &pb.NamedTensor{Name: n})
+		}
+		return out
+	}
+	sig, err := g.Resolve(&pb.RunStepRequest{Feeds: feed("x:0", "c:0"), Fetches: []string{"y:0"}, Targets: []string{"assign"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := graph.Signature{Feeds: []graph.Output{outputOf(t, g, "x"), outputOf(t, g, "c")}, Fetches: []graph.Output{outputOf(t, g, "y")},
+		Targets: []*graph.Node{outputOf(t, g, "assign").Node}}
+	if sig.Key() != want.Key() || sig.Feeds[0] != want.Feeds[0] {
+		t.Errorf("Resolve = %v, want %v in the request's order", sig, want)
+	}
+	for _, tc := range []struct {
+		req  *pb.RunStepRequest
+		want string
+	}{
+		{&pb.RunStepRequest{Feeds: feed("ghost:0")}, `feed "ghost:0"`},
+		{&pb.RunStepRequest{Feeds: feed("x:0", "x:0")}, "fed twice"},
+		{&pb.RunStepRequest{Fetches: []string{"y:7"}}, `fetch "y:7"`},
+		{&pb.RunStepRequest{Targets: []string{"ghost"}}, `target "ghost"`},
+	} {
+		if _, err := g.Resolve(tc.req); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Resolve(%v) = %v, want an error naming %s", tc.req, err, tc.want)
+		}
 	}
 }

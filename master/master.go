@@ -282,40 +282,18 @@ func (m *Master) ExtendSession(ctx context.Context, req *pb.ExtendSessionRequest
 func (s *session) resolve(req *pb.RunStepRequest) (graph.Signature, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var sig graph.Signature
 	if s.closed {
-		return sig, fmt.Errorf("session %q: %w", s.handle, ErrNoSession)
+		return graph.Signature{}, fmt.Errorf("session %q: %w", s.handle, ErrNoSession)
 	}
 	// Names once resolved stay valid: Import only adds nodes.
 	if sig, ok := s.names.Get(req); ok {
 		return sig, nil
 	}
-	for _, f := range req.GetFeeds() {
-		o, err := s.g.Output(f.GetName())
-		if err != nil {
-			return sig, fmt.Errorf("feed %q: %w", f.GetName(), err)
-		}
-		if slices.Contains(sig.Feeds, o) {
-			return sig, fmt.Errorf("feed %q: tensor %s is fed twice", f.GetName(), o)
-		}
-		sig.Feeds = append(sig.Feeds, o)
+	sig, err := s.g.Resolve(req)
+	if err == nil {
+		s.names.Put(req, sig)
 	}
-	for _, name := range req.GetFetches() {
-		o, err := s.g.Output(name)
-		if err != nil {
-			return sig, fmt.Errorf("fetch %q: %w", name, err)
-		}
-		sig.Fetches = append(sig.Fetches, o)
-	}
-	for _, name := range req.GetTargets() {
-		n := s.g.Node(name)
-		if n == nil {
-			return sig, fmt.Errorf("target %q: no node of that name in the graph (%w)", name, graph.ErrNotFound)
-		}
-		sig.Targets = append(sig.Targets, n)
-	}
-	s.names.Put(req, sig)
-	return sig, nil
+	return sig, err
 }
 
 // RunStep runs one step: it feeds, fetches and runs targets by name,

@@ -536,28 +536,11 @@ func byName(a, b graph.Output) int { return strings.Compare(a.Name(), b.Name()) 
 // resolve looks up req's names in r's graph.
 func (r *registered) resolve(req *pb.RunGraphRequest) (*resolved, error) {
 	res := &resolved{}
+	var err error
+	if res.sig, err = r.g.Resolve(req); err != nil {
+		return nil, fmt.Errorf("graph %s: %w", r.handle, err)
+	}
 	sig := &res.sig
-	for _, f := range req.GetFeeds() {
-		o, err := r.g.Output(f.GetName())
-		if err != nil {
-			return nil, fmt.Errorf("feed %q: %w", f.GetName(), err)
-		}
-		sig.Feeds = append(sig.Feeds, o)
-	}
-	for _, name := range req.GetFetches() {
-		o, err := r.g.Output(name)
-		if err != nil {
-			return nil, fmt.Errorf("fetch %q: %w", name, err)
-		}
-		sig.Fetches = append(sig.Fetches, o)
-	}
-	for _, name := range req.GetTargets() {
-		n := r.g.Node(name)
-		if n == nil {
-			return nil, fmt.Errorf("target %q: no node of that name in graph %s (%w)", name, r.handle, graph.ErrNotFound)
-		}
-		sig.Targets = append(sig.Targets, n)
-	}
 	if !slices.IsSortedFunc(sig.Feeds, byName) { // the master sorts them
 		sorted := make([]int, len(sig.Feeds)) // request indexes, in name order
 		for i := range sorted {
