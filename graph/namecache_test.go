@@ -86,6 +86,22 @@ func TestTensorFromProtoAllocations(t *testing.T) {
 	}); n > want {
 		t.Errorf("TensorFromProto allocated %.0f times, tensor.New %.0f", n, want)
 	}
+	// A view makes the tensor without its data.
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := graph.TensorViewFromProto(tp); err != nil {
+			t.Fatal(err)
+		}
+	}); n >= want {
+		t.Errorf("TensorViewFromProto allocated %.0f times, tensor.New %.0f", n, want)
+	}
+	v, err := graph.TensorViewFromProto(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp.Content[0] ^= 0xff
+	if got, _ := graph.TensorFromProto(tp); !tensor.Equal(v, got) {
+		t.Errorf("the view %v does not show its proto's content %v", v, got)
+	}
 }
 
 func TestResolve(t *testing.T) {

@@ -207,6 +207,17 @@ func TensorToProto(t *tensor.Tensor) *pb.TensorProto {
 
 // TensorFromProto converts back, validating dtype and size.
 func TensorFromProto(tp *pb.TensorProto) (*tensor.Tensor, error) {
+	return tensorFromProto(tp, false)
+}
+
+// TensorViewFromProto is TensorFromProto with the tensor's data aliasing
+// tp's content when it can (tensor.ViewRawBytes): tp's content must not
+// change while the tensor is in use.
+func TensorViewFromProto(tp *pb.TensorProto) (*tensor.Tensor, error) {
+	return tensorFromProto(tp, true)
+}
+
+func tensorFromProto(tp *pb.TensorProto, view bool) (*tensor.Tensor, error) {
 	var buf [8]int // the common case allocates nothing
 	shape := buf[:0]
 	for i, d := range tp.GetDims() {
@@ -214,6 +225,9 @@ func TensorFromProto(tp *pb.TensorProto) (*tensor.Tensor, error) {
 			return nil, fmt.Errorf("graph: tensor dimension %d is %d", i, d)
 		}
 		shape = append(shape, int(d))
+	}
+	if view {
+		return tensor.ViewRawBytes(tensor.DType(tp.GetDtype()), shape, tp.GetContent())
 	}
 	return tensor.FromRawBytes(tensor.DType(tp.GetDtype()), shape, tp.GetContent())
 }

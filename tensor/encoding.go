@@ -105,25 +105,70 @@ func (t *Tensor) RawBytes() []byte {
 // FromRawBytes builds a tensor of type dt and shape from little-endian element
 // bytes, copying them. len(raw) must be exactly the size of the tensor.
 func FromRawBytes(dt DType, shape []int, raw []byte) (*Tensor, error) {
+	if err := checkRawBytes(dt, shape, raw); err != nil {
+		return nil, err
+	}
+	return fromRawBytes(dt, shape, raw), nil
+}
+
+// ViewRawBytes is FromRawBytes without the copy when it can: the tensor's
+// data is raw itself when raw is aligned for dt, and a copy otherwise (and
+// always for Bool, whose bytes may hold values other than 0 and 1). The
+// tensor may alias raw: raw must not change while the tensor is in use.
+func ViewRawBytes(dt DType, shape []int, raw []byte) (*Tensor, error) {
+	if err := checkRawBytes(dt, shape, raw); err != nil {
+		return nil, err
+	}
+	if len(raw) == 0 || dt == Bool || uintptr(unsafe.Pointer(&raw[0]))%uintptr(dt.Size()) != 0 {
+		return fromRawBytes(dt, shape, raw), nil
+	}
+	p, n := unsafe.Pointer(&raw[0]), len(raw)/dt.Size()
+	var data any
+	switch dt {
+	case Float32:
+		data = unsafe.Slice((*float32)(p), n)
+	case Float64:
+		data = unsafe.Slice((*float64)(p), n)
+	case Int32:
+		data = unsafe.Slice((*int32)(p), n)
+	case Int64:
+		data = unsafe.Slice((*int64)(p), n)
+	case Uint8:
+		data = unsafe.Slice((*uint8)(p), n)
+	case Float16, BFloat16:
+		data = unsafe.Slice((*uint16)(p), n)
+	default:
+		return fromRawBytes(dt, shape, raw), nil
+	}
+	return newTensor(dt, shape, data), nil
+}
+
+// checkRawBytes checks that raw holds exactly a tensor of dt and shape.
+func checkRawBytes(dt DType, shape []int, raw []byte) error {
 	if !dt.Valid() {
-		return nil, fmt.Errorf("%w: invalid dtype %v", ErrCorrupt, dt)
+		return fmt.Errorf("%w: invalid dtype %v", ErrCorrupt, dt)
 	}
 	n, err := CheckNumElements(shape)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	want := n * dt.Size()
 	if n > maxInt/dt.Size() || len(raw) != want {
-		return nil, fmt.Errorf("%w: %v%v needs %d bytes, got %d", ErrCorrupt, dt, slices.Clone(shape), want, len(raw)) // a clone: shape stays the caller's, on its stack
+		return fmt.Errorf("%w: %v%v needs %d bytes, got %d", ErrCorrupt, dt, slices.Clone(shape), want, len(raw)) // a clone: shape stays the caller's, on its stack
 	}
+	return nil
+}
+
+// fromRawBytes is FromRawBytes once raw is checked.
+func fromRawBytes(dt DType, shape []int, raw []byte) *Tensor {
 	t := New(dt, shape...)
 	if dt == Bool {
 		// Copying bytes into a []bool could create bools other than 0/1.
 		for i, c := range raw {
 			t.Bools()[i] = c != 0
 		}
-		return t, nil
+		return t
 	}
 	copy(t.RawBytes(), raw)
-	return t, nil
+	return t
 }

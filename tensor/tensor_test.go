@@ -224,3 +224,44 @@ func TestNewAllocations(t *testing.T) {
 		t.Errorf("shapes %v and %v, want [1 2 1 2 1] and [2 2]", big.Shape(), r.Shape())
 	}
 }
+
+func TestViewRawBytes(t *testing.T) {
+	src := MustFromSlice([]float32{1, 2, 3, 4}, 2, 2)
+	raw := src.RawBytes() // aligned: the tensor's own memory
+	v, err := ViewRawBytes(Float32, []int{2, 2}, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Equal(v, src) {
+		t.Fatalf("view %v, want %v", v, src)
+	}
+	src.Float32s()[3] = 9
+	if got := v.Float32s()[3]; got != 9 {
+		t.Errorf("an aligned view did not alias its bytes: element 3 is %v after the source became 9", got)
+	}
+	// Misaligned bytes, and bools, are copied.
+	buf := make([]byte, 17)
+	copy(buf[1:], MustFromSlice([]float32{5, 6, 7, 8}, 4).RawBytes())
+	m, err := ViewRawBytes(Float32, []int{4}, buf[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf[1] ^= 0xff
+	if !Equal(m, MustFromSlice([]float32{5, 6, 7, 8}, 4)) {
+		t.Errorf("a misaligned view changed with its bytes: %v", m)
+	}
+	b, err := ViewRawBytes(Bool, []int{3}, []byte{0, 2, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b.Bools(), []bool{false, true, true}) {
+		t.Errorf("bools %v, want [false true true]", b.Bools())
+	}
+	// The checks are FromRawBytes's.
+	if _, err := ViewRawBytes(Float32, []int{3}, raw); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("16 bytes as 3 float32s: %v, want ErrCorrupt", err)
+	}
+	if e, err := ViewRawBytes(Int64, []int{0, 5}, nil); err != nil || e.NumElements() != 0 {
+		t.Errorf("empty: %v, %v", e, err)
+	}
+}

@@ -472,7 +472,11 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 		if res.order != nil {
 			j = res.order[i]
 		}
-		if vals[j], err = graph.TensorFromProto(f.GetTensor()); err != nil {
+		// A view, not a copy: the request's bytes are this step's own (a
+		// copy off the wire) or, in process, the client's fed tensor, which
+		// the step treats as a local session treats its feeds (the executor
+		// never writes into a fed tensor's buffer).
+		if vals[j], err = graph.TensorViewFromProto(f.GetTensor()); err != nil {
 			return fail(fmt.Errorf("feed %q: %w", f.GetName(), err))
 		}
 	}
