@@ -134,7 +134,7 @@ func waitForReplicas(ctx context.Context, sess *session.Session, r *replica, don
 	for i, v := range done {
 		flags[i] = v.Value()
 	}
-	gone := map[int]bool{}
+	gone := map[int]bool{} // or finished since the flags were read
 	lastLog := time.Time{}
 	for d := 20 * time.Millisecond; ; d = backoff(d) {
 		out, err := sess.Run(ctx, nil, flags, nil)
@@ -148,8 +148,12 @@ func waitForReplicas(ctx context.Context, sess *session.Session, r *replica, don
 				continue
 			}
 			if !reachable(ctx, r.cfg, t) {
-				r.log.Warn("replica is gone; not waiting for it", "replica", t.String())
 				gone[i] = true
+				// A replica sets its flag and exits: it may have done both
+				// since the flags were read.
+				if again, err := sess.Run(ctx, nil, flags[i:i+1], nil); err != nil || again[0].Float64At(0) != 1 {
+					r.log.Warn("replica is gone; not waiting for it", "replica", t.String())
+				}
 				continue
 			}
 			waiting = append(waiting, t.String())
