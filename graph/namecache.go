@@ -57,9 +57,13 @@ func (g *Graph) Resolve(req NamedStep) (Signature, error) {
 // It is safe for concurrent use.
 type NameCache[V any] struct {
 	mu     sync.Mutex
-	recent [keyCacheSize]namedEntry[V]
+	recent [nameCacheSize]namedEntry[V]
 	next   int
 }
+
+// nameCacheSize is how many requests a cache remembers: a training loop
+// runs a few (the step, a checkpoint's save, an evaluation).
+const nameCacheSize = 8
 
 type namedEntry[V any] struct {
 	feeds, fetches, targets []string
@@ -89,7 +93,7 @@ func (c *NameCache[V]) Put(req NamedStep, v V) {
 	}
 	c.mu.Lock()
 	c.recent[c.next] = e
-	c.next = (c.next + 1) % keyCacheSize
+	c.next = (c.next + 1) % nameCacheSize
 	c.mu.Unlock()
 }
 

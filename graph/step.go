@@ -193,6 +193,10 @@ func NewSubgraph(g *Graph, sig Signature) (*Subgraph, error) {
 	return sg, nil
 }
 
+// maxFeedScan is the most feeds check looks through for duplicates
+// without a map.
+const maxFeedScan = 32
+
 // Check checks that the signature's tensors and nodes are in g, that no
 // tensor is fed twice and that every fetch is of a node with outputs; the
 // error names the tensor or node. NewSubgraph checks the same.
@@ -222,7 +226,7 @@ func (s Signature) check(g *Graph, index bool) (map[Output]int, error) {
 		return nil
 	}
 	var fed map[Output]int // a few feeds are searched: Check runs at every remote step
-	if index || len(s.Feeds) > maxSameCompare {
+	if index || len(s.Feeds) > maxFeedScan {
 		fed = make(map[Output]int, len(s.Feeds))
 	}
 	for i, f := range s.Feeds {

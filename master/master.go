@@ -98,9 +98,8 @@ type session struct {
 	mu     sync.RWMutex // guards g against Import while steps resolve names
 	g      *graph.Graph
 	plans  map[string]*plan
-	keys   graph.KeyCache                   // the plans' keys, without naming every step
-	names  graph.NameCache[graph.Signature] // resolved requests, without a lookup per name at every step
-	tasks  map[string]bool                  // every task a partition was registered on
+	names  graph.NameCache[resolved] // requests resolved, without a lookup per name at every step
+	tasks  map[string]bool           // every task a partition was registered on
 	closed bool
 }
 
@@ -278,22 +277,31 @@ func (m *Master) ExtendSession(ctx context.Context, req *pb.ExtendSessionRequest
 	return &pb.ExtendSessionResponse{NewGraphVersion: int64(s.g.NumNodes())}, nil
 }
 
+// resolved is a request's names resolved in a session's graph: its
+// signature, and the signature's key, under which its plan is cached.
+type resolved struct {
+	sig graph.Signature
+	key string
+}
+
 // resolve looks up the request's names in the session's graph.
-func (s *session) resolve(req *pb.RunStepRequest) (graph.Signature, error) {
+func (s *session) resolve(req *pb.RunStepRequest) (resolved, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return graph.Signature{}, fmt.Errorf("session %q: %w", s.handle, ErrNoSession)
+		return resolved{}, fmt.Errorf("session %q: %w", s.handle, ErrNoSession)
 	}
 	// Names once resolved stay valid: Import only adds nodes.
-	if sig, ok := s.names.Get(req); ok {
-		return sig, nil
+	if res, ok := s.names.Get(req); ok {
+		return res, nil
 	}
 	sig, err := s.g.Resolve(req)
-	if err == nil {
-		s.names.Put(req, sig)
+	if err != nil {
+		return resolved{}, err
 	}
-	return sig, err
+	res := resolved{sig: sig, key: sig.Key()}
+	s.names.Put(req, res)
+	return res, nil
 }
 
 // RunStep runs one step: it feeds, fetches and runs targets by name,
@@ -319,10 +327,11 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 		slices.SortFunc(feeds, byName)
 		req = &pb.RunStepRequest{SessionHandle: req.GetSessionHandle(), Feeds: feeds, Fetches: req.GetFetches(), Targets: req.GetTargets(), Options: req.GetOptions()}
 	}
-	sig, err := s.resolve(req)
+	res, err := s.resolve(req)
 	if err != nil {
 		return nil, m.errorf("run step in session %q: %w", s.handle, err)
 	}
+	sig := res.sig
 	for i, f := range req.GetFeeds() {
 		t := f.GetTensor()
 		if t == nil {
@@ -342,7 +351,7 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 		ctx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
-	p, err := m.plan(ctx, s, sig)
+	p, err := m.plan(ctx, s, res)
 	if err != nil {
 		return nil, m.errorf("run step in session %q: %w", s.handle, err)
 	}
@@ -575,11 +584,11 @@ func (m *Master) cleanupOn(task string, req *pb.CleanupStepRequest) {
 	}
 }
 
-// plan returns the session's plan for sig, building and registering it on
-// first use. Concurrent first uses wait for one build; a failed build is
-// not cached.
-func (m *Master) plan(ctx context.Context, s *session, sig graph.Signature) (*plan, error) {
-	key := s.keys.Key(sig)
+// plan returns the session's plan for res's signature, building and
+// registering it on first use. Concurrent first uses wait for one build; a
+// failed build is not cached.
+func (m *Master) plan(ctx context.Context, s *session, res resolved) (*plan, error) {
+	key := res.key
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -599,7 +608,7 @@ func (m *Master) plan(ctx context.Context, s *session, sig graph.Signature) (*pl
 			return nil, fmt.Errorf("waiting for the step's plan: %w", ctx.Err())
 		}
 	}
-	p.err = m.buildPlan(ctx, s, sig, p)
+	p.err = m.buildPlan(ctx, s, res.sig, p)
 	if p.err != nil {
 		s.mu.Lock()
 		if s.plans[key] == p {

@@ -168,17 +168,18 @@ type registered struct {
 	bytes int64 // serialised size, counted in its session's sessionUse
 
 	mu    sync.Mutex
-	execs map[string]*prepared       // by signature
-	keys  graph.KeyCache             // the executors' keys, without naming every step
+	execs map[string]*prepared       // by signature key
 	names graph.NameCache[*resolved] // requests resolved, without a lookup per name at every step
 }
 
 // resolved is a RunGraph request's names resolved in its graph: the
-// signature, feeds sorted by name as executors take them, and where each
-// of the request's feeds goes in it.
+// signature, feeds sorted by name as executors take them, where each of
+// the request's feeds goes in it, and the signature's key, under which its
+// executor is cached.
 type resolved struct {
 	sig   graph.Signature
 	order []int // feed i of the request is sig.Feeds[order[i]]; nil when in order
+	key   string
 }
 
 // prepared is an executor and the tensors its steps receive from other
@@ -480,7 +481,7 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 			return fail(fmt.Errorf("feed %q: %w", f.GetName(), err))
 		}
 	}
-	pe, err := r.executor(w, res.sig)
+	pe, err := r.executor(w, res)
 	if err != nil {
 		return fail(err)
 	}
@@ -558,6 +559,7 @@ func (r *registered) resolve(req *pb.RunGraphRequest) (*resolved, error) {
 			res.order[j] = i
 		}
 	}
+	res.key = sig.Key()
 	return res, nil
 }
 
@@ -629,11 +631,11 @@ func (s *stepRecvs) waitingFor() []string {
 	return slices.Sorted(slices.Values(s.waiting))
 }
 
-// executor returns the cached executor of a signature, building it on
+// executor returns the cached executor of res's signature, building it on
 // first use. Its feeds are sorted by name, as the executor of the key
 // takes them.
-func (r *registered) executor(w *Worker, sig graph.Signature) (*prepared, error) {
-	key := r.keys.Key(sig)
+func (r *registered) executor(w *Worker, res *resolved) (*prepared, error) {
+	sig, key := res.sig, res.key
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p, ok := r.execs[key]; ok {
