@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distflow/distflow/internal/race"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -160,7 +161,7 @@ func TestLoadFashionMNISTErrors(t *testing.T) {
 }
 
 func TestLoadInstalledFashionMNIST(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || race.Enabled {
 		t.Skip("decompresses 55 MB: skipped with -short or -race")
 	}
 	if _, err := os.Stat(DefaultFashionMNISTDir); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/distflow/distflow/executor"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/race"
 	"github.com/distflow/distflow/kernel"
 	_ "github.com/distflow/distflow/kernel/cpu"
 	"github.com/distflow/distflow/op"
@@ -629,7 +630,7 @@ func BenchmarkWide(b *testing.B) {
 // with blocking kernels its cancellable context (context.WithCancelCause:
 // two). Detached workers, their stacks and lease slices are reused.
 func TestStepAllocs(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("allocation counts do not hold under the race detector")
 	}
 	s := graph.NewScope()

@@ -5,13 +5,11 @@ import (
 	"net"
 	"testing"
 
+	"github.com/distflow/distflow/internal/race"
 	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/worker"
 	"github.com/distflow/distflow/worker/workertest"
 )
-
-// raceEnabled is set by race_test.go under -race.
-var raceEnabled bool
 
 const (
 	suiteTask = workertest.Task
@@ -50,7 +48,7 @@ func serveWorker(t testing.TB, w worker.Service, srvOpts, cliOpts rpc.Options) w
 // gRPC and the tensor channel (the in-process reference runs in package
 // worker).
 func TestWorkerServiceGRPC(t *testing.T) {
-	workertest.Run(t, func(t *testing.T, w *worker.Worker) worker.Service { return overGRPC(t, w) }, workertest.Options{HugeRecv: !raceEnabled})
+	workertest.Run(t, func(t *testing.T, w *worker.Worker) worker.Service { return overGRPC(t, w) }, workertest.Options{HugeRecv: !race.Enabled})
 }
 
 func ctxT(t testing.TB) context.Context { return workertest.Ctx(t) }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/race"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/rpc/rpctest"
@@ -34,7 +35,7 @@ import (
 func TestWorkerServiceGRPCOnly(t *testing.T) {
 	workertest.Run(t, func(t *testing.T, w *worker.Worker) worker.Service {
 		return serveWorker(t, w, rpc.Options{}, rpc.Options{NoTensorChannel: true})
-	}, workertest.Options{HugeRecv: !raceEnabled})
+	}, workertest.Options{HugeRecv: !race.Enabled})
 }
 
 // wantChannel fails t unless c received its tensors over the tensor

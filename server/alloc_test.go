@@ -2,14 +2,12 @@ package server_test
 
 import (
 	"context"
-	"net"
 	"testing"
 
-	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/abtest"
+	"github.com/distflow/distflow/internal/race"
 	pb "github.com/distflow/distflow/proto/distflowpb"
-	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 )
@@ -24,33 +22,12 @@ const maxRemoteStepAllocs = 160
 // creeping back: names, plans, requests and batches are made once, not at
 // every step (docs/BENCHMARKS.md, twelfth session).
 func TestRemoteStepAllocations(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("the race detector changes allocations (sync.Pool drops items at random)")
 	}
-	var lis [2]net.Listener
-	for i := range lis {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lis[i] = l
-	}
-	spec, err := cluster.NewSpec(map[string][]string{"ps": {lis[0].Addr().String()}, "worker": {lis[1].Addr().String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var w *server.Server
-	for i, id := range []cluster.TaskID{{Job: "ps"}, {Job: "worker"}} {
-		s, err := server.New(server.Config{Cluster: spec, Task: id, Listener: lis[i], Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Stop)
-		w = s
-	}
+	tc := newTestCluster(t, map[string]int{"ps": 1, "worker": 1})
+	tc.start(t, "ps", 0, nil)
+	w := tc.start(t, "worker", 0, nil)
 	g, init := abtest.LinearModel(t, 0)
 	sess, err := session.New(g, session.WithMaster(w.Master(), &pb.SessionConfig{StepTimeoutMs: 60000}))
 	if err != nil {

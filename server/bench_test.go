@@ -2,14 +2,11 @@ package server_test
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	"github.com/distflow/distflow/internal/abtest"
 
-	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
-	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 )
@@ -42,30 +39,9 @@ func BenchmarkLinearRegressionStep(b *testing.B) {
 		run(b, sess, init)
 	})
 	b.Run("remote", func(b *testing.B) {
-		var lis [2]net.Listener
-		for i := range lis {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			lis[i] = l
-		}
-		spec, err := cluster.NewSpec(map[string][]string{"ps": {lis[0].Addr().String()}, "worker": {lis[1].Addr().String()}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var w *server.Server
-		for i, id := range []cluster.TaskID{{Job: "ps"}, {Job: "worker"}} {
-			s, err := server.New(server.Config{Cluster: spec, Task: id, Listener: lis[i], Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Start(); err != nil {
-				b.Fatal(err)
-			}
-			defer s.Stop()
-			w = s
-		}
+		tc := newTestCluster(b, map[string]int{"ps": 1, "worker": 1})
+		tc.start(b, "ps", 0, nil)
+		w := tc.start(b, "worker", 0, nil)
 		g, init := abtest.LinearModel(b, 0)
 		sess, err := session.Open(context.Background(), w.Target(), g)
 		if err != nil {

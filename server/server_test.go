@@ -38,7 +38,7 @@ type testCluster struct {
 }
 
 // newTestCluster listens on one free loopback port per task.
-func newTestCluster(t *testing.T, jobs map[string]int) *testCluster {
+func newTestCluster(t testing.TB, jobs map[string]int) *testCluster {
 	t.Helper()
 	tc := &testCluster{lis: map[string]net.Listener{}}
 	addrs := map[string][]string{}
@@ -62,13 +62,13 @@ func newTestCluster(t *testing.T, jobs map[string]int) *testCluster {
 }
 
 // start starts the server of a task on its listener.
-func (tc *testCluster) start(t *testing.T, job string, index int, log *slog.Logger) *server.Server {
+func (tc *testCluster) start(t testing.TB, job string, index int, log *slog.Logger) *server.Server {
 	t.Helper()
 	return tc.startWith(t, job, index, log, rpc.Options{})
 }
 
 // startWith starts the server of a task with the given transport options.
-func (tc *testCluster) startWith(t *testing.T, job string, index int, log *slog.Logger, opts rpc.Options) *server.Server {
+func (tc *testCluster) startWith(t testing.TB, job string, index int, log *slog.Logger, opts rpc.Options) *server.Server {
 	t.Helper()
 	id := cluster.TaskID{Job: job, Index: index}
 	if log == nil {

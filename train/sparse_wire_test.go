@@ -12,6 +12,7 @@ import (
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/race"
 	"github.com/distflow/distflow/kernel/cpu"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/placement"
@@ -246,7 +247,7 @@ type syncWireFigures struct{ wire, accum int64 }
 func TestSyncSparseRoundMovesOnlyTouchedRows(t *testing.T) {
 	const dim = 16
 	sizes := []int{200_000, 10_000_000}
-	if testing.Short() || sparseRace {
+	if testing.Short() || race.Enabled {
 		sizes = sizes[:1]
 	}
 	figures := map[int][2]syncWireFigures{}

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/distflow/distflow/internal/race"
 )
 
 // WriteSeeds writes the seed corpus of target, testdata/fuzz/<target>/<name>,
@@ -55,7 +57,7 @@ func WriteSeeds(f *testing.F, target string, seeds func() map[string][]any) {
 // fn.
 func CheckAlloc(t *testing.T, limit uint64, fn func()) {
 	t.Helper()
-	if raceEnabled {
+	if race.Enabled {
 		limit *= 2
 	}
 	var got uint64

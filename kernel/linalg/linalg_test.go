@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/distflow/distflow/internal/race"
 	"github.com/distflow/distflow/kernel/linalg"
 	"github.com/distflow/distflow/kernel/linalg/linalgtest"
 )
@@ -109,7 +110,7 @@ func TestDgemm(t *testing.T) {
 // TestSgemmSmallNoAlloc checks that a small product in steady state runs
 // inline without allocating (packing buffers come from a pool).
 func TestSgemmSmallNoAlloc(t *testing.T) {
-	if linalgtest.RaceEnabled {
+	if race.Enabled {
 		t.Skip("allocation counts are not meaningful under -race")
 	}
 	a, b, c := make([]float32, 32*48), make([]float32, 48*40), make([]float32, 32*40)

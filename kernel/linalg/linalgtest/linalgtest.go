@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/distflow/distflow/internal/race"
 	"github.com/distflow/distflow/kernel/linalg"
 )
 
@@ -185,7 +186,7 @@ func Run(t testing.TB, b linalg.Backend, c Case) {
 
 // TestBackend runs the conformance table against b.
 func TestBackend(t *testing.T, b linalg.Backend) {
-	for _, c := range Cases(testing.Short() || RaceEnabled) {
+	for _, c := range Cases(testing.Short() || race.Enabled) {
 		t.Run(c.String(), func(t *testing.T) { Run(t, b, c) })
 	}
 }

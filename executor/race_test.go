@@ -1,7 +1,0 @@
-//go:build race
-
-package executor_test
-
-// raceEnabled reports whether the race detector is on: sync.Pool then drops
-// items at random, so allocation counts do not hold.
-const raceEnabled = true

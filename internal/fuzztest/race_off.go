@@ -1,5 +1,0 @@
-//go:build !race
-
-package fuzztest
-
-const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build race
-
-package rpc_test
-
-func init() { raceEnabled = true }
