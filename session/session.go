@@ -175,13 +175,7 @@ type lastSig struct {
 func newLastSig(sig graph.Signature, e *executor.Executor) *lastSig {
 	l := &lastSig{feeds: slices.Clone(sig.Feeds), fetches: slices.Clone(sig.Fetches), targets: slices.Clone(sig.Targets), e: e}
 	if e == nil {
-		l.fetchNames, l.targetNames = make([]string, len(sig.Fetches)), make([]string, len(sig.Targets))
-		for i, o := range sig.Fetches {
-			l.fetchNames[i] = o.Name()
-		}
-		for i, n := range sig.Targets {
-			l.targetNames[i] = n.Name()
-		}
+		l.fetchNames, l.targetNames = stepNames(sig)
 	}
 	return l
 }
@@ -192,6 +186,12 @@ func (s *Session) names(sig graph.Signature) (fetches, targets []string) {
 	if l := s.last.Load(); l != nil && l.e == nil && slices.Equal(l.fetches, sig.Fetches) && slices.Equal(l.targets, sig.Targets) {
 		return l.fetchNames, l.targetNames
 	}
+	return stepNames(sig)
+}
+
+// stepNames returns the names of sig's fetches and targets, as a remote
+// step sends them.
+func stepNames(sig graph.Signature) (fetches, targets []string) {
 	fetches, targets = make([]string, len(sig.Fetches)), make([]string, len(sig.Targets))
 	for i, o := range sig.Fetches {
 		fetches[i] = o.Name()
