@@ -52,7 +52,10 @@
 // same tensor length; (name, round) keys the chunks, so operations with
 // different keys may run concurrently and successive rounds never mix.
 // A second concurrent call with a running key fails with ErrBusy; peers
-// that disagree on the length fail with ErrMismatch. Every call blocks until
+// that disagree on the length fail with ErrMismatch, on every rank: the
+// rank (or summation server) that finds a mismatch or a non-finite value
+// tells the other members (a failure notice), which would otherwise wait
+// for chunks that do not come until their deadline. Every call blocks until
 // the operation completes or fails: give it a context with a deadline. A
 // dead peer fails the operation within that deadline (at once when a
 // stream to or from it breaks), with an error that names the peer's rank

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -162,10 +163,12 @@ func (r *Ring) Deliver(c *Chunk) error {
 	if c.Op.Name == viewOp {
 		return r.deliverView(c)
 	}
-	if c.Size == 0 && c.From >= r.size && c.From < len(r.peers) {
-		// A summation server's notice that it failed the operation.
-		r.box.fail(c.Op, fmt.Errorf("summation server %s failed the operation", r.peer(c.From)))
-		return nil
+	if c.Size == 0 && c.From >= 0 && c.From < len(r.peers) && c.From != r.rank {
+		// A member's or a server's notice of a failure (notice.go).
+		if err := r.box.closedErr(); err != nil {
+			return err
+		}
+		return r.deliverNotice(c)
 	}
 	if c.Index < 0 || c.Offset < 0 || c.Length < 0 {
 		err := fmt.Errorf("%w: rank %d: chunk %d of %v from rank %d: negative index, offset or length", ErrMismatch, r.rank, c.Index, c.Op, c.From)
@@ -378,7 +381,13 @@ func (r *Ring) ring(ctx context.Context, op Op, data []float32, tp topology, m m
 		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
 	}
 	defer r.box.finish(op)
-	return r.run(ctx, op, ib, data, tp, m)
+	err = r.run(ctx, op, ib, data, tp, m)
+	if cause := noticeCause(err); cause != noticeFailed && !errors.As(err, new(*noticeError)) {
+		// This rank found the cause: the other members are told, before
+		// the operation ends here (so that a notice cannot outlive it).
+		r.notify(ctx, op, tp.members, cause)
+	}
+	return err
 }
 
 // AllReduceMean is AllReduce followed by a division by the number of ranks:
@@ -485,8 +494,9 @@ func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32, tp top
 	defer cancel()
 	ready := make(chan struct{}, len(recvs))
 	sendErr := make(chan error, 1)
+	var notice atomic.Int32 // set before cancel: why the receiver failed
 	go func() {
-		err := r.send(ctx, op, next, tp.size(), sends, first, ready, data, m.wire)
+		err := r.send(ctx, op, next, tp.size(), sends, first, ready, data, m.wire, &notice)
 		if err != nil {
 			cancel()
 		}
@@ -495,6 +505,7 @@ func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32, tp top
 
 	recvErr := r.receive(ctx, op, ib, prev, tp.size(), recvs, len(sends)-first, ready, data, m.wire)
 	if recvErr != nil {
+		notice.Store(int32(noticeCause(recvErr)))
 		cancel()
 	}
 	err := <-sendErr
@@ -513,7 +524,12 @@ func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32, tp top
 	return err
 }
 
-func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, first int, ready <-chan struct{}, data []float32, w Wire) error {
+// send streams items to rank next, each k >= first once ready says that
+// the receiver reduced it. When the receiver fails with a cause worth
+// telling (notice), the next rank is told on the stream, in order, rather
+// than by a broken stream: it then fails for the same reason, and tells
+// its own next rank.
+func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, first int, ready <-chan struct{}, data []float32, w Wire, notice *atomic.Int32) error {
 	wrap := func(err error) error {
 		if errors.Is(err, ErrClosed) {
 			return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
@@ -537,7 +553,11 @@ func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, fi
 				}
 				return wrap(err)
 			case <-ctx.Done():
-				st.Abort()
+				if cause := int(notice.Load()); cause != noticeFailed && st.Send(&Chunk{Op: op, From: r.rank, Index: cause}) == nil {
+					st.Close()
+				} else {
+					st.Abort()
+				}
 				return &waitingError{wrap(ctx.Err())}
 			}
 		}

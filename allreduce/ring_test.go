@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -137,5 +138,35 @@ func TestEarlyChunksAreBounded(t *testing.T) {
 	}
 	if m.early != maxEarlyOps || m.earlyBytes != 4*maxEarlyOps {
 		t.Errorf("early %d operations, %d bytes; want %d and %d", m.early, m.earlyBytes, maxEarlyOps, 4*maxEarlyOps)
+	}
+}
+
+// TestEveryRankIsToldThatTheRanksDisagree: when one rank's tensor is
+// longer than the others', the ranks that find the mismatch tell the
+// others, so that every rank fails with ErrMismatch at once, not on its
+// deadline (a wait that looks like a slow peer, and fails as one), round
+// the ring and through summation servers.
+func TestEveryRankIsToldThatTheRanksDisagree(t *testing.T) {
+	for _, servers := range []int{0, 1} {
+		t.Run(fmt.Sprintf("servers=%d", servers), func(t *testing.T) {
+			rings, _ := starRings(t, 3, servers, 8)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			for r := range 3 {
+				n := 100
+				if r == 2 {
+					n = 101
+				}
+				wg.Go(func() { errs[r] = rings[r].AllReduce(ctx, "grads", 0, make([]float32, n)) })
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if !errors.Is(err, ErrMismatch) || errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("rank %d: %v; want ErrMismatch", r, err)
+				}
+			}
+		})
 	}
 }

@@ -503,29 +503,11 @@ func (s *summer) failLocked(o *sumOp, err error) {
 	}
 	s.endLocked(o, err)
 	// An aborted stream tells a member nothing if no sum went through it:
-	// every member heard from gets a notice of the failure.
+	// every member heard from gets a notice of the failure, and its cause.
+	cause := noticeCause(err)
 	for _, m := range o.members {
-		go s.notify(o.op, m)
+		go s.r.notifyOne(context.Background(), o.op, m, cause)
 	}
-}
-
-// notifyTimeout bounds the sending of a failure notice to a member.
-const notifyTimeout = 5 * time.Second
-
-// notify tells member m that op failed here: a chunk from this server of
-// no members (Size 0), which fails the operation at the member (Deliver).
-func (s *summer) notify(op Op, m int) {
-	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
-	defer cancel()
-	st, err := s.r.tr.Open(ctx, m, op)
-	if err != nil {
-		return // the member is gone, or its operation ends at its deadline
-	}
-	if err := st.Send(&Chunk{Op: op, From: s.r.rank}); err != nil {
-		st.Abort()
-		return
-	}
-	st.Close()
 }
 
 // endLocked forgets o, keeping its outcome for its late chunks.
