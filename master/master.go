@@ -376,8 +376,7 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 	if err != nil {
 		return nil, m.errorf("step %d in session %q: %w", stepID, s.handle, err)
 	}
-	out := &pb.RunStepResponse{Tensors: make([]*pb.NamedTensor, len(sig.Fetches))}
-	named := make([]pb.NamedTensor, len(sig.Fetches)) // one allocation for all
+	out, named := newStepResponse(len(sig.Fetches))
 	for i, r := range p.Fetches {
 		var t *pb.TensorProto
 		if r.Part < 0 {
@@ -388,12 +387,35 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 			return nil, m.errorf("step %d in session %q: task %s returned %d fetches, want %d", stepID, s.handle, p.Parts[r.Part].Task, len(fs), len(p.Parts[r.Part].Fetches))
 		}
 		named[i].Name, named[i].Tensor = req.GetFetches()[i], t
-		out.Tensors[i] = &named[i]
 	}
 	if st != nil {
 		out.StepStats = st.stats(m.cfg.Task, stepID)
 	}
 	return out, nil
+}
+
+// stepResponse is a RunStepResponse with room for the fetches of most
+// steps: one allocation for the response, its list and its entries.
+type stepResponse struct {
+	resp  pb.RunStepResponse
+	list  [2]*pb.NamedTensor
+	named [2]pb.NamedTensor
+}
+
+// newStepResponse returns a response of n fetches, each pointing at its
+// entry of named.
+func newStepResponse(n int) (*pb.RunStepResponse, []pb.NamedTensor) {
+	sr := new(stepResponse)
+	list, named := sr.list[:0], sr.named[:0]
+	if n > len(sr.list) {
+		list, named = make([]*pb.NamedTensor, 0, n), make([]pb.NamedTensor, 0, n)
+	}
+	list, named = list[:n], named[:n]
+	for i := range list {
+		list[i] = &named[i]
+	}
+	sr.resp.Tensors = list
+	return &sr.resp, named
 }
 
 // dims appends the shape of a tensor proto to dst.

@@ -118,6 +118,60 @@ type rpcRemote struct {
 	mu      sync.Mutex // serialises shipping the graph
 	handle  string
 	version int // nodes of the graph the master holds
+
+	requests sync.Pool // of *stepRequest
+}
+
+// stepRequest is a step's request to the master, with room for the feeds
+// of most steps. A request goes from one step to the next (rpcRemote's
+// pool): the master only reads it, before RunStep returns.
+type stepRequest struct {
+	req    pb.RunStepRequest
+	feeds  [8]*pb.NamedTensor
+	named  [8]pb.NamedTensor
+	protos [8]pb.TensorProto
+	dims   [32]int64
+}
+
+// fill makes sr's request feed vals to sig's feeds. The fed values go out
+// as they are, not copied.
+func (sr *stepRequest) fill(sig graph.Signature, vals []*tensor.Tensor) *pb.RunStepRequest {
+	n := len(vals)
+	feeds, named, protos := sr.feeds[:0], sr.named[:0], sr.protos[:0]
+	if n > len(sr.feeds) {
+		feeds, named, protos = make([]*pb.NamedTensor, 0, n), make([]pb.NamedTensor, 0, n), make([]pb.TensorProto, 0, n)
+	}
+	feeds, named, protos = feeds[:n], named[:n], protos[:n]
+	dims := sr.dims[:0]
+	for i, f := range sig.Feeds {
+		v, tp := vals[i], &protos[i]
+		start := len(dims)
+		for _, d := range v.Shape() {
+			dims = append(dims, int64(d))
+		}
+		tp.Dtype, tp.Dims, tp.Content = pb.DataType(v.DType()), dims[start:len(dims):len(dims)], v.RawBytes()
+		named[i].Name, named[i].Tensor = f.Name(), tp
+		feeds[i] = &named[i]
+	}
+	sr.req.Feeds = feeds
+	return &sr.req
+}
+
+// request returns a step request to fill; done takes it back.
+func (r *rpcRemote) request() *stepRequest {
+	if sr, ok := r.requests.Get().(*stepRequest); ok {
+		return sr
+	}
+	return new(stepRequest)
+}
+
+// done takes sr back, keeping none of its step's values.
+func (r *rpcRemote) done(sr *stepRequest) {
+	clear(sr.protos[:])
+	clear(sr.named[:])
+	clear(sr.feeds[:])
+	sr.req.Feeds, sr.req.Fetches, sr.req.Targets, sr.req.Options, sr.req.SessionHandle = nil, nil, nil, nil, ""
+	r.requests.Put(sr)
 }
 
 // rpcGraphVersion is the GraphDef format version this build writes.
@@ -204,31 +258,14 @@ func (s *Session) runRemoteTraced(ctx context.Context, sig graph.Signature, vals
 		return nil, nil, fmt.Errorf("session: %w", err)
 	}
 	fetches := sig.Fetches
-	req := &pb.RunStepRequest{Feeds: make([]*pb.NamedTensor, len(vals))}
-	req.Fetches, req.Targets = s.names(sig) // the master only reads them
-	// The fed values go out as they are, not copied: the master only reads
-	// them, before RunStep returns. One allocation each for all the feeds'
-	// names, protos and dimensions.
-	named, protos := make([]pb.NamedTensor, len(vals)), make([]pb.TensorProto, len(vals))
-	rank := 0
-	for _, v := range vals {
-		rank += v.Rank()
-	}
-	dims := make([]int64, 0, rank)
-	for i, f := range sig.Feeds {
-		v, tp := vals[i], &protos[i]
-		start := len(dims)
-		for _, d := range v.Shape() {
-			dims = append(dims, int64(d))
-		}
-		tp.Dtype, tp.Dims, tp.Content = pb.DataType(v.DType()), dims[start:len(dims):len(dims)], v.RawBytes()
-		named[i].Name, named[i].Tensor = f.Name(), tp
-		req.Feeds[i] = &named[i]
-	}
 	handle, err := s.remote.ship(ctx, s.g)
 	if err != nil {
 		return nil, nil, err
 	}
+	sr := s.remote.request()
+	defer s.remote.done(sr) // after the fetches are copied out: one may be a feed
+	req := sr.fill(sig, vals)
+	req.Fetches, req.Targets = s.names(sig) // the master only reads them
 	req.SessionHandle = handle
 	var start time.Time
 	if traced {

@@ -105,16 +105,12 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 		}
 	}
 	if l := s.last.Load(); l != nil && len(feeds) <= len(l.vals) && l.matches(feeds, fetches, targets) {
-		if s.remote != nil {
-			vals := make([]*tensor.Tensor, len(l.feeds))
-			for i, o := range l.feeds {
-				vals[i] = feeds[o]
-			}
-			return s.runRemote(ctx, graph.Signature{Feeds: l.feeds, Fetches: l.fetches, Targets: l.targets}, vals)
-		}
 		var vals [len(lastSig{}.vals)]*tensor.Tensor
 		for i, o := range l.feeds {
 			vals[i] = feeds[o]
+		}
+		if s.remote != nil {
+			return s.runRemote(ctx, graph.Signature{Feeds: l.feeds, Fetches: l.fetches, Targets: l.targets}, vals[:len(l.feeds)])
 		}
 		return l.e.Run(ctx, vals[:len(l.feeds)])
 	}

@@ -416,19 +416,21 @@ func mathArgFactory(name string, greater bool) kernel.Factory {
 	}
 }
 
-// mathShapeValue reads a 1-D int32 or int64 shape tensor.
-func mathShapeValue(t *tensor.Tensor) ([]int, error) {
+// mathShapeValue appends the dimensions of a 1-D int32 or int64 shape
+// tensor to dst (a caller's buffer on its stack: the error does not keep
+// it).
+func mathShapeValue(dst []int, t *tensor.Tensor) ([]int, error) {
 	if t.DType() != tensor.Int32 && t.DType() != tensor.Int64 || t.Rank() != 1 {
 		return nil, fmt.Errorf("shape must be a 1-D int32 or int64 tensor, got %v%v", t.DType(), t.StaticShape())
 	}
-	dims := make([]int, t.NumElements())
-	for i := range dims {
-		dims[i] = int(t.Float64At(i))
-		if dims[i] < 0 {
-			return nil, fmt.Errorf("negative dimension in shape %v", dims)
+	for i := range t.NumElements() {
+		d := int(t.Float64At(i))
+		if d < 0 {
+			return nil, fmt.Errorf("negative dimension %d at index %d of shape %v", d, i, t)
 		}
+		dst = append(dst, d)
 	}
-	return dims, nil
+	return dst, nil
 }
 
 func mathErrBroadcastTo(from, to []int) error {
@@ -471,7 +473,7 @@ func mathBroadcastToKernel(c *kernel.Context, plans *mathPlans) error {
 }
 
 func mathBroadcastToSlow(x, st *tensor.Tensor) (*tensor.Tensor, error) {
-	target, err := mathShapeValue(st)
+	target, err := mathShapeValue(nil, st)
 	if err != nil {
 		return nil, err
 	}
@@ -507,7 +509,8 @@ func mathSumToAxes(from, to []int) ([]int, error) {
 
 func mathSumToShapeKernel(c *kernel.Context) error {
 	x := c.Inputs[0]
-	target, err := mathShapeValue(c.Inputs[1])
+	var buf [8]int
+	target, err := mathShapeValue(buf[:0], c.Inputs[1])
 	if err != nil {
 		return c.Errorf("SumToShape: %w", err)
 	}
