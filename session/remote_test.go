@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -211,3 +212,59 @@ func TestOpenTargets(t *testing.T) {
 type closerFunc int
 
 func (c *closerFunc) Close() error { *c++; return nil }
+
+// TestRemoteStepsReuseNothingOfEachOther: a remote step's request is
+// reused by the next (the session's pool): steps run concurrently, with
+// more feeds than its room and fewer, fetching fed values back (which the
+// master answers from the request itself), each get their own values.
+func TestRemoteStepsReuseNothingOfEachOther(t *testing.T) {
+	s := graph.NewScope()
+	const n = 11 // more feeds than the request's room for them
+	xs := make([]graph.Output, n)
+	for i := range xs {
+		xs[i] = ops.Placeholder(s, fmt.Sprintf("x%d", i), tensor.Float32, tensor.MakeShape(-1))
+	}
+	sum := ops.AddN(s, xs...)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for name, sess := range backends(t, s.Graph()) {
+		t.Run(name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			for g := range 4 {
+				wg.Go(func() {
+					for step := range 50 {
+						feeds := n
+						if step%2 == 1 {
+							feeds = 1 // within the room
+						}
+						fed := make(map[graph.Output]*tensor.Tensor, feeds)
+						v := float32(g*1000 + step)
+						for i := range feeds {
+							fed[xs[i]] = tensor.MustFromSlice([]float32{v, float32(i)}, 2)
+						}
+						fetches := []graph.Output{xs[0]}
+						if feeds == n {
+							fetches = append(fetches, sum)
+						}
+						out, err := sess.Run(ctx, fed, fetches, nil)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if got := out[0].Float32s(); got[0] != v || got[1] != 0 {
+							t.Errorf("goroutine %d step %d: x0 = %v, want [%v 0]", g, step, got, v)
+						}
+						if feeds == n {
+							if got, want := out[1].Float32s(), []float32{n * v, n * (n - 1) / 2}; got[0] != want[0] || got[1] != want[1] {
+								t.Errorf("goroutine %d step %d: sum = %v, want %v", g, step, got, want)
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
