@@ -23,6 +23,14 @@ func TestNetbed(t *testing.T) {
 			t.Skipf("needs %s", tool)
 		}
 	}
+	// Root in a container may still lack the rights to make namespaces.
+	probe := fmt.Sprintf("dfnbprobe%d", os.Getpid()%100000)
+	if out, err := exec.Command("ip", "netns", "add", probe).CombinedOutput(); err != nil {
+		t.Skipf("cannot make a network namespace here: %v: %s", err, out)
+	}
+	if out, err := exec.Command("ip", "netns", "del", probe).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns del %s: %v: %s", probe, err, out)
+	}
 	script, err := filepath.Abs("../../scripts/netbed.sh")
 	if err != nil {
 		t.Fatal(err)
