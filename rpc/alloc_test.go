@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/tensor"
@@ -32,36 +33,60 @@ func (w *lendingWorker) LendTensors(_ context.Context, _ int64, keys []string, g
 
 // TestServeRequestAllocs checks what a server connection allocates to
 // read and answer a step's requests once its buffers have grown: the
-// request's key (RecvTensor), or one string for a batch's keys.
+// request's key (RecvTensor); nothing for a batch whose keys are the
+// previous batch's (the same at every step), one string for new ones.
 func TestServeRequestAllocs(t *testing.T) {
 	tn := tensor.MustFromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
 	w := &lendingWorker{t: tn, ready: []rendezvous.Lent{{Index: 0, T: tn, Release: func() {}}, {Index: 1, T: tn, Release: func() {}}}}
 	keys := []string{"/job:ps/task:0/cpu:0;/job:worker/task:0/cpu:0;w:0", "/job:ps/task:0/cpu:0;/job:worker/task:0/cpu:0;b:0"}
 	batch, start := beginRequest(nil, methodRecvTensors, 7, 0, "", nil)
 	batch = endRequest(appendKeys(batch, keys), start)
+	other, start := beginRequest(nil, methodRecvTensors, 7, 0, "", nil)
+	other = endRequest(appendKeys(other, []string{keys[1], keys[0]}), start)
 	single, start := beginRequest(nil, methodRecvTensor, 7, 0, keys[0], nil)
 	single = endRequest(single, start)
+	timed, start := beginRequest(nil, methodRecvTensors, 7, time.Minute, "", nil)
+	timed = endRequest(appendKeys(timed, keys), start)
 
-	srv, cli := net.Pipe()
+	// A TCP connection, not net.Pipe, whose write deadlines allocate.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		if cli, err := lis.Accept(); err == nil { // the client, reading the answers
+			defer cli.Close()
+			io.Copy(io.Discard, cli)
+		}
+	}()
+	srv, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer srv.Close()
-	defer cli.Close()
-	go io.Copy(io.Discard, cli) // the client, reading the answers
 	connCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rs := newResponder(&Server{}, srv, connCtx, methodContexts(connCtx))
 	for _, tc := range []struct {
-		name    string
-		request []byte
-		want    float64
+		name     string
+		requests [][]byte // served in turn
+		want     float64
 	}{
-		{"RecvTensors", batch, 1},
-		{"RecvTensor", single, 1},
+		{"RecvTensors", [][]byte{batch}, 0},
+		{"RecvTensors/new keys", [][]byte{batch, other}, 1},
+		{"RecvTensor", [][]byte{single}, 1},
+		// context.WithTimeout's (the context, its timer and two funcs),
+		// and no Done channel: the answer's write needs no watch.
+		{"RecvTensors/deadline", [][]byte{timed}, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := bytes.NewReader(nil)
 			r := bufio.NewReader(src)
+			next := 0
 			serve := func() {
-				src.Reset(tc.request)
+				src.Reset(tc.requests[next%len(tc.requests)])
+				next++
 				r.Reset(src)
 				var err error
 				if rs.in, err = readRequestInto(r, true, &rs.req, rs.in); err != nil {
@@ -80,8 +105,8 @@ func TestServeRequestAllocs(t *testing.T) {
 }
 
 // TestExchangeAllocs checks that receiving tensors on a client connection
-// allocates the tensors and nothing else, under a context that never ends
-// (one that can end costs context.AfterFunc's allocations).
+// allocates the tensors and nothing else under a context that never ends,
+// and the watch of one that can end besides.
 func TestExchangeAllocs(t *testing.T) {
 	tn := tensor.MustFromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
 	perTensor := testing.AllocsPerRun(100, func() { tensor.New(tensor.Float32, 2, 3) })
@@ -119,6 +144,21 @@ func TestExchangeAllocs(t *testing.T) {
 		}
 	}); n != 2*perTensor {
 		t.Errorf("RecvTensors: %v allocations, want %v (the tensors')", n, 2*perTensor)
+	}
+
+	// A context that can end is watched during the exchange (see arm):
+	// context.AfterFunc's 2, the context's Done channel and children
+	// being made at its first watch.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if n := testing.AllocsPerRun(100, func() {
+		src.Reset(batch)
+		c.r.Reset(src)
+		if err := p.exchangeBatch(ctx, c, 7, keys, nil, deliver); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 2*perTensor+2 {
+		t.Errorf("RecvTensors under a context that can end: %v allocations, want %v (the tensors' and the watch's 2)", n, 2*perTensor+2)
 	}
 }
 

@@ -28,11 +28,11 @@ import (
 )
 
 // Fuzz targets for what this package decodes from the network: the tensor
-// channel's requests (server side) and responses (client side), the
-// RecvTensor codec's messages, and the ring's chunk stream. The limits in
-// their allocation checks are the documented maximums (maxRequestSize,
-// Options.MaxTensorBytes, set to fuzzMaxTensor here) plus a multiple of the
-// input.
+// channel's requests and batches of keys (server side) and responses
+// (client side), the RecvTensor codec's messages, and the ring's chunk
+// stream. The limits in their allocation checks are the documented
+// maximums (maxRequestSize, Options.MaxTensorBytes, set to fuzzMaxTensor
+// here) plus a multiple of the input.
 
 const fuzzMaxTensor = 1 << 20
 
@@ -116,6 +116,46 @@ func FuzzReadRequest(f *testing.F) {
 		}
 		if again.step != req.step || again.timeout != req.timeout || again.key != req.key || len(again.md) != len(req.md) {
 			t.Fatalf("round trip: %+v, then %+v", req, again)
+		}
+	})
+}
+
+// FuzzParseKeys decodes a batch request's body as a server does, after a
+// previous batch on the same connection: the keys are those of a fresh
+// decoding whatever the previous body was (the previous keys' string is
+// reused only for the same bytes), a batch that decodes re-encodes to a
+// batch that decodes the same, and nothing panics.
+func FuzzParseKeys(f *testing.F) {
+	fuzztest.WriteSeeds(f, "FuzzParseKeys", func() map[string][]any {
+		keys := []string{"/job:ps/task:0/cpu:0;/job:worker/task:0/cpu:0;w:0", "/job:ps/task:0/cpu:0;/job:worker/task:0/cpu:0;b:0"}
+		body := appendKeys(nil, keys)
+		return map[string][]any{
+			"same":       {body, body},
+			"other":      {body, appendKeys(nil, keys[:1])},
+			"prefix":     {body[:len(body)-4], body},
+			"no_keys":    {[]byte{0, 0}, body},
+			"too_many":   {binary.LittleEndian.AppendUint16(nil, maxBatchKeys+1), body},
+			"truncated":  {body, body[:len(body)-1]},
+			"empty":      {[]byte{}, []byte{}},
+			"empty_keys": {appendKeys(nil, []string{"", ""}), appendKeys(nil, []string{""})},
+		}
+	})
+	f.Fuzz(func(t *testing.T, prev, body []byte) {
+		_, last, _ := parseKeys(prev, nil, "")
+		want, _, err := parseKeys(body, nil, "")
+		got, all, gerr := parseKeys(body, nil, last)
+		if (err == nil) != (gerr == nil) || !slices.Equal(got, want) {
+			t.Fatalf("after %q: %q, %v; fresh: %q, %v", prev, got, gerr, want, err)
+		}
+		if err != nil {
+			return
+		}
+		if all != string(body[2:]) {
+			t.Fatalf("keys in %q, want them in %q", all, body[2:])
+		}
+		again, _, err := parseKeys(appendKeys(nil, want), nil, all)
+		if err != nil || !slices.Equal(again, want) {
+			t.Fatalf("round trip: %q, then %q (%v)", want, again, err)
 		}
 	})
 }

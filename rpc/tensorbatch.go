@@ -46,20 +46,27 @@ func appendKeys(b []byte, keys []string) []byte {
 }
 
 // parseKeys reads a batch request's body, appending its keys to keys.
-func parseKeys(body []byte, keys []string) ([]string, error) {
+// The keys are substrings of one string, which it returns: prev when the
+// keys' bytes are prev's (a connection's previous batch: a step asks a
+// peer for the same keys at every step), else a new one.
+func parseKeys(body []byte, keys []string, prev string) ([]string, string, error) {
 	f := frame{b: body}
 	n := f.u16()
 	if n == 0 || n > maxBatchKeys || n*2 > len(f.b) {
-		return keys, fmt.Errorf("%w: a batch of %d keys in %d bytes", errShortFrame, n, len(body))
+		return keys, "", fmt.Errorf("%w: a batch of %d keys in %d bytes", errShortFrame, n, len(body))
 	}
-	// One string holds them all: one allocation per batch, not per key.
-	all := string(f.b)
+	// One string holds them all: at most one allocation per batch, not
+	// one per key.
+	all := prev
+	if string(f.b) != prev { // compared in place, without a copy
+		all = string(f.b)
+	}
 	for range n {
 		k := len(f.next(f.u16()))
 		at := len(all) - len(f.b) - k
 		keys = append(keys, all[at:at+k])
 	}
-	return keys, f.err
+	return keys, all, f.err
 }
 
 // lent is one answered key of a batch on the server.
@@ -75,7 +82,12 @@ type lent struct {
 func (s *Server) serveBatch(ctx context.Context, rs *responder, w worker.Service) error {
 	ctx, err := s.opts.admit(ctx, recvTensorMethod)
 	if err == nil {
-		if rs.keys, err = parseKeys(rs.req.body, rs.keys[:0]); err == nil {
+		var all string
+		if rs.keys, all, err = parseKeys(rs.req.body, rs.keys[:0], rs.lastKeys); err == nil {
+			rs.lastKeys = ""
+			if len(all) <= maxReusedRequest {
+				rs.lastKeys = all
+			}
 			err = s.serveKeys(ctx, rs, w)
 			// The worker keeps no key past its call (nor the slice, per
 			// Go's custom), so the slice serves the next batch.

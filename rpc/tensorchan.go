@@ -410,6 +410,7 @@ type responder struct {
 
 	// A batch being lent: see serveLent.
 	keys     []string
+	lastKeys string // the string the previous batch's keys are in (see parseKeys)
 	lendCtx  context.Context
 	answered []bool
 	parts    []lentPart
@@ -586,10 +587,14 @@ func (rs *responder) write(ctx context.Context) error {
 	// A request's context (and the connection's) ends at its deadline,
 	// which the socket now has, or when the connection ends, which
 	// serveTensors then closes: only a context that can end otherwise
-	// needs watching, which costs several allocations.
-	if done := ctx.Done(); done != rs.connDone && (rs.reqCtx == nil || done != rs.reqCtx.Done()) {
-		stop := context.AfterFunc(ctx, rs.expire)
-		defer stop()
+	// needs watching, which costs several allocations. Those two are
+	// known first by identity: Done would make a request's channel,
+	// which nothing else may need.
+	if ctx != rs.connCtx && ctx != rs.reqCtx {
+		if done := ctx.Done(); done != rs.connDone && (rs.reqCtx == nil || done != rs.reqCtx.Done()) {
+			stop := context.AfterFunc(ctx, rs.expire)
+			defer stop()
+		}
 	}
 	rs.out = rs.bufs
 	_, err := rs.out.WriteTo(rs.c)
