@@ -295,20 +295,40 @@ func (e *Executor) Run(ctx context.Context, feedValues []*tensor.Tensor) ([]*ten
 // RunStep is Run with the step's shared services (step ID, rendezvous) given
 // to every kernel as kernel.Context.Step. A nil step gets a fresh ID.
 func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feedValues []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	return e.runStep(ctx, step, feedValues, nil)
+	return e.RunStepWith(ctx, step, feedValues, StepOptions{})
 }
 
-// runStep is RunStep, recording the step into tr unless it is nil.
-func (e *Executor) runStep(ctx context.Context, step *kernel.Step, feedValues []*tensor.Tensor, tr *StepTrace) ([]*tensor.Tensor, error) {
+// StepOptions are the optional arguments of RunStepWith.
+type StepOptions struct {
+	// Context and Cancel, when both are set, are the context the
+	// step's kernels get and the function that cancels it: one the caller
+	// derived from RunStepWith's ctx for this step alone, to share with
+	// what it starts for the step (a worker's requests for the step's
+	// tensors). The executor then derives none: it cancels Context with
+	// the step's first error, so that blocked kernels return, as it would
+	// its own; the caller cancels it once RunStepWith has returned.
+	Context context.Context
+	Cancel  context.CancelCauseFunc
+	// Trace, if not nil, records the step (see RunTraced).
+	Trace *StepTrace
+	// Out, if it has room for the fetches, holds them: they are returned
+	// in Out[:n], which then belongs to the caller as a new slice would.
+	Out []*tensor.Tensor
+}
+
+// RunStepWith is RunStep with options.
+func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValues []*tensor.Tensor, opts StepOptions) ([]*tensor.Tensor, error) {
 	if err := e.checkFeeds(feedValues); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("executor: step not started: %w", err)
 	}
-	r := e.newRun(ctx, step, feedValues)
-	r.trace = tr
-	defer r.cancel(nil)
+	r := e.newRun(ctx, step, feedValues, &opts)
+	r.trace = opts.Trace
+	if !r.callerCtx {
+		defer r.cancel(nil)
+	}
 	if len(e.nodes) > 0 {
 		e.runs.Add(1)
 		r.start()
@@ -326,7 +346,12 @@ func (e *Executor) runStep(ctx context.Context, step *kernel.Step, feedValues []
 			return nil, err
 		}
 	}
-	out := make([]*tensor.Tensor, len(e.fetches))
+	out := opts.Out[:0]
+	if n := len(e.fetches); cap(out) >= n {
+		out = out[:n]
+	} else {
+		out = make([]*tensor.Tensor, n)
+	}
 	for i, s := range e.fetches {
 		t := r.values[s]
 		switch org := r.origin[s]; {
@@ -369,6 +394,7 @@ type run struct {
 	parent     context.Context
 	kctx       context.Context // cancelled on the first error: blocking kernels return
 	cancel     context.CancelCauseFunc
+	callerCtx  bool // kctx and cancel are the caller's (StepOptions): it ends kctx
 	parentDone <-chan struct{}
 	step       *kernel.Step
 
@@ -410,7 +436,7 @@ type run struct {
 	err      error
 }
 
-func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tensor.Tensor) *run {
+func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tensor.Tensor, opts *StepOptions) *run {
 	r, _ := e.runPool.Get().(*run)
 	if r == nil {
 		r = &run{
@@ -427,7 +453,10 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 		}
 		r.w0.caller = true
 	}
-	if r.e.blocking {
+	r.callerCtx = opts.Context != nil && opts.Cancel != nil
+	if r.callerCtx {
+		r.kctx, r.cancel = opts.Context, opts.Cancel // the caller's, already made
+	} else if r.e.blocking {
 		r.kctx, r.cancel = context.WithCancelCause(ctx)
 	} else {
 		// No kernel waits on the context: the step stops through r.aborted,
@@ -480,7 +509,9 @@ func (r *run) recycle() {
 func (r *run) reset() {
 	e := r.e
 	r.orphaned = false
-	r.cancel(nil)
+	if !r.callerCtx {
+		r.cancel(nil)
+	}
 	clear(r.values)
 	clear(r.inputs)
 	clear(r.buffers)

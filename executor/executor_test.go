@@ -677,6 +677,75 @@ func TestStepAllocs(t *testing.T) {
 	}
 }
 
+// TestStepWithCallerContextAllocs: a step run in the caller's context,
+// into the caller's buffer (StepOptions), allocates nothing of its own:
+// the two allocations counted are the caller's context.WithCancelCause,
+// which the executor leaves to the caller to end.
+func TestStepWithCallerContextAllocs(t *testing.T) {
+	if race.Enabled {
+		t.Skip("allocation counts do not hold under the race detector")
+	}
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(1))
+	d := s.Out("ExecDetach", "d", []graph.Output{ops.Identity(s, x)}, nil)
+	a, b := ops.Identity(s, d), ops.Identity(s, d)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), []graph.Output{x}, []graph.Output{a, b}, nil, nil)
+	feed := []*tensor.Tensor{f32(1)}
+	var out [2]*tensor.Tensor
+	var err error
+	var kctx context.Context
+	step := func() {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		got, e := ex.RunStepWith(context.Background(), nil, feed, executor.StepOptions{Context: ctx, Cancel: cancel, Out: out[:0]})
+		switch {
+		case e != nil:
+			err = e
+		case &got[0] != &out[0]:
+			err = errors.New("the fetches are not in StepOptions.Out")
+		case ctx.Err() != nil:
+			err = errors.New("a step that succeeded cancelled the caller's context")
+		}
+		cancel(nil)
+		kctx = ctx
+	}
+	n := testing.AllocsPerRun(200, step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if context.Cause(kctx) != context.Canceled {
+		t.Errorf("cause %v, want context.Canceled", context.Cause(kctx))
+	}
+	if n > 2 {
+		t.Errorf("%v allocations per step, want at most 2 (the caller's context)", n)
+	}
+}
+
+// TestStepWithCallerContextCancel: the first error of a step run in the
+// caller's context cancels it, with the error as its cause, so that a
+// kernel blocked on it returns.
+func TestStepWithCallerContextCancel(t *testing.T) {
+	s := graph.NewScope()
+	a := ops.Const(s, float32(1))
+	blk := s.Out("ExecBlock", "blocker", []graph.Output{s.Out("ExecDetach", "d", []graph.Output{a}, nil)}, nil)
+	fail := s.Out("ExecFail", "fail", []graph.Output{a}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), nil, []graph.Output{blk, fail}, nil, nil)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	_, err := ex.RunStepWith(context.Background(), nil, nil, executor.StepOptions{Context: ctx, Cancel: cancel})
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("got %v, want the kernel's error", err)
+	}
+	if cause := context.Cause(ctx); cause != err {
+		t.Errorf("the caller's context ended with %v, want the step's error", cause)
+	}
+}
+
 // TestBlockingKernelRunsApart checks that a kernel declaring MayBlock does not
 // hold up the worker that would run the node it waits for.
 func TestBlockingKernelRunsApart(t *testing.T) {

@@ -60,7 +60,7 @@ func (t *StepTrace) Lanes() int {
 // a trace (RunStep), the executor records nothing and pays one branch per
 // node.
 func (e *Executor) RunTraced(ctx context.Context, step *kernel.Step, feedValues []*tensor.Tensor, tr *StepTrace) ([]*tensor.Tensor, error) {
-	return e.runStep(ctx, step, feedValues, tr)
+	return e.RunStepWith(ctx, step, feedValues, StepOptions{Trace: tr})
 }
 
 // record notes node en's execution on worker w, from start to now. The

@@ -71,7 +71,8 @@ type abortFunc struct{ f func() }
 
 // localItem is either a sent tensor waiting for its receiver (sent) or a
 // receiver waiting for its tensor, which Send wakes: a Recv's by closing
-// ready, a RecvManyLent's (whose ready is nil) by poking notify.
+// ready, a RecvManyLent's (whose ready is nil) by poking notify, which
+// Abort pokes too.
 type localItem struct {
 	t       *tensor.Tensor
 	release func() // see SendLent; nil for Send
@@ -154,14 +155,20 @@ type Lent struct {
 // of a step's tensors costs no goroutine per tensor. got must not keep
 // the slice it is given: it is reused.
 func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent)) error {
-	// Made when a key must wait: the receivers of all the keys still to
-	// come, in one allocation, and the channel that wakes them.
+	// The tensors ready for got and the receivers of the keys that must
+	// wait, in one allocation (for a few keys), and, made when a key must
+	// wait, the channel that wakes them: Send's and Abort's.
 	var notify chan struct{}
+	var ready []Lent
 	var waiters []localItem
-	var aborted <-chan struct{}
+	if n := len(keys); n <= manyInline {
+		buf := new(manyBuf)
+		ready, waiters = buf.ready[:0:n], buf.waiters[:n:n]
+	} else {
+		ready = make([]Lent, 0, n)
+	}
 	pending := make(map[string]*localItem, len(keys))
 	index := make(map[string]int, len(keys))
-	ready := make([]Lent, 0, len(keys))
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
@@ -185,10 +192,11 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 			l.mu.Unlock()
 			return fmt.Errorf("rendezvous: recv %q: another receiver already waits for this key", key)
 		default:
-			if waiters == nil {
+			if notify == nil {
 				notify = make(chan struct{}, 1)
+			}
+			if len(waiters) == 0 {
 				waiters = make([]localItem, len(keys)-i)
-				aborted = l.abortedLocked()
 			}
 			it = &waiters[0]
 			waiters = waiters[1:]
@@ -209,15 +217,15 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 		var stop error
 		select {
 		case <-notify:
-		case <-aborted:
-			l.mu.Lock()
-			stop = l.err
-			l.mu.Unlock()
-			return fmt.Errorf("rendezvous: recv %d tensors: %w", len(pending), stop)
 		case <-ctx.Done():
 			stop = ctx.Err()
 		}
 		l.mu.Lock()
+		if l.err != nil { // aborted: the table, and so pending, is dropped
+			stop = l.err
+			l.mu.Unlock()
+			return fmt.Errorf("rendezvous: recv %d tensors: %w", len(pending), stop)
+		}
 		for key, it := range pending {
 			if it.sent { // sent while we were giving up: delivered anyway
 				l.deleteIfSame(key, it)
@@ -235,6 +243,17 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 			return fmt.Errorf("rendezvous: recv %d tensors: %w", len(pending), stop)
 		}
 	}
+}
+
+// manyInline is the number of keys up to which RecvManyLent's buffers
+// take one allocation (manyBuf).
+const manyInline = 4
+
+// manyBuf is the storage of RecvManyLent's ready tensors and waiting
+// receivers for a few keys.
+type manyBuf struct {
+	ready   [manyInline]Lent
+	waiters [manyInline]localItem
 }
 
 func lentOf(i int, it *localItem) Lent {
@@ -358,6 +377,16 @@ func (l *Local) abortDone(stepID int64) {
 
 // abortLocked ends Abort once l.err is set: it unlocks l.mu.
 func (l *Local) abortLocked() {
+	// RecvManyLent's receivers wait on their notify channel, not on
+	// l.aborted, which they so need not make.
+	l.items.each(func(it *localItem) {
+		if it.notify != nil && !it.sent {
+			select {
+			case it.notify <- struct{}{}:
+			default: // already poked
+			}
+		}
+	})
 	l.items = itemTable{} // dropped: no operation adds to it any more
 	if l.aborted == nil {
 		l.aborted = closedChan
@@ -489,6 +518,19 @@ func (t *itemTable) delete(key string) {
 			t.small[t.n] = itemEntry{}
 			return
 		}
+	}
+}
+
+// each calls f with every item of t.
+func (t *itemTable) each(f func(*localItem)) {
+	if t.big != nil {
+		for _, it := range t.big {
+			f(it)
+		}
+		return
+	}
+	for _, e := range t.small[:t.n] {
+		f(e.it)
 	}
 }
 

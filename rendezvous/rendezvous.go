@@ -7,7 +7,7 @@ import (
 
 // Rendezvous is where a Send kernel leaves a tensor and a Recv kernel picks it
 // up, within one step: kernel.Rendezvous, which kernels find in
-// kernel.Context.Step.Rendezvous. Local and the worker's router implement it.
+// kernel.Context.Step.Rendezvous. Local and Router implement it.
 type Rendezvous = kernel.Rendezvous
 
 // Lender is implemented by a Rendezvous whose senders can lend a tensor:

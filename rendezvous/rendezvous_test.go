@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distflow/distflow/internal/race"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -709,6 +710,50 @@ func TestRecvManyLent(t *testing.T) {
 	err := l.RecvManyLent(ctx, []string{"x", "y"}, func([]Lent) { t.Error("nothing was sent") })
 	if !errors.Is(err, ErrAborted) {
 		t.Errorf("aborted batch: %v, want ErrAborted", err)
+	}
+}
+
+// TestRecvManyLentAllocs: a batch of a few keys takes one allocation for
+// its buffers, and its waiter is woken by Abort through its own channel,
+// without the Local's abort channel.
+func TestRecvManyLentAllocs(t *testing.T) {
+	l := NewLocal()
+	ctx := context.Background()
+	x := tensor.Scalar(float32(1))
+	keys := []string{"a", "b"}
+	got := func([]Lent) {}
+	n := testing.AllocsPerRun(100, func() {
+		l.Send("a", x)
+		l.Send("b", x)
+		if err := l.RecvManyLent(ctx, keys, got); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 3 && !race.Enabled {
+		t.Errorf("%v allocations for two Sends and a RecvManyLent of them, want 3 (the two sent items, the batch's buffers)", n)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- l.RecvManyLent(ctx, keys, got) }()
+	for wait := time.Now().Add(10 * time.Second); l.Pending() < len(keys); time.Sleep(time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatalf("RecvManyLent registered %d of %d receivers in 10 s", l.Pending(), len(keys))
+		}
+	}
+	l.mu.Lock()
+	made := l.aborted != nil
+	l.mu.Unlock()
+	if made {
+		t.Error("a waiting RecvManyLent made the Local's abort channel")
+	}
+	reason := errors.New("peer lost")
+	l.Abort(reason)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrAborted) || !errors.Is(err, reason) {
+			t.Errorf("aborted batch: %v, want ErrAborted and the reason", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Abort did not wake RecvManyLent")
 	}
 }
 

@@ -132,11 +132,27 @@ func (t *Table) Len() int {
 	return len(t.steps)
 }
 
-// router sends locally and receives either locally or from the sending task.
-type router struct {
+// Fetcher receives, for a Router, the tensors other tasks send.
+type Fetcher interface {
+	// Fetch receives key from sendTask ("/job:ps/task:0"). ctx ends when
+	// the Recv's does or the step's rendezvous is aborted.
+	Fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, error)
+}
+
+// fetchFunc is the Fetcher of NewRouter's fetch function.
+type fetchFunc func(ctx context.Context, sendTask, key string) (*tensor.Tensor, error)
+
+func (f fetchFunc) Fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, error) {
+	return f(ctx, sendTask, key)
+}
+
+// Router is the Rendezvous of NewRouter, as a type, so that a worker can
+// keep it in its step's state rather than allocate it apart. Its zero
+// value is not usable: Init it.
+type Router struct {
 	local *Local
 	task  string
-	fetch func(ctx context.Context, sendTask, key string) (*tensor.Tensor, error)
+	fetch Fetcher // nil: every Recv is local
 
 	// The step's Recvs share one context for their fetches, derived from
 	// the first one's (the step's) and cancelled when local is aborted:
@@ -147,6 +163,8 @@ type router struct {
 	cancel   abortFunc       // cancels fetchCtx, registered with local
 }
 
+var _ Lender = (*Router)(nil)
+
 // NewRouter returns the rendezvous a worker hands to one step's kernels.
 // Send leaves the tensor in local, where a peer's RecvTensor finds it. Recv
 // takes the tensor from local when the key's send device is on task (this
@@ -155,16 +173,29 @@ type router struct {
 // stops waiting for peers too. A nil fetch makes every Recv local (all tasks
 // in one process).
 func NewRouter(local *Local, task string, fetch func(ctx context.Context, sendTask, key string) (*tensor.Tensor, error)) Rendezvous {
-	return &router{local: local, task: task, fetch: fetch}
+	r := &Router{}
+	if fetch != nil {
+		r.Init(local, task, fetchFunc(fetch))
+	} else {
+		r.Init(local, task, nil)
+	}
+	return r
 }
 
-func (r *router) Send(key string, t *tensor.Tensor) error { return r.local.Send(key, t) }
+// Init makes r, unused until now, the router NewRouter would return, with
+// fetch (nil: every Recv is local) receiving from other tasks. A Router
+// serves one step: the rendezvous of a later step needs a new one.
+func (r *Router) Init(local *Local, task string, fetch Fetcher) {
+	r.local, r.task, r.fetch = local, task, fetch
+}
 
-func (r *router) SendLent(key string, t *tensor.Tensor, release func()) error {
+func (r *Router) Send(key string, t *tensor.Tensor) error { return r.local.Send(key, t) }
+
+func (r *Router) SendLent(key string, t *tensor.Tensor, release func()) error {
 	return r.local.SendLent(key, t, release)
 }
 
-func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
+func (r *Router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 	sendDev, _, _, err := ParseKey(key)
 	if err != nil {
 		return nil, err
@@ -187,7 +218,7 @@ func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 	if done != nil {
 		defer done()
 	}
-	t, err := r.fetch(ctx, sendTask, key)
+	t, err := r.fetch.Fetch(ctx, sendTask, key)
 	if err != nil {
 		if aerr := r.local.Err(); aerr != nil {
 			return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, aerr)
@@ -203,7 +234,7 @@ func (r *router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
 // cannot panic) gets one shared derived context, cancelled when the step
 // ends: by local's abort, or as ctx's child when ctx is cancelled. Any
 // other ctx gets its own, for the fetch only.
-func (r *router) fetchContext(ctx context.Context) (context.Context, func()) {
+func (r *Router) fetchContext(ctx context.Context) (context.Context, func()) {
 	r.mu.Lock()
 	if r.parent == nil && ctx != nil && reflect.TypeOf(ctx).Kind() == reflect.Pointer {
 		r.parent = ctx

@@ -15,8 +15,10 @@ import (
 // maxRemoteStepAllocs bounds the allocations of one remote linreg step with
 // every task in this process: the client and its master on the worker, the
 // ps over the tensor channel on loopback. The twelfth session took it from
-// 386 to 137; the margin is for the runtime's own.
-const maxRemoteStepAllocs = 160
+// 386 to 137; one step state, response and context per worker step, not
+// several, to 107 (with the session's and master's own cuts of the same
+// time). The margin is for the runtime's own.
+const maxRemoteStepAllocs = 125
 
 // TestRemoteStepAllocations keeps the remote step's allocations from
 // creeping back: names, plans, requests and batches are made once, not at

@@ -485,38 +485,81 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 	if err != nil {
 		return fail(err)
 	}
-	e := pe.e
-	local := w.steps.Get(stepID)
-	recvs := &stepRecvs{w: w, stepID: stepID, st: st}
-	recvs.waiting = recvs.waitBuf[:0]
-	if len(pe.batches) > 0 {
-		bctx, endBatches := context.WithCancel(ctx)
-		defer endBatches()
-		recvs.batches = w.startBatches(bctx, stepID, pe.batches, recvs.batchBuf[:0])
-	}
-	rv := rendezvous.NewRouter(local, w.cfg.Task, recvs.fetch)
-	var out []*tensor.Tensor
+	ss := &stepState{recvs: stepRecvs{w: w, stepID: stepID, st: st}} // the step's one allocation
+	ss.recvs.waiting = ss.recvs.waitBuf[:0]
+	ss.router.Init(w.steps.Get(stepID), w.cfg.Task, &ss.recvs)
+	ss.step = kernel.Step{ID: stepID, Rendezvous: &ss.router}
+	opts := executor.StepOptions{Out: ss.out[:0]}
 	if st != nil {
-		out, err = e.RunTraced(ctx, &kernel.Step{ID: stepID, Rendezvous: rv}, vals, &st.exec)
-	} else {
-		out, err = e.RunStep(ctx, &kernel.Step{ID: stepID, Rendezvous: rv}, vals)
+		opts.Trace = &st.exec
 	}
+	if len(pe.batches) > 0 {
+		// One context for the step's batches and its kernels, under which
+		// its Recvs also fetch: the executor cancels it at the step's
+		// first error, when the batches are of no more use, and RunGraph
+		// when it returns.
+		sctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		opts.Context, opts.Cancel = sctx, cancel
+		ss.recvs.batches = w.startBatches(sctx, stepID, pe.batches, ss.recvs.batchBuf[:0])
+	}
+	out, err := pe.e.RunStepWith(ctx, &ss.step, vals, opts)
 	if err != nil {
-		if tasks := recvs.waitingFor(); len(tasks) > 0 && ctx.Err() != nil {
+		if tasks := ss.recvs.waitingFor(); len(tasks) > 0 && ctx.Err() != nil {
 			err = fmt.Errorf("%w (waiting for tensors from %s)", err, strings.Join(tasks, ", "))
 		}
 		return fail(err)
 	}
-	resp := &pb.RunGraphResponse{Fetches: make([]*pb.NamedTensor, len(out))}
-	named := make([]pb.NamedTensor, len(out)) // one allocation for all
+	resp := newResponse(len(out))
 	for i, t := range out {
-		named[i].Name, named[i].Tensor = req.GetFetches()[i], graph.TensorToProto(t)
-		resp.Fetches[i] = &named[i]
+		resp.Fetches[i].Name, resp.Fetches[i].Tensor = req.GetFetches()[i], graph.TensorToProto(t)
 	}
 	if st != nil {
 		resp.StepStats = st.stats(w.cfg.Task)
 	}
 	return resp, nil
+}
+
+// stepState is what one RunGraph step needs beyond its tensors, in one
+// allocation: how it receives from other tasks, its rendezvous and its
+// kernel.Step, and room for its fetches. It is not reused: the goroutines
+// of its batches may still write to it after RunGraph returns, and the
+// step's Local keeps the router's abort watch until it is cleaned up.
+type stepState struct {
+	recvs  stepRecvs
+	router rendezvous.Router
+	step   kernel.Step
+	out    [4]*tensor.Tensor // the executor's fetches, for a few
+}
+
+// fewFetches is the number of fetches up to which a RunGraphResponse
+// takes one allocation (newResponse).
+const fewFetches = 4
+
+// response is a RunGraphResponse with the storage of a few fetches.
+type response struct {
+	resp  pb.RunGraphResponse
+	ptrs  [fewFetches]*pb.NamedTensor
+	named [fewFetches]pb.NamedTensor
+}
+
+// newResponse returns a response whose n Fetches are set and empty: one
+// allocation for a few, three for more.
+func newResponse(n int) *pb.RunGraphResponse {
+	var ptrs []*pb.NamedTensor
+	var named []pb.NamedTensor
+	var resp *pb.RunGraphResponse
+	if n <= fewFetches {
+		r := new(response)
+		resp, ptrs, named = &r.resp, r.ptrs[:n], r.named[:n]
+	} else {
+		resp, ptrs, named = new(pb.RunGraphResponse), make([]*pb.NamedTensor, n), make([]pb.NamedTensor, n)
+	}
+	for i := range ptrs {
+		ptrs[i] = &named[i]
+	}
+	resp.Fetches = ptrs
+	return resp
 }
 
 // checkFeedBytes refuses a fed tensor over the budget before it is decoded.
@@ -565,24 +608,25 @@ func (r *registered) resolve(req *pb.RunGraphRequest) (*resolved, error) {
 
 // stepRecvs is how one step receives from other tasks: from its batches,
 // or by RecvTensor. It records the tasks asked and not yet answered, so
-// that a step that times out says whom it waited for.
+// that a step that times out says whom it waited for. It is the step's
+// rendezvous.Fetcher.
 type stepRecvs struct {
 	w       *Worker
 	stepID  int64
 	st      *stepTrace
-	batches []*batch // see startBatches
+	batches []batch // see startBatches
 
 	mu      sync.Mutex
 	waiting []string // tasks, distinct
 
 	// The storage of batches and waiting for a step that receives from
 	// few tasks: no allocation of their own.
-	batchBuf [2]*batch
+	batchBuf [2]batch
 	waitBuf  [2]string
 }
 
-// fetch receives key from sendTask (rendezvous.NewRouter).
-func (s *stepRecvs) fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, error) {
+// Fetch receives key from sendTask (rendezvous.Fetcher).
+func (s *stepRecvs) Fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, error) {
 	if s.w.cfg.Workers == nil {
 		return nil, fmt.Errorf("recv %q from %s: %w", key, sendTask, ErrNoWorkers)
 	}
@@ -601,8 +645,8 @@ func (s *stepRecvs) fetch(ctx context.Context, sendTask, key string) (*tensor.Te
 	}
 	var t *tensor.Tensor
 	batched := false
-	for _, b := range s.batches {
-		if b != nil && b.plan.task == sendTask {
+	for i := range s.batches {
+		if b := &s.batches[i]; b.plan.task == sendTask {
 			t, batched, err = b.take(ctx, key)
 			break
 		}
@@ -678,7 +722,7 @@ func (r *registered) executor(w *Worker, res *resolved) (*prepared, error) {
 // (service.BatchReceiver), for the step's Recvs to take.
 type batch struct {
 	plan    *batchPlan
-	items   []batchItem  // by the plan's keys
+	items   []batchItem  // by the plan's keys; nil when the peer could not be asked
 	itemBuf [4]batchItem // items' storage for a few keys
 }
 
@@ -691,16 +735,22 @@ type batchItem struct {
 
 // startBatches asks, for each plan whose peer's client can
 // (service.BatchReceiver), for all of its tensors in one request, on a
-// goroutine each until ctx ends. It appends the batches to dst in the order
-// of plans; a peer that cannot leaves a nil batch, and its keys to
-// RecvTensor.
-func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPlan, dst []*batch) []*batch {
+// goroutine each until ctx ends. It returns the batches in the order of
+// plans, in dst's storage if it has room: they must not move, the
+// goroutines write to them. A peer that cannot be asked leaves its batch
+// without items, and its keys to RecvTensor.
+func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPlan, dst []batch) []batch {
 	if w.cfg.Workers == nil {
 		return nil
 	}
+	if cap(dst) >= len(plans) {
+		dst = dst[:len(plans)]
+	} else {
+		dst = make([]batch, len(plans))
+	}
 	for i := range plans {
-		plan := &plans[i]
-		dst = append(dst, nil)
+		plan, b := &plans[i], &dst[i]
+		b.plan = plan
 		peer, err := w.cfg.Workers.Worker(plan.task)
 		if err != nil {
 			continue // RecvTensor reports it
@@ -709,16 +759,16 @@ func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPl
 		if !ok {
 			continue
 		}
-		b := &batch{plan: plan}
 		if len(plan.keys) <= len(b.itemBuf) {
 			b.items = b.itemBuf[:len(plan.keys)]
 		} else {
 			b.items = make([]batchItem, len(plan.keys))
 		}
+		// A channel per item, not per batch: each Recv waits for its own
+		// tensor alone, which may come before or after the others.
 		for i := range b.items {
 			b.items[i].done = make(chan struct{})
 		}
-		dst[len(dst)-1] = b
 		gopool.Go(func() { b.ask(ctx, br, stepID) })
 	}
 	return dst
@@ -748,7 +798,7 @@ func (b *batch) ask(ctx context.Context, br BatchReceiver, stepID int64) {
 // be asked for (the caller then uses RecvTensor).
 func (b *batch) take(ctx context.Context, key string) (t *tensor.Tensor, ok bool, err error) {
 	i, in := b.plan.index[key]
-	if !in {
+	if !in || b.items == nil {
 		return nil, false, nil
 	}
 	it := &b.items[i]
