@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/topk"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -20,12 +20,15 @@ import (
 // (RunConfig.Compression). The zero value sends them as float32.
 //
 // With AllReduce, every kind applies to the ring. With the parameter
-// servers (Async, Sync, Staleness), FP16 and BF16 apply to the push: each
-// dense gradient is cast on the worker and cast back to float32 beside its
-// variable, so that the Send/Recv between them carries half the bytes
-// (sparse gradients, pulls of the parameters and TopK are not compressed
-// there). RunConfig refuses a compression that the strategy would not
-// apply rather than ignore it.
+// servers (Async, Sync, Staleness), every kind applies to the push of each
+// dense gradient from the worker to its variable's device: FP16 and BF16
+// cast it on the worker and back to float32 beside the variable, so that
+// the Send/Recv between them carries half the bytes; TopK sends its largest
+// entries as (int32 index, float32 value) pairs, each worker keeping the
+// rest as its residual (ops.TopKCompress), and rebuilds the dense gradient
+// beside the variable. Sparse gradients and the pulls of the parameters
+// are not compressed. RunConfig refuses a compression that the strategy
+// would not apply rather than ignore it.
 type Compression struct {
 	// Kind is the scheme.
 	Kind CompressionKind
@@ -54,9 +57,10 @@ const (
 	// precision.
 	BF16
 	// TopK sends, per worker, the Ratio*n largest entries (by magnitude)
-	// of its gradient plus its residual, as (index gap, binary16 value)
-	// pairs of 32 bits gathered by every worker; what it did not send
-	// (including the rounding of the values) is kept as its residual and
+	// of its gradient plus its residual: round the ring as (index gap,
+	// binary16 value) pairs of 32 bits gathered by every worker, to the ps
+	// as (index, value) pairs of 64; what it did not send (including, on
+	// the ring, the rounding of the values) is kept as its residual and
 	// added to the next step's gradient (error feedback: Lin et al. 2018,
 	// Deep Gradient Compression; Stich et al. 2018).
 	TopK
@@ -163,10 +167,7 @@ func (c Compression) validateFor(s Strategy) error {
 	case AllReduce:
 		return nil
 	case nil, Async, Sync, Staleness:
-		if c.Kind != TopK {
-			return nil
-		}
-		return fmt.Errorf("estimator: RunConfig.Compression %s: top-k compresses the all-reduce only (not the ps push of %s): use fp16 or bf16, or AllReduce{}", c, s)
+		return nil
 	}
 	if c.Kind == NoCompression {
 		return nil
@@ -182,8 +183,50 @@ func (c Compression) pushOptimizer(opt train.Optimizer) train.Optimizer {
 		return halfPush{opt, tensor.Float16}
 	case BF16:
 		return halfPush{opt, tensor.BFloat16}
+	case TopK:
+		return topKPush{opt, c}
 	}
 	return opt
+}
+
+// topKPush is an optimizer whose dense gradients cross from the worker to
+// their variable's device as their top-k entries: ops.TopKCompress where
+// the gradient is computed (it keeps the rest as this worker's residual),
+// and on the variable's device the dense gradient rebuilt from the pairs
+// for the wrapped optimizer's update.
+type topKPush struct {
+	train.Optimizer
+	c Compression
+}
+
+func (p topKPush) ApplyGradients(s *graph.Scope, gvs []train.GradVar, globalStep *ops.Variable) (*graph.Node, error) {
+	cs := s.SubScope("compress")
+	ratio := ops.Scalar(cs, tensor.Float32, p.c.ratio())
+	if p.c.Warmup > 0 {
+		if globalStep == nil {
+			return nil, fmt.Errorf("estimator: top-k push with a warm-up of %d steps: no global step to count them", p.c.Warmup)
+		}
+		// Ratio^(step/Warmup) during the warm-up, then Ratio (ratioAt).
+		step := ops.Cast(cs, globalStep.Value(), tensor.Float32)
+		frac := ops.Minimum(cs, ops.Div(cs, step, ops.Scalar(cs, tensor.Float32, float64(p.c.Warmup))), ops.Scalar(cs, tensor.Float32, 1))
+		ratio = ops.Pow(cs, ratio, frac)
+	}
+	out := slices.Clone(gvs)
+	for i, gv := range gvs {
+		if gv.Sparse != nil || gv.Grad.DType() != tensor.Float32 {
+			continue
+		}
+		shape := gv.Var.Shape()
+		if !shape.FullyDefined() {
+			return nil, fmt.Errorf("estimator: top-k push of %s: the variable's shape %v is not fully known", gv.Var.Name(), shape)
+		}
+		// The residual lives with the op: beside the gradient, on the worker.
+		idx, vals := ops.TopKCompress(cs.WithDevice(gv.Grad.Node.Device()), gv.Grad, ratio)
+		vs := cs.WithDevice(gv.Var.Node().Device())
+		dense := ops.UnsortedSegmentSum(vs, vals, idx, ops.Scalar(vs, tensor.Int32, float64(shape.NumElements())))
+		out[i].Grad = ops.ReshapeTo(vs, dense, shape.Dims()...)
+	}
+	return p.Optimizer.ApplyGradients(s, out, globalStep)
 }
 
 // halfPush is an optimizer whose dense gradients cross from the worker to
@@ -222,10 +265,8 @@ type gradCompressor struct {
 	c        Compression
 	residual []float32 // top-k: what this worker has not sent yet
 	cand     []int32   // top-k: the entries selected
-	sel      []int32   // top-k: scratch for the selection
-	mags     []float32 // top-k: scratch for the selection
+	sel      topk.Selector
 	gathered []float32 // top-k: every worker's (indices, values)
-	rng      *rand.Rand
 }
 
 func newGradCompressor(c Compression) *gradCompressor {
@@ -277,11 +318,9 @@ func (r compressingRing) AllReduceMean(ctx context.Context, name string, round i
 // exchange leaves the residual holding what was selected too, so that
 // nothing is lost if the step is retried.
 //
-// The selection costs two passes over the gradient, as in DGC: the
-// threshold is estimated on a random sample (aiming a little low), the
-// entries above it are collected, and only those are selected exactly.
-// When the estimate overshoots, fewer than k entries are sent (their
-// slots padded), which error feedback makes up later.
+// The selection (topk.Selector) costs two passes over the gradient, as in
+// DGC: when it sends fewer than k entries, their slots are padded, and
+// error feedback makes them up later.
 func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name string, round int64, data []float32) error {
 	n := len(data)
 	if len(g.residual) != n {
@@ -291,36 +330,7 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 	for i, v := range data {
 		g.residual[i] += v
 	}
-	thr := g.sampleThreshold(k)
-	g.cand = g.cand[:0]
-	for i, v := range g.residual {
-		if m := math.Float32bits(v) & 0x7fffffff; m >= thr && m != 0 {
-			g.cand = append(g.cand, int32(i))
-		}
-	}
-	if len(g.cand) > k { // keep the k largest candidates, in index order
-		g.mags = g.mags[:0]
-		for _, i := range g.cand {
-			g.mags = append(g.mags, abs32(g.residual[i]))
-		}
-		kth := kthLargest(g.mags, k)
-		ties := k // of the k-th's magnitude, how many may go
-		for _, m := range g.mags {
-			if m > kth {
-				ties--
-			}
-		}
-		sel := g.sel[:0]
-		for _, i := range g.cand {
-			if m := abs32(g.residual[i]); m > kth || m == kth && ties > 0 {
-				if m == kth {
-					ties--
-				}
-				sel = append(sel, i)
-			}
-		}
-		g.sel, g.cand = g.cand, sel
-	}
+	g.cand = g.sel.Select(g.cand, g.residual, k)
 	size, pos := ring.Size(), ring.Rank()
 	words := sparseWords(n, k)
 	if cap(g.gathered) < words*size {
@@ -348,67 +358,4 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 	return nil
 }
 
-// topKSample is the size of the sample the threshold is estimated on:
-// it holds about topKSample*ratio of the k largest, enough for an
-// estimate within a few percent.
-const topKSample = 1 << 15
-
-// sampleThreshold estimates, as float32 magnitude bits (which order as the
-// magnitudes do), a threshold above which about 1.2k of the residual's
-// entries lie: the whole residual's k-th largest when it is small.
-func (g *gradCompressor) sampleThreshold(k int) uint32 {
-	n := len(g.residual)
-	g.mags = g.mags[:0]
-	if n <= 2*topKSample {
-		for _, v := range g.residual {
-			g.mags = append(g.mags, abs32(v))
-		}
-		return math.Float32bits(kthLargest(g.mags, k))
-	}
-	if g.rng == nil {
-		g.rng = rand.New(rand.NewPCG(uint64(n), uint64(k)))
-	}
-	for range topKSample {
-		g.mags = append(g.mags, abs32(g.residual[g.rng.IntN(n)]))
-	}
-	ks := min(max(int(1.2*float64(k)*topKSample/float64(n)), 1), topKSample)
-	return math.Float32bits(kthLargest(g.mags, ks))
-}
-
 func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
-
-// kthLargest returns the k-th largest of vals (1 <= k <= len(vals)),
-// reordering vals: a quickselect, linear on average.
-func kthLargest(vals []float32, k int) float32 {
-	lo, hi, want := 0, len(vals)-1, k-1 // want: the index in descending order
-	for lo < hi {
-		// Median of three as the pivot, then a Hoare partition in
-		// descending order.
-		mid := lo + (hi-lo)/2
-		a, b, c := vals[lo], vals[mid], vals[hi]
-		p := max(min(a, b), min(max(a, b), c))
-		i, j := lo, hi
-		for i <= j {
-			for vals[i] > p {
-				i++
-			}
-			for vals[j] < p {
-				j--
-			}
-			if i <= j {
-				vals[i], vals[j] = vals[j], vals[i]
-				i++
-				j--
-			}
-		}
-		switch {
-		case want <= j:
-			hi = j
-		case want >= i:
-			lo = i
-		default:
-			return vals[want]
-		}
-	}
-	return vals[want]
-}

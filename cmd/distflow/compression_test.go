@@ -36,21 +36,25 @@ func TestCompressedAllReduceConverges(t *testing.T) {
 }
 
 // TestCompressedSyncPSConverges: the same with a ps and synchronous
-// updates, the push in fp16 (cast on the workers, back on the ps).
+// updates, the push in fp16 (cast on the workers, back on the ps) and in
+// top-k (each worker's largest entries, the dense gradient rebuilt on the
+// ps).
 func TestCompressedSyncPSConverges(t *testing.T) {
 	base := []string{"train", "--model", "mlp", "--data", "embedded", "--epochs", "5", "--seed", "7",
 		"--local-cluster", "ps=1,worker=2", "--sync", "--json"}
 	accuracy := map[string]float64{}
-	for _, c := range []string{"none", "fp16"} {
+	for _, c := range []string{"none", "fp16", "topk"} {
 		stdout, stderr, err := run(t, append(base, "--compression", c)...)
 		if err != nil {
 			t.Fatalf("--compression %s: %v\n%s", c, err, tail(stderr, 20))
 		}
 		accuracy[c] = lastJSON(t, stdout)["test_accuracy"].(float64)
 	}
-	t.Logf("sync ps test accuracy: float32 %.4f, fp16 push %.4f", accuracy["none"], accuracy["fp16"])
-	if accuracy["fp16"] < accuracy["none"]-0.005 {
-		t.Errorf("fp16 push: test accuracy %.4f, more than half a point below float32's %.4f", accuracy["fp16"], accuracy["none"])
+	t.Logf("sync ps test accuracy: float32 %.4f, fp16 push %.4f, top-k push %.4f", accuracy["none"], accuracy["fp16"], accuracy["topk"])
+	for _, c := range []string{"fp16", "topk"} {
+		if accuracy[c] < accuracy["none"]-0.005 {
+			t.Errorf("%s push: test accuracy %.4f, more than half a point below float32's %.4f", c, accuracy[c], accuracy["none"])
+		}
 	}
 }
 
@@ -59,7 +63,7 @@ func TestCompressionFlagIsChecked(t *testing.T) {
 		{"--compression fp8 --allreduce", `--compression "fp8": want none, fp16, bf16, topk, topk:RATIO or topk:RATIO,warmup=STEPS`},
 		{"--compression topk:0.1,warmup=x --allreduce", "want warmup=STEPS"},
 		{"--compression topk:0 --allreduce", "want 0 < ratio <= 1"},
-		{"--compression topk", "--compression topk goes with --allreduce"},
+		{"--compression topk --in-graph --local-cluster ps=1,worker=2", "--in-graph and --average-every do not compress"},
 		{"--compression fp16 --in-graph --local-cluster ps=1,worker=2", "--in-graph and --average-every do not compress"},
 	} {
 		_, stderr, err := run(t, append([]string{"train", "--model", "mlp"}, strings.Fields(tc.args)...)...)
