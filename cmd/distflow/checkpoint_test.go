@@ -163,11 +163,14 @@ func TestRestartedPSIsRecovered(t *testing.T) {
 	// embedded test set varies by about 0.4 points (standard deviation over
 	// 21 uninterrupted runs, 0.819 to 0.832; 37 recovered runs had the same
 	// mean): two runs differ by more than a point about one time in 13, so
-	// an attempt that does is run again, both runs of it. (At the default
-	// rate of 0.5 runs spread over 5 points.)
+	// an attempt that does is run again, both runs of it, up to three
+	// attempts (two missed in a row once in CI, under the full suite's
+	// load: 0.8330 and 0.8325 uninterrupted, 0.8205 and 0.8215 recovered).
+	// A recovery that lost the model would miss every time. (At the
+	// default rate of 0.5 runs spread over 5 points.)
 	args := []string{"train", "--model", "mlp", "--data", "embedded", "--epochs", "20", "--lr", "0.1", "--log-every", "100", "--json"}
 	var acc, want float64
-	for attempt := 1; attempt <= 2; attempt++ {
+	for attempt := 1; attempt <= 3; attempt++ {
 		// The uninterrupted run's tasks are started as the recovered run's
 		// are (not by --local-cluster, which shares the cores among them:
 		// its runs came out 0.7 points lower on average).
