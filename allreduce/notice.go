@@ -48,48 +48,45 @@ func (e *noticeError) Unwrap() error { return e.err }
 // of no cause that members send is malformed: it fails the operation with
 // ErrMismatch, which Deliver returns.
 func (r *Ring) deliverNotice(c *Chunk) error {
-	var err error
+	var told error
 	switch who := r.peer(c.From); {
 	case c.Index == noticeMismatch:
-		err = &noticeError{fmt.Errorf("%w: rank %d: %v: %s found that the ranks' data do not match (do all ranks run the same model, with the same flags?)", ErrMismatch, r.rank, c.Op, who)}
+		told = fmt.Errorf("%w: rank %d: %v: %s found that the ranks' data do not match (do all ranks run the same model, with the same flags?)", ErrMismatch, r.rank, c.Op, who)
 	case c.Index == noticeNonFinite:
-		err = &noticeError{fmt.Errorf("%w: rank %d: %v: %s found a non-finite value", ErrNonFinite, r.rank, c.Op, who)}
+		told = fmt.Errorf("%w: rank %d: %v: %s found a non-finite value", ErrNonFinite, r.rank, c.Op, who)
 	case c.From >= r.size:
-		err = &noticeError{fmt.Errorf("summation server %s failed the operation", who)}
+		told = fmt.Errorf("summation server %s failed the operation", who)
 	default:
-		err = fmt.Errorf("%w: rank %d: %v: %s sent a failure notice of unknown cause %d", ErrMismatch, r.rank, c.Op, who, c.Index)
+		err := fmt.Errorf("%w: rank %d: %v: %s sent a failure notice of unknown cause %d", ErrMismatch, r.rank, c.Op, who, c.Index)
 		r.box.fail(c.Op, err)
 		return err
 	}
-	r.box.fail(c.Op, err)
+	r.box.fail(c.Op, &noticeError{told})
 	return nil
 }
 
 // notify sends the notice of op's failure for cause to each of members
 // but this rank, concurrently, and returns when all are sent or given up,
-// at the latest when ctx ends (a member that cannot be reached ends the
-// operation at its own deadline).
+// within noticeTimeout and at the latest when ctx ends (a member that
+// cannot be reached ends the operation at its own deadline).
 func (r *Ring) notify(ctx context.Context, op Op, members []int, cause int) {
+	ctx, cancel := context.WithTimeout(ctx, noticeTimeout)
+	defer cancel()
 	var wg sync.WaitGroup
 	for _, m := range members {
 		if m != r.rank {
-			wg.Go(func() { r.notifyOne(ctx, op, m, cause) })
+			wg.Go(func() {
+				st, err := r.tr.Open(ctx, m, op)
+				if err != nil {
+					return
+				}
+				if err := st.Send(&Chunk{Op: op, From: r.rank, Index: cause}); err != nil {
+					st.Abort()
+					return
+				}
+				st.Close()
+			})
 		}
 	}
 	wg.Wait()
-}
-
-// notifyOne sends member m the notice, within noticeTimeout.
-func (r *Ring) notifyOne(ctx context.Context, op Op, m, cause int) {
-	ctx, cancel := context.WithTimeout(ctx, noticeTimeout)
-	defer cancel()
-	st, err := r.tr.Open(ctx, m, op)
-	if err != nil {
-		return
-	}
-	if err := st.Send(&Chunk{Op: op, From: r.rank, Index: cause}); err != nil {
-		st.Abort()
-		return
-	}
-	st.Close()
 }

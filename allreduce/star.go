@@ -504,10 +504,7 @@ func (s *summer) failLocked(o *sumOp, err error) {
 	s.endLocked(o, err)
 	// An aborted stream tells a member nothing if no sum went through it:
 	// every member heard from gets a notice of the failure, and its cause.
-	cause := noticeCause(err)
-	for _, m := range o.members {
-		go s.r.notifyOne(context.Background(), o.op, m, cause)
-	}
+	go s.r.notify(context.Background(), o.op, o.members, noticeCause(err))
 }
 
 // endLocked forgets o, keeping its outcome for its late chunks.

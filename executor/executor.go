@@ -346,12 +346,7 @@ func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValue
 			return nil, err
 		}
 	}
-	out := opts.Out[:0]
-	if n := len(e.fetches); cap(out) >= n {
-		out = out[:n]
-	} else {
-		out = make([]*tensor.Tensor, n)
-	}
+	out := slices.Grow(opts.Out[:0], len(e.fetches))[:len(e.fetches)]
 	for i, s := range e.fetches {
 		t := r.values[s]
 		switch org := r.origin[s]; {

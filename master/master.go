@@ -406,11 +406,7 @@ type stepResponse struct {
 // entry of named.
 func newStepResponse(n int) (*pb.RunStepResponse, []pb.NamedTensor) {
 	sr := new(stepResponse)
-	list, named := sr.list[:0], sr.named[:0]
-	if n > len(sr.list) {
-		list, named = make([]*pb.NamedTensor, 0, n), make([]pb.NamedTensor, 0, n)
-	}
-	list, named = list[:n], named[:n]
+	list, named := slices.Grow(sr.list[:0], n)[:n], slices.Grow(sr.named[:0], n)[:n]
 	for i := range list {
 		list[i] = &named[i]
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -137,11 +138,7 @@ type stepRequest struct {
 // as they are, not copied.
 func (sr *stepRequest) fill(sig graph.Signature, vals []*tensor.Tensor) *pb.RunStepRequest {
 	n := len(vals)
-	feeds, named, protos := sr.feeds[:0], sr.named[:0], sr.protos[:0]
-	if n > len(sr.feeds) {
-		feeds, named, protos = make([]*pb.NamedTensor, 0, n), make([]pb.NamedTensor, 0, n), make([]pb.TensorProto, 0, n)
-	}
-	feeds, named, protos = feeds[:n], named[:n], protos[:n]
+	feeds, named, protos := slices.Grow(sr.feeds[:0], n)[:n], slices.Grow(sr.named[:0], n)[:n], slices.Grow(sr.protos[:0], n)[:n]
 	dims := sr.dims[:0]
 	for i, f := range sig.Feeds {
 		v, tp := vals[i], &protos[i]

@@ -546,20 +546,13 @@ type response struct {
 // newResponse returns a response whose n Fetches are set and empty: one
 // allocation for a few, three for more.
 func newResponse(n int) *pb.RunGraphResponse {
-	var ptrs []*pb.NamedTensor
-	var named []pb.NamedTensor
-	var resp *pb.RunGraphResponse
-	if n <= fewFetches {
-		r := new(response)
-		resp, ptrs, named = &r.resp, r.ptrs[:n], r.named[:n]
-	} else {
-		resp, ptrs, named = new(pb.RunGraphResponse), make([]*pb.NamedTensor, n), make([]pb.NamedTensor, n)
-	}
+	r := new(response)
+	ptrs, named := slices.Grow(r.ptrs[:0], n)[:n], slices.Grow(r.named[:0], n)[:n]
 	for i := range ptrs {
 		ptrs[i] = &named[i]
 	}
-	resp.Fetches = ptrs
-	return resp
+	r.resp.Fetches = ptrs
+	return &r.resp
 }
 
 // checkFeedBytes refuses a fed tensor over the budget before it is decoded.
@@ -743,11 +736,7 @@ func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPl
 	if w.cfg.Workers == nil {
 		return nil
 	}
-	if cap(dst) >= len(plans) {
-		dst = dst[:len(plans)]
-	} else {
-		dst = make([]batch, len(plans))
-	}
+	dst = slices.Grow(dst[:0], len(plans))[:len(plans)]
 	for i := range plans {
 		plan, b := &plans[i], &dst[i]
 		b.plan = plan
@@ -759,11 +748,7 @@ func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPl
 		if !ok {
 			continue
 		}
-		if len(plan.keys) <= len(b.itemBuf) {
-			b.items = b.itemBuf[:len(plan.keys)]
-		} else {
-			b.items = make([]batchItem, len(plan.keys))
-		}
+		b.items = slices.Grow(b.itemBuf[:0], len(plan.keys))[:len(plan.keys)]
 		// A channel per item, not per batch: each Recv waits for its own
 		// tensor alone, which may come before or after the others.
 		for i := range b.items {
