@@ -49,22 +49,7 @@ func TestServeRequestAllocs(t *testing.T) {
 	timed = endRequest(appendKeys(timed, keys), start)
 
 	// A TCP connection, not net.Pipe, whose write deadlines allocate.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		if cli, err := lis.Accept(); err == nil { // the client, reading the answers
-			defer cli.Close()
-			io.Copy(io.Discard, cli)
-		}
-	}()
-	srv, err := net.Dial("tcp", lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := discardingConn(t) // the client reads and drops the answers
 	connCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rs := newResponder(&Server{}, srv, connCtx, methodContexts(connCtx))
@@ -165,11 +150,25 @@ func TestExchangeAllocs(t *testing.T) {
 // TestIdleProbeAllocs checks that looking at an idle connection taken
 // from the pool allocates nothing.
 func TestIdleProbeAllocs(t *testing.T) {
+	conn := discardingConn(t)
+	var probe idleProbe
+	if !probe.open(conn) {
+		t.Fatal("an open connection is taken for closed")
+	}
+	if n := testing.AllocsPerRun(100, func() { probe.open(conn) }); n != 0 {
+		t.Errorf("%v allocations per look, want 0", n)
+	}
+}
+
+// discardingConn returns a loopback TCP connection whose other end reads
+// and drops whatever is written; both close when the test ends.
+func discardingConn(t *testing.T) net.Conn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
+	t.Cleanup(func() { lis.Close() })
 	go func() {
 		if c, err := lis.Accept(); err == nil {
 			defer c.Close()
@@ -180,12 +179,6 @@ func TestIdleProbeAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	var probe idleProbe
-	if !probe.open(conn) {
-		t.Fatal("an open connection is taken for closed")
-	}
-	if n := testing.AllocsPerRun(100, func() { probe.open(conn) }); n != 0 {
-		t.Errorf("%v allocations per look, want 0", n)
-	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
