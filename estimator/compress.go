@@ -12,6 +12,7 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/topk"
 	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/partition"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
@@ -26,8 +27,8 @@ import (
 // the Send/Recv between them carries half the bytes; TopK sends its largest
 // entries as (int32 index, float32 value) pairs, each worker keeping the
 // rest as its residual (ops.TopKCompress), and rebuilds the dense gradient
-// beside the variable. Sparse gradients and the pulls of the parameters
-// are not compressed. RunConfig refuses a compression that the strategy
+// beside the variable. Sparse gradients are not compressed, nor are the
+// pulls of the parameters (see RunConfig.PullCompression). RunConfig refuses a compression that the strategy
 // would not apply rather than ignore it.
 type Compression struct {
 	// Kind is the scheme.
@@ -112,7 +113,19 @@ func ParseCompression(s string) (Compression, error) {
 }
 
 func (c Compression) String() string {
-	switch c.Kind {
+	if c.Kind != TopK {
+		return c.Kind.String()
+	}
+	s := "topk:" + strconv.FormatFloat(c.ratio(), 'g', -1, 64)
+	if c.Warmup > 0 {
+		s += ",warmup=" + strconv.FormatInt(c.Warmup, 10)
+	}
+	return s
+}
+
+// String returns the scheme's name in the --compression syntax.
+func (k CompressionKind) String() string {
+	switch k {
 	case NoCompression:
 		return "none"
 	case FP16:
@@ -120,13 +133,71 @@ func (c Compression) String() string {
 	case BF16:
 		return "bf16"
 	case TopK:
-		s := "topk:" + strconv.FormatFloat(c.ratio(), 'g', -1, 64)
-		if c.Warmup > 0 {
-			s += ",warmup=" + strconv.FormatInt(c.Warmup, 10)
-		}
-		return s
+		return "topk"
 	}
-	return fmt.Sprintf("compression(%d)", c.Kind)
+	return fmt.Sprintf("compression(%d)", uint8(k))
+}
+
+// ParsePullCompression reads the --pull-compression syntax: none, fp16 or
+// bf16 (RunConfig.PullCompression).
+func ParsePullCompression(s string) (CompressionKind, error) {
+	switch s {
+	case "none", "":
+		return NoCompression, nil
+	case "fp16":
+		return FP16, nil
+	case "bf16":
+		return BF16, nil
+	}
+	return NoCompression, fmt.Errorf("pull-compression %q: want none, fp16 or bf16 (the parameters are read whole or rounded, not sparsified)", s)
+}
+
+// validatePull refuses a pull compression that is not a half type, or that
+// the strategy has no pulls for.
+func validatePull(k CompressionKind, s Strategy) error {
+	if k == NoCompression {
+		return nil
+	}
+	if k != FP16 && k != BF16 {
+		return fmt.Errorf("estimator: RunConfig.PullCompression %v: want fp16 or bf16 (or none)", k)
+	}
+	switch s.(type) {
+	case nil, Async, Sync, Staleness, InGraph:
+		return nil
+	}
+	return fmt.Errorf("estimator: RunConfig.PullCompression %v: the %s strategy keeps the variables on the workers and pulls nothing: drop it, or use a ps strategy", k, s)
+}
+
+// markHalfPulls asks the partitioner to pull, as k's half type, every
+// trainable float32 variable that a node of g from the first node with ID
+// from on reads (the towers' forward and backward passes and the update,
+// built after from): partition.Float16ReadsCollection. What is built later
+// (the checkpoints, summaries, the trained variables' fetch) reads them
+// whole.
+func markHalfPulls(g *graph.Graph, from int, k CompressionKind) {
+	key := partition.Float16ReadsCollection
+	switch k {
+	case FP16:
+	case BF16:
+		key = partition.BFloat16ReadsCollection
+	default:
+		return
+	}
+	trainable := map[*graph.Node]bool{}
+	for _, n := range g.Collection(ops.TrainableVariablesCollection) {
+		trainable[n] = n.AttrDType("dtype") == tensor.Float32
+	}
+	for _, n := range g.Nodes() {
+		if n.ID() < from {
+			continue
+		}
+		for i, in := range n.Inputs() {
+			if trainable[in.Node] && !n.IsRefInput(i) {
+				g.AddToCollection(key, n)
+				break
+			}
+		}
+	}
 }
 
 func (c Compression) ratio() float64 {

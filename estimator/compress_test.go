@@ -66,6 +66,32 @@ func TestParseCompression(t *testing.T) {
 	}
 }
 
+// TestPullCompressionIsChecked: the pull takes none, fp16 or bf16, with the
+// strategies that keep the variables on the ps tasks only.
+func TestPullCompressionIsChecked(t *testing.T) {
+	for in, want := range map[string]CompressionKind{"": NoCompression, "none": NoCompression, "fp16": FP16, "bf16": BF16} {
+		if k, err := ParsePullCompression(in); err != nil || k != want {
+			t.Errorf("ParsePullCompression(%q) = %v, %v; want %v", in, k, err, want)
+		}
+	}
+	for _, in := range []string{"topk", "fp8", "FP16"} {
+		if k, err := ParsePullCompression(in); err == nil || !strings.Contains(err.Error(), "want none, fp16 or bf16") {
+			t.Errorf("ParsePullCompression(%q) = %v, %v; want it refused", in, k, err)
+		}
+	}
+	for _, s := range []Strategy{nil, Async{}, Sync{}, Staleness{Bound: 2}, InGraph{}} {
+		if err := validatePull(FP16, s); err != nil {
+			t.Errorf("fp16 pulls with %v: %v", s, err)
+		}
+	}
+	if err := validatePull(BF16, AllReduce{}); err == nil || !strings.Contains(err.Error(), "pulls nothing") {
+		t.Errorf("bf16 pulls with AllReduce{}: %v; want it refused", err)
+	}
+	if err := validatePull(TopK, Async{}); err == nil || !strings.Contains(err.Error(), "want fp16 or bf16") {
+		t.Errorf("top-k pulls: %v; want it refused", err)
+	}
+}
+
 // TestTopKWarmup: the share sent falls geometrically from everything at
 // step 0 to the ratio at the end of the warm-up, and stays there.
 func TestTopKWarmup(t *testing.T) {

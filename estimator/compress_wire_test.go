@@ -184,3 +184,86 @@ func halfPushCluster(t *testing.T) (pull, push *atomic.Int64, target string) {
 	}
 	return pull, push, target
 }
+
+// TestHalfPullHalvesTheParameterBytes: as TestHalfPushHalvesTheGradientBytes,
+// with the pull compressed (RunConfig.PullCompression): the worker reads the
+// 256 KiB variable for its step as fp16 or bf16, half the bytes of
+// float32, and the loss still falls; a fetch of the variable, built after
+// the step, reads it whole, so the trained values are float32's and not
+// rounded to the half type.
+func TestHalfPullHalvesTheParameterBytes(t *testing.T) {
+	const rows, cols, steps = 256, 256, 8
+	perStep := map[CompressionKind]int64{}
+	for _, kind := range []CompressionKind{NoCompression, FP16, BF16} {
+		pull, _, target := halfPushCluster(t)
+		s := graph.NewScope().WithDeviceFunc(placement.ReplicaDeviceSetter(placement.ReplicaConfig{PSTasks: 1, WorkerDevice: "/job:worker/task:0"}))
+		w := ops.NewVariable(s, "w", tensor.Float32, []int{rows, cols}, ops.RandomUniformInit(-1, 1, 3))
+		from := s.Graph().NumNodes()
+		x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(4, rows))
+		loss := ops.Sum(s, ops.Square(s, ops.MatMul(s, x, w.Value(), false, false)), nil, false)
+		step, err := train.Minimize(s, train.NewGradientDescent(0.001), loss, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		markHalfPulls(s.Graph(), from, kind)
+		init := ops.GlobalVariablesInitializer(s)
+		weights := ops.Identity(s, w.Value())
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		sess, err := session.Open(ctx, target, s.Graph())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+			t.Fatal(err)
+		}
+		xs := make([]float32, 4*rows)
+		for i := range xs {
+			xs[i] = float32(i%7) * 0.1
+		}
+		feeds := map[graph.Output]*tensor.Tensor{x: tensor.MustFromSlice(xs, 4, rows)}
+		run := func(fetches ...graph.Output) []*tensor.Tensor {
+			out, err := sess.Run(ctx, feeds, fetches, []*graph.Node{step})
+			if err != nil {
+				t.Fatalf("%v: %v", kind, err)
+			}
+			return out
+		}
+		before := run(loss)[0].Float32s()[0]
+		pull0 := pull.Load()
+		for range steps {
+			run()
+		}
+		perStep[kind] = (pull.Load() - pull0) / steps
+		if after := run(loss)[0].Float32s()[0]; !(after < before) {
+			t.Errorf("pull %v: the loss went from %v to %v; want it lower", kind, before, after)
+		}
+		out, err := sess.Run(ctx, nil, []graph.Output{weights}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := 0 // weights that no half type holds exactly
+		for _, v := range out[0].Float32s() {
+			if tensor.Float16From(tensor.Float16Bits(v)) != v && tensor.BFloat16From(tensor.BFloat16Bits(v)) != v {
+				whole++
+			}
+		}
+		if whole < rows*cols/2 {
+			t.Errorf("pull %v: only %d of %d fetched weights are beyond half precision: the fetch was rounded", kind, whole, rows*cols)
+		}
+	}
+	t.Logf("pull bytes per step: float32 %d, fp16 %d, bf16 %d", perStep[NoCompression], perStep[FP16], perStep[BF16])
+	f32 := perStep[NoCompression]
+	if f32 < rows*cols*4 {
+		t.Fatalf("float32 pulled %d bytes a step: less than the variable", f32)
+	}
+	slack := f32/steps + 8<<10
+	for _, kind := range []CompressionKind{FP16, BF16} {
+		if d := perStep[kind] - f32/2; d < -slack || d > slack {
+			t.Errorf("pull %v: %d bytes a step, want half of float32's %d (within %d)", kind, perStep[kind], f32, slack)
+		}
+	}
+}

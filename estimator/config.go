@@ -61,6 +61,12 @@ type RunConfig struct {
 	// Compression is how gradients travel between workers (default
 	// float32): fp16, bf16 or top-k with error feedback; see Compression.
 	Compression Compression
+	// PullCompression is the type in which workers read the ps tasks'
+	// float32 variables for their forward and backward passes: FP16 or
+	// BF16 halve the pull's bytes (the ps keeps and updates the float32
+	// values; checkpoints and fetches read them whole); NoCompression
+	// (the default) pulls float32. For the ps strategies only.
+	PullCompression CompressionKind
 	// PSPlacement spreads the variables over the ps tasks (default
 	// round-robin).
 	PSPlacement placement.Strategy
@@ -177,6 +183,9 @@ func (c RunConfig) withDefaults() (RunConfig, error) {
 		errs = append(errs, err)
 	}
 	if err := c.Compression.validateFor(c.Strategy); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validatePull(c.PullCompression, c.Strategy); err != nil {
 		errs = append(errs, err)
 	}
 	if c.CheckpointDir != "" {

@@ -162,7 +162,7 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 	r, cfg := l.r, l.r.cfg
 	sess := l.ms.Session()
 	r.log.Info("training", "strategy", cfg.Strategy.String(), "replica", r.index, "replicas", r.numReplicas(),
-		"global_steps", target, "batch", l.batch)
+		"global_steps", target, "batch", l.batch, "compression", cfg.Compression.String(), "pull_compression", cfg.PullCompression.String())
 	targets := []*graph.Node{l.trainOp}
 	feeds := map[graph.Output]*tensor.Tensor{}
 	st := loopStats{towers: len(l.towers)}

@@ -75,6 +75,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	r.e.rememberInput(spec)
 
 	towers := make([]*tower, len(towerDevices))
+	modelFrom := s.Graph().NumNodes() // the first node of the towers
 	var modelVars []*ops.Variable
 	for i, d := range towerDevices {
 		ts := s
@@ -129,6 +130,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("estimator: building the update: %w", err)
 	}
+	markHalfPulls(s.Graph(), modelFrom, cfg.PullCompression)
 
 	// One completion flag per replica, on the ps tasks: the chief stops the
 	// cluster once every replica that is still alive has finished.

@@ -2,6 +2,7 @@ package partition_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -249,5 +250,77 @@ func TestEndToEndAbort(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the worker waited %v after the abort", d)
+	}
+}
+
+// TestHalfReadsEndToEnd: a node of a half-read collection gets a ps
+// variable as the half type rounded back to float32, through a Cast on
+// each side of the Send/Recv; a node outside the collections, in the same
+// step and task, gets the exact float32 value, through a transfer of its
+// own.
+func TestHalfReadsEndToEnd(t *testing.T) {
+	for _, tc := range []struct {
+		collection string
+		wire       tensor.DType
+		round      func(float32) float32
+	}{
+		{partition.Float16ReadsCollection, tensor.Float16, func(f float32) float32 { return tensor.Float16From(tensor.Float16Bits(f)) }},
+		{partition.BFloat16ReadsCollection, tensor.BFloat16, func(f float32) float32 { return tensor.BFloat16From(tensor.BFloat16Bits(f)) }},
+	} {
+		t.Run(tc.wire.String(), func(t *testing.T) {
+			s := graph.NewScope()
+			ps := s.WithDevice("/job:ps/task:0/cpu:0")
+			wv := []float32{1.0001, -3.14159, 1e-3, 65000, 0.1, 2}
+			W := ops.NewVariable(ps, "W", tensor.Float32, []int{6}, func(s *graph.Scope, _ tensor.DType, _ []int) graph.Output {
+				return ops.Const(s, wv)
+			})
+			init := ops.GlobalVariablesInitializer(ps)
+			read := ops.Identity(s, W.Value())  // the forward pass: half
+			exact := ops.Identity(s, W.Value()) // a fetch of the weights: float32
+			s.Graph().AddToCollection(tc.collection, read.Node)
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			place := func(n *graph.Node) string {
+				if n.Device() != "" {
+					return n.Device()
+				}
+				return "/job:worker/task:0/cpu:0"
+			}
+			c := &cluster{res: map[string]*kernel.Resources{}}
+			c.run(t, s.Graph(), place, nil, nil, []*graph.Node{init})
+			got := c.run(t, s.Graph(), place, nil, []graph.Output{read, exact}, nil)
+			for i, w := range wv {
+				if h := got[0].Float32s()[i]; h != tc.round(w) {
+					t.Errorf("half read [%d] = %v, want %v rounded to %v: %v", i, h, w, tc.wire, tc.round(w))
+				}
+				if e := got[1].Float32s()[i]; e != w {
+					t.Errorf("exact read [%d] = %v, want %v", i, e, w)
+				}
+			}
+
+			if slices.Equal(got[0].Float32s(), wv) {
+				t.Errorf("the half read is the float32 value itself: %v", wv)
+			}
+
+			nodes := closure(read.Node, exact.Node)
+			devs := map[*graph.Node]string{}
+			for _, n := range nodes {
+				devs[n] = place(n)
+			}
+			parts, err := partition.Partition(nodes, devs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wires []tensor.DType
+			for _, n := range parts["/job:worker/task:0"].Nodes() {
+				if n.Op() == "Recv" {
+					wires = append(wires, n.AttrDType("dtype"))
+				}
+			}
+			if len(wires) != 2 || !slices.Contains(wires, tc.wire) || !slices.Contains(wires, tensor.Float32) {
+				t.Errorf("the worker receives W as %v, want once as %v and once as float32", wires, tc.wire)
+			}
+		})
 	}
 }

@@ -24,6 +24,19 @@ var (
 	ErrMissingInput = errors.New("input is not among the nodes to partition")
 )
 
+// Graph collections that ask for a variable's value to cross tasks in half
+// the bytes. A node in one of them reads each float32 Variable of another
+// task that it takes as a (non-ref) input through a Cast to the half type
+// on the variable's device, the Send and Recv of that, and a Cast back to
+// float32 on its own device: the parameter pulls of mixed-precision data
+// parallel training, where the ps keeps the float32 master copy. Nodes
+// outside them (a checkpoint, a fetch of the variable, a summary) read the
+// float32 value, through a transfer of their own.
+const (
+	Float16ReadsCollection  = "_float16_reads"
+	BFloat16ReadsCollection = "_bfloat16_reads"
+)
+
 // Partition splits nodes into one graph per task, given each node's full
 // device ("/job:ps/task:0/cpu:0"). The result is keyed by task name
 // ("/job:ps/task:0"); a task gets a graph only if it holds a node.
@@ -33,7 +46,7 @@ var (
 // creation order is topological. A data edge src:i -> dst that crosses from
 // task A to task B becomes a Send of src:i in A and a Recv in B; every
 // consumer of src:i in B shares that Recv, so a tensor moves at most once per
-// destination task per step. A control edge from A to B becomes a control
+// destination task per step and wire type (see Float16ReadsCollection). A control edge from A to B becomes a control
 // input on a Recv in B that completes only after the source ran: the Recv of
 // one of the source's outputs if one is sent to B anyway, else a dedicated
 // Recv of a dummy int32 Const in A (which takes a control input on the
@@ -76,10 +89,13 @@ func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node
 		parts:   map[string]*part{},
 		recvs:   map[edgeKey]*graph.Node{},
 		ctrls:   map[ctrlKey]*graph.Node{},
-		data:    map[ctrlKey]graph.Output{},
+		data:    map[ctrlKey]wireOutput{},
 	}
 	sorted := append([]*graph.Node(nil), nodes...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].ID() < sorted[j].ID() })
+	if len(sorted) > 0 {
+		p.halfReads = halfReads(sorted[0].Graph())
+	}
 	for _, n := range sorted {
 		if n.Graph() != sorted[0].Graph() {
 			return nil, fmt.Errorf("partition: nodes %s and %s belong to different graphs", sorted[0], n)
@@ -95,13 +111,13 @@ func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node
 		p.taskOf[n] = task
 	}
 	for _, n := range sorted {
-		for _, in := range n.Inputs() {
+		for i, in := range n.Inputs() {
 			if p.isFed(in) {
 				continue
 			}
 			k := ctrlKey{in.Node, p.taskOf[n]}
 			if _, seen := p.data[k]; !seen && p.taskOf[in.Node] != "" && p.taskOf[in.Node] != k.task {
-				p.data[k] = in
+				p.data[k] = wireOutput{in, p.wireType(n, i)}
 			}
 		}
 	}
@@ -174,6 +190,14 @@ type part struct {
 type edgeKey struct {
 	out  graph.Output
 	task string
+	wire tensor.DType // the type it crosses as: Invalid for its own
+}
+
+// wireOutput is a tensor and the type it crosses tasks as (Invalid: its
+// own).
+type wireOutput struct {
+	out  graph.Output
+	wire tensor.DType
 }
 
 // ctrlKey identifies one control transfer from a node to a task.
@@ -187,9 +211,42 @@ type partitioner struct {
 	devices map[*graph.Node]string
 	taskOf  map[*graph.Node]string
 	parts   map[string]*part
-	recvs   map[edgeKey]*graph.Node  // the Recv in task of out
-	ctrls   map[ctrlKey]*graph.Node  // the control Recv in task of src
-	data    map[ctrlKey]graph.Output // the first output of src with a consumer in task
+	recvs   map[edgeKey]*graph.Node // the Recv in task of out (or its Cast back)
+	ctrls   map[ctrlKey]*graph.Node // the control Recv in task of src
+	data    map[ctrlKey]wireOutput  // the first output of src with a consumer in task
+	// halfReads is the half type each node of the graph's half-read
+	// collections reads other tasks' float32 variables as.
+	halfReads map[*graph.Node]tensor.DType
+}
+
+// halfReads returns the nodes of g's Float16ReadsCollection and
+// BFloat16ReadsCollection with their half type; a node in both reads as
+// binary16.
+func halfReads(g *graph.Graph) map[*graph.Node]tensor.DType {
+	var m map[*graph.Node]tensor.DType
+	for _, c := range []struct {
+		key string
+		dt  tensor.DType
+	}{{BFloat16ReadsCollection, tensor.BFloat16}, {Float16ReadsCollection, tensor.Float16}} {
+		for _, n := range g.Collection(c.key) {
+			if m == nil {
+				m = map[*graph.Node]tensor.DType{}
+			}
+			m[n] = c.dt
+		}
+	}
+	return m
+}
+
+// wireType returns the type n's input i crosses tasks as: a half type for
+// a float32 Variable read by a node of a half-read collection, Invalid
+// (its own type) otherwise.
+func (p *partitioner) wireType(n *graph.Node, i int) tensor.DType {
+	dt, ok := p.halfReads[n]
+	if in := n.Input(i); !ok || n.IsRefInput(i) || in.Node.Op() != "Variable" || in.DType() != tensor.Float32 {
+		return tensor.Invalid
+	}
+	return dt
 }
 
 func (p *partitioner) part(task string) *part {
@@ -230,7 +287,7 @@ func (p *partitioner) add(n *graph.Node) error {
 			return fmt.Errorf("partition: node %s on %s takes ref input %d from %s on %s: %w",
 				n, dev, i, in.Node, p.devices[in.Node], ErrRefCrossesTasks)
 		}
-		recv, err := p.recv(in, task, dev)
+		recv, err := p.recv(wireOutput{in, p.wireType(n, i)}, task, dev)
 		if err != nil {
 			return err
 		}
@@ -287,27 +344,51 @@ func (p *partitioner) feed(o graph.Output, task, dev string) (*graph.Node, error
 	return n, nil
 }
 
-// recv returns the Recv of out in task, creating it and its Send in out's
-// task on first use. recvDev is the device of the first consumer.
-func (p *partitioner) recv(out graph.Output, task, recvDev string) (*graph.Node, error) {
-	k := edgeKey{out, task}
+// recv returns the Recv of w.out in task, creating it and its Send in
+// w.out's task on first use. recvDev is the device of the first consumer.
+// For a half wire type, the Send takes a Cast of w.out to it, and what is
+// returned is the Cast of the Recv back to w.out's type.
+func (p *partitioner) recv(w wireOutput, task, recvDev string) (*graph.Node, error) {
+	k := edgeKey{w.out, task, w.wire}
 	if r := p.recvs[k]; r != nil {
 		return r, nil
 	}
+	out := w.out
 	srcTask, sendDev := p.taskOf[out.Node], p.devices[out.Node]
 	name := out.Name()
 	src := p.parts[srcTask].copies[out.Node].Output(out.Index)
+	if w.wire != tensor.Invalid {
+		cast, err := p.parts[srcTask].g.AddNode(castSpec(
+			"_cast/"+sanitize(out.Name())+"/"+w.wire.String()+"/to/"+sanitize(task), src, w.wire, sendDev))
+		if err != nil {
+			return nil, fmt.Errorf("partition: casting %s to %v on %s: %w", name, w.wire, sendDev, err)
+		}
+		src = cast.Output(0)
+		name = src.Name()
+	}
 	if _, err := p.parts[srcTask].g.AddNode(SendSpec(
 		"_send/"+sanitize(name)+"/to/"+sanitize(task), src, name, sendDev, recvDev)); err != nil {
 		return nil, fmt.Errorf("partition: sending %s from %s to %s: %w", name, sendDev, recvDev, err)
 	}
 	r, err := p.parts[task].g.AddNode(RecvSpec(
-		"_recv/"+sanitize(name)+"/from/"+sanitize(srcTask), name, sendDev, recvDev, out.DType(), out.Shape()))
+		"_recv/"+sanitize(name)+"/from/"+sanitize(srcTask), name, sendDev, recvDev, src.DType(), out.Shape()))
 	if err != nil {
 		return nil, fmt.Errorf("partition: receiving %s from %s on %s: %w", name, sendDev, recvDev, err)
 	}
+	if w.wire != tensor.Invalid {
+		if r, err = p.parts[task].g.AddNode(castSpec(
+			"_cast/"+sanitize(out.Name())+"/"+out.DType().String()+"/from/"+sanitize(srcTask), r.Output(0), out.DType(), recvDev)); err != nil {
+			return nil, fmt.Errorf("partition: casting %s back to %v on %s: %w", name, out.DType(), recvDev, err)
+		}
+	}
 	p.recvs[k] = r
 	return r, nil
+}
+
+// castSpec returns the spec of a Cast of in to dt on device.
+func castSpec(name string, in graph.Output, dt tensor.DType, device string) graph.NodeSpec {
+	return graph.NodeSpec{Op: "Cast", Name: name, Inputs: []graph.Output{in}, Device: device,
+		Attrs: map[string]any{"dtype": dt}}
 }
 
 // controlRecv returns a Recv in task that completes after src. If an output
@@ -318,8 +399,8 @@ func (p *partitioner) controlRecv(src *graph.Node, task, recvDev string) (*graph
 	if r := p.ctrls[k]; r != nil {
 		return r, nil
 	}
-	if out, ok := p.data[k]; ok {
-		r, err := p.recv(out, task, recvDev)
+	if w, ok := p.data[k]; ok {
+		r, err := p.recv(w, task, recvDev)
 		p.ctrls[k] = r
 		return r, err
 	}

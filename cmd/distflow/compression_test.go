@@ -38,22 +38,29 @@ func TestCompressedAllReduceConverges(t *testing.T) {
 // TestCompressedSyncPSConverges: the same with a ps and synchronous
 // updates, the push in fp16 (cast on the workers, back on the ps) and in
 // top-k (each worker's largest entries, the dense gradient rebuilt on the
-// ps).
+// ps), and the pull of the parameters in fp16 and bf16 (cast on the ps,
+// back on the workers) with an fp16 push; the workers name the pull
+// compression in their log.
 func TestCompressedSyncPSConverges(t *testing.T) {
 	base := []string{"train", "--model", "mlp", "--data", "embedded", "--epochs", "5", "--seed", "7",
 		"--local-cluster", "ps=1,worker=2", "--sync", "--json"}
 	accuracy := map[string]float64{}
-	for _, c := range []string{"none", "fp16", "topk"} {
-		stdout, stderr, err := run(t, append(base, "--compression", c)...)
+	runs := []string{"none", "fp16", "topk", "fp16 --pull-compression fp16", "fp16 --pull-compression bf16"}
+	for _, c := range runs {
+		args := append(append(base[:len(base):len(base)], "--compression"), strings.Fields(c)...)
+		stdout, stderr, err := run(t, args...)
 		if err != nil {
 			t.Fatalf("--compression %s: %v\n%s", c, err, tail(stderr, 20))
 		}
+		if _, pull, ok := strings.Cut(c, "--pull-compression "); ok && !strings.Contains(stderr, "pull_compression="+pull) {
+			t.Errorf("--compression %s: the log does not name the pull compression:\n%s", c, tail(stderr, 20))
+		}
 		accuracy[c] = lastJSON(t, stdout)["test_accuracy"].(float64)
+		t.Logf("--compression %s: test accuracy %.4f", c, accuracy[c])
 	}
-	t.Logf("sync ps test accuracy: float32 %.4f, fp16 push %.4f, top-k push %.4f", accuracy["none"], accuracy["fp16"], accuracy["topk"])
-	for _, c := range []string{"fp16", "topk"} {
+	for _, c := range runs[1:] {
 		if accuracy[c] < accuracy["none"]-0.005 {
-			t.Errorf("%s push: test accuracy %.4f, more than half a point below float32's %.4f", c, accuracy[c], accuracy["none"])
+			t.Errorf("--compression %s: test accuracy %.4f, more than half a point below float32's %.4f", c, accuracy[c], accuracy["none"])
 		}
 	}
 }
@@ -65,6 +72,8 @@ func TestCompressionFlagIsChecked(t *testing.T) {
 		{"--compression topk:0 --allreduce", "want 0 < ratio <= 1"},
 		{"--compression topk --in-graph --local-cluster ps=1,worker=2", "--in-graph and --average-every do not compress"},
 		{"--compression fp16 --in-graph --local-cluster ps=1,worker=2", "--in-graph and --average-every do not compress"},
+		{"--pull-compression topk --local-cluster ps=1,worker=2", `--pull-compression "topk": want none, fp16 or bf16`},
+		{"--pull-compression fp16 --allreduce --local-cluster worker=2", "--pull-compression fp16: with --allreduce the workers hold the variables and pull nothing"},
 	} {
 		_, stderr, err := run(t, append([]string{"train", "--model", "mlp"}, strings.Fields(tc.args)...)...)
 		if err == nil || !strings.Contains(stderr, tc.want) {

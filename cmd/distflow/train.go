@@ -50,6 +50,7 @@ type trainFlags struct {
 	inGraph      bool
 	psStrategy   string
 	compression  string
+	pullCompress string
 	lrDecay      string
 	mlpHidden    int
 	minSlice     int64
@@ -154,6 +155,7 @@ func newTrainCommand() *cobra.Command {
 	_ = fl.MarkHidden("step-delay")
 	fl.BoolVar(&f.allReduce, "allreduce", false, "every worker holds the model and the workers average their gradients every step: round a ring all-reduce, or, when the cluster has ps tasks, through them (BytePS: each ps sums a slice; a lost ps sends the workers round the ring up to the next thousandth step)")
 	fl.StringVar(&f.compression, "compression", "none", "how gradients travel, on the all-reduce ring or on the push to the ps: none (float32), fp16, bf16 (half the bytes), topk, topk:RATIO or topk:RATIO,warmup=STEPS (the largest RATIO of the elements, 0.01 by default, the rest kept for the next step; during the first STEPS steps the share falls from all to RATIO)")
+	fl.StringVar(&f.pullCompress, "pull-compression", "none", "how workers read the ps tasks' parameters for their forward and backward passes: none (float32), fp16 or bf16 (half the bytes; the ps keeps and updates float32, and checkpoints hold float32); with the ps modes")
 	fl.Int64Var(&f.minSlice, "ps-min-slice-bytes", 0, "split each weight matrix of the mlp or cnn by rows over the ps tasks, in slices of at least this many bytes (TensorFlow's min_max_variable_partitioner, at most one slice per ps task): each ps then serves its share of a large layer; 0 keeps every variable whole")
 	fl.IntVar(&f.mlpHidden, "mlp-hidden", 100, "width of the mlp's hidden layer (wider: more bytes of gradient per example, for measuring communication)")
 	fl.IntVar(&f.averageEvery, "average-every", -1, "with --allreduce: train locally and average the variables every N steps instead (0: adapt N to the cost of communication)")
@@ -243,6 +245,11 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 		errs = append(errs, fmt.Errorf("--%w", err))
 	} else {
 		bad(c.Kind != estimator.NoCompression && (f.inGraph || f.averageEvery >= 0), "--compression %s: --in-graph and --average-every do not compress gradients", f.compression)
+	}
+	if k, err := estimator.ParsePullCompression(f.pullCompress); err != nil {
+		errs = append(errs, fmt.Errorf("--%w", err))
+	} else {
+		bad(k != estimator.NoCompression && (f.allReduce || f.averageEvery >= 0), "--pull-compression %s: with --allreduce the workers hold the variables and pull nothing: drop it, or train through the ps without --allreduce", f.pullCompress)
 	}
 	bad(f.mlpHidden < 1 || f.mlpHidden > 1<<16, "--mlp-hidden %d: want 1 to 65536", f.mlpHidden)
 	bad(set("mlp-hidden") && f.model != "mlp", "--mlp-hidden goes with --model mlp")
@@ -377,6 +384,9 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		Logger: f.logger(stderr), Progress: progress, StepDelay: f.stepDelay, Security: f.security,
 	}
 	if cfg.Compression, err = estimator.ParseCompression(f.compression); err != nil {
+		return fmt.Errorf("--%w", err)
+	}
+	if cfg.PullCompression, err = estimator.ParsePullCompression(f.pullCompress); err != nil {
 		return fmt.Errorf("--%w", err)
 	}
 	if f.psStrategy == "greedy" {
