@@ -282,20 +282,19 @@ func (p topKPush) ApplyGradients(s *graph.Scope, gvs []train.GradVar, globalStep
 		frac := ops.Minimum(cs, ops.Div(cs, step, ops.Scalar(cs, tensor.Float32, float64(p.c.Warmup))), ops.Scalar(cs, tensor.Float32, 1))
 		ratio = ops.Pow(cs, ratio, frac)
 	}
-	out := slices.Clone(gvs)
-	for i, gv := range gvs {
-		if gv.Sparse != nil || gv.Grad.DType() != tensor.Float32 {
-			continue
-		}
+	out, err := replaceDenseGrads(gvs, func(gv train.GradVar) (graph.Output, error) {
 		shape := gv.Var.Shape()
 		if !shape.FullyDefined() {
-			return nil, fmt.Errorf("estimator: top-k push of %s: the variable's shape %v is not fully known", gv.Var.Name(), shape)
+			return graph.Output{}, fmt.Errorf("estimator: top-k push of %s: the variable's shape %v is not fully known", gv.Var.Name(), shape)
 		}
 		// The residual lives with the op: beside the gradient, on the worker.
 		idx, vals := ops.TopKCompress(cs.WithDevice(gv.Grad.Node.Device()), gv.Grad, ratio)
 		vs := cs.WithDevice(gv.Var.Node().Device())
 		dense := ops.UnsortedSegmentSum(vs, vals, idx, ops.Scalar(vs, tensor.Int32, float64(shape.NumElements())))
-		out[i].Grad = ops.ReshapeTo(vs, dense, shape.Dims()...)
+		return ops.ReshapeTo(vs, dense, shape.Dims()...), nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return p.Optimizer.ApplyGradients(s, out, globalStep)
 }
@@ -311,15 +310,29 @@ type halfPush struct {
 
 func (h halfPush) ApplyGradients(s *graph.Scope, gvs []train.GradVar, globalStep *ops.Variable) (*graph.Node, error) {
 	cs := s.SubScope("compress")
+	out, _ := replaceDenseGrads(gvs, func(gv train.GradVar) (graph.Output, error) {
+		sent := ops.Cast(cs, gv.Grad, h.half)
+		return ops.Cast(cs.WithDevice(gv.Var.Node().Device()), sent, tensor.Float32), nil
+	})
+	return h.Optimizer.ApplyGradients(s, out, globalStep)
+}
+
+// replaceDenseGrads returns a copy of gvs with each dense float32 gradient
+// replaced by what f builds from its pair: the push compressions leave
+// sparse gradients and other types alone.
+func replaceDenseGrads(gvs []train.GradVar, f func(train.GradVar) (graph.Output, error)) ([]train.GradVar, error) {
 	out := slices.Clone(gvs)
 	for i, gv := range gvs {
 		if gv.Sparse != nil || gv.Grad.DType() != tensor.Float32 {
 			continue
 		}
-		sent := ops.Cast(cs, gv.Grad, h.half)
-		out[i].Grad = ops.Cast(cs.WithDevice(gv.Var.Node().Device()), sent, tensor.Float32)
+		g, err := f(gv)
+		if err != nil {
+			return nil, err
+		}
+		out[i].Grad = g
 	}
-	return h.Optimizer.ApplyGradients(s, out, globalStep)
+	return out, nil
 }
 
 // compressedRing is what compression needs of a ring: *allreduce.Group.

@@ -46,14 +46,14 @@ const (
 // creation order is topological. A data edge src:i -> dst that crosses from
 // task A to task B becomes a Send of src:i in A and a Recv in B; every
 // consumer of src:i in B shares that Recv, so a tensor moves at most once per
-// destination task per step and wire type (see Float16ReadsCollection). A control edge from A to B becomes a control
-// input on a Recv in B that completes only after the source ran: the Recv of
-// one of the source's outputs if one is sent to B anyway, else a dedicated
-// Recv of a dummy int32 Const in A (which takes a control input on the
-// source), shared by every control consumer of the source in B. Both sides of a pair
-// carry the same tensor_name ("src:i", or "^src" for a control edge),
-// send_device and recv_device, from which the kernels compute the rendezvous
-// key.
+// destination task per step and wire type (see Float16ReadsCollection). A
+// control edge from A to B becomes a control input on a Recv in B that
+// completes only after the source ran: the Recv of one of the source's
+// outputs if one is sent to B anyway, else a dedicated Recv of a dummy int32
+// Const in A (which takes a control input on the source), shared by every
+// control consumer of the source in B. Both sides of a pair carry the same
+// tensor_name ("src:i", or "^src" for a control edge), send_device and
+// recv_device, from which the kernels compute the rendezvous key.
 //
 // Send nodes have no outputs, so whoever runs a partition must run them as
 // targets (see Sends). Partition fails, naming the nodes and devices, if a
