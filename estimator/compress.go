@@ -410,7 +410,7 @@ func (g *gradCompressor) topKMean(ctx context.Context, ring compressedRing, name
 	if len(g.residual) != n {
 		g.residual = make([]float32, n)
 	}
-	k := min(max(int(g.c.ratioAt(round)*float64(n)), 1), n)
+	k := topk.Count(g.c.ratioAt(round), n)
 	for i, v := range data {
 		g.residual[i] += v
 	}

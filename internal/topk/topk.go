@@ -24,6 +24,18 @@ import (
 // are selected exactly.
 const sampleSize = 1 << 15
 
+// Count is the number of entries top-k sends of n at ratio:
+// min(max(int(ratio*n), 1), n), with ratio*n taken as the integer it is
+// within float32 rounding of, so that a ratio of 0.01 that went through a
+// float32 (0.0099999998) sends 10 of 1000 entries rather than 9.
+func Count(ratio float64, n int) int {
+	p := ratio * float64(n)
+	if up := math.Round(p); up > p && up-p <= p*0x1p-24 {
+		p = up
+	}
+	return min(max(int(p), 1), n)
+}
+
 // Selector picks the k entries of largest magnitude of a vector. It keeps
 // scratch and, for large vectors, a random stream between calls. The zero
 // value is ready to use. A Selector is not safe for concurrent use.

@@ -202,3 +202,29 @@ func BenchmarkSelect(b *testing.B) {
 		}
 	}
 }
+
+// TestCount: ratio*n entries, at least one, with the rounding of a ratio
+// that went through a float32 undone.
+func TestCount(t *testing.T) {
+	for _, tc := range []struct {
+		ratio float32
+		n     int
+		want  int
+	}{
+		{1, 10, 10},
+		{1e-9, 10, 1},
+		{0.5, 3, 1},
+		{0.01, 1000, 10},   // float32(0.01) is a little under 0.01
+		{0.1, 1000, 100},   // float32(0.1) is a little over
+		{0.3, 10, 3},       // float32(0.3) is a little over
+		{0.7, 10, 7},       // float32(0.7) is a little under
+		{0.999, 1000, 999}, // not rounded up to 1000
+		{0.0015, 1000, 1},  // 1.5: truncated, as the estimator does
+		{1, 0, 0},
+		{float32(1) / 3, 1 << 30, 357913952}, // exactly float32(1/3) * 2^30: no rounding to undo
+	} {
+		if got := Count(float64(tc.ratio), tc.n); got != tc.want {
+			t.Errorf("Count(%v, %d) = %d, want %d", tc.ratio, tc.n, got, tc.want)
+		}
+	}
+}

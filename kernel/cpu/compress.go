@@ -70,7 +70,7 @@ func (k *compressTopK) Compute(c *kernel.Context) error {
 	for i, x := range grad {
 		res[i] += x
 	}
-	k.idx = k.sel.Select(k.idx, res, compressCount(ratio, n))
+	k.idx = k.sel.Select(k.idx, res, topk.Count(float64(ratio), n))
 	indices := c.AllocUninit(0, tensor.Int32, len(k.idx)).Int32s()
 	values := c.AllocUninit(1, tensor.Float32, len(k.idx)).Float32s()
 	for j, i := range k.idx {
@@ -78,17 +78,4 @@ func (k *compressTopK) Compute(c *kernel.Context) error {
 		res[i] = 0
 	}
 	return nil
-}
-
-// compressCount is the number of entries sent of n at ratio: the
-// estimator's min(max(int(ratio*n), 1), n), with ratio*n taken as the
-// integer it is within float32 rounding of, so that a ratio of 0.01 sends
-// 10 of 1000 entries rather than the 9 that float32(0.01) =
-// 0.0099999998 would give.
-func compressCount(ratio float32, n int) int {
-	p := float64(ratio) * float64(n)
-	if up := math.Round(p); up > p && up-p <= p*0x1p-24 {
-		p = up
-	}
-	return min(max(int(p), 1), n)
 }

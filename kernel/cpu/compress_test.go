@@ -12,6 +12,7 @@ import (
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/race"
+	"github.com/distflow/distflow/internal/topk"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
 )
@@ -108,7 +109,7 @@ func TestTopKCompressErrorFeedback(t *testing.T) {
 				if err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
-				k := compressCount(tc.ratio, n)
+				k := topk.Count(float64(tc.ratio), n)
 				nonzero := 0
 				for _, x := range shadow {
 					if x != 0 {
@@ -170,27 +171,6 @@ func TestTopKCompressRatioOneSendsAll(t *testing.T) {
 }
 
 func TestTopKCompressCount(t *testing.T) {
-	for _, tc := range []struct {
-		ratio float32
-		n     int
-		want  int
-	}{
-		{1, 10, 10},
-		{1e-9, 10, 1},
-		{0.5, 3, 1},
-		{0.01, 1000, 10},   // float32(0.01) is a little under 0.01
-		{0.1, 1000, 100},   // float32(0.1) is a little over
-		{0.3, 10, 3},       // float32(0.3) is a little over
-		{0.7, 10, 7},       // float32(0.7) is a little under
-		{0.999, 1000, 999}, // not rounded up to 1000
-		{0.0015, 1000, 1},  // 1.5: truncated, as the estimator does
-		{1, 0, 0},
-		{float32(1) / 3, 1 << 30, 357913952}, // exactly float32(1/3) * 2^30: no rounding to undo
-	} {
-		if got := compressCount(tc.ratio, tc.n); got != tc.want {
-			t.Errorf("compressCount(%v, %d) = %d, want %d", tc.ratio, tc.n, got, tc.want)
-		}
-	}
 	c := newCompressNode(t)
 	idx, _, err := c.step(tensor.MustFromSlice([]float32{1, 2, 3}, 3), tensor.Scalar(float32(1e-6)))
 	if err != nil || !slices.Equal(idx, []int32{2}) {
