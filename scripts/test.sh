@@ -22,7 +22,8 @@ echo "== go test -race (concurrent packages)"
 go test -race -count=1 -timeout 15m ./executor/... ./session/... ./data/... ./kernel/... ./graph/... \
   ./rendezvous/... ./worker/... ./master/... ./rpc/... ./server/... ./partition/... ./placement/... \
   ./allreduce/... ./train/... ./checkpoint/... ./summary/... ./estimator/... ./localcluster/... \
-  ./savedmodel/... ./serving/... ./cluster/... ./metrics/... ./dashboard/... ./internal/netdelay/...
+  ./savedmodel/... ./serving/... ./cluster/... ./metrics/... ./dashboard/... ./internal/netdelay/... \
+  ./internal/stepctx/...
 
 # The Kubernetes manifests' tests are a module of their own (so that the
 # Kubernetes API types stay out of the project's go.mod).
