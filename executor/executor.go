@@ -298,6 +298,11 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feedValues []
 	return e.RunStepWith(ctx, step, feedValues, StepOptions{})
 }
 
+// Blocking reports whether a kernel of the executor's steps may block
+// (kernel.Blocking): only then does a step need a cancellable context of
+// its own (see StepOptions.Context).
+func (e *Executor) Blocking() bool { return e.blocking }
+
 // StepOptions are the optional arguments of RunStepWith.
 type StepOptions struct {
 	// Context and Cancel, when both are set, are the context the
@@ -309,12 +314,26 @@ type StepOptions struct {
 	// its own; the caller cancels it once RunStepWith has returned.
 	Context context.Context
 	Cancel  context.CancelCauseFunc
+	// Canceler, if set, serves as Cancel (which may then be nil): the
+	// cancellation of a Context kept in the caller's own state (a
+	// *stepctx.Context), which a func value would cost an allocation.
+	Canceler Canceler
 	// Trace, if not nil, records the step (see RunTraced).
 	Trace *StepTrace
 	// Out, if it has room for the fetches, holds them: they are returned
 	// in Out[:n], which then belongs to the caller as a new slice would.
 	Out []*tensor.Tensor
 }
+
+// Canceler cancels a context with a cause, as a context.CancelCauseFunc
+// does.
+type Canceler interface{ Cancel(cause error) }
+
+// cancelFunc is the Canceler of a context.CancelCauseFunc (pointer-shaped:
+// no allocation).
+type cancelFunc context.CancelCauseFunc
+
+func (f cancelFunc) Cancel(cause error) { f(cause) }
 
 // RunStepWith is RunStep with options.
 func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValues []*tensor.Tensor, opts StepOptions) ([]*tensor.Tensor, error) {
@@ -327,7 +346,7 @@ func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValue
 	r := e.newRun(ctx, step, feedValues, &opts)
 	r.trace = opts.Trace
 	if !r.callerCtx {
-		defer r.cancel(nil)
+		defer r.cancel.Cancel(nil)
 	}
 	if len(e.nodes) > 0 {
 		e.runs.Add(1)
@@ -388,7 +407,7 @@ type run struct {
 	e          *Executor
 	parent     context.Context
 	kctx       context.Context // cancelled on the first error: blocking kernels return
-	cancel     context.CancelCauseFunc
+	cancel     Canceler
 	callerCtx  bool // kctx and cancel are the caller's (StepOptions): it ends kctx
 	parentDone <-chan struct{}
 	step       *kernel.Step
@@ -448,15 +467,19 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 		}
 		r.w0.caller = true
 	}
-	r.callerCtx = opts.Context != nil && opts.Cancel != nil
-	if r.callerCtx {
-		r.kctx, r.cancel = opts.Context, opts.Cancel // the caller's, already made
-	} else if r.e.blocking {
-		r.kctx, r.cancel = context.WithCancelCause(ctx)
-	} else {
+	r.callerCtx = opts.Context != nil && (opts.Cancel != nil || opts.Canceler != nil)
+	switch {
+	case r.callerCtx && opts.Canceler != nil:
+		r.kctx, r.cancel = opts.Context, opts.Canceler // the caller's, already made
+	case r.callerCtx:
+		r.kctx, r.cancel = opts.Context, cancelFunc(opts.Cancel)
+	case r.e.blocking:
+		kctx, cancel := context.WithCancelCause(ctx)
+		r.kctx, r.cancel = kctx, cancelFunc(cancel)
+	default:
 		// No kernel waits on the context: the step stops through r.aborted,
 		// and the caller's context serves as is (no allocation).
-		r.kctx, r.cancel = ctx, noCancel
+		r.kctx, r.cancel = ctx, cancelFunc(noCancel)
 	}
 	r.parent, r.parentDone = ctx, ctx.Done()
 	if step == nil {
@@ -505,7 +528,7 @@ func (r *run) reset() {
 	e := r.e
 	r.orphaned = false
 	if !r.callerCtx {
-		r.cancel(nil)
+		r.cancel.Cancel(nil)
 	}
 	clear(r.values)
 	clear(r.inputs)
@@ -716,7 +739,7 @@ func (r *run) abort(err error) {
 		r.finish()
 	}
 	r.mu.Unlock()
-	r.cancel(err)
+	r.cancel.Cancel(err)
 }
 
 func (r *run) firstErr() error {

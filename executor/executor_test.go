@@ -13,6 +13,7 @@ import (
 	"github.com/distflow/distflow/executor"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/race"
+	"github.com/distflow/distflow/internal/stepctx"
 	"github.com/distflow/distflow/kernel"
 	_ "github.com/distflow/distflow/kernel/cpu"
 	"github.com/distflow/distflow/op"
@@ -725,7 +726,8 @@ func TestStepWithCallerContextAllocs(t *testing.T) {
 
 // TestStepWithCallerContextCancel: the first error of a step run in the
 // caller's context cancels it, with the error as its cause, so that a
-// kernel blocked on it returns.
+// kernel blocked on it returns: a standard one (StepOptions.Cancel) or a
+// stepctx.Context (StepOptions.Canceler).
 func TestStepWithCallerContextCancel(t *testing.T) {
 	s := graph.NewScope()
 	a := ops.Const(s, float32(1))
@@ -735,14 +737,76 @@ func TestStepWithCallerContextCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	ex := mustNew(t, s.Graph(), nil, []graph.Output{blk, fail}, nil, nil)
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	_, err := ex.RunStepWith(context.Background(), nil, nil, executor.StepOptions{Context: ctx, Cancel: cancel})
-	if err == nil || !strings.Contains(err.Error(), "boom") {
-		t.Fatalf("got %v, want the kernel's error", err)
+	for _, tc := range []struct {
+		name string
+		opts func() (executor.StepOptions, func() error)
+	}{
+		{"standard", func() (executor.StepOptions, func() error) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			return executor.StepOptions{Context: ctx, Cancel: cancel}, func() error { return context.Cause(ctx) }
+		}},
+		{"stepctx", func() (executor.StepOptions, func() error) {
+			ctx := stepctx.New(context.Background(), time.Time{})
+			return executor.StepOptions{Context: ctx, Canceler: ctx}, ctx.Cause
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, cause := tc.opts()
+			defer func() {
+				if opts.Cancel != nil {
+					opts.Cancel(nil)
+				} else {
+					opts.Canceler.Cancel(nil)
+				}
+			}()
+			_, err := ex.RunStepWith(context.Background(), nil, nil, opts)
+			if err == nil || !strings.Contains(err.Error(), "boom") {
+				t.Fatalf("got %v, want the kernel's error", err)
+			}
+			if cause := cause(); cause != err {
+				t.Errorf("the caller's context ended with %v, want the step's error", cause)
+			}
+		})
 	}
-	if cause := context.Cause(ctx); cause != err {
-		t.Errorf("the caller's context ended with %v, want the step's error", cause)
+}
+
+// TestStepWithStepContextAllocs: a step run in a stepctx.Context kept in
+// the caller's state (StepOptions.Canceler) allocates nothing for it.
+func TestStepWithStepContextAllocs(t *testing.T) {
+	if race.Enabled {
+		t.Skip("allocation counts do not hold under the race detector")
+	}
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(1))
+	d := s.Out("ExecDetach", "d", []graph.Output{ops.Identity(s, x)}, nil)
+	a := ops.Identity(s, d)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), []graph.Output{x}, []graph.Output{a}, nil, nil)
+	feed := []*tensor.Tensor{f32(1)}
+	const runs = 200
+	states := make([]stepctx.Context, runs+1) // not reused: each is one step's
+	var out [1]*tensor.Tensor
+	var err error
+	i := 0
+	n := testing.AllocsPerRun(runs, func() {
+		ctx := &states[i]
+		i++
+		ctx.Init(context.Background(), time.Time{})
+		if _, e := ex.RunStepWith(context.Background(), nil, feed, executor.StepOptions{Context: ctx, Canceler: ctx, Out: out[:0]}); e != nil {
+			err = e
+		}
+		if ctx.Err() != nil {
+			err = errors.New("a step that succeeded cancelled the caller's context")
+		}
+		ctx.Cancel(nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%v allocations per step, want 0", n)
 	}
 }
 
