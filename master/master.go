@@ -15,6 +15,7 @@ import (
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/gopool"
+	"github.com/distflow/distflow/internal/stepctx"
 	"github.com/distflow/distflow/placement"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
@@ -343,14 +344,16 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 		}
 	}
 	// The step's one cancellable context: its deadline, and the end of
-	// every partition at the first failure (runPartitions).
-	var cancel context.CancelFunc
+	// every partition at the first failure (runPartitions). A
+	// stepctx.Context: the step's contexts on this task's worker and its
+	// calls to the others derive from it without an allocation.
+	var deadline time.Time
 	if s.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-	} else {
-		ctx, cancel = context.WithCancel(ctx)
+		deadline = time.Now().Add(s.timeout)
 	}
-	defer cancel()
+	sctx := stepctx.New(ctx, deadline)
+	defer sctx.Cancel(nil)
+	ctx = sctx
 	p, err := m.plan(ctx, s, res)
 	if err != nil {
 		return nil, m.errorf("run step in session %q: %w", s.handle, err)
@@ -372,7 +375,7 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 	if st != nil {
 		st.calls = make([]rpcCall, len(calls.reqs))
 	}
-	resps, err := m.runPartitions(ctx, cancel, stepID, p, calls, st)
+	resps, err := m.runPartitions(sctx, stepID, p, calls, st)
 	if err != nil {
 		return nil, m.errorf("step %d in session %q: %w", stepID, s.handle, err)
 	}
@@ -423,9 +426,9 @@ func dims(dst []int, t *pb.TensorProto) []int {
 }
 
 // runPartitions runs every partition of a step concurrently and cleans the
-// step up on every task. cancel ends ctx: the first failure ends the step
+// step up on every task. The first failure cancels ctx: it ends the step
 // everywhere. The responses are calls.resps.
-func (m *Master) runPartitions(ctx context.Context, cancel context.CancelFunc, stepID int64, p *plan, calls *partCalls, st *stepTrace) ([]*pb.RunGraphResponse, error) {
+func (m *Master) runPartitions(ctx *stepctx.Context, stepID int64, p *plan, calls *partCalls, st *stepTrace) ([]*pb.RunGraphResponse, error) {
 	reqs, results := calls.reqs, calls.results
 	calls.ctx, calls.st = ctx, st
 	// One partition runs on this goroutine: one handoff less per step. It
@@ -457,7 +460,7 @@ func (m *Master) runPartitions(ctx context.Context, cancel context.CancelFunc, s
 		r := <-results
 		if r.err != nil {
 			if len(errs) == 0 {
-				cancel() // the first failure ends the step everywhere
+				ctx.Cancel(nil) // the first failure ends the step everywhere
 			}
 			task := p.Parts[r.i].Task
 			errs = append(errs, fmt.Errorf("task %s: %w", task, r.err))

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/distflow/distflow/internal/stepctx"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -66,8 +67,20 @@ type Local struct {
 	done       stepDone
 }
 
-// abortFunc is a function to call when a Local is aborted (afterAbort).
-type abortFunc struct{ f func() }
+// abortFunc is a function to call when a Local is aborted (afterAbort),
+// or a context to cancel then (a Router's, without a func value).
+type abortFunc struct {
+	f   func()
+	ctx *stepctx.Context
+}
+
+func (a *abortFunc) call() {
+	if a.ctx != nil {
+		a.ctx.Cancel(nil)
+		return
+	}
+	a.f()
+}
 
 // localItem is either a sent tensor waiting for its receiver (sent) or a
 // receiver waiting for its tensor, which Send wakes: a Recv's by closing
@@ -397,7 +410,7 @@ func (l *Local) abortLocked() {
 	l.onAbort = nil
 	l.mu.Unlock()
 	for _, a := range fns {
-		a.f()
+		a.call()
 	}
 }
 
@@ -417,7 +430,7 @@ func (l *Local) addAbort(a *abortFunc) {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
-		a.f()
+		a.call()
 		return
 	}
 	if l.onAbort == nil {

@@ -6,7 +6,9 @@ import (
 	"reflect"
 	"strconv"
 	"sync"
+	"time"
 
+	"github.com/distflow/distflow/internal/stepctx"
 	"github.com/distflow/distflow/placement"
 
 	"github.com/distflow/distflow/tensor"
@@ -154,13 +156,13 @@ type Router struct {
 	task  string
 	fetch Fetcher // nil: every Recv is local
 
-	// The step's Recvs share one context for their fetches, derived from
-	// the first one's (the step's) and cancelled when local is aborted:
-	// one cancellable context and abort function per step, not per Recv.
+	// The step's Recvs share one context for their fetches, a child of
+	// the first one's (the step's) also ended when local is aborted: one
+	// context and abort function per step, not per Recv, kept here.
 	mu       sync.Mutex
 	parent   context.Context // ctx of the first remote Recv; nil before
-	fetchCtx context.Context // parent, also ended by local's abort
-	cancel   abortFunc       // cancels fetchCtx, registered with local
+	fetchCtx stepctx.Context // parent's child, also ended by local's abort
+	cancel   abortFunc       // ends fetchCtx, registered with local
 }
 
 var _ Lender = (*Router)(nil)
@@ -238,12 +240,13 @@ func (r *Router) fetchContext(ctx context.Context) (context.Context, func()) {
 	r.mu.Lock()
 	if r.parent == nil && ctx != nil && reflect.TypeOf(ctx).Kind() == reflect.Pointer {
 		r.parent = ctx
-		r.fetchCtx, r.cancel.f = context.WithCancel(ctx)
+		r.fetchCtx.Init(ctx, time.Time{})
+		r.cancel.ctx = &r.fetchCtx
 		r.local.addAbort(&r.cancel)
 	}
 	if r.parent != nil && ctx == r.parent {
 		r.mu.Unlock()
-		return r.fetchCtx, nil
+		return &r.fetchCtx, nil
 	}
 	r.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/distflow/distflow/internal/stepctx"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
@@ -198,23 +199,29 @@ func (p *tensorPool) exchangeCall(ctx context.Context, c *tensorClientConn, meth
 // deadline. ctx's own timer ends it at its deadline, so the socket needs
 // no deadline of its own: setting one at every exchange cost about 5% of
 // a small remote step's CPU. A connection whose ctx ended during the
-// exchange keeps a deadline in the past and is not reused. The watch
-// costs context.AfterFunc's allocations (2, and ctx's Done channel and
-// children at its first watch), which nothing cheaper replaces without
-// losing a cancellation: a per-connection goroutine waiting on ctx would
-// be woken at every exchange, and a socket deadline covers the deadline
-// only.
+// exchange keeps a deadline in the past and is not reused. A
+// *stepctx.Context (a step's, a request's: see Of) is watched with the
+// connection's Hook, without an allocation; another context costs
+// context.AfterFunc's (2, and ctx's Done channel and children at its
+// first watch), which nothing cheaper replaces without losing a
+// cancellation: a per-connection goroutine waiting on ctx would be woken
+// at every exchange, and a socket deadline covers the deadline only.
 func (c *tensorClientConn) arm(ctx context.Context) (timeout time.Duration, err error) {
 	if d, ok := ctx.Deadline(); ok {
 		if timeout = time.Until(d); timeout <= 0 {
 			return 0, ctx.Err()
 		}
 	}
-	if ctx.Done() == nil {
-		return timeout, nil // never ends: nothing to watch
-	}
 	if c.expire == nil {
 		c.expire = c.setExpired // one method value for all its exchanges
+	}
+	if sc, ok := stepctx.Of(ctx); ok {
+		c.watched = sc
+		sc.Watch(&c.hook, c.expire)
+		return timeout, nil
+	}
+	if ctx.Done() == nil {
+		return timeout, nil // never ends: nothing to watch
 	}
 	c.stop = context.AfterFunc(ctx, c.expire)
 	return timeout, nil
@@ -222,10 +229,13 @@ func (c *tensorClientConn) arm(ctx context.Context) (timeout time.Duration, err 
 
 // disarm undoes arm.
 func (c *tensorClientConn) disarm() {
-	if c.stop != nil && !c.stop() {
+	if c.watched != nil && !c.watched.Unwatch(&c.hook) {
 		c.expired = true // the deadline in the past is set, or about to be
 	}
-	c.stop = nil
+	if c.stop != nil && !c.stop() {
+		c.expired = true
+	}
+	c.watched, c.stop = nil, nil
 }
 
 func (c *tensorClientConn) setExpired() { c.conn.SetDeadline(time.Unix(1, 0)) }

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/distflow/distflow/internal/stepctx"
 	"github.com/distflow/distflow/metrics"
 	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/rpc/rpcpb"
@@ -334,9 +335,11 @@ func (s *Server) serveTensors(c net.Conn, v11 bool) {
 	// which stops the request in progress; and a request is served by the
 	// goroutine that read it, without a wake-up between the two (a handoff
 	// per request was about 3 of a remote linreg step's 6 messages'
-	// wake-ups).
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	// wake-ups). The connection's context is a stepctx.Context, so that
+	// its requests' contexts (see serveRequest) derive from it without an
+	// allocation.
+	ctx := stepctx.New(context.Background(), time.Time{})
+	defer ctx.Cancel(nil)
 	p := &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()}
 	if tc, ok := c.(*tls.Conn); ok {
 		p.AuthInfo = credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
@@ -348,7 +351,7 @@ func (s *Server) serveTensors(c net.Conn, v11 bool) {
 	turn <- struct{}{}
 	take := func() {
 		defer func() { // a hang-up, a bad request, a broken connection or the server draining ends both
-			cancel()
+			ctx.Cancel(nil)
 			c.Close()
 		}()
 		rs := newResponder(s, c, base, methodCtx)
@@ -467,9 +470,12 @@ func (s *Server) serveRequest(rs *responder, w worker.Service) error {
 		ctx = grpc.NewContextWithServerTransportStream(ctx, methodStreams[req.method]) // grpc.Method(ctx), as for a gRPC call
 	}
 	if req.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, req.timeout)
-		defer cancel()
+		// One allocation, where context.WithTimeout took four: the
+		// connection's context is a stepctx.Context too, which this one
+		// joins without an allocation, and the timer is a kept one.
+		rctx := stepctx.New(ctx, time.Now().Add(req.timeout))
+		defer rctx.Cancel(nil)
+		ctx = rctx
 	}
 	rs.reqCtx = ctx
 	switch req.method {
@@ -544,8 +550,10 @@ func (rs *responder) writeError(err error) error {
 	rs.hdr = appendError(append(rs.hdr[:0], respError), err)
 	// The request's deadline may be what failed it: the answer gets
 	// time of its own.
-	ctx, cancel := context.WithTimeout(rs.connCtx, sniffTimeout)
-	defer cancel()
+	// A stepctx.Context: a standard one under the connection's would
+	// watch it with a goroutine.
+	ctx := stepctx.New(rs.connCtx, time.Now().Add(sniffTimeout))
+	defer ctx.Cancel(nil)
 	rs.bufs = append(rs.bufs, rs.hdr)
 	return rs.write(ctx)
 }
@@ -661,6 +669,10 @@ type tensorClientConn struct {
 	expired bool
 	stop    func() bool // unregisters arm's watch of the exchange's context
 	expire  func()      // c.setExpired, made once
+	// arm's watch of a *stepctx.Context, instead of stop: the one it
+	// watches, and the Hook it watches with.
+	watched *stepctx.Context
+	hook    stepctx.Hook
 	probe   idleProbe
 	scratch [8]byte // for fixed-size reads (a local array would escape)
 }

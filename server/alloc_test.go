@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"runtime/metrics"
 	"testing"
 
 	"github.com/distflow/distflow/graph"
@@ -17,8 +18,10 @@ import (
 // ps over the tensor channel on loopback. The twelfth session took it from
 // 386 to 137; one step state, response and context per worker step, not
 // several, to 107 (with the session's and master's own cuts of the same
-// time). The margin is for the runtime's own.
-const maxRemoteStepAllocs = 125
+// time); stepctx contexts instead of the standard ones (the master's step,
+// the worker's step and fetches, the tensor channel's requests and its
+// watches of them) to 71. The margin is for the runtime's own.
+const maxRemoteStepAllocs = 82
 
 // TestRemoteStepAllocations keeps the remote step's allocations from
 // creeping back: names, plans, requests and batches are made once, not at
@@ -54,4 +57,21 @@ func TestRemoteStepAllocations(t *testing.T) {
 	if n > maxRemoteStepAllocs {
 		t.Errorf("a remote step made %.0f allocations, more than %d: something is made at every step that was made once", n, maxRemoteStepAllocs)
 	}
+	// Nor goroutines: a standard context derived from a stepctx.Context
+	// seen through values watches it with one (see internal/stepctx).
+	const steps = 500
+	g0 := goroutinesCreated()
+	for range steps {
+		step()
+	}
+	if g := float64(goroutinesCreated()-g0) / steps; g > 0.1 {
+		t.Errorf("a remote step started %.2f goroutines, want none", g)
+	}
+}
+
+// goroutinesCreated returns the number of goroutines the process started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/distflow/distflow/executor"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/gopool"
+	"github.com/distflow/distflow/internal/stepctx"
 	"github.com/distflow/distflow/kernel"
 	_ "github.com/distflow/distflow/kernel/cpu" // every CPU kernel, Send and Recv included
 	"github.com/distflow/distflow/placement"
@@ -493,15 +494,22 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 	if st != nil {
 		opts.Trace = &st.exec
 	}
-	if len(pe.batches) > 0 {
+	if _, free := stepctx.Of(ctx); free || len(pe.batches) > 0 || pe.e.Blocking() {
 		// One context for the step's batches and its kernels, under which
 		// its Recvs also fetch: the executor cancels it at the step's
 		// first error, when the batches are of no more use, and RunGraph
-		// when it returns.
-		sctx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		opts.Context, opts.Cancel = sctx, cancel
-		ss.recvs.batches = w.startBatches(sctx, stepID, pe.batches, ss.recvs.batchBuf[:0])
+		// when it returns. It is the step's state's, not one more
+		// allocation, and under a stepctx.Context (a master's step, a
+		// tensor-channel request) it costs none at all: the kernels then
+		// get a stepctx.Context itself, from which a standard context
+		// derives without a goroutine (not through the request's
+		// values).
+		ss.ctx.Init(ctx, time.Time{})
+		defer ss.ctx.Cancel(nil)
+		opts.Context, opts.Canceler = &ss.ctx, &ss.ctx
+		if len(pe.batches) > 0 {
+			ss.recvs.batches = w.startBatches(&ss.ctx, stepID, pe.batches, ss.recvs.batchBuf[:0])
+		}
 	}
 	out, err := pe.e.RunStepWith(ctx, &ss.step, vals, opts)
 	if err != nil {
@@ -522,10 +530,12 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 
 // stepState is what one RunGraph step needs beyond its tensors, in one
 // allocation: how it receives from other tasks, its rendezvous and its
-// kernel.Step, and room for its fetches. It is not reused: the goroutines
-// of its batches may still write to it after RunGraph returns, and the
-// step's Local keeps the router's abort watch until it is cleaned up.
+// kernel.Step, its context, and room for its fetches. It is not reused:
+// the goroutines of its batches may still write to it (and read its
+// context) after RunGraph returns, and the step's Local keeps the
+// router's abort watch until it is cleaned up.
 type stepState struct {
+	ctx    stepctx.Context
 	recvs  stepRecvs
 	router rendezvous.Router
 	step   kernel.Step
