@@ -86,7 +86,12 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			}
 		}
 		if d != "" {
-			ts = ts.WithDevice(d)
+			// The tower's ops on its task, its variables (made by the
+			// first) on the ps tasks: WithDevice(d) would pin the
+			// variables to the first tower's task too.
+			ts = ts.WithDeviceFunc(placement.ReplicaDeviceSetter(placement.ReplicaConfig{
+				PSTasks: cfg.Cluster.NumTasks("ps"), WorkerDevice: d, Strategy: cfg.PSPlacement,
+			}))
 		}
 		t, err := buildTower(ts, r.e.fn, spec, Train)
 		if err != nil {

@@ -104,8 +104,10 @@ func trainWithTraceHooks(t *testing.T, strategy estimator.Strategy, dir string) 
 	return hooks
 }
 
-// checkTraceFile validates a trace file and checks that it has two steps
-// and kernels of every task of tasks.
+// checkTraceFile validates a trace file and checks that it has two steps,
+// kernels of every task of tasks, and the model's variables (w and b) on
+// the ps task only: in-graph towers once pinned them to the first tower's
+// worker.
 func checkTraceFile(t *testing.T, path string, tasks []string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -129,10 +131,21 @@ func checkTraceFile(t *testing.T, path string, tasks []string) {
 			procs[e.Pid] = e.Args["name"].(string)
 		}
 	}
+	variables := 0
 	for _, e := range f.TraceEvents {
-		if e.Ph == "X" && e.Cat == trace.CatKernel {
-			kernels[procs[e.Pid]]++
+		if e.Ph != "X" || e.Cat != trace.CatKernel {
+			continue
 		}
+		kernels[procs[e.Pid]]++
+		if e.Name == "w" || e.Name == "b" {
+			variables++
+			if procs[e.Pid] != "/job:ps/task:0" {
+				t.Errorf("%s: variable %s runs on %s, want /job:ps/task:0", path, e.Name, procs[e.Pid])
+			}
+		}
+	}
+	if variables == 0 {
+		t.Errorf("%s: no kernel of the variables w and b", path)
 	}
 	for _, task := range tasks {
 		if kernels[task] == 0 {
