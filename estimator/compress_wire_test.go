@@ -77,24 +77,8 @@ func TestHalfPushHalvesTheGradientBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		init := ops.GlobalVariablesInitializer(s)
-		if err := s.Err(); err != nil {
-			t.Fatal(err)
-		}
 		ctx := context.Background()
-		sess, err := session.Open(ctx, target, s.Graph())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess.Close()
-		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
-			t.Fatal(err)
-		}
-		xs := make([]float32, 4*rows)
-		for i := range xs {
-			xs[i] = float32(i%7) * 0.1
-		}
-		feeds := map[graph.Output]*tensor.Tensor{x: tensor.MustFromSlice(xs, 4, rows)}
+		sess, feeds := openInitialized(t, s, target, x)
 		run := func() {
 			if _, err := sess.Run(ctx, feeds, nil, []*graph.Node{step}); err != nil {
 				t.Fatalf("%v: %v", kind, err)
@@ -152,6 +136,31 @@ func TestHalfPushHalvesTheGradientBytes(t *testing.T) {
 // halfPushCluster starts a ps and a worker whose listeners count the
 // bytes of their connections, into pull (the ps's) and push (the
 // worker's); it returns the worker's target.
+// openInitialized opens a session of s's graph on target, initialises the
+// variables, and returns it (closed at the test's end) with a feed of x
+// (4 rows of small values).
+func openInitialized(t *testing.T, s *graph.Scope, target string, x graph.Output) (*session.Session, map[graph.Output]*tensor.Tensor) {
+	t.Helper()
+	init := ops.GlobalVariablesInitializer(s)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sess, err := session.Open(ctx, target, s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+		t.Fatal(err)
+	}
+	xs := make([]float32, x.Shape().NumElements())
+	for i := range xs {
+		xs[i] = float32(i%7) * 0.1
+	}
+	return sess, map[graph.Output]*tensor.Tensor{x: tensor.MustFromSlice(xs, x.Shape().Dims()...)}
+}
+
 func halfPushCluster(t *testing.T) (pull, push *atomic.Int64, target string) {
 	t.Helper()
 	pull, push = new(atomic.Int64), new(atomic.Int64)
@@ -206,25 +215,9 @@ func TestHalfPullHalvesTheParameterBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 		markHalfPulls(s.Graph(), from, kind)
-		init := ops.GlobalVariablesInitializer(s)
 		weights := ops.Identity(s, w.Value())
-		if err := s.Err(); err != nil {
-			t.Fatal(err)
-		}
 		ctx := context.Background()
-		sess, err := session.Open(ctx, target, s.Graph())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess.Close()
-		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
-			t.Fatal(err)
-		}
-		xs := make([]float32, 4*rows)
-		for i := range xs {
-			xs[i] = float32(i%7) * 0.1
-		}
-		feeds := map[graph.Output]*tensor.Tensor{x: tensor.MustFromSlice(xs, 4, rows)}
+		sess, feeds := openInitialized(t, s, target, x)
 		run := func(fetches ...graph.Output) []*tensor.Tensor {
 			out, err := sess.Run(ctx, feeds, fetches, []*graph.Node{step})
 			if err != nil {

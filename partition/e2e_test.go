@@ -49,6 +49,22 @@ func closure(roots ...*graph.Node) []*graph.Node {
 	return out
 }
 
+// partitionFor partitions the nodes that roots need, each on the device
+// place gives it, and returns the partitions and the devices.
+func partitionFor(t *testing.T, place func(*graph.Node) string, roots ...*graph.Node) (map[string]*graph.Graph, map[*graph.Node]string) {
+	t.Helper()
+	nodes := closure(roots...)
+	devs := map[*graph.Node]string{}
+	for _, n := range nodes {
+		devs[n] = place(n)
+	}
+	parts, err := partition.Partition(nodes, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parts, devs
+}
+
 // run partitions the nodes needed by fetches and targets, runs every
 // partition concurrently in one step and returns the fetches. Feeds go to
 // the task of the fed node, fetches come from the task of their producer.
@@ -59,15 +75,7 @@ func (c *cluster) run(t *testing.T, g *graph.Graph, place func(*graph.Node) stri
 	for _, f := range fetches {
 		roots = append(roots, f.Node)
 	}
-	nodes := closure(roots...)
-	devs := map[*graph.Node]string{}
-	for _, n := range nodes {
-		devs[n] = place(n)
-	}
-	parts, err := partition.Partition(nodes, devs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts, devs := partitionFor(t, place, roots...)
 	t.Logf("partitions:\n%s", partition.Format(parts))
 	rv := rendezvous.NewLocal()
 	step := &kernel.Step{ID: 1, Rendezvous: rv}
@@ -303,15 +311,7 @@ func TestHalfReadsEndToEnd(t *testing.T) {
 				t.Errorf("the half read is the float32 value itself: %v", wv)
 			}
 
-			nodes := closure(read.Node, exact.Node)
-			devs := map[*graph.Node]string{}
-			for _, n := range nodes {
-				devs[n] = place(n)
-			}
-			parts, err := partition.Partition(nodes, devs)
-			if err != nil {
-				t.Fatal(err)
-			}
+			parts, _ := partitionFor(t, place, read.Node, exact.Node)
 			var wires []tensor.DType
 			for _, n := range parts["/job:worker/task:0"].Nodes() {
 				if n.Op() == "Recv" {
