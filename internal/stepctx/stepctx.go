@@ -43,6 +43,7 @@ type Context struct {
 // once its function has returned.
 type Hook struct {
 	f     func()
+	w     Waker    // instead of f: see WatchWaker
 	child *Context // instead of f: a child to cancel
 	owner *Context // the Context it is registered with; nil when not
 	prev  *Hook
@@ -190,11 +191,14 @@ func (c *Context) end(err, cause error) {
 			break
 		}
 		c.unlinkLocked(h)
-		f, child := h.f, h.child
+		f, w, child := h.f, h.w, h.child
 		c.mu.Unlock()
-		if child != nil {
+		switch {
+		case child != nil:
 			child.end(err, cause)
-		} else {
+		case w != nil:
+			w.Wake()
+		default:
 			f()
 		}
 	}
@@ -275,16 +279,34 @@ func Of(ctx context.Context) (*Context, bool) {
 // that ends c, which must not hold a lock that f takes. It is
 // context.AfterFunc without a goroutine or an allocation.
 func (c *Context) Watch(h *Hook, f func()) {
-	h.f, h.child = f, nil
+	h.f, h.w, h.child = f, nil, nil
 	if !c.add(h) {
 		f()
+	}
+}
+
+// Waker is told by WatchWaker that a Context ended. Its Wake runs on the
+// goroutine that ends the Context, which may hold locks of its own: it
+// must not block, nor take a lock that its watcher holds while it ends
+// the Context.
+type Waker interface{ Wake() }
+
+// WatchWaker is Watch of w.Wake: a pointer that the caller already has
+// becomes a Waker without an allocation, where
+// the func value of a method or a closure is one. It is how a waiter that
+// blocks on something of its own (a channel, a WaitGroup) also wakes when
+// c ends, without selecting on Done, which makes a channel.
+func (c *Context) WatchWaker(h *Hook, w Waker) {
+	h.f, h.w, h.child = nil, w, nil
+	if !c.add(h) {
+		w.Wake()
 	}
 }
 
 // watchChild arranges for child to end when c does, with c's error.
 func (c *Context) watchChild(child *Context) {
 	h := &child.parentHook
-	h.f, h.child = nil, child
+	h.f, h.w, h.child = nil, nil, child
 	if !c.add(h) {
 		err, cause := c.errCause()
 		child.end(err, cause)

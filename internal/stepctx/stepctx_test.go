@@ -249,6 +249,38 @@ func TestWatch(t *testing.T) {
 	}
 }
 
+// counter is a Waker that counts its wakes.
+type counter struct{ n atomic.Int32 }
+
+func (c *counter) Wake() { c.n.Add(1) }
+
+func TestWatchWaker(t *testing.T) {
+	c := New(context.Background(), time.Time{})
+	var stopped, called, woken Hook
+	var w, w2 counter
+	c.WatchWaker(&stopped, &w)
+	c.WatchWaker(&called, &w)
+	c.WatchWaker(&woken, &w2)
+	if !c.Unwatch(&stopped) {
+		t.Error("Unwatch before the end = false")
+	}
+	c.Cancel(nil)
+	if w.n.Load() != 1 || w2.n.Load() != 1 {
+		t.Errorf("the Wakers were woken %d and %d times by the end of Cancel, want 1 each", w.n.Load(), w2.n.Load())
+	}
+	// Reused, on an ended Context: woken at once.
+	c.WatchWaker(&called, &w)
+	if w.n.Load() != 2 {
+		t.Error("WatchWaker of an ended Context did not wake at once")
+	}
+	// A Hook that served a Waker serves a function as well.
+	ran := false
+	c.Watch(&called, func() { ran = true })
+	if !ran || w.n.Load() != 2 {
+		t.Error("Watch of a Hook that served WatchWaker did not call its function alone")
+	}
+}
+
 // TestAfterFunc checks the standard library's use of the AfterFunc
 // method: context.AfterFunc and standard children.
 func TestAfterFunc(t *testing.T) {
@@ -291,6 +323,7 @@ func TestAllocations(t *testing.T) {
 	states := make([]struct{ req, step, fetch Context }, runs+1)
 	var h Hook
 	f := func() {}
+	var wake counter
 	i := 0
 	n := testing.AllocsPerRun(runs, func() {
 		s := &states[i]
@@ -300,6 +333,8 @@ func TestAllocations(t *testing.T) {
 		s.fetch.Init(&s.step, time.Time{})
 		s.step.Watch(&h, f)
 		s.step.Unwatch(&h)
+		s.fetch.WatchWaker(&h, &wake)
+		s.fetch.Unwatch(&h)
 		s.req.Cancel(nil)
 	})
 	if n != 0 {
@@ -321,9 +356,14 @@ func TestConcurrent(t *testing.T) {
 		child, cancel := context.WithCancel(c)
 		var wg sync.WaitGroup
 		var hooks [4]Hook
+		var woken counter
 		for i := range hooks {
 			wg.Go(func() {
-				c.Watch(&hooks[i], func() {})
+				if i%2 == 0 {
+					c.Watch(&hooks[i], func() {})
+				} else {
+					c.WatchWaker(&hooks[i], &woken)
+				}
 				c.Unwatch(&hooks[i])
 			})
 		}
