@@ -84,14 +84,14 @@ func (a *abortFunc) call() {
 
 // localItem is either a sent tensor waiting for its receiver (sent) or a
 // receiver waiting for its tensor, which Send wakes: a Recv's by closing
-// ready, a RecvManyLent's (whose ready is nil) by poking notify, which
-// Abort pokes too.
+// ready, a RecvManyLent's (whose ready is nil) through its many, which
+// Abort wakes too.
 type localItem struct {
 	t       *tensor.Tensor
 	release func() // see SendLent; nil for Send
 	sent    bool
 	ready   chan struct{}
-	notify  chan struct{} // a RecvManyLent's, poked by Send (buffered 1)
+	many    *manyWait // a RecvManyLent's
 }
 
 // NewLocal returns an empty rendezvous.
@@ -142,11 +142,8 @@ func (l *Local) SendLent(key string, t *tensor.Tensor, release func()) error {
 	if it.ready != nil {
 		close(it.ready)
 	}
-	if it.notify != nil {
-		select {
-		case it.notify <- struct{}{}:
-		default: // already poked
-		}
+	if it.many != nil {
+		it.many.wakeLocked()
 	}
 	return nil
 }
@@ -168,15 +165,15 @@ type Lent struct {
 // of a step's tensors costs no goroutine per tensor. got must not keep
 // the slice it is given: it is reused.
 func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent)) error {
-	// The tensors ready for got and the receivers of the keys that must
-	// wait, in one allocation (for a few keys), and, made when a key must
-	// wait, the channel that wakes them: Send's and Abort's.
-	var notify chan struct{}
+	// The waiter's wake-up, and the tensors ready for got and the
+	// receivers of the keys that must wait: one allocation for a few
+	// keys.
+	m := &manyWait{l: l}
+	m.cond.L = &l.mu
 	var ready []Lent
 	var waiters []localItem
 	if n := len(keys); n <= manyInline {
-		buf := new(manyBuf)
-		ready, waiters = buf.ready[:0:n], buf.waiters[:n:n]
+		ready, waiters = m.ready[:0:n], m.waiters[:n:n]
 	} else {
 		ready = make([]Lent, 0, n)
 	}
@@ -205,20 +202,29 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 			l.mu.Unlock()
 			return fmt.Errorf("rendezvous: recv %q: another receiver already waits for this key", key)
 		default:
-			if notify == nil {
-				notify = make(chan struct{}, 1)
-			}
 			if len(waiters) == 0 {
 				waiters = make([]localItem, len(keys)-i)
 			}
 			it = &waiters[0]
 			waiters = waiters[1:]
-			it.notify = notify
+			it.many = m
 			l.items.put(key, it)
 			pending[key] = it
 		}
 	}
 	l.mu.Unlock()
+	// The end of ctx wakes the waiter too: a stepctx.Context (a
+	// request's) through m's Hook, without an allocation, another
+	// context through context.AfterFunc.
+	if len(pending) > 0 {
+		if sctx, ok := stepctx.Of(ctx); ok {
+			sctx.WatchWaker(&m.hook, m)
+			defer sctx.Unwatch(&m.hook)
+		} else if ctx.Done() != nil {
+			stop := context.AfterFunc(ctx, m.Wake)
+			defer stop()
+		}
+	}
 	for {
 		if len(ready) > 0 {
 			got(ready)
@@ -227,13 +233,12 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 		if len(pending) == 0 {
 			return nil
 		}
-		var stop error
-		select {
-		case <-notify:
-		case <-ctx.Done():
-			stop = ctx.Err()
-		}
 		l.mu.Lock()
+		for !m.woken {
+			m.cond.Wait()
+		}
+		m.woken = false
+		stop := ctx.Err()
 		if l.err != nil { // aborted: the table, and so pending, is dropped
 			stop = l.err
 			l.mu.Unlock()
@@ -262,11 +267,33 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 // take one allocation (manyBuf).
 const manyInline = 4
 
-// manyBuf is the storage of RecvManyLent's ready tensors and waiting
-// receivers for a few keys.
-type manyBuf struct {
+// manyWait is one RecvManyLent's: how its waiter is woken (by Send and
+// Abort, with l.mu held, and by the end of its context) and, for a few
+// keys, the storage of its ready tensors and waiting receivers. A
+// condition on l.mu, where a channel was one more allocation, and a Hook
+// on its context, where selecting on Done made one.
+type manyWait struct {
+	l     *Local
+	cond  sync.Cond // on l.mu; woken is set
+	woken bool      // l.mu
+	hook  stepctx.Hook
+
 	ready   [manyInline]Lent
 	waiters [manyInline]localItem
+}
+
+// wakeLocked wakes m's waiter; l.mu is held.
+func (m *manyWait) wakeLocked() {
+	m.woken = true
+	m.cond.Signal()
+}
+
+// Wake wakes m's waiter: its context ended (stepctx.Waker). It takes
+// l.mu, which no one holds while ending a context.
+func (m *manyWait) Wake() {
+	m.l.mu.Lock()
+	m.wakeLocked()
+	m.l.mu.Unlock()
 }
 
 func lentOf(i int, it *localItem) Lent {
@@ -390,14 +417,11 @@ func (l *Local) abortDone(stepID int64) {
 
 // abortLocked ends Abort once l.err is set: it unlocks l.mu.
 func (l *Local) abortLocked() {
-	// RecvManyLent's receivers wait on their notify channel, not on
+	// RecvManyLent's receivers wait on their condition, not on
 	// l.aborted, which they so need not make.
 	l.items.each(func(it *localItem) {
-		if it.notify != nil && !it.sent {
-			select {
-			case it.notify <- struct{}{}:
-			default: // already poked
-			}
+		if it.many != nil && !it.sent {
+			it.many.wakeLocked()
 		}
 	})
 	l.items = itemTable{} // dropped: no operation adds to it any more

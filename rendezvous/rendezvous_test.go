@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/internal/race"
+	"github.com/distflow/distflow/internal/stepctx"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -710,6 +711,71 @@ func TestRecvManyLent(t *testing.T) {
 	err := l.RecvManyLent(ctx, []string{"x", "y"}, func([]Lent) { t.Error("nothing was sent") })
 	if !errors.Is(err, ErrAborted) {
 		t.Errorf("aborted batch: %v, want ErrAborted", err)
+	}
+}
+
+// TestRecvManyLentContext: a batch ends when its context does, a
+// stepctx.Context (watched, not selected on) as a standard one, with the
+// keys received until then delivered and the others not waited for any
+// more.
+func TestRecvManyLentContext(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, func())
+		want error
+	}{
+		{"stepctx cancelled", func() (context.Context, func()) {
+			c := stepctx.New(context.Background(), time.Time{})
+			return c, func() { c.Cancel(nil) }
+		}, context.Canceled},
+		{"stepctx deadline", func() (context.Context, func()) {
+			c := stepctx.New(context.Background(), time.Now().Add(20*time.Millisecond))
+			return c, func() {}
+		}, context.DeadlineExceeded},
+		{"stepctx parent cancelled", func() (context.Context, func()) {
+			p, cancel := context.WithCancel(context.Background())
+			return stepctx.New(p, time.Time{}), cancel
+		}, context.Canceled},
+		{"standard cancelled", func() (context.Context, func()) {
+			return context.WithCancel(context.Background())
+		}, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLocal()
+			ctx, end := tc.ctx()
+			defer end()
+			if err := l.Send("a", tensor.Scalar(float32(1))); err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			errc := make(chan error, 1)
+			go func() {
+				errc <- l.RecvManyLent(ctx, []string{"a", "b"}, func(ready []Lent) {
+					for _, r := range ready {
+						got = append(got, r.Index)
+					}
+				})
+			}()
+			for wait := time.Now().Add(10 * time.Second); l.Pending() < 1; time.Sleep(time.Millisecond) {
+				if time.Now().After(wait) {
+					t.Fatal("RecvManyLent never waited for b")
+				}
+			}
+			end()
+			err := <-errc
+			if !errors.Is(err, tc.want) {
+				t.Errorf("RecvManyLent = %v, want %v", err, tc.want)
+			}
+			if len(got) != 1 || got[0] != 0 {
+				t.Errorf("delivered %v, want [0]", got)
+			}
+			if l.Pending() != 0 {
+				t.Errorf("%d pending after the batch gave up", l.Pending())
+			}
+			if err := l.Send("b", tensor.Scalar(float32(2))); err != nil {
+				t.Errorf("a Send after the batch gave up: %v", err)
+			}
+		})
 	}
 }
 
