@@ -35,15 +35,16 @@ func (p peers) Tasks() []string                            { return []string{ps,
 // maxBatchedStepAllocs bounds the worker's allocations for one step that
 // receives two tensors from a peer in one batch and fetches their sum:
 // the step's rendezvous (rendezvous.Table), its state (stepState, which
-// holds the step's context and the Recvs' shared fetch context), the
-// fetch context's done channel, a done channel per batch item (two) and
-// the batch's two closures, the sum (two or three), the response and the
-// fetch's proto (two): 14, with the margin of server's
-// maxRemoteStepAllocs. The step's state, kernel.Step, router and response
-// once took eight allocations, and its batches and kernels a context
-// each: 30; its standard contexts (the step's, the fetches') then took
-// seven: 21.
-const maxBatchedStepAllocs = 16
+// holds the step's context, the Recvs' shared fetch context and the
+// batch's items, each waited for with a WaitGroup and its Recv's context
+// watched with a Hook), the batch's two closures (its goroutine's and its
+// delivery's), the sum (two or three), the response and the fetch's proto
+// (two): 11, with the margin of server's maxRemoteStepAllocs. The step's
+// state, kernel.Step, router and response once took eight allocations,
+// and its batches and kernels a context each: 30; its standard contexts
+// (the step's, the fetches') then took seven: 21; a channel per batch
+// item and the fetch context's Done three: 14.
+const maxBatchedStepAllocs = 13
 
 // TestBatchedStepAllocations keeps a step's own allocations on the worker
 // from creeping back (see maxBatchedStepAllocs).

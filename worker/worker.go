@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -729,12 +730,37 @@ type batch struct {
 	itemBuf [4]batchItem // items' storage for a few keys
 }
 
+// batchItem is one tensor of a batch: its Recv (take) waits for ready,
+// which is done once, by whichever comes first of the tensor's delivery
+// (ask) and the end of the Recv's context (Wake). A WaitGroup in the
+// step's state where a channel per item was an allocation, and the
+// context watched with a Hook where selecting on its Done made one.
 type batchItem struct {
-	done      chan struct{} // closed when t and err are set
-	t         *tensor.Tensor
+	ready     sync.WaitGroup // Add(1) by startBatches; Done by settle
+	state     atomic.Uint32  // itemPending, then itemDelivered or itemAbandoned
+	hook      stepctx.Hook   // the Recv's watch of its context
+	t         *tensor.Tensor // set before state becomes itemDelivered
 	err       error
 	delivered bool // by the peer; only the request's goroutine uses it
 }
+
+// The states of a batchItem.
+const (
+	itemPending   = iota
+	itemDelivered // t and err are set: take returns them
+	itemAbandoned // the Recv's context ended first: take returns its error
+)
+
+// settle moves it from itemPending to state, and wakes its Recv, unless
+// it has moved already.
+func (it *batchItem) settle(state uint32) {
+	if it.state.CompareAndSwap(itemPending, state) {
+		it.ready.Done()
+	}
+}
+
+// Wake abandons it: its Recv's context ended (stepctx.Waker).
+func (it *batchItem) Wake() { it.settle(itemAbandoned) }
 
 // startBatches asks, for each plan whose peer's client can
 // (service.BatchReceiver), for all of its tensors in one request, on a
@@ -759,10 +785,10 @@ func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPl
 			continue
 		}
 		b.items = slices.Grow(b.itemBuf[:0], len(plan.keys))[:len(plan.keys)]
-		// A channel per item, not per batch: each Recv waits for its own
+		// A wait per item, not per batch: each Recv waits for its own
 		// tensor alone, which may come before or after the others.
 		for i := range b.items {
-			b.items[i].done = make(chan struct{})
+			b.items[i].ready.Add(1)
 		}
 		gopool.Go(func() { b.ask(ctx, br, stepID) })
 	}
@@ -775,7 +801,7 @@ func (b *batch) ask(ctx context.Context, br BatchReceiver, stepID int64) {
 		if i >= 0 && i < len(b.items) && !b.items[i].delivered {
 			it := &b.items[i]
 			it.delivered, it.t, it.err = true, t, err
-			close(it.done)
+			it.settle(itemDelivered)
 		}
 	})
 	for i := range b.items {
@@ -784,7 +810,7 @@ func (b *batch) ask(ctx context.Context, br BatchReceiver, stepID int64) {
 				err = fmt.Errorf("recv from %s: %w: the batch ended early", b.plan.task, rendezvous.ErrAborted)
 			}
 			it.t, it.err = nil, err
-			close(it.done)
+			it.settle(itemDelivered)
 		}
 	}
 }
@@ -797,9 +823,20 @@ func (b *batch) take(ctx context.Context, key string) (t *tensor.Tensor, ok bool
 		return nil, false, nil
 	}
 	it := &b.items[i]
-	select {
-	case <-it.done:
-	case <-ctx.Done():
+	if it.state.Load() == itemPending {
+		// The step's Recvs fetch under the Router's stepctx.Context:
+		// watched with the item's Hook, without an allocation.
+		if sc, isStep := ctx.(*stepctx.Context); isStep {
+			sc.WatchWaker(&it.hook, it)
+			it.ready.Wait()
+			sc.Unwatch(&it.hook)
+		} else {
+			stop := context.AfterFunc(ctx, it.Wake)
+			it.ready.Wait()
+			stop()
+		}
+	}
+	if it.state.Load() != itemDelivered {
 		return nil, true, ctx.Err()
 	}
 	if errors.Is(it.err, service.ErrNoBatch) {
