@@ -346,12 +346,15 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 	// The step's one cancellable context: its deadline, and the end of
 	// every partition at the first failure (runPartitions). A
 	// stepctx.Context: the step's contexts on this task's worker and its
-	// calls to the others derive from it without an allocation.
+	// calls to the others derive from it without an allocation. It lives
+	// in the step's response, made now, not apart.
 	var deadline time.Time
 	if s.timeout > 0 {
 		deadline = time.Now().Add(s.timeout)
 	}
-	sctx := stepctx.New(ctx, deadline)
+	ss := newStepState(len(sig.Fetches))
+	sctx := &ss.ctx
+	sctx.Init(ctx, deadline)
 	defer sctx.Cancel(nil)
 	ctx = sctx
 	p, err := m.plan(ctx, s, res)
@@ -379,7 +382,7 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 	if err != nil {
 		return nil, m.errorf("step %d in session %q: %w", stepID, s.handle, err)
 	}
-	out, named := newStepResponse(len(sig.Fetches))
+	out := &ss.resp
 	for i, r := range p.Fetches {
 		var t *pb.TensorProto
 		if r.Part < 0 {
@@ -389,7 +392,7 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 		} else {
 			return nil, m.errorf("step %d in session %q: task %s returned %d fetches, want %d", stepID, s.handle, p.Parts[r.Part].Task, len(fs), len(p.Parts[r.Part].Fetches))
 		}
-		named[i].Name, named[i].Tensor = req.GetFetches()[i], t
+		out.Tensors[i].Name, out.Tensors[i].Tensor = req.GetFetches()[i], t
 	}
 	if st != nil {
 		out.StepStats = st.stats(m.cfg.Task, stepID)
@@ -397,24 +400,29 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 	return out, nil
 }
 
-// stepResponse is a RunStepResponse with room for the fetches of most
-// steps: one allocation for the response, its list and its entries.
-type stepResponse struct {
+// stepState is what one step of RunStep makes, in one allocation: its
+// context, and its response with room for the fetches of most steps (its
+// list and its entries). It is not reused: the response goes to the
+// caller, and the contexts derived from the step's (its worker's here,
+// whose batches may read theirs after the step) may read it after
+// RunStep returned.
+type stepState struct {
+	ctx   stepctx.Context
 	resp  pb.RunStepResponse
 	list  [2]*pb.NamedTensor
 	named [2]pb.NamedTensor
 }
 
-// newStepResponse returns a response of n fetches, each pointing at its
-// entry of named.
-func newStepResponse(n int) (*pb.RunStepResponse, []pb.NamedTensor) {
-	sr := new(stepResponse)
-	list, named := slices.Grow(sr.list[:0], n)[:n], slices.Grow(sr.named[:0], n)[:n]
+// newStepState returns a step's state whose response has n fetches, each
+// pointing at its entry of named; ctx is left for the caller to Init.
+func newStepState(n int) *stepState {
+	ss := new(stepState)
+	list, named := slices.Grow(ss.list[:0], n)[:n], slices.Grow(ss.named[:0], n)[:n]
 	for i := range list {
 		list[i] = &named[i]
 	}
-	sr.resp.Tensors = list
-	return &sr.resp, named
+	ss.resp.Tensors = list
+	return ss
 }
 
 // dims appends the shape of a tensor proto to dst.

@@ -20,8 +20,18 @@ import (
 // several, to 107 (with the session's and master's own cuts of the same
 // time); stepctx contexts instead of the standard ones (the master's step,
 // the worker's step and fetches, the tensor channel's requests and its
-// watches of them) to 71. The margin is for the runtime's own.
-const maxRemoteStepAllocs = 82
+// watches of them) to 71; the master's step context in its response, and
+// waits that watch a stepctx context with a Hook rather than select on its
+// Done channel, with a WaitGroup per batch item and a condition per batch
+// served where each was a channel, to 59. What remains besides tensors
+// and their protos is about one allocation per step for each of: the
+// step's rendezvous, state and response on each worker, their batches'
+// two closures and request context, the Done channel of the master's
+// step context (its plan's wait and the executor select on it), a served
+// batch's buffers, the master's step state, the RunGraph call and the
+// client's result. The margin is for the
+// runtime's own.
+const maxRemoteStepAllocs = 68
 
 // TestRemoteStepAllocations keeps the remote step's allocations from
 // creeping back: names, plans, requests and batches are made once, not at
