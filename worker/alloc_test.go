@@ -6,8 +6,6 @@ import (
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/race"
-	"github.com/distflow/distflow/ops"
-	"github.com/distflow/distflow/partition"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
@@ -52,27 +50,13 @@ func TestBatchedStepAllocations(t *testing.T) {
 	if race.Enabled {
 		t.Skip("allocation counts do not hold under the race detector")
 	}
-	g := graph.New()
-	recv := func(name string) graph.Output {
-		n, err := g.AddNode(partition.RecvSpec("recv_"+name, name+":0", ps+"/cpu:0", wk+"/cpu:0", tensor.Float32, tensor.MakeShape(2)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n.Output(0)
-	}
-	a, b := recv("a"), recv("b")
-	s := graph.NewScopeWithGraph(g)
-	ops.Identity(s.SubScope("y"), ops.Add(s, a, b))
-	if err := s.Err(); err != nil {
-		t.Fatal(err)
-	}
 	key := func(name string) string { return ps + "/cpu:0;" + wk + "/cpu:0;" + name + ":0" }
 	peer := batchPeer{vals: map[string]*tensor.Tensor{
 		key("a"): tensor.MustFromSlice([]float32{1, 2}, 2),
 		key("b"): tensor.MustFromSlice([]float32{10, 20}, 2),
 	}}
 	w := worker.New(worker.Config{Task: wk, Workers: peers{ps: peer}})
-	h := register(t, w, "s", g.ToProto())
+	h := register(t, w, "s", batchedGraph(t))
 	ctx := context.Background()
 	req := &pb.RunGraphRequest{SessionHandle: "s", GraphHandle: h, Fetches: []string{"y/Identity:0"}}
 	step := func(check bool) {
