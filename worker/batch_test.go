@@ -136,15 +136,33 @@ func TestBatchedStepEnds(t *testing.T) {
 				resp, err := w.RunGraph(ctx, &pb.RunGraphRequest{SessionHandle: "s", GraphHandle: h, StepId: step, Fetches: []string{"y/Identity:0"}})
 				done <- result{resp, err}
 			}()
-			<-peer.started
-			if tc.end != nil {
-				tc.end(t, w, step, cancel)
+			// The batch is asked, or (a deadline passed on a slow
+			// machine before it could be) the step has ended already.
+			var r result
+			asked := false
+			select {
+			case <-peer.started:
+				asked = true
+				if tc.end != nil {
+					tc.end(t, w, step, cancel)
+				}
+				r = <-done
+			case r = <-done:
+				select {
+				case <-peer.started:
+					asked = true
+				default:
+					if tc.timeout == 0 {
+						t.Fatalf("the step ended before its batch was asked: %v", r.err)
+					}
+				}
 			}
-			r := <-done
 			if tc.late {
 				close(release)
 			}
-			<-peer.returned // the batch's goroutine is done with the step
+			if asked {
+				<-peer.returned // the batch's goroutine is done with the step
+			}
 			if tc.want == nil {
 				if r.err != nil {
 					t.Fatal(r.err)
