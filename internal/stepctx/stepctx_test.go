@@ -49,7 +49,9 @@ func TestDeadline(t *testing.T) {
 			now := time.Now()
 			c := New(parent, now.Add(tc.in))
 			d, ok := c.Deadline()
-			if !ok || d.Sub(now.Add(tc.want)).Abs() > 10*time.Millisecond {
+			// A parent's deadline was set a moment before now: within a
+			// second, on a loaded machine (the others are an hour).
+			if !ok || d.Sub(now.Add(tc.want)).Abs() > time.Second {
 				t.Errorf("Deadline() = %v, %t; want about %v", d.Sub(now), ok, tc.want)
 			}
 			ended(t, c)
