@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/distflow/distflow/graph"
@@ -189,12 +190,15 @@ func TestOpenTargets(t *testing.T) {
 		}
 	}
 	var closed closerFunc
-	session.RegisterDialer("test", func(ctx context.Context, target string) (master.Service, io.Closer, error) {
+	// A scheme of each run's own: a scheme registers once per process
+	// (go test -count).
+	scheme := fmt.Sprintf("test%d", openTargetsRuns.Add(1))
+	session.RegisterDialer(scheme, func(ctx context.Context, target string) (master.Service, io.Closer, error) {
 		return newMaster(), &closed, nil
 	})
 	s := graph.NewScope()
 	c := ops.Const(s, float32(5))
-	sess, err = session.Open(context.Background(), "test://anywhere", s.Graph())
+	sess, err = session.Open(context.Background(), scheme+"://anywhere", s.Graph())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +211,8 @@ func TestOpenTargets(t *testing.T) {
 		t.Errorf("the dialer's connection was closed %d times, want once", closed)
 	}
 }
+
+var openTargetsRuns atomic.Int64
 
 // closerFunc counts Close calls.
 type closerFunc int
