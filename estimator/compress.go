@@ -28,8 +28,9 @@ import (
 // entries as (int32 index, float32 value) pairs, each worker keeping the
 // rest as its residual (ops.TopKCompress), and rebuilds the dense gradient
 // beside the variable. Sparse gradients are not compressed, nor are the
-// pulls of the parameters (see RunConfig.PullCompression). RunConfig refuses a compression that the strategy
-// would not apply rather than ignore it.
+// pulls of the parameters (see RunConfig.PullCompression). RunConfig
+// refuses a compression that the strategy would not apply rather than
+// ignore it.
 type Compression struct {
 	// Kind is the scheme.
 	Kind CompressionKind
