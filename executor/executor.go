@@ -305,18 +305,16 @@ func (e *Executor) Blocking() bool { return e.blocking }
 
 // StepOptions are the optional arguments of RunStepWith.
 type StepOptions struct {
-	// Context and Cancel, when both are set, are the context the
-	// step's kernels get and the function that cancels it: one the caller
-	// derived from RunStepWith's ctx for this step alone, to share with
-	// what it starts for the step (a worker's requests for the step's
-	// tensors). The executor then derives none: it cancels Context with
-	// the step's first error, so that blocked kernels return, as it would
-	// its own; the caller cancels it once RunStepWith has returned.
-	Context context.Context
-	Cancel  context.CancelCauseFunc
-	// Canceler, if set, serves as Cancel (which may then be nil): the
-	// cancellation of a Context kept in the caller's own state (a
-	// *stepctx.Context), which a func value would cost an allocation.
+	// Context and Canceler, when both are set, are the context the
+	// step's kernels get and what cancels it: one the caller derived
+	// from RunStepWith's ctx for this step alone, to share with what it
+	// starts for the step (a worker's requests for the step's tensors).
+	// The executor then derives none: it cancels Context with the step's
+	// first error, so that blocked kernels return, as it would its own;
+	// the caller cancels it once RunStepWith has returned. A
+	// *stepctx.Context is both, without an allocation; a standard
+	// context's cancel function serves as CancelFunc(cancel).
+	Context  context.Context
 	Canceler Canceler
 	// Trace, if not nil, records the step (see RunTraced).
 	Trace *StepTrace
@@ -329,11 +327,12 @@ type StepOptions struct {
 // does.
 type Canceler interface{ Cancel(cause error) }
 
-// cancelFunc is the Canceler of a context.CancelCauseFunc (pointer-shaped:
+// CancelFunc is the Canceler of a context.CancelCauseFunc (pointer-shaped:
 // no allocation).
-type cancelFunc context.CancelCauseFunc
+type CancelFunc context.CancelCauseFunc
 
-func (f cancelFunc) Cancel(cause error) { f(cause) }
+// Cancel calls f.
+func (f CancelFunc) Cancel(cause error) { f(cause) }
 
 // RunStepWith is RunStep with options.
 func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValues []*tensor.Tensor, opts StepOptions) ([]*tensor.Tensor, error) {
@@ -467,19 +466,17 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 		}
 		r.w0.caller = true
 	}
-	r.callerCtx = opts.Context != nil && (opts.Cancel != nil || opts.Canceler != nil)
+	r.callerCtx = opts.Context != nil && opts.Canceler != nil
 	switch {
-	case r.callerCtx && opts.Canceler != nil:
-		r.kctx, r.cancel = opts.Context, opts.Canceler // the caller's, already made
 	case r.callerCtx:
-		r.kctx, r.cancel = opts.Context, cancelFunc(opts.Cancel)
+		r.kctx, r.cancel = opts.Context, opts.Canceler // the caller's, already made
 	case r.e.blocking:
 		kctx, cancel := context.WithCancelCause(ctx)
-		r.kctx, r.cancel = kctx, cancelFunc(cancel)
+		r.kctx, r.cancel = kctx, CancelFunc(cancel)
 	default:
 		// No kernel waits on the context: the step stops through r.aborted,
 		// and the caller's context serves as is (no allocation).
-		r.kctx, r.cancel = ctx, cancelFunc(noCancel)
+		r.kctx, r.cancel = ctx, CancelFunc(noCancel)
 	}
 	r.parent, r.parentDone = ctx, ctx.Done()
 	if step == nil {

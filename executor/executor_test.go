@@ -700,7 +700,7 @@ func TestStepWithCallerContextAllocs(t *testing.T) {
 	var kctx context.Context
 	step := func() {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		got, e := ex.RunStepWith(context.Background(), nil, feed, executor.StepOptions{Context: ctx, Cancel: cancel, Out: out[:0]})
+		got, e := ex.RunStepWith(context.Background(), nil, feed, executor.StepOptions{Context: ctx, Canceler: executor.CancelFunc(cancel), Out: out[:0]})
 		switch {
 		case e != nil:
 			err = e
@@ -726,8 +726,8 @@ func TestStepWithCallerContextAllocs(t *testing.T) {
 
 // TestStepWithCallerContextCancel: the first error of a step run in the
 // caller's context cancels it, with the error as its cause, so that a
-// kernel blocked on it returns: a standard one (StepOptions.Cancel) or a
-// stepctx.Context (StepOptions.Canceler).
+// kernel blocked on it returns: a standard one (CancelFunc) or a
+// stepctx.Context.
 func TestStepWithCallerContextCancel(t *testing.T) {
 	s := graph.NewScope()
 	a := ops.Const(s, float32(1))
@@ -743,7 +743,7 @@ func TestStepWithCallerContextCancel(t *testing.T) {
 	}{
 		{"standard", func() (executor.StepOptions, func() error) {
 			ctx, cancel := context.WithCancelCause(context.Background())
-			return executor.StepOptions{Context: ctx, Cancel: cancel}, func() error { return context.Cause(ctx) }
+			return executor.StepOptions{Context: ctx, Canceler: executor.CancelFunc(cancel)}, func() error { return context.Cause(ctx) }
 		}},
 		{"stepctx", func() (executor.StepOptions, func() error) {
 			ctx := stepctx.New(context.Background(), time.Time{})
@@ -752,13 +752,7 @@ func TestStepWithCallerContextCancel(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts, cause := tc.opts()
-			defer func() {
-				if opts.Cancel != nil {
-					opts.Cancel(nil)
-				} else {
-					opts.Canceler.Cancel(nil)
-				}
-			}()
+			defer opts.Canceler.Cancel(nil)
 			_, err := ex.RunStepWith(context.Background(), nil, nil, opts)
 			if err == nil || !strings.Contains(err.Error(), "boom") {
 				t.Fatalf("got %v, want the kernel's error", err)

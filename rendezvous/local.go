@@ -264,7 +264,7 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 }
 
 // manyInline is the number of keys up to which RecvManyLent's buffers
-// take one allocation (manyBuf).
+// take one allocation (manyWait).
 const manyInline = 4
 
 // manyWait is one RecvManyLent's: how its waiter is woken (by Send and

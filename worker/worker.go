@@ -540,7 +540,7 @@ type stepState struct {
 	recvs  stepRecvs
 	router rendezvous.Router
 	step   kernel.Step
-	out    [4]*tensor.Tensor // the executor's fetches, for a few
+	out    [fewFetches]*tensor.Tensor // the executor's fetches, for a few
 }
 
 // fewFetches is the number of fetches up to which a RunGraphResponse
