@@ -18,7 +18,8 @@ func init() {
 		Inputs:   []Arg{{Name: "gradient"}, {Name: "ratio"}},
 		Summary: "Error-feedback top-k: adds the float32 gradient (any shape) to the residual the node keeps, " +
 			"returns the indices (int32, ascending, into the flattened gradient) and values of the " +
-			"k = min(max(int(ratio*n), 1), n) entries of largest magnitude of that sum (fewer when it has fewer non-zeros, " +
+			"k = min(max(int(ratio*n), 1), n) entries of largest magnitude of that sum (ratio*n rounded up when within float32 rounding of an integer; " +
+			"fewer when it has fewer non-zeros, " +
 			"or past 65536 elements when its sampled threshold overshoots), and keeps the rest as the next step's residual; " +
 			"ratio is a float32 scalar in (0, 1].",
 		Infer: func(c *InferContext) error {

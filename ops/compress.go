@@ -7,9 +7,10 @@ import "github.com/distflow/distflow/graph"
 // TopKCompress is error-feedback top-k compression of a float32 gradient
 // (any shape) for the push to a parameter server. The node keeps a
 // residual of the gradient's size; each step it adds gradient to it and
-// returns the k = min(max(int(ratio*n), 1), n) entries of largest magnitude
-// of the sum (n the gradient's element count, ratio a float32 scalar in
-// (0, 1]): indices (int32, ascending, into the flattened gradient) and
+// returns the k = topk.Count(ratio, n) entries of largest magnitude of
+// the sum (n the gradient's element count, ratio a float32 scalar in
+// (0, 1]; k is min(max(int(ratio*n), 1), n), with ratio*n rounded up when
+// within float32 rounding of an integer): indices (int32, ascending, into the flattened gradient) and
 // values (float32), both 1-D. What it does not send stays in the residual
 // for the next steps, so that over the steps every part of the gradients
 // is sent. Fewer than k come back when the sum has fewer than k non-zero
