@@ -435,3 +435,47 @@ func FuzzRingChunks(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRunGraphRequests decodes RunGraph requests as a responder does, one
+// after the other so that the second may take the first's fields: each
+// must be what proto.Unmarshal makes of its bytes, or fail as it fails.
+func FuzzRunGraphRequests(f *testing.F) {
+	fuzztest.WriteSeeds(f, "FuzzRunGraphRequests", func() map[string][]any {
+		req := &pb.RunGraphRequest{SessionHandle: "s", GraphHandle: "g1", StepId: 7, Targets: []string{"a", "b"}, Fetches: []string{"y:0"}}
+		a, _ := proto.Marshal(req)
+		req.StepId = 8
+		b, _ := proto.Marshal(req)
+		req.StepId = 0
+		zero, _ := proto.Marshal(req)
+		req.StepId, req.Trace = 9, true
+		traced, _ := proto.Marshal(req)
+		req.Feeds = []*pb.NamedTensor{{Name: "x:0", Tensor: &pb.TensorProto{Dtype: pb.DataType_DT_FLOAT32, Dims: []int64{1}, Content: []byte{0, 0, 128, 63}}}}
+		fed, _ := proto.Marshal(req)
+		return map[string][]any{
+			"next_step":   {a, b},
+			"step_zero":   {a, zero},
+			"traced":      {a, traced},
+			"feeds":       {a, fed},
+			"bad_utf8":    {a, append(slices.Clone(b), 0x0a, 1, 0xff)},
+			"two_steps":   {a, append(slices.Clone(b), 0x18, 5)},
+			"truncated":   {a, b[:len(b)-1]},
+			"empty":       {[]byte{}, []byte{}},
+			"other_graph": {a, bytes.Replace(b, []byte("g1"), []byte("g2"), 1)},
+		}
+	})
+	f.Fuzz(func(t *testing.T, first, second []byte) {
+		var d runGraphRequests
+		for _, body := range [][]byte{first, second, first} {
+			want := new(pb.RunGraphRequest)
+			werr := proto.Unmarshal(body, want)
+			got, err := d.decode(body)
+			if (err == nil) != (werr == nil) {
+				t.Fatalf("%x: error %v, proto.Unmarshal's %v", body, err, werr)
+			}
+			if err == nil && !proto.Equal(got, want) {
+				t.Fatalf("%x: %v, proto.Unmarshal gives %v", body, got, want)
+			}
+			d.done()
+		}
+	})
+}

@@ -52,13 +52,14 @@ func (s *Server) serveCall(ctx context.Context, rs *responder, w worker.Service)
 	kind := byte(respCall)
 	switch req.method {
 	case methodRunGraph:
-		in := new(pb.RunGraphRequest)
-		if err = proto.Unmarshal(req.body, in); err == nil {
+		var in *pb.RunGraphRequest
+		if in, err = rs.runGraphs.decode(req.body); err == nil {
 			resp, err = w.RunGraph(ctx, in)
 		}
 		if f, ok := w.(worker.StepFinisher); ok && err == nil && f.FinishStep(in.GetStepId()) {
 			kind = respCallFinished
 		}
+		rs.runGraphs.done()
 	case methodCleanupStep:
 		in := new(pb.CleanupStepRequest)
 		if err = proto.Unmarshal(req.body, in); err == nil {

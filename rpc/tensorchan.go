@@ -405,11 +405,12 @@ type responder struct {
 	methodCtx *[numMethods]context.Context
 	reqCtx    context.Context // the request's, while one is served (see write)
 
-	in   []byte // the request's bytes
-	req  tensorRequest
-	hdr  []byte      // the response's header
-	bufs net.Buffers // what write sends
-	out  net.Buffers // bufs, as WriteTo consumes them
+	in        []byte // the request's bytes
+	req       tensorRequest
+	runGraphs runGraphRequests
+	hdr       []byte      // the response's header
+	bufs      net.Buffers // what write sends
+	out       net.Buffers // bufs, as WriteTo consumes them
 
 	// A batch being lent: see serveLent.
 	keys     []string
