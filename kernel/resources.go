@@ -120,6 +120,14 @@ type varBuffer struct {
 	t       *tensor.Tensor
 	shares  atomic.Int32 // outstanding Leases
 	retired atomic.Bool  // no longer the variable's value: never written again
+	release func()       // Release of a Lease of it (see Lease.ReleaseFunc)
+}
+
+// newBuffer returns a buffer of v holding t.
+func (v *Variable) newBuffer(t *tensor.Tensor) *varBuffer {
+	b := &varBuffer{t: t}
+	b.release = Lease{v, b}.Release
+	return b
 }
 
 // Lease is a reader's share of a variable's buffer, from Variable.Share.
@@ -145,6 +153,15 @@ func (l Lease) Release() {
 		// it, which only costs an allocation.
 		l.v.spare.Store(l.b)
 	}
+}
+
+// ReleaseFunc returns Release as a function, made once per buffer, for
+// APIs that take one: the method value l.Release allocates at every use.
+func (l Lease) ReleaseFunc() func() {
+	if l.b == nil {
+		return func() {}
+	}
+	return l.b.release
 }
 
 // Dup returns another share of l's buffer, to be released on its own. l
@@ -228,7 +245,7 @@ func (v *Variable) Assign(t *tensor.Tensor) error {
 	v.retire()
 	b := v.takeSpare(t.Shape())
 	if b == nil {
-		v.value = &varBuffer{t: t.Clone()}
+		v.value = v.newBuffer(t.Clone())
 		return nil
 	}
 	v.value = b
@@ -269,9 +286,9 @@ func (v *Variable) own(copy bool) *tensor.Tensor {
 	nb := v.takeSpare(b.t.Shape())
 	switch {
 	case nb == nil && copy:
-		nb = &varBuffer{t: b.t.Clone()}
+		nb = v.newBuffer(b.t.Clone())
 	case nb == nil:
-		nb = &varBuffer{t: tensor.New(b.t.DType(), b.t.Shape()...)}
+		nb = v.newBuffer(tensor.New(b.t.DType(), b.t.Shape()...))
 	case copy:
 		_ = nb.t.CopyFrom(b.t) // same dtype and shape
 	}

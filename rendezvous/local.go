@@ -65,6 +65,11 @@ type Local struct {
 	// one abort function, and a finished step's abort error is kept here.
 	onAbortBuf [1]*abortFunc
 	done       stepDone
+	// Room for the first items, which a step's Local holds a few of.
+	itemBuf   [2]localItem
+	itemsUsed int
+	many      manyWait // the first RecvManyLent's: a step's Local lends to one peer
+	manyUsed  bool
 }
 
 // abortFunc is a function to call when a Local is aborted (afterAbort),
@@ -97,6 +102,16 @@ type localItem struct {
 // NewLocal returns an empty rendezvous.
 func NewLocal() *Local {
 	return &Local{}
+}
+
+// newItemLocked returns a new, empty item; l.mu is held. Items are not
+// reused: a waiter may still hold one it was woken from.
+func (l *Local) newItemLocked() *localItem {
+	if l.itemsUsed < len(l.itemBuf) {
+		l.itemsUsed++
+		return &l.itemBuf[l.itemsUsed-1]
+	}
+	return new(localItem)
 }
 
 // closedChan is the Done channel of a Local aborted before anything asked
@@ -132,7 +147,9 @@ func (l *Local) SendLent(key string, t *tensor.Tensor, release func()) error {
 	}
 	it, ok := l.items.get(key)
 	if !ok {
-		l.items.put(key, &localItem{t: t, release: release, sent: true})
+		it = l.newItemLocked()
+		it.t, it.release, it.sent = t, release, true
+		l.items.put(key, it)
 		return nil
 	}
 	if it.sent {
@@ -166,10 +183,17 @@ type Lent struct {
 // the slice it is given: it is reused.
 func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent)) error {
 	// The waiter's wake-up, and the tensors ready for got and the
-	// receivers of the keys that must wait: one allocation for a few
-	// keys.
-	m := &manyWait{l: l}
-	m.cond.L = &l.mu
+	// receivers of the keys that must wait: the Local's own, or one
+	// allocation, for a few keys.
+	pending := make(map[string]*localItem, len(keys))
+	index := make(map[string]int, len(keys))
+	l.mu.Lock()
+	m := &l.many
+	if l.manyUsed { // not reused: a waker may still hold it
+		m = new(manyWait)
+	}
+	l.manyUsed = true
+	m.l, m.cond.L = l, &l.mu
 	var ready []Lent
 	var waiters []localItem
 	if n := len(keys); n <= manyInline {
@@ -177,9 +201,6 @@ func (l *Local) RecvManyLent(ctx context.Context, keys []string, got func([]Lent
 	} else {
 		ready = make([]Lent, 0, n)
 	}
-	pending := make(map[string]*localItem, len(keys))
-	index := make(map[string]int, len(keys))
-	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
 		return fmt.Errorf("rendezvous: recv %d tensors: %w", len(keys), l.err)
@@ -346,7 +367,8 @@ func (l *Local) recv(ctx context.Context, key string) (*localItem, error) {
 		l.mu.Unlock()
 		return nil, fmt.Errorf("rendezvous: recv %q: another receiver already waits for this key", key)
 	}
-	it = &localItem{ready: make(chan struct{})}
+	it = l.newItemLocked()
+	it.ready = make(chan struct{})
 	l.items.put(key, it)
 	aborted := l.abortedLocked()
 	l.mu.Unlock()

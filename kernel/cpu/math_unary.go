@@ -105,10 +105,18 @@ func mathRegisterUnary(name string, op mathUnaryOp) {
 		switch x.DType() {
 		case tensor.Float32:
 			xs, os := x.Float32s(), o.Float32s()
-			kernel.ParallelFor(n, cost, func(lo, hi int) { mathUnaryFloat(op, os[lo:hi], xs[lo:hi]) })
+			if kernel.Serial(n, cost) { // no closure to allocate
+				mathUnaryFloat(op, os, xs)
+			} else {
+				kernel.ParallelFor(n, cost, func(lo, hi int) { mathUnaryFloat(op, os[lo:hi], xs[lo:hi]) })
+			}
 		case tensor.Float64:
 			xs, os := x.Float64s(), o.Float64s()
-			kernel.ParallelFor(n, cost, func(lo, hi int) { mathUnaryFloat(op, os[lo:hi], xs[lo:hi]) })
+			if kernel.Serial(n, cost) {
+				mathUnaryFloat(op, os, xs)
+			} else {
+				kernel.ParallelFor(n, cost, func(lo, hi int) { mathUnaryFloat(op, os[lo:hi], xs[lo:hi]) })
+			}
 		case tensor.Int32:
 			if op >= mathExp {
 				return c.Errorf("%s: unsupported dtype %v", name, x.DType())

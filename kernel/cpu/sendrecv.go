@@ -64,7 +64,7 @@ func (k partitionSendKernel) Compute(c *kernel.Context) error {
 		return err
 	}
 	if l, ok := rv.(rendezvous.Lender); ok && lease.Valid() {
-		err = l.SendLent(k.key, c.Inputs[0], lease.Release)
+		err = l.SendLent(k.key, c.Inputs[0], lease.ReleaseFunc())
 	} else {
 		// A share that cannot be lent is kept for good: the variable
 		// copies at its next update.
