@@ -13,6 +13,7 @@ import (
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/gopool"
+	"github.com/distflow/distflow/internal/stepctx"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
 )
@@ -349,7 +350,11 @@ func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValue
 	}
 	if len(e.nodes) > 0 {
 		e.runs.Add(1)
+		if r.parentStep != nil {
+			r.parentStep.WatchWaker(&r.parentHook, r)
+		}
 		r.start()
+		woke := false
 		select {
 		case <-r.finished:
 		case <-r.parentDone:
@@ -359,6 +364,14 @@ func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValue
 			default:
 				r.abort(fmt.Errorf("executor: step cancelled: %w", ctx.Err()))
 			}
+		case <-r.woken: // Wake: the parent ended
+			woke = true
+			if !r.aborted.Load() {
+				<-r.finished // Wake found the step finished: its token is sent, or about to be
+			}
+		}
+		if r.parentStep != nil && !woke && !r.parentStep.Unwatch(&r.parentHook) {
+			<-r.woken // Wake runs: r must not be reused before it returns
 		}
 		if err := r.firstErr(); err != nil {
 			return nil, err
@@ -407,9 +420,15 @@ type run struct {
 	parent     context.Context
 	kctx       context.Context // cancelled on the first error: blocking kernels return
 	cancel     Canceler
-	callerCtx  bool // kctx and cancel are the caller's (StepOptions): it ends kctx
-	parentDone <-chan struct{}
+	callerCtx  bool            // kctx and cancel are the caller's (StepOptions): it ends kctx
+	parentDone <-chan struct{} // nil when the parent is a stepctx.Context (parentStep)
 	step       *kernel.Step
+	// A stepctx.Context parent is heard through a Hook rather than its
+	// Done channel, which it would make at every step: Wake aborts the
+	// step and tells RunStepWith through woken.
+	parentStep *stepctx.Context
+	parentHook stepctx.Hook
+	woken      chan struct{}
 
 	values  []*tensor.Tensor // one per slot
 	inputs  []*tensor.Tensor // backing array of every node's Context.Inputs
@@ -463,6 +482,7 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 			escaped:  make([]atomic.Bool, e.numSlots),
 			alive:    make([]atomic.Int32, e.numSlots),
 			finished: make(chan struct{}, 1),
+			woken:    make(chan struct{}, 1),
 		}
 		r.w0.caller = true
 	}
@@ -478,7 +498,12 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 		// and the caller's context serves as is (no allocation).
 		r.kctx, r.cancel = ctx, CancelFunc(noCancel)
 	}
-	r.parent, r.parentDone = ctx, ctx.Done()
+	r.parent = ctx
+	if sc, ok := stepctx.Of(ctx); ok {
+		r.parentStep, r.parentDone = sc, nil
+	} else {
+		r.parentStep, r.parentDone = nil, ctx.Done()
+	}
 	if step == nil {
 		r.stepBuf = kernel.Step{ID: e.stepID.Add(1)}
 		step = &r.stepBuf
@@ -534,7 +559,7 @@ func (r *run) reset() {
 		r.escaped[i].Store(false)
 		r.alive[i].Store(0)
 	}
-	r.parent, r.kctx, r.cancel, r.parentDone, r.step, r.trace = nil, nil, nil, nil, nil, nil
+	r.parent, r.kctx, r.cancel, r.parentDone, r.parentStep, r.step, r.trace = nil, nil, nil, nil, nil, nil, nil
 	r.closed.Store(false)
 	r.queue = r.queue[:0]
 	r.err = nil
@@ -715,6 +740,15 @@ func (r *run) pop(w *worker) int32 {
 		r.reset() // RunStep has returned: no one else holds r
 	}
 	return -1
+}
+
+// Wake aborts the step when its parent context, a stepctx.Context, ends,
+// unless the step has finished, and then tells RunStepWith (stepctx.Waker).
+func (r *run) Wake() {
+	if !r.closed.Load() {
+		r.abort(fmt.Errorf("executor: step cancelled: %w", r.parent.Err()))
+	}
+	r.woken <- struct{}{}
 }
 
 // finish signals RunStep, once per step (finished has room for the token).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -489,6 +490,73 @@ func TestCancel(t *testing.T) {
 			t.Fatalf("got %v, want context.DeadlineExceeded", err)
 		}
 	})
+	// A stepctx.Context parent is heard through a Hook, not its Done.
+	t.Run("stepctx during the step", func(t *testing.T) {
+		ctx := stepctx.New(context.Background(), time.Time{})
+		go func() {
+			<-blockStarted
+			ctx.Cancel(nil)
+		}()
+		if _, err := ex.Run(ctx, nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+	})
+	t.Run("stepctx deadline", func(t *testing.T) {
+		ctx := stepctx.New(context.Background(), time.Now().Add(20*time.Millisecond))
+		defer ctx.Cancel(nil)
+		if _, err := ex.Run(ctx, nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want context.DeadlineExceeded", err)
+		}
+	})
+}
+
+// TestCancelAsTheStepEnds cancels a step's stepctx.Context parent at about
+// the time the step ends, many times: each step returns its own result or
+// the cancellation, and the run it leaves is fit for the next step (a
+// leftover wake-up would end that one before it ran).
+func TestCancelAsTheStepEnds(t *testing.T) {
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(1))
+	y := x
+	for range 32 {
+		y = ops.Identity(s, s.Out("ExecAdd", "add", []graph.Output{y, x}, nil))
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := mustNew(t, s.Graph(), []graph.Output{x}, []graph.Output{y}, nil, nil)
+	var outcomes [3]int // finished, cancelled while running, cancelled before
+	for i := range 3000 {
+		v := float32(i)
+		ctx := stepctx.New(context.Background(), time.Time{})
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			for j := 0; j < i%4; j++ { // a spread of moments, not a wait
+				runtime.Gosched()
+			}
+			ctx.Cancel(nil)
+		}()
+		out, err := ex.Run(ctx, []*tensor.Tensor{f32(v)})
+		switch {
+		case err != nil && !errors.Is(err, context.Canceled):
+			t.Fatalf("step %d: %v", i, err)
+		case err == nil && out[0].Float32s()[0] != 33*v:
+			t.Fatalf("step %d: %v, want %v", i, out[0].Float32s(), 33*v)
+		case err == nil:
+			outcomes[0]++
+		case strings.Contains(err.Error(), "not started"):
+			outcomes[2]++
+		default:
+			outcomes[1]++
+		}
+		<-ended
+		out, err = ex.Run(context.Background(), []*tensor.Tensor{f32(v + 1)})
+		if err != nil || out[0].Float32s()[0] != 33*(v+1) {
+			t.Fatalf("the step after step %d: %v, %v; want %v", i, out, err, 33*(v+1))
+		}
+	}
+	t.Logf("steps finished %d, cancelled while running %d, cancelled before %d", outcomes[0], outcomes[1], outcomes[2])
 }
 
 func TestConcurrentRuns(t *testing.T) {
@@ -784,11 +852,15 @@ func TestStepWithStepContextAllocs(t *testing.T) {
 	var out [1]*tensor.Tensor
 	var err error
 	i := 0
+	// The parent a stepctx.Context too (a master's step, a request's):
+	// heard through a Hook, without its Done channel.
+	parent := stepctx.New(context.Background(), time.Time{})
+	defer parent.Cancel(nil)
 	n := testing.AllocsPerRun(runs, func() {
 		ctx := &states[i]
 		i++
-		ctx.Init(context.Background(), time.Time{})
-		if _, e := ex.RunStepWith(context.Background(), nil, feed, executor.StepOptions{Context: ctx, Canceler: ctx, Out: out[:0]}); e != nil {
+		ctx.Init(parent, time.Time{})
+		if _, e := ex.RunStepWith(parent, nil, feed, executor.StepOptions{Context: ctx, Canceler: ctx, Out: out[:0]}); e != nil {
 			err = e
 		}
 		if ctx.Err() != nil {

@@ -631,6 +631,11 @@ func (m *Master) plan(ctx context.Context, s *session, res resolved) (*plan, err
 	s.mu.Unlock()
 	if ok {
 		select {
+		case <-p.ready: // built: no Done channel made for ctx
+			return p, p.err
+		default:
+		}
+		select {
 		case <-p.ready:
 			return p, p.err
 		case <-ctx.Done():
