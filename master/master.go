@@ -124,7 +124,10 @@ type partCalls struct {
 	reqs    []*pb.RunGraphRequest
 	results chan partResult
 	resps   []*pb.RunGraphResponse
-	runs    []func() // runs[i] calls partition i: made once, not at every step
+	// Where the tasks answer (service.RunGraphInto), step after step:
+	// the step's response keeps the fetched TensorProtos, not these.
+	into []pb.RunGraphResponse
+	runs []func() // runs[i] calls partition i: made once, not at every step
 
 	// The step's, for runs.
 	ctx context.Context
@@ -141,7 +144,10 @@ func (c *partCalls) run(i int) {
 		if c.st != nil {
 			start = time.Now()
 		}
-		resp, err = w.RunGraph(c.ctx, c.reqs[i])
+		resp = &c.into[i]
+		if err = service.RunGraphInto(c.ctx, w, c.reqs[i], resp); err != nil {
+			resp = nil
+		}
 		if c.st != nil {
 			c.st.call(i, task, start, c.reqs[i], resp, err)
 		}
@@ -161,7 +167,7 @@ func (p *plan) getCalls(m *Master, session string) *partCalls {
 		return c
 	}
 	c := &partCalls{m: m, p: p, reqs: make([]*pb.RunGraphRequest, len(p.Parts)), results: make(chan partResult, len(p.Parts)),
-		resps: make([]*pb.RunGraphResponse, len(p.Parts)), runs: make([]func(), len(p.Parts))}
+		resps: make([]*pb.RunGraphResponse, len(p.Parts)), into: make([]pb.RunGraphResponse, len(p.Parts)), runs: make([]func(), len(p.Parts))}
 	for i, pt := range p.Parts {
 		c.runs[i] = func() { c.run(i) }
 		c.reqs[i] = &pb.RunGraphRequest{SessionHandle: session, GraphHandle: p.regs[i].handle, Targets: pt.Targets, Fetches: pt.Fetches}
@@ -184,6 +190,13 @@ func (p *plan) putCalls(c *partCalls) {
 		}
 	}
 	clear(c.resps)
+	for i := range c.into {
+		r := &c.into[i]
+		for _, f := range r.Fetches {
+			f.Tensor = nil
+		}
+		r.StepStats = nil
+	}
 	c.ctx, c.st = nil, nil
 	p.calls.Put(c)
 }

@@ -487,16 +487,18 @@ func (l *Local) addAbort(a *abortFunc) {
 }
 
 // stopAbort undoes afterAbort: a's function is not called after it returns
-// (unless it was already running).
-func (l *Local) stopAbort(a *abortFunc) {
+// (unless it was already running). It reports whether it was registered:
+// false means that the abort has called it, or is calling it.
+func (l *Local) stopAbort(a *abortFunc) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, b := range l.onAbort {
 		if b == a {
 			l.onAbort = slices.Delete(l.onAbort, i, i+1)
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // Err returns the abort error, or nil while the rendezvous is live.

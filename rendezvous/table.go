@@ -191,6 +191,18 @@ func (r *Router) Init(local *Local, task string, fetch Fetcher) {
 	r.local, r.task, r.fetch = local, task, fetch
 }
 
+// Close ends r's step once its kernels have returned: its Local no longer
+// ends r's fetch context when aborted. It reports whether the Local is
+// done with r, so that r's storage may serve another step (as a zero
+// Router, Init again); false means that the Local's abort is calling
+// into r, or has.
+func (r *Router) Close() bool {
+	r.mu.Lock()
+	watched := r.parent != nil
+	r.mu.Unlock()
+	return !watched || r.local.stopAbort(&r.cancel)
+}
+
 func (r *Router) Send(key string, t *tensor.Tensor) error { return r.local.Send(key, t) }
 
 func (r *Router) SendLent(key string, t *tensor.Tensor, release func()) error {

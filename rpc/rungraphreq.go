@@ -20,6 +20,9 @@ type runGraphRequests struct {
 	key  []byte             // the last request's bytes without its step id
 	last pb.RunGraphRequest // decoded from key's request; never changed once made
 	req  pb.RunGraphRequest // what the service gets: last's fields, and the step id
+	// The response of a service.RunnerInto, whose fetch entries serve
+	// again at the next step.
+	resp pb.RunGraphResponse
 }
 
 // decode returns body's request. Unless it has feeds, the request is the
@@ -45,6 +48,17 @@ func (d *runGraphRequests) decode(body []byte) (*pb.RunGraphRequest, error) {
 
 // done drops what the last request handed out refers to.
 func (d *runGraphRequests) done() { d.req = pb.RunGraphRequest{} }
+
+// forget drops what the last response refers to, keeping its fetch
+// entries.
+func (d *runGraphRequests) forget() {
+	fetches := d.resp.Fetches
+	for _, f := range fetches {
+		f.Tensor = nil
+	}
+	d.resp.Reset()
+	d.resp.Fetches = fetches[:0]
+}
 
 // stepIDField finds the step id field of a serialised RunGraphRequest:
 // its bytes are body[from:to], its value step. ok is false when body has

@@ -15,6 +15,7 @@ import (
 
 	"github.com/distflow/distflow/internal/stepctx"
 	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
 )
@@ -49,12 +50,15 @@ func (s *Server) serveCall(ctx context.Context, rs *responder, w worker.Service)
 		return rs.writeError(err)
 	}
 	var resp proto.Message
+	defer rs.runGraphs.forget() // answered: nothing of the step kept
 	kind := byte(respCall)
 	switch req.method {
 	case methodRunGraph:
 		var in *pb.RunGraphRequest
 		if in, err = rs.runGraphs.decode(req.body); err == nil {
-			resp, err = w.RunGraph(ctx, in)
+			// Into the responder's response, written out before the
+			// next request.
+			resp, err = &rs.runGraphs.resp, service.RunGraphInto(ctx, w, in, &rs.runGraphs.resp)
 		}
 		if f, ok := w.(worker.StepFinisher); ok && err == nil && f.FinishStep(in.GetStepId()) {
 			kind = respCallFinished

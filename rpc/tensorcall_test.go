@@ -337,6 +337,16 @@ func (b *blockingWorker) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*
 	}
 }
 
+// RunGraphInto is RunGraph's: the embedded worker's would bypass it.
+func (b *blockingWorker) RunGraphInto(ctx context.Context, r *pb.RunGraphRequest, resp *pb.RunGraphResponse) error {
+	out, err := b.RunGraph(ctx, r)
+	if err == nil {
+		resp.Reset()
+		resp.Fetches = out.Fetches
+	}
+	return err
+}
+
 // TestTensorChannelServerStopsWhenClientGoes: a call that blocks on the
 // server (a RunGraph waiting for a tensor) ends there when its client
 // cancels it, on a connection that has served a call before (the server's

@@ -179,20 +179,30 @@ func (c *workerClient) DeregisterGraph(ctx context.Context, r *pb.DeregisterGrap
 }
 
 func (c *workerClient) RunGraph(ctx context.Context, r *pb.RunGraphRequest) (*pb.RunGraphResponse, error) {
-	if err := c.wait(ctx); err != nil {
+	resp := new(pb.RunGraphResponse)
+	if err := c.RunGraphInto(ctx, r, resp); err != nil {
 		return nil, err
 	}
+	return resp, nil
+}
+
+// RunGraphInto is RunGraph into the caller's resp (service.RunnerInto).
+func (c *workerClient) RunGraphInto(ctx context.Context, r *pb.RunGraphRequest, resp *pb.RunGraphResponse) error {
+	if err := c.wait(ctx); err != nil {
+		return err
+	}
 	if c.tensors != nil {
-		resp := new(pb.RunGraphResponse)
 		if err := c.tensors.call(ctx, methodRunGraph, r.GetStepId(), r, resp); !errors.Is(err, errFallback) {
-			if err != nil {
-				return nil, err
-			}
-			return resp, nil
+			return err
 		}
 	}
-	resp, err := c.c.RunGraph(ctx, r, c.waitOpt())
-	return resp, fromStatus(ctx, c.peer, "RunGraph", err)
+	out, err := c.c.RunGraph(ctx, r, c.waitOpt())
+	if err != nil {
+		return fromStatus(ctx, c.peer, "RunGraph", err)
+	}
+	resp.Reset()
+	resp.Fetches, resp.StepStats = out.GetFetches(), out.GetStepStats()
+	return nil
 }
 
 // RecvTensor receives the tensor over the tensor channel when the peer
@@ -262,7 +272,10 @@ func (c *workerClient) FinishStep(step int64) bool {
 	return c.tensors != nil && c.tensors.takeFinished(step)
 }
 
-var _ worker.StepFinisher = (*workerClient)(nil)
+var (
+	_ worker.StepFinisher = (*workerClient)(nil)
+	_ worker.RunnerInto   = (*workerClient)(nil)
+)
 
 func (c *workerClient) CleanupStep(ctx context.Context, r *pb.CleanupStepRequest) (*pb.CleanupStepResponse, error) {
 	if err := c.wait(ctx); err != nil {

@@ -16,7 +16,9 @@ import (
 	"github.com/distflow/distflow/master"
 	"github.com/distflow/distflow/metrics"
 	"github.com/distflow/distflow/placement"
+	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/worker"
 )
 
@@ -227,6 +229,12 @@ type selfWorker struct{ worker.Service }
 func (w *selfWorker) FinishStep(stepID int64) bool {
 	f, ok := w.Service.(worker.StepFinisher)
 	return ok && f.FinishStep(stepID)
+}
+
+// RunGraphInto is the worker's (service.RunnerInto), so that the master
+// keeps the responses of its own task's steps.
+func (w *selfWorker) RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp *pb.RunGraphResponse) error {
+	return service.RunGraphInto(ctx, w.Service, req, resp)
 }
 
 // Start listens (on the task's address unless Config.Listener is set) and

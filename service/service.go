@@ -64,6 +64,33 @@ type Worker interface {
 	Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error)
 }
 
+// RunnerInto is implemented by a Worker, or a client of one, that can
+// write RunGraph's response into storage its caller keeps from step to
+// step (*worker.Worker, the rpc package's client): RunGraphInto is
+// RunGraph answering into resp, which it first resets but for the
+// entries of its Fetches, which it may reuse, changing their fields. A
+// caller that keeps a fetched TensorProto, not its NamedTensor, may give
+// resp to the next call once this one returned. A type that embeds a
+// RunnerInto and changes its RunGraph must change RunGraphInto as well.
+type RunnerInto interface {
+	RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp *pb.RunGraphResponse) error
+}
+
+// RunGraphInto runs req on w into resp: with w's RunGraphInto if it is a
+// RunnerInto, else with RunGraph, whose answer it moves into resp.
+func RunGraphInto(ctx context.Context, w Worker, req *pb.RunGraphRequest, resp *pb.RunGraphResponse) error {
+	if ri, ok := w.(RunnerInto); ok {
+		return ri.RunGraphInto(ctx, req, resp)
+	}
+	out, err := w.RunGraph(ctx, req)
+	if err != nil {
+		return err
+	}
+	resp.Reset()
+	resp.Fetches, resp.StepStats = out.GetFetches(), out.GetStepStats()
+	return nil
+}
+
 // Lender is implemented by a Worker that can lend the tensors RecvTensor
 // returns (*worker.Worker): LendTensor also returns a function that the
 // caller calls once it no longer reads the tensor. Without it, a transport

@@ -32,17 +32,19 @@ func (p peers) Tasks() []string                            { return []string{ps,
 
 // maxBatchedStepAllocs bounds the worker's allocations for one step that
 // receives two tensors from a peer in one batch and fetches their sum:
-// the step's rendezvous (rendezvous.Table), its state (stepState, which
-// holds the step's context, the Recvs' shared fetch context and the
-// batch's items, each waited for with a WaitGroup and its Recv's context
-// watched with a Hook), the batch's two closures (its goroutine's and its
-// delivery's), the sum (two or three), the response and the fetch's proto
-// (two): 11, with the margin of server's maxRemoteStepAllocs. The step's
-// state, kernel.Step, router and response once took eight allocations,
-// and its batches and kernels a context each: 30; its standard contexts
-// (the step's, the fetches') then took seven: 21; a channel per batch
-// item and the fetch context's Done three: 14.
-const maxBatchedStepAllocs = 13
+// the step's rendezvous (rendezvous.Table), the sum (two or three), the
+// response and the fetch's proto (two): 8, with the margin of server's
+// maxRemoteStepAllocs. Its state (stepState, which holds the step's
+// context, the Recvs' shared fetch context and the batch's items, each
+// waited for with a WaitGroup and its Recv's context watched with a
+// Hook) comes from a pool, its batch's goroutine and delivery bound to
+// it once. The step's state, kernel.Step, router and response once took
+// eight allocations, and its batches and kernels a context each: 30; its
+// standard contexts (the step's, the fetches') then took seven: 21; a
+// channel per batch item and the fetch context's Done three: 14; the
+// state, reused, and the batch's two closures (its goroutine's and its
+// delivery's) three: 11.
+const maxBatchedStepAllocs = 10
 
 // TestBatchedStepAllocations keeps a step's own allocations on the worker
 // from creeping back (see maxBatchedStepAllocs).

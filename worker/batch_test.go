@@ -3,7 +3,9 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,4 +199,131 @@ type noRecvPeer struct{ *heldPeer }
 
 func (p noRecvPeer) RecvTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
 	return nil, errors.New("no RecvTensor here")
+}
+
+// latePeer is a ps whose client serves the batches of a step from a
+// goroutine (service.BatchReceiver), with values of the step's own: a =
+// step, b = 10*step. The batch of a step in held waits, before it
+// delivers anything, until the test releases it.
+type latePeer struct {
+	worker.Service                 // nil: only RecvTensors is called
+	stop           <-chan struct{} // closed when the test ends
+	mu             sync.Mutex
+	held           map[int64]*heldStep
+}
+
+// heldStep is the test's hold on one step's batch.
+type heldStep struct {
+	asked, release, returned chan struct{}
+}
+
+func (p *latePeer) RecvTensors(ctx context.Context, stepID int64, keys []string, deliver func(int, *tensor.Tensor, error)) error {
+	p.mu.Lock()
+	h := p.held[stepID]
+	p.mu.Unlock()
+	if h != nil {
+		defer close(h.returned)
+		close(h.asked)
+		select {
+		case <-h.release: // not ctx: a peer slow to notice
+		case <-p.stop:
+			return errors.New("test over")
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := len(keys) - 1; i >= 0; i-- {
+			v := float32(stepID)
+			if strings.HasSuffix(keys[i], ";b:0") {
+				v *= 10
+			}
+			deliver(i, tensor.MustFromSlice([]float32{v, v}, 2), nil)
+		}
+	}()
+	<-done
+	return nil
+}
+
+// TestBatchedStepStateReuse runs steps at once on one worker, a third of
+// them aborted while their batch is held and answered after RunGraph
+// returned, and checks that every other step fetches its own sum: a
+// step's state reused while a late batch still writes to it would give
+// another step the late one's tensors, or a race under the race detector.
+func TestBatchedStepStateReuse(t *testing.T) {
+	const goroutines, steps = 8, 30
+	stop := make(chan struct{})
+	defer close(stop)
+	peer := &latePeer{stop: stop, held: map[int64]*heldStep{}}
+	w := worker.New(worker.Config{Task: wk, Workers: peers{ps: peer}})
+	h := register(t, w, "s", batchedGraph(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wait := func(c <-chan struct{}, what string) bool {
+		select {
+		case <-c:
+			return true
+		case <-ctx.Done():
+			t.Errorf("%s: %v", what, ctx.Err())
+			return false
+		}
+	}
+	run := func(step int64) (*pb.RunGraphResponse, error) {
+		return w.RunGraph(ctx, &pb.RunGraphRequest{SessionHandle: "s", GraphHandle: h, StepId: step, Fetches: []string{"y/Identity:0"}})
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range steps {
+				step := int64(1000 + g*steps + i)
+				if i%3 == 0 {
+					hs := &heldStep{asked: make(chan struct{}), release: make(chan struct{}), returned: make(chan struct{})}
+					peer.mu.Lock()
+					peer.held[step] = hs
+					peer.mu.Unlock()
+					done := make(chan error, 1)
+					go func() {
+						_, err := run(step)
+						done <- err
+					}()
+					if !wait(hs.asked, fmt.Sprintf("step %d: batch not asked", step)) {
+						return
+					}
+					if _, err := w.CleanupStep(ctx, &pb.CleanupStepRequest{StepId: step, AbortReason: "chief says stop"}); err != nil {
+						t.Error(err)
+						return
+					}
+					select {
+					case err := <-done:
+						if err == nil {
+							t.Errorf("step %d succeeded without its tensors", step)
+						}
+					case <-ctx.Done():
+						t.Errorf("step %d did not end at its abort: %v", step, ctx.Err())
+						return
+					}
+					close(hs.release) // answered late, while other steps run
+					if !wait(hs.returned, fmt.Sprintf("step %d: batch not answered", step)) {
+						return
+					}
+					continue
+				}
+				resp, err := run(step)
+				if err != nil {
+					t.Errorf("step %d: %v", step, err)
+					return
+				}
+				w.FinishStep(step)
+				got, err := graph.TensorFromProto(resp.GetFetches()[0].GetTensor())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if v := float32(11 * step); !tensor.Equal(got, tensor.MustFromSlice([]float32{v, v}, 2)) {
+					t.Errorf("step %d: y = %v, want [%v %v]", step, got, v, v)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

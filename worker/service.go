@@ -15,6 +15,8 @@ type (
 	BatchReceiver = service.BatchReceiver
 	// BatchLender is service.BatchLender.
 	BatchLender = service.BatchLender
+	// RunnerInto is service.RunnerInto.
+	RunnerInto = service.RunnerInto
 	// Cache is service.Workers.
 	Cache = service.Workers
 )

@@ -157,6 +157,10 @@ type Worker struct {
 	graphs   map[string]*registered // by graph handle
 	sessions map[string]*sessionUse // by session handle, while it holds graphs
 
+	// states keeps the stepStates that nothing touches any more, for
+	// later steps (see stepState.refs).
+	states sync.Pool
+
 	shutdown sync.Once
 }
 
@@ -206,7 +210,10 @@ type sessionUse struct {
 	lastUsed time.Time
 }
 
-var _ Service = (*Worker)(nil)
+var (
+	_ Service    = (*Worker)(nil)
+	_ RunnerInto = (*Worker)(nil)
+)
 
 // New returns a worker for cfg.Task.
 func New(cfg Config) *Worker {
@@ -439,16 +446,25 @@ func (w *Worker) closeSessionLocked(session string) int {
 // tasks that wait for this one fail too; the master then cleans up the step
 // everywhere. RunGraph returns when the step ends or ctx does.
 func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.RunGraphResponse, error) {
+	resp := newResponse(len(req.GetFetches()))
+	if err := w.RunGraphInto(ctx, req, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// RunGraphInto is RunGraph answering into resp (service.RunnerInto).
+func (w *Worker) RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp *pb.RunGraphResponse) error {
 	stepID := req.GetStepId()
 	var st *stepTrace
 	if req.GetTrace() {
 		st = &stepTrace{start: time.Now()}
 	}
-	fail := func(err error) (*pb.RunGraphResponse, error) {
+	fail := func(err error) error {
 		err = w.errorf("step %d: %w", stepID, err)
 		w.steps.Get(stepID).Abort(err)
 		w.log.Debug("worker: step failed", "step", stepID, "err", err)
-		return nil, err
+		return err
 	}
 	r, err := w.lookup(req.GetSessionHandle(), req.GetGraphHandle())
 	if err != nil {
@@ -487,10 +503,8 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 	if err != nil {
 		return fail(err)
 	}
-	ss := &stepState{recvs: stepRecvs{w: w, stepID: stepID, st: st}} // the step's one allocation
-	ss.recvs.waiting = ss.recvs.waitBuf[:0]
-	ss.router.Init(w.steps.Get(stepID), w.cfg.Task, &ss.recvs)
-	ss.step = kernel.Step{ID: stepID, Rendezvous: &ss.router}
+	ss := w.newStepState(stepID, st)
+	defer w.endStep(ss, ctx)
 	opts := executor.StepOptions{Out: ss.out[:0]}
 	if st != nil {
 		opts.Trace = &st.exec
@@ -506,10 +520,10 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 		// derives without a goroutine (not through the request's
 		// values).
 		ss.ctx.Init(ctx, time.Time{})
-		defer ss.ctx.Cancel(nil)
+		ss.ctxLive = true // endStep cancels it
 		opts.Context, opts.Canceler = &ss.ctx, &ss.ctx
 		if len(pe.batches) > 0 {
-			ss.recvs.batches = w.startBatches(&ss.ctx, stepID, pe.batches, ss.recvs.batchBuf[:0])
+			w.startBatches(ss, pe.batches)
 		}
 	}
 	out, err := pe.e.RunStepWith(ctx, &ss.step, vals, opts)
@@ -519,28 +533,105 @@ func (w *Worker) RunGraph(ctx context.Context, req *pb.RunGraphRequest) (*pb.Run
 		}
 		return fail(err)
 	}
-	resp := newResponse(len(out))
-	for i, t := range out {
-		resp.Fetches[i].Name, resp.Fetches[i].Tensor = req.GetFetches()[i], graph.TensorToProto(t)
-	}
+	setFetches(resp, req.GetFetches(), out)
 	if st != nil {
 		resp.StepStats = st.stats(w.cfg.Task)
 	}
-	return resp, nil
+	return nil
+}
+
+// setFetches resets resp to the fetches out, named names, in the entries
+// of its Fetches where it has some.
+func setFetches(resp *pb.RunGraphResponse, names []string, out []*tensor.Tensor) {
+	fetches := resp.Fetches
+	resp.Reset()
+	fetches = slices.Grow(fetches[:0], len(out))[:len(out)]
+	for i, t := range out {
+		if fetches[i] == nil {
+			fetches[i] = new(pb.NamedTensor)
+		}
+		fetches[i].Name, fetches[i].Tensor = names[i], graph.TensorToProto(t)
+	}
+	resp.Fetches = fetches
 }
 
 // stepState is what one RunGraph step needs beyond its tensors, in one
-// allocation: how it receives from other tasks, its rendezvous and its
-// kernel.Step, its context, and room for its fetches. It is not reused:
-// the goroutines of its batches may still write to it (and read its
-// context) after RunGraph returns, and the step's Local keeps the
-// router's abort watch until it is cleaned up.
+// allocation reused by later steps: how it receives from other tasks, its
+// rendezvous and its kernel.Step, its context, and room for its fetches.
 type stepState struct {
-	ctx    stepctx.Context
-	recvs  stepRecvs
-	router rendezvous.Router
-	step   kernel.Step
-	out    [fewFetches]*tensor.Tensor // the executor's fetches, for a few
+	w       *Worker
+	ctx     stepctx.Context
+	ctxLive bool // ctx was Init'd: endStep cancels it
+	recvs   stepRecvs
+	router  rendezvous.Router
+	step    kernel.Step
+	out     [fewFetches]*tensor.Tensor // the executor's fetches, for a few
+
+	// refs counts who may still touch the state: RunGraph, and each
+	// batch's goroutine until its ask returns. The last to drop one puts
+	// the state back in Worker.states, unless reuse is false: a state
+	// that something else may still touch (endStep) is left to the
+	// garbage collector.
+	refs  atomic.Int32
+	reuse bool // written by RunGraph before it drops its reference
+}
+
+// newStepState returns a state for step stepID, reused or new, holding
+// RunGraph's reference.
+func (w *Worker) newStepState(stepID int64, st *stepTrace) *stepState {
+	ss, _ := w.states.Get().(*stepState)
+	if ss == nil {
+		ss = &stepState{w: w} // the step's one allocation, until reused
+		ss.recvs.w = w
+		ss.recvs.batchStore = ss.recvs.batchBuf[:0]
+		ss.recvs.waiting = ss.recvs.waitBuf[:0]
+	}
+	ss.refs.Store(1)
+	ss.reuse = true
+	ss.recvs.stepID, ss.recvs.st = stepID, st
+	ss.router.Init(w.steps.Get(stepID), w.cfg.Task, &ss.recvs)
+	ss.step = kernel.Step{ID: stepID, Rendezvous: &ss.router}
+	return ss
+}
+
+// endStep ends RunGraph's use of ss: it ends the step's context and drops
+// RunGraph's reference.
+func (w *Worker) endStep(ss *stepState, ctx context.Context) {
+	if ss.ctxLive {
+		ss.ctx.Cancel(nil)
+	}
+	// Not reused when ctx ended (the executor returns at its end without
+	// waiting for its kernels, and ctx's end may still be ending ss.ctx),
+	// nor when the step's Local is aborting into the router.
+	ss.reuse = ctx.Err() == nil && ss.router.Close()
+	ss.unref()
+}
+
+// unref drops a reference to ss; the last one puts it back in the pool.
+func (ss *stepState) unref() {
+	if ss.refs.Add(-1) != 0 || !ss.reuse {
+		return
+	}
+	// Nothing of the step may be kept: not its tensors, errors, context
+	// or rendezvous.
+	for i := range ss.recvs.batches {
+		b := &ss.recvs.batches[i]
+		for j := range b.items {
+			it := &b.items[j]
+			it.t, it.err, it.hook = nil, nil, stepctx.Hook{}
+		}
+		b.plan, b.items, b.br = nil, nil, nil
+	}
+	ss.recvs.batches = nil
+	ss.recvs.st = nil
+	clear(ss.recvs.waiting)
+	ss.recvs.waiting = ss.recvs.waiting[:0]
+	// New ones, not Init'd over the last step's: nothing holds those now.
+	ss.ctx, ss.ctxLive = stepctx.Context{}, false
+	ss.router = rendezvous.Router{}
+	ss.step = kernel.Step{}
+	clear(ss.out[:])
+	ss.w.states.Put(ss)
 }
 
 // fewFetches is the number of fetches up to which a RunGraphResponse
@@ -623,10 +714,12 @@ type stepRecvs struct {
 	mu      sync.Mutex
 	waiting []string // tasks, distinct
 
-	// The storage of batches and waiting for a step that receives from
-	// few tasks: no allocation of their own.
-	batchBuf [2]batch
-	waitBuf  [2]string
+	// The storage of batches, kept for the state's later steps, and of
+	// waiting: batchBuf and waitBuf for a step that receives from few
+	// tasks, no allocation of their own.
+	batchStore []batch
+	batchBuf   [2]batch
+	waitBuf    [2]string
 }
 
 // Fetch receives key from sendTask (rendezvous.Fetcher).
@@ -725,9 +818,19 @@ func (r *registered) executor(w *Worker, res *resolved) (*prepared, error) {
 // batch is the tensors of one step asked of one peer in one request
 // (service.BatchReceiver), for the step's Recvs to take.
 type batch struct {
-	plan    *batchPlan
-	items   []batchItem  // by the plan's keys; nil when the peer could not be asked
-	itemBuf [4]batchItem // items' storage for a few keys
+	plan      *batchPlan
+	items     []batchItem  // by the plan's keys; nil when the peer could not be asked
+	itemStore []batchItem  // items' storage, kept for the state's later steps
+	itemBuf   [4]batchItem // itemStore for a few keys
+
+	// The request's goroutine and its delivery, method values bound once
+	// to the batch (self) rather than closures made at every step; the
+	// step's state and its peer are fields.
+	ss      *stepState
+	br      BatchReceiver
+	run     func()
+	deliver func(i int, t *tensor.Tensor, err error)
+	self    *batch // what run and deliver are bound to: b, unless b moved
 }
 
 // batchItem is one tensor of a batch: its Recv (take) waits for ready,
@@ -764,18 +867,25 @@ func (it *batchItem) Wake() { it.settle(itemAbandoned) }
 
 // startBatches asks, for each plan whose peer's client can
 // (service.BatchReceiver), for all of its tensors in one request, on a
-// goroutine each until ctx ends. It returns the batches in the order of
-// plans, in dst's storage if it has room: they must not move, the
-// goroutines write to them. A peer that cannot be asked leaves its batch
-// without items, and its keys to RecvTensor.
-func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPlan, dst []batch) []batch {
+// goroutine each until ss.ctx ends, which holds a reference to ss until
+// its ask returns. It sets ss.recvs.batches, in the order of plans, in
+// the state's storage: they must not move, the goroutines write to them.
+// A peer that cannot be asked leaves its batch without items, and its keys
+// to RecvTensor.
+func (w *Worker) startBatches(ss *stepState, plans []batchPlan) {
 	if w.cfg.Workers == nil {
-		return nil
+		return
 	}
-	dst = slices.Grow(dst[:0], len(plans))[:len(plans)]
+	rs := &ss.recvs
+	rs.batchStore = slices.Grow(rs.batchStore[:0], len(plans))
+	rs.batches = rs.batchStore[:len(plans)]
 	for i := range plans {
-		plan, b := &plans[i], &dst[i]
-		b.plan = plan
+		plan, b := &plans[i], &rs.batches[i]
+		b.plan, b.items, b.ss = plan, nil, ss
+		if b.self != b { // new, or moved by Grow
+			b.run, b.deliver, b.self = b.ask, b.receive, b
+			b.itemStore = b.itemBuf[:0]
+		}
 		peer, err := w.cfg.Workers.Worker(plan.task)
 		if err != nil {
 			continue // RecvTensor reports it
@@ -784,26 +894,28 @@ func (w *Worker) startBatches(ctx context.Context, stepID int64, plans []batchPl
 		if !ok {
 			continue
 		}
-		b.items = slices.Grow(b.itemBuf[:0], len(plan.keys))[:len(plan.keys)]
+		b.br = br
+		b.itemStore = slices.Grow(b.itemStore[:0], len(plan.keys))
+		b.items = b.itemStore[:len(plan.keys)]
 		// A wait per item, not per batch: each Recv waits for its own
 		// tensor alone, which may come before or after the others.
 		for i := range b.items {
-			b.items[i].ready.Add(1)
+			it := &b.items[i]
+			it.state.Store(itemPending)
+			it.t, it.err, it.delivered = nil, nil, false
+			it.ready.Add(1)
 		}
-		gopool.Go(func() { b.ask(ctx, br, stepID) })
+		ss.refs.Add(1)
+		gopool.Go(b.run)
 	}
-	return dst
 }
 
-// ask asks br for b's tensors and hands each to its Recv as it comes.
-func (b *batch) ask(ctx context.Context, br BatchReceiver, stepID int64) {
-	err := br.RecvTensors(ctx, stepID, b.plan.keys, func(i int, t *tensor.Tensor, err error) {
-		if i >= 0 && i < len(b.items) && !b.items[i].delivered {
-			it := &b.items[i]
-			it.delivered, it.t, it.err = true, t, err
-			it.settle(itemDelivered)
-		}
-	})
+// ask asks b's peer for its tensors and hands each to its Recv as it
+// comes; then it drops its reference to the step's state. A
+// BatchReceiver delivers nothing after RecvTensors returned.
+func (b *batch) ask() {
+	ss := b.ss
+	err := b.br.RecvTensors(&ss.ctx, ss.recvs.stepID, b.plan.keys, b.deliver)
 	for i := range b.items {
 		if it := &b.items[i]; !it.delivered {
 			if err == nil { // made only when needed: not at every step
@@ -812,6 +924,16 @@ func (b *batch) ask(ctx context.Context, br BatchReceiver, stepID int64) {
 			it.t, it.err = nil, err
 			it.settle(itemDelivered)
 		}
+	}
+	ss.unref() // b may be another step's from here
+}
+
+// receive hands tensor i of b, from its peer, to its Recv (b.deliver).
+func (b *batch) receive(i int, t *tensor.Tensor, err error) {
+	if i >= 0 && i < len(b.items) && !b.items[i].delivered {
+		it := &b.items[i]
+		it.delivered, it.t, it.err = true, t, err
+		it.settle(itemDelivered)
 	}
 }
 
