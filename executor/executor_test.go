@@ -526,35 +526,52 @@ func TestCancelAsTheStepEnds(t *testing.T) {
 	}
 	ex := mustNew(t, s.Graph(), []graph.Output{x}, []graph.Output{y}, nil, nil)
 	var outcomes [3]int // finished, cancelled while running, cancelled before
-	for i := range 3000 {
-		v := float32(i)
-		ctx := stepctx.New(context.Background(), time.Time{})
-		ended := make(chan struct{})
-		go func() {
-			defer close(ended)
-			for j := 0; j < i%4; j++ { // a spread of moments, not a wait
-				runtime.Gosched()
+	// The steps run on a goroutine of their own, watched: a run left
+	// unfit could block inside the executor, and the test must fail then,
+	// not hang.
+	failed := make(chan error, 1)
+	go func() {
+		failed <- func() error {
+			for i := range 3000 {
+				v := float32(i)
+				ctx := stepctx.New(context.Background(), time.Time{})
+				ended := make(chan struct{})
+				go func() {
+					defer close(ended)
+					for j := 0; j < i%4; j++ { // a spread of moments, not a wait
+						runtime.Gosched()
+					}
+					ctx.Cancel(nil)
+				}()
+				out, err := ex.Run(ctx, []*tensor.Tensor{f32(v)})
+				switch {
+				case err != nil && !errors.Is(err, context.Canceled):
+					return fmt.Errorf("step %d: %w", i, err)
+				case err == nil && out[0].Float32s()[0] != 33*v:
+					return fmt.Errorf("step %d: %v, want %v", i, out[0].Float32s(), 33*v)
+				case err == nil:
+					outcomes[0]++
+				case strings.Contains(err.Error(), "not started"):
+					outcomes[2]++
+				default:
+					outcomes[1]++
+				}
+				<-ended
+				out, err = ex.Run(context.Background(), []*tensor.Tensor{f32(v + 1)})
+				if err != nil || out[0].Float32s()[0] != 33*(v+1) {
+					return fmt.Errorf("the step after step %d: %v, %v; want %v", i, out, err, 33*(v+1))
+				}
 			}
-			ctx.Cancel(nil)
+			return nil
 		}()
-		out, err := ex.Run(ctx, []*tensor.Tensor{f32(v)})
-		switch {
-		case err != nil && !errors.Is(err, context.Canceled):
-			t.Fatalf("step %d: %v", i, err)
-		case err == nil && out[0].Float32s()[0] != 33*v:
-			t.Fatalf("step %d: %v, want %v", i, out[0].Float32s(), 33*v)
-		case err == nil:
-			outcomes[0]++
-		case strings.Contains(err.Error(), "not started"):
-			outcomes[2]++
-		default:
-			outcomes[1]++
+	}()
+	select {
+	case err := <-failed:
+		if err != nil {
+			t.Fatal(err)
 		}
-		<-ended
-		out, err = ex.Run(context.Background(), []*tensor.Tensor{f32(v + 1)})
-		if err != nil || out[0].Float32s()[0] != 33*(v+1) {
-			t.Fatalf("the step after step %d: %v, %v; want %v", i, out, err, 33*(v+1))
-		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the steps did not end in 2 minutes: a run was left unfit for its next step")
 	}
 	t.Logf("steps finished %d, cancelled while running %d, cancelled before %d", outcomes[0], outcomes[1], outcomes[2])
 }
