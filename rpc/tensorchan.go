@@ -549,14 +549,11 @@ func (s *Server) lend(ctx context.Context, w worker.Service, step int64, key str
 // writeError answers a request with err's status.
 func (rs *responder) writeError(err error) error {
 	rs.hdr = appendError(append(rs.hdr[:0], respError), err)
-	// The request's deadline may be what failed it: the answer gets
-	// time of its own.
-	// A stepctx.Context: a standard one under the connection's would
-	// watch it with a goroutine.
-	ctx := stepctx.New(rs.connCtx, time.Now().Add(sniffTimeout))
-	defer ctx.Cancel(nil)
 	rs.bufs = append(rs.bufs, rs.hdr)
-	return rs.write(ctx)
+	// The request's deadline may be what failed it: the answer gets
+	// time of its own, until the connection ends (which closes the
+	// socket).
+	return rs.send(time.Now().Add(sniffTimeout))
 }
 
 // appendError appends the body of an error response: err's status.
@@ -591,10 +588,8 @@ func (methodStream) SetTrailer(metadata.MD) error { return nil }
 // write writes rs.bufs (with writev on TCP), giving up when ctx ends, and
 // empties them.
 func (rs *responder) write(ctx context.Context) error {
-	d, _ := ctx.Deadline() // the zero time: none
-	rs.c.SetWriteDeadline(d)
 	// A request's context (and the connection's) ends at its deadline,
-	// which the socket now has, or when the connection ends, which
+	// which send gives the socket, or when the connection ends, which
 	// serveTensors then closes: only a context that can end otherwise
 	// needs watching, which costs several allocations. Those two are
 	// known first by identity: Done would make a request's channel,
@@ -605,6 +600,14 @@ func (rs *responder) write(ctx context.Context) error {
 			defer stop()
 		}
 	}
+	d, _ := ctx.Deadline() // the zero time: none
+	return rs.send(d)
+}
+
+// send writes rs.bufs with the socket's write deadline d (the zero time:
+// none).
+func (rs *responder) send(d time.Time) error {
+	rs.c.SetWriteDeadline(d)
 	rs.out = rs.bufs
 	_, err := rs.out.WriteTo(rs.c)
 	clear(rs.bufs) // not to keep a tensor's memory
