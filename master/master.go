@@ -123,11 +123,10 @@ type partCalls struct {
 	p       *plan
 	reqs    []*pb.RunGraphRequest
 	results chan partResult
-	resps   []*pb.RunGraphResponse
-	// Where the tasks answer (service.RunGraphInto), step after step:
+	// The tasks' answers (service.RunGraphInto), kept step after step:
 	// the step's response keeps the fetched TensorProtos, not these.
-	into []pb.RunGraphResponse
-	runs []func() // runs[i] calls partition i: made once, not at every step
+	resps []pb.RunGraphResponse
+	runs  []func() // runs[i] calls partition i: made once, not at every step
 
 	// The step's, for runs.
 	ctx context.Context
@@ -138,13 +137,12 @@ type partCalls struct {
 func (c *partCalls) run(i int) {
 	task := c.p.Parts[i].Task
 	w, err := c.m.cfg.Workers.Worker(task)
-	var resp *pb.RunGraphResponse
 	if err == nil {
 		var start time.Time
 		if c.st != nil {
 			start = time.Now()
 		}
-		resp = &c.into[i]
+		resp := &c.resps[i]
 		if err = service.RunGraphInto(c.ctx, w, c.reqs[i], resp); err != nil {
 			resp = nil
 		}
@@ -152,13 +150,12 @@ func (c *partCalls) run(i int) {
 			c.st.call(i, task, start, c.reqs[i], resp, err)
 		}
 	}
-	c.results <- partResult{i, resp, err}
+	c.results <- partResult{i, err}
 }
 
 type partResult struct {
-	i    int
-	resp *pb.RunGraphResponse
-	err  error
+	i   int
+	err error
 }
 
 // getCalls returns p's calls for a step, made on first use.
@@ -167,7 +164,7 @@ func (p *plan) getCalls(m *Master, session string) *partCalls {
 		return c
 	}
 	c := &partCalls{m: m, p: p, reqs: make([]*pb.RunGraphRequest, len(p.Parts)), results: make(chan partResult, len(p.Parts)),
-		resps: make([]*pb.RunGraphResponse, len(p.Parts)), into: make([]pb.RunGraphResponse, len(p.Parts)), runs: make([]func(), len(p.Parts))}
+		resps: make([]pb.RunGraphResponse, len(p.Parts)), runs: make([]func(), len(p.Parts))}
 	for i, pt := range p.Parts {
 		c.runs[i] = func() { c.run(i) }
 		c.reqs[i] = &pb.RunGraphRequest{SessionHandle: session, GraphHandle: p.regs[i].handle, Targets: pt.Targets, Fetches: pt.Fetches}
@@ -189,13 +186,8 @@ func (p *plan) putCalls(c *partCalls) {
 			f.Tensor = nil
 		}
 	}
-	clear(c.resps)
-	for i := range c.into {
-		r := &c.into[i]
-		for _, f := range r.Fetches {
-			f.Tensor = nil
-		}
-		r.StepStats = nil
+	for i := range c.resps {
+		service.ForgetResponse(&c.resps[i])
 	}
 	c.ctx, c.st = nil, nil
 	p.calls.Put(c)
@@ -400,7 +392,7 @@ func (m *Master) RunStep(ctx context.Context, req *pb.RunStepRequest) (*pb.RunSt
 		var t *pb.TensorProto
 		if r.Part < 0 {
 			t = req.GetFeeds()[r.Index].GetTensor()
-		} else if fs := resps[r.Part].GetFetches(); r.Index < len(fs) {
+		} else if fs := resps[r.Part].Fetches; r.Index < len(fs) {
 			t = fs[r.Index].GetTensor()
 		} else {
 			return nil, m.errorf("step %d in session %q: task %s returned %d fetches, want %d", stepID, s.handle, p.Parts[r.Part].Task, len(fs), len(p.Parts[r.Part].Fetches))
@@ -449,7 +441,7 @@ func dims(dst []int, t *pb.TensorProto) []int {
 // runPartitions runs every partition of a step concurrently and cleans the
 // step up on every task. The first failure cancels ctx: it ends the step
 // everywhere. The responses are calls.resps.
-func (m *Master) runPartitions(ctx *stepctx.Context, stepID int64, p *plan, calls *partCalls, st *stepTrace) ([]*pb.RunGraphResponse, error) {
+func (m *Master) runPartitions(ctx *stepctx.Context, stepID int64, p *plan, calls *partCalls, st *stepTrace) ([]pb.RunGraphResponse, error) {
 	reqs, results := calls.reqs, calls.results
 	calls.ctx, calls.st = ctx, st
 	// One partition runs on this goroutine: one handoff less per step. It
@@ -475,7 +467,6 @@ func (m *Master) runPartitions(ctx *stepctx.Context, stepID int64, p *plan, call
 	if inline >= 0 {
 		calls.run(inline)
 	}
-	resps := calls.resps
 	var errs []error // in arrival order
 	for range reqs {
 		r := <-results
@@ -488,9 +479,7 @@ func (m *Master) runPartitions(ctx *stepctx.Context, stepID int64, p *plan, call
 			if lost(r.err) {
 				m.lose(task, p.regs[r.i].gen, r.err)
 			}
-			continue
 		}
-		resps[r.i] = r.resp
 	}
 	var first error
 	if len(errs) > 0 {
@@ -498,7 +487,7 @@ func (m *Master) runPartitions(ctx *stepctx.Context, stepID int64, p *plan, call
 		m.log.Debug("master: step failed", "step", stepID, "err", first)
 	}
 	m.cleanup(stepID, p, first)
-	return resps, first
+	return calls.resps, first
 }
 
 // lost reports whether a call's error says that its task is lost: it could

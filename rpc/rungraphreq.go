@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/service"
 )
 
 // runGraphRequests decodes the RunGraph requests one responder serves. A
@@ -46,18 +47,11 @@ func (d *runGraphRequests) decode(body []byte) (*pb.RunGraphRequest, error) {
 	return &d.req, nil
 }
 
-// done drops what the last request handed out refers to.
-func (d *runGraphRequests) done() { d.req = pb.RunGraphRequest{} }
-
-// forget drops what the last response refers to, keeping its fetch
-// entries.
-func (d *runGraphRequests) forget() {
-	fetches := d.resp.Fetches
-	for _, f := range fetches {
-		f.Tensor = nil
-	}
-	d.resp.Reset()
-	d.resp.Fetches = fetches[:0]
+// done drops what the last request and its response refer to, once
+// answered.
+func (d *runGraphRequests) done() {
+	d.req = pb.RunGraphRequest{}
+	service.ForgetResponse(&d.resp)
 }
 
 // stepIDField finds the step id field of a serialised RunGraphRequest:

@@ -50,7 +50,7 @@ func (s *Server) serveCall(ctx context.Context, rs *responder, w worker.Service)
 		return rs.writeError(err)
 	}
 	var resp proto.Message
-	defer rs.runGraphs.forget() // answered: nothing of the step kept
+	defer rs.runGraphs.done() // answered: nothing of the step kept
 	kind := byte(respCall)
 	switch req.method {
 	case methodRunGraph:
@@ -63,7 +63,6 @@ func (s *Server) serveCall(ctx context.Context, rs *responder, w worker.Service)
 		if f, ok := w.(worker.StepFinisher); ok && err == nil && f.FinishStep(in.GetStepId()) {
 			kind = respCallFinished
 		}
-		rs.runGraphs.done()
 	case methodCleanupStep:
 		in := new(pb.CleanupStepRequest)
 		if err = proto.Unmarshal(req.body, in); err == nil {

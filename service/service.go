@@ -91,6 +91,18 @@ func RunGraphInto(ctx context.Context, w Worker, req *pb.RunGraphRequest, resp *
 	return nil
 }
 
+// ForgetResponse drops what resp, kept for RunGraphInto, refers to (its
+// fetched tensors, its timeline) and keeps its fetch entries for the
+// next call.
+func ForgetResponse(resp *pb.RunGraphResponse) {
+	fetches := resp.Fetches
+	for _, f := range fetches {
+		f.Tensor = nil
+	}
+	resp.Reset()
+	resp.Fetches = fetches[:0]
+}
+
 // Lender is implemented by a Worker that can lend the tensors RecvTensor
 // returns (*worker.Worker): LendTensor also returns a function that the
 // caller calls once it no longer reads the tensor. Without it, a transport

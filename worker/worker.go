@@ -559,7 +559,6 @@ func setFetches(resp *pb.RunGraphResponse, names []string, out []*tensor.Tensor)
 // allocation reused by later steps: how it receives from other tasks, its
 // rendezvous and its kernel.Step, its context, and room for its fetches.
 type stepState struct {
-	w       *Worker
 	ctx     stepctx.Context
 	ctxLive bool // ctx was Init'd: endStep cancels it
 	recvs   stepRecvs
@@ -581,7 +580,7 @@ type stepState struct {
 func (w *Worker) newStepState(stepID int64, st *stepTrace) *stepState {
 	ss, _ := w.states.Get().(*stepState)
 	if ss == nil {
-		ss = &stepState{w: w} // the step's one allocation, until reused
+		ss = new(stepState) // the step's one allocation, until reused
 		ss.recvs.w = w
 		ss.recvs.batchStore = ss.recvs.batchBuf[:0]
 		ss.recvs.waiting = ss.recvs.waitBuf[:0]
@@ -631,7 +630,7 @@ func (ss *stepState) unref() {
 	ss.router = rendezvous.Router{}
 	ss.step = kernel.Step{}
 	clear(ss.out[:])
-	ss.w.states.Put(ss)
+	ss.recvs.w.states.Put(ss)
 }
 
 // fewFetches is the number of fetches up to which a RunGraphResponse
