@@ -74,6 +74,7 @@ type execNode struct {
 	consumers []int32 // distinct successors (data and control) in the pruned subgraph
 	mayBlock  bool    // the kernel implements Blocking and may wait
 	leases    bool    // the kernel is a kernel.InputLeaser
+	overwrite bool    // the kernel is a kernel.InputOverwriter
 }
 
 // Blocking is implemented by kernels that may wait for something outside the
@@ -191,6 +192,7 @@ func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources) (*Executor,
 				addPred(j)
 			}
 		}
+		en.overwrite = overwritesInputs(en.kernel)
 		if keeps := n.Def() != nil && n.Def().Stateful && !borrows(en.kernel); keeps {
 			// A leaser keeps a shared variable buffer under a lease of its
 			// own (see exec), so the step's share may go back.
@@ -239,6 +241,13 @@ func borrows(k kernel.Kernel) bool {
 func leasesInputs(k kernel.Kernel) bool {
 	l, ok := k.(kernel.InputLeaser)
 	return ok && l.LeasesInputs()
+}
+
+// overwritesInputs reports whether a kernel wants to know which inputs it
+// may overwrite.
+func overwritesInputs(k kernel.Kernel) bool {
+	o, ok := k.(kernel.InputOverwriter)
+	return ok && o.OverwritesInputs()
 }
 
 // buildKernel calls a kernel factory, turning a panic into an error.
@@ -436,14 +445,16 @@ type run struct {
 	refs    []int32          // remaining consumers per slot, atomically decremented
 
 	// buffers backs every node's Context.Buffers. origin[s] is the slot whose
-	// allocated buffer the tensor in slot s is or aliases (itself for a
-	// tensor its kernel allocated, the input's origin for a forwarded or
-	// reshaped input), -1 for tensors the step does not own (feeds,
-	// constants, received tensors). escaped[s] marks a buffer that may
-	// outlive the step and must not be recycled.
+	// own buffer the tensor in slot s is or aliases (itself for a tensor
+	// its kernel allocated, or received as its own, the input's origin for
+	// a forwarded or reshaped input), -1 for tensors the step does not own
+	// (feeds, constants, tensors received from the same process).
+	// escaped[s] marks a buffer that may outlive the step and must not be
+	// recycled; viewed[s], a buffer that another slot aliases.
 	buffers []kernel.OutputBuffer
 	origin  []int32
 	escaped []atomic.Bool
+	viewed  []atomic.Bool
 	// alive[s], for a slot s holding a variable's shared buffer (a Lease
 	// in buffers[s]), counts the live slots whose origin is s; the lease is
 	// released when it drops to zero, unless the buffer escaped.
@@ -480,6 +491,7 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 			buffers:  make([]kernel.OutputBuffer, e.numSlots),
 			origin:   make([]int32, e.numSlots),
 			escaped:  make([]atomic.Bool, e.numSlots),
+			viewed:   make([]atomic.Bool, e.numSlots),
 			alive:    make([]atomic.Int32, e.numSlots),
 			finished: make(chan struct{}, 1),
 			woken:    make(chan struct{}, 1),
@@ -557,6 +569,7 @@ func (r *run) reset() {
 	clear(r.buffers)
 	for i := range r.escaped {
 		r.escaped[i].Store(false)
+		r.viewed[i].Store(false)
 		r.alive[i].Store(0)
 	}
 	r.parent, r.kctx, r.cancel, r.parentDone, r.parentStep, r.step, r.trace = nil, nil, nil, nil, nil, nil, nil
@@ -597,8 +610,9 @@ type worker struct {
 	// local holds ready nodes too cheap to be worth a handoff to another
 	// goroutine; this worker runs them itself, last in first out.
 	local []int32
-	// leases backs c.InputLeases.
-	leases []kernel.Lease
+	// leases backs c.InputLeases, overwritable c.Overwritable.
+	leases       []kernel.Lease
+	overwritable []bool
 	// caller marks the worker of RunStep's goroutine (run.w0). traced is
 	// the trace of the step this worker last ran a traced node of, lane
 	// its lane in that step (see StepTrace.record).
@@ -811,6 +825,10 @@ func (r *run) exec(i int32, w *worker) int32 {
 		w.leases = r.leaseInputs(en, w.leases[:0])
 		c.InputLeases = w.leases
 	}
+	if en.overwrite {
+		w.overwritable = r.overwritable(en, w.overwritable[:0])
+		c.Overwritable = w.overwritable
+	}
 
 	e.executed.Add(1)
 	tr, start := r.trace, int64(0) // nil unless traced: one branch each side
@@ -825,6 +843,7 @@ func (r *run) exec(i int32, w *worker) int32 {
 		clear(w.leases) // the kernel's now
 		c.InputLeases = nil
 	}
+	c.Overwritable = nil
 	if err != nil {
 		r.abort(err)
 		return -1
@@ -949,7 +968,7 @@ func (r *run) track(en *execNode, c *kernel.Context) {
 		s := en.outBase + int32(o)
 		t := c.Outputs[o]
 		org := int32(-1)
-		if c.Buffers[o].Allocated != nil || c.Buffers[o].Lease.Valid() {
+		if b := &c.Buffers[o]; b.Allocated != nil || b.Own || b.Lease.Valid() {
 			org = s
 		} else if lo, hi := dataRange(t); lo < hi {
 			for k, in := range en.inSlots {
@@ -965,6 +984,9 @@ func (r *run) track(en *execNode, c *kernel.Context) {
 			}
 		}
 		r.origin[s] = org
+		if org >= 0 && org != s {
+			r.viewed[org].Store(true)
+		}
 		shared := org >= 0 && r.buffers[org].Lease.Valid()
 		if shared && e.kept[s] || !shared && org >= 0 && e.escapes[s] {
 			r.escaped[org].Store(true)
@@ -1010,6 +1032,26 @@ func (r *run) leaseInputs(en *execNode, dst []kernel.Lease) []kernel.Lease {
 	return dst
 }
 
+// overwritable appends to dst, for each input of en, whether en may
+// overwrite it (see kernel.InputOverwriter): the input's slot holds the
+// step's own buffer itself, not a view of another slot's, no other slot
+// views it, it did not escape, and en is the slot's last reader (through
+// this input alone: a node reading the slot twice holds two references).
+// Every other reader of the slot has been tracked by then, since a
+// reader releases its inputs after its track.
+func (r *run) overwritable(en *execNode, dst []bool) []bool {
+	for _, s := range en.inSlots {
+		ok := s >= 0 && r.origin[s] == s && atomic.LoadInt32(&r.refs[s]) == 1 &&
+			!r.viewed[s].Load() && !r.escaped[s].Load()
+		if ok {
+			b := &r.buffers[s]
+			ok = (b.Allocated != nil || b.Own) && !b.Lease.Valid()
+		}
+		dst = append(dst, ok)
+	}
+	return dst
+}
+
 // dataRange returns the addresses spanned by t's elements; lo == hi when it
 // has none.
 func dataRange(t *tensor.Tensor) (lo, hi uintptr) {
@@ -1028,6 +1070,8 @@ func dataRange(t *tensor.Tensor) (lo, hi uintptr) {
 		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))
 	case []uint8:
 		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))
+	case []uint16: // Float16, BFloat16
+		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*2
 	}
 	if n == 0 {
 		return 0, 0

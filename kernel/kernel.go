@@ -106,6 +106,10 @@ type Context struct {
 	// per input: a share of the variable buffer the input is (a valid
 	// Lease), which the kernel now owns, or the zero Lease.
 	InputLeases []Lease
+	// Overwritable, set by the executor for an InputOverwriter, has one
+	// entry per input: whether the kernel may overwrite it (see
+	// InputOverwriter). It is nil for other kernels.
+	Overwritable []bool
 }
 
 // Step is per-step information shared by all kernels of one step.
@@ -202,6 +206,9 @@ func (c *Context) checkBudget(i int, dt tensor.DType, shape []int) {
 type OutputBuffer struct {
 	Spare, Allocated *tensor.Tensor
 	Lease            Lease
+	// Own is set by SetOwnOutput: the output, not Allocated, is the
+	// step's own all the same. It is not recycled.
+	Own bool
 }
 
 // ShareOutput stores as output i a variable's buffer t shared under l. If
@@ -212,6 +219,16 @@ func (c *Context) ShareOutput(i int, t *tensor.Tensor, l Lease) {
 	c.Outputs[i] = t
 	if i < len(c.Buffers) {
 		c.Buffers[i].Lease = l
+	}
+}
+
+// SetOwnOutput stores as output i a tensor that no one outside the step
+// holds, though Alloc did not make it: one decoded off the wire. A later
+// kernel may then overwrite it (see InputOverwriter).
+func (c *Context) SetOwnOutput(i int, t *tensor.Tensor) {
+	c.Outputs[i] = t
+	if i < len(c.Buffers) {
+		c.Buffers[i].Own = true
 	}
 }
 
@@ -317,6 +334,19 @@ func (borrowing) BorrowsInputs() bool { return true }
 // variable copies on its next update.
 type InputLeaser interface {
 	LeasesInputs() bool
+}
+
+// InputOverwriter is implemented by kernels that can make use of an
+// input they may overwrite (an assignment that takes the input's storage
+// rather than copying it, see Variable.Exchange). The executor tells such
+// a kernel, in Context.Overwritable, which inputs are the step's own
+// (allocated in the step, or received off the wire: see SetOwnOutput),
+// read by no later node, through no view, and escaping nowhere (not
+// fetched, kept or sent). The kernel may overwrite those, or exchange
+// their storage, during Compute; the tensors stay the step's, and the
+// kernel must not keep them.
+type InputOverwriter interface {
+	OverwritesInputs() bool
 }
 
 // Errorf returns an error naming the node and its op. Like fmt.Errorf, it

@@ -233,11 +233,42 @@ func (v *Variable) ReadInto(dst *tensor.Tensor) error {
 // Assign replaces the value with a copy of t, which must match the
 // variable's dtype and shape.
 func (v *Variable) Assign(t *tensor.Tensor) error {
-	if t.DType() != v.dtype || !v.shape.IsCompatibleWith(t.StaticShape()) {
-		return fmt.Errorf("kernel: cannot assign %v%v to variable %q of %v%v", t.DType(), tensor.MakeShape(t.Shape()...), v.name, v.dtype, v.shape)
+	if err := v.checkAssign(t); err != nil {
+		return err
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	return v.assignLocked(t)
+}
+
+// Exchange is Assign for a t that its caller owns and may see
+// overwritten (see InputOverwriter): if no reader shares the value's
+// buffer, the variable takes t's storage and t gets the old value's, so
+// that nothing is copied, and Exchange returns the new value with a share
+// of it, as Share does. Otherwise it assigns a copy of t, as Assign, and
+// returns a nil value.
+func (v *Variable) Exchange(t *tensor.Tensor) (value *tensor.Tensor, l Lease, err error) {
+	if err := v.checkAssign(t); err != nil {
+		return nil, Lease{}, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if b := v.value; b != nil && b.shares.Load() == 0 && b.t.SwapData(t) == nil {
+		b.shares.Add(1)
+		return b.t, Lease{v, b}, nil
+	}
+	return nil, Lease{}, v.assignLocked(t)
+}
+
+func (v *Variable) checkAssign(t *tensor.Tensor) error {
+	if t.DType() != v.dtype || !v.shape.IsCompatibleWith(t.StaticShape()) {
+		return fmt.Errorf("kernel: cannot assign %v%v to variable %q of %v%v", t.DType(), tensor.MakeShape(t.Shape()...), v.name, v.dtype, v.shape)
+	}
+	return nil
+}
+
+// assignLocked is Assign under v.mu, held exclusively.
+func (v *Variable) assignLocked(t *tensor.Tensor) error {
 	if old := v.value; old != nil && old.shares.Load() == 0 && slices.Equal(old.t.Shape(), t.Shape()) {
 		// No reader holds the buffer: overwrite it in place.
 		return old.t.CopyFrom(t)

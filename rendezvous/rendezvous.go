@@ -1,6 +1,8 @@
 package rendezvous
 
 import (
+	"context"
+
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
 )
@@ -14,4 +16,12 @@ type Rendezvous = kernel.Rendezvous
 // see Local.SendLent.
 type Lender interface {
 	SendLent(key string, t *tensor.Tensor, release func()) error
+}
+
+// OwnReceiver is implemented by a Rendezvous that can tell a received
+// tensor no one else holds (decoded off the wire) from one that may be
+// the sender's: see Router.RecvOwn. The receiving step may overwrite its
+// own (kernel.Context.SetOwnOutput).
+type OwnReceiver interface {
+	RecvOwn(ctx context.Context, key string) (t *tensor.Tensor, own bool, err error)
 }

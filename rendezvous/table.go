@@ -137,15 +137,19 @@ func (t *Table) Len() int {
 // Fetcher receives, for a Router, the tensors other tasks send.
 type Fetcher interface {
 	// Fetch receives key from sendTask ("/job:ps/task:0"). ctx ends when
-	// the Recv's does or the step's rendezvous is aborted.
-	Fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, error)
+	// the Recv's does or the step's rendezvous is aborted. own reports
+	// that no one else holds t (it was decoded off the wire), so that the
+	// receiving step may overwrite it (see OwnReceiver).
+	Fetch(ctx context.Context, sendTask, key string) (t *tensor.Tensor, own bool, err error)
 }
 
-// fetchFunc is the Fetcher of NewRouter's fetch function.
+// fetchFunc is the Fetcher of NewRouter's fetch function, whose tensors
+// are not known to be the receiver's own.
 type fetchFunc func(ctx context.Context, sendTask, key string) (*tensor.Tensor, error)
 
-func (f fetchFunc) Fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, error) {
-	return f(ctx, sendTask, key)
+func (f fetchFunc) Fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, bool, error) {
+	t, err := f(ctx, sendTask, key)
+	return t, false, err
 }
 
 // Router is the Rendezvous of NewRouter, as a type, so that a worker can
@@ -165,7 +169,10 @@ type Router struct {
 	cancel   abortFunc       // ends fetchCtx, registered with local
 }
 
-var _ Lender = (*Router)(nil)
+var (
+	_ Lender      = (*Router)(nil)
+	_ OwnReceiver = (*Router)(nil)
+)
 
 // NewRouter returns the rendezvous a worker hands to one step's kernels.
 // Send leaves the tensor in local, where a peer's RecvTensor finds it. Recv
@@ -210,36 +217,45 @@ func (r *Router) SendLent(key string, t *tensor.Tensor, release func()) error {
 }
 
 func (r *Router) Recv(ctx context.Context, key string) (*tensor.Tensor, error) {
+	t, _, err := r.RecvOwn(ctx, key)
+	return t, err
+}
+
+// RecvOwn is Recv that also reports whether the tensor is the step's own
+// (OwnReceiver): one its Fetcher says it decoded off the wire. A tensor
+// sent on this task is the sender's.
+func (r *Router) RecvOwn(ctx context.Context, key string) (*tensor.Tensor, bool, error) {
 	sendDev, _, _, err := ParseKey(key)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	dev, err := placement.ParseDevice(sendDev)
 	if err != nil {
-		return nil, fmt.Errorf("rendezvous: recv %q: %w", key, err)
+		return nil, false, fmt.Errorf("rendezvous: recv %q: %w", key, err)
 	}
 	sendTask := dev.TaskNameFrom(sendDev)
 	if sendTask == "" {
-		return nil, fmt.Errorf("rendezvous: recv %q: device %q names no job and task", key, sendDev)
+		return nil, false, fmt.Errorf("rendezvous: recv %q: device %q names no job and task", key, sendDev)
 	}
 	if sendTask == r.task || r.fetch == nil {
-		return r.local.Recv(ctx, key)
+		t, err := r.local.Recv(ctx, key)
+		return t, false, err
 	}
 	if err := r.local.Err(); err != nil {
-		return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, err)
+		return nil, false, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, err)
 	}
 	ctx, done := r.fetchContext(ctx)
 	if done != nil {
 		defer done()
 	}
-	t, err := r.fetch.Fetch(ctx, sendTask, key)
+	t, own, err := r.fetch.Fetch(ctx, sendTask, key)
 	if err != nil {
 		if aerr := r.local.Err(); aerr != nil {
-			return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, aerr)
+			return nil, false, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, aerr)
 		}
-		return nil, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, err)
+		return nil, false, fmt.Errorf("rendezvous: recv %q from %s: %w", key, sendTask, err)
 	}
-	return t, nil
+	return t, own, nil
 }
 
 // fetchContext returns ctx, ended also by the step's abort, for a fetch,

@@ -205,6 +205,11 @@ func (c *workerClient) RunGraphInto(ctx context.Context, r *pb.RunGraphRequest, 
 	return nil
 }
 
+// ReceivesFresh reports that the tensors RecvTensor and RecvTensors
+// return are decoded off the wire, the caller's alone
+// (service.FreshReceiver).
+func (c *workerClient) ReceivesFresh() bool { return true }
+
 // RecvTensor receives the tensor over the tensor channel when the peer
 // offers it, else over gRPC (recvTensorGRPC).
 func (c *workerClient) RecvTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {

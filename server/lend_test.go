@@ -89,3 +89,66 @@ func TestSentVariableIsUpdatedInPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestPushedValueIsTaken: a ps variable assigned a worker's tensor takes
+// the storage the tensor was received into over the tensor channel, the
+// step's own, instead of copying it; the values stay right.
+func TestPushedValueIsTaken(t *testing.T) {
+	tc := newTestCluster(t, map[string]int{"ps": 1, "worker": 1})
+	ps := tc.start(t, "ps", 0, nil)
+	w := tc.start(t, "worker", 0, nil)
+	ctx := ctxTimeout(t, 60*time.Second)
+
+	const n = 1 << 12
+	s := graph.NewScope()
+	onPS, onWorker := s.WithDevice("/job:ps/task:0"), s.WithDevice("/job:worker/task:0")
+	v := ops.NewVariable(onPS, "v", tensor.Float32, []int{n}, ops.ZerosInit())
+	x := ops.Placeholder(onWorker, "x", tensor.Float32, tensor.MakeShape(n))
+	push := ops.Assign(onPS, v.Value(), ops.Mul(onWorker, x, ops.Scalar(onWorker, tensor.Float32, 2)))
+	init := ops.GlobalVariablesInitializer(s)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := session.Open(ctx, w.Target(), s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+		t.Fatal(err)
+	}
+	variable, ok := ps.Worker().(*worker.Worker).Resources().Lookup("v")
+	if !ok {
+		t.Fatal("no variable v on the ps")
+	}
+	storage := func() *float32 {
+		b, l, err := variable.Share()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release()
+		return &b.Float32s()[0]
+	}
+	seen := map[*float32]bool{storage(): true}
+	for step := range 5 {
+		fed := tensor.New(tensor.Float32, n)
+		for i := range fed.Float32s() {
+			fed.Float32s()[i] = float32(step)
+		}
+		if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{x: fed}, nil, []*graph.Node{push.Node}); err != nil {
+			t.Fatal(err)
+		}
+		now := storage()
+		if seen[now] {
+			t.Errorf("push %d: the variable kept a buffer it had: it copied the received tensor", step)
+		}
+		seen[now] = true
+		got, err := variable.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vals := got.Float32s(); slices.ContainsFunc(vals, func(x float32) bool { return x != float32(2*step) }) {
+			t.Errorf("push %d: v = %v..., want all %d", step, vals[:4], 2*step)
+		}
+	}
+}

@@ -111,6 +111,20 @@ type Lender interface {
 	LendTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, func(), error)
 }
 
+// FreshReceiver is implemented by a worker client whose RecvTensor and
+// RecvTensors return tensors that no one else holds, decoded off the wire
+// (the rpc package's client): the receiving step may overwrite them. A
+// Worker in the same process may return the sender's own tensor.
+type FreshReceiver interface {
+	ReceivesFresh() bool
+}
+
+// ReceivesFresh reports whether w is a FreshReceiver that says so.
+func ReceivesFresh(w Worker) bool {
+	f, ok := w.(FreshReceiver)
+	return ok && f.ReceivesFresh()
+}
+
 // BatchReceiver is implemented by a worker client that can ask its peer
 // for several tensors of one step in one request (the rpc package's
 // tensor channel): RecvTensors calls deliver once for each key, by its

@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -191,6 +192,18 @@ func (t *Tensor) Clone() *Tensor {
 	c := New(t.dtype, t.shape...)
 	copyData(c.data, t.data)
 	return c
+}
+
+// SwapData exchanges the elements of t and u, which must have the same
+// dtype and shape, by exchanging their storage: nothing is copied, and
+// whoever holds either tensor sees the other's elements from then on. It
+// is for a caller that owns both (a variable taking a step's own tensor).
+func (t *Tensor) SwapData(u *Tensor) error {
+	if t.dtype != u.dtype || !slices.Equal(t.shape, u.shape) {
+		return fmt.Errorf("tensor: cannot swap the data of %v%v and %v%v", t.dtype, t.shape, u.dtype, u.shape)
+	}
+	t.data, u.data = u.data, t.data
+	return nil
 }
 
 // CopyFrom copies src's elements into t; types and element counts must match.

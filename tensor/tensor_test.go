@@ -265,3 +265,30 @@ func TestViewRawBytes(t *testing.T) {
 		t.Errorf("empty: %v, %v", e, err)
 	}
 }
+
+func TestSwapData(t *testing.T) {
+	a := MustFromSlice([]float32{1, 2, 3, 4}, 2, 2)
+	b := MustFromSlice([]float32{5, 6, 7, 8}, 2, 2)
+	aData, bData := &a.Float32s()[0], &b.Float32s()[0]
+	if err := a.SwapData(b); err != nil {
+		t.Fatal(err)
+	}
+	if &a.Float32s()[0] != bData || &b.Float32s()[0] != aData {
+		t.Error("SwapData copied instead of exchanging the storage")
+	}
+	if got := a.Float32s(); got[0] != 5 || got[3] != 8 {
+		t.Errorf("a after the swap = %v, want b's elements", got)
+	}
+	for _, other := range []*Tensor{
+		MustFromSlice([]float32{1, 2, 3, 4}, 4),          // another shape, same size
+		MustFromSlice([]float64{1, 2, 3, 4}, 2, 2),       // another dtype
+		MustFromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3), // another size
+	} {
+		if err := a.SwapData(other); err == nil {
+			t.Errorf("SwapData of %v%v with %v%v succeeded", a.DType(), a.Shape(), other.DType(), other.Shape())
+		}
+	}
+	if got := a.Float32s(); got[0] != 5 {
+		t.Errorf("a failed swap changed a: %v", got)
+	}
+}

@@ -721,14 +721,16 @@ type stepRecvs struct {
 	waitBuf    [2]string
 }
 
-// Fetch receives key from sendTask (rendezvous.Fetcher).
-func (s *stepRecvs) Fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, error) {
+// Fetch receives key from sendTask (rendezvous.Fetcher). The tensor is
+// the step's own when the peer's client decodes it off the wire
+// (service.FreshReceiver), by RecvTensor or in a batch.
+func (s *stepRecvs) Fetch(ctx context.Context, sendTask, key string) (*tensor.Tensor, bool, error) {
 	if s.w.cfg.Workers == nil {
-		return nil, fmt.Errorf("recv %q from %s: %w", key, sendTask, ErrNoWorkers)
+		return nil, false, fmt.Errorf("recv %q from %s: %w", key, sendTask, ErrNoWorkers)
 	}
 	peer, err := s.w.cfg.Workers.Worker(sendTask)
 	if err != nil {
-		return nil, fmt.Errorf("recv %q from %s: %w", key, sendTask, err)
+		return nil, false, fmt.Errorf("recv %q from %s: %w", key, sendTask, err)
 	}
 	s.mu.Lock()
 	if !slices.Contains(s.waiting, sendTask) {
@@ -760,7 +762,7 @@ func (s *stepRecvs) Fetch(ctx context.Context, sendTask, key string) (*tensor.Te
 		}
 		s.mu.Unlock()
 	}
-	return t, err
+	return t, err == nil && service.ReceivesFresh(peer), err
 }
 
 // waitingFor returns the tasks asked for tensors and not yet answered,

@@ -93,16 +93,29 @@ func partitionRecv(n *graph.Node) (kernel.Kernel, error) {
 func (partitionRecvKernel) MayBlock() bool { return true }
 
 // Compute receives the tensor; it returns when it arrives, the step's
-// context ends or the rendezvous is aborted.
+// context ends or the rendezvous is aborted. A tensor decoded off the
+// wire is the step's own, which a later kernel may overwrite.
 func (k partitionRecvKernel) Compute(c *kernel.Context) error {
 	rv, err := partitionRendezvous(c)
 	if err != nil {
 		return err
 	}
+	if or, ok := rv.(rendezvous.OwnReceiver); ok {
+		t, own, err := or.RecvOwn(c.Ctx, k.key)
+		switch {
+		case err != nil:
+			return c.Wrap(err)
+		case own:
+			c.SetOwnOutput(0, t)
+		default:
+			c.SetOutput(0, t)
+		}
+		return nil
+	}
 	t, err := rv.Recv(c.Ctx, k.key)
 	if err != nil {
 		return c.Wrap(err)
 	}
-	c.Outputs[0] = t
+	c.SetOutput(0, t)
 	return nil
 }

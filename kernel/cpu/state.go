@@ -16,8 +16,9 @@ import (
 
 func init() {
 	// These kernels read their inputs only during Compute (Assign stores a
-	// copy), so the executor may recycle the buffers they read.
-	kernel.Register("Assign", kernel.CPU, kernel.Borrowing(kernel.Simple(stateAssign)))
+	// copy, or takes the storage of an input the step lets it overwrite),
+	// so the executor may recycle the buffers they read.
+	kernel.Register("Assign", kernel.CPU, func(*graph.Node) (kernel.Kernel, error) { return stateAssignKernel{}, nil })
 	kernel.Register("AssignAdd", kernel.CPU, kernel.Borrowing(kernel.Simple(func(c *kernel.Context) error { return stateAssignUpdate(c, 1) })))
 	kernel.Register("AssignSub", kernel.CPU, kernel.Borrowing(kernel.Simple(func(c *kernel.Context) error { return stateAssignUpdate(c, -1) })))
 	kernel.Register("IsVariableInitialized", kernel.CPU, kernel.Simple(func(c *kernel.Context) error {
@@ -81,9 +82,21 @@ func init() {
 	})
 }
 
-// stateAssign replaces the variable's value. Its output is the value input,
-// which now equals the variable but does not alias its storage.
-func stateAssign(c *kernel.Context) error {
+// stateAssignKernel replaces the variable's value. Its output is the new
+// value: the value input, which then equals the variable but does not
+// alias its storage; or, when the input was the step's own to overwrite
+// (a tensor received off the wire, an intermediate result), the
+// variable's buffer itself, shared, the variable having taken the input's
+// storage rather than copy it (kernel.Variable.Exchange).
+type stateAssignKernel struct{}
+
+// BorrowsInputs reports that Assign keeps no input.
+func (stateAssignKernel) BorrowsInputs() bool { return true }
+
+// OverwritesInputs reports that Assign takes an input's storage when it may.
+func (stateAssignKernel) OverwritesInputs() bool { return true }
+
+func (stateAssignKernel) Compute(c *kernel.Context) error {
 	v, t := c.Ref(0), c.Input(1)
 	if t.DType() != v.DType() || !v.Shape().Equal(t.StaticShape()) {
 		return c.Errorf("cannot assign %v%v to variable %q of %v%v", t.DType(), t.StaticShape(), v.Name(), v.DType(), v.Shape())
@@ -91,7 +104,16 @@ func stateAssign(c *kernel.Context) error {
 	if err := c.CheckFedWrite(1, v); err != nil {
 		return err
 	}
-	if err := v.Assign(t); err != nil {
+	if len(c.Overwritable) > 1 && c.Overwritable[1] {
+		value, l, err := v.Exchange(t)
+		if err != nil {
+			return stateWrap(c, err)
+		}
+		if value != nil {
+			c.ShareOutput(0, value, l)
+			return nil
+		}
+	} else if err := v.Assign(t); err != nil {
 		return stateWrap(c, err)
 	}
 	c.SetOutput(0, t)
