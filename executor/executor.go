@@ -331,6 +331,13 @@ type StepOptions struct {
 	// Out, if it has room for the fetches, holds them: they are returned
 	// in Out[:n], which then belongs to the caller as a new slice would.
 	Out []*tensor.Tensor
+	// Owned, if it has room for the fetches, is set to whether each one
+	// is storage that the step made (allocated, copied, or received off
+	// the wire) and that nothing beyond the step holds: the caller may
+	// hand it on without a copy (a worker's response aliases it). Other
+	// fetches may share storage with a feed, or with another task's
+	// tensor in the same process.
+	Owned []bool
 }
 
 // Canceler cancels a context with a cause, as a context.CancelCauseFunc
@@ -387,11 +394,17 @@ func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValue
 		}
 	}
 	out := slices.Grow(opts.Out[:0], len(e.fetches))[:len(e.fetches)]
+	owned := opts.Owned
+	if len(owned) < len(out) {
+		owned = nil
+	}
 	for i, s := range e.fetches {
 		t := r.values[s]
-		switch org := r.origin[s]; {
+		org := r.origin[s]
+		own := org >= 0 // the step's storage, allocated or received, unless a variable's
+		switch {
 		case e.consts[t]:
-			t = t.Clone()
+			t, own = t.Clone(), true
 		case org >= 0 && r.buffers[org].Lease.Valid():
 			// A variable's buffer: the caller gets a copy it may modify,
 			// and the slot is dead now (pinned slots are dropped here, once).
@@ -403,6 +416,9 @@ func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValue
 			r.drop(s)
 		}
 		out[i] = t
+		if owned != nil {
+			owned[i] = own
+		}
 	}
 	r.recycle()
 	return out, nil

@@ -282,7 +282,18 @@ func (s *Session) runRemoteTraced(ctx context.Context, sig graph.Signature, vals
 	}
 	out := make([]*tensor.Tensor, len(fetches))
 	for i, nt := range resp.GetTensors() {
-		if out[i], err = graph.TensorFromProto(nt.GetTensor()); err != nil {
+		// The response is the session's: decoded from the wire, or made
+		// for it by a master in this process, from its workers' fetches,
+		// which they hand on uncopied when their steps made them. A fetch
+		// that is a feed passed back shares storage with the caller's fed
+		// tensor, and is copied.
+		tp := nt.GetTensor()
+		if graph.ContentOverlaps(tp.GetContent(), req.Feeds) {
+			out[i], err = graph.TensorFromProto(tp)
+		} else {
+			out[i], err = graph.TensorViewFromProto(tp)
+		}
+		if err != nil {
 			return nil, nil, fmt.Errorf("session: fetch %s from the master: %w", fetches[i], err)
 		}
 	}

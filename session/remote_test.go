@@ -274,3 +274,48 @@ func TestRemoteStepsReuseNothingOfEachOther(t *testing.T) {
 		})
 	}
 }
+
+// TestFetchedRemoteTensorsAreApart: in a cluster whose tasks share one
+// process, a fetch of a tensor another task sent (here a variable's
+// value, which the sender lends rather than copies) comes back as the
+// caller's own: modifying it changes neither the variable nor a later
+// fetch. A task's response may hand on uncopied only the tensors its step
+// made.
+func TestFetchedRemoteTensorsAreApart(t *testing.T) {
+	ps, wk := "/job:ps/task:0", "/job:worker/task:0"
+	net := workertest.NewCluster(ps, wk)
+	m := master.New(master.Config{Task: wk, Workers: net.From(wk)})
+	s := graph.NewScope()
+	v := ops.NewVariable(s.WithDevice(ps), "v", tensor.Float32, []int{3}, ops.ConstantInit(4))
+	onWorker := s.WithDevice(wk)
+	read := ops.Identity(onWorker, v.Value())
+	twice := ops.Mul(onWorker, v.Value(), ops.Scalar(onWorker, tensor.Float32, 2))
+	init := ops.GlobalVariablesInitializer(s)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := session.New(s.Graph(), session.WithMaster(m, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	ctx := context.Background()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		out, err := sess.Run(ctx, nil, []graph.Output{read, twice}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := out[0].Float32s(); got[0] != 4 || got[2] != 4 {
+			t.Fatalf("round %d: read v = %v, want 4s: a fetch from an earlier round changed it", round, got)
+		}
+		if got := out[1].Float32s(); got[0] != 8 || got[2] != 8 {
+			t.Fatalf("round %d: 2v = %v, want 8s", round, got)
+		}
+		for _, o := range out {
+			o.Float32s()[0] = -100 // the caller's to modify
+		}
+	}
+}

@@ -112,7 +112,7 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 		if s.remote != nil {
 			return s.runRemote(ctx, graph.Signature{Feeds: l.feeds, Fetches: l.fetches, Targets: l.targets}, vals[:len(l.feeds)])
 		}
-		return l.e.Run(ctx, vals[:len(l.feeds)])
+		return runLocal(ctx, l.e, vals[:len(l.feeds)])
 	}
 	sig, vals, err := signature(feeds, fetches, targets)
 	if err != nil {
@@ -131,7 +131,26 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 	if len(sig.Feeds) <= len(lastSig{}.vals) {
 		s.last.Store(newLastSig(sig, e))
 	}
-	return e.Run(ctx, vals)
+	return runLocal(ctx, e, vals)
+}
+
+// runLocal runs a step on e with feeds. A fetch that shares storage with a
+// feed (the feed itself, fetched back, or a view of it) is copied, so that
+// the caller's feeds and fetches are apart, as from a master.
+func runLocal(ctx context.Context, e *executor.Executor, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	out, err := e.Run(ctx, feeds)
+	if err != nil || len(feeds) == 0 {
+		return out, err
+	}
+	for i, t := range out {
+		for _, f := range feeds {
+			if t.SharesStorage(f) {
+				out[i] = t.Clone()
+				break
+			}
+		}
+	}
+	return out, nil
 }
 
 // signature returns the signature of a Run, its feeds sorted by name (map

@@ -102,6 +102,17 @@ func (t *Tensor) RawBytes() []byte {
 	return unsafe.Slice((*byte)(p), n)
 }
 
+// SharesStorage reports whether t and u have elements in the same memory
+// (one is a view of the other, or both of a third).
+func (t *Tensor) SharesStorage(u *Tensor) bool {
+	a, b := t.RawBytes(), u.RawBytes()
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
 // FromRawBytes builds a tensor of type dt and shape from little-endian element
 // bytes, copying them. len(raw) must be exactly the size of the tensor.
 func FromRawBytes(dt DType, shape []int, raw []byte) (*Tensor, error) {

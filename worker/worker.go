@@ -505,7 +505,7 @@ func (w *Worker) RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp
 	}
 	ss := w.newStepState(stepID, st)
 	defer w.endStep(ss, ctx)
-	opts := executor.StepOptions{Out: ss.out[:0]}
+	opts := executor.StepOptions{Out: ss.out[:0], Owned: ss.owned[:]}
 	if st != nil {
 		opts.Trace = &st.exec
 	}
@@ -533,7 +533,7 @@ func (w *Worker) RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp
 		}
 		return fail(err)
 	}
-	setFetches(resp, req.GetFetches(), out)
+	setFetches(resp, req.GetFetches(), out, opts.Owned)
 	if st != nil {
 		resp.StepStats = st.stats(w.cfg.Task)
 	}
@@ -541,16 +541,29 @@ func (w *Worker) RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp
 }
 
 // setFetches resets resp to the fetches out, named names, in the entries
-// of its Fetches where it has some.
-func setFetches(resp *pb.RunGraphResponse, names []string, out []*tensor.Tensor) {
+// of its Fetches where it has some. A fetch that the step owned (owned[i],
+// when owned has room for every fetch: executor.StepOptions) goes out as it is, the response's content
+// aliasing it: the step made it, and no one else holds it. The others are
+// copied: they may be a feed, the caller's, or a tensor of another task
+// in this process.
+func setFetches(resp *pb.RunGraphResponse, names []string, out []*tensor.Tensor, owned []bool) {
 	fetches := resp.Fetches
 	resp.Reset()
 	fetches = slices.Grow(fetches[:0], len(out))[:len(out)]
+	if len(owned) < len(out) {
+		owned = nil // not filled in
+	}
 	for i, t := range out {
 		if fetches[i] == nil {
 			fetches[i] = new(pb.NamedTensor)
 		}
-		fetches[i].Name, fetches[i].Tensor = names[i], graph.TensorToProto(t)
+		var tp *pb.TensorProto
+		if owned != nil && owned[i] {
+			tp = graph.TensorToProtoView(t)
+		} else {
+			tp = graph.TensorToProto(t)
+		}
+		fetches[i].Name, fetches[i].Tensor = names[i], tp
 	}
 	resp.Fetches = fetches
 }
@@ -565,6 +578,7 @@ type stepState struct {
 	router  rendezvous.Router
 	step    kernel.Step
 	out     [fewFetches]*tensor.Tensor // the executor's fetches, for a few
+	owned   [fewFetches]bool           // which of them the step owned
 
 	// refs counts who may still touch the state: RunGraph, and each
 	// batch's goroutine until its ask returns. The last to drop one puts

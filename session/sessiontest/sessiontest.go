@@ -96,6 +96,39 @@ func Test(t *testing.T, open Open) {
 			}
 		}
 	})
+	t.Run("fetches are the caller's", func(t *testing.T) {
+		// Whatever a fetch is (a feed passed back, a view of one, a
+		// result, a variable, a constant), the caller may modify it
+		// without changing a feed, the graph's state or another fetch.
+		s := graph.NewScope()
+		x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(2))
+		w := ops.NewVariable(s, "fetched_w", tensor.Float32, []int{2}, ops.ConstantInit(5))
+		c := ops.Const(s, []float32{7, 8})
+		sq := ops.Square(s, x)
+		fetches := []graph.Output{x, ops.Identity(s, x), sq, ops.Identity(s, w.Value()), w.Value(), c}
+		sess := openGraph(t, open, s)
+		run(t, sess, nil, nil, []*graph.Node{ops.GlobalVariablesInitializer(s)})
+		want := [][]float32{{2, 3}, {2, 3}, {4, 9}, {5, 5}, {5, 5}, {7, 8}}
+		for round := range 2 {
+			xv := tensor.MustFromSlice([]float32{2, 3}, 2)
+			out := run(t, sess, map[graph.Output]*tensor.Tensor{x: xv}, fetches, nil)
+			for i, o := range out {
+				if got := o.Float32s(); got[0] != want[i][0] || got[1] != want[i][1] {
+					t.Errorf("round %d: fetch %s = %v, want %v", round, fetches[i], got, want[i])
+				}
+			}
+			xv.Float32s()[0] = -1 // the caller's feed, changed after the run
+			if got := out[0].Float32s()[0]; got != 2 {
+				t.Errorf("round %d: a fetched feed changed with the fed tensor: %v", round, got)
+			}
+			for _, o := range out {
+				o.Float32s()[1] = -100
+			}
+			if got := xv.Float32s()[1]; got != 3 {
+				t.Errorf("round %d: the fed tensor changed with a fetch: %v", round, got)
+			}
+		}
+	})
 	t.Run("bad feeds name the node", func(t *testing.T) {
 		s := graph.NewScope()
 		x := ops.Placeholder(s, "input_x", tensor.Float32, tensor.MakeShape(-1, 2))
