@@ -53,6 +53,14 @@
 // fetched one is copied for the caller when the step ends, and then handed
 // back. A failed step hands back nothing, which is safe.
 //
+// A kernel.InputOverwriter (Assign) learns which of its inputs it may
+// overwrite: those that are the step's own buffer (allocated in the step,
+// or received off the wire: kernel.Context.SetOwnOutput), not a view,
+// viewed by no other slot, escaping nowhere, and read by no later node.
+// An Assign then swaps storage with its variable instead of copying into
+// it (kernel.Variable.Exchange), and the recycled intermediate holds the
+// variable's old storage for the next step.
+//
 // The first error aborts the step: no further node starts, the context
 // handed to kernels is cancelled (so blocking kernels return), and Run
 // returns that error, which names the node and op. A kernel panic is
@@ -80,6 +88,8 @@
 // An Executor is immutable after New and safe for concurrent Run calls; each
 // Run has its own state. Feeds are only read. Fetches belong to the caller:
 // a fetched Const value is cloned (the graph keeps the original); other
-// tensors are produced for this step only. Stats reports cumulative counters
-// for tests and benchmarks.
+// tensors are produced for this step only, but a fetched feed, or a view
+// of one, is the feed itself. StepOptions.Owned tells which fetches are
+// storage of the step's own, which a worker hands on without a copy.
+// Stats reports cumulative counters for tests and benchmarks.
 package executor
