@@ -401,13 +401,16 @@ func (e *Executor) RunStepWith(ctx context.Context, step *kernel.Step, feedValue
 	for i, s := range e.fetches {
 		t := r.values[s]
 		org := r.origin[s]
-		own := org >= 0 // the step's storage, allocated or received, unless a variable's
+		// The step's storage, allocated or received, unless a variable's
+		// (copied below) or one that a stateful kernel keeps.
+		own := org >= 0 && !r.held[org].Load()
 		switch {
 		case e.consts[t]:
 			t, own = t.Clone(), true
 		case org >= 0 && r.buffers[org].Lease.Valid():
 			// A variable's buffer: the caller gets a copy it may modify,
 			// and the slot is dead now (pinned slots are dropped here, once).
+			own = true
 			if j := slices.Index(e.fetches[:i], s); j >= 0 {
 				t = out[j]
 				break
@@ -466,10 +469,12 @@ type run struct {
 	// a forwarded or reshaped input), -1 for tensors the step does not own
 	// (feeds, constants, tensors received from the same process).
 	// escaped[s] marks a buffer that may outlive the step and must not be
-	// recycled; viewed[s], a buffer that another slot aliases.
+	// recycled; held[s], one that a stateful kernel may keep (not only a
+	// fetch); viewed[s], one that another slot aliases.
 	buffers []kernel.OutputBuffer
 	origin  []int32
 	escaped []atomic.Bool
+	held    []atomic.Bool
 	viewed  []atomic.Bool
 	// alive[s], for a slot s holding a variable's shared buffer (a Lease
 	// in buffers[s]), counts the live slots whose origin is s; the lease is
@@ -507,6 +512,7 @@ func (e *Executor) newRun(ctx context.Context, step *kernel.Step, feeds []*tenso
 			buffers:  make([]kernel.OutputBuffer, e.numSlots),
 			origin:   make([]int32, e.numSlots),
 			escaped:  make([]atomic.Bool, e.numSlots),
+			held:     make([]atomic.Bool, e.numSlots),
 			viewed:   make([]atomic.Bool, e.numSlots),
 			alive:    make([]atomic.Int32, e.numSlots),
 			finished: make(chan struct{}, 1),
@@ -585,6 +591,7 @@ func (r *run) reset() {
 	clear(r.buffers)
 	for i := range r.escaped {
 		r.escaped[i].Store(false)
+		r.held[i].Store(false)
 		r.viewed[i].Store(false)
 		r.alive[i].Store(0)
 	}
@@ -1006,6 +1013,9 @@ func (r *run) track(en *execNode, c *kernel.Context) {
 		shared := org >= 0 && r.buffers[org].Lease.Valid()
 		if shared && e.kept[s] || !shared && org >= 0 && e.escapes[s] {
 			r.escaped[org].Store(true)
+		}
+		if org >= 0 && e.kept[s] {
+			r.held[org].Store(true)
 		}
 		if shared {
 			// Counted before the slot's producer releases its inputs, so

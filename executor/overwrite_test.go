@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/distflow/distflow/executor"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/ops"
@@ -204,6 +205,39 @@ func TestAssignTakesAReceivedTensor(t *testing.T) {
 			t.Error("not own: the variable took the received tensor's storage")
 		case !own && (!tensor.Equal(rv.t, f32(3, 3, 3, 3)) || &rv.t.Float32s()[0] != sent):
 			t.Errorf("not own: the sender's tensor changed: %v", rv.t)
+		}
+	}
+}
+
+// TestOwnedFetches checks which fetches the executor reports as storage
+// of the step's own (StepOptions.Owned), which a worker hands on without
+// a copy: results it allocated, and the copies it makes of constants and
+// variables; not a feed or a view of one, nor a result that a stateful
+// kernel keeps.
+func TestOwnedFetches(t *testing.T) {
+	g, res := newShareGraph(t)
+	s := g.s
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(4))
+	sq := ops.Square(s, x)
+	keptSq := ops.Square(s, x)
+	keep := s.AddNode("ExecKeep", "keep_owned", []graph.Output{ops.Identity(s, keptSq)}, nil)
+	c := ops.Const(s, []float32{1, 2, 3, 4})
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	fetches := []graph.Output{sq, x, ops.Identity(s, x), keptSq, c, g.read, g.alias}
+	want := []bool{true, false, false, false, true, true, true}
+	e := mustNew(t, s.Graph(), []graph.Output{x}, fetches, []*graph.Node{keep}, res)
+	owned := make([]bool, len(fetches))
+	for i := range owned {
+		owned[i] = !want[i] // each must be set
+	}
+	if _, err := e.RunStepWith(context.Background(), nil, []*tensor.Tensor{f32(1, 2, 3, 4)}, executor.StepOptions{Owned: owned}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range fetches {
+		if owned[i] != want[i] {
+			t.Errorf("fetch %s: owned %v, want %v", fetches[i], owned[i], want[i])
 		}
 	}
 }

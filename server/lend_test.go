@@ -1,11 +1,13 @@
 package server_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
@@ -18,11 +20,7 @@ import (
 // a copy (which a share kept for good forced at every update); and the
 // value the worker received stays the one it read.
 func TestSentVariableIsUpdatedInPlace(t *testing.T) {
-	tc := newTestCluster(t, map[string]int{"ps": 1, "worker": 1})
-	ps := tc.start(t, "ps", 0, nil)
-	w := tc.start(t, "worker", 0, nil)
 	ctx := ctxTimeout(t, 60*time.Second)
-
 	const n = 1 << 16
 	s := graph.NewScope()
 	onPS := s.WithDevice("/job:ps/task:0")
@@ -33,22 +31,7 @@ func TestSentVariableIsUpdatedInPlace(t *testing.T) {
 	}
 	inc := ops.AssignAdd(onPS, v.Value(), ops.Const(onPS, tensor.MustFromSlice(ones, n)))
 	read := ops.Mul(s.WithDevice("/job:worker/task:0"), v.Value(), ops.Scalar(s, tensor.Float32, 1))
-	init := ops.GlobalVariablesInitializer(s)
-	if err := s.Err(); err != nil {
-		t.Fatal(err)
-	}
-	sess, err := session.Open(ctx, w.Target(), s.Graph())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
-	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
-		t.Fatal(err)
-	}
-	variable, ok := ps.Worker().(*worker.Worker).Resources().Lookup("v")
-	if !ok {
-		t.Fatal("no variable v on the ps")
-	}
+	sess, variable := sessionWithPSVariable(t, ctx, s)
 	buffer := func() *tensor.Tensor {
 		b, l, err := variable.Share()
 		if err != nil {
@@ -94,33 +77,14 @@ func TestSentVariableIsUpdatedInPlace(t *testing.T) {
 // the storage the tensor was received into over the tensor channel, the
 // step's own, instead of copying it; the values stay right.
 func TestPushedValueIsTaken(t *testing.T) {
-	tc := newTestCluster(t, map[string]int{"ps": 1, "worker": 1})
-	ps := tc.start(t, "ps", 0, nil)
-	w := tc.start(t, "worker", 0, nil)
 	ctx := ctxTimeout(t, 60*time.Second)
-
 	const n = 1 << 12
 	s := graph.NewScope()
 	onPS, onWorker := s.WithDevice("/job:ps/task:0"), s.WithDevice("/job:worker/task:0")
 	v := ops.NewVariable(onPS, "v", tensor.Float32, []int{n}, ops.ZerosInit())
 	x := ops.Placeholder(onWorker, "x", tensor.Float32, tensor.MakeShape(n))
 	push := ops.Assign(onPS, v.Value(), ops.Mul(onWorker, x, ops.Scalar(onWorker, tensor.Float32, 2)))
-	init := ops.GlobalVariablesInitializer(s)
-	if err := s.Err(); err != nil {
-		t.Fatal(err)
-	}
-	sess, err := session.Open(ctx, w.Target(), s.Graph())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
-	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
-		t.Fatal(err)
-	}
-	variable, ok := ps.Worker().(*worker.Worker).Resources().Lookup("v")
-	if !ok {
-		t.Fatal("no variable v on the ps")
-	}
+	sess, variable := sessionWithPSVariable(t, ctx, s)
 	storage := func() *float32 {
 		b, l, err := variable.Share()
 		if err != nil {
@@ -151,4 +115,31 @@ func TestPushedValueIsTaken(t *testing.T) {
 			t.Errorf("push %d: v = %v..., want all %d", step, vals[:4], 2*step)
 		}
 	}
+}
+
+// sessionWithPSVariable starts a cluster of a ps and a worker, opens a
+// session of s's graph on the worker, runs its variables' initializers,
+// and returns the session and the ps's variable "v".
+func sessionWithPSVariable(t *testing.T, ctx context.Context, s *graph.Scope) (*session.Session, *kernel.Variable) {
+	t.Helper()
+	init := ops.GlobalVariablesInitializer(s)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	tc := newTestCluster(t, map[string]int{"ps": 1, "worker": 1})
+	ps := tc.start(t, "ps", 0, nil)
+	w := tc.start(t, "worker", 0, nil)
+	sess, err := session.Open(ctx, w.Target(), s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+		t.Fatal(err)
+	}
+	variable, ok := ps.Worker().(*worker.Worker).Resources().Lookup("v")
+	if !ok {
+		t.Fatal("no variable v on the ps")
+	}
+	return sess, variable
 }
