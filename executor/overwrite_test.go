@@ -147,6 +147,21 @@ func TestAssignLeavesWhatOthersRead(t *testing.T) {
 			t.Error("the variable took a fed tensor's storage")
 		}
 	})
+	t.Run("a constant", func(t *testing.T) {
+		d, res := newDoubling(t)
+		nine := ops.Assign(d.s, d.w, ops.Const(d.s, []float32{9, 9, 9, 9})).Node
+		if err := d.s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		assign := mustNew(t, d.s.Graph(), nil, nil, []*graph.Node{nine}, res)
+		double := mustNew(t, d.s.Graph(), nil, nil, []*graph.Node{d.double}, res)
+		for range 2 {
+			run(t, assign)
+			checkW(t, res, 9)
+			run(t, double)
+			checkW(t, res, 18)
+		}
+	})
 	t.Run("variable shared", func(t *testing.T) {
 		d, res := newDoubling(t)
 		// The fetched read keeps a share of w's buffer: the Assign must
