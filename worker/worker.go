@@ -506,6 +506,9 @@ func (w *Worker) RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp
 	ss := w.newStepState(stepID, st)
 	defer w.endStep(ss, ctx)
 	opts := executor.StepOptions{Out: ss.out[:0], Owned: ss.owned[:]}
+	if n := len(req.GetFetches()); n > len(opts.Owned) {
+		opts.Owned = make([]bool, n) // as Out grows
+	}
 	if st != nil {
 		opts.Trace = &st.exec
 	}
