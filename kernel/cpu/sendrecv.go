@@ -6,6 +6,7 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/rendezvous"
+	"github.com/distflow/distflow/tensor"
 )
 
 // The kernels of Send and Recv (op/sendrecv.go): they move tensors between
@@ -100,22 +101,20 @@ func (k partitionRecvKernel) Compute(c *kernel.Context) error {
 	if err != nil {
 		return err
 	}
+	var t *tensor.Tensor
+	own := false
 	if or, ok := rv.(rendezvous.OwnReceiver); ok {
-		t, own, err := or.RecvOwn(c.Ctx, k.key)
-		switch {
-		case err != nil:
-			return c.Wrap(err)
-		case own:
-			c.SetOwnOutput(0, t)
-		default:
-			c.SetOutput(0, t)
-		}
-		return nil
+		t, own, err = or.RecvOwn(c.Ctx, k.key)
+	} else {
+		t, err = rv.Recv(c.Ctx, k.key)
 	}
-	t, err := rv.Recv(c.Ctx, k.key)
-	if err != nil {
+	switch {
+	case err != nil:
 		return c.Wrap(err)
+	case own:
+		c.SetOwnOutput(0, t)
+	default:
+		c.SetOutput(0, t)
 	}
-	c.SetOutput(0, t)
 	return nil
 }
