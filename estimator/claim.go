@@ -26,7 +26,12 @@ import (
 // with it the batch it was training and the one it had claimed for its
 // next step (2 batches at most); a ps restored from a checkpoint rewinds
 // the cursor with the model, and the batch each replica holds is then read
-// again later. The cursor is saved in checkpoints with the model.
+// again later. The cursor is saved in checkpoints with the model. In
+// synchronous training a step claims once its round is over: every
+// replica's first batch is claimed before any second one, so round k of n
+// replicas trains the batches k*n to k*n+n-1, whatever the replicas'
+// timing, and a run is repeated exactly by another with the same seed (a
+// killed replica takes only the batch it was training).
 //
 // With all-reduce and averaging, the same permutations are read without
 // communication: at each step the members of the ring's current view
@@ -72,8 +77,10 @@ type claimer struct {
 	// towers is how many towers read one block each per step (in-graph
 	// replication; 1 otherwise): tower i reads the i-th of a claim.
 	towers int64
-	// op adds block to the cursor and returns its new value.
-	op graph.Output
+	// op adds block to the cursor and returns its new value, fetched with
+	// each step (in a synchronous step, once its round is over); first
+	// does the same in a step of its own, for a replica's first claim.
+	op, first graph.Output
 	// run claims a block in a step of its own; nil until the session is
 	// ready (the batch read before, to learn the input's shapes, is not
 	// trained: it claims nothing).
@@ -122,10 +129,19 @@ func (c *claimer) forTower(i int) data.ClaimFunc {
 // span is how far one claim moves the cursor: a block per tower.
 func (c *claimer) span() int64 { return c.block * max(c.towers, 1) }
 
-// build adds the cursor (on a ps, by the device function) and the claim.
-func (c *claimer) build(s *graph.Scope) {
+// build adds the cursor, beside the global step, and the claim, which
+// runs after the node after when it is set (the end of a synchronous
+// round: so that each round's claims follow the last round's, and every
+// round trains the same batches in every run).
+func (c *claimer) build(s *graph.Scope, globalStep *ops.Variable, after *graph.Node) {
+	s = graph.NewScopeWithGraph(s.Graph()).WithDevice(globalStep.Node().Device())
 	cursor := ops.NewVariable(s.SubScope("input"), "cursor", tensor.Int64, nil, ops.ZerosInit(), ops.NotTrainable())
-	c.op = ops.AssignAdd(s, cursor.Value(), ops.Scalar(s, tensor.Int64, float64(c.span())))
+	span := ops.Scalar(s, tensor.Int64, float64(c.span()))
+	c.first = ops.AssignAdd(s, cursor.Value(), span)
+	c.op = c.first
+	if after != nil {
+		c.op = ops.AssignAdd(s.WithControlDependencies(after), cursor.Value(), span)
+	}
 }
 
 // stepped records the claim fetched with a step that succeeded (the new

@@ -107,9 +107,6 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		return nil, fmt.Errorf("estimator: the model function created no trainable variable")
 	}
 	globalStep := train.CreateGlobalStep(s)
-	if claims != nil {
-		claims.build(s)
-	}
 	opt := towers[0].spec.Optimizer
 	if err := train.ScheduleOverRun(opt, r.stop.steps(ins[0].first[0].Shape()[0], cfg.Strategy.batchesPerStep(r.numReplicas()))); err != nil {
 		return nil, err
@@ -134,6 +131,13 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("estimator: building the update: %w", err)
+	}
+	if claims != nil {
+		var after *graph.Node
+		if plan.claimAfter != nil {
+			after = plan.claimAfter()
+		}
+		claims.build(s, globalStep, after)
 	}
 	markHalfPulls(s.Graph(), modelFrom, cfg.PullCompression)
 
@@ -274,7 +278,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			defer claims.trained.Close()
 		}
 		claims.run = func(ctx context.Context) (int64, error) {
-			out, err := sess.Run(ctx, nil, []graph.Output{claims.op}, nil)
+			out, err := sess.Run(ctx, nil, []graph.Output{claims.first}, nil)
 			if err != nil {
 				return 0, err
 			}

@@ -126,6 +126,7 @@ func (s Sync) train(ctx context.Context, r *replica) (*Result, error) {
 			c.opt.SetReplica(r.index) // a token queue of its own
 			return c.opt
 		},
+		claimAfter:  func() *graph.Node { return c.opt.RoundEnd() },
 		coordinator: c,
 	})
 }
@@ -201,6 +202,11 @@ type psPlan struct {
 	optimizer func(train.Optimizer) train.Optimizer
 	// build, if set, adds the plan's own nodes to the graph.
 	build func(s *graph.Scope)
+	// claimAfter, if set, returns (once the update is built) the node
+	// after which a step claims its replica's next batch: the end of the
+	// step's round, so that every round trains the same batches, whatever
+	// the replicas' timing (see InputContext.Examples).
+	claimAfter func() *graph.Node
 	// coordinator, if set, coordinates the replicas around the steps.
 	coordinator coordinator
 }

@@ -109,6 +109,7 @@ type SyncReplicasOptimizer struct {
 	localInits                []*graph.Node
 	localInit                 *graph.Node // Group of localInits, built by LocalStepInit
 	localInitN                int         // len(localInits) when localInit was built
+	roundEnd                  *graph.Node // of the last replica built: see RoundEnd
 
 	aggregations atomic.Int64
 
@@ -353,8 +354,17 @@ func (o *SyncReplicasOptimizer) buildReplica(s *graph.Scope, gvs []GradVar) (*gr
 		return nil, fmt.Errorf("train: sync replicas: replica step: %w", err)
 	}
 	o.localInits = append(o.localInits, init)
+	o.roundEnd = fresh.Node
 	return step, nil
 }
+
+// RoundEnd returns, after ApplyGradients built a replica's step, the node
+// of that step that runs once the replica's round is over (its token
+// taken, the round's update applied), on the global step's device; nil
+// before. What a replica's step does after it (a control dependency)
+// happens in the same order in every run: after the round, before the
+// next one.
+func (o *SyncReplicasOptimizer) RoundEnd() *graph.Node { return o.roundEnd }
 
 // LocalStepInit returns the node that sets the local step of every replica
 // built on the current graph to the global step. Every worker runs it once

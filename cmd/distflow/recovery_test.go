@@ -401,6 +401,51 @@ func TestRingReformsNeitherSkipsNorDoubles(t *testing.T) {
 	}
 }
 
+// TestSyncRoundsTrainTheSameBatches: in synchronous training each replica
+// claims its next batch once its round is over, so round k trains the
+// batches k*n to k*n+n-1 of the n replicas whatever their timing (a
+// replica that starts late cannot take a batch of an earlier round), and
+// two runs with the same seed are the same run.
+func TestSyncRoundsTrainTheSameBatches(t *testing.T) {
+	log := t.TempDir() + "/trained"
+	cmd := exec.Command(binary, "train", "--model", "mlp", "--data", "embedded", "--steps", "60", "--local-cluster", "ps=1,worker=2",
+		"--sync", "--log-every", "50")
+	cmd.Env = append(os.Environ(), "DISTFLOW_TRAINED_BLOCKS="+log)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the run failed: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTask := map[string][]int{} // each replica's blocks, in the order trained
+	size := 0
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			t.Fatalf("trained blocks: bad line %q", l)
+		}
+		size = atoi(f[2])
+		byTask[f[0]] = append(byTask[f[0]], atoi(f[1])/size)
+	}
+	if len(byTask) != 2 {
+		t.Fatalf("blocks trained by %d replicas, want 2: %v", len(byTask), byTask)
+	}
+	var a, c []int
+	for _, blocks := range byTask {
+		if a == nil {
+			a = blocks
+		} else {
+			c = blocks
+		}
+	}
+	for k := range min(len(a), len(c)) {
+		if got := []int{min(a[k], c[k]), max(a[k], c[k])}; got[0] != 2*k || got[1] != 2*k+1 {
+			t.Errorf("round %d trained blocks %v, want [%d %d]", k, got, 2*k, 2*k+1)
+		}
+	}
+}
+
 // TestInGraphClaimsEachBatchOnce: with in-graph replication the chief
 // claims a batch per tower with each step: every batch is trained once,
 // and only the last claim (one batch per tower) is left untrained.
