@@ -30,8 +30,9 @@ import (
 // synchronous training a step claims once its round is over: every
 // replica's first batch is claimed before any second one, so round k of n
 // replicas trains the batches k*n to k*n+n-1, whatever the replicas'
-// timing, and a run is repeated exactly by another with the same seed (a
-// killed replica takes only the batch it was training).
+// timing, and another run with the same seed repeats it (bit for bit with
+// two replicas, whose sums do not depend on the order the gradients
+// arrive in); a killed replica takes only the batch it was training.
 //
 // With all-reduce and averaging, the same permutations are read without
 // communication: at each step the members of the ring's current view
