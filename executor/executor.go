@@ -1067,12 +1067,10 @@ func (r *run) leaseInputs(en *execNode, dst []kernel.Lease) []kernel.Lease {
 // reader releases its inputs after its track.
 func (r *run) overwritable(en *execNode, dst []bool) []bool {
 	for _, s := range en.inSlots {
-		ok := s >= 0 && r.origin[s] == s && atomic.LoadInt32(&r.refs[s]) == 1 &&
-			!r.viewed[s].Load() && !r.escaped[s].Load()
-		if ok {
-			b := &r.buffers[s]
-			ok = (b.Allocated != nil || b.Own) && !b.Lease.Valid()
-		}
+		// A slot is its own origin when its buffer is allocated, received
+		// or a variable's (a lease): the last is the variable's to write.
+		ok := s >= 0 && r.origin[s] == s && !r.buffers[s].Lease.Valid() &&
+			atomic.LoadInt32(&r.refs[s]) == 1 && !r.viewed[s].Load() && !r.escaped[s].Load()
 		dst = append(dst, ok)
 	}
 	return dst
@@ -1081,28 +1079,12 @@ func (r *run) overwritable(en *execNode, dst []bool) []bool {
 // dataRange returns the addresses spanned by t's elements; lo == hi when it
 // has none.
 func dataRange(t *tensor.Tensor) (lo, hi uintptr) {
-	var p unsafe.Pointer
-	var n uintptr
-	switch d := t.Data().(type) {
-	case []float32:
-		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*4
-	case []float64:
-		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*8
-	case []int32:
-		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*4
-	case []int64:
-		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*8
-	case []bool:
-		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))
-	case []uint8:
-		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))
-	case []uint16: // Float16, BFloat16
-		p, n = unsafe.Pointer(unsafe.SliceData(d)), uintptr(len(d))*2
-	}
-	if n == 0 {
+	b := t.RawBytes()
+	if len(b) == 0 {
 		return 0, 0
 	}
-	return uintptr(p), uintptr(p) + n
+	lo = uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return lo, lo + uintptr(len(b))
 }
 
 func overlaps(lo, hi uintptr, t *tensor.Tensor) bool {

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 
@@ -198,11 +197,8 @@ func ShapeFromProto(sp *pb.ShapeProto) tensor.Shape {
 
 // TensorToProto converts a tensor; content aliases nothing (it is a copy).
 func TensorToProto(t *tensor.Tensor) *pb.TensorProto {
-	tp := &pb.TensorProto{Dtype: pb.DataType(t.DType()), Dims: make([]int64, t.Rank())}
-	for i, d := range t.Shape() {
-		tp.Dims[i] = int64(d)
-	}
-	tp.Content = append([]byte(nil), t.RawBytes()...)
+	tp := TensorToProtoView(t)
+	tp.Content = append([]byte(nil), tp.Content...)
 	return tp
 }
 
@@ -216,25 +212,6 @@ func TensorToProtoView(t *tensor.Tensor) *pb.TensorProto {
 	}
 	tp.Content = t.RawBytes()
 	return tp
-}
-
-// ContentOverlaps reports whether b shares memory with the content of one
-// of the tensors named: whether a tensor built as a view of b would alias
-// one of them (a fed tensor passed back as a fetch).
-func ContentOverlaps(b []byte, named []*pb.NamedTensor) bool {
-	if len(b) == 0 {
-		return false
-	}
-	lo, hi := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))+uintptr(len(b))
-	for _, nt := range named {
-		if c := nt.GetTensor().GetContent(); len(c) > 0 {
-			clo := uintptr(unsafe.Pointer(unsafe.SliceData(c)))
-			if clo < hi && lo < clo+uintptr(len(c)) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // TensorFromProto converts back, validating dtype and size.

@@ -280,23 +280,17 @@ func (s *Session) runRemoteTraced(ctx context.Context, sig graph.Signature, vals
 	if len(resp.GetTensors()) != len(fetches) {
 		return nil, nil, fmt.Errorf("session: the master returned %d tensors for %d fetches", len(resp.GetTensors()), len(fetches))
 	}
+	// The response is the session's: decoded from the wire, or made for
+	// it by a master in this process from its workers' fetches, which
+	// they hand on uncopied when their steps made them. The fetches view
+	// it; one that is a feed passed back is copied (apartFromFeeds).
 	out := make([]*tensor.Tensor, len(fetches))
 	for i, nt := range resp.GetTensors() {
-		// The response is the session's: decoded from the wire, or made
-		// for it by a master in this process, from its workers' fetches,
-		// which they hand on uncopied when their steps made them. A fetch
-		// that is a feed passed back shares storage with the caller's fed
-		// tensor, and is copied.
-		tp := nt.GetTensor()
-		if graph.ContentOverlaps(tp.GetContent(), req.Feeds) {
-			out[i], err = graph.TensorFromProto(tp)
-		} else {
-			out[i], err = graph.TensorViewFromProto(tp)
-		}
-		if err != nil {
+		if out[i], err = graph.TensorViewFromProto(nt.GetTensor()); err != nil {
 			return nil, nil, fmt.Errorf("session: fetch %s from the master: %w", fetches[i], err)
 		}
 	}
+	apartFromFeeds(out, vals)
 	if !traced {
 		return out, nil, nil
 	}

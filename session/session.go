@@ -134,14 +134,20 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 	return runLocal(ctx, e, vals)
 }
 
-// runLocal runs a step on e with feeds. A fetch that shares storage with a
-// feed (the feed itself, fetched back, or a view of it) is copied, so that
-// the caller's feeds and fetches are apart, as from a master.
+// runLocal runs a step on e with feeds, its fetches apart from the feeds.
 func runLocal(ctx context.Context, e *executor.Executor, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	out, err := e.Run(ctx, feeds)
-	if err != nil || len(feeds) == 0 {
-		return out, err
+	if err != nil {
+		return nil, err
 	}
+	apartFromFeeds(out, feeds)
+	return out, nil
+}
+
+// apartFromFeeds copies each fetch that shares storage with a feed (the
+// feed itself, fetched back, or a view of it), so that the caller's
+// feeds and fetches are apart on every back end.
+func apartFromFeeds(out, feeds []*tensor.Tensor) {
 	for i, t := range out {
 		for _, f := range feeds {
 			if t.SharesStorage(f) {
@@ -150,7 +156,6 @@ func runLocal(ctx context.Context, e *executor.Executor, feeds []*tensor.Tensor)
 			}
 		}
 	}
-	return out, nil
 }
 
 // signature returns the signature of a Run, its feeds sorted by name (map

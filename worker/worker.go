@@ -545,10 +545,10 @@ func (w *Worker) RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp
 
 // setFetches resets resp to the fetches out, named names, in the entries
 // of its Fetches where it has some. A fetch that the step owned (owned[i],
-// when owned has room for every fetch: executor.StepOptions) goes out as it is, the response's content
-// aliasing it: the step made it, and no one else holds it. The others are
-// copied: they may be a feed, the caller's, or a tensor of another task
-// in this process.
+// when owned has room for every fetch: executor.StepOptions) goes out as
+// it is, the response's content aliasing it: the step made it, and no one
+// else holds it. The others are copied: they may be a feed, the
+// caller's, or a tensor of another task in this process.
 func setFetches(resp *pb.RunGraphResponse, names []string, out []*tensor.Tensor, owned []bool) {
 	fetches := resp.Fetches
 	resp.Reset()
