@@ -59,14 +59,19 @@ func Minimize(s *graph.Scope, opt Optimizer, loss graph.Output, globalStep *ops.
 func NewOptimizer(name string, lr float32) (Optimizer, error) {
 	mk, ok := optimizers[strings.ToLower(strings.TrimSpace(name))]
 	if !ok {
-		names := make([]string, 0, len(optimizers))
-		for n := range optimizers {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return nil, fmt.Errorf("train: unknown optimizer %q: want one of %s", name, strings.Join(names, ", "))
+		return nil, fmt.Errorf("train: unknown optimizer %q: want one of %s", name, strings.Join(OptimizerNames(), ", "))
 	}
 	return mk(lr), nil
+}
+
+// OptimizerNames returns the names NewOptimizer takes, sorted.
+func OptimizerNames() []string {
+	names := make([]string, 0, len(optimizers))
+	for n := range optimizers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 var optimizers = map[string]func(lr float32) Optimizer{

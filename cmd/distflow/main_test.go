@@ -13,6 +13,7 @@ import (
 
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/summary"
+	"github.com/distflow/distflow/train"
 )
 
 // binary is the distflow command built once for the tests: they run it as a
@@ -117,6 +118,39 @@ func TestTrainFullFashionMNIST(t *testing.T) {
 			t.Errorf("%s after %s epochs: test accuracy %.4f, want >= %.2f", c.model, c.epochs, acc, c.want)
 		}
 		t.Logf("%s: %v", c.model, strings.TrimSpace(stdout))
+	}
+}
+
+// TestOptimizerLearningRates trains the mlp with each adaptive optimizer
+// and no --lr: each gets a rate of its own (at SGD's 0.5 they diverge).
+func TestOptimizerLearningRates(t *testing.T) {
+	for _, opt := range []string{"Adam", "rmsprop"} {
+		stdout, stderr, err := run(t, "train", "--model", "mlp", "--data", "embedded", "--epochs", "5", "--optimizer", opt, "--json", "--quiet")
+		if err != nil {
+			t.Fatalf("--optimizer %s: %v\n%s", opt, err, stderr)
+		}
+		res := lastJSON(t, stdout)
+		if lr, want := res["learning_rate"].(float64), defaultLRs["mlp"][strings.ToLower(opt)]; lr != want {
+			t.Errorf("--optimizer %s: learning rate %v, want %v", opt, lr, want)
+		}
+		if acc := res["test_accuracy"].(float64); acc < 0.78 {
+			t.Errorf("--optimizer %s: test accuracy %.4f after 5 epochs, want >= 0.78", opt, acc)
+		}
+	}
+}
+
+// TestEveryOptimizerHasARate: a model without a rate for an optimizer
+// would train at 0.
+func TestEveryOptimizerHasARate(t *testing.T) {
+	for model, d := range modelDefaults {
+		for _, opt := range train.OptimizerNames() {
+			if lr := defaultLRs[model][opt]; !(lr > 0) {
+				t.Errorf("%s with %s: no default learning rate", model, opt)
+			}
+		}
+		if _, ok := defaultLRs[model][d.optimizer]; !ok {
+			t.Errorf("%s: its optimizer %q has no rate", model, d.optimizer)
+		}
 	}
 }
 

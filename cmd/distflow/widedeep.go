@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/models"
 )
@@ -20,7 +21,7 @@ import (
 // wideDeepDefaults train to within 0.01 of the planted AUC: 3000
 // updates of 512 examples (asynchronous), 1500 of 2x512 with --sync (see
 // wideDeepSteps).
-var wideDeepDefaults = trainFlags{steps: 3000, batch: 512, lr: 1, optimizer: "adagrad", logEvery: 500}
+var wideDeepDefaults = trainFlags{steps: 3000, batch: 512, optimizer: "adagrad", logEvery: 500}
 
 // wideDeepSteps sets the default number of steps of a synchronous
 // wide-and-deep run: each of its updates averages every worker's batch.
@@ -96,7 +97,11 @@ func (f trainFlags) clickEvalHook(fn estimator.ModelFn, ex models.Data) *models.
 // loadData loads the model's examples; the CTR model's ids follow --vocab.
 func loadData(f trainFlags) (models.Data, error) {
 	if f.model == "widedeep" {
-		return models.LoadClicks(f.dataDir, int64(f.seed), f.wideDeep)
+		dir := f.dataDir
+		if dir == data.EmbeddedName {
+			dir = "" // the built-in data: for this model, the synthetic click log
+		}
+		return models.LoadClicks(dir, int64(f.seed), f.wideDeep)
 	}
 	return models.LoadData(f.model, f.dataDir, int64(f.seed), f.steps, f.batch)
 }

@@ -9,8 +9,9 @@ import (
 // TestTrainWideDeepReportsAUC: a short wide-and-deep run on the synthetic
 // click log reports auc, logloss and the planted model's auc, and learns
 // (its auc is well above chance, below the planted ceiling plus noise).
+// "--data embedded", the built-in data of every model, is that log here.
 func TestTrainWideDeepReportsAUC(t *testing.T) {
-	stdout, stderr, err := run(t, "train", "--model", "widedeep", "--steps", "300", "--json", "--quiet")
+	stdout, stderr, err := run(t, "train", "--model", "widedeep", "--data", "embedded", "--steps", "300", "--json", "--quiet")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
