@@ -18,6 +18,8 @@ type batchItem struct {
 	inputs map[string]*tensor.Tensor
 	rows   int
 	key    string // requests with equal keys can be concatenated
+	// enqueued is when the item entered the queue (for the metrics).
+	enqueued time.Time
 	// done receives the item's result, or a lead signal: the receiver
 	// now holds a batch thread and runs the next batch (buffered, 1).
 	done  chan batchResult
@@ -52,6 +54,7 @@ type batchResult struct {
 // form the next batch.
 type batcher struct {
 	pred    *savedmodel.Predictor
+	metrics *serverMetrics // nil: none
 	maxRows int
 	maxWait time.Duration
 	threads int
@@ -70,8 +73,8 @@ type batcher struct {
 	requests atomic.Int64 // requests in those batches
 }
 
-func newBatcher(p *savedmodel.Predictor, maxRows int, maxWait time.Duration, threads int) *batcher {
-	return &batcher{pred: p, maxRows: maxRows, maxWait: maxWait, threads: max(threads, 1), wake: make(chan struct{}, 1)}
+func newBatcher(p *savedmodel.Predictor, maxRows int, maxWait time.Duration, threads int, m *serverMetrics) *batcher {
+	return &batcher{pred: p, metrics: m, maxRows: maxRows, maxWait: maxWait, threads: max(threads, 1), wake: make(chan struct{}, 1)}
 }
 
 // batchKey returns the key of a request's inputs: their names and the
@@ -105,6 +108,7 @@ func batchKey(inputs map[string]*tensor.Tensor, names []string) (key string, row
 // waits in the queue, it leaves the queue; once in a batch, the batch runs
 // and its result is dropped.
 func (b *batcher) submit(ctx context.Context, it *batchItem) (map[string]*tensor.Tensor, error) {
+	it.enqueued = time.Now()
 	b.mu.Lock()
 	it.state = queued
 	if len(b.queue) == 0 && b.running < b.threads {
@@ -264,8 +268,13 @@ func (b *batcher) run(batch []*batchItem, rows int) {
 	ctx := context.Background() // the batch outlives any one client
 	b.batches.Add(1)
 	b.requests.Add(int64(len(batch)))
+	start := time.Now()
+	for _, it := range batch {
+		b.metrics.queued(start.Sub(it.enqueued))
+	}
 	if len(batch) > 1 {
 		if outs, ok := b.runMerged(ctx, batch, rows); ok {
+			b.metrics.run(time.Since(start))
 			b.merged.Add(1)
 			for i, it := range batch {
 				it.done <- batchResult{out: outs[i]}
@@ -274,7 +283,9 @@ func (b *batcher) run(batch []*batchItem, rows int) {
 		}
 	}
 	for _, it := range batch {
+		start := time.Now()
 		out, err := b.pred.Predict(ctx, it.inputs)
+		b.metrics.run(time.Since(start))
 		it.done <- batchResult{out: out, err: err}
 	}
 }

@@ -50,6 +50,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// Logger receives version changes and load failures (default slog.Default()).
 	Logger *slog.Logger
+	// MetricsPath is where Prometheus scrapes the server's metrics, under
+	// TF Serving's names (default DefaultMetricsPath).
+	MetricsPath string
+	// DisableMetrics turns the metrics and their path off.
+	DisableMetrics bool
 }
 
 func (c Config) withDefaults() Config {
@@ -74,6 +79,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.MetricsPath == "" {
+		c.MetricsPath = DefaultMetricsPath
+	}
 	return c
 }
 
@@ -92,6 +100,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("serving: config: BatchThreads is %d, want > 0", c.BatchThreads)
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("serving: config: MaxBodyBytes is %d, want > 0", c.MaxBodyBytes)
+	case c.MetricsPath != "" && (!strings.HasPrefix(c.MetricsPath, "/") || strings.HasPrefix(c.MetricsPath, "/v1/")):
+		return fmt.Errorf("serving: config: MetricsPath %q must start with '/' and not with /v1/ (the model API's)", c.MetricsPath)
 	}
 	return nil
 }
@@ -143,8 +153,10 @@ func (sv *servable) close() {
 // appears. It is an http.Handler; Serve runs it on a listener with the
 // polling loop. It is safe for concurrent use.
 type Server struct {
-	cfg Config
-	log *slog.Logger
+	cfg     Config
+	log     *slog.Logger
+	metrics *serverMetrics // nil when disabled
+	scrape  http.Handler
 
 	pollMu sync.Mutex       // serialises Poll
 	logged map[int64]string // versions whose failure was logged, with the message
@@ -162,6 +174,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, logged: map[int64]string{}}
+	if !cfg.DisableMetrics {
+		s.metrics = newServerMetrics(cfg.ModelName)
+		s.scrape = s.metrics.handler()
+	}
 	if err := s.Poll(context.Background()); err != nil {
 		return nil, err
 	}
@@ -253,7 +269,7 @@ func (s *Server) load(version int64, dir string) (*servable, error) {
 		}
 	}
 	if !s.cfg.DisableBatching && sv.batchable {
-		sv.batcher = newBatcher(p, s.cfg.MaxBatchSize, s.cfg.BatchTimeout, s.cfg.BatchThreads)
+		sv.batcher = newBatcher(p, s.cfg.MaxBatchSize, s.cfg.BatchTimeout, s.cfg.BatchThreads, s.metrics)
 	}
 	return sv, nil
 }
@@ -328,6 +344,7 @@ const shutdownGrace = 10 * time.Second
 type httpError struct {
 	status int
 	msg    string
+	cause  error // when it tells more than the status (a deadline), for the metrics
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -393,26 +410,40 @@ func parsePath(p string) (route, bool) {
 	return r, true
 }
 
-// ServeHTTP answers the REST API. A panic in a handler is answered 500.
+// ServeHTTP answers the REST API and, unless disabled, Prometheus' scrapes
+// at Config.MetricsPath. A panic in a handler is answered 500.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var herr *httpError
+	counted := false // a predict request of the served model: in the metrics
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("serving: handler panicked", "path", r.URL.Path, "panic", p)
-			writeError(w, &httpError{http.StatusInternalServerError, fmt.Sprintf("internal error: %v", p)})
+			herr = &httpError{status: http.StatusInternalServerError, msg: fmt.Sprintf("internal error: %v", p)}
+			writeError(w, herr)
+		}
+		if counted {
+			s.metrics.request(s.cfg.ModelName, start, herr)
 		}
 	}()
-	rt, ok := parsePath(r.URL.Path)
-	if !ok {
-		writeError(w, &httpError{http.StatusNotFound, fmt.Sprintf("Malformed request: %s %s (want /v1/models/NAME[/versions/V][/metadata|:predict])", r.Method, r.URL.Path)})
+	if s.scrape != nil && r.URL.Path == s.cfg.MetricsPath {
+		s.scrape.ServeHTTP(w, r)
 		return
 	}
+	rt, ok := parsePath(r.URL.Path)
+	if !ok {
+		writeError(w, &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("Malformed request: %s %s (want /v1/models/NAME[/versions/V][/metadata|:predict])", r.Method, r.URL.Path)})
+		return
+	}
+	counted = rt.verb == "predict" && rt.name == s.cfg.ModelName
 	want := http.MethodGet
 	if rt.verb == "predict" {
 		want = http.MethodPost
 	}
 	if r.Method != want {
 		w.Header().Set("Allow", want)
-		writeError(w, &httpError{http.StatusMethodNotAllowed, fmt.Sprintf("Method %s not allowed on %s (use %s)", r.Method, r.URL.Path, want)})
+		herr = &httpError{status: http.StatusMethodNotAllowed, msg: fmt.Sprintf("Method %s not allowed on %s (use %s)", r.Method, r.URL.Path, want)}
+		writeError(w, herr)
 		return
 	}
 	sv, herr := s.servableFor(rt)
@@ -447,15 +478,15 @@ func (s *Server) servableFor(rt route) (*servable, *httpError) {
 		return fmt.Sprintf("Latest(%s)", rt.name)
 	}
 	if rt.name != s.cfg.ModelName {
-		return nil, &httpError{http.StatusNotFound, "Servable not found for request: " + spec()}
+		return nil, &httpError{status: http.StatusNotFound, msg: "Servable not found for request: " + spec()}
 	}
 	sv := s.acquire()
 	if sv == nil {
-		return nil, &httpError{http.StatusServiceUnavailable, "the server is shutting down"}
+		return nil, &httpError{status: http.StatusServiceUnavailable, msg: "the server is shutting down"}
 	}
 	if rt.version != 0 && rt.version != sv.version {
 		sv.release()
-		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("Servable not found for request: %s (version %d is served)", spec(), sv.version)}
+		return nil, &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("Servable not found for request: %s (version %d is served)", spec(), sv.version)}
 	}
 	return sv, nil
 }
@@ -485,38 +516,40 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable, b
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit)}
+			return nil, &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit)}
 		}
-		return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err)}
+		return nil, &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf("reading the request body: %v", err)}
 	}
 	sig := sv.pred.Signature()
 	req, err := decodeNamed(raw, sig, sv.names)
 	if err != nil {
-		return nil, &httpError{http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")}
+		return nil, &httpError{status: http.StatusBadRequest, msg: strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")}
 	}
 	if err := sv.pred.CheckInputs(req.inputs); err != nil {
-		return nil, &httpError{http.StatusBadRequest, strings.TrimPrefix(err.Error(), "savedmodel: ")}
+		return nil, &httpError{status: http.StatusBadRequest, msg: strings.TrimPrefix(err.Error(), "savedmodel: ")}
 	}
 	var out map[string]*tensor.Tensor
 	if key, rows, ok := batchKey(req.inputs, sv.names); batched && ok && rows <= s.cfg.MaxBatchSize {
 		submitted = true
 		out, err = sv.batcher.submit(r.Context(), &batchItem{inputs: req.inputs, rows: rows, key: key, done: make(chan batchResult, 1)})
 	} else {
+		start := time.Now()
 		out, err = sv.pred.Predict(r.Context(), req.inputs)
+		s.metrics.run(time.Since(start))
 	}
 	if err != nil {
 		status := http.StatusInternalServerError
 		if errors.Is(err, savedmodel.ErrBadInput) {
 			status = http.StatusBadRequest
 		}
-		return nil, &httpError{status, strings.TrimPrefix(err.Error(), "savedmodel: ")}
+		return nil, &httpError{status: status, msg: strings.TrimPrefix(err.Error(), "savedmodel: "), cause: err}
 	}
 	// The request is decoded (it does not alias raw): the buffer now takes
 	// the answer.
 	body, err := encodeResponse(raw[:0], req, out)
 	*buf = body
 	if err != nil {
-		return nil, &httpError{http.StatusBadRequest, err.Error()}
+		return nil, &httpError{status: http.StatusBadRequest, msg: err.Error()}
 	}
 	return body, nil
 }

@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/distflow/distflow/savedmodel"
 	"github.com/distflow/distflow/savedmodel/savedmodeltest"
 	"github.com/distflow/distflow/tensor"
@@ -377,7 +380,7 @@ func TestConcurrentRequests(t *testing.T) {
 func TestBatcherMergesAndSplits(t *testing.T) {
 	ctx := context.Background()
 	p := loadedMLP(t)
-	b := newBatcher(p, 6, time.Minute, 1)
+	b := newBatcher(p, 6, time.Minute, 1, nil)
 	imgs := savedmodeltest.Images(6, 3)
 	want, err := p.Predict(ctx, map[string]*tensor.Tensor{"images": imgs})
 	if err != nil {
@@ -420,7 +423,7 @@ func TestBatcherMergesAndSplits(t *testing.T) {
 func TestBatcherQueuesCancelsAndHandsOff(t *testing.T) {
 	ctx := context.Background()
 	p := loadedMLP(t)
-	b := newBatcher(p, 64, time.Minute, 1)
+	b := newBatcher(p, 64, time.Minute, 1, nil)
 	imgs := savedmodeltest.Images(3, 4)
 	want, err := p.Predict(ctx, map[string]*tensor.Tensor{"images": imgs})
 	if err != nil {
@@ -646,4 +649,138 @@ func loadedMLP(t *testing.T) *savedmodel.Predictor {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// scrape reads the server's metrics: the value of each counter and gauge
+// series and the count and sum of each histogram, keyed by name and labels as the text format
+// writes them.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			key := name + "{" + strings.Join(labels, ",") + "}"
+			switch {
+			case m.Counter != nil:
+				got[key] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				got[key] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				got[key] = float64(m.GetHistogram().GetSampleCount())
+				got[key+"_sum"] = m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return got
+}
+
+// TestMetrics: the server counts its predict requests by outcome under TF
+// Serving's names, times them, their runs and their waits for a batch, and
+// counts no model name but the one it serves.
+func TestMetrics(t *testing.T) {
+	m := built(t, mlp)
+	for _, batching := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			_, hs := start(t, m, Config{DisableBatching: !batching, ModelName: "mnist"})
+			imgs := savedmodeltest.Images(4, 3)
+			const good = 4
+			for i := range good {
+				if code, resp := do(t, "POST", hs.URL+"/v1/models/mnist:predict", `{"instances":[`+rowJSON(imgs, i)+`]}`); code != 200 {
+					t.Fatalf("status %d: %v", code, resp)
+				}
+			}
+			for _, r := range []struct {
+				method, path, body string
+				code               int
+			}{
+				{"POST", "/v1/models/mnist:predict", `{"instances": [`, 400},
+				{"POST", "/v1/models/mnist:predict", `{"instances": [[1, 2]]}`, 400},
+				{"GET", "/v1/models/mnist:predict", "", 405},
+				{"POST", "/v1/models/mnist/versions/9:predict", `{"instances": [[1]]}`, 404},
+				{"POST", "/v1/models/other:predict", `{"instances": [[1]]}`, 404}, // not counted
+				{"GET", "/v1/models/mnist", "", 200},                              // not a predict
+			} {
+				if code, resp := do(t, r.method, hs.URL+r.path, r.body); code != r.code {
+					t.Fatalf("%s %s: status %d, want %d: %v", r.method, r.path, code, r.code, resp)
+				}
+			}
+			got := scrape(t, hs.URL+DefaultMetricsPath)
+			for key, want := range map[string]float64{
+				RequestCount + "{model_name=mnist,status=OK}":                     good,
+				RequestCount + "{model_name=mnist,status=INVALID_ARGUMENT}":       2,
+				RequestCount + "{model_name=mnist,status=UNIMPLEMENTED}":          1,
+				RequestCount + "{model_name=mnist,status=NOT_FOUND}":              1,
+				RequestLatency + "{API=predict,entrypoint=REST,model_name=mnist}": good + 4,
+			} {
+				if got[key] != want {
+					t.Errorf("%s = %v, want %v", key, got[key], want)
+				}
+			}
+			runs := got[RuntimeLatency+"{API=predict,model_name=mnist,runtime=distflow}"]
+			if runs < 1 || runs > good || !(got[RuntimeLatency+"{API=predict,model_name=mnist,runtime=distflow}_sum"] > 0) {
+				t.Errorf("%d runs of the model timed, want 1 to %d, taking some time", int(runs), good)
+			}
+			queued := got[QueuingLatency+"{thread_pool_name=mnist}"]
+			if batching && queued != good || !batching && queued != 0 {
+				t.Errorf("%v waits for a batch timed, want %d with batching, none without", queued, good)
+			}
+			for key := range got {
+				if strings.Contains(key, "model_name=other") {
+					t.Errorf("a series for a model not served: %s", key)
+				}
+			}
+			if _, ok := got["go_goroutines{}"]; !ok {
+				t.Error("no Go runtime series")
+			}
+		})
+	}
+	t.Run("disabled", func(t *testing.T) {
+		_, hs := start(t, m, Config{DisableMetrics: true})
+		if code, _ := do(t, "GET", hs.URL+DefaultMetricsPath, ""); code != 404 {
+			t.Errorf("metrics path answered %d with metrics off, want 404", code)
+		}
+	})
+	t.Run("path", func(t *testing.T) {
+		_, hs := start(t, m, Config{MetricsPath: "/metrics"})
+		if got := scrape(t, hs.URL+"/metrics"); len(got) == 0 {
+			t.Error("no series at /metrics")
+		}
+		if _, err := New(Config{BaseDir: t.TempDir(), MetricsPath: "/v1/models/x"}); err == nil || !strings.Contains(err.Error(), "MetricsPath") {
+			t.Errorf("a metrics path under /v1/: %v", err)
+		}
+	})
+}
+
+func TestStatusNames(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		cause  error
+		want   string
+	}{
+		{200, nil, "OK"}, {400, nil, "INVALID_ARGUMENT"}, {404, nil, "NOT_FOUND"}, {413, nil, "RESOURCE_EXHAUSTED"},
+		{503, nil, "UNAVAILABLE"}, {405, nil, "UNIMPLEMENTED"}, {500, nil, "INTERNAL"},
+		{500, fmt.Errorf("run: %w", context.DeadlineExceeded), "DEADLINE_EXCEEDED"},
+		{500, context.Canceled, "CANCELLED"},
+	} {
+		if got := statusName(c.status, c.cause); got != c.want {
+			t.Errorf("statusName(%d, %v) = %s, want %s", c.status, c.cause, got, c.want)
+		}
+	}
 }

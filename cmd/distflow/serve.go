@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ import (
 func newServeCommand() *cobra.Command {
 	var (
 		modelDir, name, host string
+		metricsPath          string
 		port                 int
 		batching             bool
 		maxBatch, threads    int
@@ -50,12 +52,14 @@ printed when the server is ready; it serves until SIGINT or SIGTERM.`,
 				return fmt.Errorf("serve: bad --max-body-bytes %d: it must be positive", maxBody)
 			case name == "":
 				return errors.New("serve: --model-name is empty")
+			case metricsPath != "" && (!strings.HasPrefix(metricsPath, "/") || strings.HasPrefix(metricsPath, "/v1/")):
+				return fmt.Errorf("serve: bad --metrics-path %q: want a path starting with / and not with /v1/ (the model API's), or \"\" for no metrics", metricsPath)
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			srv, err := serving.New(serving.Config{
 				BaseDir: modelDir, ModelName: name, DisableBatching: !batching,
 				MaxBatchSize: maxBatch, BatchThreads: threads, BatchTimeout: batchTimeout, PollInterval: poll,
-				MaxBodyBytes: maxBody, Logger: log,
+				MaxBodyBytes: maxBody, Logger: log, MetricsPath: metricsPath, DisableMetrics: metricsPath == "",
 			})
 			if err != nil {
 				return err
@@ -64,6 +68,9 @@ printed when the server is ready; it serves until SIGINT or SIGTERM.`,
 			if err != nil {
 				srv.Close()
 				return fmt.Errorf("serve: --host %s --port %d: %w", host, port, err)
+			}
+			if metricsPath != "" {
+				log.Info("serve: Prometheus metrics", "url", "http://"+ln.Addr().String()+metricsPath)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "serving model %q version %d at http://%s/v1/models/%s\n", name, srv.Version(), ln.Addr(), name)
 			return srv.Serve(cmd.Context(), ln)
@@ -80,5 +87,6 @@ printed when the server is ready; it serves until SIGINT or SIGTERM.`,
 	f.DurationVar(&batchTimeout, "batch-timeout", 2*time.Millisecond, "longest a request waits for a batch to fill")
 	f.DurationVar(&poll, "poll-interval", time.Second, "how often --model-dir is checked for a new version")
 	f.Int64Var(&maxBody, "max-body-bytes", 32<<20, "largest request body accepted")
+	f.StringVar(&metricsPath, "metrics-path", serving.DefaultMetricsPath, `where Prometheus scrapes the request counts and latencies, on the REST port, under TF Serving's metric names (:tensorflow:serving:request_count, ...); "" for none`)
 	return cmd
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"net/http"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/distflow/distflow/savedmodel"
 	"github.com/distflow/distflow/savedmodel/savedmodeltest"
+	"github.com/distflow/distflow/serving"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -62,6 +64,17 @@ func TestServePredictsAndStopsOnSIGTERM(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || len(got.Predictions) != 3 {
 		t.Fatalf("predict: status %d, %v, %+v", resp.StatusCode, err, got)
 	}
+	// The request is counted where Prometheus scrapes TF Serving.
+	root := url[:strings.Index(url, "/v1/")]
+	mresp, err := http.Get(root + serving.DefaultMetricsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if line := `:tensorflow:serving:request_count{model_name="mlp",status="OK"} 1`; err != nil || !strings.Contains(string(text), line+"\n") {
+		t.Errorf("metrics (%v) lack %q:\n%.2000s", err, line, text)
+	}
 	for i, pr := range got.Predictions {
 		if pr.Classes != want["classes"].Int32s()[i] {
 			t.Errorf("row %d: class %d, want %d", i, pr.Classes, want["classes"].Int32s()[i])
@@ -87,6 +100,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"serve", "--model-dir", empty, "--port", "0", "--batch-timeout", "-1ms"}, "--batch-timeout"},
 		{[]string{"serve", "--model-dir", empty, "--port", "0", "--poll-interval", "0s"}, "--poll-interval"},
 		{[]string{"serve", "--model-dir", empty, "--port", "0", "--max_body_bytes", "0"}, "--max-body-bytes"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0", "--metrics-path", "metrics"}, "--metrics-path"},
 		{[]string{"serve", "--model-dir", empty, "--port", "0"}, "no complete model version"},
 		{[]string{"serve", "--model-dir", filepath.Join(empty, "nope"), "--port", "0"}, "does not exist"},
 	}
