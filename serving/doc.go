@@ -27,7 +27,14 @@
 // float32 outputs are written in the shortest form that parses back to the
 // same float32, so a client gets the exact bits of an in-process prediction;
 // NaN and infinities are written NaN, Infinity and -Infinity as TensorFlow
-// Serving does (these are not standard JSON).
+// Serving does (these are not standard JSON), and read back in requests.
+//
+// # Metrics
+//
+// Prometheus scrapes the server at Config.MetricsPath (TF Serving's
+// /monitoring/prometheus/metrics by default), under TF Serving's names: the
+// predict requests by status, their latency, the model's runs and the
+// waits for a batch (metrics.go).
 //
 // # Batching
 //

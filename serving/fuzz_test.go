@@ -2,6 +2,7 @@ package serving
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -185,4 +186,63 @@ func TestFastDecoderTakesCommonBodies(t *testing.T) {
 			t.Errorf("decodeRequest(%s): %v", c.body, err)
 		}
 	}
+}
+
+// TestNonFiniteTokens: NaN, Infinity and -Infinity, which the server writes,
+// are read back as numbers where a value starts, as TF Serving does, and
+// nowhere else: not inside strings, not as parts of other tokens, not into
+// integer inputs.
+func TestNonFiniteTokens(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"a":[1,2]}`, `{"a":[1,2]}`},
+		{`[NaN, Infinity,-Infinity ]`, `["\u0000NaN", "\u0000Infinity","\u0000-Infinity" ]`},
+		{`{"x":NaN}`, `{"x":"\u0000NaN"}`},
+		{`{"NaN":"NaN","s":"a\"NaN"}`, `{"NaN":"NaN","s":"a\"NaN"}`},
+		{`[NaNa, Infinity1, 1NaN, -NaN, Inf]`, `[NaNa, Infinity1, 1NaN, -NaN, Inf]`},
+		{`NaN`, `"\u0000NaN"`},
+	} {
+		if got := string(quoteNonFinite([]byte(c.in))); got != c.want {
+			t.Errorf("quoteNonFinite(%s) = %s, want %s", c.in, got, c.want)
+		}
+	}
+	sig := fuzzSignatures[0] // x: float32 [?,3], k: int32 [?]
+	req, err := decodeRequest([]byte(`{"instances":[{"x":[NaN,Infinity,-Infinity],"k":1}]}`), sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := req.inputs["x"].Float32s()
+	if !math.IsNaN(float64(x[0])) || !math.IsInf(float64(x[1]), 1) || !math.IsInf(float64(x[2]), -1) {
+		t.Errorf("decoded %v, want [NaN +Inf -Inf]", x)
+	}
+	for body, want := range map[string]string{
+		`{"instances":[{"x":[1,2,3],"k":NaN}]}`:                    `input "k": element [0]: NaN is not an int32`,
+		`{"instances":[{"x":[1,2,"\u0000NaN"],"k":1}]}`:            "", // a client's own NUL string: as a NaN, harmlessly
+		`{"instances":[{"x":[1,2,"NaN"],"k":1}]}`:                  `input "x": element [0 2]: a string is not a number`,
+		`{"instances":[{"x":[1,2,nan],"k":1}]}`:                    "JSON Parse error",
+		`{"signature_name":NaN,"instances":[{"x":[1,2,3],"k":1}]}`: "not found in signature def",
+	} {
+		_, err := decodeRequest([]byte(body), sig)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: error %v, want %q", body, err, want)
+		}
+	}
+}
+
+// FuzzQuoteNonFinite: standard JSON has no bare NaN or Infinity, so
+// quoteNonFinite leaves every valid body as it is; on others it never
+// panics, and a body it changes gains only the quoted tokens.
+func FuzzQuoteNonFinite(f *testing.F) {
+	for _, s := range []string{`{"a":[1,NaN,-Infinity]}`, `["NaN\"",Infinity]`, `[NaNa]`, `{"x":"\\"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out := quoteNonFinite(body)
+		if json.Valid(body) && !bytes.Equal(out, body) {
+			t.Fatalf("valid JSON %q changed to %q", body, out)
+		}
+		undo := strings.NewReplacer(`"\u0000NaN"`, "NaN", `"\u0000Infinity"`, "Infinity", `"\u0000-Infinity"`, "-Infinity")
+		if undo.Replace(string(out)) != undo.Replace(string(body)) { // (a body may hold quoted tokens of its own)
+			t.Fatalf("%q became %q: more than the tokens quoted", body, out)
+		}
+	})
 }

@@ -53,6 +53,7 @@ func decodeNamed(body []byte, sig savedmodel.Signature, names []string) (*reques
 // decodeGeneral is decodeRequest through encoding/json's generic values:
 // it accepts any valid request and words every error.
 func decodeGeneral(body []byte, sig savedmodel.Signature) (*request, error) {
+	body = quoteNonFinite(body)
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, badRequest("JSON Parse error: %v", err)
@@ -234,7 +235,61 @@ func toTensor(name string, v any, dt tensor.DType) (*tensor.Tensor, error) {
 	return t, nil
 }
 
+// nonFiniteMark starts the string that quoteNonFinite puts in place of a
+// bare NaN, Infinity or -Infinity: a NUL, which a JSON string can hold only
+// escaped, so that no ordinary client string is read as a number.
+const nonFiniteMark = "\x00"
+
+// quoteNonFinite returns body with each bare NaN, Infinity and -Infinity
+// token (outside strings, where a value starts) made a JSON string of
+// nonFiniteMark and the token, which setElem reads back as the number.
+// TensorFlow Serving accepts these tokens (its REST API's "JSON
+// conformance") and writes them, as this server does: a client can send
+// back what it was answered. body is returned as is when it has none.
+func quoteNonFinite(body []byte) []byte {
+	var out []byte
+	from := 0         // body[from:i] is not yet in out
+	prev := byte('[') // the last byte outside strings and spaces: a value may start after [ , :
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch c {
+		case '"':
+			for i++; i < len(body) && body[i] != '"'; i++ {
+				if body[i] == '\\' {
+					i++
+				}
+			}
+			prev = '"'
+			continue
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		if prev == '[' || prev == ',' || prev == ':' {
+			for _, tok := range [...]string{"NaN", "Infinity", "-Infinity"} {
+				end := i + len(tok)
+				if hasPrefix(body[i:], tok) && (end == len(body) || !isTokenByte(body[end])) {
+					out = append(append(append(append(out, body[from:i]...), '"'), `\u0000`+tok...), '"')
+					from, i, c = end, end-1, '"'
+					break
+				}
+			}
+		}
+		prev = c
+	}
+	if out == nil {
+		return body
+	}
+	return append(out, body[from:]...)
+}
+
+func isTokenByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '+' || c == '-'
+}
+
 func setElem(t *tensor.Tensor, i int, x any, dt tensor.DType) error {
+	if s, ok := x.(string); ok && strings.HasPrefix(s, nonFiniteMark) {
+		x = json.Number(s[len(nonFiniteMark):]) // NaN or ±Infinity, quoted by quoteNonFinite
+	}
 	if dt == tensor.Bool {
 		b, ok := x.(bool)
 		if !ok {

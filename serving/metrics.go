@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +47,9 @@ type serverMetrics struct {
 func newServerMetrics(model string) *serverMetrics {
 	reg := prometheus.NewRegistry()
 	buckets := prometheus.ExponentialBuckets(latencyBuckets0, 1.8, 33)
+	for i, b := range buckets { // 188.9568, not 188.95680000000002, in the scrapes
+		buckets[i], _ = strconv.ParseFloat(strconv.FormatFloat(b, 'g', 8, 64), 64)
+	}
 	m := &serverMetrics{reg: reg}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: RequestCount, Help: "The total number of requests."},
 		[]string{"model_name", "status"})
