@@ -32,6 +32,12 @@ var (
 	ErrNoAddress = errors.New("task has no address")
 )
 
+// EvaluatorJob is the job of TensorFlow's evaluator task, which follows
+// training from the outside: it reads the chief's checkpoints as they
+// appear and evaluates them. It is never a member of a Spec; FromTFConfig
+// and FromFlags return it as the task of a process that is one.
+const EvaluatorJob = "evaluator"
+
 // TaskID names one task of a cluster: a job and an index within it.
 type TaskID struct {
 	Job   string

@@ -58,7 +58,7 @@ func TestFromTFConfig(t *testing.T) {
 	if self.String() != "/job:ps/task:1" {
 		t.Errorf("self = %v", self)
 	}
-	want := []cluster.TaskID{{"chief", 0}, {"evaluator", 0}, {"ps", 0}, {"ps", 1}, {"worker", 0}}
+	want := []cluster.TaskID{{"chief", 0}, {"ps", 0}, {"ps", 1}, {"worker", 0}} // no evaluator: it is not a member
 	if got := spec.Tasks(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Tasks = %v, want %v", got, want)
 	}
@@ -97,7 +97,7 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{"no cluster", "", " ", "", "worker", 0, cluster.ErrBadConfig, []string{"all empty"}},
 		{"no job name", "p:1", "w:1", "", "", 0, cluster.ErrBadConfig, []string{"--job_name is required"}},
-		{"unknown job", "p:1", "w:1", "", "evaluator", 0, cluster.ErrUnknownJob, []string{`"evaluator"`, "ps, worker, chief"}},
+		{"unknown job", "p:1", "w:1", "", "trainer", 0, cluster.ErrUnknownJob, []string{`"trainer"`, "ps, worker, chief"}},
 		{"own job empty", "p:1", "", "", "worker", 0, cluster.ErrNoAddress, []string{"/job:worker/task:0", "--worker_hosts is empty"}},
 		{"index too big", "p:1", "w:1,w:2", "", "worker", 2, cluster.ErrIndexOutOfRange, []string{"--task_index 2", "--worker_hosts lists 2 task(s)"}},
 		{"negative index", "p:1", "w:1", "", "ps", -1, cluster.ErrIndexOutOfRange, []string{"--task_index -1", "--ps_hosts lists 1"}},
@@ -503,5 +503,47 @@ func checkFuzzResult(t *testing.T, spec *cluster.Spec, self cluster.TaskID, err 
 	// A valid spec is accepted again by NewSpec.
 	if _, err := cluster.NewSpec(spec.JSON()); err != nil {
 		t.Fatalf("NewSpec rejects an accepted spec: %v", err)
+	}
+}
+
+// TestEvaluatorTask: an evaluator is a task outside the cluster, whether
+// the operator lists it in "cluster" (older TFJob controllers) or not
+// (TensorFlow's convention); no other task sees it in the cluster either.
+func TestEvaluatorTask(t *testing.T) {
+	for _, c := range []struct{ name, js, wantTask string }{
+		{"outside the cluster", `{"cluster": {"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}, "task": {"type": "evaluator", "index": 0}}`, "/job:evaluator/task:0"},
+		{"listed by the operator", `{"cluster": {"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"], "evaluator": ["e:1"]}, "task": {"type": "evaluator", "index": 0}}`, "/job:evaluator/task:0"},
+		{"a worker of a cluster that lists it", `{"cluster": {"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"], "evaluator": ["e:1"]}, "task": {"type": "worker", "index": 0}}`, "/job:worker/task:0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec, self, err := cluster.FromTFConfig(c.js)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if self.String() != c.wantTask {
+				t.Errorf("task %s, want %s", self, c.wantTask)
+			}
+			if got := strings.Join(spec.Jobs(), ","); spec.HasJob(cluster.EvaluatorJob) || spec.NumTasks("worker") != 1 || spec.NumTasks("ps") != 1 || spec.NumTasks("chief") != 1 {
+				t.Errorf("cluster jobs %s, want chief, ps and worker", got)
+			}
+		})
+	}
+	spec, self, err := cluster.FromFlags("p:1", "w:1", "", "evaluator", 0)
+	if err != nil || self.Job != cluster.EvaluatorJob || spec.HasJob(cluster.EvaluatorJob) || spec.Contains(self) {
+		t.Errorf("--job_name evaluator: %v, task %s, cluster %s", err, self, spec)
+	}
+	for _, c := range []struct {
+		js   string
+		want error
+	}{
+		{`{"cluster": {"evaluator": ["e:1"]}, "task": {"type": "evaluator"}}`, cluster.ErrBadConfig},
+		{`{"cluster": {"worker": ["w:1"]}, "task": {"type": "evaluator", "index": -1}}`, cluster.ErrIndexOutOfRange},
+	} {
+		if _, _, err := cluster.FromTFConfig(c.js); !errors.Is(err, c.want) {
+			t.Errorf("%s: error %v, want %v", c.js, err, c.want)
+		}
+	}
+	if _, _, err := cluster.FromFlags("p:1", "w:1", "", "evaluator", -1); !errors.Is(err, cluster.ErrIndexOutOfRange) {
+		t.Errorf("--job_name evaluator --task_index -1: %v", err)
 	}
 }

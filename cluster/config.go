@@ -26,8 +26,9 @@ var flagJobs = []struct{ job, flag string }{
 // FromFlags builds the cluster from comma-separated host:port lists, the
 // values of --ps_hosts, --worker_hosts and --chief_hosts (whitespace around
 // entries is ignored; an empty list leaves its job out), and returns the task
-// this process runs: jobName/taskIndex (--job_name, --task_index). Errors
-// name the flag and entry at fault.
+// this process runs: jobName/taskIndex (--job_name, --task_index), which may
+// be EvaluatorJob, a task outside the cluster. Errors name the flag and
+// entry at fault.
 func FromFlags(ps, worker, chief string, jobName string, taskIndex int) (*Spec, TaskID, error) {
 	values := []string{ps, worker, chief}
 	jobs := map[string][]string{}
@@ -57,6 +58,9 @@ func FromFlags(ps, worker, chief string, jobName string, taskIndex int) (*Spec, 
 	switch flag, known := flagOf[jobName]; {
 	case jobName == "":
 		return nil, TaskID{}, fmt.Errorf("cluster: %w: --job_name is required (one of ps, worker, chief)", ErrBadConfig)
+	case jobName == EvaluatorJob && taskIndex < 0:
+		return nil, TaskID{}, fmt.Errorf("cluster: --task_index %d: %w: an evaluator's index is 0 or more", taskIndex, ErrIndexOutOfRange)
+	case jobName == EvaluatorJob: // outside the cluster: no address of its own
 	case !known:
 		return nil, TaskID{}, fmt.Errorf("cluster: --job_name: %w %q: the flags describe jobs ps, worker, chief%s", ErrUnknownJob, jobName, didYouMean(jobName, []string{"ps", "worker", "chief"}))
 	case len(jobs[jobName]) == 0:
@@ -90,8 +94,11 @@ type tfConfig struct {
 //	{"cluster": {"ps": ["h0:2222"], "worker": ["h1:2222", "h2:2222"]},
 //	 "task": {"type": "worker", "index": 0}}
 //
-// A missing task index means 0. Errors give the byte offset, line and column
-// of a JSON error, or the job, task and address at fault. It never panics.
+// A missing task index means 0. The task may be an "evaluator"
+// (EvaluatorJob), which is not a member of the returned Spec: a job
+// "evaluator" in "cluster" is left out, for every task. Errors give the
+// byte offset, line and column of a JSON error, or the job, task and
+// address at fault. It never panics.
 func FromTFConfig(js string) (*Spec, TaskID, error) {
 	if strings.TrimSpace(js) == "" {
 		return nil, TaskID{}, fmt.Errorf("cluster: TF_CONFIG: %w: the document is empty", ErrBadConfig)
@@ -125,8 +132,18 @@ func FromTFConfig(js string) (*Spec, TaskID, error) {
 	if cfg.Task.Index != nil {
 		self.Index = *cfg.Task.Index
 	}
+	// The evaluator is not a member of the training cluster: TensorFlow
+	// leaves it out of the cluster spec, and an operator that lists it
+	// (older TFJob controllers do) must not make the trainers wait for it.
+	delete(cfg.Cluster, EvaluatorJob)
+	if len(cfg.Cluster) == 0 {
+		return nil, TaskID{}, fmt.Errorf(`cluster: TF_CONFIG: %w: "cluster" has no jobs but %q`, ErrBadConfig, EvaluatorJob)
+	}
 	addrs, known := cfg.Cluster[self.Job]
 	switch {
+	case self.Job == EvaluatorJob && self.Index < 0:
+		return nil, TaskID{}, fmt.Errorf("cluster: TF_CONFIG task index %d: %w: an evaluator's index is 0 or more", self.Index, ErrIndexOutOfRange)
+	case self.Job == EvaluatorJob:
 	case !known:
 		jobs := sortedKeys(cfg.Cluster)
 		return nil, TaskID{}, fmt.Errorf("cluster: TF_CONFIG task: %w %q: the cluster has jobs %s%s", ErrUnknownJob, self.Job, strings.Join(jobs, ", "), didYouMean(self.Job, jobs))

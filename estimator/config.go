@@ -166,8 +166,12 @@ func (c RunConfig) withDefaults() (RunConfig, error) {
 	check(c.WaitTimeout < 0, "WaitTimeout %v: must be positive", c.WaitTimeout)
 	check(c.LostAfter < 0, "LostAfter %v: must be positive", c.LostAfter)
 	check(c.StepDelay < 0, "StepDelay %v: must not be negative", c.StepDelay)
+	evaluator := c.IsEvaluator()
 	if c.Cluster != nil {
-		if !c.Cluster.Contains(c.Task) {
+		if evaluator {
+			// Outside the cluster: it reads checkpoints, and dials no one.
+			check(c.Task.Index < 0, "Task %s: the index must not be negative", c.Task)
+		} else if !c.Cluster.Contains(c.Task) {
 			errs = append(errs, fmt.Errorf("estimator: RunConfig.Task %s is not in the cluster (%s)", c.Task, c.Cluster))
 		} else if c.Task.Job != "ps" && c.Task.Job != "worker" && c.Task.Job != "chief" {
 			errs = append(errs, fmt.Errorf("estimator: RunConfig.Task %s: distflow runs jobs ps, worker and chief", c.Task))
@@ -195,7 +199,7 @@ func (c RunConfig) withDefaults() (RunConfig, error) {
 		}
 		c.CheckpointDir = abs
 	}
-	if len(errs) == 0 && c.Cluster != nil {
+	if len(errs) == 0 && c.Cluster != nil && !evaluator {
 		// Certificates are read, and an insecure cluster refused, before
 		// anything listens or dials.
 		opts, err := c.Security.TaskOptions(c.Cluster, c.Task, c.Logger)

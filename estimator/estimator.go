@@ -103,6 +103,9 @@ func (e *Estimator) Train(ctx context.Context, input InputFn, stop Stop, hooks .
 	if err := stop.validate(); err != nil {
 		return nil, err
 	}
+	if e.cfg.IsEvaluator() {
+		return nil, fmt.Errorf("estimator: Train: task %s is an evaluator, which trains nothing: run it with TrainAndEvaluate", e.cfg.Task)
+	}
 	if err := e.serveMetrics(); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // TrainSpec is the training half of TrainAndEvaluate.
@@ -22,16 +23,30 @@ type EvalSpec struct {
 	// ExportDir, if set, receives an export of the trained model as a new
 	// numbered version (see Estimator.Export).
 	ExportDir string
+	// WaitTimeout is how long an evaluator task waits for a checkpoint
+	// newer than the last it evaluated before it gives up (default
+	// DefaultEvalWait). The chief saves them as RunConfig's
+	// SaveCheckpointsSteps and SaveCheckpointsSecs say.
+	WaitTimeout time.Duration
+	// PollInterval is how often an evaluator looks for a newer checkpoint
+	// (default DefaultEvalPoll).
+	PollInterval time.Duration
 }
 
 // TrainAndEvaluate does what this process's task asks (as
 // tf.estimator.train_and_evaluate): a ps serves and returns when the chief
 // ends training; a worker trains; the chief (or the only process) trains,
-// stops the cluster, evaluates and exports. The result is this process's,
-// with the metrics and the export on the chief's.
+// stops the cluster, evaluates and exports; an evaluator (a task outside
+// the cluster, cluster.EvaluatorJob) evaluates each checkpoint the chief
+// saves as it appears, and returns after the one at the last step, which
+// it exports. The result is this process's, with the metrics and the
+// export on the chief's and the evaluator's.
 func TrainAndEvaluate(ctx context.Context, est *Estimator, ts TrainSpec, es EvalSpec) (*Result, error) {
 	if est == nil {
 		return nil, errors.New("estimator: TrainAndEvaluate: the estimator is nil")
+	}
+	if est.cfg.IsEvaluator() {
+		return est.evaluateCheckpoints(ctx, ts, es)
 	}
 	res, err := est.Train(ctx, ts.Input, ts.Stop, ts.Hooks...)
 	if err != nil || !res.Chief {

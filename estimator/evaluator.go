@@ -1,0 +1,194 @@
+package estimator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/distflow/distflow/checkpoint"
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/summary"
+)
+
+// Defaults of the evaluator task (TrainAndEvaluate with an "evaluator"
+// task, as tf.estimator.train_and_evaluate runs one).
+const (
+	// DefaultEvalPoll is how often the evaluator looks for a newer
+	// checkpoint.
+	DefaultEvalPoll = time.Second
+	// DefaultEvalWait is how long the evaluator waits for a newer
+	// checkpoint before it gives up (EvalSpec.WaitTimeout).
+	DefaultEvalWait = time.Hour
+)
+
+// IsEvaluator reports whether the configured task is an evaluator: a task
+// outside the training cluster that evaluates the chief's checkpoints.
+func (c RunConfig) IsEvaluator() bool {
+	return c.Cluster != nil && c.Task.Job == cluster.EvaluatorJob
+}
+
+// evaluateCheckpoints is TrainAndEvaluate on an evaluator task: it
+// evaluates each checkpoint of the chief's as it appears in the checkpoint
+// directory (a newer one appearing meanwhile is the one evaluated), logs
+// and records the metrics (TensorBoard events under ModelDir/eval, the
+// task's Prometheus metrics), and returns after evaluating one at the
+// last step of training (ts.Stop), with that evaluation's metrics. It
+// exports that last checkpoint when es.ExportDir is set. It gives up,
+// naming the directory and the step it waits to pass, when no newer
+// checkpoint appears for es.WaitTimeout.
+func (e *Estimator) evaluateCheckpoints(ctx context.Context, ts TrainSpec, es EvalSpec) (*Result, error) {
+	cfg := e.cfg
+	switch {
+	case es.Input == nil:
+		return nil, errors.New("estimator: an evaluator task evaluates: EvalSpec.Input is nil")
+	case cfg.CheckpointDir == "":
+		return nil, errors.New("estimator: an evaluator task reads the chief's checkpoints: set RunConfig.CheckpointDir (or ModelDir) to the directory the chief saves them in")
+	}
+	if err := ts.Stop.validate(); err != nil {
+		return nil, err
+	}
+	target, err := e.lastStep(ctx, ts)
+	if err != nil {
+		return nil, err
+	}
+	wait, poll := es.WaitTimeout, es.PollInterval
+	if wait == 0 {
+		wait = DefaultEvalWait
+	}
+	if poll == 0 {
+		poll = DefaultEvalPoll
+	}
+	if err := e.serveMetrics(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With("task", cfg.Task.String())
+	events, err := openEvents(evalDir(cfg.ModelDir), fmt.Sprintf("%s-%d", cfg.Task.Job, cfg.Task.Index))
+	if err != nil {
+		return nil, err
+	}
+	if events != nil {
+		defer events.Close()
+	}
+	started := time.Now()
+	res := &Result{Task: cfg.Task.String(), Strategy: cfg.Strategy.String()}
+	evaluated := int64(-1)
+	since := time.Now() // of the last new checkpoint, or of the start
+	var failed error    // the last evaluation's, when it failed
+	log.Info("evaluator: waiting for checkpoints", "dir", cfg.CheckpointDir, "last_step", target)
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		// The chief marks the end (ended.go) after its final checkpoint:
+		// with the marker read first, the newest checkpoint found next is
+		// the last there will be.
+		_, ended := trainingEnded(cfg.CheckpointDir, target)
+		_, step, err := checkpoint.FindLatest(cfg.CheckpointDir, "", log)
+		switch {
+		case err == nil && step > evaluated:
+			m, err := e.Evaluate(ctx, es.Input)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("estimator: evaluator: checkpoint at step %d in %s: %w", step, cfg.CheckpointDir, err)
+				}
+				// The chief may have replaced it meanwhile: try again
+				// at the next look, until the wait runs out.
+				failed = fmt.Errorf("evaluating the checkpoint at step %d: %w", step, err)
+				log.Warn("evaluator: evaluation failed; trying again", "dir", cfg.CheckpointDir, "global_step", step, "err", err)
+				break
+			}
+			failed = nil
+			// The checkpoint evaluated may be newer than the one found.
+			evaluated, since = int64(m["global_step"]), time.Now()
+			res.GlobalStep, res.Metrics = evaluated, m
+			e.recordEval(events, evaluated, m)
+			log.Info("evaluator: evaluated", append([]any{"global_step", evaluated}, metricAttrs(m)...)...)
+			continue // at once: a newer one may be there already
+		case err != nil && !errors.Is(err, checkpoint.ErrNoCheckpoint):
+			return nil, fmt.Errorf("estimator: evaluator: %w", err)
+		}
+		// (A checkpoint at the last step does not end it: asynchronous
+		// replicas may step past it before the chief saves its final one.)
+		if ended && err == nil && step == evaluated {
+			if es.ExportDir != "" {
+				if res.Export, err = e.Export(ctx, es.ExportDir); err != nil {
+					return nil, fmt.Errorf("estimator: exporting to %s: %w", es.ExportDir, err)
+				}
+			}
+			res.WallSeconds = time.Since(started).Seconds()
+			return res, nil
+		}
+		if time.Since(since) > wait {
+			last := "none yet"
+			if evaluated >= 0 {
+				last = fmt.Sprintf("the last at step %d", evaluated)
+			}
+			if failed != nil {
+				return nil, fmt.Errorf("estimator: evaluator: no checkpoint in %s evaluated for %v (%s): %w", cfg.CheckpointDir, wait.Round(time.Second), last, failed)
+			}
+			return nil, fmt.Errorf("estimator: evaluator: no new checkpoint in %s for %v (%s; training ends at step %d): is the chief training and saving there? (EvalSpec.WaitTimeout)",
+				cfg.CheckpointDir, wait.Round(time.Second), last, target)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("estimator: evaluator: waiting for a checkpoint past step %d in %s: %w", evaluated, cfg.CheckpointDir, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// lastStep is the global step at which the chief stops training: ts.Stop
+// with the batch size of the training input and the cluster's strategy.
+func (e *Estimator) lastStep(ctx context.Context, ts TrainSpec) (int64, error) {
+	if ts.Stop.MaxSteps > 0 {
+		return ts.Stop.MaxSteps, nil
+	}
+	if ts.Input == nil {
+		return 0, errors.New("estimator: an evaluator needs the training input (TrainSpec.Input) to tell the last step from Stop.Epochs")
+	}
+	n := len(replicas(e.cfg.Cluster))
+	in, err := openTrainInput(ctx, ts.Input, InputContext{NumReplicas: n, Seed: e.cfg.Seed})
+	if err != nil {
+		return 0, err
+	}
+	defer in.close()
+	return ts.Stop.steps(in.first[0].Shape()[0], e.cfg.Strategy.batchesPerStep(n)), nil
+}
+
+// evalDir is where an evaluator writes its event files: TensorFlow's
+// model_dir/eval, which TensorBoard shows as a run beside training's.
+func evalDir(modelDir string) string {
+	if modelDir == "" {
+		return ""
+	}
+	return filepath.Join(modelDir, "eval")
+}
+
+// recordEval writes one evaluation's metrics to the event file and the
+// task's Prometheus metrics.
+func (e *Estimator) recordEval(events *summary.Writer, step int64, m map[string]float64) {
+	if events != nil {
+		for _, name := range sortedNames(m) {
+			if name != "global_step" {
+				_ = events.AddScalar(name, step, m[name])
+			}
+		}
+		_ = events.Flush()
+	}
+	e.observeEval(m)
+	if t := e.Metrics(); t != nil {
+		t.SetGlobalStep(step)
+	}
+}
+
+// metricAttrs lists m's metrics, by name, for a log record.
+func metricAttrs(m map[string]float64) []any {
+	var out []any
+	for _, name := range sortedNames(m) {
+		if name != "global_step" {
+			out = append(out, name, m[name])
+		}
+	}
+	return out
+}
