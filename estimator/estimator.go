@@ -71,7 +71,9 @@ type Result struct {
 	Metrics map[string]float64 `json:"metrics,omitempty"`
 	// Export is the directory of the exported version (TrainAndEvaluate on
 	// the chief, with EvalSpec.ExportDir).
-	Export      string  `json:"export,omitempty"`
+	Export string `json:"export,omitempty"`
+	// Evaluations is how many checkpoints an evaluator task evaluated.
+	Evaluations int     `json:"evaluations,omitempty"`
 	WallSeconds float64 `json:"wall_seconds"`
 }
 

@@ -102,6 +102,7 @@ func (e *Estimator) evaluateCheckpoints(ctx context.Context, ts TrainSpec, es Ev
 			// The checkpoint evaluated may be newer than the one found.
 			evaluated, since = int64(m["global_step"]), time.Now()
 			res.GlobalStep, res.Metrics = evaluated, m
+			res.Evaluations++
 			e.recordEval(events, evaluated, m)
 			log.Info("evaluator: evaluated", append([]any{"global_step", evaluated}, metricAttrs(m)...)...)
 			continue // at once: a newer one may be there already

@@ -33,7 +33,10 @@ func metricsAddress(port int, spec *cluster.Spec, self cluster.TaskID) (string, 
 		return "", nil
 	}
 	host := "127.0.0.1"
-	if spec != nil {
+	switch {
+	case self.Job == cluster.EvaluatorJob:
+		host = "" // it has no address in the cluster: every interface
+	case spec != nil:
 		addr, err := spec.Address(self)
 		if err != nil {
 			return "", err

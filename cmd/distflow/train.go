@@ -192,18 +192,20 @@ func newTrainCommand() *cobra.Command {
 
 // result is what `train --json` prints.
 type result struct {
-	Model             string   `json:"model"`
-	Strategy          string   `json:"strategy"`
-	Optimizer         string   `json:"optimizer"`
-	LearningRate      float64  `json:"learning_rate"`
-	Batch             int      `json:"batch"`
-	Task              string   `json:"task,omitempty"`
-	GlobalStep        int64    `json:"global_step"`
-	LocalSteps        int      `json:"local_step"`
-	Epochs            float64  `json:"epochs"`
-	Loss              float64  `json:"loss"`
-	TestAccuracy      *float64 `json:"test_accuracy,omitempty"`
-	TestLoss          *float64 `json:"test_loss,omitempty"`
+	Model        string   `json:"model"`
+	Strategy     string   `json:"strategy"`
+	Optimizer    string   `json:"optimizer"`
+	LearningRate float64  `json:"learning_rate"`
+	Batch        int      `json:"batch"`
+	Task         string   `json:"task,omitempty"`
+	GlobalStep   int64    `json:"global_step"`
+	LocalSteps   int      `json:"local_step"`
+	Epochs       float64  `json:"epochs"`
+	Loss         float64  `json:"loss"`
+	TestAccuracy *float64 `json:"test_accuracy,omitempty"`
+	TestLoss     *float64 `json:"test_loss,omitempty"`
+	// Evaluations is how many checkpoints an evaluator task evaluated.
+	Evaluations       int      `json:"evaluations,omitempty"`
 	W                 *float64 `json:"W,omitempty"`
 	B                 *float64 `json:"b,omitempty"`
 	Data              string   `json:"data"`
@@ -385,6 +387,14 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	if err != nil {
 		return err
 	}
+	if self.Job == cluster.EvaluatorJob {
+		switch {
+		case f.ckptDir == "" && f.logdir == "":
+			return errors.New("an evaluator task evaluates the chief's checkpoints: give --checkpoint-dir, the directory the chief saves them in (or --logdir, if it saves them there)")
+		case f.wideDeep.HashEmbedding:
+			return errors.New("--hash-embedding: the tables live on the ps tasks, which an evaluator task does not reach; the chief evaluates the model at the end")
+		}
+	}
 	if f.listenFD != 0 { // a socket handed down, as a local cluster does
 		os.Setenv(localcluster.EnvListenFD, strconv.Itoa(f.listenFD))
 	}
@@ -442,7 +452,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	var ts estimator.TrainSpec
 	var es estimator.EvalSpec
 	var clickHook *models.ClickEvalHook
-	if self.Job != "ps" && (!f.inGraph || cfg.IsChief()) {
+	if self.Job != "ps" && (!f.inGraph || cfg.IsChief() || cfg.IsEvaluator()) {
 		if ex, err = loadData(f); err != nil {
 			return err
 		}
@@ -478,10 +488,13 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		Task: res.Task, GlobalStep: res.GlobalStep, LocalSteps: res.LocalSteps, Epochs: res.Epochs, Loss: res.Loss,
 		Data: ex.Source, TrainExamples: ex.Examples(), ExamplesPerSecond: res.ExamplesPerSecond,
 		ClusterExamplesPerSecond: res.ClusterExamplesPerSecond, PSVariables: res.PSVariables, Export: res.Export,
+		Evaluations: res.Evaluations,
 	}
 	if acc, ok := res.Metrics["accuracy"]; ok {
 		loss := res.Metrics["loss"]
 		r.TestAccuracy, r.TestLoss, r.TestExamples = &acc, &loss, ex.TestX.Shape()[0]
+	} else if loss, ok := res.Metrics["loss"]; ok && cfg.IsEvaluator() {
+		r.TestLoss = &loss
 	}
 	if f.model == "linreg" && res.Chief {
 		w, err := est.VariableValue("linear/W")
@@ -605,6 +618,15 @@ func report(w io.Writer, r result, asJSON bool) error {
 		who = r.Task + " " + r.Model
 	}
 	switch {
+	case r.Evaluations > 0: // an evaluator task
+		what := ""
+		switch {
+		case r.TestAccuracy != nil:
+			what = fmt.Sprintf("test accuracy %.4f, test loss %.4f (%d examples)", *r.TestAccuracy, *r.TestLoss, r.TestExamples)
+		case r.TestLoss != nil:
+			what = fmt.Sprintf("test loss %.4f", *r.TestLoss)
+		}
+		fmt.Fprintf(w, "%s: evaluated %d checkpoints, the last at global step %d: %s, %.1f s\n", who, r.Evaluations, r.GlobalStep, what, r.WallSeconds)
 	case r.TestAccuracy != nil:
 		fmt.Fprintf(w, "%s: global step %d, loss %.4f, test accuracy %.4f (%d examples), %.0f examples/s, %.1f s\n",
 			who, r.GlobalStep, r.Loss, *r.TestAccuracy, r.TestExamples, r.ExamplesPerSecond, r.WallSeconds)

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEvaluatorTask runs an evaluator process beside a local cluster, with
+// TF_CONFIG as Kubeflow's TFJob operator writes it for an Evaluator
+// replica: the evaluator follows the chief's checkpoints and ends with the
+// final one, whose test accuracy is the chief's, and writes its events to
+// LOGDIR/eval. Its cluster's addresses are never dialled.
+func TestEvaluatorTask(t *testing.T) {
+	ckpt, logdir := t.TempDir(), t.TempDir()
+	common := []string{"train", "--model", "mlp", "--data", "embedded", "--steps", "400", "--sync",
+		"--checkpoint-dir", ckpt, "--json", "--quiet"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	eval := exec.CommandContext(ctx, binary, append(common, "--logdir", logdir)...)
+	eval.Env = append(os.Environ(), `TF_CONFIG={"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"],
+		"evaluator": ["127.0.0.1:4"]}, "task": {"type": "evaluator", "index": 0}, "environment": "cloud"}`)
+	var evalOut, evalErr bytes.Buffer
+	eval.Stdout, eval.Stderr = &evalOut, &evalErr
+	if err := eval.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, append(common, "--local-cluster", "ps=1,worker=2", "--save-checkpoint-steps", "100")...)
+	if err != nil {
+		t.Fatalf("the cluster: %v\n%s", err, stderr)
+	}
+	chief := lastJSON(t, stdout)
+	if err := eval.Wait(); err != nil {
+		t.Fatalf("the evaluator: %v\n%s", err, evalErr.String())
+	}
+	got := lastJSON(t, evalOut.String())
+	if got["task"] != "/job:evaluator/task:0" || got["global_step"] != 400.0 || got["evaluations"].(float64) < 1 {
+		t.Errorf("the evaluator's result: %v", got)
+	}
+	if got["test_accuracy"] != chief["test_accuracy"] {
+		t.Errorf("the evaluator's final test accuracy %v, the chief's %v: want the same", got["test_accuracy"], chief["test_accuracy"])
+	}
+	if !strings.Contains(evalOut.String(), "evaluated") {
+		t.Errorf("no evaluator line in its output:\n%s", evalOut.String())
+	}
+	if files, _ := filepath.Glob(filepath.Join(logdir, "eval", "events.out.tfevents.*evaluator-0")); len(files) != 1 {
+		t.Errorf("evaluator event files: %v", files)
+	}
+	t.Logf("evaluator: %s", strings.TrimSpace(strings.SplitN(evalOut.String(), "\n", 2)[0]))
+
+	// Without a checkpoint directory it says what it needs.
+	cmd := exec.Command(binary, "train", "--model", "mlp", "--steps", "10", "--ps_hosts", "127.0.0.1:1", "--worker_hosts", "127.0.0.1:2", "--job_name", "evaluator")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "--checkpoint-dir") {
+		t.Errorf("an evaluator without --checkpoint-dir: %v\n%s", err, out)
+	}
+}
