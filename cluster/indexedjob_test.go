@@ -50,6 +50,27 @@ func TestIndexedJobsTFConfig(t *testing.T) {
 	}
 }
 
+// TestIndexedJobsEvaluator: a Job of evaluators beside the cluster's gets
+// an evaluator task, and no task sees it in the training cluster.
+func TestIndexedJobsEvaluator(t *testing.T) {
+	for _, task := range []string{"evaluator", "worker"} {
+		j, ok, err := cluster.IndexedJobsFromEnv(envOf(map[string]string{
+			cluster.EnvK8sReplicas: "chief=1,worker=2,ps=1,evaluator=1", cluster.EnvK8sName: "mnist",
+			cluster.EnvK8sTask: task, cluster.EnvJobCompletionIndex: "0"}))
+		if err != nil || !ok {
+			t.Fatalf("%s: %v, ok=%v", task, err, ok)
+		}
+		js, err := j.TFConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, self, err := cluster.FromTFConfig(js)
+		if err != nil || self.Job != task || spec.HasJob(cluster.EvaluatorJob) || spec.NumTasks("worker") != 2 {
+			t.Errorf("%s: task %s, cluster %v, %v (TF_CONFIG %s)", task, self, spec, err, js)
+		}
+	}
+}
+
 func TestIndexedJobsFromEnvErrors(t *testing.T) {
 	base := map[string]string{cluster.EnvK8sReplicas: "worker=2,ps=1", cluster.EnvK8sName: "mnist",
 		cluster.EnvK8sTask: "worker", cluster.EnvJobCompletionIndex: "0"}
