@@ -15,28 +15,40 @@ import (
 	"github.com/distflow/distflow/estimator"
 )
 
+// loopbackTasks listens on a free loopback port for each task and returns
+// the cluster of those addresses with the listeners.
+func loopbackTasks(t *testing.T, tasks ...cluster.TaskID) (*cluster.Spec, map[cluster.TaskID]net.Listener) {
+	t.Helper()
+	addrs := map[string][]string{}
+	lis := map[cluster.TaskID]net.Listener{}
+	for _, task := range tasks {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[task.Job] = append(addrs[task.Job], l.Addr().String())
+		lis[task] = l
+	}
+	spec, err := cluster.NewSpec(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, lis
+}
+
 // runCluster trains the linear model with strategy on a cluster of the
 // given jobs whose tasks are goroutines of this test, each with its own
 // estimator and server on a loopback listener, and returns the chief's
 // estimator and every task's result.
 func runCluster(t *testing.T, jobs map[string]int, strategy estimator.Strategy, steps int64) (*estimator.Estimator, []*estimator.Result) {
 	t.Helper()
-	addrs := map[string][]string{}
-	lis := map[cluster.TaskID]net.Listener{}
+	var tasks []cluster.TaskID
 	for _, job := range []string{"ps", "worker"} {
 		for i := range jobs[job] {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addrs[job] = append(addrs[job], l.Addr().String())
-			lis[cluster.TaskID{Job: job, Index: i}] = l
+			tasks = append(tasks, cluster.TaskID{Job: job, Index: i})
 		}
 	}
-	spec, err := cluster.NewSpec(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, lis := loopbackTasks(t, tasks...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var (

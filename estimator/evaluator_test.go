@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,20 +83,7 @@ func TestEvaluatorFollowsTraining(t *testing.T) {
 // the evaluator's results.
 func trainBesideEvaluator(t *testing.T, strategy estimator.Strategy, dir string, steps int64) (chief, eval *estimator.Result) {
 	t.Helper()
-	addrs := map[string][]string{}
-	lis := map[cluster.TaskID]net.Listener{}
-	for _, task := range []cluster.TaskID{{Job: "ps"}, {Job: "worker"}, {Job: "worker", Index: 1}} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[task.Job] = append(addrs[task.Job], l.Addr().String())
-		lis[task] = l
-	}
-	spec, err := cluster.NewSpec(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, lis := loopbackTasks(t, cluster.TaskID{Job: "ps"}, cluster.TaskID{Job: "worker"}, cluster.TaskID{Job: "worker", Index: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

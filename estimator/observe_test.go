@@ -22,20 +22,7 @@ import (
 // ps's served tensors are there, under each task's labels.
 func TestTrainingMetrics(t *testing.T) {
 	const steps = 30
-	addrs := map[string][]string{}
-	lis := map[cluster.TaskID]net.Listener{}
-	for _, id := range []cluster.TaskID{{Job: "ps"}, {Job: "worker"}, {Job: "worker", Index: 1}} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[id.Job] = append(addrs[id.Job], l.Addr().String())
-		lis[id] = l
-	}
-	spec, err := cluster.NewSpec(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, lis := loopbackTasks(t, cluster.TaskID{Job: "ps"}, cluster.TaskID{Job: "worker"}, cluster.TaskID{Job: "worker", Index: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dir := t.TempDir()
