@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/distflow/distflow/checkpoint"
@@ -104,7 +105,7 @@ func (e *Estimator) evaluateCheckpoints(ctx context.Context, ts TrainSpec, es Ev
 			res.GlobalStep, res.Metrics = evaluated, m
 			res.Evaluations++
 			e.recordEval(events, evaluated, m)
-			log.Info("evaluator: evaluated", append([]any{"global_step", evaluated}, metricAttrs(m)...)...)
+			fmt.Fprintf(cfg.Progress, "%s: evaluated global_step %d%s\n", cfg.Task, evaluated, metricText(m))
 			continue // at once: a newer one may be there already
 		case err != nil && !errors.Is(err, checkpoint.ErrNoCheckpoint):
 			return nil, fmt.Errorf("estimator: evaluator: %w", err)
@@ -183,13 +184,13 @@ func (e *Estimator) recordEval(events *summary.Writer, step int64, m map[string]
 	}
 }
 
-// metricAttrs lists m's metrics, by name, for a log record.
-func metricAttrs(m map[string]float64) []any {
-	var out []any
+// metricText lists m's metrics for a progress line: "  accuracy 0.8412  loss 0.4597".
+func metricText(m map[string]float64) string {
+	var b strings.Builder
 	for _, name := range sortedNames(m) {
 		if name != "global_step" {
-			out = append(out, name, m[name])
+			fmt.Fprintf(&b, "  %s %.4f", name, m[name])
 		}
 	}
-	return out
+	return b.String()
 }

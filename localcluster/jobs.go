@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/distflow/distflow/cluster"
 )
 
 // ErrInvalidJobs is wrapped by the errors of Parse and Run for a cluster
@@ -16,11 +18,13 @@ const MaxTasks = 64
 
 // Jobs is how many tasks of each job a local cluster runs. The chief is the
 // chief task when Chief is 1, else worker 0; the chief and the workers are
-// the training tasks.
+// the training tasks. An evaluator is outside the cluster: it has no
+// address and follows the chief's checkpoints (cluster.EvaluatorJob).
 type Jobs struct {
-	PS     int // parameter servers, 0 to MaxTasks
-	Worker int // workers, 0 to MaxTasks
-	Chief  int // 0 or 1
+	PS        int // parameter servers, 0 to MaxTasks
+	Worker    int // workers, 0 to MaxTasks
+	Chief     int // 0 or 1
+	Evaluator int // 0 or 1
 }
 
 // String returns j in the form Parse reads, e.g. "ps=1,worker=2".
@@ -44,7 +48,7 @@ type jobCount struct {
 
 // counts lists the jobs in the order they are described and started.
 func (j Jobs) counts() []jobCount {
-	return []jobCount{{"ps", j.PS}, {"worker", j.Worker}, {"chief", j.Chief}}
+	return []jobCount{{"ps", j.PS}, {"worker", j.Worker}, {"chief", j.Chief}, {cluster.EvaluatorJob, j.Evaluator}}
 }
 
 // training is the number of training tasks: the chief and the workers.
@@ -61,6 +65,8 @@ func (j Jobs) check(desc string) error {
 	switch {
 	case j.Chief > 1:
 		return fmt.Errorf("localcluster: %s: %w: chief=%d, at most one chief", desc, ErrInvalidJobs, j.Chief)
+	case j.Evaluator > 1:
+		return fmt.Errorf("localcluster: %s: %w: evaluator=%d, at most one evaluator", desc, ErrInvalidJobs, j.Evaluator)
 	case j.Worker == 0:
 		return fmt.Errorf("localcluster: %s: %w: no worker (want worker=1 or more)", desc, ErrInvalidJobs)
 	}
@@ -88,9 +94,10 @@ func AnyPS() ParseOption {
 }
 
 // Parse reads a cluster description such as "ps=1,worker=2": comma-separated
-// job=count pairs of the jobs ps, worker and chief, each given at most once,
-// with 0 to MaxTasks tasks each. It requires at least one worker, at most one
-// chief, and at least one ps task (none with WithoutPS). Errors wrap
+// job=count pairs of the jobs ps, worker, chief and evaluator, each given at
+// most once, with 0 to MaxTasks tasks each. It requires at least one worker,
+// at most one chief and one evaluator, and at least one ps task (none with
+// WithoutPS). Errors wrap
 // ErrInvalidJobs and quote s and the part at fault.
 func Parse(s string, opts ...ParseOption) (Jobs, error) {
 	var rules parseRules
@@ -114,8 +121,10 @@ func Parse(s string, opts ...ParseOption) (Jobs, error) {
 			count = &j.Worker
 		case "chief":
 			count = &j.Chief
+		case cluster.EvaluatorJob:
+			count = &j.Evaluator
 		default:
-			return Jobs{}, fmt.Errorf("localcluster: %q: %w: unknown job %q (want ps, worker or chief)", s, ErrInvalidJobs, job)
+			return Jobs{}, fmt.Errorf("localcluster: %q: %w: unknown job %q (want ps, worker, chief or evaluator)", s, ErrInvalidJobs, job)
 		}
 		if seen[job] {
 			return Jobs{}, fmt.Errorf("localcluster: %q: %w: job %q given twice", s, ErrInvalidJobs, job)

@@ -274,7 +274,7 @@ func Run(ctx context.Context, cfg Config) error {
 		chief: taskID{"worker", 0},
 		// Room for every process that can start, so that a process
 		// exiting never waits for Run.
-		exited: make(chan *proc, cfg.Jobs.PS*(1+cfg.MaxPSRestarts)+cfg.Jobs.training()*(1+cfg.MaxRestarts)),
+		exited: make(chan *proc, cfg.Jobs.PS*(1+cfg.MaxPSRestarts)+cfg.Jobs.training()*(1+cfg.MaxRestarts)+cfg.Jobs.Evaluator),
 	}
 	if cfg.Jobs.Chief > 0 {
 		l.chief = taskID{"chief", 0}
@@ -286,7 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 	l.out.logf("%s%s", l.describe(), note)
 
 	var procs []*proc
-	for _, jc := range []jobCount{{"ps", cfg.Jobs.PS}, {"chief", cfg.Jobs.Chief}, {"worker", cfg.Jobs.Worker}} {
+	for _, jc := range []jobCount{{"ps", cfg.Jobs.PS}, {"chief", cfg.Jobs.Chief}, {"worker", cfg.Jobs.Worker}, {cluster.EvaluatorJob, cfg.Jobs.Evaluator}} {
 		for i := range jc.n {
 			p, err := l.start(taskID{jc.job, i})
 			if err != nil {
@@ -349,7 +349,10 @@ func (l *launcher) closeFiles(which func(taskID) bool) {
 func (l *launcher) describe() string {
 	var parts []string
 	for _, jc := range l.cfg.Jobs.counts() {
-		if jc.n > 0 {
+		switch {
+		case jc.n > 0 && jc.job == cluster.EvaluatorJob: // no address
+			parts = append(parts, fmt.Sprintf("%s=%d", jc.job, jc.n))
+		case jc.n > 0:
 			parts = append(parts, fmt.Sprintf("%s [%s]", jc.job, strings.Join(l.addrs[jc.job], " ")))
 		}
 	}
@@ -407,8 +410,11 @@ func taskEnv(environ, extra []string, jobs Jobs) (env []string, note string) {
 // start starts a process of task id. Its exit is sent to l.exited.
 func (l *launcher) start(id taskID) (*proc, error) {
 	cmd := exec.Command(l.exe, l.cfg.Args...)
-	cmd.Env = append(slices.Clip(l.env), cluster.EnvVar+"="+l.tfConfig(id), EnvTask+"=1", EnvListenFD+"=3")
-	cmd.ExtraFiles = []*os.File{l.files[id]}
+	cmd.Env = append(slices.Clip(l.env), cluster.EnvVar+"="+l.tfConfig(id), EnvTask+"=1")
+	if id.job != cluster.EvaluatorJob { // which serves nothing
+		cmd.Env = append(cmd.Env, EnvListenFD+"=3")
+		cmd.ExtraFiles = []*os.File{l.files[id]}
+	}
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = pipeGrace
 	p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
@@ -417,6 +423,11 @@ func (l *launcher) start(id taskID) (*proc, error) {
 	switch {
 	case id == l.chief:
 		stdout, stderr = l.out.passthrough(), l.out.prefixed(prefix)
+	case id.job == cluster.EvaluatorJob:
+		// Its evaluations, as the chief's progress, and its result go
+		// with the log: the chief's result is the run's (the last line
+		// of stdout, with --json).
+		stdout, stderr = l.out.prefixed(prefix), l.out.prefixed(prefix)
 	case l.cfg.Verbose:
 		stdout, stderr = l.out.prefixed(prefix), l.out.prefixed(prefix)
 	default:
@@ -480,10 +491,13 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 			// It may have died of the same Ctrl-C.
 			return interrupted()
 		}
-		if p.id.job != "ps" {
+		if p.id.job != "ps" && p.id.job != cluster.EvaluatorJob {
 			training--
 		}
 		switch {
+		case p.id.job == cluster.EvaluatorJob && p.err != nil:
+			l.out.logf("%s failed (%v); training goes on without it", p.id, p.err)
+			l.showTail(p)
 		case p.err == nil:
 			// A ps exiting 0 was told to by the chief; no task that exits
 			// 0 is restarted: refuse its peers' connections from now on.
@@ -523,17 +537,21 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 	}
 
 	// Every training task has exited, the chief with 0. The ps tasks exit
-	// when the chief tells them; give them a moment.
-	waiting := 0
+	// when the chief tells them, the evaluator after the final checkpoint;
+	// give them a moment.
+	waiting, wait := 0, l.cfg.PSExitGrace
 	for _, p := range procs {
 		if !p.handled {
 			waiting++
+			if p.id.job == cluster.EvaluatorJob {
+				wait = max(wait, l.cfg.EndGrace)
+			}
 		}
 	}
 	if waiting == 0 {
 		return nil
 	}
-	grace := time.NewTimer(l.cfg.PSExitGrace)
+	grace := time.NewTimer(wait)
 	defer grace.Stop()
 	for waiting > 0 {
 		select {
@@ -549,7 +567,7 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 		case <-grace.C:
 			for _, p := range procs {
 				if !p.handled {
-					l.out.logf("%s did not exit within %v of the end of training; stopping it", p.id, l.cfg.PSExitGrace)
+					l.out.logf("%s did not exit within %v of the end of training; stopping it", p.id, wait)
 				}
 			}
 			l.stopAll(procs)

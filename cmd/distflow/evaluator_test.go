@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,5 +58,30 @@ func TestEvaluatorTask(t *testing.T) {
 	cmd := exec.Command(binary, "train", "--model", "mlp", "--steps", "10", "--ps_hosts", "127.0.0.1:1", "--worker_hosts", "127.0.0.1:2", "--job_name", "evaluator")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "--checkpoint-dir") {
 		t.Errorf("an evaluator without --checkpoint-dir: %v\n%s", err, out)
+	}
+}
+
+// TestLocalClusterEvaluator: --local-cluster ...,evaluator=1 runs an
+// evaluator beside the cluster, whose evaluations show in the run's log;
+// the chief's result stays the last line of stdout.
+func TestLocalClusterEvaluator(t *testing.T) {
+	stdout, stderr, err := run(t, "train", "--model", "mlp", "--data", "embedded", "--steps", "300", "--sync",
+		"--local-cluster", "ps=1,worker=2,evaluator=1", "--checkpoint-dir", t.TempDir(), "--save-checkpoint-steps", "100", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	chief := lastJSON(t, stdout)
+	want := fmt.Sprintf("[evaluator 0] /job:evaluator/task:0 mlp: evaluated %%d checkpoints, the last at global step 300: test accuracy %.4f,", chief["test_accuracy"])
+	var n int
+	for _, line := range strings.Split(stderr, "\n") {
+		if _, err := fmt.Sscanf(line, want, &n); err == nil {
+			break
+		}
+	}
+	if n < 1 || !strings.Contains(stderr, "[evaluator 0] /job:evaluator/task:0: evaluated global_step 300") {
+		t.Errorf("no evaluation of the final checkpoint at the chief's accuracy (%q) in the log:\n%s", want, stderr)
+	}
+	if _, _, err := run(t, "train", "--model", "mlp", "--steps", "10", "--local-cluster", "ps=1,worker=1,evaluator=1"); err == nil {
+		t.Error("an evaluator without a checkpoint directory started")
 	}
 }

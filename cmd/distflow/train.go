@@ -571,6 +571,9 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 	if err != nil {
 		return fmt.Errorf("--local-cluster: %w", err)
 	}
+	if jobs.Evaluator > 0 && f.ckptDir == "" && f.logdir == "" {
+		return fmt.Errorf("--local-cluster %s: the evaluator evaluates the chief's checkpoints: give --checkpoint-dir (or --logdir), and --save-checkpoint-steps or --save-checkpoint-secs for checkpoints before the last", f.localCluster)
+	}
 	args := []string{"train"}
 	fl.Visit(func(fv *pflag.Flag) {
 		switch fv.Name {
