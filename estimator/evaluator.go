@@ -32,13 +32,14 @@ func (c RunConfig) IsEvaluator() bool {
 
 // evaluateCheckpoints is TrainAndEvaluate on an evaluator task: it
 // evaluates each checkpoint of the chief's as it appears in the checkpoint
-// directory (a newer one appearing meanwhile is the one evaluated), logs
-// and records the metrics (TensorBoard events under ModelDir/eval, the
-// task's Prometheus metrics), and returns after evaluating one at the
-// last step of training (ts.Stop), with that evaluation's metrics. It
-// exports that last checkpoint when es.ExportDir is set. It gives up,
-// naming the directory and the step it waits to pass, when no newer
-// checkpoint appears for es.WaitTimeout.
+// directory (a newer one appearing meanwhile is the one evaluated), prints
+// and records the metrics (a progress line, TensorBoard events under
+// ModelDir/eval, the task's Prometheus metrics), and returns after the
+// final checkpoint, which the chief's end-of-training marker for the last
+// step of ts.Stop tells, with that evaluation's metrics. It exports the
+// final checkpoint when es.ExportDir is set. It gives up, naming the
+// directory and the steps, when no newer checkpoint appears for
+// es.WaitTimeout.
 func (e *Estimator) evaluateCheckpoints(ctx context.Context, ts TrainSpec, es EvalSpec) (*Result, error) {
 	cfg := e.cfg
 	switch {

@@ -109,10 +109,9 @@ var modelDefaults = map[string]trainFlags{
 // defaultLRs are each reference model's learning rates by optimizer, the
 // default of --lr: an adaptive optimizer at SGD's rate diverges (the mlp
 // with Adam at 0.5 ends at 37% accuracy), and SGD at Adam's barely moves.
-// Each is the best of 0.001, 0.003, 0.01, 0.03 (or 0.05), 0.1, 0.3 (or
-// 0.5) and 1 on the default data (the mlp for 5 epochs, the others at
-// their defaults), rounded down where two were close: docs/BENCHMARKS.md,
-// "Learning rates by optimizer".
+// Each is the best of a sweep on the model's default data (the mlp for 5
+// epochs, the others at their defaults), the lower where two were close:
+// docs/BENCHMARKS.md, "Learning rates by optimizer".
 var defaultLRs = map[string]map[string]float64{
 	"linreg":   {"sgd": 0.01, "momentum": 0.001, "adagrad": 0.3, "rmsprop": 0.01, "adam": 0.03, "ftrl": 0.3},
 	"mlp":      {"sgd": 0.5, "momentum": 0.1, "adagrad": 0.5, "rmsprop": 0.003, "adam": 0.003, "ftrl": 0.5},
@@ -192,20 +191,19 @@ func newTrainCommand() *cobra.Command {
 
 // result is what `train --json` prints.
 type result struct {
-	Model        string   `json:"model"`
-	Strategy     string   `json:"strategy"`
-	Optimizer    string   `json:"optimizer"`
-	LearningRate float64  `json:"learning_rate"`
-	Batch        int      `json:"batch"`
-	Task         string   `json:"task,omitempty"`
-	GlobalStep   int64    `json:"global_step"`
-	LocalSteps   int      `json:"local_step"`
-	Epochs       float64  `json:"epochs"`
-	Loss         float64  `json:"loss"`
-	TestAccuracy *float64 `json:"test_accuracy,omitempty"`
-	TestLoss     *float64 `json:"test_loss,omitempty"`
-	// Evaluations is how many checkpoints an evaluator task evaluated.
-	Evaluations       int      `json:"evaluations,omitempty"`
+	Model             string   `json:"model"`
+	Strategy          string   `json:"strategy"`
+	Optimizer         string   `json:"optimizer"`
+	LearningRate      float64  `json:"learning_rate"`
+	Batch             int      `json:"batch"`
+	Task              string   `json:"task,omitempty"`
+	GlobalStep        int64    `json:"global_step"`
+	LocalSteps        int      `json:"local_step"`
+	Epochs            float64  `json:"epochs"`
+	Loss              float64  `json:"loss"`
+	TestAccuracy      *float64 `json:"test_accuracy,omitempty"`
+	TestLoss          *float64 `json:"test_loss,omitempty"`
+	Evaluations       int      `json:"evaluations,omitempty"` // checkpoints an evaluator task evaluated
 	W                 *float64 `json:"W,omitempty"`
 	B                 *float64 `json:"b,omitempty"`
 	Data              string   `json:"data"`
