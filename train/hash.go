@@ -49,6 +49,8 @@ type HashEmbeddingOptimizer struct {
 }
 
 // ComputeGradients implements Optimizer.
+func (o HashEmbeddingOptimizer) wrapped() Optimizer { return o.Optimizer }
+
 func (o HashEmbeddingOptimizer) ComputeGradients(s *graph.Scope, loss graph.Output, vars []*ops.Variable) ([]GradVar, error) {
 	if o.Optimizer == nil {
 		return nil, fmt.Errorf("train: HashEmbeddingOptimizer wraps no optimizer")

@@ -82,25 +82,30 @@ type scheduled struct {
 func (o *scheduled) setSchedule(s Schedule) { o.Schedule = s }
 func (o *scheduled) schedule() Schedule     { return o.Schedule }
 
+// wrapper is an optimizer that applies the gradients through another
+// (HashEmbeddingOptimizer, ClipByGlobalNorm): the learning-rate schedule is
+// that one's.
+type wrapper interface{ wrapped() Optimizer }
+
 // ScheduleOf returns opt's learning-rate schedule (nil: none), or that of
-// the optimizer it wraps (HashEmbeddingOptimizer).
+// the optimizer it wraps (HashEmbeddingOptimizer, ClipByGlobalNorm).
 func ScheduleOf(opt Optimizer) Schedule {
 	if o, ok := opt.(interface{ schedule() Schedule }); ok {
 		return o.schedule()
 	}
-	if w, ok := opt.(HashEmbeddingOptimizer); ok && w.Optimizer != nil {
-		return ScheduleOf(w.Optimizer)
+	if w, ok := opt.(wrapper); ok && w.wrapped() != nil {
+		return ScheduleOf(w.wrapped())
 	}
 	return nil
 }
 
 // SetSchedule gives opt a learning-rate schedule (nil: none). It fails for
 // an optimizer that takes none (a wrapper such as SyncReplicasOptimizer:
-// give the schedule to the optimizer it wraps); HashEmbeddingOptimizer
-// passes it to the optimizer it wraps.
+// give the schedule to the optimizer it wraps); HashEmbeddingOptimizer and
+// ClipByGlobalNorm pass it to the optimizer they wrap.
 func SetSchedule(opt Optimizer, s Schedule) error {
-	if w, ok := opt.(HashEmbeddingOptimizer); ok && w.Optimizer != nil {
-		return SetSchedule(w.Optimizer, s)
+	if w, ok := opt.(wrapper); ok && w.wrapped() != nil {
+		return SetSchedule(w.wrapped(), s)
 	}
 	o, ok := opt.(interface{ setSchedule(Schedule) })
 	if !ok {

@@ -154,6 +154,25 @@ func TestEveryOptimizerHasARate(t *testing.T) {
 	}
 }
 
+// TestClipGlobalNorm: a learning rate at which linear regression diverges
+// trains with the gradients clipped.
+func TestClipGlobalNorm(t *testing.T) {
+	_, stderr, err := run(t, "train", "--model", "linreg", "--lr", "1", "--quiet")
+	if err == nil || !strings.Contains(stderr, "not a finite number") {
+		t.Fatalf("without clipping: %v\n%s (want the loss to diverge)", err, stderr)
+	}
+	stdout, stderr, err := run(t, "train", "--model", "linreg", "--lr", "1", "--clip-global-norm", "0.1", "--json", "--quiet")
+	if err != nil {
+		t.Fatalf("with --clip-global-norm 0.1: %v\n%s", err, stderr)
+	}
+	if b := lastJSON(t, stdout)["b"].(float64); math.Abs(b-10) > 0.5 {
+		t.Errorf("b = %v, want about 10", b)
+	}
+	if _, stderr, err := run(t, "train", "--model", "linreg", "--clip-global-norm", "-1"); err == nil || !strings.Contains(stderr, "--clip-global-norm -1") {
+		t.Errorf("a negative norm: %v\n%s", err, stderr)
+	}
+}
+
 func TestTrainRejectsBadFlags(t *testing.T) {
 	cases := []struct {
 		args []string

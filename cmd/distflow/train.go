@@ -53,6 +53,7 @@ type trainFlags struct {
 	compression  string
 	pullCompress string
 	lrDecay      string
+	clipNorm     float64
 	mlpHidden    int
 	minSlice     int64
 	stepTimeout  time.Duration
@@ -145,6 +146,7 @@ func newTrainCommand() *cobra.Command {
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default: the model's for the optimizer, e.g. the mlp's 0.5 with sgd and 0.003 with adam)")
 	fl.StringVar(&f.lrDecay, "lr-decay", "none", "learning-rate schedule: none, or linear (to 0 at the last step), linear,end=SHARE (to SHARE of --lr) or linear,end=SHARE,steps=N (at step N, then held)")
 	fl.StringVar(&f.optimizer, "optimizer", "", "sgd, momentum, adagrad, rmsprop, adam or ftrl (default: the model's)")
+	fl.Float64Var(&f.clipNorm, "clip-global-norm", 0, "scale each step's gradients down so that their global L2 norm is at most this (tf.clip_by_global_norm, torch.nn.utils.clip_grad_norm_); each replica clips its own before they are pushed or averaged (0: no clipping)")
 	fl.StringVar(&f.dataDir, "data", "", "directory with the Fashion-MNIST IDX files (default: $DISTFLOW_DATA, the Debian package, or the embedded subset)")
 	fl.IntVar(&f.seed, "seed", 1, "seed of initial weights, shuffling and dropout")
 	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object with the results as the last line of stdout")
@@ -242,6 +244,7 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	bad(set("epochs") && !(f.epochs > 0 && !math.IsInf(f.epochs, 0)), "--epochs %v: must be a positive number", f.epochs)
 	bad(set("batch") && f.batch <= 0, "--batch %d: must be positive", f.batch)
 	bad(set("lr") && !(f.lr > 0 && !math.IsInf(f.lr, 0)), "--lr %v: must be a positive number", f.lr)
+	bad(set("clip-global-norm") && !(f.clipNorm >= 0 && !math.IsInf(f.clipNorm, 0)), "--clip-global-norm %v: must be a positive number (0: no clipping)", f.clipNorm)
 	bad(set("log-every") && f.logEvery <= 0, "--log-every %d: must be positive", f.logEvery)
 	bad(f.stepTimeout <= 0, "--step-timeout %v: must be positive (a step without a deadline could wait for ever)", f.stepTimeout)
 	bad(f.waitTimeout <= 0, "--wait-timeout %v: must be positive", f.waitTimeout)
@@ -430,6 +433,9 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	}
 	if err != nil {
 		return fmt.Errorf("--lr-decay: %w", err)
+	}
+	if f.clipNorm > 0 {
+		opt = train.ClipByGlobalNorm{Optimizer: opt, MaxNorm: float32(f.clipNorm)}
 	}
 	f.hashSetup(spec)
 	mc := models.Config{Seed: f.seed, WideDeep: f.wideDeep, MLPHidden: f.mlpHidden, MinShardBytes: f.minSlice}
