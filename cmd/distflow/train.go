@@ -633,7 +633,11 @@ func report(w io.Writer, r result, asJSON bool) error {
 		case r.TestLoss != nil:
 			what = fmt.Sprintf("test loss %.4f", *r.TestLoss)
 		}
-		fmt.Fprintf(w, "%s: evaluated %d checkpoints, the last at global step %d: %s, %.1f s\n", who, r.Evaluations, r.GlobalStep, what, r.WallSeconds)
+		checkpoints := "checkpoints, the last"
+		if r.Evaluations == 1 {
+			checkpoints = "checkpoint,"
+		}
+		fmt.Fprintf(w, "%s: evaluated %d %s at global step %d: %s, %.1f s\n", who, r.Evaluations, checkpoints, r.GlobalStep, what, r.WallSeconds)
 	case r.TestAccuracy != nil:
 		fmt.Fprintf(w, "%s: global step %d, loss %.4f, test accuracy %.4f (%d examples), %.0f examples/s, %.1f s\n",
 			who, r.GlobalStep, r.Loss, *r.TestAccuracy, r.TestExamples, r.ExamplesPerSecond, r.WallSeconds)
