@@ -2,6 +2,7 @@ package grad
 
 // The state and random ops have no gradient.
 func init() {
+	RegisterNone("LearningRateFactor", "its input is the integer global step")
 	for _, op := range []string{"Assign", "AssignAdd", "AssignSub"} {
 		RegisterNone(op, "an assignment is a side effect on a variable; differentiate through the value it assigns instead")
 	}

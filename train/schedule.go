@@ -1,61 +1,57 @@
 package train
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/op"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 )
 
 // A Schedule scales an optimizer's learning rate by the global step (the
-// learning-rate schedules of tf.train and torch.optim.lr_scheduler). The
-// step is read from the graph's global step (GlobalStep) when the update
-// runs, so every replica of a parameter-server strategy applies the rate of
-// the step it updates, and a run restored from a checkpoint goes on where
-// its schedule was.
+// learning-rate schedules of tf.train and torch.optim.lr_scheduler): a
+// LinearDecay, CosineDecay or ExponentialDecay, each with an optional
+// linear warm-up. The step is read from the graph's global step
+// (GlobalStep) when the update runs, so every replica of a parameter-server
+// strategy applies the rate of the step it updates, and a run restored from
+// a checkpoint goes on where its schedule was.
 type Schedule interface {
 	// Factor is the scale of the learning rate at step.
 	Factor(step int64) float64
-	// validate says what is wrong with the schedule's parameters.
-	validate() error
-	// build adds the factor at step (an int64 scalar) to the graph as a
-	// float32 scalar.
-	build(s *graph.Scope, step graph.Output) graph.Output
+	// spec is the schedule as the graph runs it.
+	spec() op.Schedule
 	// over returns the schedule with the run's length, last, when it has
 	// none of its own.
 	over(last int64) Schedule
 }
 
 // LinearDecay lowers the learning rate linearly from its full value at step
-// 0 to Final times it at step Steps, and holds it there after
-// (tf.train.polynomial_decay with power 1; Final 0 ends at zero). A rate that
-// ends low makes the final model the average of the last steps rather than
-// the last step's iterate, whose accuracy one more step can move by points.
+// 0 (or at the end of the warm-up) to Final times it at step Steps, and
+// holds it there after (tf.train.polynomial_decay with power 1; Final 0
+// ends at zero). A rate that ends low makes the final model the average of
+// the last steps rather than the last step's iterate, whose accuracy one
+// more step can move by points.
 type LinearDecay struct {
 	// Steps is the global step at which the decay ends: usually the run's
 	// last, which the estimator sets when it is 0.
 	Steps int64
 	// Final is the share of the learning rate left at Steps, in [0, 1].
 	Final float64
+	// Warmup is how many first steps raise the rate linearly to its full
+	// value: (step+1)/Warmup of it (0: none). The decay starts after.
+	Warmup int64
 }
 
 // Factor implements Schedule.
-func (d LinearDecay) Factor(step int64) float64 {
-	done := min(max(float64(step)/float64(d.Steps), 0), 1)
-	return 1 - (1-d.Final)*done
-}
+func (d LinearDecay) Factor(step int64) float64 { return d.spec().Factor(step) }
 
-func (d LinearDecay) validate() error {
-	if d.Steps < 0 {
-		return fmt.Errorf("train: linear decay over %d steps: the steps must be positive", d.Steps)
-	}
-	if !(d.Final >= 0 && d.Final <= 1) {
-		return fmt.Errorf("train: linear decay to %v of the learning rate: the share must be in [0, 1]", d.Final)
-	}
-	return nil
+func (d LinearDecay) spec() op.Schedule {
+	return op.Schedule{Kind: "linear", Steps: d.Steps, Final: float32(d.Final), Warmup: d.Warmup}
 }
 
 func (d LinearDecay) over(last int64) Schedule {
@@ -65,13 +61,55 @@ func (d LinearDecay) over(last int64) Schedule {
 	return d
 }
 
-func (d LinearDecay) build(s *graph.Scope, step graph.Output) graph.Output {
-	s = s.SubScope("linear_decay")
-	at := ops.Cast(s, step, tensor.Float32)
-	done := ops.Div(s, ops.Minimum(s, ops.Maximum(s, at, ops.Scalar(s, tensor.Float32, 0)), ops.Scalar(s, tensor.Float32, float64(d.Steps))),
-		ops.Scalar(s, tensor.Float32, float64(d.Steps)))
-	return ops.Sub(s, ops.Scalar(s, tensor.Float32, 1), ops.Mul(s, ops.Scalar(s, tensor.Float32, 1-d.Final), done))
+// CosineDecay lowers the learning rate along half a cosine from its full
+// value to Final times it at step Steps, and holds it there after
+// (tf.keras.optimizers.schedules.CosineDecay with alpha Final,
+// torch.optim.lr_scheduler.CosineAnnealingLR), after an optional linear
+// warm-up.
+type CosineDecay struct {
+	// Steps is the global step at which the decay ends: usually the run's
+	// last, which the estimator sets when it is 0.
+	Steps int64
+	// Final is the share of the learning rate left at Steps, in [0, 1].
+	Final float64
+	// Warmup is as LinearDecay's.
+	Warmup int64
 }
+
+// Factor implements Schedule.
+func (d CosineDecay) Factor(step int64) float64 { return d.spec().Factor(step) }
+
+func (d CosineDecay) spec() op.Schedule {
+	return op.Schedule{Kind: "cosine", Steps: d.Steps, Final: float32(d.Final), Warmup: d.Warmup}
+}
+
+func (d CosineDecay) over(last int64) Schedule {
+	if d.Steps == 0 {
+		d.Steps = last
+	}
+	return d
+}
+
+// ExponentialDecay multiplies the learning rate by Rate every Every steps
+// (tf.train.exponential_decay); with Staircase, all at once at each
+// multiple of Every (torch.optim.lr_scheduler.StepLR), else continuously.
+// The decay starts after an optional linear warm-up.
+type ExponentialDecay struct {
+	Rate      float64 // in (0, 1]
+	Every     int64
+	Staircase bool
+	// Warmup is as LinearDecay's.
+	Warmup int64
+}
+
+// Factor implements Schedule.
+func (d ExponentialDecay) Factor(step int64) float64 { return d.spec().Factor(step) }
+
+func (d ExponentialDecay) spec() op.Schedule {
+	return op.Schedule{Kind: "exponential", Rate: float32(d.Rate), Every: d.Every, Staircase: d.Staircase, Warmup: d.Warmup}
+}
+
+func (d ExponentialDecay) over(int64) Schedule { return d }
 
 // scheduled is embedded by the optimizers that take a Schedule.
 type scheduled struct {
@@ -112,8 +150,8 @@ func SetSchedule(opt Optimizer, s Schedule) error {
 		return fmt.Errorf("train: %s takes no learning-rate schedule", opt.Name())
 	}
 	if s != nil {
-		if err := s.validate(); err != nil {
-			return err
+		if err := s.spec().Validate(); err != nil {
+			return fmt.Errorf("train: %w", err)
 		}
 	}
 	o.setSchedule(s)
@@ -142,18 +180,19 @@ func learningRate(s *graph.Scope, name string, lr float32, sch Schedule) (func(s
 	if sch == nil {
 		return func(s *graph.Scope, v *ops.Variable) graph.Output { return scalar(s, v, lr) }, nil
 	}
-	if err := sch.validate(); err != nil {
+	spec := sch.spec()
+	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("train: %s: %w", name, err)
 	}
-	if d, ok := sch.(LinearDecay); ok && d.Steps == 0 {
-		return nil, fmt.Errorf("train: %s: a linear decay over 0 steps: set its Steps (the estimator sets them to the run's last step)", name)
+	if (spec.Kind == "linear" || spec.Kind == "cosine") && spec.Steps == 0 {
+		return nil, fmt.Errorf("train: %s: a %s decay over 0 steps: set its Steps (the estimator sets them to the run's last step)", name, spec.Kind)
 	}
 	gs := GlobalStep(s.Graph())
 	if gs == nil {
 		return nil, fmt.Errorf("train: %s: a learning-rate schedule needs the graph's global step (CreateGlobalStep)", name)
 	}
 	gsScope := graph.NewScopeWithGraph(s.Graph()).WithDevice(gs.Node().Device()).SubScope(name)
-	factor := sch.build(gsScope, gs.Value())
+	factor := ops.LearningRateFactor(gsScope, gs.Value(), spec)
 	return func(s *graph.Scope, v *ops.Variable) graph.Output {
 		f := factor
 		if v.DType() != tensor.Float32 {
@@ -163,23 +202,22 @@ func learningRate(s *graph.Scope, name string, lr float32, sch Schedule) (func(s
 	}, nil
 }
 
-// ParseSchedule reads a learning-rate schedule as a flag gives it: "" or
-// "none" (no schedule), or "linear" with optional ",end=SHARE" (the share
-// of the rate left at the end, 0 by default) and ",steps=N" (the step at
-// which it ends; by default the run's last, which the estimator sets).
+// ParseSchedule reads a learning-rate schedule as a flag gives it:
+//
+//	none (or "")                         no schedule
+//	linear[,end=SHARE][,steps=N]         LinearDecay to SHARE (0) of the rate at step N (the run's last)
+//	cosine[,end=SHARE][,steps=N]         CosineDecay, the same
+//	exponential,rate=R,every=N           ExponentialDecay: times R every N steps, continuously
+//	step,rate=R,every=N                  the same all at once at each multiple of N (staircase)
+//
+// each with an optional ",warmup=W": the first W steps raise the rate
+// linearly to its full value.
 func ParseSchedule(spec string) (Schedule, error) {
+	const want = "want none, linear[,end=SHARE][,steps=N], cosine[,end=SHARE][,steps=N], exponential,rate=R,every=N or step,rate=R,every=N, each with an optional ,warmup=STEPS"
 	kind, params, _ := strings.Cut(strings.TrimSpace(spec), ",")
-	switch kind {
-	case "", "none":
-		if params != "" {
-			return nil, fmt.Errorf("learning-rate schedule %q: none takes no parameters", spec)
-		}
-		return nil, nil
-	case "linear":
-	default:
-		return nil, fmt.Errorf("learning-rate schedule %q: want none or linear[,end=SHARE][,steps=N]", spec)
-	}
-	var d LinearDecay
+	var end, rate float64
+	var steps, every, warmup int64
+	given := map[string]bool{}
 	for p := range strings.SplitSeq(params, ",") {
 		if p == "" {
 			continue
@@ -188,18 +226,50 @@ func ParseSchedule(spec string) (Schedule, error) {
 		var err error
 		switch key {
 		case "end":
-			d.Final, err = strconv.ParseFloat(value, 64)
+			end, err = strconv.ParseFloat(value, 64)
 		case "steps":
-			d.Steps, err = strconv.ParseInt(value, 10, 64)
+			steps, err = strconv.ParseInt(value, 10, 64)
+		case "rate":
+			rate, err = strconv.ParseFloat(value, 64)
+		case "every":
+			every, err = strconv.ParseInt(value, 10, 64)
+		case "warmup":
+			warmup, err = strconv.ParseInt(value, 10, 64)
 		default:
-			err = fmt.Errorf("unknown parameter %q (want end or steps)", key)
+			err = fmt.Errorf("unknown parameter %q (%s)", key, want)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("learning-rate schedule %q: %s: %w", spec, p, err)
 		}
+		given[key] = true
 	}
-	if err := d.validate(); err != nil {
+	allowed := map[string][]string{"none": nil, "": nil, "linear": {"end", "steps", "warmup"}, "cosine": {"end", "steps", "warmup"},
+		"exponential": {"rate", "every", "warmup"}, "step": {"rate", "every", "warmup"}}
+	keys, known := allowed[kind]
+	if !known {
+		return nil, fmt.Errorf("learning-rate schedule %q: %s", spec, want)
+	}
+	for key := range given {
+		if !slices.Contains(keys, key) {
+			return nil, fmt.Errorf("learning-rate schedule %q: %s takes no %s (%s)", spec, cmp.Or(kind, "none"), key, want)
+		}
+	}
+	var sch Schedule
+	switch kind {
+	case "", "none":
+		return nil, nil
+	case "linear":
+		sch = LinearDecay{Steps: steps, Final: end, Warmup: warmup}
+	case "cosine":
+		sch = CosineDecay{Steps: steps, Final: end, Warmup: warmup}
+	case "exponential", "step":
+		if !given["rate"] || !given["every"] {
+			return nil, fmt.Errorf("learning-rate schedule %q: %s needs rate=R and every=N", spec, kind)
+		}
+		sch = ExponentialDecay{Rate: rate, Every: every, Staircase: kind == "step", Warmup: warmup}
+	}
+	if err := sch.spec().Validate(); err != nil {
 		return nil, fmt.Errorf("learning-rate schedule %q: %w", spec, err)
 	}
-	return d, nil
+	return sch, nil
 }

@@ -144,7 +144,7 @@ func newTrainCommand() *cobra.Command {
 	fl.Float64Var(&f.epochs, "epochs", 0, "passes over the training data (default: the model's)")
 	fl.IntVar(&f.batch, "batch", 0, "examples per step (default: the model's)")
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default: the model's for the optimizer, e.g. the mlp's 0.5 with sgd and 0.003 with adam)")
-	fl.StringVar(&f.lrDecay, "lr-decay", "none", "learning-rate schedule: none, or linear (to 0 at the last step), linear,end=SHARE (to SHARE of --lr) or linear,end=SHARE,steps=N (at step N, then held)")
+	fl.StringVar(&f.lrDecay, "lr-decay", "none", "learning-rate schedule: none; linear or cosine, to 0 at the last step (,end=SHARE: to SHARE of --lr; ,steps=N: at step N, then held); exponential,rate=R,every=N (times R every N steps) or step,rate=R,every=N (at once at each multiple of N); each with ,warmup=W to rise linearly to --lr over the first W steps")
 	fl.StringVar(&f.optimizer, "optimizer", "", "sgd, momentum, adagrad, rmsprop, adam or ftrl (default: the model's)")
 	fl.Float64Var(&f.clipNorm, "clip-global-norm", 0, "scale each step's gradients down so that their global L2 norm is at most this (tf.clip_by_global_norm, torch.nn.utils.clip_grad_norm_); each replica clips its own before they are pushed or averaged (0: no clipping)")
 	fl.StringVar(&f.dataDir, "data", "", "directory with the Fashion-MNIST IDX files (default: $DISTFLOW_DATA, the Debian package, or the embedded subset)")
