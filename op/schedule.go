@@ -19,7 +19,7 @@ import (
 //	cosine:      Final + (1-Final)·(1+cos(π·p))/2
 //	exponential: Rate^((step-Warmup)/Every), floored with Staircase
 type Schedule struct {
-	Kind      string // "linear", "cosine" or "exponential"
+	Kind      string // ScheduleLinear, ScheduleCosine or ScheduleExponential
 	Steps     int64  // linear and cosine: the step at which the decay ends
 	Final     float32
 	Rate      float32 // exponential: the factor per Every steps
@@ -28,6 +28,17 @@ type Schedule struct {
 	Warmup    int64
 }
 
+// The kinds of Schedule.
+const (
+	ScheduleLinear      = "linear"
+	ScheduleCosine      = "cosine"
+	ScheduleExponential = "exponential"
+)
+
+// Sized reports whether the schedule decays over a length, Steps, which 0
+// leaves to be set (the run's last step).
+func (s Schedule) Sized() bool { return s.Kind == ScheduleLinear || s.Kind == ScheduleCosine }
+
 // Factor is the schedule's factor at step.
 func (s Schedule) Factor(step int64) float64 {
 	if s.Warmup > 0 && step < s.Warmup {
@@ -35,17 +46,17 @@ func (s Schedule) Factor(step int64) float64 {
 	}
 	step = max(step-s.Warmup, 0)
 	switch s.Kind {
-	case "linear", "cosine":
+	case ScheduleLinear, ScheduleCosine:
 		p := 1.0
 		if n := s.Steps - s.Warmup; n > 0 {
 			p = min(float64(step)/float64(n), 1)
 		}
 		final := float64(s.Final)
-		if s.Kind == "linear" {
+		if s.Kind == ScheduleLinear {
 			return 1 - (1-final)*p
 		}
 		return final + (1-final)*(1+math.Cos(math.Pi*p))/2
-	case "exponential":
+	case ScheduleExponential:
 		e := float64(step) / float64(s.Every)
 		if s.Staircase {
 			e = math.Floor(e)
@@ -61,7 +72,7 @@ func (s Schedule) Validate() error {
 	switch {
 	case s.Warmup < 0:
 		return fmt.Errorf("a warm-up of %d steps: the steps must not be negative", s.Warmup)
-	case s.Kind == "linear" || s.Kind == "cosine":
+	case s.Sized():
 		switch {
 		case s.Steps < 0:
 			return fmt.Errorf("%s decay over %d steps: the steps must be positive", s.Kind, s.Steps)
@@ -70,7 +81,7 @@ func (s Schedule) Validate() error {
 		case !(s.Final >= 0 && s.Final <= 1):
 			return fmt.Errorf("%s decay to %v of the learning rate: the share must be in [0, 1]", s.Kind, s.Final)
 		}
-	case s.Kind == "exponential":
+	case s.Kind == ScheduleExponential:
 		switch {
 		case !(s.Rate > 0 && s.Rate <= 1):
 			return fmt.Errorf("exponential decay by %v: the rate must be in (0, 1]", s.Rate)
@@ -133,7 +144,7 @@ func init() {
 			if err := s.Validate(); err != nil {
 				return err
 			}
-			if (s.Kind == "linear" || s.Kind == "cosine") && s.Steps == 0 {
+			if s.Sized() && s.Steps == 0 {
 				return fmt.Errorf("a %s decay over 0 steps: give its length", s.Kind)
 			}
 			c.SetOutput(0, tensor.Float32, tensor.ScalarShape())

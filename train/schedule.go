@@ -51,7 +51,7 @@ type LinearDecay struct {
 func (d LinearDecay) Factor(step int64) float64 { return d.spec().Factor(step) }
 
 func (d LinearDecay) spec() op.Schedule {
-	return op.Schedule{Kind: "linear", Steps: d.Steps, Final: float32(d.Final), Warmup: d.Warmup}
+	return op.Schedule{Kind: op.ScheduleLinear, Steps: d.Steps, Final: float32(d.Final), Warmup: d.Warmup}
 }
 
 func (d LinearDecay) over(last int64) Schedule {
@@ -80,7 +80,7 @@ type CosineDecay struct {
 func (d CosineDecay) Factor(step int64) float64 { return d.spec().Factor(step) }
 
 func (d CosineDecay) spec() op.Schedule {
-	return op.Schedule{Kind: "cosine", Steps: d.Steps, Final: float32(d.Final), Warmup: d.Warmup}
+	return op.Schedule{Kind: op.ScheduleCosine, Steps: d.Steps, Final: float32(d.Final), Warmup: d.Warmup}
 }
 
 func (d CosineDecay) over(last int64) Schedule {
@@ -106,7 +106,7 @@ type ExponentialDecay struct {
 func (d ExponentialDecay) Factor(step int64) float64 { return d.spec().Factor(step) }
 
 func (d ExponentialDecay) spec() op.Schedule {
-	return op.Schedule{Kind: "exponential", Rate: float32(d.Rate), Every: d.Every, Staircase: d.Staircase, Warmup: d.Warmup}
+	return op.Schedule{Kind: op.ScheduleExponential, Rate: float32(d.Rate), Every: d.Every, Staircase: d.Staircase, Warmup: d.Warmup}
 }
 
 func (d ExponentialDecay) over(int64) Schedule { return d }
@@ -184,7 +184,7 @@ func learningRate(s *graph.Scope, name string, lr float32, sch Schedule) (func(s
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("train: %s: %w", name, err)
 	}
-	if (spec.Kind == "linear" || spec.Kind == "cosine") && spec.Steps == 0 {
+	if spec.Sized() && spec.Steps == 0 {
 		return nil, fmt.Errorf("train: %s: a %s decay over 0 steps: set its Steps (the estimator sets them to the run's last step)", name, spec.Kind)
 	}
 	gs := GlobalStep(s.Graph())
