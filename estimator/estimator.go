@@ -224,9 +224,14 @@ type localModel struct {
 
 // buildLocal builds the model for mode with features sp in a new graph and
 // loads the trained values into its variables: those this process trained,
-// or else the latest checkpoint. hook, if set, adds to the graph before the
-// session is made.
+// or else the latest checkpoint.
 func (e *Estimator) buildLocal(ctx context.Context, sp inputSpec, mode Mode) (*localModel, error) {
+	return e.buildLocalAt(ctx, sp, mode, 0)
+}
+
+// buildLocalAt is buildLocal from the checkpoint of step, when this
+// process trained nothing (0: the latest).
+func (e *Estimator) buildLocalAt(ctx context.Context, sp inputSpec, mode Mode, step int64) (*localModel, error) {
 	s := graph.NewScope()
 	t, err := buildTower(s, e.fn, sp, mode)
 	if err != nil {
@@ -234,7 +239,10 @@ func (e *Estimator) buildLocal(ctx context.Context, sp inputSpec, mode Mode) (*l
 	}
 	vars := ops.GlobalVariables(s.Graph())
 	e.mu.Lock()
-	trained, step := e.trained, e.step
+	trained := e.trained
+	if trained != nil {
+		step = e.step
+	}
 	e.mu.Unlock()
 
 	var saver *checkpoint.Saver
@@ -265,7 +273,12 @@ func (e *Estimator) buildLocal(ctx context.Context, sp inputSpec, mode Mode) (*l
 	if err != nil {
 		return nil, err
 	}
-	if saver != nil {
+	if saver != nil && step > 0 {
+		if err := saver.Restore(ctx, sess, step); err != nil {
+			sess.Close()
+			return nil, err
+		}
+	} else if saver != nil {
 		restored, ok, err := saver.RestoreLatest(ctx, sess)
 		if err == nil && !ok {
 			err = fmt.Errorf("%w: no checkpoint in %s", ErrNotTrained, e.cfg.CheckpointDir)
@@ -446,13 +459,19 @@ func (e *Estimator) predictModel(ctx context.Context, features map[string]*tenso
 // signature of the features and predictions. The features' dtypes and
 // shapes are those of the last Train or Evaluate input.
 func (e *Estimator) Export(ctx context.Context, base string) (string, error) {
+	return e.exportAt(ctx, base, 0)
+}
+
+// exportAt is Export from the checkpoint of step, when this process
+// trained nothing (0: the latest).
+func (e *Estimator) exportAt(ctx context.Context, base string, step int64) (string, error) {
 	e.mu.Lock()
 	sp := e.input
 	e.mu.Unlock()
 	if sp == nil {
 		return "", errors.New("estimator: Export needs the features' dtypes and shapes, which it takes from the input of Train or Evaluate: call one of them first")
 	}
-	m, err := e.buildLocal(ctx, *sp, Predict)
+	m, err := e.buildLocalAt(ctx, *sp, Predict, step)
 	if err != nil {
 		return "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"time"
@@ -78,6 +79,7 @@ func (e *Estimator) evaluateCheckpoints(ctx context.Context, ts TrainSpec, es Ev
 	evaluated := int64(-1)
 	since := time.Now() // of the last new checkpoint, or of the start
 	var failed error    // the last evaluation's, when it failed
+	best := math.Inf(1) // the lowest loss exported (ExportBest)
 	log.Info("evaluator: waiting for checkpoints", "dir", cfg.CheckpointDir, "last_step", target)
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
@@ -106,7 +108,15 @@ func (e *Estimator) evaluateCheckpoints(ctx context.Context, ts TrainSpec, es Ev
 			res.GlobalStep, res.Metrics = evaluated, m
 			res.Evaluations++
 			e.recordEval(events, evaluated, m)
-			fmt.Fprintf(cfg.Progress, "%s: evaluated global_step %d%s\n", cfg.Task, evaluated, metricText(m))
+			exported := ""
+			if loss, ok := m["loss"]; es.ExportBest && es.ExportDir != "" && ok && !(loss >= best) {
+				if res.Export, err = e.exportAt(ctx, es.ExportDir, evaluated); err != nil {
+					return nil, fmt.Errorf("estimator: evaluator: exporting the best model to %s: %w", es.ExportDir, err)
+				}
+				best = loss
+				exported = "  exported to " + res.Export + " (the lowest loss so far)"
+			}
+			fmt.Fprintf(cfg.Progress, "%s: evaluated global_step %d%s%s\n", cfg.Task, evaluated, metricText(m), exported)
 			continue // at once: a newer one may be there already
 		case err != nil && !errors.Is(err, checkpoint.ErrNoCheckpoint):
 			return nil, fmt.Errorf("estimator: evaluator: %w", err)
@@ -114,8 +124,8 @@ func (e *Estimator) evaluateCheckpoints(ctx context.Context, ts TrainSpec, es Ev
 		// (A checkpoint at the last step does not end it: asynchronous
 		// replicas may step past it before the chief saves its final one.)
 		if ended && err == nil && step == evaluated {
-			if es.ExportDir != "" {
-				if res.Export, err = e.Export(ctx, es.ExportDir); err != nil {
+			if es.ExportDir != "" && !es.ExportBest {
+				if res.Export, err = e.exportAt(ctx, es.ExportDir, evaluated); err != nil {
 					return nil, fmt.Errorf("estimator: exporting to %s: %w", es.ExportDir, err)
 				}
 			}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/distflow/distflow/checkpoint"
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/savedmodel"
 	"github.com/distflow/distflow/summary"
 )
 
@@ -29,7 +32,7 @@ func TestEvaluatorFollowsTraining(t *testing.T) {
 	for _, strategy := range []estimator.Strategy{estimator.Sync{}, estimator.Async{}} {
 		t.Run(strategy.String(), func(t *testing.T) {
 			dir := t.TempDir()
-			chief, eval := trainBesideEvaluator(t, strategy, dir, steps)
+			chief, eval := trainBesideEvaluator(t, strategy, dir, steps, estimator.EvalSpec{ExportDir: filepath.Join(dir, "export")})
 			_, last, err := checkpoint.FindLatest(dir, "", nil)
 			if err != nil {
 				t.Fatal(err)
@@ -77,11 +80,56 @@ func TestEvaluatorFollowsTraining(t *testing.T) {
 	}
 }
 
+// TestEvaluatorExportsTheBest: with ExportBest the evaluator exports each
+// checkpoint whose loss is lower than every one before, as a new version,
+// that checkpoint's own model.
+func TestEvaluatorExportsTheBest(t *testing.T) {
+	dir := t.TempDir()
+	export := filepath.Join(dir, "export")
+	_, eval := trainBesideEvaluator(t, estimator.Sync{}, dir, 600, estimator.EvalSpec{ExportDir: export, ExportBest: true})
+	files, _ := filepath.Glob(filepath.Join(dir, "eval", "events.out.tfevents.*"))
+	if len(files) != 1 {
+		t.Fatalf("event files in eval/: %v", files)
+	}
+	evs, err := summary.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bestSteps []int64 // the evaluations that lowered the loss
+	best := math.Inf(1)
+	for _, e := range evs {
+		for _, v := range e.GetSummary().GetValue() {
+			if l := float64(v.GetSimpleValue()); v.GetTag() == "loss" && l < best {
+				best = l
+				bestSteps = append(bestSteps, e.GetStep())
+			}
+		}
+	}
+	t.Logf("the loss fell at steps %v", bestSteps)
+	versions, err := savedmodel.Versions(export)
+	if err != nil || len(versions) != len(bestSteps) || len(versions) == 0 {
+		t.Fatalf("versions %v (%v), want one per improvement, at steps %v", versions, err, bestSteps)
+	}
+	for i, v := range versions {
+		p, err := savedmodel.Load(filepath.Join(export, strconv.FormatInt(v, 10)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.GlobalStep() != bestSteps[i] {
+			t.Errorf("version %d holds the model of step %d, want %d (the improvements: %v)", v, p.GlobalStep(), bestSteps[i], bestSteps)
+		}
+		p.Close()
+	}
+	if want := filepath.Join(export, strconv.FormatInt(versions[len(versions)-1], 10)); eval.Export != want {
+		t.Errorf("the result names export %q, want the last, %q", eval.Export, want)
+	}
+}
+
 // trainBesideEvaluator trains the linear model on 1 ps and 2 workers,
 // goroutines of this test, with an evaluator task started first (it waits
-// for the checkpoints), all with ModelDir dir; it returns the chief's and
-// the evaluator's results.
-func trainBesideEvaluator(t *testing.T, strategy estimator.Strategy, dir string, steps int64) (chief, eval *estimator.Result) {
+// for the checkpoints) with evalSpec and the test input, all with ModelDir
+// dir; it returns the chief's and the evaluator's results.
+func trainBesideEvaluator(t *testing.T, strategy estimator.Strategy, dir string, steps int64, evalSpec estimator.EvalSpec) (chief, eval *estimator.Result) {
 	t.Helper()
 	spec, lis := loopbackTasks(t, cluster.TaskID{Job: "ps"}, cluster.TaskID{Job: "worker"}, cluster.TaskID{Job: "worker", Index: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -116,7 +164,8 @@ func trainBesideEvaluator(t *testing.T, strategy estimator.Strategy, dir string,
 		}()
 	}
 	es := estimator.EvalSpec{Input: linearInput(200, false)}
-	run(cluster.TaskID{Job: cluster.EvaluatorJob}, estimator.EvalSpec{Input: es.Input, ExportDir: filepath.Join(dir, "export"), PollInterval: 5 * time.Millisecond})
+	evalSpec.Input, evalSpec.PollInterval = es.Input, 5*time.Millisecond
+	run(cluster.TaskID{Job: cluster.EvaluatorJob}, evalSpec)
 	for task := range lis {
 		run(task, es)
 	}

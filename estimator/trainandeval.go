@@ -31,6 +31,11 @@ type EvalSpec struct {
 	// PollInterval is how often an evaluator looks for a newer checkpoint
 	// (default DefaultEvalPoll).
 	PollInterval time.Duration
+	// ExportBest makes an evaluator export to ExportDir each checkpoint
+	// whose evaluation has a lower "loss" than every one before
+	// (TensorFlow's BestExporter), instead of the final one: a server
+	// polling ExportDir serves the best model as training goes.
+	ExportBest bool
 }
 
 // TrainAndEvaluate does what this process's task asks (as

@@ -426,8 +426,9 @@ func (l *launcher) start(id taskID) (*proc, error) {
 	case id.job == cluster.EvaluatorJob:
 		// Its evaluations, as the chief's progress, and its result go
 		// with the log: the chief's result is the run's (the last line
-		// of stdout, with --json).
-		stdout, stderr = l.out.prefixed(prefix), l.out.prefixed(prefix)
+		// of stdout, with --json). One writer, so one pipe: in order.
+		stdout = l.out.prefixed(prefix)
+		stderr = stdout
 	case l.cfg.Verbose:
 		stdout, stderr = l.out.prefixed(prefix), l.out.prefixed(prefix)
 	default:

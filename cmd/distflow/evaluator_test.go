@@ -64,19 +64,32 @@ func TestEvaluatorTask(t *testing.T) {
 
 // TestLocalClusterEvaluator: --local-cluster ...,evaluator=1 runs an
 // evaluator beside the cluster, whose evaluations show in the run's log;
-// the chief's result stays the last line of stdout.
+// the chief's result stays the last line of stdout. With --export-best
+// the evaluator exports the models whose loss fell, and the chief none.
 func TestLocalClusterEvaluator(t *testing.T) {
+	export := filepath.Join(t.TempDir(), "export")
 	stdout, stderr, err := run(t, "train", "--model", "mlp", "--data", "embedded", "--steps", "300", "--sync",
-		"--local-cluster", "ps=1,worker=2,evaluator=1", "--checkpoint-dir", t.TempDir(), "--save-checkpoint-steps", "100", "--json")
+		"--local-cluster", "ps=1,worker=2,evaluator=1", "--checkpoint-dir", t.TempDir(), "--save-checkpoint-steps", "100", "--json",
+		"--export", export, "--export-best")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
 	chief := lastJSON(t, stdout)
+	if _, ok := chief["export"]; ok {
+		t.Errorf("the chief exported with --export-best: %v", chief)
+	}
+	exported := strings.Count(stderr, "(the lowest loss so far)")
+	if versions, _ := filepath.Glob(filepath.Join(export, "*", "model.json")); exported == 0 || len(versions) != exported {
+		t.Errorf("%d exports in the log, versions %v", exported, versions)
+	}
 	want := regexp.MustCompile(fmt.Sprintf(`\[evaluator 0\] /job:evaluator/task:0 mlp: evaluated (1 checkpoint,|\d+ checkpoints, the last) at global step 300: test accuracy %.4f,`, chief["test_accuracy"]))
 	if !want.MatchString(stderr) || !strings.Contains(stderr, "[evaluator 0] /job:evaluator/task:0: evaluated global_step 300") {
 		t.Errorf("no evaluation of the final checkpoint at the chief's accuracy (%q) in the log:\n%s", want, stderr)
 	}
 	if _, _, err := run(t, "train", "--model", "mlp", "--steps", "10", "--local-cluster", "ps=1,worker=1,evaluator=1"); err == nil {
 		t.Error("an evaluator without a checkpoint directory started")
+	}
+	if _, stderr, err := run(t, "train", "--model", "mlp", "--steps", "10", "--local-cluster", "ps=1,worker=1", "--export", export, "--export-best"); err == nil || !strings.Contains(stderr, "evaluator=1") {
+		t.Errorf("--export-best without an evaluator: %v\n%s", err, stderr)
 	}
 }

@@ -82,8 +82,11 @@ type trainFlags struct {
 	// lrScaling adapts --lr to the batches a synchronous step averages:
 	// none, linear or sqrt.
 	lrScaling string
-	// export receives the trained model as a new numbered version.
-	export string
+	// export receives the trained model as a new numbered version;
+	// exportBest makes the evaluator task export there each model better
+	// than the ones before instead.
+	export     string
+	exportBest bool
 	// trace records training steps as a Chrome trace (trace.go).
 	trace traceFlags
 	// security secures a cluster's connections (--certs-dir,
@@ -178,6 +181,7 @@ func newTrainCommand() *cobra.Command {
 	fl.StringVar(&f.lrScaling, "lr-scaling", "none", "how the learning rate follows the k batches that one synchronous update averages (--sync, --allreduce, --in-graph): "+
 		`"none" uses --lr as given, as TensorFlow's SyncReplicasOptimizer and Horovod do (their scripts scale it); "linear" uses k times --lr (Goyal et al. 2017: --lr is then the single-process rate for one batch); "sqrt" uses sqrt(k) times --lr`)
 	fl.StringVar(&f.export, "export", "", "export the trained model into a new numbered version under this directory (the chief alone), for distflow serve")
+	fl.BoolVar(&f.exportBest, "export-best", false, "with --export and an evaluator task: the evaluator exports each checkpoint whose test loss is lower than every one before (TensorFlow's BestExporter), and the chief exports nothing")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process to the file")
 	fl.StringVar(&f.memProfile, "memprofile", "", "write a pprof memory profile of this process to the file at the end (go tool pprof -sample_index=alloc_space for what was allocated)")
 	addTraceFlags(fl, &f.trace)
@@ -244,6 +248,7 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	bad(set("epochs") && !(f.epochs > 0 && !math.IsInf(f.epochs, 0)), "--epochs %v: must be a positive number", f.epochs)
 	bad(set("batch") && f.batch <= 0, "--batch %d: must be positive", f.batch)
 	bad(set("lr") && !(f.lr > 0 && !math.IsInf(f.lr, 0)), "--lr %v: must be a positive number", f.lr)
+	bad(f.exportBest && f.export == "", "--export-best exports to --export: give it")
 	bad(set("clip-global-norm") && !(f.clipNorm >= 0 && !math.IsInf(f.clipNorm, 0)), "--clip-global-norm %v: must be a positive number (0: no clipping)", f.clipNorm)
 	bad(set("log-every") && f.logEvery <= 0, "--log-every %d: must be positive", f.logEvery)
 	bad(f.stepTimeout <= 0, "--step-timeout %v: must be positive (a step without a deadline could wait for ever)", f.stepTimeout)
@@ -464,7 +469,10 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		ts = estimator.TrainSpec{Input: ex.TrainInput(feature, f.batch),
 			Stop: estimator.Stop{MaxSteps: int64(f.steps), Epochs: f.epochs, ExamplesPerEpoch: ex.Examples()}}
 		ts.Hooks = append(ts.Hooks, f.trace.hooks(cfg, f.logdir, cfg.Logger)...)
-		es = estimator.EvalSpec{Input: ex.TestInput(feature, 1000), ExportDir: f.export}
+		es = estimator.EvalSpec{Input: ex.TestInput(feature, 1000), ExportDir: f.export, ExportBest: f.exportBest}
+		if f.exportBest && !cfg.IsEvaluator() {
+			es.ExportDir = "" // the evaluator exports
+		}
 		if clickHook = f.clickEvalHook(fn, ex); clickHook != nil {
 			ts.Hooks = append(ts.Hooks, clickHook)
 			es.Input = nil // the hook evaluates, where the tables are
@@ -574,6 +582,9 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 	jobs, err := localcluster.Parse(f.localCluster, f.psRule()...)
 	if err != nil {
 		return fmt.Errorf("--local-cluster: %w", err)
+	}
+	if f.exportBest && jobs.Evaluator == 0 {
+		return fmt.Errorf("--export-best: the evaluator task exports the best model: add evaluator=1 to --local-cluster %s", f.localCluster)
 	}
 	if jobs.Evaluator > 0 && f.ckptDir == "" && f.logdir == "" {
 		return fmt.Errorf("--local-cluster %s: the evaluator evaluates the chief's checkpoints: give --checkpoint-dir (or --logdir), and --save-checkpoint-steps or --save-checkpoint-secs for checkpoints before the last", f.localCluster)
