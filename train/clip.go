@@ -39,12 +39,12 @@ func (c ClipByGlobalNorm) ComputeGradients(s *graph.Scope, loss graph.Output, va
 }
 
 // ClipGradients scales every gradient of gvs by maxNorm / max(norm,
-// maxNorm), norm being their global L2 norm, so that
-// the result's norm is at most maxNorm and its direction unchanged. A
-// sparse gradient (embedding rows) counts by its values, as TensorFlow's
-// global_norm counts an IndexedSlices, and stays sparse. A non-finite norm
-// makes every gradient NaN, as in TensorFlow, which the training loop's
-// check of the loss then reports.
+// maxNorm), norm being their global L2 norm, so that the result's norm is
+// at most maxNorm and its direction unchanged. A sparse gradient
+// (embedding rows) counts by its values, as TensorFlow's global_norm counts
+// an IndexedSlices, and stays sparse. Clipping does not repair non-finite
+// gradients: they come from a non-finite loss, which the training loop
+// reports.
 func ClipGradients(s *graph.Scope, gvs []GradVar, maxNorm float32) ([]GradVar, error) {
 	if !(maxNorm > 0) || math.IsInf(float64(maxNorm), 0) {
 		return nil, fmt.Errorf("train: clipping gradients: the maximum norm must be a positive number, got %v", maxNorm)
