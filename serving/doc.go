@@ -29,6 +29,12 @@
 // NaN and infinities are written NaN, Infinity and -Infinity as TensorFlow
 // Serving does (these are not standard JSON), and read back in requests.
 //
+// # Several models
+//
+// Models serves several Servers, one per model, under one address and one
+// metrics path, as tensorflow_model_server does with a model config file
+// (ReadModelConfigFile reads one).
+//
 // # Metrics
 //
 // Prometheus scrapes the server at Config.MetricsPath (TF Serving's

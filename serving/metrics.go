@@ -32,11 +32,48 @@ const (
 	latencyBuckets0 = 10 // µs; TF Serving's Buckets::Exponential(10, 1.8, 33), up to about 20 minutes
 )
 
-// serverMetrics are a Server's series. The model name is the only label
-// a request chooses, and only the served one is counted, so that clients
-// cannot grow the series without bound. Its methods do nothing on nil.
-type serverMetrics struct {
+// metricFamilies are the series of one process's servers, in a registry
+// of their own with the process and Go runtime collectors.
+type metricFamilies struct {
 	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	runtime  *prometheus.HistogramVec
+	queuing  *prometheus.HistogramVec
+}
+
+func newMetricFamilies() *metricFamilies {
+	buckets := prometheus.ExponentialBuckets(latencyBuckets0, 1.8, 33)
+	for i, b := range buckets { // 188.9568, not 188.95680000000002, in the scrapes
+		buckets[i], _ = strconv.ParseFloat(strconv.FormatFloat(b, 'g', 8, 64), 64)
+	}
+	f := &metricFamilies{reg: prometheus.NewRegistry()}
+	f.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: RequestCount, Help: "The total number of requests."},
+		[]string{"model_name", "status"})
+	f.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: RequestLatency,
+		Help: "Distribution of wall time (in microseconds) for Tensorflow Serving request.", Buckets: buckets},
+		[]string{"model_name", "API", "entrypoint"})
+	f.runtime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: RuntimeLatency,
+		Help: "Distribution of wall time (in microseconds) for Tensorflow runtime.", Buckets: buckets},
+		[]string{"model_name", "API", "runtime"})
+	f.queuing = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: QueuingLatency,
+		Help: "Distribution of wall time (in microseconds) spent in the batching queue.", Buckets: buckets},
+		[]string{"thread_pool_name"})
+	f.reg.MustRegister(f.requests, f.latency, f.runtime, f.queuing,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return f
+}
+
+// handler answers scrapes of the registry.
+func (f *metricFamilies) handler() http.Handler {
+	return promhttp.HandlerFor(f.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// serverMetrics are one model's series. The model name is the only label
+// a request chooses, and only the served models are counted, so that
+// clients cannot grow the series without bound. Its methods do nothing on
+// nil.
+type serverMetrics struct {
 	requests *prometheus.CounterVec
 	ok       prometheus.Counter
 	latency  prometheus.Observer
@@ -44,36 +81,15 @@ type serverMetrics struct {
 	queuing  prometheus.Observer
 }
 
-func newServerMetrics(model string) *serverMetrics {
-	reg := prometheus.NewRegistry()
-	buckets := prometheus.ExponentialBuckets(latencyBuckets0, 1.8, 33)
-	for i, b := range buckets { // 188.9568, not 188.95680000000002, in the scrapes
-		buckets[i], _ = strconv.ParseFloat(strconv.FormatFloat(b, 'g', 8, 64), 64)
+// model returns the series of the model called name.
+func (f *metricFamilies) model(name string) *serverMetrics {
+	return &serverMetrics{
+		requests: f.requests,
+		ok:       f.requests.WithLabelValues(name, statusOK),
+		latency:  f.latency.WithLabelValues(name, predictAPI, restEntrypoint),
+		runtime:  f.runtime.WithLabelValues(name, predictAPI, runtimeName),
+		queuing:  f.queuing.WithLabelValues(name),
 	}
-	m := &serverMetrics{reg: reg}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: RequestCount, Help: "The total number of requests."},
-		[]string{"model_name", "status"})
-	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: RequestLatency,
-		Help: "Distribution of wall time (in microseconds) for Tensorflow Serving request.", Buckets: buckets},
-		[]string{"model_name", "API", "entrypoint"})
-	runtime := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: RuntimeLatency,
-		Help: "Distribution of wall time (in microseconds) for Tensorflow runtime.", Buckets: buckets},
-		[]string{"model_name", "API", "runtime"})
-	queuing := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: QueuingLatency,
-		Help: "Distribution of wall time (in microseconds) spent in the batching queue.", Buckets: buckets},
-		[]string{"thread_pool_name"})
-	reg.MustRegister(m.requests, latency, runtime, queuing,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.ok = m.requests.WithLabelValues(model, statusOK)
-	m.latency = latency.WithLabelValues(model, predictAPI, restEntrypoint)
-	m.runtime = runtime.WithLabelValues(model, predictAPI, runtimeName)
-	m.queuing = queuing.WithLabelValues(model)
-	return m
-}
-
-// handler answers scrapes of the registry.
-func (m *serverMetrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

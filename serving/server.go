@@ -100,8 +100,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("serving: config: BatchThreads is %d, want > 0", c.BatchThreads)
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("serving: config: MaxBodyBytes is %d, want > 0", c.MaxBodyBytes)
-	case c.MetricsPath != "" && (!strings.HasPrefix(c.MetricsPath, "/") || strings.HasPrefix(c.MetricsPath, "/v1/")):
-		return fmt.Errorf("serving: config: MetricsPath %q must start with '/' and not with /v1/ (the model API's)", c.MetricsPath)
+	}
+	return checkMetricsPath(c.MetricsPath)
+}
+
+// checkMetricsPath refuses a metrics path that is not one or that the
+// model API would answer ("": the default).
+func checkMetricsPath(p string) error {
+	if p != "" && (!strings.HasPrefix(p, "/") || strings.HasPrefix(p, "/v1/")) {
+		return fmt.Errorf("serving: config: MetricsPath %q must start with '/' and not with /v1/ (the model API's)", p)
 	}
 	return nil
 }
@@ -173,10 +180,26 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, logged: map[int64]string{}}
+	var fam *metricFamilies
 	if !cfg.DisableMetrics {
-		s.metrics = newServerMetrics(cfg.ModelName)
-		s.scrape = s.metrics.handler()
+		fam = newMetricFamilies()
+	}
+	s, err := newServer(cfg, fam)
+	if err != nil {
+		return nil, err
+	}
+	if fam != nil {
+		s.scrape = fam.handler()
+	}
+	return s, nil
+}
+
+// newServer is New with its metrics in fam (nil: none), and no scrape path
+// of its own. cfg is valid and has its defaults.
+func newServer(cfg Config, fam *metricFamilies) (*Server, error) {
+	s := &Server{cfg: cfg, log: cfg.Logger, logged: map[int64]string{}}
+	if fam != nil {
+		s.metrics = fam.model(cfg.ModelName)
 	}
 	if err := s.Poll(context.Background()); err != nil {
 		return nil, err
@@ -306,33 +329,58 @@ func (s *Server) Close() error {
 // finish, for at most shutdownGrace), closes the server and returns nil. It
 // returns early with the error of a failing listener.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	return serve(ctx, ln, s, []*Server{s})
+}
+
+// serve serves handler on ln and polls each of servers every PollInterval
+// until ctx is done; it then shuts the HTTP server down gracefully
+// (in-flight requests finish, for at most shutdownGrace), closes the
+// servers and returns nil. It returns early with the error of a failing
+// listener.
+func serve(ctx context.Context, ln net.Listener, handler http.Handler, servers []*Server) error {
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	var tick <-chan time.Time
-	if s.cfg.PollInterval > 0 {
-		t := time.NewTicker(s.cfg.PollInterval)
-		defer t.Stop()
-		tick = t.C
+	pctx, stopPolls := context.WithCancel(ctx)
+	var polls sync.WaitGroup
+	for _, s := range servers {
+		if s.cfg.PollInterval > 0 {
+			polls.Go(func() { s.pollEvery(pctx) })
+		}
 	}
+	defer func() {
+		stopPolls()
+		polls.Wait()
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		err := hs.Shutdown(sctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("serving: shutting down: %w", err)
+		}
+		return nil
+	}
+}
+
+// pollEvery polls BaseDir every PollInterval until ctx is done.
+func (s *Server) pollEvery(ctx context.Context) {
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
 	for {
 		select {
-		case <-tick:
-			if err := s.Poll(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("serving: poll failed", "err", err)
-			}
-		case err := <-errc:
-			s.Close()
-			return fmt.Errorf("serving: %w", err)
 		case <-ctx.Done():
-			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-			err := hs.Shutdown(sctx)
-			cancel()
-			s.Close()
-			if err != nil {
-				return fmt.Errorf("serving: shutting down: %w", err)
+			return
+		case <-t.C:
+			if err := s.Poll(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("serving: poll failed", "model", s.cfg.ModelName, "err", err)
 			}
-			return nil
 		}
 	}
 }

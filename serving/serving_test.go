@@ -784,3 +784,74 @@ func TestStatusNames(t *testing.T) {
 		}
 	}
 }
+
+// TestModels serves two models from one address: each answers under its
+// name with its own signature, an unknown name is TF Serving's 404, the
+// metrics count each model under its name, and a model's new version is
+// picked up while the other is untouched.
+func TestModels(t *testing.T) {
+	sm, m := built(t, small(1)), built(t, mlp)
+	smallDir, mlpDir := t.TempDir(), t.TempDir()
+	for dir, b := range map[string]*savedmodeltest.Built{smallDir: sm, mlpDir: m} {
+		if _, _, err := savedmodel.WriteVersion(dir, b.Model); err != nil {
+			t.Fatal(err)
+		}
+	}
+	models, err := NewModels(ModelsConfig{Models: []Config{
+		{ModelName: "small", BaseDir: smallDir, Logger: quiet, PollInterval: -1},
+		{ModelName: "mnist", BaseDir: mlpDir, Logger: quiet, PollInterval: -1},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(models)
+	t.Cleanup(func() { hs.Close(); models.Close() })
+
+	imgs := savedmodeltest.Images(1, 3)
+	if code, resp := do(t, "POST", hs.URL+"/v1/models/mnist:predict", `{"instances":[`+rowJSON(imgs, 0)+`]}`); code != 200 {
+		t.Errorf("mnist: %d %v", code, resp)
+	}
+	if code, resp := do(t, "POST", hs.URL+"/v1/models/small:predict", `{"instances":[{"x":[1,2,3],"k":1}]}`); code != 200 {
+		t.Errorf("small: %d %v", code, resp)
+	}
+	if code, resp := do(t, "GET", hs.URL+"/v1/models/small/metadata", ""); code != 200 || !strings.Contains(fmt.Sprint(resp), "small") {
+		t.Errorf("small's metadata: %d %v", code, resp)
+	}
+	if code, resp := do(t, "POST", hs.URL+"/v1/models/other:predict", `{"instances":[[1]]}`); code != 404 || !strings.Contains(fmt.Sprint(resp), "Latest(other)") {
+		t.Errorf("an unknown model: %d %v", code, resp)
+	}
+	if code, _ := do(t, "GET", hs.URL+"/v2/x", ""); code != 404 {
+		t.Errorf("a malformed path: %d", code)
+	}
+	got := scrape(t, hs.URL+DefaultMetricsPath)
+	for _, name := range []string{"mnist", "small"} {
+		if n := got[RequestCount+"{model_name="+name+",status=OK}"]; n != 1 {
+			t.Errorf("%s: %v requests counted, want 1", name, n)
+		}
+	}
+	for key := range got {
+		if strings.Contains(key, "model_name=other") {
+			t.Errorf("a series for a model not served: %s", key)
+		}
+	}
+	// A second version of small, polled: mnist stays at 1.
+	if _, _, err := savedmodel.WriteVersion(smallDir, sm.Model); err != nil {
+		t.Fatal(err)
+	}
+	if err := models.Server("small").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v, w := models.Server("small").Version(), models.Server("mnist").Version(); v != 2 || w != 1 {
+		t.Errorf("versions small %d, mnist %d; want 2 and 1", v, w)
+	}
+	// Two models of one name, or a missing directory, are refused by name.
+	for _, c := range []ModelsConfig{
+		{Models: []Config{{ModelName: "a", BaseDir: smallDir, Logger: quiet}, {ModelName: "a", BaseDir: mlpDir, Logger: quiet}}},
+		{Models: []Config{{ModelName: "a", BaseDir: smallDir, Logger: quiet}, {ModelName: "b", BaseDir: filepath.Join(smallDir, "none"), Logger: quiet}}},
+		{},
+	} {
+		if _, err := NewModels(c); err == nil {
+			t.Errorf("%+v: accepted", c)
+		}
+	}
+}

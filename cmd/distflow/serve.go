@@ -17,6 +17,7 @@ import (
 func newServeCommand() *cobra.Command {
 	var (
 		modelDir, name, host string
+		configFile           string
 		metricsPath          string
 		port                 int
 		batching             bool
@@ -29,15 +30,21 @@ func newServeCommand() *cobra.Command {
 		Short: "Serve a model export over TensorFlow Serving's REST API",
 		Long: `Serve the newest complete version under --model-dir (numbered directories written
 by savedmodel.WriteVersion, as tensorflow_model_server's --model_base_path) over TensorFlow
-Serving's REST API, switching to newer versions as they appear. One line with the URL is
-printed when the server is ready; it serves until SIGINT or SIGTERM.`,
+Serving's REST API, switching to newer versions as they appear; or several models, each
+under its name, from a --model-config-file as tensorflow_model_server reads it. One line
+with the URL of each model is printed when the server is ready; it serves until SIGINT or
+SIGTERM.`,
 		Example: `  distflow serve --model-dir /models/mnist --port 8501 --model-name mnist
-  curl -d '{"instances": [[0.1, ...]]}' http://127.0.0.1:8501/v1/models/mnist:predict`,
+  curl -d '{"instances": [[0.1, ...]]}' http://127.0.0.1:8501/v1/models/mnist:predict
+  distflow serve --model-config-file models.config --port 8501`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl := cmd.Flags()
 			switch {
-			case modelDir == "":
-				return errors.New("serve: --model-dir is required")
+			case configFile != "" && (fl.Changed("model-dir") || fl.Changed("model-name")):
+				return errors.New("serve: --model-config-file names each model and its directory: drop --model-dir and --model-name")
+			case modelDir == "" && configFile == "":
+				return errors.New("serve: --model-dir is required (or --model-config-file)")
 			case port < 0 || port > 65535:
 				return fmt.Errorf("serve: bad --port %d: want 0 to 65535 (0 picks a free port)", port)
 			case maxBatch <= 0:
@@ -56,28 +63,42 @@ printed when the server is ready; it serves until SIGINT or SIGTERM.`,
 				return fmt.Errorf("serve: bad --metrics-path %q: want a path starting with / and not with /v1/ (the model API's), or \"\" for no metrics", metricsPath)
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			srv, err := serving.New(serving.Config{
-				BaseDir: modelDir, ModelName: name, DisableBatching: !batching,
-				MaxBatchSize: maxBatch, BatchThreads: threads, BatchTimeout: batchTimeout, PollInterval: poll,
-				MaxBodyBytes: maxBody, Logger: log, MetricsPath: metricsPath, DisableMetrics: metricsPath == "",
-			})
+			specs := []serving.ModelSpec{{Name: name, BasePath: modelDir}}
+			if configFile != "" {
+				var err error
+				if specs, err = serving.ReadModelConfigFile(configFile); err != nil {
+					return err
+				}
+			}
+			mc := serving.ModelsConfig{MetricsPath: metricsPath, DisableMetrics: metricsPath == ""}
+			for _, sp := range specs {
+				mc.Models = append(mc.Models, serving.Config{
+					BaseDir: sp.BasePath, ModelName: sp.Name, DisableBatching: !batching,
+					MaxBatchSize: maxBatch, BatchThreads: threads, BatchTimeout: batchTimeout, PollInterval: poll,
+					MaxBodyBytes: maxBody, Logger: log,
+				})
+			}
+			models, err := serving.NewModels(mc)
 			if err != nil {
 				return err
 			}
 			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 			if err != nil {
-				srv.Close()
+				models.Close()
 				return fmt.Errorf("serve: --host %s --port %d: %w", host, port, err)
 			}
 			if metricsPath != "" {
 				log.Info("serve: Prometheus metrics", "url", "http://"+ln.Addr().String()+metricsPath)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "serving model %q version %d at http://%s/v1/models/%s\n", name, srv.Version(), ln.Addr(), name)
-			return srv.Serve(cmd.Context(), ln)
+			for _, sp := range specs {
+				fmt.Fprintf(cmd.OutOrStdout(), "serving model %q version %d at http://%s/v1/models/%s\n", sp.Name, models.Server(sp.Name).Version(), ln.Addr(), sp.Name)
+			}
+			return models.Serve(cmd.Context(), ln)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&modelDir, "model-dir", "", "base directory of the model's numbered versions (required)")
+	f.StringVar(&modelDir, "model-dir", "", "base directory of the model's numbered versions (required, unless --model-config-file)")
+	f.StringVar(&configFile, "model-config-file", "", "serve the models of this file, tensorflow_model_server's --model_config_file (model_config_list { config { name: \"mnist\" base_path: \"/models/mnist\" } ... }), each under its name")
 	f.IntVar(&port, "port", 8501, "TCP port of the REST API (0: a free port)")
 	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
 	f.StringVar(&name, "model-name", "default", "the NAME of /v1/models/NAME")

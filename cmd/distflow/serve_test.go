@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -109,5 +111,52 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(stderr, c.want) {
 			t.Errorf("distflow %s: err %v, stderr %q; want a failure mentioning %q", strings.Join(c.args, " "), err, stderr, c.want)
 		}
+	}
+}
+
+// TestServeModelConfigFile serves two models from a config file as
+// tensorflow_model_server reads it: each answers under its name.
+func TestServeModelConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	var conf strings.Builder
+	conf.WriteString("model_config_list {\n")
+	for i, name := range []string{"first", "second"} {
+		b, err := savedmodeltest.MLP(i + 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := filepath.Join(dir, name)
+		if _, _, err := savedmodel.WriteVersion(base, b.Model); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		fmt.Fprintf(&conf, "  config { name: %q base_path: %q model_platform: \"tensorflow\" }\n", name, base)
+	}
+	conf.WriteString("}\n")
+	file := filepath.Join(dir, "models.config")
+	if err := os.WriteFile(file, []byte(conf.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := startServe(t, "--model_config_file", file, "--port", "0")
+	root := url[:strings.Index(url, "/v1/")]
+	row := "[" + strings.TrimSuffix(strings.Repeat("0.5,", 784), ",") + "]"
+	var probs []string
+	for _, name := range []string{"first", "second"} {
+		resp, err := http.Post(root+"/v1/models/"+name+":predict", "application/json", strings.NewReader(`{"instances":[`+row+`]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", name, resp.StatusCode, body)
+		}
+		probs = append(probs, string(body))
+	}
+	if probs[0] == probs[1] {
+		t.Error("the two models (different seeds) answered the same: one served both names")
+	}
+	if _, _, err := run(t, "serve", "--model-config-file", file, "--model-dir", dir, "--port", "0"); err == nil {
+		t.Error("--model-config-file with --model-dir was accepted")
 	}
 }
