@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -125,7 +126,7 @@ type updateFunc func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node
 // applyGradients is the ApplyGradients shared by all optimizers: it adds the
 // updates under the scope "<name>", then the global step increment after
 // all of them, and returns the no-op "<name>/update" depending on everything.
-func applyGradients(s *graph.Scope, name string, gvs []GradVar, globalStep *ops.Variable, lr float32, sch Schedule, update updateFunc) (*graph.Node, error) {
+func applyGradients(s *graph.Scope, name string, gvs []GradVar, globalStep *ops.Variable, lr float32, h scheduled, update updateFunc) (*graph.Node, error) {
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
@@ -133,9 +134,12 @@ func applyGradients(s *graph.Scope, name string, gvs []GradVar, globalStep *ops.
 		return nil, fmt.Errorf("train: %s: no gradients to apply", name)
 	}
 	scope := s.SubScope(name)
-	rate, err := learningRate(scope, name, lr, sch)
+	rate, err := learningRate(scope, name, lr, h.Schedule)
 	if err != nil {
 		return nil, err
+	}
+	if h.WeightDecay < 0 || math.IsNaN(float64(h.WeightDecay)) || math.IsInf(float64(h.WeightDecay), 0) {
+		return nil, fmt.Errorf("train: %s: weight decay %v: want 0 (none) or a positive number", name, h.WeightDecay)
 	}
 	var updates []*graph.Node
 	for _, gv := range gvs {
@@ -148,7 +152,16 @@ func applyGradients(s *graph.Scope, name string, gvs []GradVar, globalStep *ops.
 				name, v, gv.Grad, gv.Grad.DType(), gv.Grad.Shape())
 		}
 		vs := scope.WithDevice(v.Node().Device())
-		updates = append(updates, update(vs, gv, rate(vs, v))...)
+		r := rate(vs, v)
+		if h.WeightDecay > 0 {
+			if gv.Sparse != nil {
+				return nil, fmt.Errorf("train: %s: weight decay on the sparse update of %s (embedding rows) is not supported: train it with an optimizer without weight decay", name, v.Name())
+			}
+			// The update applies to the decayed variable.
+			decay := ops.AssignSub(vs, v.Value(), ops.Mul(vs, ops.Mul(vs, r, scalar(vs, v, h.WeightDecay)), v.Value()))
+			vs = vs.WithControlDependencies(decay.Node)
+		}
+		updates = append(updates, update(vs, gv, r)...)
 	}
 	if globalStep != nil {
 		gs := scope.WithDevice(globalStep.Node().Device()).WithControlDependencies(updates...)

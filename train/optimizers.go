@@ -26,7 +26,7 @@ func (o *GradientDescent) ComputeGradients(s *graph.Scope, loss graph.Output, va
 
 // ApplyGradients implements Optimizer.
 func (o *GradientDescent) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Variable) (*graph.Node, error) {
-	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.scheduled, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		if sl := gv.Sparse; sl != nil {
 			return []*graph.Node{ops.SparseApplyGradientDescent(s, v.Value(), lr, sl.Values, sl.Indices)}
@@ -58,7 +58,7 @@ func (o *Momentum) ComputeGradients(s *graph.Scope, loss graph.Output, vars []*o
 
 // ApplyGradients implements Optimizer. The slot is "<var>/Momentum".
 func (o *Momentum) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Variable) (*graph.Node, error) {
-	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.scheduled, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		accum := slot(s, v, "Momentum", nil, ops.ZerosInit())
 		if accum == nil {
@@ -99,7 +99,7 @@ func (o *Adagrad) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.
 	if o.InitialAccumulator <= 0 {
 		return nil, fmt.Errorf("train: Adagrad: the initial accumulator must be positive, got %g", o.InitialAccumulator)
 	}
-	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.scheduled, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		accum := slot(s, v, "Adagrad", nil, ops.ConstantInit(float64(o.InitialAccumulator)))
 		if accum == nil {
@@ -138,7 +138,7 @@ func (o *RMSProp) ComputeGradients(s *graph.Scope, loss graph.Output, vars []*op
 // (initialised to ones, as TensorFlow does, so early steps are not huge) and
 // "<var>/RMSProp_mom".
 func (o *RMSProp) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Variable) (*graph.Node, error) {
-	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.scheduled, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		ms := slot(s, v, "RMSProp_ms", nil, ops.OnesInit())
 		mom := slot(s, v, "RMSProp_mom", nil, ops.ZerosInit())
@@ -180,7 +180,7 @@ func (o *Adam) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Var
 	if o.Beta1 < 0 || o.Beta1 >= 1 || o.Beta2 < 0 || o.Beta2 >= 1 {
 		return nil, fmt.Errorf("train: Adam: beta1 and beta2 must be in [0, 1), got %g and %g", o.Beta1, o.Beta2)
 	}
-	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.scheduled, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		m := slot(s, v, "Adam_m", nil, ops.ZerosInit())
 		vv := slot(s, v, "Adam_v", nil, ops.ZerosInit())

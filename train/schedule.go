@@ -3,6 +3,7 @@ package train
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,14 +112,41 @@ func (d ExponentialDecay) spec() op.Schedule {
 
 func (d ExponentialDecay) over(int64) Schedule { return d }
 
-// scheduled is embedded by the optimizers that take a Schedule.
+// scheduled is embedded by the optimizers: the hyper-parameters they all
+// take besides their own.
 type scheduled struct {
 	// Schedule, when set, scales LearningRate by the global step.
 	Schedule Schedule
+	// WeightDecay, when positive, shrinks each variable by learning rate
+	// times WeightDecay of itself before every update: decoupled weight
+	// decay (Loshchilov and Hutter; PyTorch's and Keras' AdamW, and for
+	// plain gradient descent the same as PyTorch's weight_decay). Sparse
+	// updates (embedding rows) refuse it.
+	WeightDecay float32
 }
 
-func (o *scheduled) setSchedule(s Schedule) { o.Schedule = s }
-func (o *scheduled) schedule() Schedule     { return o.Schedule }
+func (o *scheduled) setSchedule(s Schedule)   { o.Schedule = s }
+func (o *scheduled) setWeightDecay(d float32) { o.WeightDecay = d }
+
+// SetWeightDecay gives opt a decoupled weight decay (see the optimizers'
+// WeightDecay field), or that of the optimizer it wraps. It fails for an
+// optimizer that takes none, and for a decay that is negative or not a
+// number.
+func SetWeightDecay(opt Optimizer, d float32) error {
+	if !(d >= 0) || math.IsInf(float64(d), 0) {
+		return fmt.Errorf("train: weight decay %v: want 0 (none) or a positive number", d)
+	}
+	if w, ok := opt.(wrapper); ok && w.wrapped() != nil {
+		return SetWeightDecay(w.wrapped(), d)
+	}
+	o, ok := opt.(interface{ setWeightDecay(float32) })
+	if !ok {
+		return fmt.Errorf("train: %s takes no weight decay", opt.Name())
+	}
+	o.setWeightDecay(d)
+	return nil
+}
+func (o *scheduled) schedule() Schedule { return o.Schedule }
 
 // wrapper is an optimizer that applies the gradients through another
 // (HashEmbeddingOptimizer, ClipByGlobalNorm): the learning-rate schedule is

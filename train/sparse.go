@@ -71,7 +71,7 @@ func (o *Ftrl) ApplyGradients(s *graph.Scope, gvs []GradVar, globalStep *ops.Var
 	case o.LearningRate <= 0:
 		return nil, fmt.Errorf("train: Ftrl: the learning rate must be positive, got %g", o.LearningRate)
 	}
-	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.Schedule, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
+	return applyGradients(s, o.Name(), gvs, globalStep, o.LearningRate, o.scheduled, func(s *graph.Scope, gv GradVar, lr graph.Output) []*graph.Node {
 		v := gv.Var
 		accum := slot(s, v, "Ftrl_accum", nil, ops.ConstantInit(float64(o.InitialAccumulator)))
 		linear := slot(s, v, "Ftrl_linear", nil, ops.ZerosInit())

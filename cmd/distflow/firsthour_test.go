@@ -32,6 +32,7 @@ func TestBadFlagsFailBeforeAnythingStarts(t *testing.T) {
 		{[]string{"--lr-decay", "cosin"}, `--lr-decay: learning-rate schedule "cosin": want none, linear`},
 		{[]string{"--lr-decay", "step,rate=0.1"}, `--lr-decay: learning-rate schedule "step,rate=0.1": step needs rate=R and every=N`},
 		{[]string{"--clip-global-norm", "-3"}, "--clip-global-norm -3"},
+		{[]string{"--weight-decay", "-1"}, "--weight-decay -1"},
 		{[]string{"--lr-decay", "linear,end=2"}, `--lr-decay: learning-rate schedule "linear,end=2"`},
 		{append([]string{"--sync", "--in-graph"}, cluster...), "choose one"},
 		{append([]string{"--allreduce", "--staleness", "1"}, cluster...), "choose one"},

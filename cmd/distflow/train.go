@@ -54,6 +54,7 @@ type trainFlags struct {
 	pullCompress string
 	lrDecay      string
 	clipNorm     float64
+	weightDecay  float64
 	mlpHidden    int
 	minSlice     int64
 	stepTimeout  time.Duration
@@ -149,6 +150,7 @@ func newTrainCommand() *cobra.Command {
 	fl.Float64Var(&f.lr, "lr", 0, "learning rate (default: the model's for the optimizer, e.g. the mlp's 0.5 with sgd and 0.003 with adam)")
 	fl.StringVar(&f.lrDecay, "lr-decay", "none", "learning-rate schedule: none; linear or cosine, to 0 at the last step (,end=SHARE: to SHARE of --lr; ,steps=N: at step N, then held); exponential,rate=R,every=N (times R every N steps) or step,rate=R,every=N (at once at each multiple of N); each with ,warmup=W to rise linearly to --lr over the first W steps")
 	fl.StringVar(&f.optimizer, "optimizer", "", "sgd, momentum, adagrad, rmsprop, adam or ftrl (default: the model's)")
+	fl.Float64Var(&f.weightDecay, "weight-decay", 0, "shrink each variable by --lr times this of itself before every update: decoupled weight decay, as AdamW (PyTorch's and Keras'); with sgd the same as PyTorch's weight_decay (0: none; not for embedding rows)")
 	fl.Float64Var(&f.clipNorm, "clip-global-norm", 0, "scale each step's gradients down so that their global L2 norm is at most this (tf.clip_by_global_norm, torch.nn.utils.clip_grad_norm_); each replica clips its own before they are pushed or averaged (0: no clipping)")
 	fl.StringVar(&f.dataDir, "data", "", "directory with the Fashion-MNIST IDX files (default: $DISTFLOW_DATA, the Debian package, or the embedded subset)")
 	fl.IntVar(&f.seed, "seed", 1, "seed of initial weights, shuffling and dropout")
@@ -249,6 +251,8 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	bad(set("batch") && f.batch <= 0, "--batch %d: must be positive", f.batch)
 	bad(set("lr") && !(f.lr > 0 && !math.IsInf(f.lr, 0)), "--lr %v: must be a positive number", f.lr)
 	bad(f.exportBest && f.export == "", "--export-best exports to --export: give it")
+	bad(set("weight-decay") && !(f.weightDecay >= 0 && !math.IsInf(f.weightDecay, 0)), "--weight-decay %v: must be a positive number (0: none)", f.weightDecay)
+	bad(f.weightDecay > 0 && f.model == "widedeep", "--weight-decay: the wide-and-deep model's embeddings train by rows, which weight decay does not apply to")
 	bad(set("clip-global-norm") && !(f.clipNorm >= 0 && !math.IsInf(f.clipNorm, 0)), "--clip-global-norm %v: must be a positive number (0: no clipping)", f.clipNorm)
 	bad(set("log-every") && f.logEvery <= 0, "--log-every %d: must be positive", f.logEvery)
 	bad(f.stepTimeout <= 0, "--step-timeout %v: must be positive (a step without a deadline could wait for ever)", f.stepTimeout)
@@ -438,6 +442,9 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	}
 	if err != nil {
 		return fmt.Errorf("--lr-decay: %w", err)
+	}
+	if err := train.SetWeightDecay(opt, float32(f.weightDecay)); err != nil {
+		return fmt.Errorf("--weight-decay: %w", err)
 	}
 	if f.clipNorm > 0 {
 		opt = train.ClipByGlobalNorm{Optimizer: opt, MaxNorm: float32(f.clipNorm)}
