@@ -67,7 +67,7 @@ func (e *Estimator) evaluateCheckpoints(ctx context.Context, ts TrainSpec, es Ev
 		return nil, err
 	}
 	log := cfg.Logger.With("task", cfg.Task.String())
-	events, err := openEvents(evalDir(cfg.ModelDir), fmt.Sprintf("%s-%d", cfg.Task.Job, cfg.Task.Index))
+	events, err := openEvents(evalDir(cfg.ModelDir), cfg.eventSuffix())
 	if err != nil {
 		return nil, err
 	}
@@ -178,8 +178,8 @@ func evalDir(modelDir string) string {
 	return filepath.Join(modelDir, "eval")
 }
 
-// recordEval writes one evaluation's metrics to the event file and the
-// task's Prometheus metrics.
+// recordEval writes one evaluation's metrics to the event file, and its
+// step to the task's Prometheus metrics (Evaluate records the metrics).
 func (e *Estimator) recordEval(events *summary.Writer, step int64, m map[string]float64) {
 	if events != nil {
 		for _, name := range sortedNames(m) {
@@ -189,7 +189,6 @@ func (e *Estimator) recordEval(events *summary.Writer, step int64, m map[string]
 		}
 		_ = events.Flush()
 	}
-	e.observeEval(m)
 	if t := e.Metrics(); t != nil {
 		t.SetGlobalStep(step)
 	}

@@ -128,7 +128,7 @@ func (l *loop) run(ctx context.Context) (loopStats, error) {
 	}
 	// On logging steps the merged summaries are fetched too.
 	logFetches := fetches
-	events, err := openEvents(cfg.ModelDir, r.eventSuffix())
+	events, err := openEvents(cfg.ModelDir, cfg.eventSuffix())
 	if err != nil {
 		return loopStats{}, err
 	}
@@ -341,11 +341,11 @@ func (l *loop) rejoinAfter(ctx context.Context, err error, rejoins *int) bool {
 }
 
 // eventSuffix names this process's event file.
-func (r *replica) eventSuffix() string {
-	if r.cfg.Cluster == nil {
+func (c RunConfig) eventSuffix() string {
+	if c.Cluster == nil {
 		return "local"
 	}
-	return fmt.Sprintf("%s-%d", r.cfg.Task.Job, r.cfg.Task.Index)
+	return fmt.Sprintf("%s-%d", c.Task.Job, c.Task.Index)
 }
 
 // openEvents opens the event file of this process in dir ("" means no

@@ -283,9 +283,7 @@ func (b *batcher) run(batch []*batchItem, rows int) {
 		}
 	}
 	for _, it := range batch {
-		start := time.Now()
-		out, err := b.pred.Predict(ctx, it.inputs)
-		b.metrics.run(time.Since(start))
+		out, err := b.metrics.predict(ctx, b.pred, it.inputs)
 		it.done <- batchResult{out: out, err: err}
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/distflow/distflow/savedmodel"
+	"github.com/distflow/distflow/tensor"
 )
 
 // DefaultMetricsPath is where a Server answers Prometheus' scrapes: TF
@@ -113,6 +116,14 @@ func (m *serverMetrics) run(d time.Duration) {
 	if m != nil {
 		m.runtime.Observe(micros(d))
 	}
+}
+
+// predict runs p on inputs and records the run.
+func (m *serverMetrics) predict(ctx context.Context, p *savedmodel.Predictor, inputs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+	start := time.Now()
+	out, err := p.Predict(ctx, inputs)
+	m.run(time.Since(start))
+	return out, err
 }
 
 // queued records a request's wait in the batching queue.

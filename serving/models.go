@@ -42,7 +42,7 @@ func NewModels(cfg ModelsConfig) (*Models, error) {
 	if cfg.MetricsPath == "" {
 		cfg.MetricsPath = DefaultMetricsPath
 	}
-	if err := checkMetricsPath(cfg.MetricsPath); err != nil {
+	if err := CheckMetricsPath(cfg.MetricsPath); err != nil {
 		return nil, err
 	}
 	m := &Models{byName: map[string]*Server{}, metricsPath: cfg.MetricsPath}

@@ -101,12 +101,12 @@ func (c Config) Validate() error {
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("serving: config: MaxBodyBytes is %d, want > 0", c.MaxBodyBytes)
 	}
-	return checkMetricsPath(c.MetricsPath)
+	return CheckMetricsPath(c.MetricsPath)
 }
 
-// checkMetricsPath refuses a metrics path that is not one or that the
+// CheckMetricsPath refuses a metrics path that is not one or that the
 // model API would answer ("": the default).
-func checkMetricsPath(p string) error {
+func CheckMetricsPath(p string) error {
 	if p != "" && (!strings.HasPrefix(p, "/") || strings.HasPrefix(p, "/v1/")) {
 		return fmt.Errorf("serving: config: MetricsPath %q must start with '/' and not with /v1/ (the model API's)", p)
 	}
@@ -581,9 +581,7 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable, b
 		submitted = true
 		out, err = sv.batcher.submit(r.Context(), &batchItem{inputs: req.inputs, rows: rows, key: key, done: make(chan batchResult, 1)})
 	} else {
-		start := time.Now()
-		out, err = sv.pred.Predict(r.Context(), req.inputs)
-		s.metrics.run(time.Since(start))
+		out, err = s.metrics.predict(r.Context(), sv.pred, req.inputs)
 	}
 	if err != nil {
 		status := http.StatusInternalServerError

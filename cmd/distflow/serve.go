@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,8 +58,9 @@ SIGTERM.`,
 				return fmt.Errorf("serve: bad --max-body-bytes %d: it must be positive", maxBody)
 			case name == "":
 				return errors.New("serve: --model-name is empty")
-			case metricsPath != "" && (!strings.HasPrefix(metricsPath, "/") || strings.HasPrefix(metricsPath, "/v1/")):
-				return fmt.Errorf("serve: bad --metrics-path %q: want a path starting with / and not with /v1/ (the model API's), or \"\" for no metrics", metricsPath)
+			}
+			if err := serving.CheckMetricsPath(metricsPath); err != nil {
+				return fmt.Errorf("serve: bad --metrics-path (or \"\" for no metrics): %w", err)
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			specs := []serving.ModelSpec{{Name: name, BasePath: modelDir}}
