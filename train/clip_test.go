@@ -1,13 +1,11 @@
 package train_test
 
 import (
-	"context"
 	"math"
 	"testing"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
-	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
@@ -52,19 +50,7 @@ func TestClipGradients(t *testing.T) {
 			t.Fatal("the embedding's gradient lost its sparse form")
 		}
 		fetches = append(fetches, sparse)
-		sess, err := session.New(s.Graph())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{ops.GlobalVariablesInitializer(s)}); err != nil {
-			t.Fatal(err)
-		}
-		out, err := sess.Run(ctx, nil, fetches, nil)
-		sess.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := runSteps(t, s, nil, 0, fetches...)
 		norm2 := 0.0
 		got := map[string][]float64{}
 		for i, gv := range clipped {
@@ -103,25 +89,7 @@ func TestClipByGlobalNormTrains(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		init := ops.GlobalVariablesInitializer(s)
-		sess, err := session.New(s.Graph())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
-			t.Fatal(err)
-		}
-		for range 200 {
-			if _, err := sess.Run(ctx, nil, nil, []*graph.Node{trainOp}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		out, err := sess.Run(ctx, nil, []graph.Output{w.Value(), loss}, nil)
-		sess.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := runSteps(t, s, trainOp, 200, w.Value(), loss)
 		if l := out[1].Float64At(0); clip != (l < 1) {
 			t.Errorf("clip %v: loss %v after 200 steps (w %v)", clip, l, out[0])
 		}

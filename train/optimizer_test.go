@@ -27,6 +27,35 @@ func quadratic(s *graph.Scope, dt tensor.DType) (w *ops.Variable, loss graph.Out
 	return w, ops.Sum(s, ops.Square(s, ops.Sub(s, w.Value(), ops.Const(s, t))), nil, false)
 }
 
+// runSteps initialises the variables of s's graph in a new session, runs
+// step (if not nil) n times, and returns fetches.
+func runSteps(t *testing.T, s *graph.Scope, step *graph.Node, n int, fetches ...graph.Output) []*tensor.Tensor {
+	t.Helper()
+	init := ops.GlobalVariablesInitializer(s)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := session.New(s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	ctx := context.Background()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{step}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := sess.Run(ctx, nil, fetches, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestOptimizersMinimizeAQuadratic(t *testing.T) {
 	cases := []struct {
 		opt   train.Optimizer

@@ -1,13 +1,11 @@
 package train_test
 
 import (
-	"context"
 	"math"
 	"testing"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
-	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
@@ -32,24 +30,7 @@ func TestWeightDecay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sess, err := session.New(s.Graph())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{ops.GlobalVariablesInitializer(s)}); err != nil {
-			t.Fatal(err)
-		}
-		for range 3 {
-			if _, err := sess.Run(ctx, nil, nil, []*graph.Node{step}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		out, err := sess.Run(ctx, nil, []graph.Output{w.Value(), u.Value()}, nil)
-		sess.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := runSteps(t, s, step, 3, w.Value(), u.Value())
 		if got, want := out[1].Float64At(0), math.Pow(1-lr*wd, 3); math.Abs(got-want) > 1e-6 {
 			t.Errorf("%s: u = %v after 3 steps, want %v (decay alone)", opt.Name(), got, want)
 		}
