@@ -310,6 +310,14 @@ func TestTable(t *testing.T) {
 	if err := <-errc; !errors.Is(err, reason) || !errors.Is(err, ErrAborted) {
 		t.Errorf("waiter: %v", err)
 	}
+	// A Recv that comes after the failing cleanup, in a step seen or
+	// not, fails at once with the reason too.
+	tab.Cleanup(98, reason)
+	for _, step := range []int64{2, 98} {
+		if _, err := tab.Get(step).Recv(ctx, "late"); !errors.Is(err, reason) || !errors.Is(err, ErrAborted) || errors.Is(err, ErrStepDone) {
+			t.Errorf("late recv of failed step %d: %v, want the reason", step, err)
+		}
+	}
 
 	// A late Recv of a cleaned step fails at once with ErrStepDone.
 	tab.Cleanup(1, nil)

@@ -29,28 +29,33 @@ const DefaultCleanedSteps = 4096
 type Table struct {
 	mu      sync.Mutex
 	steps   map[int64]*Local
-	cleaned map[int64]struct{}
+	cleaned map[int64]error // cleaned-up steps: their abort error, nil for a finished one
 	ring    []int64 // cleaned IDs in cleanup order; ring[next] is the oldest once full
 	next    int
 }
 
 // NewTable returns an empty table.
 func NewTable() *Table {
-	return &Table{steps: map[int64]*Local{}, cleaned: map[int64]struct{}{}}
+	return &Table{steps: map[int64]*Local{}, cleaned: map[int64]error{}}
 }
 
 // Get returns the rendezvous of step stepID, creating it if needed. For a
 // step already cleaned up it returns a rendezvous that fails every Send and
-// Recv with ErrStepDone.
+// Recv with the step's abort error, or ErrStepDone for a step that
+// finished: a receive that comes late names why the step ended.
 func (t *Table) Get(stepID int64) *Local {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if l, ok := t.steps[stepID]; ok {
 		return l
 	}
-	if _, done := t.cleaned[stepID]; done {
+	if abortErr, done := t.cleaned[stepID]; done {
 		l := NewLocal()
-		l.abortDone(stepID)
+		if abortErr != nil {
+			l.Abort(fmt.Errorf("step %d: %w", stepID, abortErr))
+		} else {
+			l.abortDone(stepID)
+		}
 		return l
 	}
 	l := NewLocal()
@@ -66,7 +71,7 @@ func (t *Table) Cleanup(stepID int64, abortErr error) {
 	t.mu.Lock()
 	l := t.steps[stepID]
 	delete(t.steps, stepID)
-	t.rememberLocked(stepID)
+	t.rememberLocked(stepID, abortErr)
 	t.mu.Unlock()
 	if l == nil {
 		return
@@ -105,7 +110,7 @@ func (t *Table) CleanupIfIdle(stepID int64) bool {
 		return false
 	}
 	delete(t.steps, stepID)
-	t.rememberLocked(stepID)
+	t.rememberLocked(stepID, nil)
 	t.mu.Unlock()
 	if l != nil {
 		l.abortDone(stepID)
@@ -113,11 +118,13 @@ func (t *Table) CleanupIfIdle(stepID int64) bool {
 	return true
 }
 
-func (t *Table) rememberLocked(stepID int64) {
+// rememberLocked records that step stepID was cleaned up, with its abort
+// error (nil: finished); the first cleanup's counts.
+func (t *Table) rememberLocked(stepID int64, abortErr error) {
 	if _, ok := t.cleaned[stepID]; ok {
 		return
 	}
-	t.cleaned[stepID] = struct{}{}
+	t.cleaned[stepID] = abortErr
 	if len(t.ring) < DefaultCleanedSteps {
 		t.ring = append(t.ring, stepID)
 		return
