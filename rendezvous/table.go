@@ -30,7 +30,7 @@ type Table struct {
 	mu      sync.Mutex
 	steps   map[int64]*Local
 	cleaned map[int64]error // cleaned-up steps: their abort error, nil for a finished one
-	ring    []int64 // cleaned IDs in cleanup order; ring[next] is the oldest once full
+	ring    []int64         // cleaned IDs in cleanup order; ring[next] is the oldest once full
 	next    int
 }
 
