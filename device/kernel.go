@@ -1,0 +1,215 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Tensor is a value of a device step: in device memory (Buf), or on the
+// host (Host) for a kernel's host-memory arguments, such as a Reshape's
+// shape or a Shape's result.
+type Tensor struct {
+	DType tensor.DType
+	Shape []int
+	// Buf holds the elements, row-major, when Host is nil.
+	Buf Buffer
+	// Host is the value on the host, or nil.
+	Host *tensor.Tensor
+}
+
+// NumElements returns the number of elements of t.
+func (t *Tensor) NumElements() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Bytes returns the size of t's elements in bytes.
+func (t *Tensor) Bytes() int64 { return int64(t.NumElements()) * int64(t.DType.Size()) }
+
+// Kernel enqueues the work of one node on a device stream.
+type Kernel interface {
+	// Launch enqueues the node's computation of c.Outputs from c.Inputs on
+	// c.Stream and returns without waiting for it. It writes every element
+	// of every device output (they are not zeroed) and sets the Host value
+	// of each host-memory output. Errors found on the host are returned;
+	// errors of the queued work surface at the stream's Synchronize.
+	Launch(c *Context) error
+}
+
+// KernelFunc adapts a function to Kernel.
+type KernelFunc func(c *Context) error
+
+// Launch calls f.
+func (f KernelFunc) Launch(c *Context) error { return f(c) }
+
+// Context is what a kernel sees of one launch.
+type Context struct {
+	Ctx    context.Context
+	Node   *graph.Node
+	Device Device
+	Stream Stream
+	// Inputs are the node's inputs: in device memory, except those the
+	// kernel's KernelDef.HostInputs names, which are on the host.
+	Inputs []*Tensor
+	// Outputs are allocated before Launch with the shapes the op's shape
+	// function gave: in device memory, except KernelDef.HostOutputs,
+	// whose Host the kernel sets.
+	Outputs []*Tensor
+	// Scratch allocates temporary device memory, freed once the launch
+	// has been queued: the stream orders its reuse after this kernel.
+	Scratch func(n int64) (Ptr, error)
+}
+
+// KernelDef is the registration of an op's kernel on a platform.
+type KernelDef struct {
+	// Factory builds the kernel of a node, checking its attributes once.
+	Factory func(n *graph.Node) (Kernel, error)
+	// HostInputs are the inputs the kernel reads on the host (a shape, an
+	// axis); the runtime copies them there if they are on the device.
+	HostInputs []int
+	// HostOutputs are the outputs the kernel computes on the host (a
+	// Shape's result); they stay there until a device kernel reads them.
+	HostOutputs []int
+	// DTypes are the element types of the node's (first) output, or of its
+	// first input for ops without outputs, that the kernel supports; nil
+	// means any.
+	DTypes []tensor.DType
+}
+
+// Supports reports whether the kernel supports dt.
+func (d KernelDef) Supports(dt tensor.DType) bool {
+	return d.DTypes == nil || slices.Contains(d.DTypes, dt)
+}
+
+// IsHostInput reports whether input i is read on the host.
+func (d KernelDef) IsHostInput(i int) bool { return slices.Contains(d.HostInputs, i) }
+
+// IsHostOutput reports whether output i is computed on the host.
+func (d KernelDef) IsHostOutput(i int) bool { return slices.Contains(d.HostOutputs, i) }
+
+type kernelKey struct{ platform, op string }
+
+var (
+	kernelsMu sync.RWMutex
+	kernels   = map[kernelKey]KernelDef{}
+)
+
+// RegisterKernel adds the kernel of op on platform. It panics on a duplicate
+// registration or a KernelDef without Factory (programmer errors found at
+// init).
+func RegisterKernel(platform, op string, def KernelDef) {
+	if def.Factory == nil {
+		panic(fmt.Sprintf("device.RegisterKernel: %s on %s has no Factory", op, platform))
+	}
+	kernelsMu.Lock()
+	defer kernelsMu.Unlock()
+	k := kernelKey{platform, op}
+	if _, dup := kernels[k]; dup {
+		panic(fmt.Sprintf("device.RegisterKernel: %s on %s registered twice", op, platform))
+	}
+	kernels[k] = def
+}
+
+// LookupKernel returns the kernel registration of op on platform, or an
+// error wrapping ErrNoKernel.
+func LookupKernel(platform, op string) (KernelDef, error) {
+	kernelsMu.RLock()
+	defer kernelsMu.RUnlock()
+	if d, ok := kernels[kernelKey{platform, op}]; ok {
+		return d, nil
+	}
+	return KernelDef{}, fmt.Errorf("device: %w for op %q on platform %q", ErrNoKernel, op, platform)
+}
+
+// Kernels returns the ops with a kernel on platform, sorted.
+func Kernels(platform string) []string {
+	kernelsMu.RLock()
+	defer kernelsMu.RUnlock()
+	var ops []string
+	for k := range kernels {
+		if k.platform == platform {
+			ops = append(ops, k.op)
+		}
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+// Ops are the ops every GPU platform has a kernel for: the forward and
+// backward passes of the reference models (linear regression, the MLP, the
+// CNN) and the element-wise arithmetic around them. Ops not listed (random
+// numbers, variables, queues, summaries) run on the CPU under soft
+// placement. The conformance suite (package device/devicetest) checks a
+// platform's kernels of these against the CPU's.
+var Ops = []string{
+	"Add", "ArgMax", "BiasAdd", "BiasAddGrad", "BroadcastTo", "Cast", "Conv2D",
+	"Conv2DBackpropFilter", "Conv2DBackpropInput", "Div", "Equal", "ExpandDims", "Fill",
+	"GreaterEqual", "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Mean", "Mul", "Neg",
+	"OnesLike", "Relu", "ReluGrad", "Reshape", "Shape", "Sigmoid", "SigmoidGrad", "Size",
+	"SparseSoftmaxCrossEntropyWithLogits", "SquaredDifference", "Sub", "Sum", "SumToShape",
+	"ZerosLike",
+}
+
+// hostArgs are the arguments of Ops that live in host memory on every
+// platform: the shapes and values the runtime needs to infer output shapes
+// before a launch, and the results computed from shapes alone.
+var hostArgs = map[string]struct{ in, out []int }{
+	"Reshape":     {in: []int{1}},
+	"BroadcastTo": {in: []int{1}},
+	"SumToShape":  {in: []int{1}},
+	"Fill":        {in: []int{0, 1}},
+	"Shape":       {out: []int{0}},
+	"Size":        {out: []int{0}},
+}
+
+// HostInputs returns the inputs of op that every platform's kernel reads
+// on the host (for KernelDef.HostInputs).
+func HostInputs(op string) []int { return hostArgs[op].in }
+
+// HostOutputs returns the outputs of op that every platform's kernel
+// computes on the host (for KernelDef.HostOutputs).
+func HostOutputs(op string) []int { return hostArgs[op].out }
+
+// ShapeFactory returns the kernel factory, the same on every platform, of
+// an op whose outputs are computed on the host from its inputs' shapes
+// alone: Shape and Size.
+func ShapeFactory(op string) func(n *graph.Node) (Kernel, error) {
+	return func(n *graph.Node) (Kernel, error) {
+		if op != "Shape" && op != "Size" {
+			return nil, fmt.Errorf("device: node %s: %s is not computed from shapes", n, op)
+		}
+		return KernelFunc(func(c *Context) error {
+			out := c.Outputs[0]
+			var vals []int64
+			if op == "Shape" {
+				for _, d := range c.Inputs[0].Shape {
+					vals = append(vals, int64(d))
+				}
+			} else {
+				vals = []int64{int64(c.Inputs[0].NumElements())}
+			}
+			t := tensor.New(out.DType, out.Shape...)
+			for i, x := range vals {
+				switch out.DType {
+				case tensor.Int32:
+					t.Int32s()[i] = int32(x)
+				case tensor.Int64:
+					t.Int64s()[i] = x
+				default:
+					return fmt.Errorf("device: node %s: %s of type %v", c.Node, op, out.DType)
+				}
+			}
+			out.Host = t
+			return nil
+		}), nil
+	}
+}

@@ -1,0 +1,27 @@
+// Package sim is the simulated accelerator: a device platform that behaves
+// as a GPU does for everything but speed, so that placement, partitioning,
+// copies, allocation, out-of-memory errors and the runtime's device logic
+// are tested on every machine.
+//
+//	import _ "github.com/distflow/distflow/device/sim" // registers "sim"
+//
+//	p, _ := device.Lookup("sim")
+//	gpus, err := p.Open(device.Options{Count: 2})
+//
+// Each simulated card has a memory space of its own, held in Go memory
+// that no tensor aliases: host code reaches it only through a stream's
+// copies, and a device pointer is not a Go address. Each device has one
+// stream, a goroutine that runs the copies and kernels queued on it in
+// order while the host goes on; an error of queued work is sticky and
+// surfaces at Synchronize, as CUDA's do. Kernels run the CPU kernels
+// (package kernel/cpu) on the stream, reading their inputs where they lie
+// in device memory and copying their results into the outputs the runtime
+// allocated, after checking their shapes against the ones inferred before
+// the launch. The platform registers a kernel for each op of device.Ops,
+// no more, so that soft placement sends the same ops to the CPU as on a
+// real GPU.
+//
+// The registered platform has Cards cards of CardBytes each (2 of 1 GiB);
+// New makes one of other sizes, and DISTFLOW_SIM_GPUS (cards) and
+// DISTFLOW_SIM_GPU_MEMORY (bytes per card) change the registered one.
+package sim
