@@ -44,12 +44,17 @@ type Allocator struct {
 	limit int64
 
 	mu      sync.Mutex
-	regions []Ptr          // reserved from mem, in order
+	regions []region       // reserved from mem, in order
 	next    int64          // size of the next region to reserve
 	free    []*chunk       // free chunks by (size, ptr)
 	used    map[Ptr]*chunk // live allocations by address
 	stats   Stats
 	closed  bool
+}
+
+type region struct {
+	ptr  Ptr
+	size int64
 }
 
 // chunk is a piece of a region, free or allocated, linked to its
@@ -163,8 +168,8 @@ func (a *Allocator) Close() error {
 	}
 	a.closed = true
 	var first error
-	for _, p := range a.regions {
-		if err := a.mem.Release(p); err != nil && first == nil {
+	for _, r := range a.regions {
+		if err := a.mem.Release(r.ptr); err != nil && first == nil {
 			first = fmt.Errorf("device: %s: releasing memory: %w", a.name, err)
 		}
 	}
@@ -174,9 +179,15 @@ func (a *Allocator) Close() error {
 }
 
 // growLocked reserves a region that can hold size bytes and returns it as
-// one free chunk, or fails with ErrOutOfMemory.
+// one free chunk, or fails with ErrOutOfMemory. When the limit leaves no
+// room, the regions that are wholly free are released first, so that
+// memory freed in small regions can serve a larger block.
 func (a *Allocator) growLocked(size int64) (*chunk, error) {
 	room := a.limit - a.stats.Reserved
+	if size > room {
+		a.releaseFreeRegionsLocked()
+		room = a.limit - a.stats.Reserved
+	}
 	if size > room {
 		return nil, a.oomLocked(size, nil)
 	}
@@ -191,12 +202,29 @@ func (a *Allocator) growLocked(size int64) (*chunk, error) {
 	if err != nil {
 		return nil, a.oomLocked(size, err)
 	}
-	a.regions = append(a.regions, p)
+	a.regions = append(a.regions, region{p, want})
 	a.stats.Reserved += want
 	a.next = want * 2
 	c := &chunk{ptr: p, size: want}
 	a.insertFreeLocked(c)
 	return c, nil
+}
+
+// releaseFreeRegionsLocked gives back to the platform every region that
+// is one free chunk.
+func (a *Allocator) releaseFreeRegionsLocked() {
+	var keep []region
+	for _, r := range a.regions {
+		i, ok := slices.BinarySearchFunc(a.free, &chunk{ptr: r.ptr, size: r.size}, freeOrder)
+		if !ok || a.mem.Release(r.ptr) != nil {
+			keep = append(keep, r)
+			continue
+		}
+		a.free = slices.Delete(a.free, i, i+1)
+		a.stats.Reserved -= r.size
+	}
+	a.regions = keep
+	a.next = minRegion
 }
 
 func (a *Allocator) oomLocked(size int64, cause error) error {

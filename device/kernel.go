@@ -163,12 +163,14 @@ var Ops = []string{
 // platform: the shapes and values the runtime needs to infer output shapes
 // before a launch, and the results computed from shapes alone.
 var hostArgs = map[string]struct{ in, out []int }{
-	"Reshape":     {in: []int{1}},
-	"BroadcastTo": {in: []int{1}},
-	"SumToShape":  {in: []int{1}},
-	"Fill":        {in: []int{0, 1}},
-	"Shape":       {out: []int{0}},
-	"Size":        {out: []int{0}},
+	"Reshape":              {in: []int{1}},
+	"BroadcastTo":          {in: []int{1}},
+	"SumToShape":           {in: []int{1}},
+	"Fill":                 {in: []int{0, 1}},
+	"Conv2DBackpropInput":  {in: []int{0}},
+	"Conv2DBackpropFilter": {in: []int{1}},
+	"Shape":                {out: []int{0}},
+	"Size":                 {out: []int{0}},
 }
 
 // HostInputs returns the inputs of op that every platform's kernel reads

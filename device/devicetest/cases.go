@@ -1,0 +1,137 @@
+package devicetest
+
+import (
+	"math/rand/v2"
+
+	"github.com/distflow/distflow/tensor"
+)
+
+// Cases returns the kernel checks of every op of device.Ops, on odd sizes
+// and with broadcasting, from fixed seeds.
+func Cases() []Case {
+	r := rand.New(rand.NewPCG(1, 2))
+	f := func(shape ...int) *tensor.Tensor { return randFloats(r, shape...) }
+	pos := func(shape ...int) *tensor.Tensor { // away from zero, for Div
+		t := randFloats(r, shape...)
+		for i, v := range t.Float32s() {
+			t.Float32s()[i] = 0.5 + abs(v)
+		}
+		return t
+	}
+	ints := func(n, hi int) *tensor.Tensor {
+		t := tensor.New(tensor.Int32, n)
+		for i := range t.Int32s() {
+			t.Int32s()[i] = int32(r.IntN(hi))
+		}
+		return t
+	}
+	i32 := func(v ...int32) *tensor.Tensor { return tensor.MustFromSlice(v, len(v)) }
+	bools := func(n int) *tensor.Tensor {
+		t := tensor.New(tensor.Bool, n)
+		for i := range t.Bools() {
+			t.Bools()[i] = r.IntN(2) == 1
+		}
+		return t
+	}
+	conv := func(padding string, stride int) map[string]any {
+		return map[string]any{"padding": padding, "strides": []int{stride, stride}}
+	}
+	pool := func(padding string) map[string]any {
+		return map[string]any{"ksize": []int{2, 2}, "strides": []int{2, 2}, "padding": padding}
+	}
+	var cases []Case
+	for _, op := range []string{"Add", "Sub", "Mul", "SquaredDifference", "GreaterEqual", "Equal"} {
+		cases = append(cases,
+			Case{Op: op, Inputs: []*tensor.Tensor{f(3, 5), f(3, 5)}},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(3, 5), f(5)}},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(2, 1, 3), f(4, 1)}},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(), f(7)}})
+	}
+	cases = append(cases,
+		Case{Op: "Div", Inputs: []*tensor.Tensor{f(3, 5), pos(3, 5)}},
+		Case{Op: "Div", Inputs: []*tensor.Tensor{f(4, 5), pos(5)}},
+		Case{Op: "Equal", Inputs: []*tensor.Tensor{ints(9, 3), ints(9, 3)}},
+		Case{Op: "Neg", Inputs: []*tensor.Tensor{f(5, 7)}},
+		Case{Op: "Relu", Inputs: []*tensor.Tensor{f(5, 7)}},
+		Case{Op: "Sigmoid", Inputs: []*tensor.Tensor{f(5, 7)}},
+		Case{Op: "ReluGrad", Inputs: []*tensor.Tensor{f(5, 7), f(5, 7)}, Gradient: true},
+		Case{Op: "SigmoidGrad", Inputs: []*tensor.Tensor{f(5, 7), f(5, 7)}, Gradient: true},
+		Case{Op: "Identity", Inputs: []*tensor.Tensor{f(3, 4)}},
+		Case{Op: "OnesLike", Inputs: []*tensor.Tensor{f(3, 4)}},
+		Case{Op: "ZerosLike", Inputs: []*tensor.Tensor{f(3, 4)}},
+		Case{Op: "Shape", Inputs: []*tensor.Tensor{f(3, 4, 2)}},
+		Case{Op: "Shape", Inputs: []*tensor.Tensor{f()}},
+		Case{Op: "Size", Inputs: []*tensor.Tensor{f(3, 4, 2)}},
+		Case{Op: "MatMul", Inputs: []*tensor.Tensor{f(5, 7), f(7, 3)}},
+		Case{Op: "MatMul", Attrs: map[string]any{"transpose_a": true}, Inputs: []*tensor.Tensor{f(7, 5), f(7, 3)}},
+		Case{Op: "MatMul", Attrs: map[string]any{"transpose_b": true}, Inputs: []*tensor.Tensor{f(5, 7), f(3, 7)}},
+		Case{Op: "MatMul", Attrs: map[string]any{"transpose_a": true, "transpose_b": true}, Inputs: []*tensor.Tensor{f(7, 5), f(3, 7)}},
+		Case{Op: "MatMul", Inputs: []*tensor.Tensor{f(33, 65), f(65, 17)}},
+		Case{Op: "BiasAdd", Inputs: []*tensor.Tensor{f(4, 6), f(6)}},
+		Case{Op: "BiasAdd", Inputs: []*tensor.Tensor{f(2, 3, 3, 5), f(5)}},
+		Case{Op: "BiasAddGrad", Inputs: []*tensor.Tensor{f(4, 6)}, Gradient: true},
+		Case{Op: "BiasAddGrad", Inputs: []*tensor.Tensor{f(2, 3, 3, 5)}, Gradient: true},
+		Case{Op: "Sum", Inputs: []*tensor.Tensor{f(4, 6)}},
+		Case{Op: "Sum", Attrs: map[string]any{"axis": []int{1}}, Inputs: []*tensor.Tensor{f(4, 6, 3)}},
+		Case{Op: "Sum", Attrs: map[string]any{"axis": []int{0, 2}, "keep_dims": true}, Inputs: []*tensor.Tensor{f(4, 6, 3)}},
+		Case{Op: "Mean", Inputs: []*tensor.Tensor{f(4, 6)}},
+		Case{Op: "Mean", Attrs: map[string]any{"axis": []int{0}}, Inputs: []*tensor.Tensor{f(5, 3)}},
+		Case{Op: "ArgMax", Attrs: map[string]any{"axis": 1}, Inputs: []*tensor.Tensor{f(6, 10)}},
+		Case{Op: "ArgMax", Attrs: map[string]any{"axis": 0, "output_type": tensor.Int32}, Inputs: []*tensor.Tensor{f(6, 10)}},
+		Case{Op: "Cast", Attrs: map[string]any{"dtype": tensor.Int32}, Inputs: []*tensor.Tensor{ints(8, 100)}},
+		Case{Op: "Cast", Attrs: map[string]any{"dtype": tensor.Float32}, Inputs: []*tensor.Tensor{ints(8, 100)}},
+		Case{Op: "Cast", Attrs: map[string]any{"dtype": tensor.Int64}, Inputs: []*tensor.Tensor{ints(8, 100)}},
+		Case{Op: "Cast", Attrs: map[string]any{"dtype": tensor.Float32}, Inputs: []*tensor.Tensor{bools(9)}},
+		Case{Op: "Cast", Attrs: map[string]any{"dtype": tensor.Int32}, Inputs: []*tensor.Tensor{f(9)}},
+		Case{Op: "Reshape", Inputs: []*tensor.Tensor{f(3, 4), i32(2, -1)}},
+		Case{Op: "ExpandDims", Attrs: map[string]any{"axis": 1}, Inputs: []*tensor.Tensor{f(3, 4)}},
+		Case{Op: "Fill", Inputs: []*tensor.Tensor{i32(2, 3), tensor.Scalar(float32(1.5))}},
+		Case{Op: "BroadcastTo", Inputs: []*tensor.Tensor{f(3), i32(2, 3)}},
+		Case{Op: "BroadcastTo", Inputs: []*tensor.Tensor{f(4, 1), i32(2, 4, 3)}},
+		Case{Op: "SumToShape", Inputs: []*tensor.Tensor{f(2, 3), i32(3)}, Gradient: true},
+		Case{Op: "SumToShape", Inputs: []*tensor.Tensor{f(2, 4, 3), i32(4, 1)}, Gradient: true},
+		Case{Op: "Conv2D", Attrs: conv("SAME", 1), Inputs: []*tensor.Tensor{f(2, 8, 8, 3), f(3, 3, 3, 4)}},
+		Case{Op: "Conv2D", Attrs: conv("VALID", 2), Inputs: []*tensor.Tensor{f(2, 9, 7, 3), f(3, 3, 3, 5)}},
+		Case{Op: "Conv2D", Attrs: conv("SAME", 1), Inputs: []*tensor.Tensor{f(1, 28, 28, 1), f(5, 5, 1, 8)}},
+		Case{Op: "Conv2DBackpropInput", Attrs: conv("SAME", 1), Inputs: []*tensor.Tensor{i32(2, 8, 8, 3), f(3, 3, 3, 4), f(2, 8, 8, 4)}, Gradient: true},
+		Case{Op: "Conv2DBackpropInput", Attrs: conv("VALID", 2), Inputs: []*tensor.Tensor{i32(2, 9, 7, 3), f(3, 3, 3, 5), f(2, 4, 3, 5)}, Gradient: true},
+		Case{Op: "Conv2DBackpropFilter", Attrs: conv("SAME", 1), Inputs: []*tensor.Tensor{f(2, 8, 8, 3), i32(3, 3, 3, 4), f(2, 8, 8, 4)}, Gradient: true},
+		Case{Op: "Conv2DBackpropFilter", Attrs: conv("VALID", 2), Inputs: []*tensor.Tensor{f(2, 9, 7, 3), i32(3, 3, 3, 5), f(2, 4, 3, 5)}, Gradient: true},
+		Case{Op: "MaxPool", Attrs: pool("SAME"), Inputs: []*tensor.Tensor{f(2, 7, 7, 3)}},
+		Case{Op: "MaxPool", Attrs: pool("VALID"), Inputs: []*tensor.Tensor{f(2, 8, 6, 3)}},
+	)
+	x := f(2, 7, 7, 3)
+	mp, _ := maxPool(x)
+	cases = append(cases,
+		Case{Op: "MaxPoolGrad", Attrs: pool("SAME"), Inputs: []*tensor.Tensor{x, mp, f(mp.Shape()...)}, Gradient: true},
+		Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{f(4, 10), ints(4, 10)}},
+		Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{f(37, 3), ints(37, 3)}},
+	)
+	return cases
+}
+
+// maxPool is the 2x2 SAME max-pool of x on the CPU, for MaxPoolGrad's
+// orig_output.
+func maxPool(x *tensor.Tensor) (*tensor.Tensor, error) {
+	out, err := cpu(Case{Op: "MaxPool", Attrs: map[string]any{"ksize": []int{2, 2}, "strides": []int{2, 2}, "padding": "SAME"},
+		Inputs: []*tensor.Tensor{x}})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+func randFloats(r *rand.Rand, shape ...int) *tensor.Tensor {
+	t := tensor.New(tensor.Float32, shape...)
+	for i := range t.Float32s() {
+		t.Float32s()[i] = float32(r.NormFloat64())
+	}
+	return t
+}
+
+func abs(v float32) float32 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}

@@ -1,0 +1,445 @@
+// Package devicetest is the conformance suite of device platforms: every
+// platform (the simulator, CUDA) runs Run, which checks its memory,
+// streams, allocator and out-of-memory errors, logical devices, and each
+// kernel of device.Ops against the CPU kernel on the same inputs.
+//
+//	func TestConformance(t *testing.T) { devicetest.Run(t, sim.New(sim.Config{})) }
+package devicetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	_ "github.com/distflow/distflow/kernel/cpu" // the reference kernels
+	"github.com/distflow/distflow/tensor"
+)
+
+// Tolerances of the kernels against the CPU's: relative, with an absolute
+// floor for values near zero. Reductions and products may sum in another
+// order on a device.
+const (
+	forwardTol  = 1e-5
+	gradientTol = 1e-4
+)
+
+// Run runs the whole suite on p, which must have at least one device.
+func Run(t *testing.T, p device.Platform) {
+	t.Run("Memory", func(t *testing.T) { testMemory(t, p) })
+	t.Run("Coalesce", func(t *testing.T) { testCoalesce(t, p) })
+	t.Run("OutOfMemory", func(t *testing.T) { testOutOfMemory(t, p) })
+	t.Run("Stream", func(t *testing.T) { testStream(t, p) })
+	t.Run("Logical", func(t *testing.T) { testLogical(t, p) })
+	t.Run("Kernels", func(t *testing.T) { testKernels(t, p) })
+}
+
+// open opens one device of p with opts, closed at the test's end.
+func open(t *testing.T, p device.Platform, opts device.Options) []device.Device {
+	t.Helper()
+	devs, err := p.Open(opts)
+	if err != nil {
+		t.Fatalf("%s: Open(%+v): %v", p.Name(), opts, err)
+	}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			if err := d.Close(); err != nil {
+				t.Errorf("%s: Close: %v", d.Info().Name, err)
+			}
+		}
+	})
+	return devs
+}
+
+func sync(t *testing.T, d device.Device) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.Stream().Synchronize(ctx); err != nil {
+		t.Fatalf("%s: Synchronize: %v", d.Info().Name, err)
+	}
+}
+
+func testMemory(t *testing.T, p device.Platform) {
+	d := open(t, p, device.Options{Count: 1, MemoryLimit: 64 << 20})[0]
+	a := d.Allocator()
+	info := d.Info()
+	if info.Name != "GPU:0" || info.Platform != p.Name() || info.LimitBytes != 64<<20 || info.TotalBytes < info.LimitBytes {
+		t.Errorf("Info() = %+v, want GPU:0 of %s with a 64 MiB limit", info, p.Name())
+	}
+	var bufs []device.Buffer
+	for _, n := range []int64{0, 1, 255, 256, 257, 4096, 1 << 20, 3<<20 + 5} {
+		b, err := a.Alloc(n)
+		if err != nil {
+			t.Fatalf("Alloc(%d): %v", n, err)
+		}
+		if b.Ptr == 0 || b.Ptr%device.Alignment != 0 || b.Size < n || b.Size%device.Alignment != 0 {
+			t.Errorf("Alloc(%d) = %+v: want an aligned buffer of at least %d bytes", n, b, n)
+		}
+		for _, o := range bufs {
+			if b.Ptr < o.Ptr.Add(o.Size) && o.Ptr < b.Ptr.Add(b.Size) {
+				t.Errorf("Alloc(%d) = %+v overlaps %+v", n, b, o)
+			}
+		}
+		bufs = append(bufs, b)
+	}
+	st := a.Stats()
+	var sum int64
+	for _, b := range bufs {
+		sum += b.Size
+	}
+	if st.InUse != sum || st.Peak != sum || st.Live != int64(len(bufs)) {
+		t.Errorf("Stats() = %+v, want %d bytes in use by %d allocations", st, sum, len(bufs))
+	}
+	// Every byte written comes back, through the device.
+	data := make([]byte, bufs[len(bufs)-1].Size)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if err := d.Stream().CopyIn(bufs[len(bufs)-1].Ptr, data); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, len(data))
+	if err := d.Stream().CopyOut(back, bufs[len(bufs)-1].Ptr); err != nil {
+		t.Fatal(err)
+	}
+	sync(t, d)
+	if !bytes.Equal(back, data) {
+		t.Error("CopyIn then CopyOut did not give the bytes back")
+	}
+	for _, b := range bufs {
+		if err := a.Free(b); err != nil {
+			t.Errorf("Free(%+v): %v", b, err)
+		}
+	}
+	if err := a.Free(bufs[0]); err == nil {
+		t.Error("a second Free of a buffer succeeded")
+	}
+	st = a.Stats()
+	if st.InUse != 0 || st.Live != 0 || st.Peak != sum {
+		t.Errorf("after the frees Stats() = %+v, want nothing in use and a peak of %d", st, sum)
+	}
+}
+
+func testCoalesce(t *testing.T, p device.Platform) {
+	d := open(t, p, device.Options{Count: 1, MemoryLimit: 64 << 20})[0]
+	a := d.Allocator()
+	const n = 128 << 10
+	var bufs []device.Buffer
+	for range 3 {
+		b, err := a.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, b)
+	}
+	reserved := a.Stats().Reserved
+	a.Free(bufs[0])
+	a.Free(bufs[1])
+	// The two neighbours freed are one block again: twice their size
+	// fits where the first was, without reserving more.
+	b, err := a.Alloc(2 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Ptr != bufs[0].Ptr || a.Stats().Reserved != reserved {
+		t.Errorf("Alloc(%d) after freeing two neighbours of %d = %+v (reserved %d -> %d), want %#x without reserving: free blocks did not coalesce",
+			2*n, n, b, reserved, a.Stats().Reserved, uint64(bufs[0].Ptr))
+	}
+	a.Free(b)
+	a.Free(bufs[2])
+}
+
+func testOutOfMemory(t *testing.T, p device.Platform) {
+	const limit = 8 << 20
+	d := open(t, p, device.Options{Count: 1, MemoryLimit: limit})[0]
+	a := d.Allocator()
+	keep, err := a.Alloc(5 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Alloc(4 << 20)
+	if !errors.Is(err, device.ErrOutOfMemory) {
+		t.Fatalf("Alloc past the limit: %v, want ErrOutOfMemory", err)
+	}
+	for _, want := range []string{"GPU:0", "4.0 MiB", "3.0 MiB free", "8.0 MiB limit"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("out-of-memory error %q does not say %q", err, want)
+		}
+	}
+	// The failure leaves the allocator usable, and freeing makes room,
+	// even for a block larger than any region reserved so far.
+	a.Free(keep)
+	b, err := a.Alloc(7 << 20)
+	if err != nil {
+		t.Fatalf("Alloc after a free: %v", err)
+	}
+	a.Free(b)
+}
+
+func testStream(t *testing.T, p device.Platform) {
+	d := open(t, p, device.Options{Count: 1, MemoryLimit: 64 << 20})[0]
+	a, s := d.Allocator(), d.Stream()
+	const n = 1 << 16
+	x, _ := a.Alloc(n)
+	y, _ := a.Alloc(n)
+	defer a.Free(x)
+	defer a.Free(y)
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	// In order: copy in, copy across, zero the first, copy both out.
+	out1, out2 := make([]byte, n), make([]byte, n)
+	for _, err := range []error{s.CopyIn(x.Ptr, src), s.Copy(y.Ptr, x.Ptr, n), s.Zero(x.Ptr, n/2),
+		s.CopyOut(out1, x.Ptr), s.CopyOut(out2, y.Ptr)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(t, d)
+	if !bytes.Equal(out2, src) {
+		t.Error("Copy on the device lost bytes")
+	}
+	if !bytes.Equal(out1[:n/2], make([]byte, n/2)) || !bytes.Equal(out1[n/2:], src[n/2:]) {
+		t.Error("Zero did not zero exactly its range, in stream order")
+	}
+	// A cancelled context ends the wait, not the stream.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Synchronize(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Synchronize(cancelled) = %v, want nil or context.Canceled", err)
+	}
+	sync(t, d)
+}
+
+func testLogical(t *testing.T, p device.Platform) {
+	devs := open(t, p, device.Options{Count: 2, Logical: 2, MemoryFraction: 0.5})
+	a, b := devs[0].Info(), devs[1].Info()
+	if a.Name != "GPU:0" || b.Name != "GPU:1" || a.Physical != b.Physical {
+		t.Errorf("two logical devices of one card: %+v and %+v", a, b)
+	}
+	want := device.Options{MemoryFraction: 0.5}.Limit(a.TotalBytes, 2)
+	if a.LimitBytes != want || b.LimitBytes != want {
+		t.Errorf("logical device limits %d and %d, want a quarter of the card each (%d)", a.LimitBytes, b.LimitBytes, want)
+	}
+	// Their memory spaces are apart: what one writes the other does not see.
+	x, err := devs[0].Allocator().Alloc(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := devs[1].Allocator().Alloc(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := bytes.Repeat([]byte{1}, 1024)
+	devs[0].Stream().CopyIn(x.Ptr, one)
+	devs[1].Stream().Zero(y.Ptr, 1024)
+	got := make([]byte, 1024)
+	devs[1].Stream().CopyOut(got, y.Ptr)
+	sync(t, devs[0])
+	sync(t, devs[1])
+	if !bytes.Equal(got, make([]byte, 1024)) {
+		t.Error("a logical device saw another's write")
+	}
+	devs[0].Allocator().Free(x)
+	devs[1].Allocator().Free(y)
+}
+
+// Case is one kernel check: an op with attributes on inputs, compared
+// with the CPU kernel's outputs.
+type Case struct {
+	Op    string
+	Attrs map[string]any
+	// Inputs are the input values; those the op reads on the host
+	// (device.HostInputs) are handed over as host tensors.
+	Inputs []*tensor.Tensor
+	// Gradient marks a backward op, checked at gradientTol.
+	Gradient bool
+}
+
+func (c Case) String() string {
+	var shapes []string
+	for _, in := range c.Inputs {
+		shapes = append(shapes, fmt.Sprintf("%v%v", in.DType(), in.Shape()))
+	}
+	return fmt.Sprintf("%s(%s)%v", c.Op, strings.Join(shapes, ","), c.Attrs)
+}
+
+func testKernels(t *testing.T, p device.Platform) {
+	have := device.Kernels(p.Name())
+	for _, op := range device.Ops {
+		if !slices.Contains(have, op) {
+			t.Errorf("platform %s has no kernel for %s (device.Ops)", p.Name(), op)
+		}
+	}
+	d := open(t, p, device.Options{Count: 1, MemoryLimit: 256 << 20})[0]
+	covered := map[string]bool{}
+	for _, c := range Cases() {
+		covered[c.Op] = true
+		t.Run(c.Op, func(t *testing.T) {
+			want, err := cpu(c)
+			if err != nil {
+				t.Fatalf("%v on the CPU: %v", c, err)
+			}
+			got, err := onDevice(d, c)
+			if err != nil {
+				t.Fatalf("%v on %s: %v", c, d.Info().Name, err)
+			}
+			tol := forwardTol
+			if c.Gradient {
+				tol = gradientTol
+			}
+			for i := range want {
+				if msg := compare(got[i], want[i], tol); msg != "" {
+					t.Errorf("%v output %d: %s", c, i, msg)
+				}
+			}
+		})
+	}
+	for _, op := range device.Ops {
+		if !covered[op] {
+			t.Errorf("no case of %s in devicetest.Cases", op)
+		}
+	}
+	if st := d.Allocator().Stats(); st.Live != 0 {
+		t.Errorf("the kernel cases left %d allocations (%d bytes) live", st.Live, st.InUse)
+	}
+}
+
+// build adds c's node over Placeholders (Consts for host inputs, so that
+// the build-time shape function sees their values as the run-time one does).
+func build(c Case) (*graph.Node, error) {
+	s := graph.NewScope()
+	var ins []graph.Output
+	host := device.HostInputs(c.Op)
+	for i, in := range c.Inputs {
+		if slices.Contains(host, i) {
+			ins = append(ins, s.Out("Const", fmt.Sprintf("c%d", i), nil, map[string]any{"value": in}))
+			continue
+		}
+		ins = append(ins, s.Out("Placeholder", fmt.Sprintf("x%d", i), nil,
+			map[string]any{"dtype": in.DType(), "shape": tensor.MakeShape(in.Shape()...)}))
+	}
+	n := s.AddNode(c.Op, "node", ins, c.Attrs)
+	return n, s.Err()
+}
+
+func cpu(c Case) ([]*tensor.Tensor, error) {
+	n, err := build(c)
+	if err != nil {
+		return nil, err
+	}
+	f, err := kernel.Lookup(c.Op, kernel.CPU)
+	if err != nil {
+		return nil, err
+	}
+	k, err := f(n)
+	if err != nil {
+		return nil, err
+	}
+	kc := &kernel.Context{Ctx: context.Background(), Node: n, Inputs: c.Inputs, Outputs: make([]*tensor.Tensor, n.NumOutputs())}
+	if err := k.Compute(kc); err != nil {
+		return nil, err
+	}
+	return kc.Outputs, nil
+}
+
+func onDevice(d device.Device, c Case) (_ []*tensor.Tensor, err error) {
+	n, err := build(c)
+	if err != nil {
+		return nil, err
+	}
+	def, err := device.LookupKernel(d.Info().Platform, c.Op)
+	if err != nil {
+		return nil, err
+	}
+	k, err := def.Factory(n)
+	if err != nil {
+		return nil, err
+	}
+	a := d.Allocator()
+	ins := make([]*device.Tensor, len(c.Inputs))
+	defer device.FreeAll(a, ins)
+	for i, in := range c.Inputs {
+		if def.IsHostInput(i) {
+			ins[i] = &device.Tensor{DType: in.DType(), Shape: in.Shape(), Host: in}
+		} else if ins[i], err = device.Upload(d, in); err != nil {
+			return nil, err
+		}
+	}
+	kc := &device.Context{Ctx: context.Background(), Node: n, Device: d, Stream: d.Stream(), Inputs: ins}
+	if err := device.Launch(kc, def, k); err != nil {
+		return nil, err
+	}
+	defer device.FreeAll(a, kc.Outputs)
+	out := make([]*tensor.Tensor, len(kc.Outputs))
+	for i, o := range kc.Outputs {
+		if out[i], err = device.Download(d, o); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.Stream().Synchronize(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// compare returns "" when got matches want within tol, else what differs.
+func compare(got, want *tensor.Tensor, tol float64) string {
+	if got.DType() != want.DType() || !slices.Equal(got.Shape(), want.Shape()) {
+		return fmt.Sprintf("got %v%v, want %v%v", got.DType(), got.Shape(), want.DType(), want.Shape())
+	}
+	g, w := values(got), values(want)
+	worst, at := 0.0, -1
+	for i := range w {
+		diff := math.Abs(g[i] - w[i])
+		if math.IsNaN(g[i]) != math.IsNaN(w[i]) {
+			diff = math.Inf(1)
+		}
+		if rel := diff / max(math.Abs(w[i]), 1); rel > worst {
+			worst, at = rel, i
+		}
+	}
+	if worst > tol {
+		return fmt.Sprintf("element %d is %g, want %g (relative error %.3g > %g)", at, g[at], w[at], worst, tol)
+	}
+	return ""
+}
+
+func values(t *tensor.Tensor) []float64 {
+	out := make([]float64, t.NumElements())
+	switch t.DType() {
+	case tensor.Float32:
+		for i, v := range t.Float32s() {
+			out[i] = float64(v)
+		}
+	case tensor.Float64:
+		copy(out, t.Float64s())
+	case tensor.Int32:
+		for i, v := range t.Int32s() {
+			out[i] = float64(v)
+		}
+	case tensor.Int64:
+		for i, v := range t.Int64s() {
+			out[i] = float64(v)
+		}
+	case tensor.Bool:
+		for i, v := range t.Bools() {
+			if v {
+				out[i] = 1
+			}
+		}
+	}
+	return out
+}
