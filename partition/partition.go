@@ -63,7 +63,7 @@ const (
 // function: the input graph is not modified, and equal inputs give equal
 // outputs.
 func Partition(nodes []*graph.Node, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
-	return partition(nodes, nil, devices)
+	return partition(nodes, nil, devices, TaskOf)
 }
 
 // Subgraph partitions the subgraph of one step (graph.NewSubgraph): its
@@ -73,7 +73,29 @@ func Partition(nodes []*graph.Node, devices map[*graph.Node]string) (map[string]
 // that the feeds satisfy are dropped. devices must hold a device for every
 // node of sub.AllNodes().
 func Subgraph(sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
-	return partition(sub.AllNodes(), sub, devices)
+	return partition(sub.AllNodes(), sub, devices, TaskOf)
+}
+
+// SubgraphByDevice is Subgraph with one graph per device rather than per
+// task, keyed by the canonical device name ("/job:worker/task:0/gpu:0"):
+// the cut within a task between its CPU and its accelerators, whose pairs
+// meet in the task's own rendezvous. Added nodes are named as by Subgraph,
+// with the device in place of the task ("_recv/x_0/from/job_worker/task_0/cpu_0").
+func SubgraphByDevice(sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
+	return partition(sub.AllNodes(), sub, devices, DeviceOf)
+}
+
+// DeviceOf returns the canonical form of a full device name, or an error
+// wrapping ErrNoDevice if it names no job, task, type and index.
+func DeviceOf(device string) (string, error) {
+	d, err := placement.ParseDevice(device)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", err, ErrNoDevice)
+	}
+	if d.TaskName() == "" || d.Type == "" || d.Index < 0 {
+		return "", fmt.Errorf("device %q is not a full device name: %w", device, ErrNoDevice)
+	}
+	return d.String(), nil
 }
 
 // FeedName returns the name of the Placeholder that stands for the fed
@@ -81,7 +103,9 @@ func Subgraph(sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*
 // takes the fed value.
 func FeedName(o graph.Output) string { return "_feed/" + sanitize(o.Name()) }
 
-func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
+// partition cuts nodes into one graph per key of their devices (keyOf:
+// TaskOf or DeviceOf).
+func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node]string, keyOf func(string) (string, error)) (map[string]*graph.Graph, error) {
 	p := &partitioner{
 		sub:     sub,
 		devices: devices,
@@ -104,7 +128,7 @@ func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node
 		if dev == "" {
 			return nil, fmt.Errorf("partition: node %s: %w", n, ErrNoDevice)
 		}
-		task, err := TaskOf(dev)
+		task, err := keyOf(dev)
 		if err != nil {
 			return nil, fmt.Errorf("partition: node %s: %w", n, err)
 		}

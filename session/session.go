@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/executor"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
@@ -28,7 +29,10 @@ type Session struct {
 
 	mu        sync.Mutex
 	closed    bool
-	executors map[string]*executor.Executor // by signature
+	executors map[string]stepExec // by signature
+	// devices, when set (WithDevices), runs steps over the process's
+	// accelerators too.
+	devices *taskgraph.Config
 
 	// last is the signature of the last local Run, checked by identity
 	// first so that a training loop's repeated steps skip building the
@@ -52,13 +56,37 @@ func WithResources(res *kernel.Resources) Option {
 	return func(s *Session) { s.res = res }
 }
 
+// WithDevices makes the session run each step over the process's CPU and
+// the accelerators of cfg (package device/taskgraph): a node placed on
+// "/gpu:i" runs on cfg.Devices[i] when that has a kernel for it. cfg.Task
+// names the process's task (DeviceTask when empty). The
+// session does not close the devices.
+func WithDevices(cfg taskgraph.Config) Option {
+	return func(s *Session) {
+		if cfg.Task == "" {
+			cfg.Task = DeviceTask
+		}
+		s.devices = &cfg
+	}
+}
+
+// DeviceTask is the task an in-process session's devices belong to, as
+// TensorFlow names them: "/job:localhost/task:0/gpu:0".
+const DeviceTask = "/job:localhost/task:0"
+
+// stepExec runs the steps of one signature: an executor.Executor, or a
+// taskgraph.Executor over the process's devices.
+type stepExec interface {
+	Run(ctx context.Context, feeds []*tensor.Tensor) ([]*tensor.Tensor, error)
+}
+
 // New returns a session that runs g. The graph may keep growing after New;
 // each run sees the nodes present when it starts.
 func New(g *graph.Graph, opts ...Option) (*Session, error) {
 	if g == nil {
 		return nil, errors.New("session: nil graph")
 	}
-	s := &Session{g: g, executors: map[string]*executor.Executor{}}
+	s := &Session{g: g, executors: map[string]stepExec{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -135,7 +163,7 @@ func (s *Session) Run(ctx context.Context, feeds map[graph.Output]*tensor.Tensor
 }
 
 // runLocal runs a step on e with feeds, its fetches apart from the feeds.
-func runLocal(ctx context.Context, e *executor.Executor, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
+func runLocal(ctx context.Context, e stepExec, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	out, err := e.Run(ctx, feeds)
 	if err != nil {
 		return nil, err
@@ -185,14 +213,14 @@ type lastSig struct {
 	feeds   []graph.Output // in the executor's order
 	fetches []graph.Output
 	targets []*graph.Node
-	e       *executor.Executor
+	e       stepExec
 	vals    [8]struct{} // only its length is used: the most feeds taken this way
 
 	fetchNames, targetNames []string
 }
 
 // newLastSig returns sig's lastSig, with copies of the caller's slices.
-func newLastSig(sig graph.Signature, e *executor.Executor) *lastSig {
+func newLastSig(sig graph.Signature, e stepExec) *lastSig {
 	l := &lastSig{feeds: slices.Clone(sig.Feeds), fetches: slices.Clone(sig.Fetches), targets: slices.Clone(sig.Targets), e: e}
 	if e == nil {
 		l.fetchNames, l.targetNames = stepNames(sig)
@@ -240,7 +268,7 @@ func (l *lastSig) matches(feeds map[graph.Output]*tensor.Tensor, fetches []graph
 // use. Nodes are immutable once added and only ever appended, so the
 // subgraph of a signature does not change when the graph grows: its key
 // alone is the cache key.
-func (s *Session) executor(sig graph.Signature) (*executor.Executor, error) {
+func (s *Session) executor(sig graph.Signature) (stepExec, error) {
 	key := sig.Key()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -250,7 +278,13 @@ func (s *Session) executor(sig graph.Signature) (*executor.Executor, error) {
 	if e, ok := s.executors[key]; ok {
 		return e, nil
 	}
-	e, err := executor.New(s.g, sig, s.res)
+	var e stepExec
+	var err error
+	if s.devices != nil {
+		e, err = taskgraph.New(s.g, sig, s.res, *s.devices)
+	} else {
+		e, err = executor.New(s.g, sig, s.res)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}

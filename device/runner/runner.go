@@ -1,0 +1,326 @@
+// Package runner runs one graph partition on an accelerator: each step it
+// walks the partition's nodes in order and enqueues their kernels on the
+// device's stream, so that the host never waits for the device except
+// where a value must cross to the host.
+//
+//	r, err := runner.New(part, dev, runner.Options{Fetches: []string{"loss:0"}})
+//	out, err := r.Run(ctx, rv, feeds) // rv: the step's rendezvous
+//
+// The partition comes from partition.SubgraphByDevice: every node runs on
+// the device, except that a Recv takes a host tensor from the step's
+// rendezvous and copies it in, a Send copies its input out and leaves it
+// there, a Const is a host value, and a fed Placeholder (partition.FeedName)
+// takes its value from the caller's feeds. Values move to the device only
+// when a device kernel reads them, and to the host only when a Send, a
+// fetch or a kernel's host input does.
+//
+// Output shapes are inferred on the host before each launch
+// (device.Launch), the outputs allocated from the device's caching
+// allocator, and a value's memory is freed as soon as its last reader has
+// been queued: the stream runs the reader before any later kernel that
+// reuses the memory. A step's device memory is all freed when it ends,
+// whether it succeeds or fails.
+//
+// A Runner is safe for concurrent Runs, which the stream serialises.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/rendezvous"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Options configures a Runner.
+type Options struct {
+	// Feeds are the names of the partition's fed Placeholders, in the
+	// order Run takes their values.
+	Feeds []string
+	// Fetches are the tensors ("node:index") Run returns, on the host.
+	Fetches []string
+}
+
+// Runner runs a partition on a device.
+type Runner struct {
+	dev   device.Device
+	nodes []*step // in creation (topological) order
+	// slots: one per node output; consumers counts the readers of each.
+	consumers []int
+	fetches   []int // slot of each fetch
+	feeds     map[string]int
+	mu        sync.Mutex // one step at a time on the stream
+}
+
+// step is one node as the runner runs it.
+type step struct {
+	n       *graph.Node
+	kind    kind
+	def     device.KernelDef
+	k       device.Kernel
+	inputs  []int // slot of each input
+	outputs int   // first slot of its outputs
+	key     string
+	value   *tensor.Tensor // a Const's
+	feed    int            // a fed Placeholder's index in Run's feeds
+}
+
+type kind int
+
+const (
+	launch kind = iota
+	recv
+	send
+	constant
+	feed
+	noop
+)
+
+// New prepares g, a partition whose nodes all run on dev, for Run.
+func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
+	platform := dev.Info().Platform
+	r := &Runner{dev: dev, feeds: map[string]int{}}
+	for i, name := range opts.Feeds {
+		r.feeds[name] = i
+	}
+	first := map[*graph.Node]int{}
+	nslots := 0
+	for _, n := range g.Nodes() {
+		first[n] = nslots
+		nslots += n.NumOutputs()
+	}
+	r.consumers = make([]int, nslots)
+	for _, n := range g.Nodes() {
+		st := &step{n: n, outputs: first[n]}
+		for i, in := range n.Inputs() {
+			if n.IsRefInput(i) {
+				return nil, fmt.Errorf("runner: node %s on %s takes variable %s by reference: variables live on the host", n, dev.Info().Name, in.Node)
+			}
+			slot := first[in.Node] + in.Index
+			st.inputs = append(st.inputs, slot)
+			r.consumers[slot]++
+		}
+		switch n.Op() {
+		case "Recv":
+			st.kind = recv
+			st.key = rendezvous.Key(n.AttrString("send_device"), n.AttrString("recv_device"), n.AttrString("tensor_name"))
+		case "Send":
+			st.kind = send
+			st.key = rendezvous.Key(n.AttrString("send_device"), n.AttrString("recv_device"), n.AttrString("tensor_name"))
+		case "Const":
+			st.kind, st.value = constant, n.AttrTensor("value")
+		case "NoOp":
+			st.kind = noop
+		case "Placeholder":
+			i, ok := r.feeds[n.Name()]
+			if !ok {
+				return nil, fmt.Errorf("runner: placeholder %s on %s is not fed", n, dev.Info().Name)
+			}
+			st.kind, st.feed = feed, i
+		default:
+			def, err := device.LookupKernel(platform, n.Op())
+			if err != nil {
+				return nil, fmt.Errorf("runner: node %s on %s: %w", n, dev.Info().Name, err)
+			}
+			k, err := def.Factory(n)
+			if err != nil {
+				return nil, fmt.Errorf("runner: node %s on %s: %w", n, dev.Info().Name, err)
+			}
+			st.def, st.k = def, k
+		}
+		r.nodes = append(r.nodes, st)
+	}
+	for _, name := range opts.Fetches {
+		o, err := g.Output(name)
+		if err != nil {
+			return nil, fmt.Errorf("runner: fetch %q: %w", name, err)
+		}
+		slot := first[o.Node] + o.Index
+		r.fetches = append(r.fetches, slot)
+		r.consumers[slot]++ // kept to the end of the step
+	}
+	return r, nil
+}
+
+// Device returns the runner's device.
+func (r *Runner) Device() device.Device { return r.dev }
+
+// Run runs one step: its Recvs and Sends meet the other partitions in rv,
+// feeds are the values of Options.Feeds, and the result holds the
+// Options.Fetches, on the host. On an error the step's device memory is
+// freed and nothing is returned; the caller aborts rv so that the other
+// partitions do not wait.
+func (r *Runner) Run(ctx context.Context, rv kernel.Rendezvous, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &run{r: r, ctx: ctx, rv: rv, vals: make([]*device.Tensor, len(r.consumers)), left: slices.Clone(r.consumers)}
+	defer s.freeAll()
+	for _, st := range r.nodes {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("runner: %s: %w", r.dev.Info().Name, err)
+		}
+		if err := s.node(st, feeds); err != nil {
+			return nil, err
+		}
+		for _, slot := range st.inputs {
+			s.release(slot)
+		}
+		for i := range st.n.NumOutputs() {
+			if s.left[st.outputs+i] == 0 {
+				s.release(st.outputs + i) // read by no one
+			}
+		}
+	}
+	out := make([]*tensor.Tensor, len(r.fetches))
+	for i, slot := range r.fetches {
+		t, err := device.Download(r.dev, s.vals[slot])
+		if err != nil {
+			return nil, fmt.Errorf("runner: fetch %d: %w", i, err)
+		}
+		out[i] = t
+	}
+	if err := r.dev.Stream().Synchronize(ctx); err != nil {
+		return nil, fmt.Errorf("runner: %s: %w", r.dev.Info().Name, err)
+	}
+	return out, nil
+}
+
+// run is the state of one step.
+type run struct {
+	r    *Runner
+	ctx  context.Context
+	rv   kernel.Rendezvous
+	vals []*device.Tensor
+	left []int // readers still to run, per slot
+	// temps are device copies of host values made for one launch.
+	temps []*device.Tensor
+	// hold keeps host memory the stream still reads from, to the step's end.
+	hold []*tensor.Tensor
+}
+
+func (s *run) node(st *step, feeds []*tensor.Tensor) error {
+	d := s.r.dev
+	switch st.kind {
+	case noop:
+		return nil
+	case constant:
+		s.vals[st.outputs] = host(st.value)
+		return nil
+	case feed:
+		if st.feed >= len(feeds) || feeds[st.feed] == nil {
+			return fmt.Errorf("runner: placeholder %s on %s: no value fed", st.n, d.Info().Name)
+		}
+		s.vals[st.outputs] = host(feeds[st.feed])
+		return nil
+	case recv:
+		t, err := s.rv.Recv(s.ctx, st.key)
+		if err != nil {
+			return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
+		}
+		// Received values stay on the host until a kernel reads them: a
+		// tensor only passed on is never copied in.
+		s.vals[st.outputs] = host(t)
+		return nil
+	case send:
+		t, err := s.toHost(s.vals[st.inputs[0]])
+		if err != nil {
+			return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
+		}
+		if err := s.rv.Send(st.key, t); err != nil {
+			return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
+		}
+		return nil
+	}
+	c := &device.Context{Ctx: s.ctx, Node: st.n, Device: d, Stream: d.Stream(), Inputs: make([]*device.Tensor, len(st.inputs))}
+	for i, slot := range st.inputs {
+		v := s.vals[slot]
+		if v == nil {
+			return fmt.Errorf("runner: node %s on %s: input %d has no value", st.n, d.Info().Name, i)
+		}
+		switch {
+		case st.def.IsHostInput(i) && v.Host == nil:
+			t, err := s.toHost(v)
+			if err != nil {
+				return fmt.Errorf("runner: node %s: host input %d: %w", st.n, i, err)
+			}
+			v = host(t)
+		case !st.def.IsHostInput(i) && v.Host != nil:
+			up, err := device.Upload(d, v.Host)
+			if err != nil {
+				return fmt.Errorf("runner: node %s on %s: copying input %d in: %w", st.n, d.Info().Name, i, err)
+			}
+			s.hold = append(s.hold, v.Host)
+			if s.left[slot] > 1 {
+				s.vals[slot] = up // later readers on the device use the copy
+			} else {
+				s.temps = append(s.temps, up)
+			}
+			v = up
+		}
+		c.Inputs[i] = v
+	}
+	if err := device.Launch(c, st.def, st.k); err != nil {
+		return err
+	}
+	for i, o := range c.Outputs {
+		s.vals[st.outputs+i] = o
+	}
+	device.FreeAll(d.Allocator(), s.temps)
+	s.temps = s.temps[:0]
+	return nil
+}
+
+// toHost returns v's value on the host, waiting for the stream if it is on
+// the device.
+func (s *run) toHost(v *device.Tensor) (*tensor.Tensor, error) {
+	if v == nil {
+		return nil, fmt.Errorf("no value")
+	}
+	if v.Host != nil {
+		return v.Host, nil
+	}
+	t, err := device.Download(s.r.dev, v)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.r.dev.Stream().Synchronize(s.ctx); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// release counts one reader of slot done, and frees its device memory after
+// the last.
+func (s *run) release(slot int) {
+	s.left[slot]--
+	if s.left[slot] > 0 {
+		return
+	}
+	if v := s.vals[slot]; v != nil && v.Host == nil {
+		s.r.dev.Allocator().Free(v.Buf)
+	}
+	s.vals[slot] = nil
+}
+
+// freeAll frees what the step still holds, after its queued work is done
+// (a failed step's stream may still be reading its memory).
+func (s *run) freeAll() {
+	s.r.dev.Stream().Synchronize(context.WithoutCancel(s.ctx)) // errors were reported by the step
+	a := s.r.dev.Allocator()
+	device.FreeAll(a, s.temps)
+	for i, v := range s.vals {
+		if v != nil && v.Host == nil {
+			a.Free(v.Buf)
+		}
+		s.vals[i] = nil
+	}
+}
+
+func host(t *tensor.Tensor) *device.Tensor {
+	return &device.Tensor{DType: t.DType(), Shape: t.Shape(), Host: t}
+}

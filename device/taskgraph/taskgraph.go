@@ -1,0 +1,330 @@
+// Package taskgraph runs one task's graph over the task's devices: its CPU
+// and its accelerators. It places each node of a step on the device it
+// asks for when that device has a kernel for it (else on the CPU, under
+// soft placement), cuts the step's subgraph per device with Send/Recv
+// pairs (partition.SubgraphByDevice), and runs each step as the CPU
+// executor of the host's partition and a runner per accelerator partition,
+// concurrently, meeting in the step's rendezvous: TensorFlow's
+// intra-process Send/Recv, where the copies between host and device
+// memory happen.
+//
+//	e, err := taskgraph.New(g, sig, res, taskgraph.Config{
+//		Task: "/job:worker/task:0", Devices: gpus, SoftPlacement: true,
+//	})
+//	out, err := e.RunStep(ctx, step, feeds) // as executor.Executor's
+//
+// Feeds arrive on the host and go to a device only when a device kernel
+// reads them; fetches come back to the host. A step none of whose nodes
+// runs on an accelerator is the CPU executor alone, with nothing added.
+package taskgraph
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/runner"
+	"github.com/distflow/distflow/executor"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/partition"
+	"github.com/distflow/distflow/placement"
+	"github.com/distflow/distflow/rendezvous"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Config is a task's devices.
+type Config struct {
+	// Task names the task ("/job:worker/task:0"; "/job:localhost/task:0"
+	// in process): the host's device is Task+"/cpu:0".
+	Task string
+	// Devices are the task's accelerators, GPU:0 onward: a node placed on
+	// "/gpu:i" runs on Devices[i].
+	Devices []device.Device
+	// SoftPlacement runs on the CPU a node that asks for an accelerator
+	// the task lacks, or whose op has no kernel there; without it such a
+	// node is an error naming it.
+	SoftPlacement bool
+	// Logger gets one line per step signature naming the ops that fell
+	// back to the CPU (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Executor runs a signature's steps over the task's devices.
+type Executor struct {
+	cpu      *executor.Executor
+	cpuFeeds []int // index in the signature's feeds of each of the CPU's
+	placed   map[string]string
+	runners  []*part
+	// route says where each fetch comes from: the CPU's result (runner -1)
+	// or a runner's, at index.
+	route []source
+}
+
+type part struct {
+	r     *runner.Runner
+	feeds []int // index in the signature's feeds of each of the runner's
+}
+
+type source struct{ runner, index int }
+
+// New prepares the steps of sig on g: it places, partitions and builds the
+// executor and runners. With no node on an accelerator it is
+// executor.New's executor, wrapped.
+func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources, cfg Config) (*Executor, error) {
+	sub, err := graph.NewSubgraph(g, sig)
+	if err != nil {
+		return nil, err
+	}
+	hostDev := cfg.Task + "/cpu:0"
+	devices, fellBack, err := place(sub, hostDev, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(fellBack) > 0 {
+		log := cfg.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Info("taskgraph: ops without a kernel on the accelerator run on the CPU", "task", cfg.Task, "ops", strings.Join(fellBack, ", "))
+	}
+	onDevice := false
+	for _, d := range devices {
+		onDevice = onDevice || d != hostDev
+	}
+	if !onDevice {
+		e, err := executor.New(g, sig, res)
+		if err != nil {
+			return nil, err
+		}
+		all := make([]int, len(sig.Feeds))
+		for i := range all {
+			all[i] = i
+		}
+		return &Executor{cpu: e, cpuFeeds: all, route: cpuRoute(len(sig.Fetches))}, nil
+	}
+	parts, err := partition.SubgraphByDevice(sub, devices)
+	if err != nil {
+		return nil, fmt.Errorf("taskgraph: %w", err)
+	}
+	hostKey, err := partition.DeviceOf(hostDev)
+	if err != nil {
+		return nil, fmt.Errorf("taskgraph: %w", err)
+	}
+	e := &Executor{route: make([]source, len(sig.Fetches)), placed: make(map[string]string, len(devices))}
+	for n, d := range devices {
+		e.placed[n.Name()] = d
+	}
+	host := parts[hostKey]
+	if host == nil {
+		host = graph.New()
+	}
+	var cpuSig graph.Signature
+	feedIndex := map[string]int{}
+	for i, f := range sig.Feeds {
+		feedIndex[partition.FeedName(f)] = i
+	}
+	var cpuFeeds []int
+	for i, f := range sig.Feeds {
+		if n := host.Node(partition.FeedName(f)); n != nil {
+			cpuSig.Feeds = append(cpuSig.Feeds, n.Output(0))
+			cpuFeeds = append(cpuFeeds, i)
+		}
+	}
+	for i, f := range sig.Fetches {
+		if _, fed := sub.FeedIndex(f); fed {
+			return nil, fmt.Errorf("taskgraph: fetch %s is also fed: fetch it from the feeds", f)
+		}
+		if n := host.Node(f.Node.Name()); n != nil {
+			e.route[i] = source{-1, len(cpuSig.Fetches)}
+			cpuSig.Fetches = append(cpuSig.Fetches, n.Output(f.Index))
+		} else {
+			e.route[i] = source{runner: -2}
+		}
+	}
+	for _, t := range sig.Targets {
+		if n := host.Node(t.Name()); n != nil {
+			cpuSig.Targets = append(cpuSig.Targets, n)
+		}
+	}
+	cpuSig.Targets = append(cpuSig.Targets, partition.Sends(host)...)
+	keys := make([]string, 0, len(parts))
+	for k := range parts {
+		if k != hostKey {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		pg := parts[k]
+		d, _ := placement.ParseDevice(k)
+		p := &part{}
+		var opts runner.Options
+		for _, n := range pg.Nodes() {
+			if i, ok := feedIndex[n.Name()]; ok && n.Op() == "Placeholder" {
+				opts.Feeds = append(opts.Feeds, n.Name())
+				p.feeds = append(p.feeds, i)
+			}
+		}
+		for i, f := range sig.Fetches {
+			if e.route[i].runner == -2 && pg.Node(f.Node.Name()) != nil {
+				e.route[i] = source{len(e.runners), len(opts.Fetches)}
+				opts.Fetches = append(opts.Fetches, f.Name())
+			}
+		}
+		if p.r, err = runner.New(pg, cfg.Devices[d.Index], opts); err != nil {
+			return nil, fmt.Errorf("taskgraph: %w", err)
+		}
+		e.runners = append(e.runners, p)
+	}
+	if e.cpu, err = executor.New(host, cpuSig, res); err != nil {
+		return nil, fmt.Errorf("taskgraph: the host's partition: %w", err)
+	}
+	e.cpuFeeds = cpuFeeds
+	return e, nil
+}
+
+func cpuRoute(n int) []source {
+	r := make([]source, n)
+	for i := range r {
+		r[i] = source{-1, i}
+	}
+	return r
+}
+
+// place returns the full device of every node of sub: the accelerator it
+// asks for when that has a kernel for it, else the host. It also returns
+// the ops that asked for an accelerator and run on the host.
+func place(sub *graph.Subgraph, hostDev string, cfg Config) (map[*graph.Node]string, []string, error) {
+	devices := make(map[*graph.Node]string, len(sub.Nodes)+len(sub.Vars))
+	fell := map[string]bool{}
+	for _, n := range sub.AllNodes() {
+		devices[n] = hostDev
+		d, err := placement.ParseDevice(n.Device())
+		if err != nil {
+			return nil, nil, fmt.Errorf("taskgraph: node %s: %w", n, err)
+		}
+		if d.Type != "gpu" {
+			continue
+		}
+		idx := max(d.Index, 0)
+		why := ""
+		switch {
+		case idx >= len(cfg.Devices):
+			why = fmt.Sprintf("the task has %d GPUs", len(cfg.Devices))
+		default:
+			why = supported(n, cfg.Devices[idx].Info().Platform)
+		}
+		if why == "" {
+			devices[n] = cfg.Task + "/gpu:" + strconv.Itoa(idx)
+			continue
+		}
+		if !cfg.SoftPlacement {
+			return nil, nil, fmt.Errorf("taskgraph: node %s asks for %s: %s (soft placement would run it on the CPU): %w",
+				n, n.Device(), why, placement.ErrNoDevice)
+		}
+		fell[n.Op()] = true
+	}
+	return devices, slices.Sorted(maps.Keys(fell)), nil
+}
+
+// supported returns "" when n can run on platform, else why not.
+func supported(n *graph.Node, platform string) string {
+	switch n.Op() {
+	case "Placeholder", "NoOp", "Const":
+		return ""
+	}
+	def, err := device.LookupKernel(platform, n.Op())
+	if err != nil {
+		return "no " + platform + " kernel for " + n.Op()
+	}
+	for i := range n.NumInputs() {
+		if n.IsRefInput(i) {
+			return n.Op() + " updates a variable, and variables live on the host"
+		}
+	}
+	if n.NumOutputs() > 0 && !def.Supports(n.Output(0).DType()) {
+		return fmt.Sprintf("no %s kernel for %s of %v", platform, n.Op(), n.Output(0).DType())
+	}
+	return ""
+}
+
+// Placement returns the device of each node of the step's subgraph, by
+// name, when a step runs on an accelerator (nil otherwise: everything is
+// on the host). The map is the executor's: read it, do not change it.
+func (e *Executor) Placement() map[string]string { return e.placed }
+
+// Accelerated reports whether a step runs on an accelerator.
+func (e *Executor) Accelerated() bool { return len(e.runners) > 0 }
+
+// Run runs one step in process, as executor.Executor's Run.
+func (e *Executor) Run(ctx context.Context, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return e.RunStep(ctx, nil, feeds)
+}
+
+// RunStep runs one step with feeds (in the signature's order) and returns
+// its fetches on the host. step.Rendezvous, when set, is the step's own (a
+// worker's, which also meets other tasks); else the step gets a local one.
+// The first error of any device cancels the others' waits and is returned.
+func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	if len(e.runners) == 0 {
+		return e.cpu.RunStep(ctx, step, feeds)
+	}
+	st := kernel.Step{}
+	if step != nil {
+		st = *step
+	}
+	if st.Rendezvous == nil {
+		st.Rendezvous = rendezvous.NewLocal()
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	outs := make([][]*tensor.Tensor, len(e.runners))
+	var wg sync.WaitGroup
+	for i, p := range e.runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := p.r.Run(ctx, st.Rendezvous, pick(feeds, p.feeds))
+			if err != nil {
+				cancel(err)
+				return
+			}
+			outs[i] = out
+		}()
+	}
+	cpuOut, err := e.cpu.RunStep(ctx, &st, pick(feeds, e.cpuFeeds))
+	if err != nil {
+		cancel(err)
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	result := make([]*tensor.Tensor, len(e.route))
+	for i, src := range e.route {
+		if src.runner < 0 {
+			result[i] = cpuOut[src.index]
+		} else {
+			result[i] = outs[src.runner][src.index]
+		}
+	}
+	return result, nil
+}
+
+func pick(feeds []*tensor.Tensor, idx []int) []*tensor.Tensor {
+	out := make([]*tensor.Tensor, len(idx))
+	for i, j := range idx {
+		if j < len(feeds) {
+			out[i] = feeds[j]
+		}
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+package taskgraph_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/sim"
+	"github.com/distflow/distflow/device/taskgraph"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/models"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/placement"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+const task = "/job:localhost/task:0"
+
+// trainer is a reference model built on /gpu:0 with its SGD step.
+type trainer struct {
+	g             *graph.Graph
+	m             *models.Model
+	init, trainOp *graph.Node
+}
+
+func build(t *testing.T, model string) *trainer {
+	t.Helper()
+	root := graph.NewScope()
+	s := root.WithDevice("/gpu:0")
+	m, err := models.Build(s, model, models.Config{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, _ := train.NewOptimizer("sgd", 0.1)
+	op, err := train.Minimize(s, opt, m.Loss, train.CreateGlobalStep(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ginit := ops.GlobalVariablesInitializer(root)
+	if err := root.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return &trainer{g: root.Graph(), m: m, init: ginit, trainOp: op}
+}
+
+func batch(r *rand.Rand, n int) (*tensor.Tensor, *tensor.Tensor) {
+	x := tensor.New(tensor.Float32, n, 784)
+	for i := range x.Float32s() {
+		x.Float32s()[i] = r.Float32()
+	}
+	y := tensor.New(tensor.Int32, n)
+	for i := range y.Int32s() {
+		y.Int32s()[i] = int32(r.IntN(10))
+	}
+	return x, y
+}
+
+// losses trains tr for steps on devs and returns each step's loss.
+func losses(t *testing.T, tr *trainer, devs []device.Device, steps, batchSize int) []float32 {
+	t.Helper()
+	ctx := context.Background()
+	res := kernel.NewResources()
+	cfg := taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true}
+	initE, err := taskgraph.New(tr.g, graph.Signature{Targets: []*graph.Node{tr.init}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := initE.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	e, err := taskgraph.New(tr.g, graph.Signature{Feeds: []graph.Output{tr.m.Input, tr.m.Label},
+		Fetches: []graph.Output{tr.m.Loss}, Targets: []*graph.Node{tr.trainOp}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Accelerated() != (len(devs) > 0) {
+		t.Fatalf("Accelerated() = %v with %d devices", e.Accelerated(), len(devs))
+	}
+	if len(devs) > 0 {
+		onGPU := map[string]bool{}
+		for name, d := range e.Placement() {
+			if strings.HasSuffix(d, "/gpu:0") {
+				onGPU[tr.g.Node(name).Op()] = true
+			}
+		}
+		for _, op := range []string{"MatMul", "BiasAdd", "SparseSoftmaxCrossEntropyWithLogits", "BiasAddGrad"} {
+			if !onGPU[op] {
+				t.Errorf("no %s ran on the GPU (on it: %v)", op, onGPU)
+			}
+		}
+		for _, op := range []string{"Variable", "ApplyGradientDescent"} {
+			if onGPU[op] {
+				t.Errorf("%s ran on the GPU: variables live on the host", op)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	var out []float32
+	for range steps {
+		x, y := batch(r, batchSize)
+		v, err := e.Run(ctx, []*tensor.Tensor{x, y})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v[0].Float32s()[0])
+	}
+	return out
+}
+
+func openSim(t *testing.T, opts device.Options) []device.Device {
+	t.Helper()
+	devs, err := sim.New(sim.Config{Cards: 1, CardBytes: 1 << 30}).Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	})
+	return devs
+}
+
+// TestTrainsAsOnTheCPU trains the reference models with their compute on a
+// simulated GPU and the variables on the host, and checks every step's
+// loss against the same training on the CPU alone.
+func TestTrainsAsOnTheCPU(t *testing.T) {
+	for _, c := range []struct {
+		model        string
+		steps, batch int
+	}{{"mlp", 20, 32}, {"cnn", 3, 4}} {
+		t.Run(c.model, func(t *testing.T) {
+			tr := build(t, c.model)
+			want := losses(t, tr, nil, c.steps, c.batch)
+			devs := openSim(t, device.Options{Count: 1})
+			got := losses(t, tr, devs, c.steps, c.batch)
+			for i := range want {
+				if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*max(1, math.Abs(float64(want[i]))) {
+					t.Fatalf("step %d: loss %g on the GPU, %g on the CPU", i, got[i], want[i])
+				}
+			}
+			if want[len(want)-1] >= want[0] && c.steps > 5 {
+				t.Errorf("the loss did not fall: %v", want)
+			}
+			if st := devs[0].Allocator().Stats(); st.Live != 0 || st.Peak == 0 {
+				t.Errorf("after training: %+v: want memory used, and none left live", st)
+			}
+		})
+	}
+}
+
+// TestPlacementErrors: without soft placement a node on a GPU the task
+// lacks, or an op without a GPU kernel, is refused by name.
+func TestPlacementErrors(t *testing.T) {
+	tr := build(t, "mlp")
+	_, err := taskgraph.New(tr.g, graph.Signature{Feeds: []graph.Output{tr.m.Input, tr.m.Label},
+		Fetches: []graph.Output{tr.m.Loss}}, kernel.NewResources(), taskgraph.Config{Task: task})
+	if !errors.Is(err, placement.ErrNoDevice) || !strings.Contains(err.Error(), "the task has 0 GPUs") {
+		t.Errorf("a GPU node on a task without GPUs: %v", err)
+	}
+}
+
+// TestOutOfMemory: a step that does not fit in the device's memory fails
+// naming the device and the bytes, frees what it took, and the device
+// serves the next step.
+func TestOutOfMemory(t *testing.T) {
+	tr := build(t, "mlp")
+	devs := openSim(t, device.Options{Count: 1, MemoryLimit: 2 << 20})
+	ctx := context.Background()
+	res := kernel.NewResources()
+	cfg := taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true}
+	initE, _ := taskgraph.New(tr.g, graph.Signature{Targets: []*graph.Node{tr.init}}, res, cfg)
+	if _, err := initE.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	e, err := taskgraph.New(tr.g, graph.Signature{Feeds: []graph.Output{tr.m.Input, tr.m.Label},
+		Fetches: []graph.Output{tr.m.Loss}, Targets: []*graph.Node{tr.trainOp}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	x, y := batch(r, 2000) // 784*2000*4 bytes: 6 MiB of input alone
+	_, err = e.Run(ctx, []*tensor.Tensor{x, y})
+	if !errors.Is(err, device.ErrOutOfMemory) || !strings.Contains(err.Error(), "GPU:0") {
+		t.Fatalf("a batch too large for the device: %v, want ErrOutOfMemory naming GPU:0", err)
+	}
+	if st := devs[0].Allocator().Stats(); st.Live != 0 {
+		t.Errorf("after the failed step %d allocations are live", st.Live)
+	}
+	x, y = batch(r, 16)
+	if _, err := e.Run(ctx, []*tensor.Tensor{x, y}); err != nil {
+		t.Errorf("a step that fits, after one that did not: %v", err)
+	}
+}
