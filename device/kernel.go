@@ -215,3 +215,14 @@ func ShapeFactory(op string) func(n *graph.Node) (Kernel, error) {
 		}), nil
 	}
 }
+
+// Runs reports whether op runs on an accelerator: an op of Ops, or one
+// the runtime handles itself there (a Send, Recv, Const, Placeholder or
+// NoOp of a device's partition).
+func Runs(op string) bool {
+	switch op {
+	case "Send", "Recv", "Const", "Placeholder", "NoOp":
+		return true
+	}
+	return slices.Contains(Ops, op)
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/distflow/distflow/device"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 )
@@ -239,11 +240,23 @@ func firstDevice(devices []Device, want Device, g *group) int {
 // device type.
 func hasKernels(d Device, g *group) bool {
 	for _, n := range g.members {
-		if _, err := kernel.Lookup(n.Op(), strings.ToUpper(d.Type)); err != nil {
+		if !hasKernel(n.Op(), d.Type) {
 			return false
 		}
 	}
 	return true
+}
+
+// hasKernel reports whether op runs on devices of type typ: a CPU kernel,
+// or for an accelerator an op every GPU platform runs (device.Runs). The
+// task's own placement (package device/taskgraph) then checks the dtype
+// against its platform's kernel and may still fall back to its CPU.
+func hasKernel(op, typ string) bool {
+	if typ == "gpu" {
+		return device.Runs(op)
+	}
+	_, err := kernel.Lookup(op, strings.ToUpper(typ))
+	return err == nil
 }
 
 // noDeviceError explains why no device fits: none matches, or those that
@@ -258,7 +271,7 @@ func noDeviceError(who *graph.Node, g *group, req, want Device, devices []Device
 			continue
 		}
 		for _, n := range g.members {
-			if _, err := kernel.Lookup(n.Op(), strings.ToUpper(d.Type)); err != nil {
+			if !hasKernel(n.Op(), d.Type) {
 				return fmt.Errorf("placement: node %q (%s)%s: %w: requested device %q (%q after the default %q) has no %s kernel for op %q of node %q; available devices %v",
 					who.Name(), who.Op(), colo, ErrNoDevice, req.String(), want.String(), opts.Default, strings.ToUpper(d.Type), n.Op(), n.Name(), opts.Devices)
 			}

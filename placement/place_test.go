@@ -119,11 +119,14 @@ func TestPlace(t *testing.T) {
 			build: func(s *graph.Scope) { s.WithDevice("/job:ps/task:1/device:GPU:0").AddNode("NoOp", "n", nil, nil) },
 			want:  map[string]string{"n": ps1}, logged: "requested=/job:ps/task:1/gpu:0 device=/job:ps/task:1/cpu:0"},
 		{name: "no kernel for the device type", opts: gpus,
-			build: func(s *graph.Scope) { ops.Identity(s.WithDevice("/gpu:0"), ops.Const(s, float32(1))) },
-			err:   placement.ErrNoDevice, msg: []string{`node "Identity"`, "no GPU kernel", `"/gpu:0"`, "/job:worker/task:0/gpu:0]"}},
+			build: func(s *graph.Scope) { ops.Exp(s.WithDevice("/gpu:0"), ops.Const(s, float32(1))) },
+			err:   placement.ErrNoDevice, msg: []string{`node "Exp"`, "no GPU kernel", `"/gpu:0"`, "/job:worker/task:0/gpu:0]"}},
 		{name: "no kernel for the device type, soft", opts: softGPUs,
+			build: func(s *graph.Scope) { ops.Exp(s.WithDevice("/gpu:0"), ops.Const(s, float32(1))) },
+			want:  map[string]string{"Exp": w0, "Const": w0}, logged: "device=/job:worker/task:0/cpu:0"},
+		{name: "an op every GPU platform runs", opts: gpus,
 			build: func(s *graph.Scope) { ops.Identity(s.WithDevice("/gpu:0"), ops.Const(s, float32(1))) },
-			want:  map[string]string{"Identity": w0, "Const": w0}, logged: "device=/job:worker/task:0/cpu:0"},
+			want:  map[string]string{"Identity": "/job:worker/task:0/gpu:0", "Const": w0}},
 		{name: "no kernel anywhere", opts: soft,
 			build: func(s *graph.Scope) {
 				s.Out("PlacementTestNoKernel", "k", []graph.Output{ops.Const(s, float32(1))}, nil)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/device"
 	"github.com/distflow/distflow/master"
 	"github.com/distflow/distflow/metrics"
 	"github.com/distflow/distflow/placement"
@@ -81,6 +82,14 @@ type Config struct {
 	// which also serves its evaluation): GetStatus reports its address;
 	// the server does not close it.
 	MetricsEndpoint *metrics.Endpoint
+	// Devices are the task's accelerators (worker.Config.Devices): the
+	// task's master may place nodes on them, and its worker runs there
+	// what has a kernel. The server does not close them.
+	Devices []device.Device
+	// StrictPlacement refuses nodes placed on an accelerator that cannot
+	// run them instead of running them on the CPU
+	// (worker.Config.StrictPlacement).
+	StrictPlacement bool
 }
 
 func (c *Config) validate() error {
@@ -200,9 +209,15 @@ func New(cfg Config) (*Server, error) {
 	self := &selfWorker{}
 	s.cache = rpc.NewWorkerCache(cfg.Cluster, task, self, rpcOpts)
 	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown,
-		FileRoots: cfg.FileRoots, MaxTensorBytes: cfg.MaxTensorBytes, ShutdownFrom: cfg.shutdownFrom()})
+		FileRoots: cfg.FileRoots, MaxTensorBytes: cfg.MaxTensorBytes, ShutdownFrom: cfg.shutdownFrom(),
+		Devices: cfg.Devices, StrictPlacement: cfg.StrictPlacement})
 	self.Service = statusWorker{s.worker, s}
-	s.master = master.New(master.Config{Task: task, Devices: placement.DevicesOf(cfg.Cluster), Workers: s.cache, Logger: base})
+	// The master places on every task's CPU and on this task's own
+	// accelerators: between-graph replicas and towers place their compute
+	// on the task whose master they use.
+	devices := placement.DevicesOf(cfg.Cluster)
+	devices = append(devices, s.worker.Devices()[1:]...)
+	s.master = master.New(master.Config{Task: task, Devices: devices, Workers: s.cache, Logger: base})
 	s.rpc = rpc.NewServer(rpcOpts)
 	rpc.RegisterWorker(s.rpc, self.Service)
 	rpc.RegisterMaster(s.rpc, s.master)

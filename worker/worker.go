@@ -16,6 +16,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/executor"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/internal/gopool"
@@ -85,6 +87,15 @@ type Config struct {
 	SessionIdle time.Duration
 	// Now is the clock of SessionIdle; nil means time.Now.
 	Now func() time.Time
+	// Devices are the task's accelerators, GPU:0 onward: a partition
+	// with nodes placed on "/gpu:i" of the task runs those on Devices[i]
+	// (package device/taskgraph), the rest on the CPU. The worker does not
+	// close them.
+	Devices []device.Device
+	// StrictPlacement refuses a node placed on an accelerator that the
+	// task lacks or that has no kernel for it, instead of running it on
+	// the CPU (soft placement, logged once per signature).
+	StrictPlacement bool
 }
 
 // Defaults of Config's limits.
@@ -193,6 +204,9 @@ type resolved struct {
 type prepared struct {
 	e       *executor.Executor
 	batches []batchPlan // by task
+	// dev, when set instead of e, runs the steps over the task's CPU and
+	// accelerators.
+	dev *taskgraph.Executor
 }
 
 // batchPlan is the tensors a step receives from one task, two or more,
@@ -247,6 +261,16 @@ func (w *Worker) Task() string { return w.cfg.Task }
 // Device returns the worker's only device ("/job:ps/task:0/cpu:0").
 func (w *Worker) Device() string { return w.cfg.Task + "/cpu:0" }
 
+// Devices returns the task's devices: its CPU, then its accelerators
+// ("/job:worker/task:0/gpu:0", ...).
+func (w *Worker) Devices() []string {
+	out := []string{w.Device()}
+	for i := range w.cfg.Devices {
+		out = append(out, w.cfg.Task+"/gpu:"+strconv.Itoa(i))
+	}
+	return out
+}
+
 // Resources returns the worker's variables, shared by all its sessions.
 func (w *Worker) Resources() *kernel.Resources { return w.res }
 
@@ -262,7 +286,7 @@ func (w *Worker) errorf(format string, args ...any) error {
 // GetStatus reports the task, its incarnation, its devices and the
 // variables it holds.
 func (w *Worker) GetStatus(ctx context.Context, req *pb.GetStatusRequest) (*pb.GetStatusResponse, error) {
-	resp := &pb.GetStatusResponse{Task: w.cfg.Task, Devices: []string{w.Device()}, Incarnation: w.incarnation}
+	resp := &pb.GetStatusResponse{Task: w.cfg.Task, Devices: w.Devices(), Incarnation: w.incarnation}
 	for _, name := range w.res.VariableNames() {
 		v, ok := w.res.Lookup(name)
 		if !ok {
@@ -511,6 +535,19 @@ func (w *Worker) RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp
 	}
 	if st != nil {
 		opts.Trace = &st.exec
+	}
+	if pe.dev != nil {
+		// The step's context, ended by endStep before the router closes,
+		// is what the devices' waits and the CPU's fetches hang on.
+		ss.ctx.Init(ctx, time.Time{})
+		ss.ctxLive = true
+		opts.Context, opts.Canceler = &ss.ctx, &ss.ctx
+		out, err := pe.dev.RunStep(ctx, &ss.step, vals, opts)
+		if err != nil {
+			return fail(err)
+		}
+		setFetches(resp, req.GetFetches(), out, nil)
+		return nil
 	}
 	if _, free := stepctx.Of(ctx); free || len(pe.batches) > 0 || pe.e.Blocking() {
 		// One context for the step's batches and its kernels, under which
@@ -800,6 +837,16 @@ func (r *registered) executor(w *Worker, res *resolved) (*prepared, error) {
 	if p, ok := r.execs[key]; ok {
 		return p, nil
 	}
+	if len(w.cfg.Devices) > 0 && onAccelerator(r.g) {
+		t, err := taskgraph.New(r.g, sig, w.res, taskgraph.Config{Task: w.cfg.Task, Devices: w.cfg.Devices,
+			SoftPlacement: !w.cfg.StrictPlacement, Logger: w.log})
+		if err != nil {
+			return nil, err
+		}
+		p := &prepared{dev: t}
+		r.execs[key] = p
+		return p, nil
+	}
 	e, err := executor.New(r.g, sig, w.res)
 	if err != nil {
 		return nil, err
@@ -831,6 +878,16 @@ func (r *registered) executor(w *Worker, res *resolved) (*prepared, error) {
 	r.execs[key] = p
 	w.log.Debug("worker: built executor", "graph", r.handle, "signature", sig)
 	return p, nil
+}
+
+// onAccelerator reports whether a node of g is placed on a GPU.
+func onAccelerator(g *graph.Graph) bool {
+	for _, n := range g.Nodes() {
+		if d, err := placement.ParseDevice(n.Device()); err == nil && d.Type == "gpu" {
+			return true
+		}
+	}
+	return false
 }
 
 // batch is the tensors of one step asked of one peer in one request

@@ -266,16 +266,20 @@ func (e *Executor) Accelerated() bool { return len(e.runners) > 0 }
 
 // Run runs one step in process, as executor.Executor's Run.
 func (e *Executor) Run(ctx context.Context, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
-	return e.RunStep(ctx, nil, feeds)
+	return e.RunStep(ctx, nil, feeds, executor.StepOptions{})
 }
 
 // RunStep runs one step with feeds (in the signature's order) and returns
 // its fetches on the host. step.Rendezvous, when set, is the step's own (a
 // worker's, which also meets other tasks); else the step gets a local one.
-// The first error of any device cancels the others' waits and is returned.
-func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
+// opts.Context and opts.Canceler, when set, are the step's context and
+// what cancels it, as executor.StepOptions says; opts.Trace, Out and Owned
+// are not used on a step over accelerators. The first error of any device
+// cancels the step's context, so that the others' waits end, and is
+// returned.
+func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feeds []*tensor.Tensor, opts executor.StepOptions) ([]*tensor.Tensor, error) {
 	if len(e.runners) == 0 {
-		return e.cpu.RunStep(ctx, step, feeds)
+		return e.cpu.RunStepWith(ctx, step, feeds, opts)
 	}
 	st := kernel.Step{}
 	if step != nil {
@@ -284,29 +288,39 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feeds []*tens
 	if st.Rendezvous == nil {
 		st.Rendezvous = rendezvous.NewLocal()
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	if opts.Context == nil || opts.Canceler == nil {
+		c, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		opts.Context, opts.Canceler = c, executor.CancelFunc(cancel)
+	}
+	opts.Trace, opts.Out, opts.Owned = nil, nil, nil
+	var (
+		once  sync.Once
+		first error
+	)
+	fail := func(err error) {
+		once.Do(func() { first = err })
+		opts.Canceler.Cancel(err)
+	}
 	outs := make([][]*tensor.Tensor, len(e.runners))
 	var wg sync.WaitGroup
 	for i, p := range e.runners {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := p.r.Run(ctx, st.Rendezvous, pick(feeds, p.feeds))
+		wg.Go(func() {
+			out, err := p.r.Run(opts.Context, st.Rendezvous, pick(feeds, p.feeds))
 			if err != nil {
-				cancel(err)
+				fail(err)
 				return
 			}
 			outs[i] = out
-		}()
+		})
 	}
-	cpuOut, err := e.cpu.RunStep(ctx, &st, pick(feeds, e.cpuFeeds))
+	cpuOut, err := e.cpu.RunStepWith(ctx, &st, pick(feeds, e.cpuFeeds), opts)
 	if err != nil {
-		cancel(err)
+		fail(err)
 	}
 	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return nil, err
+	if first != nil {
+		return nil, first
 	}
 	result := make([]*tensor.Tensor, len(e.route))
 	for i, src := range e.route {
