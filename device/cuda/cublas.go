@@ -1,0 +1,109 @@
+package cuda
+
+import "unsafe"
+
+// cublas is the subset of cuBLAS the platform uses for MatMul.
+type cublas struct {
+	lib loaded
+
+	cublasCreate, cublasDestroy, cublasSetStream, cublasSetMathMode, cublasSgemm, cublasSgemmStridedBatched uintptr
+}
+
+// cuBLAS enums (cublas_api.h).
+const (
+	cublasOpN = 0
+	cublasOpT = 1
+
+	cublasDefaultMath      = 0 // FP32 math: results agree with the CPU's to float32 rounding
+	cublasTF32TensorOpMath = 3
+)
+
+func loadCublas() (*cublas, error) {
+	lib, err := loadLib(cublasLib)
+	if err != nil {
+		return nil, err
+	}
+	b := &cublas{lib: lib}
+	if err := resolve(lib, "cuBLAS", []sym{
+		{dst: &b.cublasCreate, names: []string{"cublasCreate_v2"}},
+		{dst: &b.cublasDestroy, names: []string{"cublasDestroy_v2"}},
+		{dst: &b.cublasSetStream, names: []string{"cublasSetStream_v2"}},
+		{dst: &b.cublasSetMathMode, names: []string{"cublasSetMathMode"}},
+		{dst: &b.cublasSgemm, names: []string{"cublasSgemm_v2"}},
+		{dst: &b.cublasSgemmStridedBatched, names: []string{"cublasSgemmStridedBatched"}},
+	}); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *cublas) check(dev, call string, r uintptr) error {
+	code := int(int32(uint32(r)))
+	if code == 0 {
+		return nil
+	}
+	return &Error{Device: dev, Call: call, Code: code, Name: statusName(cublasStatusNames, "cublasStatus", code)}
+}
+
+// newHandle creates a handle in the current context whose work goes on
+// stream, with FP32 math unless tf32.
+func (b *cublas) newHandle(dev string, stream uintptr, tf32 bool) (uintptr, error) {
+	var h uintptr
+	if err := b.check(dev, "cublasCreate_v2", ccall(b.cublasCreate, uintptr(unsafe.Pointer(&h)))); err != nil {
+		return 0, err
+	}
+	mode := uintptr(cublasDefaultMath)
+	if tf32 {
+		mode = cublasTF32TensorOpMath
+	}
+	err := b.check(dev, "cublasSetStream_v2", ccall(b.cublasSetStream, h, stream))
+	if err == nil {
+		err = b.check(dev, "cublasSetMathMode", ccall(b.cublasSetMathMode, h, mode))
+	}
+	if err != nil {
+		ccall(b.cublasDestroy, h)
+		return 0, err
+	}
+	return h, nil
+}
+
+// gemm is one row-major product C = op(A) op(B) of m x k by k x n
+// matrices, batch times at the given element strides.
+type gemm struct {
+	transA, transB   bool
+	m, n, k          int
+	a, b, c          uint64 // device addresses
+	batch            int
+	strideA, strideB int64
+	strideC          int64
+}
+
+// sgemm runs g on handle h. cuBLAS is column-major: a row-major matrix is
+// its transpose, so C^T = op(B)^T op(A)^T is computed with the operands
+// swapped, which writes C row-major.
+func (b *cublas) sgemm(dev string, h uintptr, g gemm) error {
+	opA, lda := uintptr(cublasOpN), g.k
+	if g.transA {
+		opA, lda = cublasOpT, g.m
+	}
+	opB, ldb := uintptr(cublasOpN), g.n
+	if g.transB {
+		opB, ldb = cublasOpT, g.k
+	}
+	alpha, beta := new(float32), new(float32)
+	*alpha = 1
+	if g.batch <= 1 {
+		err := b.check(dev, "cublasSgemm_v2", ccall(b.cublasSgemm, h, opB, opA,
+			uintptr(g.n), uintptr(g.m), uintptr(g.k), uintptr(unsafe.Pointer(alpha)),
+			uintptr(g.b), uintptr(ldb), uintptr(g.a), uintptr(lda), uintptr(unsafe.Pointer(beta)),
+			uintptr(g.c), uintptr(g.n)))
+		keepAlive(alpha, beta)
+		return err
+	}
+	err := b.check(dev, "cublasSgemmStridedBatched", ccall(b.cublasSgemmStridedBatched, h, opB, opA,
+		uintptr(g.n), uintptr(g.m), uintptr(g.k), uintptr(unsafe.Pointer(alpha)),
+		uintptr(g.b), uintptr(ldb), uintptr(g.strideB), uintptr(g.a), uintptr(lda), uintptr(g.strideA),
+		uintptr(unsafe.Pointer(beta)), uintptr(g.c), uintptr(g.n), uintptr(g.strideC), uintptr(g.batch)))
+	keepAlive(alpha, beta)
+	return err
+}

@@ -1,0 +1,298 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/distflow/distflow/device"
+)
+
+// Device is a CUDA device (device.Device): a card, or a logical share of
+// one, with its own stream and allocator.
+type Device struct {
+	info   device.Info
+	card   *card
+	mem    *memory
+	alloc  *device.Allocator
+	stream *stream
+
+	blasMu sync.Mutex
+	blas   uintptr // cuBLAS handle bound to the stream, made on first use
+	noBlas bool    // cuBLAS cannot be used: MatMul runs the own kernel
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func newDevice(p *Platform, c *card, name string, limit int64) (*Device, error) {
+	d := &Device{card: c, info: device.Info{
+		Name: name, Platform: Name, Model: c.info.name, Physical: c.ordinal,
+		TotalBytes: c.info.total, LimitBytes: limit,
+		Capability: fmt.Sprintf("%d.%d", c.info.major, c.info.minor),
+	}}
+	d.mem = &memory{d: d}
+	var h uintptr
+	err := c.do(name, func() error {
+		return c.drv.check(name, "cuStreamCreate", ccall(c.drv.cuStreamCreate, uintptr(unsafe.Pointer(&h)), cuStreamNonBlocking))
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.retain()
+	d.stream = &stream{d: d, h: h}
+	d.alloc = device.NewAllocator(name, d.mem, limit)
+	return d, nil
+}
+
+// Info describes the device.
+func (d *Device) Info() device.Info { return d.info }
+
+// Allocator returns the device's allocator.
+func (d *Device) Allocator() *device.Allocator { return d.alloc }
+
+// Stream returns the device's stream.
+func (d *Device) Stream() device.Stream { return d.stream }
+
+// Close waits for the stream, frees the device's memory, its stream and
+// cuBLAS handle, and releases the card when it is the last device on it.
+func (d *Device) Close() error {
+	d.closeOnce.Do(func() {
+		c, name := d.card, d.info.Name
+		err := d.stream.close()
+		if aerr := d.alloc.Close(); err == nil {
+			err = aerr
+		}
+		d.blasMu.Lock()
+		if d.blas != 0 {
+			if b, berr := c.p.cublas(); berr == nil {
+				c.do(name, func() error { return b.check(name, "cublasDestroy_v2", ccall(b.cublasDestroy, d.blas)) })
+			}
+			d.blas = 0
+		}
+		d.blasMu.Unlock()
+		if serr := c.do(name, func() error {
+			return c.drv.check(name, "cuStreamDestroy_v2", ccall(c.drv.cuStreamDestroy, d.stream.h))
+		}); err == nil {
+			err = serr
+		}
+		if rerr := c.release(); err == nil {
+			err = rerr
+		}
+		d.closeErr = err
+	})
+	return d.closeErr
+}
+
+// cublasHandle returns the device's cuBLAS handle, or ok false if MatMul
+// must run the platform's own kernel.
+func (d *Device) cublasHandle() (b *cublas, h uintptr, ok bool) {
+	d.blasMu.Lock()
+	defer d.blasMu.Unlock()
+	if d.noBlas {
+		return nil, 0, false
+	}
+	b, err := d.card.p.cublas()
+	if err == nil && d.blas == 0 {
+		err = d.card.do(d.info.Name, func() error {
+			var herr error
+			d.blas, herr = b.newHandle(d.info.Name, d.stream.h, os.Getenv("DISTFLOW_CUDA_TF32") == "1")
+			return herr
+		})
+	}
+	if err != nil {
+		d.noBlas = true
+		return nil, 0, false
+	}
+	return b, d.blas, true
+}
+
+// memory is a device's raw memory through cuMemAlloc (device.Memory).
+type memory struct{ d *Device }
+
+// Reserve allocates n bytes with cuMemAlloc (aligned to at least 256).
+func (m *memory) Reserve(n int64) (device.Ptr, error) {
+	var p uint64
+	c, name := m.d.card, m.d.info.Name
+	err := c.do(name, func() error {
+		return c.drv.check(name, "cuMemAlloc_v2", ccall(c.drv.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)))
+	})
+	return device.Ptr(p), err
+}
+
+// Release frees memory from Reserve.
+func (m *memory) Release(p device.Ptr) error {
+	c, name := m.d.card, m.d.info.Name
+	return c.do(name, func() error { return c.drv.check(name, "cuMemFree_v2", ccall(c.drv.cuMemFree, uintptr(p))) })
+}
+
+// Info returns the card's free and total bytes.
+func (m *memory) Info() (free, total int64, err error) {
+	var f, t uint64
+	c, name := m.d.card, m.d.info.Name
+	err = c.do(name, func() error {
+		return c.drv.check(name, "cuMemGetInfo_v2", ccall(c.drv.cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t))))
+	})
+	return int64(f), int64(t), err
+}
+
+// stream is a CUDA stream (device.Stream). Copies from host memory are
+// staged by the driver before cuMemcpyHtoDAsync returns, and copies to
+// pageable host memory complete before cuMemcpyDtoHAsync returns, so Go
+// memory is never read or written by the GPU after a call has returned.
+type stream struct {
+	d *Device
+	h uintptr
+
+	mu     sync.Mutex
+	err    error // the first error: sticky, as CUDA's are
+	closed bool
+}
+
+var errStreamClosed = fmt.Errorf("cuda: stream: %w", device.ErrClosed)
+
+// enqueue runs one driver call f named call on the stream.
+func (s *stream) enqueue(call string, f func() uintptr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if s.closed {
+		return errStreamClosed
+	}
+	c, name := s.d.card, s.d.info.Name
+	err := c.do(name, func() error { return c.drv.check(name, call, f()) })
+	if err != nil {
+		s.err = err
+	}
+	return err
+}
+
+// fail records err as the stream's error if it has none.
+func (s *stream) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+}
+
+func (s *stream) CopyIn(dst device.Ptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	drv := s.d.card.drv
+	return s.enqueue("cuMemcpyHtoDAsync_v2", func() uintptr {
+		return ccall(drv.cuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.h)
+	})
+}
+
+func (s *stream) CopyOut(dst []byte, src device.Ptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	drv := s.d.card.drv
+	return s.enqueue("cuMemcpyDtoHAsync_v2", func() uintptr {
+		return ccall(drv.cuMemcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.h)
+	})
+}
+
+func (s *stream) Copy(dst, src device.Ptr, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	drv := s.d.card.drv
+	return s.enqueue("cuMemcpyDtoDAsync_v2", func() uintptr {
+		return ccall(drv.cuMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), s.h)
+	})
+}
+
+func (s *stream) Zero(dst device.Ptr, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	drv := s.d.card.drv
+	return s.enqueue("cuMemsetD8Async", func() uintptr {
+		return ccall(drv.cuMemsetD8Async, uintptr(dst), 0, uintptr(n), s.h)
+	})
+}
+
+// Synchronize polls cuStreamQuery, sleeping between polls from 5µs up to
+// 1ms, so that ctx can end the wait: cuStreamSynchronize cannot be
+// interrupted, and a goroutine blocked in it would outlive the caller.
+func (s *stream) Synchronize(ctx context.Context) error {
+	s.mu.Lock()
+	err, closed := s.err, s.closed
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if closed {
+		return errStreamClosed
+	}
+	c, name := s.d.card, s.d.info.Name
+	wait := 5 * time.Microsecond
+	var timer *time.Timer
+	for {
+		var r cuResult
+		err := c.do(name, func() error {
+			r = result(ccall(c.drv.cuStreamQuery, s.h))
+			if r == cudaSuccess || r == cudaErrorNotReady {
+				return nil
+			}
+			return c.drv.check(name, "cuStreamQuery", uintptr(r))
+		})
+		if err != nil {
+			s.fail(err)
+			return s.failed()
+		}
+		if r == cudaSuccess {
+			return s.failed()
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cuda: %s: synchronize: %w", name, ctx.Err())
+		case <-timer.C:
+		}
+		wait = min(2*wait, time.Millisecond)
+	}
+}
+
+func (s *stream) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// close waits for the queued work and stops further enqueueing.
+func (s *stream) close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	c, name := s.d.card, s.d.info.Name
+	err := c.do(name, func() error {
+		return c.drv.check(name, "cuStreamSynchronize", ccall(c.drv.cuStreamSynchronize, s.h))
+	})
+	if err != nil {
+		s.fail(err)
+	}
+	return s.failed()
+}
+
+// asError is errors.As for *Error.
+func asError(err error, target **Error) bool { return err != nil && errors.As(err, target) }

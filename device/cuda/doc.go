@@ -1,0 +1,70 @@
+// Package cuda is the CUDA platform: NVIDIA GPUs through the driver API,
+// with kernels compiled at run time by NVRTC and MatMul through cuBLAS,
+// all loaded with purego, so that binaries build with CGO_ENABLED=0 and
+// run on machines without a GPU.
+//
+//	import _ "github.com/distflow/distflow/device/cuda" // registers "cuda"
+//
+//	p, _ := device.Lookup("cuda")
+//	if n, err := p.Probe(); err != nil { // wraps device.ErrUnavailable
+//		log.Printf("no GPU: %v", err)
+//	}
+//	gpus, err := p.Open(device.Options{Logical: 2}) // two devices per card
+//
+// # Libraries
+//
+// libcuda (the driver), libnvrtc and libcublas are opened on the first
+// Probe or Open, once per process: from the system's library path, then
+// DISTFLOW_CUDA_LIB_PATH, $CUDA_HOME/lib64, /usr/local/cuda/lib64,
+// /usr/lib/x86_64-linux-gnu and the nvidia/*/lib directories of Python
+// environments (where pip puts cuBLAS and NVRTC), newest major version
+// first. A library that is missing gives an error wrapping
+// device.ErrUnavailable that names it and every place searched. Without
+// cuBLAS (or with DISTFLOW_CUDA_NO_CUBLAS set) MatMul runs a tiled kernel
+// of the package's own. cuBLAS computes in FP32; DISTFLOW_CUDA_TF32=1 opts
+// in to TF32 tensor cores, faster but no longer within the conformance
+// suite's 1e-5 of the CPU.
+//
+// # Devices
+//
+// Each card is opened through its primary context (the one the CUDA
+// runtime and cuBLAS use), and each device on it, a card or a logical
+// share of one (device.Options.Logical), has a non-blocking stream, a
+// cuBLAS handle bound to it, and an allocator over cuMemAlloc with its
+// share of the card's memory limit. CUDA_VISIBLE_DEVICES is applied by
+// the driver; Info.Physical is the visible ordinal.
+//
+// Purego calls run on whatever OS thread the goroutine holds, and CUDA's
+// current context is per thread, so every sequence of driver calls locks
+// its goroutine to its thread and makes the card's context current first:
+// a thread-local store in the driver, cheap next to any call it guards,
+// that keeps the calls correct without a thread per device.
+//
+// Synchronize polls cuStreamQuery with a backoff from 5µs to 1ms, so that
+// its context can end the wait; cuStreamSynchronize could not be
+// interrupted. Errors name the call, the CUresult and the device, and are
+// sticky per stream, as CUDA's are.
+//
+// # Kernels
+//
+// The kernels are CUDA C in kernels/*.cu, embedded in the binary and
+// compiled by NVRTC on the first Open, once per process and compute
+// capability, to PTX for the card's own virtual architecture
+// (--gpu-architecture=compute_XY), which the driver compiles for the card
+// when it loads the module. NVRTC rather than PTX committed to the
+// repository: the machines that build distflow have no nvcc (nor need any
+// for a pure-Go build), and PTX made at run time matches the card and the
+// driver in use instead of whichever architecture a developer once chose.
+// A driver older than NVRTC may reject its PTX; the module is then loaded
+// from a CUBIN that NVRTC compiles for the card itself.
+//
+// Every op of device.Ops has a kernel, for float32 and where the op takes
+// or gives them int32, int64 and bool: element-wise ops broadcast by
+// strides over up to six merged axes; reductions give one block per output
+// element and sum floats in double; convolutions and pooling are direct
+// NHWC kernels (no im2col scratch) and MaxPoolGrad gathers rather than
+// scatters, so results do not depend on scheduling. A label out of range
+// in SparseSoftmaxCrossEntropyWithLogits gives NaN in its row, as
+// TensorFlow's GPU kernel does, since checking it would need a
+// synchronisation; integer division by zero gives 0.
+package cuda

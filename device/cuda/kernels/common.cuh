@@ -1,0 +1,72 @@
+// Shared by every kernel file. NVRTC compiles without system headers, so
+// the types come from the language; every kernel is extern "C" so that the
+// host finds it by its plain name.
+
+typedef long long i64;
+typedef int i32;
+typedef unsigned char u8;
+
+#define MAXR 6
+#define THREADS 256
+
+// Bcast is a broadcast plan (see bcast.go): output index i, decomposed over
+// dims (row-major, outermost first), gives a's element sum(q*sa) and b's
+// sum(q*sb); a stride of 0 broadcasts.
+struct Bcast {
+  i64 rank;
+  i64 dims[MAXR];
+  i64 sa[MAXR];
+  i64 sb[MAXR];
+};
+
+// Reduce is a reduction plan (see reduce.go): output index o decomposes
+// over kdims with input strides kstr; reduced index r over rdims with rstr.
+struct Reduce {
+  i64 krank;
+  i64 kdims[MAXR];
+  i64 kstr[MAXR];
+  i64 rrank;
+  i64 rdims[MAXR];
+  i64 rstr[MAXR];
+};
+
+#define GRID_LOOP(i, n) \
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ void bcast_index(const Bcast& p, i64 i, i64* ia, i64* ib) {
+  i64 a = 0, b = 0;
+  for (int d = (int)p.rank - 1; d >= 0; --d) {
+    i64 q = i % p.dims[d];
+    i /= p.dims[d];
+    a += q * p.sa[d];
+    b += q * p.sb[d];
+  }
+  *ia = a;
+  *ib = b;
+}
+
+__device__ __forceinline__ i64 plan_offset(i64 idx, i64 rank, const i64* dims, const i64* str) {
+  i64 off = 0;
+  for (int d = (int)rank - 1; d >= 0; --d) {
+    off += (idx % dims[d]) * str[d];
+    idx /= dims[d];
+  }
+  return off;
+}
+
+__device__ __forceinline__ float nan_f32() { return __int_as_float(0x7fffffff); }
+
+// block_sum returns the sum of v over the block (THREADS threads) to every
+// thread; sh is THREADS elements of shared memory.
+template <class A>
+__device__ A block_sum(A v, A* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  A r = sh[0];
+  __syncthreads();
+  return r;
+}

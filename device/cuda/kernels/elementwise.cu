@@ -1,0 +1,109 @@
+// Element-wise kernels: broadcasting binary ops, unary ops and activation
+// gradients, BiasAdd, Cast, fills and broadcast copies.
+
+struct AddF { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct SubF { template <class T> __device__ T operator()(T a, T b) const { return a - b; } };
+struct MulF { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
+struct SqDiffF { template <class T> __device__ T operator()(T a, T b) const { T d = a - b; return d * d; } };
+struct GeF { template <class T> __device__ u8 operator()(T a, T b) const { return a >= b; } };
+struct EqF { template <class T> __device__ u8 operator()(T a, T b) const { return a == b; } };
+
+// Integer division truncates as Go's does; a zero divisor gives 0 rather
+// than a trap (the CPU kernel reports it as an error).
+struct DivF {
+  __device__ float operator()(float a, float b) const { return a / b; }
+  __device__ i32 operator()(i32 a, i32 b) const { return b == 0 ? 0 : (b == -1 ? (i32)(0u - (unsigned int)a) : a / b); }
+  __device__ i64 operator()(i64 a, i64 b) const { return b == 0 ? 0 : (b == -1 ? (i64)(0ull - (unsigned long long)a) : a / b); }
+};
+
+template <class T, class O, class F>
+__device__ void binary_impl(const T* a, const T* b, O* o, i64 n, const Bcast& p, F f) {
+  GRID_LOOP(i, n) {
+    i64 ia, ib;
+    bcast_index(p, i, &ia, &ib);
+    o[i] = f(a[ia], b[ib]);
+  }
+}
+
+#define BINARY(name, F, T, O) \
+  extern "C" __global__ void name(const T* a, const T* b, O* o, i64 n, Bcast p) { binary_impl<T, O>(a, b, o, n, p, F()); }
+
+#define ARITH(op, F) BINARY(op##_f32, F, float, float) BINARY(op##_i32, F, i32, i32) BINARY(op##_i64, F, i64, i64)
+ARITH(add, AddF)
+ARITH(sub, SubF)
+ARITH(mul, MulF)
+ARITH(div, DivF)
+ARITH(squared_difference, SqDiffF)
+
+#define COMPARE(op, F) BINARY(op##_f32, F, float, u8) BINARY(op##_i32, F, i32, u8) BINARY(op##_i64, F, i64, u8)
+COMPARE(greater_equal, GeF)
+COMPARE(equal, EqF)
+BINARY(equal_bool, EqF, u8, u8)
+
+// Unary ops.
+#define UNARY(name, T, expr) \
+  extern "C" __global__ void name(const T* x, T* y, i64 n) { GRID_LOOP(i, n) { T v = x[i]; y[i] = (expr); } }
+
+UNARY(neg_f32, float, -v)
+UNARY(neg_i32, i32, -v)
+UNARY(neg_i64, i64, -v)
+// max(v, 0) as Go's: a NaN stays NaN.
+UNARY(relu_f32, float, (v != v) ? v : (v > 0.0f ? v : 0.0f))
+UNARY(relu_i32, i32, v > 0 ? v : 0)
+UNARY(relu_i64, i64, v > 0 ? v : 0)
+UNARY(sigmoid_f32, float, 1.0f / (1.0f + expf(-v)))
+
+// ReluGrad(dy, y): dy where y > 0 (a NaN y passes dy, as the CPU's).
+#define RELU_GRAD(name, T) \
+  extern "C" __global__ void name(const T* dy, const T* y, T* dx, i64 n) { GRID_LOOP(i, n) { dx[i] = (y[i] <= 0) ? (T)0 : dy[i]; } }
+RELU_GRAD(relu_grad_f32, float)
+RELU_GRAD(relu_grad_i32, i32)
+RELU_GRAD(relu_grad_i64, i64)
+
+// SigmoidGrad(y, dy) = dy * y * (1 - y).
+extern "C" __global__ void sigmoid_grad_f32(const float* y, const float* dy, float* dx, i64 n) {
+  GRID_LOOP(i, n) {
+    float v = y[i];
+    dx[i] = dy[i] * v * (1.0f - v);
+  }
+}
+
+// BiasAdd: y = x + b over the last axis of c elements.
+#define BIAS_ADD(name, T) \
+  extern "C" __global__ void name(const T* x, const T* b, T* y, i64 n, i64 c) { GRID_LOOP(i, n) { y[i] = x[i] + b[i % c]; } }
+BIAS_ADD(bias_add_f32, float)
+BIAS_ADD(bias_add_i32, i32)
+BIAS_ADD(bias_add_i64, i64)
+
+// Cast between float32, int32, int64 and bool (u8 0 or 1). Floats to
+// integers truncate; anything to bool is x != 0.
+template <class D, class S> __device__ __forceinline__ D cast_to(S v) { return (D)v; }
+template <> __device__ __forceinline__ u8 cast_to<u8, float>(float v) { return v != 0.0f; }
+template <> __device__ __forceinline__ u8 cast_to<u8, i32>(i32 v) { return v != 0; }
+template <> __device__ __forceinline__ u8 cast_to<u8, i64>(i64 v) { return v != 0; }
+
+#define CAST(sn, S, dn, D) \
+  extern "C" __global__ void cast_##sn##_##dn(const S* x, D* y, i64 n) { GRID_LOOP(i, n) { y[i] = cast_to<D, S>(x[i]); } }
+#define CAST_FROM(sn, S) CAST(sn, S, f32, float) CAST(sn, S, i32, i32) CAST(sn, S, i64, i64) CAST(sn, S, bool, u8)
+CAST_FROM(f32, float)
+CAST_FROM(i32, i32)
+CAST_FROM(i64, i64)
+CAST(bool, u8, f32, float)
+CAST(bool, u8, i32, i32)
+CAST(bool, u8, i64, i64)
+
+// Fills with a value's bits, by element size.
+#define FILL(name, T) \
+  extern "C" __global__ void name(T* o, i64 n, unsigned long long bits) { T v = (T)bits; GRID_LOOP(i, n) { o[i] = v; } }
+FILL(fill_b1, u8)
+FILL(fill_b2, unsigned short)
+FILL(fill_b4, unsigned int)
+FILL(fill_b8, unsigned long long)
+
+// Broadcast copies (BroadcastTo): o[i] = x[sa-offset of i], by element size.
+#define BCAST_COPY(name, T) \
+  extern "C" __global__ void name(const T* x, T* o, i64 n, Bcast p) { GRID_LOOP(i, n) { i64 ia, ib; bcast_index(p, i, &ia, &ib); o[i] = x[ia]; } }
+BCAST_COPY(bcast_b1, u8)
+BCAST_COPY(bcast_b2, unsigned short)
+BCAST_COPY(bcast_b4, unsigned int)
+BCAST_COPY(bcast_b8, unsigned long long)

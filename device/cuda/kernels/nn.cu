@@ -1,0 +1,197 @@
+// Neural-network kernels: the sparse softmax cross-entropy, convolutions
+// and max pooling, all NHWC with filters HWIO, as the CPU's.
+
+// SparseSoftmaxCrossEntropyWithLogits over logits [n, c]: one block per
+// row. As the CPU's float32 kernel: exponentials in float, their sum and
+// the logarithm in double. A label outside [0, c) cannot be reported from
+// the GPU without a synchronisation; its row gets NaN loss and backprop, as
+// TensorFlow's GPU kernel does.
+#define SPARSE_XENT(name, L) \
+  extern "C" __global__ void name(const float* x, const L* labels, float* loss, float* bp, i64 n, i64 c) { \
+    __shared__ double shd[THREADS]; \
+    __shared__ float shf[THREADS]; \
+    for (i64 row = blockIdx.x; row < n; row += gridDim.x) { \
+      const float* xr = x + row * c; \
+      float* br = bp + row * c; \
+      L label = labels[row]; \
+      if (label < 0 || (i64)label >= c) { \
+        for (i64 j = threadIdx.x; j < c; j += blockDim.x) br[j] = nan_f32(); \
+        if (threadIdx.x == 0) loss[row] = nan_f32(); \
+        continue; \
+      } \
+      float m = xr[0]; \
+      for (i64 j = threadIdx.x; j < c; j += blockDim.x) { \
+        float v = xr[j]; \
+        if (v > m) m = v; \
+      } \
+      shf[threadIdx.x] = m; \
+      __syncthreads(); \
+      for (int s = THREADS / 2; s > 0; s >>= 1) { \
+        if (threadIdx.x < s && shf[threadIdx.x + s] > shf[threadIdx.x]) shf[threadIdx.x] = shf[threadIdx.x + s]; \
+        __syncthreads(); \
+      } \
+      m = shf[0]; \
+      __syncthreads(); \
+      double sum = 0; \
+      for (i64 j = threadIdx.x; j < c; j += blockDim.x) { \
+        float e = expf(xr[j] - m); \
+        br[j] = e; \
+        sum += (double)e; \
+      } \
+      sum = block_sum<double>(sum, shd); \
+      double inv = 1.0 / sum; \
+      for (i64 j = threadIdx.x; j < c; j += blockDim.x) { \
+        float v = (float)((double)br[j] * inv); \
+        if (j == (i64)label) v -= 1.0f; \
+        br[j] = v; \
+      } \
+      if (threadIdx.x == 0) loss[row] = (float)(log(sum) - (double)(xr[label] - m)); \
+      __syncthreads(); \
+    } \
+  }
+SPARSE_XENT(sparse_xent_f32_i32, i32)
+SPARSE_XENT(sparse_xent_f32_i64, i64)
+
+// Conv is a convolution's geometry: input [n, h, w, c], filter
+// [kh, kw, c, co], output [n, oh, ow, co], strides and the padding before
+// the first row and column.
+struct Conv {
+  i64 n, h, w, c, kh, kw, co, sh, sw, pt, pl, oh, ow;
+};
+
+// Conv2D: one thread per output element, accumulating in double.
+extern "C" __global__ void conv2d_f32(const float* x, const float* f, float* y, Conv p) {
+  GRID_LOOP(i, p.n * p.oh * p.ow * p.co) {
+    i64 co = i % p.co, t = i / p.co;
+    i64 ow = t % p.ow;
+    t /= p.ow;
+    i64 oh = t % p.oh, n = t / p.oh;
+    double acc = 0;
+    for (i64 kh = 0; kh < p.kh; ++kh) {
+      i64 ih = oh * p.sh - p.pt + kh;
+      if (ih < 0 || ih >= p.h) continue;
+      for (i64 kw = 0; kw < p.kw; ++kw) {
+        i64 iw = ow * p.sw - p.pl + kw;
+        if (iw < 0 || iw >= p.w) continue;
+        const float* xp = x + ((n * p.h + ih) * p.w + iw) * p.c;
+        const float* fp = f + (kh * p.kw + kw) * p.c * p.co + co;
+        for (i64 c = 0; c < p.c; ++c) acc += (double)xp[c] * (double)fp[c * p.co];
+      }
+    }
+    y[i] = (float)acc;
+  }
+}
+
+// Conv2DBackpropInput: one thread per input element, gathering the output
+// gradients of every window that read it.
+extern "C" __global__ void conv2d_backprop_input_f32(const float* dy, const float* f, float* dx, Conv p) {
+  GRID_LOOP(i, p.n * p.h * p.w * p.c) {
+    i64 c = i % p.c, t = i / p.c;
+    i64 iw = t % p.w;
+    t /= p.w;
+    i64 ih = t % p.h, n = t / p.h;
+    double acc = 0;
+    for (i64 kh = 0; kh < p.kh; ++kh) {
+      i64 th = ih + p.pt - kh;
+      if (th < 0 || th % p.sh != 0) continue;
+      i64 oh = th / p.sh;
+      if (oh >= p.oh) continue;
+      for (i64 kw = 0; kw < p.kw; ++kw) {
+        i64 tw = iw + p.pl - kw;
+        if (tw < 0 || tw % p.sw != 0) continue;
+        i64 ow = tw / p.sw;
+        if (ow >= p.ow) continue;
+        const float* g = dy + ((n * p.oh + oh) * p.ow + ow) * p.co;
+        const float* fp = f + ((kh * p.kw + kw) * p.c + c) * p.co;
+        for (i64 co = 0; co < p.co; ++co) acc += (double)g[co] * (double)fp[co];
+      }
+    }
+    dx[i] = (float)acc;
+  }
+}
+
+// Conv2DBackpropFilter: one block per filter element, its threads striding
+// over the (image, output row, output column) positions.
+extern "C" __global__ void conv2d_backprop_filter_f32(const float* x, const float* dy, float* df, Conv p) {
+  __shared__ double sh[THREADS];
+  i64 nf = p.kh * p.kw * p.c * p.co;
+  i64 npos = p.n * p.oh * p.ow;
+  for (i64 i = blockIdx.x; i < nf; i += gridDim.x) {
+    i64 co = i % p.co, t = i / p.co;
+    i64 c = t % p.c;
+    t /= p.c;
+    i64 kw = t % p.kw, kh = t / p.kw;
+    double acc = 0;
+    for (i64 q = threadIdx.x; q < npos; q += blockDim.x) {
+      i64 ow = q % p.ow, r = q / p.ow;
+      i64 oh = r % p.oh, n = r / p.oh;
+      i64 ih = oh * p.sh - p.pt + kh, iw = ow * p.sw - p.pl + kw;
+      if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
+      acc += (double)x[((n * p.h + ih) * p.w + iw) * p.c + c] * (double)dy[q * p.co + co];
+    }
+    acc = block_sum<double>(acc, sh);
+    if (threadIdx.x == 0) df[i] = (float)acc;
+  }
+}
+
+// Pool is a pooling's geometry (input [n, h, w, c], output [n, oh, ow, c]).
+struct Pool {
+  i64 n, h, w, c, kh, kw, sh, sw, pt, pl, oh, ow;
+};
+
+// window_max returns the input offset of the first maximum of the window of
+// output (n, oh, ow, c), scanning rows then columns with v > best, as the
+// CPU does; the window is clipped to the image and never empty.
+__device__ __forceinline__ i64 window_max(const float* x, const Pool& p, i64 n, i64 oh, i64 ow, i64 c) {
+  i64 h0 = oh * p.sh - p.pt, w0 = ow * p.sw - p.pl;
+  i64 h1 = min(h0 + p.kh, p.h), w1 = min(w0 + p.kw, p.w);
+  h0 = max(h0, (i64)0);
+  w0 = max(w0, (i64)0);
+  i64 at = ((n * p.h + h0) * p.w + w0) * p.c + c;
+  float best = x[at];
+  for (i64 ih = h0; ih < h1; ++ih) {
+    for (i64 iw = w0; iw < w1; ++iw) {
+      i64 j = ((n * p.h + ih) * p.w + iw) * p.c + c;
+      float v = x[j];
+      if (v > best) {
+        best = v;
+        at = j;
+      }
+    }
+  }
+  return at;
+}
+
+extern "C" __global__ void max_pool_f32(const float* x, float* y, Pool p) {
+  GRID_LOOP(i, p.n * p.oh * p.ow * p.c) {
+    i64 c = i % p.c, t = i / p.c;
+    i64 ow = t % p.ow;
+    t /= p.ow;
+    i64 oh = t % p.oh, n = t / p.oh;
+    y[i] = x[window_max(x, p, n, oh, ow, c)];
+  }
+}
+
+// MaxPoolGrad: one thread per input element, summing, in the CPU's order
+// (output rows, then columns), the gradients of the windows whose first
+// maximum it is. No atomics: the result is deterministic.
+extern "C" __global__ void max_pool_grad_f32(const float* x, const float* dy, float* dx, Pool p) {
+  GRID_LOOP(i, p.n * p.h * p.w * p.c) {
+    i64 c = i % p.c, t = i / p.c;
+    i64 iw = t % p.w;
+    t /= p.w;
+    i64 ih = t % p.h, n = t / p.h;
+    i64 sh0 = ih + p.pt - p.kh + 1, sw0 = iw + p.pl - p.kw + 1;
+    i64 oh0 = sh0 <= 0 ? 0 : (sh0 + p.sh - 1) / p.sh;
+    i64 ow0 = sw0 <= 0 ? 0 : (sw0 + p.sw - 1) / p.sw;
+    i64 oh1 = min((ih + p.pt) / p.sh, p.oh - 1);
+    i64 ow1 = min((iw + p.pl) / p.sw, p.ow - 1);
+    float acc = 0.0f;
+    for (i64 oh = oh0; oh <= oh1; ++oh) {
+      for (i64 ow = ow0; ow <= ow1; ++ow) {
+        if (window_max(x, p, n, oh, ow, c) == i) acc += dy[((n * p.oh + oh) * p.ow + ow) * p.c + c];
+      }
+    }
+    dx[i] = acc;
+  }
+}

@@ -1,0 +1,663 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/op"
+	"github.com/distflow/distflow/tensor"
+)
+
+// launchFunc is the host side of one launch: it checks the inputs,
+// plans, and enqueues on l.
+type launchFunc func(c *device.Context, l launcher) error
+
+// opDef is an op's CUDA kernel: its factory reads the node's attributes
+// once and returns the launch.
+type opDef struct {
+	dtypes  []tensor.DType
+	factory func(n *graph.Node) (launchFunc, error)
+}
+
+var (
+	f32      = []tensor.DType{tensor.Float32}
+	numeric  = []tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64}
+	boolOut  = []tensor.DType{tensor.Bool}
+	indexOut = []tensor.DType{tensor.Int32, tensor.Int64}
+)
+
+// simple wraps a launch that needs no attributes.
+func simple(f launchFunc) func(*graph.Node) (launchFunc, error) {
+	return func(*graph.Node) (launchFunc, error) { return f, nil }
+}
+
+// ops are the kernels of every op of device.Ops but Shape and Size, which
+// are computed on the host from shapes (device.ShapeFactory).
+var ops = map[string]opDef{
+	"Add":                                 {numeric, simple(binaryOp("add", numeric))},
+	"Sub":                                 {numeric, simple(binaryOp("sub", numeric))},
+	"Mul":                                 {numeric, simple(binaryOp("mul", numeric))},
+	"Div":                                 {numeric, simple(binaryOp("div", numeric))},
+	"SquaredDifference":                   {numeric, simple(binaryOp("squared_difference", numeric))},
+	"GreaterEqual":                        {boolOut, simple(binaryOp("greater_equal", numeric))},
+	"Equal":                               {boolOut, simple(binaryOp("equal", append(slices.Clone(numeric), tensor.Bool)))},
+	"Neg":                                 {numeric, simple(unary("neg", numeric))},
+	"Relu":                                {numeric, simple(unary("relu", numeric))},
+	"Sigmoid":                             {f32, simple(unary("sigmoid", f32))},
+	"ReluGrad":                            {numeric, simple(gradOp("relu_grad", numeric))},
+	"SigmoidGrad":                         {f32, simple(gradOp("sigmoid_grad", f32))},
+	"BiasAdd":                             {numeric, simple(biasAdd)},
+	"BiasAddGrad":                         {numeric, simple(biasAddGrad)},
+	"Sum":                                 {numeric, reduction(false)},
+	"Mean":                                {numeric, reduction(true)},
+	"SumToShape":                          {numeric, simple(sumToShape)},
+	"ArgMax":                              {indexOut, argMax},
+	"Cast":                                {[]tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64, tensor.Bool}, simple(cast)},
+	"Fill":                                {nil, simple(fill)},
+	"ZerosLike":                           {nil, simple(zerosLike)},
+	"OnesLike":                            {onesTypes(), simple(onesLike)},
+	"Identity":                            {nil, simple(copyInput)},
+	"Reshape":                             {nil, simple(copyInput)},
+	"ExpandDims":                          {nil, simple(copyInput)},
+	"BroadcastTo":                         {nil, simple(broadcastTo)},
+	"MatMul":                              {f32, matMul},
+	"Conv2D":                              {f32, conv("Conv2D")},
+	"Conv2DBackpropInput":                 {f32, conv("Conv2DBackpropInput")},
+	"Conv2DBackpropFilter":                {f32, conv("Conv2DBackpropFilter")},
+	"MaxPool":                             {f32, pool("MaxPool")},
+	"MaxPoolGrad":                         {f32, pool("MaxPoolGrad")},
+	"SparseSoftmaxCrossEntropyWithLogits": {f32, simple(sparseXent)},
+}
+
+// registerKernels registers a kernel for each op of device.Ops, no more,
+// so that soft placement sends the same ops to the CPU as on the simulator.
+func registerKernels() {
+	for _, name := range device.Ops {
+		def := device.KernelDef{HostInputs: device.HostInputs(name), HostOutputs: device.HostOutputs(name)}
+		if len(def.HostOutputs) > 0 {
+			def.Factory = device.ShapeFactory(name)
+			def.DTypes = indexOut
+			device.RegisterKernel(Name, name, def)
+			continue
+		}
+		o, ok := ops[name]
+		if !ok {
+			panic(fmt.Sprintf("cuda: no kernel for %s of device.Ops", name))
+		}
+		def.DTypes = o.dtypes
+		def.Factory = factory(name, o)
+		device.RegisterKernel(Name, name, def)
+	}
+}
+
+func factory(name string, o opDef) func(n *graph.Node) (device.Kernel, error) {
+	return func(n *graph.Node) (device.Kernel, error) {
+		f, err := o.factory(n)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: node %s (%s): %w", n, name, err)
+		}
+		return device.KernelFunc(func(c *device.Context) error {
+			l, err := launcherOf(c)
+			if err != nil {
+				return err
+			}
+			return f(c, l)
+		}), nil
+	}
+}
+
+// suffix is the kernel-name suffix of dt.
+func suffix(dt tensor.DType) string {
+	switch dt {
+	case tensor.Float32:
+		return "f32"
+	case tensor.Int32:
+		return "i32"
+	case tensor.Int64:
+		return "i64"
+	case tensor.Bool:
+		return "bool"
+	}
+	return dt.String()
+}
+
+func unsupported(what string, dt tensor.DType, types []tensor.DType) error {
+	return fmt.Errorf("%w: %s of dtype %v (the CUDA kernel takes %v)", device.ErrNoKernel, what, dt, types)
+}
+
+func n64(t *device.Tensor) int64 { return int64(t.NumElements()) }
+
+func checkOut(out *device.Tensor, shape []int) error {
+	if !slices.Equal(out.Shape, shape) {
+		return fmt.Errorf("output has shape %v, the kernel computes %v", out.Shape, shape)
+	}
+	return nil
+}
+
+// binaryOp is a broadcasting binary op: kernel name_<dtype>.
+func binaryOp(name string, types []tensor.DType) launchFunc {
+	return func(c *device.Context, l launcher) error {
+		a, b, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
+		if a.DType != b.DType {
+			return fmt.Errorf("operands of dtypes %v and %v", a.DType, b.DType)
+		}
+		if !slices.Contains(types, a.DType) {
+			return unsupported("operand", a.DType, types)
+		}
+		p, err := newBcastPlan(a.Shape, b.Shape)
+		if err != nil {
+			return err
+		}
+		if err := checkOut(out, p.out); err != nil {
+			return err
+		}
+		n := n64(out)
+		if n == 0 {
+			return nil
+		}
+		return l.launch(name+"_"+suffix(a.DType), grid1(n), block1, a.Buf.Ptr, b.Buf.Ptr, out.Buf.Ptr, n, p.words())
+	}
+}
+
+func unary(name string, types []tensor.DType) launchFunc {
+	return func(c *device.Context, l launcher) error {
+		x, y := c.Inputs[0], c.Outputs[0]
+		if !slices.Contains(types, x.DType) {
+			return unsupported("input", x.DType, types)
+		}
+		n := n64(y)
+		if n == 0 {
+			return nil
+		}
+		return l.launch(name+"_"+suffix(x.DType), grid1(n), block1, x.Buf.Ptr, y.Buf.Ptr, n)
+	}
+}
+
+// gradOp is an activation gradient of two same-shaped inputs, passed to the
+// kernel in the op's order.
+func gradOp(name string, types []tensor.DType) launchFunc {
+	return func(c *device.Context, l launcher) error {
+		a, b, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
+		if a.DType != b.DType || !slices.Equal(a.Shape, b.Shape) {
+			return fmt.Errorf("inputs %v%v and %v%v must have one dtype and shape", a.DType, a.Shape, b.DType, b.Shape)
+		}
+		if !slices.Contains(types, a.DType) {
+			return unsupported("input", a.DType, types)
+		}
+		n := n64(out)
+		if n == 0 {
+			return nil
+		}
+		return l.launch(name+"_"+suffix(a.DType), grid1(n), block1, a.Buf.Ptr, b.Buf.Ptr, out.Buf.Ptr, n)
+	}
+}
+
+func biasAdd(c *device.Context, l launcher) error {
+	x, b, y := c.Inputs[0], c.Inputs[1], c.Outputs[0]
+	if x.DType != b.DType || !slices.Contains(numeric, x.DType) {
+		return unsupported("value and bias", x.DType, numeric)
+	}
+	if len(x.Shape) < 1 || len(b.Shape) != 1 || x.Shape[len(x.Shape)-1] != b.Shape[0] {
+		return fmt.Errorf("bias %v does not match the last dimension of value %v", b.Shape, x.Shape)
+	}
+	n := n64(y)
+	if n == 0 {
+		return nil
+	}
+	return l.launch("bias_add_"+suffix(x.DType), grid1(n), block1, x.Buf.Ptr, b.Buf.Ptr, y.Buf.Ptr, n, int64(b.Shape[0]))
+}
+
+// reduce sums x over axes into out, scaled to a mean if mean.
+func reduce(l launcher, x, out *device.Tensor, axes []int, mean bool) error {
+	if !slices.Contains(numeric, x.DType) {
+		return unsupported("input", x.DType, numeric)
+	}
+	p, err := newReducePlan(x.Shape, axes)
+	if err != nil {
+		return err
+	}
+	if p.nout != n64(out) {
+		return fmt.Errorf("output %v has %d elements, reducing %v over %v gives %d", out.Shape, n64(out), x.Shape, axes, p.nout)
+	}
+	if p.nout == 0 {
+		return nil
+	}
+	m := int32(0)
+	if mean {
+		m = 1
+	}
+	scale := 1 / float64(p.count) // +Inf for an empty mean: 0 * Inf is the CPU's NaN
+	return l.launch("reduce_sum_"+suffix(x.DType), gridRows(p.nout), block1,
+		x.Buf.Ptr, out.Buf.Ptr, p.nout, p.count, p.words(), scale, m)
+}
+
+func biasAddGrad(c *device.Context, l launcher) error {
+	dy := c.Inputs[0]
+	if len(dy.Shape) < 1 {
+		return fmt.Errorf("out_backprop must have rank >= 1, got shape %v", dy.Shape)
+	}
+	axes := make([]int, len(dy.Shape)-1)
+	for i := range axes {
+		axes[i] = i
+	}
+	return reduce(l, dy, c.Outputs[0], axes, false)
+}
+
+func reduction(mean bool) func(n *graph.Node) (launchFunc, error) {
+	return func(n *graph.Node) (launchFunc, error) {
+		attr := n.AttrInts("axis")
+		return func(c *device.Context, l launcher) error {
+			x := c.Inputs[0]
+			axes, err := op.MathNormalizeAxes(attr, len(x.Shape))
+			if err != nil {
+				return fmt.Errorf("%w (input shape %v)", err, x.Shape)
+			}
+			return reduce(l, x, c.Outputs[0], axes, mean)
+		}, nil
+	}
+}
+
+func sumToShape(c *device.Context, l launcher) error {
+	x, out := c.Inputs[0], c.Outputs[0]
+	if slices.Equal(x.Shape, out.Shape) {
+		return copyInput(c, l)
+	}
+	axes, err := sumToAxes(x.Shape, out.Shape)
+	if err != nil {
+		return err
+	}
+	return reduce(l, x, out, axes, false)
+}
+
+func argMax(n *graph.Node) (launchFunc, error) {
+	axis := n.AttrInt("axis")
+	return func(c *device.Context, l launcher) error {
+		x, out := c.Inputs[0], c.Outputs[0]
+		if !slices.Contains(numeric, x.DType) {
+			return unsupported("input", x.DType, numeric)
+		}
+		if out.DType != tensor.Int32 && out.DType != tensor.Int64 {
+			return unsupported("output", out.DType, indexOut)
+		}
+		if len(x.Shape) == 0 {
+			return fmt.Errorf("input must have rank >= 1, got shape []")
+		}
+		axes, err := op.MathNormalizeAxes([]int{axis}, len(x.Shape))
+		if err != nil {
+			return fmt.Errorf("%w (input shape %v)", err, x.Shape)
+		}
+		ax := axes[0]
+		A, R, B := int64(tensor.NumElements(x.Shape[:ax])), int64(x.Shape[ax]), int64(tensor.NumElements(x.Shape[ax+1:]))
+		n := n64(out)
+		if n == 0 {
+			return nil
+		}
+		if R == 0 {
+			return fmt.Errorf("cannot take the maximum of an empty axis %d (input shape %v)", ax, x.Shape)
+		}
+		return l.launch("argmax_"+suffix(x.DType)+"_"+suffix(out.DType), grid1(n), block1, x.Buf.Ptr, out.Buf.Ptr, A, R, B)
+	}, nil
+}
+
+var castTypes = []tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64, tensor.Bool}
+
+func cast(c *device.Context, l launcher) error {
+	x, y := c.Inputs[0], c.Outputs[0]
+	if x.DType == y.DType {
+		return copyInput(c, l)
+	}
+	if !slices.Contains(castTypes, x.DType) {
+		return unsupported("input", x.DType, castTypes)
+	}
+	if !slices.Contains(castTypes, y.DType) {
+		return unsupported("output", y.DType, castTypes)
+	}
+	n := n64(y)
+	if n == 0 {
+		return nil
+	}
+	return l.launch("cast_"+suffix(x.DType)+"_"+suffix(y.DType), grid1(n), block1, x.Buf.Ptr, y.Buf.Ptr, n)
+}
+
+// fillBits fills out with the element whose bytes are raw.
+func fillBits(l launcher, out *device.Tensor, raw []byte) error {
+	n := n64(out)
+	if n == 0 {
+		return nil
+	}
+	var bits uint64
+	switch len(raw) {
+	case 1:
+		bits = uint64(raw[0])
+	case 2:
+		bits = uint64(binary.LittleEndian.Uint16(raw))
+	case 4:
+		bits = uint64(binary.LittleEndian.Uint32(raw))
+	case 8:
+		bits = binary.LittleEndian.Uint64(raw)
+	default:
+		return fmt.Errorf("cannot fill elements of %d bytes", len(raw))
+	}
+	return l.launch(fmt.Sprintf("fill_b%d", len(raw)), grid1(n), block1, out.Buf.Ptr, n, int64(bits))
+}
+
+func fill(c *device.Context, l launcher) error {
+	v, out := c.Inputs[1], c.Outputs[0]
+	if v.Host == nil || v.Host.NumElements() != 1 {
+		return fmt.Errorf("value must be a host scalar, got %v%v", v.DType, v.Shape)
+	}
+	if v.DType != out.DType {
+		return fmt.Errorf("value of dtype %v fills an output of %v", v.DType, out.DType)
+	}
+	return fillBits(l, out, v.Host.RawBytes())
+}
+
+func zerosLike(c *device.Context, l launcher) error {
+	out := c.Outputs[0]
+	return l.Stream().Zero(out.Buf.Ptr, out.Bytes())
+}
+
+// ones are the bytes of one in each dtype OnesLike fills (true for bool).
+var ones = map[tensor.DType][]byte{
+	tensor.Float32:  {0x00, 0x00, 0x80, 0x3f},
+	tensor.Float64:  {0, 0, 0, 0, 0, 0, 0xf0, 0x3f},
+	tensor.Int32:    {1, 0, 0, 0},
+	tensor.Int64:    {1, 0, 0, 0, 0, 0, 0, 0},
+	tensor.Uint8:    {1},
+	tensor.Bool:     {1},
+	tensor.Float16:  {0x00, 0x3c},
+	tensor.BFloat16: {0x80, 0x3f},
+}
+
+func onesTypes() []tensor.DType {
+	var ts []tensor.DType
+	for dt := range ones {
+		ts = append(ts, dt)
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+func onesLike(c *device.Context, l launcher) error {
+	out := c.Outputs[0]
+	raw, ok := ones[out.DType]
+	if !ok {
+		return unsupported("output", out.DType, onesTypes())
+	}
+	return fillBits(l, out, raw)
+}
+
+// copyInput copies input 0 into output 0 (Identity, Reshape, ExpandDims:
+// the runtime allocates every output, so a view is not an option).
+func copyInput(c *device.Context, l launcher) error {
+	x, y := c.Inputs[0], c.Outputs[0]
+	if x.Bytes() != y.Bytes() {
+		return fmt.Errorf("input %v%v and output %v%v differ in size", x.DType, x.Shape, y.DType, y.Shape)
+	}
+	if x.Host != nil {
+		return l.Stream().CopyIn(y.Buf.Ptr, x.Host.RawBytes())
+	}
+	return l.Stream().Copy(y.Buf.Ptr, x.Buf.Ptr, y.Bytes())
+}
+
+func broadcastTo(c *device.Context, l launcher) error {
+	x, out := c.Inputs[0], c.Outputs[0]
+	if slices.Equal(x.Shape, out.Shape) {
+		return copyInput(c, l)
+	}
+	p, err := newBcastPlan(x.Shape, out.Shape)
+	if err != nil || !slices.Equal(p.out, out.Shape) {
+		return fmt.Errorf("cannot broadcast %v to %v", x.Shape, out.Shape)
+	}
+	n := n64(out)
+	if n == 0 {
+		return nil
+	}
+	return l.launch(fmt.Sprintf("bcast_b%d", x.DType.Size()), grid1(n), block1, x.Buf.Ptr, out.Buf.Ptr, n, p.words())
+}
+
+// gemmTile is TILE of kernels/gemm.cu.
+const gemmTile = 16
+
+func matMul(n *graph.Node) (launchFunc, error) {
+	ta, tb := n.AttrBool("transpose_a"), n.AttrBool("transpose_b")
+	return func(c *device.Context, l launcher) error {
+		a, b, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
+		if a.DType != tensor.Float32 || b.DType != tensor.Float32 {
+			return unsupported("operands", a.DType, f32)
+		}
+		r := len(a.Shape)
+		if r < 2 || len(b.Shape) != r {
+			return fmt.Errorf("operands must be matrices (or batches of one rank): %v x %v", a.Shape, b.Shape)
+		}
+		if !slices.Equal(a.Shape[:r-2], b.Shape[:r-2]) {
+			return fmt.Errorf("batch dimensions differ: %v x %v", a.Shape, b.Shape)
+		}
+		m, k := a.Shape[r-2], a.Shape[r-1]
+		if ta {
+			m, k = k, m
+		}
+		kb, nn := b.Shape[r-2], b.Shape[r-1]
+		if tb {
+			kb, nn = nn, kb
+		}
+		if k != kb {
+			return fmt.Errorf("inner dimensions differ: %v x %v (transpose_a=%v, transpose_b=%v)", a.Shape, b.Shape, ta, tb)
+		}
+		batch := tensor.NumElements(a.Shape[:r-2])
+		if err := checkOut(out, append(slices.Clone(a.Shape[:r-2]), m, nn)); err != nil {
+			return err
+		}
+		if n64(out) == 0 {
+			return nil
+		}
+		if k == 0 {
+			return l.Stream().Zero(out.Buf.Ptr, out.Bytes())
+		}
+		const maxInt32 = 1<<31 - 1
+		if m > maxInt32 || nn > maxInt32 || k > maxInt32 || batch > 65535 {
+			return fmt.Errorf("a product of %d x %d by %d x %d, %d times, is too large for one GEMM", m, k, k, nn, batch)
+		}
+		g := gemm{transA: ta, transB: tb, m: m, n: nn, k: k, a: uint64(a.Buf.Ptr), b: uint64(b.Buf.Ptr), c: uint64(out.Buf.Ptr),
+			batch: batch, strideA: int64(m) * int64(k), strideB: int64(k) * int64(nn), strideC: int64(m) * int64(nn)}
+		if done, err := l.sgemm(g); done || err != nil {
+			return err
+		}
+		grid := [3]uint32{uint32((nn + gemmTile - 1) / gemmTile), uint32((m + gemmTile - 1) / gemmTile), uint32(batch)}
+		if grid[1] > 65535 {
+			return fmt.Errorf("a product of %d rows is too large for the GEMM kernel", m)
+		}
+		ti, tj := int32(0), int32(0)
+		if ta {
+			ti = 1
+		}
+		if tb {
+			tj = 1
+		}
+		return l.launch("gemm_f32", grid, [3]uint32{gemmTile, gemmTile, 1}, a.Buf.Ptr, b.Buf.Ptr, out.Buf.Ptr,
+			int64(m), int64(nn), int64(k), ti, tj, g.strideA, g.strideB, g.strideC)
+	}, nil
+}
+
+// window reads the strides (and, for pooling, ksize) and padding
+// attributes, as the CPU kernels do.
+type window struct {
+	kh, kw, sh, sw int
+	padding        string
+}
+
+func readWindow(n *graph.Node, pool bool) (window, error) {
+	var w window
+	s := n.AttrInts("strides")
+	if len(s) != 2 || s[0] < 1 || s[1] < 1 {
+		return w, fmt.Errorf("attribute strides must be two positive integers, got %v", s)
+	}
+	w.sh, w.sw = s[0], s[1]
+	if pool {
+		k := n.AttrInts("ksize")
+		if len(k) != 2 || k[0] < 1 || k[1] < 1 {
+			return w, fmt.Errorf("attribute ksize must be two positive integers, got %v", k)
+		}
+		w.kh, w.kw = k[0], k[1]
+	}
+	w.padding = n.AttrString("padding")
+	if w.padding != op.PaddingSame && w.padding != op.PaddingValid {
+		return w, fmt.Errorf("padding %q must be SAME or VALID", w.padding)
+	}
+	return w, nil
+}
+
+// geometry is struct Conv and struct Pool of kernels/nn.cu: n, h, w, c, kh,
+// kw, [co,] sh, sw, pt, pl, oh, ow.
+func geometry(in []int, kh, kw, co int, w window, withCo bool) (words, []int, error) {
+	if len(in) != 4 {
+		return nil, nil, fmt.Errorf("input %v must be [batch, height, width, channels]", in)
+	}
+	oh, pt, err := op.WindowedOutputSize(in[1], kh, w.sh, w.padding)
+	if err != nil {
+		return nil, nil, fmt.Errorf("input %v, window %dx%d: %w", in, kh, kw, err)
+	}
+	ow, pl, err := op.WindowedOutputSize(in[2], kw, w.sw, w.padding)
+	if err != nil {
+		return nil, nil, fmt.Errorf("input %v, window %dx%d: %w", in, kh, kw, err)
+	}
+	g := words{int64(in[0]), int64(in[1]), int64(in[2]), int64(in[3]), int64(kh), int64(kw)}
+	outC := in[3]
+	if withCo {
+		g = append(g, int64(co))
+		outC = co
+	}
+	g = append(g, int64(w.sh), int64(w.sw), int64(pt), int64(pl), int64(oh), int64(ow))
+	return g, []int{in[0], oh, ow, outC}, nil
+}
+
+func conv(name string) func(n *graph.Node) (launchFunc, error) {
+	return func(n *graph.Node) (launchFunc, error) {
+		w, err := readWindow(n, false)
+		if err != nil {
+			return nil, err
+		}
+		return func(c *device.Context, l launcher) error {
+			out := c.Outputs[0]
+			var x, f, dy *device.Tensor
+			var in, filter []int
+			switch name {
+			case "Conv2D":
+				x, f = c.Inputs[0], c.Inputs[1]
+				in, filter = x.Shape, f.Shape
+			case "Conv2DBackpropInput": // input_sizes is the output's shape
+				f, dy = c.Inputs[1], c.Inputs[2]
+				in, filter = out.Shape, f.Shape
+			default: // Conv2DBackpropFilter: filter_sizes is the output's shape
+				x, dy = c.Inputs[0], c.Inputs[2]
+				in, filter = x.Shape, out.Shape
+			}
+			for _, t := range []*device.Tensor{x, f, dy} {
+				if t != nil && t.DType != tensor.Float32 {
+					return unsupported("input", t.DType, f32)
+				}
+			}
+			if len(filter) != 4 {
+				return fmt.Errorf("filter %v must be [height, width, in_channels, out_channels]", filter)
+			}
+			if len(in) == 4 && in[3] != filter[2] {
+				return fmt.Errorf("input %v and filter %v have different input channels", in, filter)
+			}
+			g, outShape, err := geometry(in, filter[0], filter[1], filter[3], w, true)
+			if err != nil {
+				return err
+			}
+			switch name {
+			case "Conv2D":
+				if err := checkOut(out, outShape); err != nil {
+					return err
+				}
+				if n := n64(out); n > 0 {
+					return l.launch("conv2d_f32", grid1(n), block1, x.Buf.Ptr, f.Buf.Ptr, out.Buf.Ptr, g)
+				}
+			case "Conv2DBackpropInput":
+				if !slices.Equal(dy.Shape, outShape) {
+					return fmt.Errorf("out_backprop %v does not match the forward output shape %v", dy.Shape, outShape)
+				}
+				if n := n64(out); n > 0 {
+					return l.launch("conv2d_backprop_input_f32", grid1(n), block1, dy.Buf.Ptr, f.Buf.Ptr, out.Buf.Ptr, g)
+				}
+			default:
+				if !slices.Equal(dy.Shape, outShape) {
+					return fmt.Errorf("out_backprop %v does not match the forward output shape %v", dy.Shape, outShape)
+				}
+				if n := n64(out); n > 0 {
+					return l.launch("conv2d_backprop_filter_f32", gridRows(n), block1, x.Buf.Ptr, dy.Buf.Ptr, out.Buf.Ptr, g)
+				}
+			}
+			return nil
+		}, nil
+	}
+}
+
+func pool(name string) func(n *graph.Node) (launchFunc, error) {
+	return func(n *graph.Node) (launchFunc, error) {
+		w, err := readWindow(n, true)
+		if err != nil {
+			return nil, err
+		}
+		return func(c *device.Context, l launcher) error {
+			x, out := c.Inputs[0], c.Outputs[0]
+			for _, t := range c.Inputs {
+				if t.DType != tensor.Float32 {
+					return unsupported("input", t.DType, f32)
+				}
+			}
+			g, pooled, err := geometry(x.Shape, w.kh, w.kw, 0, w, false)
+			if err != nil {
+				return err
+			}
+			if name == "MaxPool" {
+				if err := checkOut(out, pooled); err != nil {
+					return err
+				}
+				if n := n64(out); n > 0 {
+					return l.launch("max_pool_f32", grid1(n), block1, x.Buf.Ptr, out.Buf.Ptr, g)
+				}
+				return nil
+			}
+			y, dy := c.Inputs[1], c.Inputs[2]
+			if !slices.Equal(y.Shape, pooled) || !slices.Equal(dy.Shape, pooled) {
+				return fmt.Errorf("orig_output %v and grad %v must have the pooled shape %v of orig_input %v", y.Shape, dy.Shape, pooled, x.Shape)
+			}
+			if err := checkOut(out, x.Shape); err != nil {
+				return err
+			}
+			if n := n64(out); n > 0 {
+				return l.launch("max_pool_grad_f32", grid1(n), block1, x.Buf.Ptr, dy.Buf.Ptr, out.Buf.Ptr, g)
+			}
+			return nil
+		}, nil
+	}
+}
+
+func sparseXent(c *device.Context, l launcher) error {
+	logits, labels := c.Inputs[0], c.Inputs[1]
+	loss, bp := c.Outputs[0], c.Outputs[1]
+	if logits.DType != tensor.Float32 {
+		return unsupported("logits", logits.DType, f32)
+	}
+	if labels.DType != tensor.Int32 && labels.DType != tensor.Int64 {
+		return unsupported("labels", labels.DType, indexOut)
+	}
+	if len(logits.Shape) != 2 || len(labels.Shape) != 1 || labels.Shape[0] != logits.Shape[0] {
+		return fmt.Errorf("logits %v must be [batch, classes] and labels %v [batch]", logits.Shape, labels.Shape)
+	}
+	rows, cols := int64(logits.Shape[0]), int64(logits.Shape[1])
+	if rows == 0 {
+		return nil
+	}
+	if cols == 0 {
+		return l.Stream().Zero(loss.Buf.Ptr, loss.Bytes())
+	}
+	return l.launch("sparse_xent_f32_"+suffix(labels.DType), gridRows(rows), block1,
+		logits.Buf.Ptr, labels.Buf.Ptr, loss.Buf.Ptr, bp.Buf.Ptr, rows, cols)
+}

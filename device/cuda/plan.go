@@ -1,0 +1,207 @@
+package cuda
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/distflow/distflow/tensor"
+)
+
+// maxRank is the most axes a plan holds after merging (MAXR in
+// kernels/common.cuh): any broadcast or reduction of tensors up to rank 6,
+// and most of higher rank, whose adjacent axes merge.
+const maxRank = 6
+
+// bcastPlan is a numpy broadcast of shapes a and b as the kernels index
+// it: the output shape, and the merged axes (adjacent axes that broadcast
+// alike, size-1 output axes dropped) with each operand's element stride
+// (0 along an axis it is broadcast over).
+type bcastPlan struct {
+	out          []int
+	dims, sa, sb []int64
+}
+
+func newBcastPlan(a, b []int) (*bcastPlan, error) {
+	r := max(len(a), len(b))
+	p := &bcastPlan{out: make([]int, r)}
+	type axis struct {
+		size       int64
+		aOne, bOne bool
+	}
+	var merged []axis
+	for i := range r {
+		da, db := 1, 1
+		if j := i - (r - len(a)); j >= 0 {
+			da = a[j]
+		}
+		if j := i - (r - len(b)); j >= 0 {
+			db = b[j]
+		}
+		if da != db && da != 1 && db != 1 {
+			return nil, fmt.Errorf("shapes %v and %v cannot be broadcast (axis %d: %d vs %d)",
+				tensor.MakeShape(a...), tensor.MakeShape(b...), i, da, db)
+		}
+		d := da
+		if da == 1 {
+			d = db
+		}
+		p.out[i] = d
+		if d == 1 {
+			continue
+		}
+		aOne, bOne := da == 1, db == 1
+		if k := len(merged) - 1; k >= 0 && merged[k].aOne == aOne && merged[k].bOne == bOne {
+			merged[k].size *= int64(d)
+			continue
+		}
+		merged = append(merged, axis{size: int64(d), aOne: aOne, bOne: bOne})
+	}
+	if len(merged) == 0 {
+		merged = []axis{{size: 1}}
+	}
+	if len(merged) > maxRank {
+		return nil, fmt.Errorf("broadcasting %v with %v needs %d axes; the CUDA kernels index at most %d",
+			tensor.MakeShape(a...), tensor.MakeShape(b...), len(merged), maxRank)
+	}
+	k := len(merged)
+	p.dims, p.sa, p.sb = make([]int64, k), make([]int64, k), make([]int64, k)
+	ra, rb := int64(1), int64(1)
+	for i := k - 1; i >= 0; i-- {
+		m := merged[i]
+		p.dims[i] = m.size
+		if !m.aOne {
+			p.sa[i] = ra
+			ra *= m.size
+		}
+		if !m.bOne {
+			p.sb[i] = rb
+			rb *= m.size
+		}
+	}
+	return p, nil
+}
+
+// words lays p out as struct Bcast.
+func (p *bcastPlan) words() words {
+	w := make(words, 1+3*maxRank)
+	w[0] = int64(len(p.dims))
+	copy(w[1:], p.dims)
+	copy(w[1+maxRank:], p.sa)
+	copy(w[1+2*maxRank:], p.sb)
+	return w
+}
+
+// index returns the operands' element offsets of output element i, as
+// bcast_index in kernels/common.cuh computes them.
+func (p *bcastPlan) index(i int64) (ia, ib int64) {
+	for d := len(p.dims) - 1; d >= 0; d-- {
+		q := i % p.dims[d]
+		i /= p.dims[d]
+		ia += q * p.sa[d]
+		ib += q * p.sb[d]
+	}
+	return ia, ib
+}
+
+// reducePlan is a reduction over some axes of a row-major tensor as the
+// kernels index it: the kept axes (the output's, in order) and the reduced
+// ones, each merged where adjacent axes are alike and size-1 axes dropped,
+// with their element strides in the input.
+type reducePlan struct {
+	kdims, kstr []int64
+	rdims, rstr []int64
+	nout, count int64
+}
+
+// newReducePlan plans the reduction of a tensor of shape over axes (sorted,
+// distinct, in range).
+func newReducePlan(shape, axes []int) (*reducePlan, error) {
+	p := &reducePlan{nout: 1, count: 1}
+	stride := int64(1)
+	strides := make([]int64, len(shape))
+	for i := len(shape) - 1; i >= 0; i-- {
+		strides[i] = stride
+		stride *= int64(shape[i])
+	}
+	lastReduced := -1 // kind of the last group: 0 kept, 1 reduced
+	for i, d := range shape {
+		red := slices.Contains(axes, i)
+		if red {
+			p.count *= int64(d)
+		} else {
+			p.nout *= int64(d)
+		}
+		if d == 1 {
+			continue
+		}
+		kind := 0
+		if red {
+			kind = 1
+		}
+		dims, str := &p.kdims, &p.kstr
+		if red {
+			dims, str = &p.rdims, &p.rstr
+		}
+		if kind == lastReduced && len(*dims) > 0 {
+			// Adjacent to the group before it (only size-1 axes between):
+			// merge.
+			(*dims)[len(*dims)-1] *= int64(d)
+			(*str)[len(*str)-1] = strides[i]
+			continue
+		}
+		*dims = append(*dims, int64(d))
+		*str = append(*str, strides[i])
+		lastReduced = kind
+	}
+	if len(p.kdims) > maxRank || len(p.rdims) > maxRank {
+		return nil, fmt.Errorf("reducing %v over axes %v needs %d kept and %d reduced axes; the CUDA kernels index at most %d",
+			tensor.MakeShape(shape...), axes, len(p.kdims), len(p.rdims), maxRank)
+	}
+	return p, nil
+}
+
+// words lays p out as struct Reduce.
+func (p *reducePlan) words() words {
+	w := make(words, 2+4*maxRank)
+	w[0] = int64(len(p.kdims))
+	copy(w[1:], p.kdims)
+	copy(w[1+maxRank:], p.kstr)
+	w[1+2*maxRank] = int64(len(p.rdims))
+	copy(w[2+2*maxRank:], p.rdims)
+	copy(w[2+3*maxRank:], p.rstr)
+	return w
+}
+
+// offset is plan_offset of kernels/common.cuh.
+func offset(idx int64, dims, str []int64) int64 {
+	var off int64
+	for d := len(dims) - 1; d >= 0; d-- {
+		off += (idx % dims[d]) * str[d]
+		idx /= dims[d]
+	}
+	return off
+}
+
+// sumToAxes returns the axes of a tensor of shape from to sum over so that
+// it gets shape to: the leading axes broadcasting added and those where to
+// has 1 and from does not (SumToShape, the adjoint of BroadcastTo).
+func sumToAxes(from, to []int) ([]int, error) {
+	extra := len(from) - len(to)
+	if extra < 0 {
+		return nil, fmt.Errorf("cannot sum %v to %v: the target has more axes", tensor.MakeShape(from...), tensor.MakeShape(to...))
+	}
+	var axes []int
+	for i, d := range from {
+		switch j := i - extra; {
+		case j < 0:
+			axes = append(axes, i)
+		case to[j] == d:
+		case to[j] == 1:
+			axes = append(axes, i)
+		default:
+			return nil, fmt.Errorf("cannot sum %v to %v: axis %d has %d, want %d or 1",
+				tensor.MakeShape(from...), tensor.MakeShape(to...), i, d, to[j])
+		}
+	}
+	return axes, nil
+}
