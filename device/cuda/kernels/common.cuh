@@ -7,7 +7,11 @@ typedef int i32;
 typedef unsigned char u8;
 
 #define MAXR 6
+// THREADS is the block size of every one-dimensional launch (the host's
+// threads); the tests' CPU build of the kernels runs blocks of one thread.
+#ifndef THREADS
 #define THREADS 256
+#endif
 
 // Bcast is a broadcast plan (see bcast.go): output index i, decomposed over
 // dims (row-major, outermost first), gives a's element sum(q*sa) and b's

@@ -3,7 +3,9 @@
 // cuBLAS cannot be loaded: 16 x 16 tiles in shared memory, FP32 fused
 // multiply-adds as cuBLAS's FP32 math does.
 
+#ifndef TILE
 #define TILE 16
+#endif
 
 extern "C" __global__ void gemm_f32(const float* A, const float* B, float* C, i64 m, i64 n, i64 k, int ta, int tb,
                                     i64 sa, i64 sb, i64 sc) {

@@ -1,0 +1,253 @@
+//go:build linux
+
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/devicetest"
+)
+
+// The emulated platform runs the package's host code and its CUDA C
+// kernels, compiled for the CPU with g++ (testdata/emu_shim.h), through the
+// conformance suite: each launch runs with the grid and block the host
+// code chose, a block at a time with a thread per block thread (see
+// testdata/emu_shim.h), and device memory is Go memory. What it does not
+// check is the driver, cuBLAS, and the GPU's own scheduling and rounding.
+
+var emu struct {
+	once   sync.Once
+	launch uintptr
+	err    error
+}
+
+// emuLibrary builds and loads the kernels for the CPU once per test run.
+func emuLibrary(t *testing.T) uintptr {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("compiling the kernels for the CPU takes a while")
+	}
+	emu.once.Do(func() {
+		gxx, err := exec.LookPath("g++")
+		if err != nil {
+			emu.err = fmt.Errorf("no g++ to compile the kernels for the CPU: %w", err)
+			return
+		}
+		src, err := kernelSource()
+		if err != nil {
+			emu.err = err
+			return
+		}
+		shim, _ := os.ReadFile("testdata/emu_shim.h")
+		main, _ := os.ReadFile("testdata/emu_main.h")
+		names, err := preprocessedKernels(src)
+		if err != nil {
+			emu.err = err
+			return
+		}
+		var b strings.Builder
+		b.Write(shim)
+		b.WriteString(src)
+		b.Write(main)
+		b.WriteString("const entry emu_kernels[] = {\n")
+		for _, n := range names {
+			fmt.Fprintf(&b, "  {%q, [](void** p) { call(%s, p); }},\n", n, n)
+		}
+		fmt.Fprintf(&b, "};\nconst int emu_nkernels = %d;\n", len(names))
+		dir, err := os.MkdirTemp("", "cuda-emu")
+		if err != nil {
+			emu.err = err
+			return
+		}
+		cpp, so := filepath.Join(dir, "emu.cpp"), filepath.Join(dir, "libemu.so")
+		if err := os.WriteFile(cpp, []byte(b.String()), 0o644); err != nil {
+			emu.err = err
+			return
+		}
+		out, err := exec.Command(gxx, "-std=c++20", "-O1", "-w", "-pthread", "-shared", "-fPIC", "-o", so, cpp).CombinedOutput()
+		if err != nil {
+			emu.err = fmt.Errorf("g++: %v\n%s", err, out)
+			return
+		}
+		h, err := dlopen(so)
+		if err != nil {
+			emu.err = err
+			return
+		}
+		emu.launch, emu.err = dlsym(h, "emu_launch")
+	})
+	if emu.err != nil {
+		if strings.Contains(emu.err.Error(), "no g++") {
+			t.Skip(emu.err)
+		}
+		t.Fatal(emu.err)
+	}
+	return emu.launch
+}
+
+// preprocessedKernels lists the kernels of src after macro expansion.
+func preprocessedKernels(src string) ([]string, error) {
+	cmd := exec.Command("cpp", "-P", "-x", "c++", "-")
+	cmd.Stdin = strings.NewReader(src)
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("cpp: %w", err)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`extern "C" __global__ void (\w+)\(`).FindAllStringSubmatch(string(out), -1) {
+		names = append(names, m[1])
+	}
+	return names, nil
+}
+
+// emuPlatform presents the emulated kernels as the "cuda" platform (not
+// registered: the real one is).
+type emuPlatform struct{ launch uintptr }
+
+func (p *emuPlatform) Name() string        { return Name }
+func (p *emuPlatform) Probe() (int, error) { return 1, nil }
+
+func (p *emuPlatform) Open(opts device.Options) ([]device.Device, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	const total = 1 << 30
+	per := max(opts.Logical, 1)
+	n := opts.Count
+	if n == 0 {
+		n = per
+	}
+	if n > per {
+		return nil, fmt.Errorf("emu: %d devices of one card of %d: %w", n, per, device.ErrUnavailable)
+	}
+	devs := make([]device.Device, n)
+	for i := range devs {
+		name := fmt.Sprintf("GPU:%d", i)
+		d := &emuDevice{p: p, mem: &emuMemory{regions: map[device.Ptr][]byte{}}, info: device.Info{
+			Name: name, Platform: Name, Model: "emulated", TotalBytes: total, LimitBytes: opts.Limit(total, per)}}
+		d.alloc = device.NewAllocator(name, d.mem, d.info.LimitBytes)
+		d.stream = &emuStream{mem: d.mem}
+		devs[i] = d
+	}
+	return devs, nil
+}
+
+type emuDevice struct {
+	p      *emuPlatform
+	info   device.Info
+	mem    *emuMemory
+	alloc  *device.Allocator
+	stream *emuStream
+}
+
+func (d *emuDevice) Info() device.Info            { return d.info }
+func (d *emuDevice) Allocator() *device.Allocator { return d.alloc }
+func (d *emuDevice) Stream() device.Stream        { return d.stream }
+func (d *emuDevice) Close() error                 { return d.alloc.Close() }
+
+func (d *emuDevice) sgemm(gemm) (bool, error) { return false, nil }
+
+func (d *emuDevice) launch(name string, grid, block [3]uint32, args ...any) error {
+	k, err := packArgs(args...)
+	if err != nil {
+		return err
+	}
+	ptrs := k.pointers()
+	cname := cstr(name)
+	d.stream.mu.Lock()
+	defer d.stream.mu.Unlock()
+	r := ccall(d.p.launch, uintptr(unsafe.Pointer(&cname[0])), uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
+		uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(unsafe.Pointer(&ptrs[0])))
+	keepAlive(k, ptrs, cname)
+	if int32(r) != 0 {
+		return fmt.Errorf("emu: no kernel %s", name)
+	}
+	return nil
+}
+
+// emuMemory is device memory in Go slices, addressed by their addresses.
+type emuMemory struct {
+	mu      sync.Mutex
+	regions map[device.Ptr][]byte
+}
+
+func (m *emuMemory) Reserve(n int64) (device.Ptr, error) {
+	b := make([]byte, n+device.Alignment)
+	off := device.Alignment - int(uintptr(unsafe.Pointer(&b[0]))%device.Alignment)
+	p := device.Ptr(uintptr(unsafe.Pointer(&b[off])))
+	m.mu.Lock()
+	m.regions[p] = b
+	m.mu.Unlock()
+	return p, nil
+}
+
+func (m *emuMemory) Release(p device.Ptr) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.regions[p]; !ok {
+		return fmt.Errorf("emu: release of %#x", uint64(p))
+	}
+	delete(m.regions, p)
+	return nil
+}
+
+func (m *emuMemory) Info() (free, total int64, err error) { return 1 << 30, 1 << 30, nil }
+
+// bytes returns n bytes at device address p (Go memory the map keeps
+// alive).
+func (m *emuMemory) bytes(p device.Ptr, n int64) []byte {
+	u := uintptr(p)
+	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&u))), n)
+}
+
+// emuStream runs everything at once, in order.
+type emuStream struct {
+	mem *emuMemory
+	mu  sync.Mutex
+}
+
+func (s *emuStream) CopyIn(dst device.Ptr, src []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copy(s.mem.bytes(dst, int64(len(src))), src)
+	return nil
+}
+
+func (s *emuStream) CopyOut(dst []byte, src device.Ptr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copy(dst, s.mem.bytes(src, int64(len(dst))))
+	return nil
+}
+
+func (s *emuStream) Copy(dst, src device.Ptr, n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copy(s.mem.bytes(dst, n), s.mem.bytes(src, n))
+	return nil
+}
+
+func (s *emuStream) Zero(dst device.Ptr, n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.mem.bytes(dst, n))
+	return nil
+}
+
+func (s *emuStream) Synchronize(ctx context.Context) error { return ctx.Err() }
+
+// TestEmulatedConformance runs the conformance suite on the package's
+// kernels and host code compiled for the CPU.
+func TestEmulatedConformance(t *testing.T) {
+	devicetest.Run(t, &emuPlatform{launch: emuLibrary(t)})
+}
