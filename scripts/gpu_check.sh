@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# gpu_check.sh: the GPU checks of distflow, in one prepared run.
+#
+#   scripts/gpu_check.sh --build   # on a machine with Go: build the binaries into bin/gpu
+#   scripts/gpu_check.sh           # on the GPU machine (no Go needed), from the repository root
+#
+# --build compiles, with CGO_ENABLED=0, the test binaries of device/cuda and
+# of every package whose tests import it, and cmd/distflow, into bin/gpu,
+# gzipped (the GPU machine gets the tree with a size limit). Without
+# --build it prints the GPU (nvidia-smi) and the CUDA libraries it finds,
+# runs the test binaries verbosely (the conformance suite on the GPU, once
+# with cuBLAS and MatMul once more with the package's own GEMM kernel), runs
+# `distflow devices`, and ends with one summary block. Every step runs under
+# `timeout`; a missing piece prints a line and the script goes on. The exit
+# status is 0 when every part that ran passed.
+
+set -u
+cd "$(dirname "$0")/.." || exit 2
+BIN=bin/gpu
+
+build() {
+	set -e
+	command -v go >/dev/null || { echo "gpu_check --build: no go on PATH"; exit 2; }
+	rm -rf "$BIN"
+	mkdir -p "$BIN"
+	# device/cuda, and every package whose tests import it (but the CLI's,
+	# whose tests are a long CPU suite of their own).
+	pkgs=$(go list -f '{{.ImportPath}}|{{join .TestImports " "}} {{join .XTestImports " "}}' ./... |
+		awk -F'|' '$2 ~ /distflow\/device\/cuda( |$)/ {print $1}' | grep -v '/cmd/' || true)
+	pkgs=$(printf '%s\n%s\n' github.com/distflow/distflow/device/cuda "$pkgs" | sed '/^$/d' | sort -u)
+	: >"$BIN/tests.txt"
+	for p in $pkgs; do
+		rel=${p#github.com/distflow/distflow/}
+		name=$(echo "$rel" | tr / _).test
+		echo "building $BIN/$name ($rel)"
+		CGO_ENABLED=0 go test -c -o "$BIN/$name" "./$rel"
+		printf '%s\t%s\n' "$name" "$rel" >>"$BIN/tests.txt"
+	done
+	echo "building $BIN/distflow"
+	if ! CGO_ENABLED=0 go build -o "$BIN/distflow" ./cmd/distflow; then
+		echo "gpu_check --build: cmd/distflow did not build; the check will skip 'distflow devices'"
+	fi
+	for f in "$BIN"/*.test "$BIN"/distflow; do
+		[ -f "$f" ] && gzip -9 -f "$f"
+	done
+	ls -l "$BIN"
+	total=$(du -cb "$BIN" | tail -1 | cut -f1)
+	echo "bin/gpu: $((total / 1024 / 1024)) MiB"
+	if [ "$total" -gt $((60 * 1024 * 1024)) ]; then
+		echo "gpu_check --build: warning: bin/gpu is over 60 MiB; the GPU machine may not receive it all"
+	fi
+}
+
+if [ "${1:-}" = "--build" ]; then
+	build
+	exit 0
+fi
+
+START=$(date +%s)
+NAMES=()
+RESULTS=()
+TIMES=()
+record() { NAMES+=("$1"); RESULTS+=("$2"); TIMES+=("$3"); }
+
+# step NAME SECONDS CMD...: runs CMD under timeout and records the outcome.
+step() {
+	local name=$1 limit=$2
+	shift 2
+	local t0 rc
+	t0=$(date +%s)
+	echo
+	echo "=== $name"
+	timeout --kill-after=10 "$limit" "$@"
+	rc=$?
+	local el=$(($(date +%s) - t0))
+	case $rc in
+	0) record "$name" PASS "$el" ;;
+	124 | 137) record "$name" "TIMEOUT (${limit}s)" "$el" ;;
+	*) record "$name" "FAIL (exit $rc)" "$el" ;;
+	esac
+	return $rc
+}
+
+echo "gpu_check: $(date -u +%FT%TZ) on $(hostname), $(uname -sr)"
+echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>}"
+
+if command -v nvidia-smi >/dev/null; then
+	step nvidia-smi 30 nvidia-smi
+else
+	echo "gpu_check: no nvidia-smi"
+	record nvidia-smi MISSING 0
+fi
+
+# The libraries: the system's, the toolkit's, and the Python environments'
+# (pip's nvidia-* wheels), whose directories go to DISTFLOW_CUDA_LIB_PATH.
+echo
+echo "=== libraries"
+libdirs=()
+for py in python3 /usr/bin/python3 /usr/local/bin/python3 "${VIRTUAL_ENV:-/nonexistent}/bin/python3" "${CONDA_PREFIX:-/nonexistent}/bin/python3"; do
+	command -v "$py" >/dev/null 2>&1 || continue
+	while IFS= read -r d; do
+		[ -n "$d" ] && libdirs+=("$d")
+	done < <(timeout 20 "$py" - <<'PY' 2>/dev/null
+import glob, os, site, sys
+roots = set(site.getsitepackages() + [site.getusersitepackages()] + [p for p in sys.path if p.endswith("-packages")])
+for r in sorted(roots):
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib"))):
+        print(d)
+PY
+	)
+done
+for d in /usr/local/cuda/lib64 ${CUDA_HOME:+$CUDA_HOME/lib64}; do
+	[ -d "$d" ] && libdirs+=("$d")
+done
+if [ ${#libdirs[@]} -gt 0 ]; then
+	uniq=$(printf '%s\n' "${libdirs[@]}" | awk '!seen[$0]++' | paste -sd: -)
+	export DISTFLOW_CUDA_LIB_PATH="${DISTFLOW_CUDA_LIB_PATH:+$DISTFLOW_CUDA_LIB_PATH:}$uniq"
+fi
+echo "DISTFLOW_CUDA_LIB_PATH=${DISTFLOW_CUDA_LIB_PATH:-<none>}"
+missing=""
+for lib in libcuda.so libnvrtc.so libcublas.so; do
+	found=$( (ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 ~ "^"l {print $NF}'
+		IFS=:
+		for d in ${DISTFLOW_CUDA_LIB_PATH:-}; do ls "$d"/"$lib"* 2>/dev/null; done) | sort -u)
+	if [ -n "$found" ]; then
+		echo "$lib: $(echo "$found" | paste -sd' ' -)"
+	else
+		echo "$lib: NOT FOUND"
+		# Without cuBLAS MatMul runs the package's own kernel.
+		[ "$lib" = libcublas.so ] || missing="$missing ${lib%.so}"
+	fi
+done
+if [ -n "$missing" ]; then
+	record libraries "FAIL (no$missing)" 0
+else
+	record libraries PASS 0
+fi
+
+# The binaries, unpacked to a scratch directory.
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+if [ ! -s "$BIN/tests.txt" ]; then
+	echo
+	echo "gpu_check: no $BIN/tests.txt: run scripts/gpu_check.sh --build on a machine with Go first"
+	record "test binaries" MISSING 0
+else
+	for f in "$BIN"/*.gz; do
+		[ -f "$f" ] || continue
+		b=$(basename "$f" .gz)
+		gzip -dc "$f" >"$WORK/$b" && chmod +x "$WORK/$b"
+	done
+	while IFS=$'\t' read -r name dir; do
+		[ -n "$name" ] || continue
+		if [ ! -x "$WORK/$name" ]; then
+			echo "gpu_check: $name is missing from $BIN"
+			record "$name" MISSING 0
+			continue
+		fi
+		# -test.short skips the CPU build of the kernels; the GPU runs them.
+		step "$name (GPU conformance)" 300 bash -c "cd '$dir' && '$WORK/$name' -test.v -test.count=1 -test.short -test.timeout=280s 2>&1 | tee '$WORK/$name.log'; exit \${PIPESTATUS[0]}"
+		# A pass without a GPU is a skip: say so in the summary.
+		if [ "${RESULTS[-1]}" = PASS ] && grep -q '^--- SKIP: TestConformance' "$WORK/$name.log"; then
+			RESULTS[-1]="SKIP (no GPU)"
+		fi
+		if [ "$name" = device_cuda.test ]; then
+			step "$name (MatMul on the own GEMM kernel)" 120 bash -c "cd '$dir' && DISTFLOW_CUDA_NO_CUBLAS=1 '$WORK/$name' -test.v -test.count=1 -test.short -test.run 'TestConformance/Kernels/MatMul|TestGPU' -test.timeout=100s"
+		fi
+	done <"$BIN/tests.txt"
+fi
+
+if [ -f "$BIN/distflow.gz" ]; then
+	gzip -dc "$BIN/distflow.gz" >"$WORK/distflow" && chmod +x "$WORK/distflow"
+	step "distflow devices" 60 "$WORK/distflow" devices
+else
+	echo
+	echo "gpu_check: no $BIN/distflow.gz; skipping 'distflow devices'"
+	record "distflow devices" MISSING 0
+fi
+
+echo
+echo "================ gpu_check summary ================"
+fails=0
+for i in "${!NAMES[@]}"; do
+	printf '%-50s %-26s %4ss\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}"
+	case ${RESULTS[$i]} in PASS | MISSING | SKIP*) ;; *) fails=$((fails + 1)) ;; esac
+done
+for log in "$WORK"/*.log; do
+	[ -f "$log" ] || continue
+	grep -E '^\s*--- (FAIL|SKIP)' "$log" | sed "s|^|$(basename "$log" .log): |" | head -40
+done
+echo "elapsed: $(($(date +%s) - START))s; $fails part(s) failed"
+echo "==================================================="
+[ "$fails" -eq 0 ]
