@@ -176,7 +176,11 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	r.e.rememberInput(in.spec)
 	s := graph.NewScope()
-	t, err := buildTower(s, r.e.fn, in.spec, Train)
+	ms := s // the model on the task's accelerator, if it has one
+	if gpus := cfg.gpuDevices(); len(gpus) > 0 {
+		ms = s.WithDevice(gpus[0])
+	}
+	t, err := buildTower(ms, r.e.fn, in.spec, Train)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +205,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("estimator: building the training graph: %w", err)
 	}
-	sess, err := session.New(s.Graph())
+	sess, err := session.New(s.Graph(), cfg.sessionOptions()...)
 	if err != nil {
 		return nil, err
 	}

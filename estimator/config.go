@@ -8,12 +8,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/pki"
 	"github.com/distflow/distflow/placement"
 	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/session"
 )
 
 // RunConfig says where and how an estimator trains. The zero value trains
@@ -96,8 +100,37 @@ type RunConfig struct {
 	// which gets a free loopback port ($DISTFLOW_METRICS_ADDR).
 	MetricsAddress string
 
+	// Devices are the accelerators this task computes on, GPU:0 onward
+	// (open them with device.Lookup and Platform.Open; the estimator does
+	// not close them). The model function's ops run there where a kernel
+	// exists (the rest on the CPU), its variables stay on the ps tasks, or
+	// on the host in one process. With two or more, every step builds one
+	// tower per device, each on a batch of its own, and averages their
+	// gradients on the CPU: TensorFlow's multi-GPU recipe. A ps task
+	// ignores them.
+	Devices []device.Device
+
 	// rpc are the task's connection options, from Security (withDefaults).
 	rpc rpc.Options
+}
+
+// gpuDevices returns the device names of the towers on Devices:
+// "/gpu:0", ... (nil without Devices).
+func (c RunConfig) gpuDevices() []string {
+	var out []string
+	for i := range c.Devices {
+		out = append(out, "/gpu:"+strconv.Itoa(i))
+	}
+	return out
+}
+
+// sessionOptions are the options of a local session of this task: its
+// devices, if any.
+func (c RunConfig) sessionOptions() []session.Option {
+	if len(c.Devices) == 0 {
+		return nil
+	}
+	return []session.Option{session.WithDevices(taskgraph.Config{Devices: c.Devices, SoftPlacement: true, Logger: c.Logger})}
 }
 
 // Default deadlines and intervals.

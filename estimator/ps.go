@@ -29,7 +29,12 @@ import (
 func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	cfg, log := r.cfg, r.log
 	s := graph.NewScope()
+	// One tower, or one per accelerator (RunConfig.Devices).
 	towerDevices := []string{""}
+	gpus := cfg.gpuDevices()
+	if len(gpus) > 0 {
+		towerDevices = slices.Clone(gpus)
+	}
 	var filters []string
 	var srv *server.Server
 	if cfg.Cluster != nil {
@@ -39,14 +44,30 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		}
 		defer srv.Stop()
 		self := cfg.Task.String()
+		workerDevice := self
+		if len(gpus) == 1 {
+			workerDevice, towerDevices = self+gpus[0], []string{""}
+		}
 		s = s.WithDeviceFunc(placement.ReplicaDeviceSetter(placement.ReplicaConfig{
-			PSTasks: cfg.Cluster.NumTasks("ps"), WorkerDevice: self, Strategy: cfg.PSPlacement,
+			PSTasks: cfg.Cluster.NumTasks("ps"), WorkerDevice: workerDevice, Strategy: cfg.PSPlacement,
 		}))
 		filters = []string{"/job:ps", self}
+		if len(gpus) > 1 {
+			for i, d := range towerDevices {
+				towerDevices[i] = self + d
+			}
+		}
 		if plan.inGraph {
+			// A tower per worker, or per accelerator of each worker:
+			// the workers are taken to have the chief's.
 			towerDevices, filters = nil, nil
 			for _, t := range r.reps {
-				towerDevices = append(towerDevices, t.String())
+				if len(gpus) == 0 {
+					towerDevices = append(towerDevices, t.String())
+				}
+				for _, d := range gpus {
+					towerDevices = append(towerDevices, t.String()+d)
+				}
 			}
 		}
 	}
@@ -59,7 +80,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	for i := range towerDevices {
 		ic := InputContext{NumReplicas: r.numReplicas(), ReplicaIndex: r.index, Seed: cfg.Seed, claims: claims, tower: i}
 		if plan.inGraph {
-			ic.ReplicaIndex = i
+			ic.NumReplicas, ic.ReplicaIndex = max(ic.NumReplicas, len(towerDevices)), i
 		}
 		in, err := openTrainInput(ctx, r.input, ic)
 		if err != nil {
@@ -85,7 +106,9 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 				ts = ts.ReuseVariables()
 			}
 		}
-		if d != "" {
+		if d != "" && cfg.Cluster == nil {
+			ts = ts.WithDevice(d) // its variables stay on the host: no kernel on a device
+		} else if d != "" {
 			// The tower's ops on its task, its variables (made by the
 			// first) on the ps tasks: WithDevice(d) would pin the
 			// variables to the first tower's task too.
@@ -197,7 +220,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			DeviceFilters: filters, DefaultDevice: cfg.Task.String(), StepTimeoutMs: cfg.StepTimeout.Milliseconds(),
 		}))
 	} else {
-		sess, err = session.New(s.Graph())
+		sess, err = session.New(s.Graph(), cfg.sessionOptions()...)
 	}
 	if err != nil {
 		return nil, err

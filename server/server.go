@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -212,11 +213,17 @@ func New(cfg Config) (*Server, error) {
 		FileRoots: cfg.FileRoots, MaxTensorBytes: cfg.MaxTensorBytes, ShutdownFrom: cfg.shutdownFrom(),
 		Devices: cfg.Devices, StrictPlacement: cfg.StrictPlacement})
 	self.Service = statusWorker{s.worker, s}
-	// The master places on every task's CPU and on this task's own
-	// accelerators: between-graph replicas and towers place their compute
-	// on the task whose master they use.
+	// The master places on every task's CPU and on the accelerators of the
+	// training tasks, taken to have this task's: TensorFlow's clusters are
+	// homogeneous, and a task that lacks one runs its nodes on its CPU.
 	devices := placement.DevicesOf(cfg.Cluster)
-	devices = append(devices, s.worker.Devices()[1:]...)
+	for _, t := range cfg.Cluster.Tasks() {
+		if t.Job == "worker" || t.Job == "chief" || t == cfg.Task {
+			for i := range cfg.Devices {
+				devices = append(devices, t.String()+"/gpu:"+strconv.Itoa(i))
+			}
+		}
+	}
 	s.master = master.New(master.Config{Task: task, Devices: devices, Workers: s.cache, Logger: base})
 	s.rpc = rpc.NewServer(rpcOpts)
 	rpc.RegisterWorker(s.rpc, self.Service)

@@ -46,5 +46,6 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newServeCommand())
 	root.AddCommand(newCertsCommand())
 	root.AddCommand(newChaosCommand())
+	root.AddCommand(newDevicesCommand())
 	return root
 }

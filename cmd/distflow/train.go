@@ -99,6 +99,8 @@ type trainFlags struct {
 	metricsPort int
 	// dash serves the live dashboard (dashboard.go).
 	dash dashboardFlags
+	// gpu chooses the accelerators (gpus.go).
+	gpu gpuFlags
 }
 
 // modelDefaults are the reference workloads' settings (SPEC section 6),
@@ -144,6 +146,7 @@ func newTrainCommand() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "mlp", "model to train: linreg, mlp, cnn or widedeep")
+	f.gpu.register(fl)
 	fl.IntVar(&f.steps, "steps", 0, "global steps to train to (overrides --epochs)")
 	fl.Float64Var(&f.epochs, "epochs", 0, "passes over the training data (default: the model's)")
 	fl.IntVar(&f.batch, "batch", 0, "examples per step (default: the model's)")
@@ -229,6 +232,8 @@ type result struct {
 	AUC        *float64 `json:"auc,omitempty"`
 	LogLoss    *float64 `json:"logloss,omitempty"`
 	PlantedAUC *float64 `json:"planted_auc,omitempty"`
+	// Devices are this task's accelerators and the memory they held.
+	Devices []deviceResult `json:"devices,omitempty"`
 }
 
 // check validates every flag before anything is loaded or started, and
@@ -247,6 +252,7 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	}
 	bad(set("steps") && f.steps <= 0, "--steps %d: must be positive", f.steps)
 	errs = append(errs, f.trace.check(fl, f.logdir)...)
+	errs = append(errs, f.gpu.check(fl)...)
 	bad(set("epochs") && !(f.epochs > 0 && !math.IsInf(f.epochs, 0)), "--epochs %v: must be a positive number", f.epochs)
 	bad(set("batch") && f.batch <= 0, "--batch %d: must be positive", f.batch)
 	bad(set("lr") && !(f.lr > 0 && !math.IsInf(f.lr, 0)), "--lr %v: must be a positive number", f.lr)
@@ -419,6 +425,14 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		LogEverySteps: f.logEvery, Seed: int64(f.seed), StepTimeout: f.stepTimeout, WaitTimeout: f.waitTimeout,
 		Logger: f.logger(stderr), Progress: progress, StepDelay: f.stepDelay, Security: f.security,
 	}
+	if self.Job != "ps" && self.Job != cluster.EvaluatorJob {
+		devs, closeDevs, err := f.gpu.open()
+		if err != nil {
+			return err
+		}
+		defer closeDevs()
+		cfg.Devices = devs
+	}
 	if cfg.Compression, err = estimator.ParseCompression(f.compression); err != nil {
 		return fmt.Errorf("--%w", err)
 	}
@@ -533,6 +547,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		}
 	}
 	r.WallSeconds = res.WallSeconds
+	r.Devices = deviceResults(cfg.Devices)
 	return report(stdout, r, f.jsonOut)
 }
 
@@ -604,6 +619,10 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		}
 		args = append(args, "--"+fv.Name+"="+fv.Value.String())
 	})
+	if f.gpu.gpus > 0 && !fl.Changed("gpu-memory-fraction") {
+		// The training tasks share the machine's cards.
+		args = append(args, fmt.Sprintf("--gpu-memory-fraction=%g", 0.9/float64(max(1, jobs.Worker+jobs.Chief))))
+	}
 	sec := f.security
 	if f.security == (pki.Security{}) {
 		// The tasks' connections use mutual TLS with a CA made for this

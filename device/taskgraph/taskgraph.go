@@ -57,6 +57,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// loggedFallback holds the task and op of every node soft-placed on the
+// CPU that was logged: each is logged once per process.
+var loggedFallback sync.Map
+
 // Executor runs a signature's steps over the task's devices.
 type Executor struct {
 	cpu      *executor.Executor
@@ -84,16 +88,22 @@ func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources, cfg Config)
 		return nil, err
 	}
 	hostDev := cfg.Task + "/cpu:0"
-	devices, fellBack, err := place(sub, hostDev, cfg)
+	devices, fellBack, fellWhy, err := place(sub, hostDev, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if len(fellBack) > 0 {
+	var fresh []string
+	for _, op := range fellBack {
+		if _, seen := loggedFallback.LoadOrStore(cfg.Task+" "+op, true); !seen {
+			fresh = append(fresh, op)
+		}
+	}
+	if fellBack = fresh; len(fellBack) > 0 {
 		log := cfg.Logger
 		if log == nil {
 			log = slog.Default()
 		}
-		log.Info("taskgraph: ops without a kernel on the accelerator run on the CPU", "task", cfg.Task, "ops", strings.Join(fellBack, ", "))
+		log.Info("taskgraph: nodes placed on a GPU run on the CPU (soft placement)", "ops", strings.Join(fellBack, ", "), "why", fellWhy)
 	}
 	onDevice := false
 	for _, d := range devices {
@@ -201,15 +211,17 @@ func cpuRoute(n int) []source {
 
 // place returns the full device of every node of sub: the accelerator it
 // asks for when that has a kernel for it, else the host. It also returns
-// the ops that asked for an accelerator and run on the host.
-func place(sub *graph.Subgraph, hostDev string, cfg Config) (map[*graph.Node]string, []string, error) {
+// the ops that asked for an accelerator and run on the host, and the first
+// reason.
+func place(sub *graph.Subgraph, hostDev string, cfg Config) (map[*graph.Node]string, []string, string, error) {
 	devices := make(map[*graph.Node]string, len(sub.Nodes)+len(sub.Vars))
 	fell := map[string]bool{}
+	firstWhy := ""
 	for _, n := range sub.AllNodes() {
 		devices[n] = hostDev
 		d, err := placement.ParseDevice(n.Device())
 		if err != nil {
-			return nil, nil, fmt.Errorf("taskgraph: node %s: %w", n, err)
+			return nil, nil, "", fmt.Errorf("taskgraph: node %s: %w", n, err)
 		}
 		if d.Type != "gpu" {
 			continue
@@ -227,19 +239,22 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config) (map[*graph.Node]str
 			continue
 		}
 		if !cfg.SoftPlacement {
-			return nil, nil, fmt.Errorf("taskgraph: node %s asks for %s: %s (soft placement would run it on the CPU): %w",
+			return nil, nil, "", fmt.Errorf("taskgraph: node %s asks for %s: %s (soft placement would run it on the CPU): %w",
 				n, n.Device(), why, placement.ErrNoDevice)
+		}
+		if len(fell) == 0 {
+			firstWhy = why
 		}
 		fell[n.Op()] = true
 	}
-	return devices, slices.Sorted(maps.Keys(fell)), nil
+	return devices, slices.Sorted(maps.Keys(fell)), firstWhy, nil
 }
 
 // supported returns "" when n can run on platform, else why not.
 func supported(n *graph.Node, platform string) string {
 	switch n.Op() {
-	case "Placeholder", "NoOp", "Const":
-		return ""
+	case "Placeholder", "NoOp", "Const", "Send", "Recv":
+		return "" // the runner's own
 	}
 	def, err := device.LookupKernel(platform, n.Op())
 	if err != nil {

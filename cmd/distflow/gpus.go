@@ -1,0 +1,191 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/distflow/distflow/device"
+	_ "github.com/distflow/distflow/device/sim" // --gpu-platform sim
+)
+
+// gpuFlags choose the accelerators a training task computes on.
+type gpuFlags struct {
+	gpus        int
+	platform    string
+	logical     int
+	memFraction float64
+}
+
+func (g *gpuFlags) register(fl *pflag.FlagSet) {
+	fl.IntVar(&g.gpus, "gpus", 0, "compute on this many GPUs of each worker (0: the CPU): the model's ops run on the GPU, its variables on the ps tasks (or the host); with 2 or more, one tower per GPU, their gradients averaged; CUDA_VISIBLE_DEVICES chooses the cards")
+	fl.StringVar(&g.platform, "gpu-platform", "cuda", "the GPUs' platform: cuda, or sim (a simulated accelerator computing with the CPU kernels, for trying and testing the device path anywhere)")
+	fl.IntVar(&g.logical, "logical-gpus", 1, "split each card into this many logical GPUs, each with its share of the memory: towers or several workers on one card")
+	fl.Float64Var(&g.memFraction, "gpu-memory-fraction", 0, "share of each card's memory this process may use, in (0, 1] (default 0.9, or 0.9 shared by the training tasks of --local-cluster)")
+}
+
+func (g *gpuFlags) check(fl *pflag.FlagSet) []error {
+	var errs []error
+	if g.gpus < 0 {
+		errs = append(errs, fmt.Errorf("--gpus %d: must not be negative (0: the CPU)", g.gpus))
+	}
+	if g.logical < 1 {
+		errs = append(errs, fmt.Errorf("--logical-gpus %d: must be at least 1", g.logical))
+	}
+	if fl.Changed("gpu-memory-fraction") && !(g.memFraction > 0 && g.memFraction <= 1) {
+		errs = append(errs, fmt.Errorf("--gpu-memory-fraction %v: must be in (0, 1]", g.memFraction))
+	}
+	if g.gpus == 0 {
+		for _, name := range []string{"gpu-platform", "logical-gpus", "gpu-memory-fraction"} {
+			if fl.Changed(name) {
+				errs = append(errs, fmt.Errorf("--%s goes with --gpus", name))
+			}
+		}
+	}
+	return errs
+}
+
+// open opens the GPUs of a task, or none without --gpus. A machine without
+// the platform's GPU or libraries is refused at once, naming what is
+// missing.
+func (g gpuFlags) open() ([]device.Device, func(), error) {
+	if g.gpus == 0 {
+		return nil, func() {}, nil
+	}
+	p, err := device.Lookup(g.platform)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--gpu-platform: %w", err)
+	}
+	cards, err := p.Probe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("--gpus %d: %w", g.gpus, err)
+	}
+	if have := cards * g.logical; g.gpus > have {
+		return nil, nil, fmt.Errorf("--gpus %d: this machine has %d %s card(s)%s (CUDA_VISIBLE_DEVICES=%q): use --gpus %d, or --logical-gpus to split a card",
+			g.gpus, cards, g.platform, logicalNote(g.logical, have), os.Getenv("CUDA_VISIBLE_DEVICES"), have)
+	}
+	devs, err := p.Open(device.Options{Count: g.gpus, Logical: g.logical, MemoryFraction: g.memFraction})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--gpus %d: %w", g.gpus, err)
+	}
+	return devs, func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	}, nil
+}
+
+func logicalNote(logical, have int) string {
+	if logical == 1 {
+		return ""
+	}
+	return fmt.Sprintf(", %d logical GPUs", have)
+}
+
+// deviceResult is one accelerator of a training task in --json's result.
+type deviceResult struct {
+	Name       string `json:"name"`
+	Platform   string `json:"platform"`
+	PeakBytes  int64  `json:"peak_bytes"`
+	LimitBytes int64  `json:"limit_bytes"`
+}
+
+func deviceResults(devs []device.Device) []deviceResult {
+	var out []deviceResult
+	for _, d := range devs {
+		in, st := d.Info(), d.Allocator().Stats()
+		out = append(out, deviceResult{Name: in.Name, Platform: in.Platform, PeakBytes: st.Peak, LimitBytes: st.Limit})
+	}
+	return out
+}
+
+func newDevicesCommand() *cobra.Command {
+	var platforms []string
+	cmd := &cobra.Command{
+		Use:   "devices",
+		Short: "List this machine's devices: its CPU and each accelerator, with its memory",
+		Example: `  distflow devices
+  CUDA_VISIBLE_DEVICES=1 distflow devices
+  distflow devices --platform sim`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return listDevices(cmd.OutOrStdout(), platforms)
+		},
+	}
+	cmd.Flags().StringSliceVar(&platforms, "platform", []string{"cuda"}, "the accelerator platforms to list: cuda, sim")
+	return cmd
+}
+
+// listDevices prints the CPU and the devices of each platform; a platform
+// that cannot run here says why.
+func listDevices(w io.Writer, platforms []string) error {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tPLATFORM\tMODEL\tMEMORY\tDETAIL")
+	fmt.Fprintf(tw, "/cpu:0\thost\t%s\t%s\t%d cores, %s\n", cpuModel(), device.FormatBytes(hostMemory()), runtime.NumCPU(), runtime.GOARCH)
+	var errs []error
+	for _, name := range platforms {
+		p, err := device.Lookup(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := p.Probe(); err != nil {
+			fmt.Fprintf(tw, "-\t%s\t-\t-\t%v\n", name, err)
+			continue
+		}
+		devs, err := p.Open(device.Options{})
+		if err != nil {
+			fmt.Fprintf(tw, "-\t%s\t-\t-\t%v\n", name, err)
+			continue
+		}
+		for _, d := range devs {
+			in := d.Info()
+			detail := fmt.Sprintf("card %d", in.Physical)
+			if in.Capability != "" {
+				detail += ", compute capability " + in.Capability
+			}
+			fmt.Fprintf(tw, "/gpu:%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(in.Name, "GPU:"), name, in.Model, device.FormatBytes(in.TotalBytes), detail)
+			d.Close()
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// cpuModel is the processor's name from /proc/cpuinfo, where there is one.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+// hostMemory is the machine's memory from /proc/meminfo, or 0.
+func hostMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var kb int64
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "MemTotal:") {
+			fmt.Sscanf(strings.TrimPrefix(line, "MemTotal:"), "%d", &kb)
+		}
+	}
+	return kb << 10
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"math"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The device path through the binary, on the simulated accelerator: the
+// same training, on a GPU, in towers and in a cluster.
+
+// gpuPeak returns the peak bytes of the result's first device, failing
+// the test if the result names none.
+func gpuPeak(t *testing.T, res map[string]any) float64 {
+	t.Helper()
+	devs, _ := res["devices"].([]any)
+	if len(devs) == 0 {
+		t.Fatalf("the result names no device: %v", res)
+	}
+	d := devs[0].(map[string]any)
+	if d["platform"] != "sim" || d["peak_bytes"].(float64) <= 0 {
+		t.Errorf("device %v: want the simulator, with memory used", d)
+	}
+	return d["peak_bytes"].(float64)
+}
+
+func TestTrainOnSimulatedGPU(t *testing.T) {
+	base := []string{"train", "--model", "mlp", "--data", "embedded", "--steps", "300", "--json", "--quiet"}
+	stdout, stderr, err := run(t, base...)
+	if err != nil {
+		t.Fatalf("on the CPU: %v\n%s", err, stderr)
+	}
+	cpu := lastJSON(t, stdout)
+	stdout, stderr, err = run(t, append(base, "--gpus", "1", "--gpu-platform", "sim")...)
+	if err != nil {
+		t.Fatalf("on a GPU: %v\n%s", err, stderr)
+	}
+	gpu := lastJSON(t, stdout)
+	gpuPeak(t, gpu)
+	// The simulator computes with the CPU kernels: the same run to the bit.
+	if gpu["loss"] != cpu["loss"] || gpu["test_accuracy"] != cpu["test_accuracy"] {
+		t.Errorf("on a GPU: loss %v, accuracy %v; on the CPU: %v, %v", gpu["loss"], gpu["test_accuracy"], cpu["loss"], cpu["test_accuracy"])
+	}
+
+	// Two towers on two logical GPUs of one card, gradients averaged.
+	stdout, stderr, err = run(t, append(base, "--gpus", "2", "--logical-gpus", "2", "--gpu-platform", "sim")...)
+	if err != nil {
+		t.Fatalf("two towers: %v\n%s", err, stderr)
+	}
+	towers := lastJSON(t, stdout)
+	gpuPeak(t, towers)
+	if devs := towers["devices"].([]any); len(devs) != 2 {
+		t.Errorf("two towers on %d devices", len(devs))
+	}
+	if acc := towers["test_accuracy"].(float64); acc < cpu["test_accuracy"].(float64)-0.01 {
+		t.Errorf("two towers: test accuracy %.4f, the CPU's %.4f", acc, cpu["test_accuracy"])
+	}
+}
+
+// TestLocalClusterOnSimulatedGPUs: 1 ps on the CPU and 2 workers on GPUs,
+// synchronous, trains to the CPU cluster's accuracy; in-graph, 2 towers a
+// worker.
+func TestLocalClusterOnSimulatedGPUs(t *testing.T) {
+	base := []string{"train", "--model", "mlp", "--data", "embedded", "--steps", "300", "--json", "--quiet",
+		"--local-cluster", "ps=1,worker=2"}
+	stdout, stderr, err := run(t, append(base, "--sync")...)
+	if err != nil {
+		t.Fatalf("on CPUs: %v\n%s", err, stderr)
+	}
+	cpu := lastJSON(t, stdout)["test_accuracy"].(float64)
+	stdout, stderr, err = run(t, append(base, "--sync", "--gpus", "1", "--gpu-platform", "sim")...)
+	if err != nil {
+		t.Fatalf("on GPUs: %v\n%s", err, stderr)
+	}
+	res := lastJSON(t, stdout)
+	gpuPeak(t, res)
+	if acc := res["test_accuracy"].(float64); math.Abs(acc-cpu) > 0.01 {
+		t.Errorf("sync on GPU workers: test accuracy %.4f, on CPU workers %.4f", acc, cpu)
+	}
+	stdout, stderr, err = run(t, append(base, "--in-graph", "--gpus", "2", "--logical-gpus", "2", "--gpu-platform", "sim")...)
+	if err != nil {
+		t.Fatalf("in-graph on GPUs: %v\n%s", err, stderr)
+	}
+	res = lastJSON(t, stdout)
+	gpuPeak(t, res)
+	if acc := res["test_accuracy"].(float64); acc < cpu-0.01 {
+		t.Errorf("in-graph with 2 towers a worker: test accuracy %.4f, sync on CPUs %.4f", acc, cpu)
+	}
+}
+
+func TestGPUFlagsRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--gpus", "3", "--gpu-platform", "sim"}, []string{"--gpus 3", "2 sim card(s)", "--logical-gpus"}},
+		{[]string{"--gpu-platform", "sim"}, []string{"--gpu-platform goes with --gpus"}},
+		{[]string{"--gpus", "1", "--gpu-platform", "tpu"}, []string{"--gpu-platform", `"tpu"`}},
+		{[]string{"--gpus", "-1"}, []string{"--gpus -1"}},
+	} {
+		_, stderr, err := run(t, append([]string{"train", "--model", "mlp", "--data", "embedded", "--steps", "1", "--quiet"}, c.args...)...)
+		if err == nil {
+			t.Errorf("%v: accepted", c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: the error does not say %q:\n%s", c.args, w, stderr)
+			}
+		}
+	}
+}
+
+// TestGPUOutOfMemory: a model that does not fit in the device's memory is
+// refused, naming the device, the bytes asked for and free; nothing
+// crashes.
+func TestGPUOutOfMemory(t *testing.T) {
+	cmd := exec.Command(binary, "train", "--model", "cnn", "--data", "embedded", "--steps", "2", "--quiet",
+		"--gpus", "1", "--gpu-platform", "sim")
+	cmd.Env = append(os.Environ(), "DISTFLOW_SIM_GPU_MEMORY=4000000")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("a CNN step in 4 MB of device memory succeeded:\n%s", out)
+	}
+	for _, w := range []string{"out of memory", "GPU:0", "asked for", "free of a"} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("the error does not say %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(string(out), "panic") || strings.Contains(string(out), "goroutine ") {
+		t.Errorf("out of memory crashed the process:\n%s", out)
+	}
+}
+
+func TestDevicesCommand(t *testing.T) {
+	stdout, stderr, err := run(t, "devices", "--platform", "sim")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, w := range []string{"/cpu:0", "/gpu:0", "/gpu:1", "simulated accelerator", "1.0 GiB"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("distflow devices does not list %q:\n%s", w, stdout)
+		}
+	}
+}
