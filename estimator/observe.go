@@ -49,6 +49,7 @@ func (e *Estimator) serveMetrics() error {
 			job, index = e.cfg.Task.Job, e.cfg.Task.Index
 		}
 		m := metrics.New(job, index)
+		m.AddDevices(e.cfg.Devices)
 		ep, err := metrics.Listen(addr, m, e.cfg.Logger)
 		if err != nil {
 			o.err = err

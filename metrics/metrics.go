@@ -30,7 +30,7 @@ const (
 
 // Names lists distflow's own metric names, sorted.
 var Names = []string{
-	CheckpointSaveSeconds, CheckpointsSavedTotal, EvalMetric, ExamplesTotal, GlobalStep, Loss,
+	CheckpointSaveSeconds, CheckpointsSavedTotal, DeviceMemoryBytes, EvalMetric, ExamplesTotal, GlobalStep, Loss,
 	RPCReceivedBytesTotal, RPCSeconds, RPCSentBytesTotal, StaleGradientsDropped, StepSeconds,
 	SyncAggregationWaitSeconds, TensorChannelBytesTotal,
 }
@@ -62,6 +62,9 @@ type Task struct {
 	staleDropped    prometheus.Counter
 	checkpointSave  prometheus.Histogram
 	checkpointsSave prometheus.Counter
+
+	devOnce sync.Once
+	devices *deviceCollector // AddDevices
 
 	mu       sync.RWMutex
 	rpcs     map[rpcKey]*RPC
@@ -278,3 +281,5 @@ func (t *Task) TensorChannel(peer string) *Channel {
 	}
 	return c
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -3,6 +3,8 @@ package metrics_test
 import (
 	"context"
 	"flag"
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/sim"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,6 +28,14 @@ func TestNamesGolden(t *testing.T) {
 	m.SetEval("accuracy", 0.9)
 	m.RPC("127.0.0.1:1", "RunGraph").Observe(time.Millisecond, 10, 20)
 	m.TensorChannel("127.0.0.1:1").Received(100)
+	gpus, err := sim.New(sim.Config{Cards: 1}).Open(device.Options{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpus[0].Close()
+	buf, _ := gpus[0].Allocator().Alloc(1000)
+	m.AddDevices(gpus)
+	m.AddDevices(gpus) // again: once
 	ep, err := metrics.Listen("127.0.0.1:0", m, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +65,16 @@ func TestNamesGolden(t *testing.T) {
 	slices.Sort(ours)
 	if !process || !goRuntime {
 		t.Errorf("process collector %v, Go collector %v: want both", process, goRuntime)
+	}
+	mem := fams[metrics.DeviceMemoryBytes]
+	if mem == nil || len(mem.GetMetric()) != 3 {
+		t.Errorf("%s: %v, want the in-use, peak and limit bytes of GPU:0", metrics.DeviceMemoryBytes, mem)
+	} else {
+		for _, s := range mem.GetMetric() {
+			if s.GetGauge().GetValue() < float64(buf.Size) {
+				t.Errorf("%s %v: less than the %d bytes allocated", metrics.DeviceMemoryBytes, s, buf.Size)
+			}
+		}
 	}
 	if !slices.Equal(ours, metrics.Names) {
 		t.Errorf("served names %v, metrics.Names %v", ours, metrics.Names)

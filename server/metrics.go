@@ -36,9 +36,12 @@ func (s *Server) Metrics() *metrics.Task { return s.metrics }
 func (c *Config) newMetrics() *metrics.Task {
 	switch {
 	case c.Metrics != nil:
+		c.Metrics.AddDevices(c.Devices)
 		return c.Metrics
 	case c.MetricsAddress != "":
-		return metrics.New(c.Task.Job, c.Task.Index)
+		m := metrics.New(c.Task.Job, c.Task.Index)
+		m.AddDevices(c.Devices)
+		return m
 	}
 	return nil
 }
