@@ -21,7 +21,7 @@ import (
 // The emulated platform runs the package's host code and its CUDA C
 // kernels, compiled for the CPU with g++ (testdata/emu_shim.h), through the
 // conformance suite: each launch runs with the grid and block the host
-// code chose, a block at a time with a thread per block thread (see
+// code chose, a block at a time with a fiber per thread of the block (see
 // testdata/emu_shim.h), and device memory is Go memory. What it does not
 // check is the driver, cuBLAS, and the GPU's own scheduling and rounding.
 
@@ -74,7 +74,7 @@ func emuLibrary(t *testing.T) uintptr {
 			emu.err = err
 			return
 		}
-		out, err := exec.Command(gxx, "-std=c++20", "-O1", "-w", "-pthread", "-shared", "-fPIC", "-o", so, cpp).CombinedOutput()
+		out, err := exec.Command(gxx, "-std=c++17", "-O1", "-w", "-shared", "-fPIC", "-o", so, cpp).CombinedOutput()
 		if err != nil {
 			emu.err = fmt.Errorf("g++: %v\n%s", err, out)
 			return
@@ -250,4 +250,15 @@ func (s *emuStream) Synchronize(ctx context.Context) error { return ctx.Err() }
 // kernels and host code compiled for the CPU.
 func TestEmulatedConformance(t *testing.T) {
 	devicetest.Run(t, &emuPlatform{launch: emuLibrary(t)})
+}
+
+// TestEmulatedLarge runs the large cases on the kernels compiled for the
+// CPU.
+func TestEmulatedLarge(t *testing.T) {
+	devs, err := (&emuPlatform{launch: emuLibrary(t)}).Open(device.Options{Count: 1, MemoryLimit: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devs[0].Close()
+	runLarge(t, devs[0])
 }

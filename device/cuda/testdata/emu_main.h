@@ -14,29 +14,52 @@ struct entry {
 extern const entry emu_kernels[];
 extern const int emu_nkernels;
 
+static ucontext_t emu_main;
+static void (*emu_run)(void**);
+static void** emu_params;
+
+// emu_fiber runs thread t of every block in turn, with a barrier between
+// blocks, then hands over to the next fiber (the last to the launcher).
+static void emu_fiber(int t) {
+  emu_current = t;
+  threadIdx = emu_thread(t);
+  for (unsigned z = 0; z < gridDim.z; ++z)
+    for (unsigned y = 0; y < gridDim.y; ++y)
+      for (unsigned x = 0; x < gridDim.x; ++x) {
+        blockIdx = dim3{x, y, z};
+        emu_run(emu_params);
+        __syncthreads();  // the next block reuses shared memory
+        blockIdx = dim3{x, y, z};
+      }
+  if ((unsigned)t + 1 < emu_nthreads) {
+    emu_current = t + 1;
+    setcontext(&emu_fibers[t + 1]);
+  }
+  setcontext(&emu_main);
+}
+
 extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, void** params) {
   for (int k = 0; k < emu_nkernels; ++k) {
     if (std::strcmp(emu_kernels[k].name, name) != 0) continue;
     gridDim = dim3{gx, gy, gz};
     blockDim = dim3{bx, by, bz};
-    unsigned nt = bx * by * bz;
-    std::barrier<> bar(nt);
-    emu_barrier = &bar;
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < nt; ++t) {
-      threads.emplace_back([=, &bar] {
-        threadIdx = dim3{t % bx, (t / bx) % by, t / (bx * by)};
-        for (unsigned z = 0; z < gz; ++z)
-          for (unsigned y = 0; y < gy; ++y)
-            for (unsigned x = 0; x < gx; ++x) {
-              blockIdx = dim3{x, y, z};
-              emu_kernels[k].run(params);
-              bar.arrive_and_wait();  // the next block reuses shared memory
-            }
-      });
+    emu_nthreads = bx * by * bz;
+    emu_run = emu_kernels[k].run;
+    emu_params = params;
+    const size_t stack = 64 << 10;
+    emu_fibers = new ucontext_t[emu_nthreads];
+    char* stacks = (char*)std::malloc(stack * emu_nthreads);
+    for (unsigned t = 0; t < emu_nthreads; ++t) {
+      getcontext(&emu_fibers[t]);
+      emu_fibers[t].uc_stack.ss_sp = stacks + t * stack;
+      emu_fibers[t].uc_stack.ss_size = stack;
+      emu_fibers[t].uc_link = nullptr;
+      makecontext(&emu_fibers[t], (void (*)())emu_fiber, 1, (int)t);
     }
-    for (auto& th : threads) th.join();
+    swapcontext(&emu_main, &emu_fibers[0]);
+    std::free(stacks);
+    delete[] emu_fibers;
     return 0;
   }
   return 1;

@@ -1,19 +1,19 @@
 // The CUDA C the kernels use, for g++: the tests compile kernels/*.cu into
 // a shared library for the CPU and run each launch with its own grid and
-// block sizes, a block at a time, one OS thread per thread of the block,
-// so that the kernels' indexing, arithmetic and block-level cooperation
-// (shared memory, __syncthreads) are checked on machines without a GPU.
-// Shared memory is static storage, which the threads of the one running
-// block share.
+// block sizes, a block at a time, each thread of the block a fiber
+// (ucontext) that __syncthreads switches away from, so that the kernels'
+// indexing, arithmetic and block-level cooperation (shared memory,
+// barriers) are checked on machines without a GPU. Shared memory is static
+// storage, which the threads of the one running block share.
+#include <ucontext.h>
+
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #define __global__
 #define __device__
@@ -23,10 +23,25 @@
 struct dim3 {
   unsigned x, y, z;
 };
-static thread_local dim3 threadIdx, blockIdx;
-static dim3 blockDim, gridDim;
-static std::barrier<>* emu_barrier;
-static inline void __syncthreads() { emu_barrier->arrive_and_wait(); }
+static dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// The fibers of the running block: __syncthreads passes to the next one,
+// round robin, so that every thread reaches the barrier before the first
+// goes on.
+static unsigned emu_nthreads, emu_current;
+static ucontext_t* emu_fibers;
+static inline dim3 emu_thread(unsigned t) {
+  return dim3{t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};
+}
+static inline void __syncthreads() {
+  unsigned me = emu_current, next = (me + 1) % emu_nthreads;
+  if (next != me) {
+    emu_current = next;
+    swapcontext(&emu_fibers[me], &emu_fibers[next]);
+    emu_current = me;
+  }
+  threadIdx = emu_thread(me);
+}
 static inline float __int_as_float(int i) {
   float f;
   std::memcpy(&f, &i, 4);
