@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/distflow/distflow/device"
 	"github.com/distflow/distflow/device/devicetest"
+	"github.com/distflow/distflow/tensor"
 )
 
 // The emulated platform runs the package's host code and its CUDA C
@@ -261,4 +263,50 @@ func TestEmulatedLarge(t *testing.T) {
 	}
 	defer devs[0].Close()
 	runLarge(t, devs[0])
+}
+
+// TestEmulatedHostInput gives a kernel a device input as a host value (a
+// Shape's result feeding an Add): the kernel copies it to the device, and
+// the runtime's context keeps the host value.
+func TestEmulatedHostInput(t *testing.T) {
+	devs, err := (&emuPlatform{launch: emuLibrary(t)}).Open(device.Options{Count: 1, MemoryLimit: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := devs[0]
+	defer d.Close()
+	x, y := tensor.MustFromSlice([]int32{1, 2, 3}, 3), tensor.MustFromSlice([]int32{10, 20, 30}, 3)
+	n, err := buildNode(largeCase{op: "Add", ins: []*tensor.Tensor{x, y}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := device.LookupKernel(Name, "Add")
+	k, err := def.Factory(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dx, err := device.Upload(d, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hy := &device.Tensor{DType: y.DType(), Shape: y.Shape(), Host: y}
+	kc := &device.Context{Ctx: context.Background(), Node: n, Device: d, Stream: d.Stream(), Inputs: []*device.Tensor{dx, hy}}
+	if err := device.Launch(kc, def, k); err != nil {
+		t.Fatal(err)
+	}
+	if kc.Inputs[1] != hy || hy.Host == nil {
+		t.Error("the launch changed the runtime's inputs")
+	}
+	got, err := device.Download(d, kc.Outputs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Stream().Synchronize(context.Background())
+	if !slices.Equal(got.Int32s(), []int32{11, 22, 33}) {
+		t.Errorf("Add(device, host) = %v, want [11 22 33]", got.Int32s())
+	}
+	device.FreeAll(d.Allocator(), append(kc.Outputs, dx))
+	if st := d.Allocator().Stats(); st.Live != 0 {
+		t.Errorf("%d allocations left live", st.Live)
+	}
 }

@@ -89,8 +89,8 @@ func (p *Platform) image(arch int, cubin bool) ([]byte, error) {
 }
 
 // loadModule loads the kernels into the card's context: PTX that the driver
-// compiles for the card, or, if the driver is older than NVRTC and rejects
-// its PTX, a CUBIN NVRTC compiled for the card itself.
+// compiles for the card, or, if the driver rejects it (older than NVRTC, or
+// without its JIT compiler), a CUBIN NVRTC compiled for the card itself.
 func (c *card) loadModule() error {
 	arch := c.info.major*10 + c.info.minor
 	name := c.name()
@@ -107,7 +107,7 @@ func (c *card) loadModule() error {
 	}
 	err = load(img)
 	var ce *Error
-	if asError(err, &ce) && (ce.Code == int(cudaErrorUnsupportedPTX) || ce.Code == int(cudaErrorInvalidPTX) || ce.Code == int(cudaErrorNoBinaryForGPU)) {
+	if asError(err, &ce) && slices.Contains([]cuResult{cudaErrorUnsupportedPTX, cudaErrorInvalidPTX, cudaErrorNoBinaryForGPU, cudaErrorJITNotFound}, cuResult(ce.Code)) {
 		slog.Info("cuda: the driver rejected NVRTC's PTX; loading a CUBIN", "card", name, "err", err)
 		cub, cerr := c.p.image(arch, true)
 		if cerr != nil {

@@ -95,7 +95,7 @@ func (n *nvrtc) compile(src, name string, arch int, cubin bool) ([]byte, error) 
 		uintptr(unsafe.Pointer(&csrc[0])), uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0)); err != nil {
 		return nil, err
 	}
-	defer ccall(n.nvrtcDestroyProgram, uintptr(unsafe.Pointer(&prog)))
+	defer func() { ccall(n.nvrtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
 	target := "compute"
 	if cubin {
 		target = "sm"

@@ -99,14 +99,53 @@ func factory(name string, o opDef) func(n *graph.Node) (device.Kernel, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cuda: node %s (%s): %w", n, name, err)
 		}
+		host := device.HostInputs(name)
 		return device.KernelFunc(func(c *device.Context) error {
 			l, err := launcherOf(c)
+			if err != nil {
+				return err
+			}
+			c, err = deviceInputs(c, l, host)
 			if err != nil {
 				return err
 			}
 			return f(c, l)
 		}), nil
 	}
+}
+
+// deviceInputs copies to scratch device memory the inputs the kernel reads
+// on the device but that arrive as host values (a Shape's result feeding
+// an Add), so that every kernel sees its device inputs at an address. The
+// copy is staged by the driver before CopyIn returns, and the scratch
+// memory is reused only by work queued after this launch. The runtime's
+// context is left as it was: the kernel gets a copy.
+func deviceInputs(c *device.Context, l launcher, host []int) (*device.Context, error) {
+	copied := false
+	for i, in := range c.Inputs {
+		if in.Host == nil || in.Buf.Ptr != 0 || slices.Contains(host, i) {
+			continue
+		}
+		if c.Scratch == nil {
+			return nil, fmt.Errorf("input %d is a host value and the launch has no scratch memory", i)
+		}
+		p, err := c.Scratch(in.Bytes())
+		if err != nil {
+			return nil, err
+		}
+		if err := l.Stream().CopyIn(p, in.Host.RawBytes()); err != nil {
+			return nil, err
+		}
+		if !copied {
+			cc := *c
+			cc.Inputs = slices.Clone(c.Inputs)
+			c, copied = &cc, true
+		}
+		t := *in
+		t.Buf, t.Host = device.Buffer{Ptr: p, Size: in.Bytes()}, nil
+		c.Inputs[i] = &t
+	}
+	return c, nil
 }
 
 // suffix is the kernel-name suffix of dt.

@@ -17,6 +17,7 @@ const (
 	cudaErrorInvalidPTX     cuResult = 218
 	cudaErrorUnsupportedPTX cuResult = 222
 	cudaErrorNoBinaryForGPU cuResult = 209
+	cudaErrorJITNotFound    cuResult = 221
 )
 
 // cuResultNames are the names of cuda.h's CUresult values, used when the
