@@ -58,6 +58,11 @@ __device__ __forceinline__ i64 plan_offset(i64 idx, i64 rank, const i64* dims, c
   return off;
 }
 
+// imin and imax rather than the overloaded min and max, whose long long
+// versions depend on the toolkit's headers.
+__device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
+__device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
+
 __device__ __forceinline__ float nan_f32() { return __int_as_float(0x7fffffff); }
 
 // block_sum returns the sum of v over the block (THREADS threads) to every

@@ -144,9 +144,9 @@ struct Pool {
 // CPU does; the window is clipped to the image and never empty.
 __device__ __forceinline__ i64 window_max(const float* x, const Pool& p, i64 n, i64 oh, i64 ow, i64 c) {
   i64 h0 = oh * p.sh - p.pt, w0 = ow * p.sw - p.pl;
-  i64 h1 = min(h0 + p.kh, p.h), w1 = min(w0 + p.kw, p.w);
-  h0 = max(h0, (i64)0);
-  w0 = max(w0, (i64)0);
+  i64 h1 = imin(h0 + p.kh, p.h), w1 = imin(w0 + p.kw, p.w);
+  h0 = imax(h0, 0);
+  w0 = imax(w0, 0);
   i64 at = ((n * p.h + h0) * p.w + w0) * p.c + c;
   float best = x[at];
   for (i64 ih = h0; ih < h1; ++ih) {
@@ -184,8 +184,8 @@ extern "C" __global__ void max_pool_grad_f32(const float* x, const float* dy, fl
     i64 sh0 = ih + p.pt - p.kh + 1, sw0 = iw + p.pl - p.kw + 1;
     i64 oh0 = sh0 <= 0 ? 0 : (sh0 + p.sh - 1) / p.sh;
     i64 ow0 = sw0 <= 0 ? 0 : (sw0 + p.sw - 1) / p.sw;
-    i64 oh1 = min((ih + p.pt) / p.sh, p.oh - 1);
-    i64 ow1 = min((iw + p.pl) / p.sw, p.ow - 1);
+    i64 oh1 = imin((ih + p.pt) / p.sh, p.oh - 1);
+    i64 ow1 = imin((iw + p.pl) / p.sw, p.ow - 1);
     float acc = 0.0f;
     for (i64 oh = oh0; oh <= oh1; ++oh) {
       for (i64 ow = ow0; ow <= ow1; ++ow) {

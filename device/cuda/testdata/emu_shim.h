@@ -47,5 +47,3 @@ static inline float __int_as_float(int i) {
   std::memcpy(&f, &i, 4);
   return f;
 }
-using std::max;
-using std::min;
