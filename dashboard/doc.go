@@ -1,6 +1,7 @@
 // Package dashboard is the live web page of a training run: the cluster as
 // a picture (each task's role, address, state, step rate, heartbeat age,
-// CPU and memory; stragglers and lost tasks highlighted), live curves
+// CPU and memory, and the memory of its accelerators; stragglers and lost
+// tasks highlighted), live curves
 // (loss, accuracy, examples/s, per-worker step time), the events of the
 // run, the model graph with its placement, and the newest step trace.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,10 @@ type fakeTask struct {
 	cpu         float64
 	checkpoints float64
 	stale       float64
+	// devices are exported as distflow_device_memory_bytes, in reverse
+	// order as a task's map may write them; none: the family is absent,
+	// as on a task without accelerators.
+	devices []DeviceMemory
 }
 
 // fakeCluster answers as tasks would, from memory; its metrics go through
@@ -149,6 +154,14 @@ distflow_checkpoints_saved_total{job="x",task="0"} %g
 # TYPE distflow_stale_gradients_dropped_total counter
 distflow_stale_gradients_dropped_total{job="x",task="0"} %g
 `, t.step, t.loss, t.accuracy, t.examples, t.steps, t.stepSecs, t.steps, t.cpu, t.checkpoints, t.stale)
+	if len(t.devices) > 0 {
+		text += "# TYPE distflow_device_memory_bytes gauge\n"
+		for _, d := range slices.Backward(t.devices) {
+			for kind, v := range map[string]int64{"in_use": d.InUse, "peak": d.Peak, "limit": d.Limit} {
+				text += fmt.Sprintf("distflow_device_memory_bytes{job=\"x\",task=\"0\",device=%q,platform=%q,kind=%q} %d\n", d.Name, d.Platform, kind, v)
+			}
+		}
+	}
 	f.mu.Unlock()
 	return ParseMetrics(strings.NewReader(text))
 }

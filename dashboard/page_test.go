@@ -14,15 +14,23 @@ import (
 
 // TestPage64 opens the page of a fake cluster of 64 tasks in headless
 // Chromium: every task gets a card, the step counter follows the polls, a
-// lost worker and a straggler are marked, and the graph is drawn.
+// lost worker and a straggler are marked, the graph is drawn, and each
+// task shows its devices. Then a small cluster, whose cards show their
+// details, shows each device in full.
 func TestPage64(t *testing.T) {
 	spec := fakeSpec(55, 8)
 	d, fc, c := newFake(t, spec)
 	d.SetGraph(fakeGraph(spec))
+	fc.task(spec["worker"][0]).devices = fakeGPUs
 	srv := httptest.NewServer(d.Handler())
 	// Closed after the browser (cleanups run last first): Close waits for
 	// the page's event stream to end.
 	t.Cleanup(srv.Close)
+	small := fakeSpec(2, 1)
+	ds, fs, _ := newFake(t, small)
+	fs.task(small["worker"][1]).devices = fakeGPUs
+	srvSmall := httptest.NewServer(ds.Handler())
+	t.Cleanup(srvSmall.Close)
 	bctx := browser.Start(t, 1400, 1000)
 	dir := browser.ScreenshotDir(t)
 	ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
@@ -55,8 +63,34 @@ func TestPage64(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, `document.getElementById("graph-find").textContent.includes("layer0/W (Variable) on /job:ps/task:0")`)
+	// Small cards name the devices and tell their memory on hover.
+	waitJS(t, ctx, `(() => { const g = document.querySelector('[data-task="/job:worker/task:0"] .devs');
+		return g.textContent === "2× GPU 12.3 MiB" && g.title === `+"`"+fakeGPUText+"`"+` &&
+			document.querySelector('[data-task="/job:ps/task:0"] .devs').textContent === "CPU" })()`)
 	shot(t, ctx, dir, "cluster64")
+
+	ds.Poll(pctx)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srvSmall.URL)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `(() => { const card = (n) => document.querySelector('[data-task="' + n + '"] .devs');
+		return document.querySelectorAll(".task:not(.compact)").length === 4 &&
+			card("/job:worker/task:1").innerText === `+"`"+fakeGPUText+"`"+` &&
+			card("/job:worker/task:0").innerText === "CPU" && card("/job:chief/task:0").innerText === "CPU" })()`)
+	shot(t, ctx, dir, "devices")
 }
+
+// fakeGPUs are two simulated accelerators, one busy and one idle, and
+// fakeGPUText is how the page writes them, a line each.
+var (
+	fakeGPUs = []DeviceMemory{
+		{Name: "GPU:0", Platform: "sim", InUse: mib(12.3), Peak: mib(40.1), Limit: mib(921.6)},
+		{Name: "GPU:1", Platform: "sim", Limit: mib(921.6)},
+	}
+	fakeGPUText = "GPU:0 (sim) 12.3 MiB in use, peak 40.1 MiB of 921.6 MiB\nGPU:1 (sim) 0 B in use, peak 0 B of 921.6 MiB"
+)
+
+func mib(v float64) int64 { return int64(v*(1<<20) + 0.5) }
 
 // waitJS waits until expr is true in the page.
 func waitJS(t *testing.T, ctx context.Context, expr string) {

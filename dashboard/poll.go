@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,6 +161,20 @@ type TaskStatus struct {
 	VariableBytes     int64    `json:"variable_bytes"`
 	Restarts          int      `json:"restarts"`
 	Error             string   `json:"error,omitempty"`
+	// Devices are the task's accelerators, ordered by name, from its
+	// last scrape; none for a task that computes on its CPU only (or has
+	// not been scraped yet).
+	Devices []DeviceMemory `json:"devices,omitempty"`
+}
+
+// DeviceMemory is one accelerator of a task and the memory of its
+// allocator, from metrics.DeviceMemoryBytes.
+type DeviceMemory struct {
+	Name     string `json:"name"`     // the task's local name: "GPU:0"
+	Platform string `json:"platform"` // "cuda" or "sim"
+	InUse    int64  `json:"in_use_bytes"`
+	Peak     int64  `json:"peak_bytes"`
+	Limit    int64  `json:"limit_bytes"` // what the allocator may hold
 }
 
 // taskState is what the dashboard knows of a task; guarded by the
@@ -388,6 +404,82 @@ func (d *Dashboard) readMetricsLocked(now time.Time, t *taskState, fams map[stri
 	}
 	t.prev, t.havePrev = c, true
 	t.lastEval = evalMetrics(fams)
+	// A new slice each scrape: snapshots share it, and /api/cluster
+	// encodes one after the lock is released.
+	s.Devices = deviceMemory(fams)
+}
+
+// deviceMemory reads distflow_device_memory_bytes{device,platform,kind}
+// (see package metrics), one DeviceMemory per device label, in device
+// order; nil when the task exports none, as a task without accelerators
+// does.
+func deviceMemory(fams map[string]*dto.MetricFamily) []DeviceMemory {
+	f := fams["distflow_device_memory_bytes"]
+	if f == nil {
+		return nil
+	}
+	var out []DeviceMemory
+	at := map[string]int{} // index in out by device name
+	for _, m := range f.GetMetric() {
+		var name, platform, kind string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "device":
+				name = l.GetValue()
+			case "platform":
+				platform = l.GetValue()
+			case "kind":
+				kind = l.GetValue()
+			}
+		}
+		if name == "" {
+			continue
+		}
+		i, ok := at[name]
+		if !ok {
+			i = len(out)
+			at[name] = i
+			out = append(out, DeviceMemory{Name: name, Platform: platform})
+		}
+		v := int64(m.GetGauge().GetValue() + m.GetUntyped().GetValue())
+		switch kind {
+		case "in_use":
+			out[i].InUse = v
+		case "peak":
+			out[i].Peak = v
+		case "limit":
+			out[i].Limit = v
+		}
+	}
+	// The task writes its devices in map order; the page wants them
+	// stable, and GPU:10 after GPU:9.
+	sort.Slice(out, func(a, b int) bool { return deviceLess(out[a].Name, out[b].Name) })
+	return out
+}
+
+// deviceLess orders local device names ("GPU:2") by type, then ordinal.
+func deviceLess(a, b string) bool {
+	ta, na := splitDevice(a)
+	tb, nb := splitDevice(b)
+	if ta != tb {
+		return ta < tb
+	}
+	if na != nb {
+		return na < nb
+	}
+	return a < b
+}
+
+func splitDevice(name string) (typ string, ordinal int) {
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 {
+		return name, -1
+	}
+	n, err := strconv.Atoi(name[i+1:])
+	if err != nil {
+		return name, -1
+	}
+	return name[:i], n
 }
 
 // evalMetrics returns distflow_eval_metric by its name label.

@@ -26,6 +26,13 @@
       const m = Math.floor(s / 60); if (m < 60) return m + " m " + Math.floor(s % 60) + " s";
       return Math.floor(m / 60) + " h " + (m % 60) + " m";
     },
+    // mem shows zero as "0 B" (an idle device), and always one decimal.
+    mem(v) {
+      if (v == null || v < 0) return "–";
+      const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
+      while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+      return (i ? v.toFixed(1) : String(v)) + " " + u[i];
+    },
     age(s) { return s < 10 ? s.toFixed(1) + " s" : fmt.dur(s); },
     ms(s) { return s == null || s <= 0 ? "–" : s < 1 ? (s * 1000).toFixed(1) + " ms" : s.toFixed(2) + " s"; },
     time(t) { const d = new Date(t * 1000); return d.toTimeString().slice(0, 8); },
@@ -91,6 +98,28 @@
   });
 
   // ---- cluster ----
+  // A task's devices: "CPU" without accelerators, unknown until its
+  // metrics have been read.
+  function devText(d) {
+    return d.name + " (" + d.platform + ") " + fmt.mem(d.in_use_bytes) + " in use, peak " + fmt.mem(d.peak_bytes) +
+      (d.limit_bytes > 0 ? " of " + fmt.mem(d.limit_bytes) : "");
+  }
+  function devsKnown(t) { return (t.devices && t.devices.length) || t.metrics_url; }
+  function devsTitle(t) { return t.devices && t.devices.length ? t.devices.map(devText).join("\n") : "CPU"; }
+  function devsFull(t) {
+    if (!devsKnown(t)) return "";
+    if (!t.devices || !t.devices.length) return "<div class=devs><div>CPU</div></div>";
+    return "<div class=devs>" + t.devices.map((d) => "<div><b>" + esc(d.name) + "</b> " + esc(devText(d).slice(d.name.length + 1)) + "</div>").join("") + "</div>";
+  }
+  function devsCompact(t) {
+    if (!devsKnown(t)) return "";
+    // One short line on a small card: "GPU:0 12.3 MiB", or "2× GPU 20.1 MiB"
+    // in use together; each device in full on hover.
+    const ds = t.devices || [];
+    const short = !ds.length ? "CPU" : ds.length === 1 ? ds[0].name + " " + fmt.mem(ds[0].in_use_bytes) :
+      ds.length + "× " + ds[0].name.replace(/:\d+$/, "") + " " + fmt.mem(ds.reduce((a, d) => a + d.in_use_bytes, 0));
+    return '<div class=devs title="' + esc(devsTitle(t)) + '">' + esc(short) + "</div>";
+  }
   function renderCluster(tasks) {
     const byJob = new Map();
     for (const t of tasks) { if (!byJob.has(t.job)) byJob.set(t.job, []); byJob.get(t.job).push(t); }
@@ -104,11 +133,12 @@
         const training = job === "worker" || job === "chief";
         if (compact) {
           html += '<div class="task compact ' + esc(t.state) + '" data-task="' + esc(t.name) + '" data-state="' + esc(t.state) + '" title="' +
-            esc(t.name + " · " + t.address + " · " + t.state + (t.error ? " · " + t.error : "")) + '">' +
+            esc(t.name + " · " + t.address + " · " + t.state + (t.error ? " · " + t.error : "") + (devsKnown(t) ? "\n" + devsTitle(t) : "")) + '">' +
             '<div class=top><span class=name>' + esc(job) + " " + t.index + '</span><span class="dot ' + esc(t.state) + '"></span></div>' +
             '<div class=nums><span>step <b class=step>' + fmt.int(t.global_step) + "</b></span><span>" +
             (training ? "<b>" + fmt.num(t.step_rate, 1) + "</b>/s" : "<b>" + fmt.bytes(t.variable_bytes) + "</b>") + "</span>" +
             "<span>cpu <b>" + fmt.num(t.cpu * 100, 0) + "%</b></span><span>♥ <b class=hb>" + fmt.age(t.heartbeat_age) + "</b></span></div>" +
+            devsCompact(t) +
             (t.global_step >= 0 ? '<div class=bar><div style="width:' + (100 * t.global_step / maxStep).toFixed(1) + '%;background:' + (jobColor[job] || "#888") + '"></div></div>' : "") +
             "</div>";
           continue;
@@ -124,6 +154,7 @@
           "<span>♥ <b class=hb>" + fmt.age(t.heartbeat_age) + "</b></span>" +
           "<span>" + (training ? "step <b>" + fmt.ms(t.step_seconds) + "</b>" : "") + "</span>" +
           "</div>" +
+          devsFull(t) +
           (t.global_step >= 0 && trainingJob(job) ? '<div class=bar><div style="width:' + (100 * t.global_step / maxStep).toFixed(1) + '%;background:' + (jobColor[job] || "#888") + '"></div></div>' : "") +
           (t.error && t.state !== "done" ? '<div class=err title="' + esc(t.error) + '">' + esc(t.error) + "</div>" : "") +
           (t.metrics_url ? '<a href="' + esc(t.metrics_url) + '" target=_blank>metrics</a>' : "") +
