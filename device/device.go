@@ -200,3 +200,29 @@ func platformNamesLocked() []string {
 	sort.Strings(names)
 	return names
 }
+
+// ErrNotCapturable is wrapped by the error of work that a capturing stream
+// cannot record (a copy from or to host memory, a Synchronize).
+var ErrNotCapturable = errors.New("work cannot be captured")
+
+// Capturer is a Stream that can record the work enqueued on it, instead
+// of running it, into a Graph that replays it at the cost of one launch:
+// CUDA graphs' stream capture. While it captures, only device work (kernels,
+// copies and zeroing within the device) may be enqueued; anything else
+// fails with ErrNotCapturable, and EndCapture then fails too.
+type Capturer interface {
+	Stream
+	// BeginCapture starts recording.
+	BeginCapture() error
+	// EndCapture stops recording and returns what was recorded.
+	EndCapture() (Graph, error)
+}
+
+// Graph is recorded device work.
+type Graph interface {
+	// Launch enqueues one replay of the work on the stream it was
+	// captured on, reading and writing the same device memory.
+	Launch() error
+	// Close frees the graph (not the memory it reads and writes).
+	Close() error
+}

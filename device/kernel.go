@@ -67,6 +67,10 @@ type Context struct {
 	// Scratch allocates temporary device memory, freed once the launch
 	// has been queued: the stream orders its reuse after this kernel.
 	Scratch func(n int64) (Ptr, error)
+	// Hold, when set by the caller of Launch, takes the scratch buffers
+	// instead of their being freed: a graph being captured reads them at
+	// every replay.
+	Hold func(Buffer)
 }
 
 // KernelDef is the registration of an op's kernel on a platform.

@@ -64,7 +64,9 @@ func Launch(c *Context, def KernelDef, k Kernel) (err error) {
 	var scratch []Buffer
 	defer func() {
 		for _, b := range scratch {
-			if ferr := alloc.Free(b); err == nil {
+			if c.Hold != nil {
+				c.Hold(b)
+			} else if ferr := alloc.Free(b); err == nil {
 				err = ferr
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -108,6 +109,11 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	wasClosed := s.closed
 	s.closed = true
+	for _, e := range s.executors {
+		if c, ok := e.(io.Closer); ok {
+			c.Close() // the memory a step holds on a device
+		}
+	}
 	s.executors = nil
 	s.last.Store(nil)
 	s.mu.Unlock()

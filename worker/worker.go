@@ -425,6 +425,13 @@ func (w *Worker) checkGraph(g *graph.Graph) error {
 // dropLocked forgets a registered graph and its share of its session's use.
 func (w *Worker) dropLocked(r *registered) {
 	delete(w.graphs, r.handle)
+	r.mu.Lock()
+	for _, p := range r.execs {
+		if p.dev != nil {
+			p.dev.Close() // the memory its captured steps hold on a device
+		}
+	}
+	r.mu.Unlock()
 	if use := w.sessions[r.session]; use != nil {
 		use.graphs--
 		use.bytes -= r.bytes

@@ -40,45 +40,8 @@ func emuLibrary(t *testing.T) uintptr {
 		t.Skip("compiling the kernels for the CPU takes a while")
 	}
 	emu.once.Do(func() {
-		gxx, err := exec.LookPath("g++")
-		if err != nil {
-			emu.err = fmt.Errorf("no g++ to compile the kernels for the CPU: %w", err)
-			return
-		}
-		src, err := kernelSource()
-		if err != nil {
-			emu.err = err
-			return
-		}
-		shim, _ := os.ReadFile("testdata/emu_shim.h")
-		main, _ := os.ReadFile("testdata/emu_main.h")
-		names, err := preprocessedKernels(src)
-		if err != nil {
-			emu.err = err
-			return
-		}
-		var b strings.Builder
-		b.Write(shim)
-		b.WriteString(src)
-		b.Write(main)
-		b.WriteString("const entry emu_kernels[] = {\n")
-		for _, n := range names {
-			fmt.Fprintf(&b, "  {%q, [](void** p) { call(%s, p); }},\n", n, n)
-		}
-		fmt.Fprintf(&b, "};\nconst int emu_nkernels = %d;\n", len(names))
-		dir, err := os.MkdirTemp("", "cuda-emu")
-		if err != nil {
-			emu.err = err
-			return
-		}
-		cpp, so := filepath.Join(dir, "emu.cpp"), filepath.Join(dir, "libemu.so")
-		if err := os.WriteFile(cpp, []byte(b.String()), 0o644); err != nil {
-			emu.err = err
-			return
-		}
-		out, err := exec.Command(gxx, "-std=c++17", "-O1", "-w", "-shared", "-fPIC", "-o", so, cpp).CombinedOutput()
-		if err != nil {
-			emu.err = fmt.Errorf("g++: %v\n%s", err, out)
+		var so string
+		if so, emu.err = buildEmu(""); emu.err != nil {
 			return
 		}
 		h, err := dlopen(so)
@@ -95,6 +58,61 @@ func emuLibrary(t *testing.T) uintptr {
 		t.Fatal(emu.err)
 	}
 	return emu.launch
+}
+
+// buildEmu compiles the kernels for the CPU with the emulation's launcher
+// and the testdata file extra (if any) into a shared library, and returns
+// its path.
+func buildEmu(extra string) (string, error) {
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		return "", fmt.Errorf("no g++ to compile the kernels for the CPU: %w", err)
+	}
+	src, err := kernelSource()
+	if err != nil {
+		return "", err
+	}
+	names, err := preprocessedKernels(src)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, f := range []string{"testdata/emu_shim.h", "", "testdata/emu_main.h"} {
+		if f == "" {
+			b.WriteString(src)
+			continue
+		}
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		b.Write(raw)
+	}
+	b.WriteString("const entry emu_kernels[] = {\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  {%q, [](void** p) { call(%s, p); }},\n", n, n)
+	}
+	fmt.Fprintf(&b, "};\nconst int emu_nkernels = %d;\n", len(names))
+	if extra != "" {
+		raw, err := os.ReadFile(extra)
+		if err != nil {
+			return "", err
+		}
+		b.Write(raw)
+	}
+	dir, err := os.MkdirTemp("", "cuda-emu")
+	if err != nil {
+		return "", err
+	}
+	cpp, so := filepath.Join(dir, "emu.cpp"), filepath.Join(dir, "libemu.so")
+	if err := os.WriteFile(cpp, []byte(b.String()), 0o644); err != nil {
+		return "", err
+	}
+	out, err := exec.Command(gxx, "-std=c++17", "-O1", "-w", "-shared", "-fPIC", "-o", so, cpp).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("g++: %v\n%s", err, out)
+	}
+	return so, nil
 }
 
 // preprocessedKernels lists the kernels of src after macro expansion.

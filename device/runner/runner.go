@@ -44,6 +44,9 @@ type Options struct {
 	Feeds []string
 	// Fetches are the tensors ("node:index") Run returns, on the host.
 	Fetches []string
+	// Eager turns whole-step replay off: every step launches its kernels
+	// one by one (see the package doc).
+	Eager bool
 }
 
 // Runner runs a partition on a device.
@@ -52,9 +55,18 @@ type Runner struct {
 	nodes []*step // in creation (topological) order
 	// slots: one per node output; consumers counts the readers of each.
 	consumers []int
-	fetches   []int // slot of each fetch
+	producer  []*step // of each slot
+	fetches   []int   // slot of each fetch
 	feeds     map[string]int
 	mu        sync.Mutex // one step at a time on the stream
+
+	// Whole-step replay (replay.go): whether the partition allows it, the
+	// graphs captured by the shapes of the step's inputs, and the keys
+	// that could not be captured.
+	replayable bool
+	graphs     map[string]*replay
+	eagerKeys  map[string]bool
+	stepsRun   int
 }
 
 // step is one node as the runner runs it.
@@ -84,7 +96,7 @@ const (
 // New prepares g, a partition whose nodes all run on dev, for Run.
 func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 	platform := dev.Info().Platform
-	r := &Runner{dev: dev, feeds: map[string]int{}}
+	r := &Runner{dev: dev, feeds: map[string]int{}, graphs: map[string]*replay{}, eagerKeys: map[string]bool{}}
 	for i, name := range opts.Feeds {
 		r.feeds[name] = i
 	}
@@ -95,6 +107,7 @@ func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 		nslots += n.NumOutputs()
 	}
 	r.consumers = make([]int, nslots)
+	r.producer = make([]*step, nslots)
 	for _, n := range g.Nodes() {
 		st := &step{n: n, outputs: first[n]}
 		for i, in := range n.Inputs() {
@@ -134,6 +147,9 @@ func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 			st.def, st.k = def, k
 		}
 		r.nodes = append(r.nodes, st)
+		for i := range n.NumOutputs() {
+			r.producer[st.outputs+i] = st
+		}
 	}
 	for _, name := range opts.Fetches {
 		o, err := g.Output(name)
@@ -144,6 +160,8 @@ func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 		r.fetches = append(r.fetches, slot)
 		r.consumers[slot]++ // kept to the end of the step
 	}
+	_, capturer := dev.Stream().(device.Capturer)
+	r.replayable = capturer && !opts.Eager && replayable(r.nodes)
 	return r, nil
 }
 
@@ -158,23 +176,43 @@ func (r *Runner) Device() device.Device { return r.dev }
 func (r *Runner) Run(ctx context.Context, rv kernel.Rendezvous, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := &run{r: r, ctx: ctx, rv: rv, vals: make([]*device.Tensor, len(r.consumers)), left: slices.Clone(r.consumers)}
+	s := &run{r: r, ctx: ctx, rv: rv, feeds: feeds, vals: make([]*device.Tensor, len(r.consumers)), left: slices.Clone(r.consumers)}
 	defer s.freeAll()
-	for _, st := range r.nodes {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("runner: %s: %w", r.dev.Info().Name, err)
-		}
-		if err := s.node(st, feeds); err != nil {
+	r.stepsRun++
+	if r.replayable {
+		// The step's inputs first: they never wait for this partition's
+		// Sends, which all come after them.
+		if err := s.receive(); err != nil {
 			return nil, err
 		}
-		for _, slot := range st.inputs {
-			s.release(slot)
+		key := s.inputKey()
+		if g := r.graphs[key]; g != nil {
+			return s.replay(g)
 		}
-		for i := range st.n.NumOutputs() {
-			if s.left[st.outputs+i] == 0 {
-				s.release(st.outputs + i) // read by no one
+		// The first step runs eagerly (it loads the kernels); later ones
+		// capture a graph for their shapes, once.
+		if r.stepsRun > 1 && !r.eagerKeys[key] && len(r.graphs) < maxGraphs {
+			out, captured, err := s.capture(key)
+			if captured || err != nil {
+				return out, err
 			}
+			r.eagerKeys[key] = true
 		}
+	}
+	return s.eager()
+}
+
+// eager runs the step node by node.
+func (s *run) eager() ([]*tensor.Tensor, error) {
+	r := s.r
+	for _, st := range r.nodes {
+		if err := s.ctx.Err(); err != nil {
+			return nil, fmt.Errorf("runner: %s: %w", r.dev.Info().Name, err)
+		}
+		if err := s.node(st); err != nil {
+			return nil, err
+		}
+		s.done(st)
 	}
 	out := make([]*tensor.Tensor, len(r.fetches))
 	for i, slot := range r.fetches {
@@ -184,26 +222,47 @@ func (r *Runner) Run(ctx context.Context, rv kernel.Rendezvous, feeds []*tensor.
 		}
 		out[i] = t
 	}
-	if err := r.dev.Stream().Synchronize(ctx); err != nil {
+	if err := r.dev.Stream().Synchronize(s.ctx); err != nil {
 		return nil, fmt.Errorf("runner: %s: %w", r.dev.Info().Name, err)
 	}
 	return out, nil
 }
 
+// done releases what st's run let go: its inputs' reads, and outputs that
+// no one reads.
+func (s *run) done(st *step) {
+	for _, slot := range st.inputs {
+		s.release(slot)
+	}
+	for i := range st.n.NumOutputs() {
+		if s.left[st.outputs+i] == 0 {
+			s.release(st.outputs + i)
+		}
+	}
+}
+
 // run is the state of one step.
 type run struct {
-	r    *Runner
-	ctx  context.Context
-	rv   kernel.Rendezvous
-	vals []*device.Tensor
-	left []int // readers still to run, per slot
+	r     *Runner
+	ctx   context.Context
+	rv    kernel.Rendezvous
+	feeds []*tensor.Tensor
+	// received holds the Recvs' tensors taken before the step, by slot.
+	received map[int]*tensor.Tensor
+	// holding: the step's buffers belong to a graph being captured, and
+	// are not freed; captured lists them.
+	holding  bool
+	captured []device.Buffer
+	pending  []pendingUpload
+	vals     []*device.Tensor
+	left     []int // readers still to run, per slot
 	// temps are device copies of host values made for one launch.
 	temps []*device.Tensor
 	// hold keeps host memory the stream still reads from, to the step's end.
 	hold []*tensor.Tensor
 }
 
-func (s *run) node(st *step, feeds []*tensor.Tensor) error {
+func (s *run) node(st *step) error {
 	d := s.r.dev
 	switch st.kind {
 	case noop:
@@ -212,13 +271,17 @@ func (s *run) node(st *step, feeds []*tensor.Tensor) error {
 		s.vals[st.outputs] = host(st.value)
 		return nil
 	case feed:
-		if st.feed >= len(feeds) || feeds[st.feed] == nil {
+		if st.feed >= len(s.feeds) || s.feeds[st.feed] == nil {
 			return fmt.Errorf("runner: placeholder %s on %s: no value fed", st.n, d.Info().Name)
 		}
-		s.vals[st.outputs] = host(feeds[st.feed])
+		s.vals[st.outputs] = host(s.feeds[st.feed])
 		return nil
 	case recv:
-		t, err := s.rv.Recv(s.ctx, st.key)
+		t, ok := s.received[st.outputs]
+		var err error
+		if !ok {
+			t, err = s.rv.Recv(s.ctx, st.key)
+		}
 		if err != nil {
 			return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
 		}
@@ -237,6 +300,9 @@ func (s *run) node(st *step, feeds []*tensor.Tensor) error {
 		return nil
 	}
 	c := &device.Context{Ctx: s.ctx, Node: st.n, Device: d, Stream: d.Stream(), Inputs: make([]*device.Tensor, len(st.inputs))}
+	if s.holding {
+		c.Hold = func(b device.Buffer) { s.captured = append(s.captured, b) }
+	}
 	for i, slot := range st.inputs {
 		v := s.vals[slot]
 		if v == nil {
@@ -249,6 +315,20 @@ func (s *run) node(st *step, feeds []*tensor.Tensor) error {
 				return fmt.Errorf("runner: node %s: host input %d: %w", st.n, i, err)
 			}
 			v = host(t)
+		case !st.def.IsHostInput(i) && v.Host != nil && s.holding:
+			// A capture cannot record the copy: the buffer is made now
+			// and filled when the capture ends (see capture).
+			buf, err := d.Allocator().Alloc(v.Bytes())
+			if err != nil {
+				return fmt.Errorf("runner: node %s on %s: input %d: %w", st.n, d.Info().Name, i, err)
+			}
+			up := &device.Tensor{DType: v.DType, Shape: v.Shape, Buf: buf}
+			s.captured = append(s.captured, buf)
+			s.pending = append(s.pending, pendingUpload{dev: up, host: v.Host})
+			if s.left[slot] > 1 {
+				s.vals[slot] = up
+			}
+			v = up
 		case !st.def.IsHostInput(i) && v.Host != nil:
 			up, err := device.Upload(d, v.Host)
 			if err != nil {
@@ -269,9 +349,14 @@ func (s *run) node(st *step, feeds []*tensor.Tensor) error {
 	}
 	for i, o := range c.Outputs {
 		s.vals[st.outputs+i] = o
+		if s.holding && o.Host == nil {
+			s.captured = append(s.captured, o.Buf)
+		}
 	}
-	device.FreeAll(d.Allocator(), s.temps)
-	s.temps = s.temps[:0]
+	if !s.holding {
+		device.FreeAll(d.Allocator(), s.temps)
+		s.temps = s.temps[:0]
+	}
 	return nil
 }
 
@@ -301,7 +386,7 @@ func (s *run) release(slot int) {
 	if s.left[slot] > 0 {
 		return
 	}
-	if v := s.vals[slot]; v != nil && v.Host == nil {
+	if v := s.vals[slot]; v != nil && v.Host == nil && !s.holding {
 		s.r.dev.Allocator().Free(v.Buf)
 	}
 	s.vals[slot] = nil

@@ -228,6 +228,11 @@ type stream struct {
 	mu     sync.RWMutex // held to send on work (read) and to close it
 	closed bool
 
+	capMu     sync.Mutex
+	capturing bool
+	recorded  []func() error
+	capErr    error // the first work refused while capturing
+
 	errMu sync.Mutex
 	err   error // the first error of queued work: sticky
 }
@@ -284,11 +289,82 @@ func (s *stream) enqueue(it item) error {
 	return nil
 }
 
-// launch queues f, which runs on the stream with access to device memory.
-func (s *stream) launch(f func() error) error { return s.enqueue(item{f: f}) }
+// launch queues f, which runs on the stream with access to device memory,
+// or records it while the stream captures.
+func (s *stream) launch(f func() error) error {
+	s.capMu.Lock()
+	if s.capturing {
+		s.recorded = append(s.recorded, f)
+		s.capMu.Unlock()
+		return nil
+	}
+	s.capMu.Unlock()
+	return s.enqueue(item{f: f})
+}
+
+// host queues a copy between host and device memory, which a capture
+// cannot record: CUDA cannot capture copies from pageable host memory.
+func (s *stream) host(what string, f func() error) error {
+	s.capMu.Lock()
+	if s.capturing {
+		err := fmt.Errorf("sim: %s while the stream captures: %w", what, device.ErrNotCapturable)
+		if s.capErr == nil {
+			s.capErr = err
+		}
+		s.capMu.Unlock()
+		return err
+	}
+	s.capMu.Unlock()
+	return s.enqueue(item{f: f})
+}
+
+// BeginCapture starts recording the stream's work.
+func (s *stream) BeginCapture() error {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	if s.capturing {
+		return fmt.Errorf("sim: BeginCapture: the stream already captures")
+	}
+	s.capturing, s.recorded, s.capErr = true, nil, nil
+	return nil
+}
+
+// EndCapture returns the recorded work as a graph.
+func (s *stream) EndCapture() (device.Graph, error) {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	if !s.capturing {
+		return nil, fmt.Errorf("sim: EndCapture without BeginCapture")
+	}
+	work, err := s.recorded, s.capErr
+	s.capturing, s.recorded, s.capErr = false, nil, nil
+	if err != nil {
+		return nil, err
+	}
+	return &recording{s: s, work: work}, nil
+}
+
+// recording is recorded work, replayed as one item of the stream.
+type recording struct {
+	s    *stream
+	work []func() error
+}
+
+func (g *recording) Launch() error {
+	return g.s.launch(func() error {
+		for _, f := range g.work {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (g *recording) Close() error { g.work = nil; return nil }
 
 func (s *stream) CopyIn(dst device.Ptr, src []byte) error {
-	return s.launch(func() error {
+	return s.host("a copy to the device", func() error {
 		d, err := s.mem.bytes(dst, int64(len(src)))
 		if err != nil {
 			return fmt.Errorf("sim: copy to device: %w", err)
@@ -299,7 +375,7 @@ func (s *stream) CopyIn(dst device.Ptr, src []byte) error {
 }
 
 func (s *stream) CopyOut(dst []byte, src device.Ptr) error {
-	return s.launch(func() error {
+	return s.host("a copy to the host", func() error {
 		d, err := s.mem.bytes(src, int64(len(dst)))
 		if err != nil {
 			return fmt.Errorf("sim: copy to host: %w", err)
@@ -337,6 +413,16 @@ func (s *stream) Zero(dst device.Ptr, n int64) error {
 
 // Synchronize waits for the work queued so far.
 func (s *stream) Synchronize(ctx context.Context) error {
+	s.capMu.Lock()
+	if s.capturing {
+		err := fmt.Errorf("sim: Synchronize while the stream captures: %w", device.ErrNotCapturable)
+		if s.capErr == nil {
+			s.capErr = err
+		}
+		s.capMu.Unlock()
+		return err
+	}
+	s.capMu.Unlock()
 	mark := make(chan struct{})
 	if err := s.enqueue(item{mark: mark}); err != nil {
 		return err

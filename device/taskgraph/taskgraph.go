@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -55,6 +56,10 @@ type Config struct {
 	// Logger gets one line per step signature naming the ops that fell
 	// back to the CPU (nil: slog.Default()).
 	Logger *slog.Logger
+	// Eager launches every step kernel by kernel instead of replaying a
+	// captured whole step (package device/runner); DISTFLOW_GPU_REPLAY=0
+	// in the environment sets it for every task graph of the process.
+	Eager bool
 }
 
 // loggedFallback holds the task and op of every node soft-placed on the
@@ -189,6 +194,7 @@ func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources, cfg Config)
 				opts.Fetches = append(opts.Fetches, f.Name())
 			}
 		}
+		opts.Eager = cfg.Eager || os.Getenv("DISTFLOW_GPU_REPLAY") == "0"
 		if p.r, err = runner.New(pg, cfg.Devices[d.Index], opts); err != nil {
 			return nil, fmt.Errorf("taskgraph: %w", err)
 		}
@@ -223,7 +229,10 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config) (map[*graph.Node]str
 		if err != nil {
 			return nil, nil, "", fmt.Errorf("taskgraph: node %s: %w", n, err)
 		}
-		if d.Type != "gpu" {
+		// A NoOp (a train op's group) does nothing: on the host it joins
+		// its inputs' ends there, where on a device it would hold the
+		// device's step open for them.
+		if d.Type != "gpu" || n.Op() == "NoOp" {
 			continue
 		}
 		idx := max(d.Index, 0)
@@ -253,7 +262,7 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config) (map[*graph.Node]str
 // supported returns "" when n can run on platform, else why not.
 func supported(n *graph.Node, platform string) string {
 	switch n.Op() {
-	case "Placeholder", "NoOp", "Const", "Send", "Recv":
+	case "Placeholder", "Const", "Send", "Recv":
 		return "" // the runner's own
 	}
 	def, err := device.LookupKernel(platform, n.Op())
@@ -275,6 +284,28 @@ func supported(n *graph.Node, platform string) string {
 // name, when a step runs on an accelerator (nil otherwise: everything is
 // on the host). The map is the executor's: read it, do not change it.
 func (e *Executor) Placement() map[string]string { return e.placed }
+
+// Replays reports how many of the step's device partitions replay
+// captured whole steps (package device/runner) rather than launching
+// kernel by kernel.
+func (e *Executor) Replays() int {
+	n := 0
+	for _, p := range e.runners {
+		if p.r.Replays() > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Close frees what the executor holds on its devices (the captured
+// graphs' memory). It must not run steps afterwards.
+func (e *Executor) Close() error {
+	for _, p := range e.runners {
+		p.r.Close()
+	}
+	return nil
+}
 
 // Accelerated reports whether a step runs on an accelerator.
 func (e *Executor) Accelerated() bool { return len(e.runners) > 0 }

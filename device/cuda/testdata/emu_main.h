@@ -38,29 +38,41 @@ static void emu_fiber(int t) {
   setcontext(&emu_main);
 }
 
+// emu_run runs kernel k on the grid and block.
+static void emu_run_kernel(int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           void** params) {
+  gridDim = dim3{gx, gy, gz};
+  blockDim = dim3{bx, by, bz};
+  emu_nthreads = bx * by * bz;
+  emu_run = emu_kernels[k].run;
+  emu_params = params;
+  const size_t stack = 64 << 10;
+  emu_fibers = new ucontext_t[emu_nthreads];
+  char* stacks = (char*)std::malloc(stack * emu_nthreads);
+  for (unsigned t = 0; t < emu_nthreads; ++t) {
+    getcontext(&emu_fibers[t]);
+    emu_fibers[t].uc_stack.ss_sp = stacks + t * stack;
+    emu_fibers[t].uc_stack.ss_size = stack;
+    emu_fibers[t].uc_link = nullptr;
+    makecontext(&emu_fibers[t], (void (*)())emu_fiber, 1, (int)t);
+  }
+  swapcontext(&emu_main, &emu_fibers[0]);
+  std::free(stacks);
+  delete[] emu_fibers;
+}
+
+// emu_find returns the index of the kernel called name, or -1.
+static int emu_find(const char* name) {
+  for (int k = 0; k < emu_nkernels; ++k) {
+    if (std::strcmp(emu_kernels[k].name, name) == 0) return k;
+  }
+  return -1;
+}
+
 extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, void** params) {
-  for (int k = 0; k < emu_nkernels; ++k) {
-    if (std::strcmp(emu_kernels[k].name, name) != 0) continue;
-    gridDim = dim3{gx, gy, gz};
-    blockDim = dim3{bx, by, bz};
-    emu_nthreads = bx * by * bz;
-    emu_run = emu_kernels[k].run;
-    emu_params = params;
-    const size_t stack = 64 << 10;
-    emu_fibers = new ucontext_t[emu_nthreads];
-    char* stacks = (char*)std::malloc(stack * emu_nthreads);
-    for (unsigned t = 0; t < emu_nthreads; ++t) {
-      getcontext(&emu_fibers[t]);
-      emu_fibers[t].uc_stack.ss_sp = stacks + t * stack;
-      emu_fibers[t].uc_stack.ss_size = stack;
-      emu_fibers[t].uc_link = nullptr;
-      makecontext(&emu_fibers[t], (void (*)())emu_fiber, 1, (int)t);
-    }
-    swapcontext(&emu_main, &emu_fibers[0]);
-    std::free(stacks);
-    delete[] emu_fibers;
-    return 0;
-  }
-  return 1;
+  int k = emu_find(name);
+  if (k < 0) return 1;
+  emu_run_kernel(k, gx, gy, gz, bx, by, bz, params);
+  return 0;
 }
