@@ -62,7 +62,8 @@ func emuLibrary(t *testing.T) uintptr {
 
 // buildEmu compiles the kernels for the CPU with the emulation's launcher
 // and the testdata file extra (if any) into a shared library, and returns
-// its path.
+// its path. -Bsymbolic binds each library to its own kernels and state:
+// the emulation and the fake driver are both loaded, with the same names.
 func buildEmu(extra string) (string, error) {
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
@@ -108,7 +109,7 @@ func buildEmu(extra string) (string, error) {
 	if err := os.WriteFile(cpp, []byte(b.String()), 0o644); err != nil {
 		return "", err
 	}
-	out, err := exec.Command(gxx, "-std=c++17", "-O1", "-w", "-shared", "-fPIC", "-o", so, cpp).CombinedOutput()
+	out, err := exec.Command(gxx, "-std=c++17", "-O1", "-w", "-shared", "-fPIC", "-Wl,-Bsymbolic", "-o", so, cpp).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("g++: %v\n%s", err, out)
 	}
