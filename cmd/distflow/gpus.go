@@ -59,6 +59,9 @@ func (g gpuFlags) open() ([]device.Device, func(), error) {
 	if g.gpus == 0 {
 		return nil, func() {}, nil
 	}
+	if g.platform == "cuda" && !cudaBuilt {
+		return nil, nil, fmt.Errorf("--gpus %d: this distflow was built without CUDA (-tags nocuda, the static build of the CPU image): use a default build, or the GPU image", g.gpus)
+	}
 	p, err := device.Lookup(g.platform)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--gpu-platform: %w", err)

@@ -90,6 +90,24 @@ func TestLocalClusterOnSimulatedGPUs(t *testing.T) {
 	}
 }
 
+// TestNoCUDAHere: on a machine without the NVIDIA driver, --gpus is
+// refused before anything starts, naming the library it did not find.
+func TestNoCUDAHere(t *testing.T) {
+	for _, dir := range []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64"} {
+		if _, err := os.Stat(dir + "/libcuda.so.1"); err == nil {
+			t.Skipf("this machine has the CUDA driver (%s)", dir)
+		}
+	}
+	_, stderr, err := run(t, "train", "--model", "mlp", "--data", "embedded", "--steps", "1", "--quiet", "--gpus", "1")
+	if err == nil || !strings.Contains(stderr, "libcuda.so.1") || !strings.Contains(stderr, "DISTFLOW_CUDA_LIB_PATH") {
+		t.Errorf("--gpus 1 without CUDA: %v\n%s", err, stderr)
+	}
+	stdout, _, err := run(t, "devices")
+	if err != nil || !strings.Contains(stdout, "/cpu:0") || !strings.Contains(stdout, "libcuda.so.1") {
+		t.Errorf("distflow devices without CUDA: %v\n%s", err, stdout)
+	}
+}
+
 func TestGPUFlagsRefused(t *testing.T) {
 	for _, c := range []struct {
 		args []string
