@@ -11,7 +11,7 @@ package linalg
 //   - mc=144: the packed 144x256 A block (144 KiB) sits in the 512 KiB L2;
 //   - nc=4080: the packed 256x4080 B panel (4 MiB) lives in the shared L3.
 var (
-	avx2F32 = kernel[float32]{mr: 6, nr: 16, mc: 144, kc: 256, nc: 4080, aInner: true, micro: microAVX2, microDA: microDAAVX2,
+	avx2F32 = kernel[float32]{mr: 6, nr: 16, mc: 144, kc: 256, nc: 4080, micro: microAVX2, microDA: microDAAVX2,
 		microHalf: microHalfAVX2, microHalfDA: microHalfDAAVX2}
 
 	poolF32AVX2 wsPool[float32]

@@ -8,21 +8,22 @@ package linalg
 // accumulators, two registers for B and two for broadcasts of A. Each k
 // step issues 20 FMAs (10x32) against 2 loads of B and 10 broadcasts.
 //
-// The height was measured (BenchmarkSgemm's n=1024, MLP and CNN fc1 shapes,
-// one core, A B A B over heights 10, 12 and 14 on a Zen 4): every height
-// keeps the FMA pipes fed (about 110 GFLOP/s in L1, as the avx2 tile: Zen 4
-// runs a 512-bit FMA as two 256-bit halves), so what differs is the waste
-// of edge tiles. 10 divides the batches of the reference models (100, 50)
-// and was fastest on n=1024 and on the CNN's fc1; 12 gained a few percent
-// on the MLP's products and lost 15% on fc1, 14 lost on both.
+// The height was measured (BenchmarkSgemm's n=1024, MLP and CNN fc1
+// shapes, one core, A B A B over heights 10, 12 and 14 on a Zen 4): every
+// height keeps the FMA pipes fed (about 110 GFLOP/s in L1, as the avx2
+// tile: Zen 4 runs a 512-bit FMA as two 256-bit halves), so what differs is
+// the waste of edge tiles. 10 divides the batches of the reference models
+// (100, 50): the MLP's three products took 4% less time than at 12, the
+// CNN's fc1 products 19% less (at 12 and 14 fc1 was no faster than avx2),
+// and n=1024 ran within a few percent at all three.
 //
 // Blocking, for a 32-48 KiB L1 and a 1-2 MiB L2: kc=256 (the 32 KiB B
-// sliver streams from L2 beside the A slivers; kc=128 halved the work per
-// call without being faster, and the other loop order, A in L1 and a B
-// panel in L2, ran 10% slower); the mc x kc A block (160 KiB) in L2; the
-// kc x nc B panel (4 MiB) in L3.
+// sliver streams from L2 beside the A slivers; kc=128 halves the work per
+// call without being faster, and the other loop order, an A sliver in L1
+// and the kc x nc B panel in L2, was slower on the fc1 and MLP shapes);
+// the mc x kc A block (160 KiB) in L2; the kc x nc B panel (4 MiB) in L3.
 var (
-	avx512F32 = kernel[float32]{mr: avx512MR, nr: 32, mc: 16 * avx512MR, kc: 256, nc: 4096, aInner: true,
+	avx512F32 = kernel[float32]{mr: avx512MR, nr: 32, mc: 16 * avx512MR, kc: 256, nc: 4096,
 		micro: microAVX512, microDA: microDAAVX512, microHalf: microHalfAVX512, microHalfDA: microHalfDAAVX512}
 
 	poolF32AVX512 wsPool[float32]

@@ -16,12 +16,6 @@ type float interface{ ~float32 | ~float64 }
 type kernel[T float] struct {
 	mr, nr     int
 	mc, kc, nc int
-	// aInner runs the A slivers of a block in the inner loop, past one B
-	// sliver that stays in L1 (the BLIS order), with the mc x kc A block
-	// in L2. When not set, the B slivers of a panel run past one A sliver
-	// in L1, and the kc x nc B panel must fit in L2: the order for a tile
-	// whose B sliver is too large for L1 beside the streams (avx512).
-	aInner bool
 	// micro computes the mr x nr tile C = Ap*Bp + beta*C over kc steps, where
 	// ap holds mr*kc packed values (column by column) and bp kc*nr (row by row).
 	// beta == 0 overwrites C. c has at least (mr-1)*ldc+nr elements.
@@ -299,16 +293,9 @@ func (g *gemmArgs[T]) merge(t, c []T, ir, jr, mm, nn int, beta T) {
 func (g *gemmArgs[T]) macro(ws *workspace[T], kb, mb, nb int, c []T, beta T) {
 	kn := g.kn
 	mr, nr := kn.mr, kn.nr
-	if kn.aInner {
-		for jr := 0; jr < nb; jr += nr {
-			for ir := 0; ir < mb; ir += mr {
-				g.tile(ws, kb, mb, nb, ir, jr, c, beta)
-			}
-		}
-		return
-	}
-	for ir := 0; ir < mb; ir += mr {
-		for jr := 0; jr < nb; jr += nr {
+	// One B sliver stays in L1 while the A slivers stream past it from L2.
+	for jr := 0; jr < nb; jr += nr {
+		for ir := 0; ir < mb; ir += mr {
 			g.tile(ws, kb, mb, nb, ir, jr, c, beta)
 		}
 	}

@@ -5,8 +5,8 @@ package linalg
 // mc=128 keeps the packed A block (128 KiB) in L2, and nc bounds the packed
 // B panel (4 MiB) to the shared L3.
 var (
-	genericF32 = kernel[float32]{mr: 2, nr: 4, mc: 128, kc: 256, nc: 4096, aInner: true, micro: micro2x4[float32]}
-	genericF64 = kernel[float64]{mr: 2, nr: 4, mc: 128, kc: 256, nc: 2048, aInner: true, micro: micro2x4[float64]}
+	genericF32 = kernel[float32]{mr: 2, nr: 4, mc: 128, kc: 256, nc: 4096, micro: micro2x4[float32]}
+	genericF64 = kernel[float64]{mr: 2, nr: 4, mc: 128, kc: 256, nc: 2048, micro: micro2x4[float64]}
 
 	poolF32Generic wsPool[float32]
 	poolF64        wsPool[float64]
