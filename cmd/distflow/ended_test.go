@@ -4,7 +4,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -200,5 +202,45 @@ func TestHandStartedPSStoppedByTheRestartedChief(t *testing.T) {
 	step, _, _ := strings.Cut(string(marker), "\n")
 	if want := "/job:worker/task:0 linreg: global step " + step + ","; !strings.Contains(chief.output(), want) {
 		t.Errorf("the restarted chief's result is not at the marker's step (%q): %q", want, chief.output())
+	}
+}
+
+// TestRestartAtTheLastStepWithoutTheMarker: a checkpoint at the last step
+// without the marker (the chief died between its final checkpoint and the
+// marker; or a directory an older build trained) is finished too: the run
+// takes no step, saves no checkpoint, writes the marker and reports the
+// checkpoint's model. Before, every run took at least one step (41 of 40).
+func TestRestartAtTheLastStepWithoutTheMarker(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"train", "--model", "mlp", "--data", "embedded", "--steps", "40", "--checkpoint-dir", dir, "--json"}
+	stdout, stderr, err := run(t, args...)
+	if err != nil {
+		t.Fatalf("the first run: %v\n%s", err, tail(stderr, 20))
+	}
+	first := lastJSON(t, stdout)
+	if err := os.Remove(filepath.Join(dir, "training_ended")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	before := dirState(t, dir)
+	stdout, stderr, err = run(t, args...)
+	if err != nil {
+		t.Fatalf("the run at the last step: %v\n%s", err, tail(stderr, 20))
+	}
+	if !strings.Contains(stderr, "the global step is at the target already: nothing to train") {
+		t.Errorf("the run did not say that it had nothing to train:\n%s", tail(stderr, 20))
+	}
+	second := lastJSON(t, stdout)
+	for _, k := range []string{"global_step", "test_accuracy", "test_loss"} {
+		if first[k] != second[k] {
+			t.Errorf("%s: %v, the first run's %v", k, second[k], first[k])
+		}
+	}
+	after := dirState(t, dir)
+	if _, ok := after["training_ended"]; !ok {
+		t.Errorf("no marker after the run: %v", after)
+	}
+	delete(after, "training_ended")
+	if !maps.Equal(before, after) {
+		t.Errorf("the run changed the checkpoints:\nbefore %v\nafter  %v", before, after)
 	}
 }
