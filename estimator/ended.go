@@ -27,9 +27,9 @@ import (
 // ps is gone because training is over"; a chief started again on the
 // directory (restarted after it crashed while stopping the cluster, or the
 // same command run twice) reads it to finish the shutdown and report the
-// result without training. The directory is
-// shared by every task already (the ps tasks write their checkpoint shards
-// there), so no other channel is needed.
+// result without training. The directory is shared by every task already
+// (the ps tasks write their checkpoint shards there), so no other channel
+// is needed.
 const endedFile = "training_ended"
 
 // maxEndedBytes bounds what is read of the marker: a step and a Result.
@@ -49,7 +49,8 @@ type endMarker struct {
 
 // markTrainingEnded records in dir that training ended at step with the
 // chief's result res (written to a temporary file, synced, then renamed
-// over the last marker, so that a reader sees all or nothing).
+// over the last marker and the directory synced, so that a reader sees
+// all or nothing).
 func markTrainingEnded(dir string, step int64, res *Result) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%d\n", step)
@@ -75,6 +76,15 @@ func markTrainingEnded(dir string, step int64, res *Result) error {
 	if err != nil {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("estimator: marking the end of training in %s: %w", dir, err)
+	}
+	// The rename survives a crash of the machine too, as the checkpoint
+	// before it does.
+	if d, err := os.Open(dir); err == nil {
+		if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+			d.Close()
+			return fmt.Errorf("estimator: marking the end of training in %s: syncing the directory: %w", dir, err)
+		}
+		d.Close()
 	}
 	return nil
 }
@@ -145,7 +155,8 @@ func untilTrainingEnds(ctx context.Context, dir string, target int64, poll time.
 	}
 }
 
-// endedPoll is how often a replica waiting for the cluster looks for the end-of-training marker: a stat and a read of a few bytes.
+// endedPoll is how often a replica waiting for the cluster looks for the
+// end-of-training marker: a stat and a read of a few bytes.
 const endedPoll = 500 * time.Millisecond
 
 // envHoldAfterEnded, when set, makes the chief wait after it has marked
