@@ -54,6 +54,7 @@ var sentinels = []struct {
 	{"UNAUTHENTICATED", ErrUnauthenticated, codes.Unauthenticated},
 	{"UNAVAILABLE", ErrUnavailable, codes.Unavailable},
 	{"PERMISSION_DENIED", service.ErrPermissionDenied, codes.PermissionDenied},
+	{"TOO_MANY_STEPS", rendezvous.ErrTooManySteps, codes.ResourceExhausted},
 }
 
 // errorDomain marks the ErrorInfo details distflow writes.
