@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 
+import openblas_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -46,6 +48,7 @@ def last_json(out):
 
 def run_torch(model, w, threads, shuffle):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    openblas_env.setdefault(env)
     cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_train.py"), "--model", model,
            "--steps", str(w["steps"]), "--batch", str(w["batch"]), "--optimizer", w["optimizer"],
            "--lr", str(w["lr"]), "--threads", threads, "--windows", "3", "--shuffle", shuffle]

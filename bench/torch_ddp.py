@@ -18,7 +18,9 @@ shaped-network bed runs one rank per network namespace this way
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import openblas_env  # OPENBLAS_NUM_THREADS=1 and OPENBLAS_CORETYPE, before torch loads OpenBLAS
+
+openblas_env.setdefault(os.environ)
 
 import argparse
 import json

@@ -27,8 +27,11 @@ Run with Debian's interpreter: /usr/bin/python3 bench/torch_train.py
 import os
 
 # Must precede the torch import: otherwise OpenBLAS starts its own pool of
-# threads that fights with PyTorch's (see /work/shared/BENCHMARKING.md).
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# threads that fights with PyTorch's, and may pick its generic kernels on a
+# CPU it does not recognise (see openblas_env.py).
+import openblas_env
+
+openblas_env.setdefault(os.environ)
 
 import argparse
 import gzip

@@ -294,8 +294,11 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		}
 	}
 	if cfg.CheckpointDir != "" && (r.chief() || l.ledLast) {
-		if err := markTrainingEnded(cfg.CheckpointDir, steps); err != nil {
-			r.log.Warn("a rank away now will wait for the leader until its wait timeout", "err", err)
+		res.WallSeconds = time.Since(r.started).Seconds()
+		if err := markTrainingEnded(cfg.CheckpointDir, steps, res); err != nil {
+			r.log.Warn("a rank away now will wait for the leader until its wait timeout, and a run on this directory trains again", "err", err)
+		} else {
+			r.holdAfterEnded(ctx)
 		}
 	}
 	if len(servers) > 0 && (r.chief() || l.ledLast) {

@@ -45,6 +45,15 @@
 // restores the latest when it starts, and the members of a new view take
 // the model of the one furthest on.
 //
+// The end of training is state, not an event a crash can lose: after the
+// other replicas have finished and its final checkpoint, the chief writes
+// a marker with its result in the checkpoint directory, then stops the ps
+// tasks. A replica cut off meanwhile reads it and exits; and Train on a
+// directory whose training has ended (a chief restarted after it died
+// there, or the same program run again) trains nothing, changes no
+// checkpoint, finishes stopping the cluster, and returns that result, as
+// tf.estimator returns at once from a model directory at its last step.
+//
 // A model function is called once per tower and mode, in scopes that
 // reuse the first call's variables, so the same code builds the training
 // towers, the evaluation graph and the exported prediction graph.

@@ -94,10 +94,21 @@ func New(fn ModelFn, cfg RunConfig) (*Estimator, error) {
 func (e *Estimator) Config() RunConfig { return e.cfg }
 
 // Train trains the model with the configured strategy as this process's
-// task: a training replica trains until stop (and the chief then keeps the
-// trained model, saves the final checkpoint, waits for the other replicas
-// and stops the cluster); a ps task serves until the chief ends training.
-// Hooks run on this replica's steps. It blocks until then, or ctx ends.
+// task: a training replica trains until stop (and the chief then waits for
+// the other replicas, saves the final checkpoint, keeps the trained model,
+// marks the end of training in the checkpoint directory and stops the
+// cluster); a ps task serves until the chief ends training. Hooks run on
+// this replica's steps. It blocks until then, or ctx ends.
+//
+// Training that has ended stays ended, as with tf.estimator: when the
+// checkpoint directory holds the chief's end-of-training marker for stop's
+// step or a later one (the same training run again, or a chief restarted
+// after it crashed at the end), Train trains nothing and changes no
+// checkpoint; the chief keeps the final checkpoint as the trained model,
+// tells the serving tasks to stop (the crashed chief may not have), and
+// returns the result the marker recorded. A replica whose global step is
+// at stop's already (a checkpoint or the ps tasks at it, without the
+// marker) takes no step either and goes straight to the end.
 func (e *Estimator) Train(ctx context.Context, input InputFn, stop Stop, hooks ...Hook) (*Result, error) {
 	if input == nil {
 		return nil, errors.New("estimator: Train: the input function is nil")
@@ -117,6 +128,13 @@ func (e *Estimator) Train(ctx context.Context, input InputFn, stop Stop, hooks .
 		r.log = r.log.With("task", e.cfg.Task.String())
 		if r.index < 0 {
 			return r.serve(ctx)
+		}
+	}
+	// Training that has ended stays ended (ended.go). The other workers of
+	// in-graph replication only serve, until the chief stops them.
+	if _, inGraph := e.cfg.Strategy.(InGraph); !inGraph || r.chief() {
+		if res, ended, err := r.endedBefore(ctx); err != nil || ended {
+			return res, err
 		}
 	}
 	return e.cfg.Strategy.train(ctx, r)

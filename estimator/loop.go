@@ -120,6 +120,18 @@ func (l *loop) run(ctx context.Context) (loopStats, error) {
 	l.batch = l.ins[0].first[0].Shape()[0]
 	target := r.stop.steps(l.batch, l.perStep)
 	l.target = target
+	if gs, ok := l.atTarget(ctx, target); ok {
+		// Restored at the last step, or the ps tasks hold the model there
+		// (a chief restarted at the end): a step would train past it.
+		r.log.Info("the global step is at the target already: nothing to train", "global_step", gs, "target", target)
+		st := loopStats{towers: len(l.towers), firstGlobal: int(gs), lastGlobal: int(gs)}
+		if l.coord != nil {
+			if err := l.coord.done(ctx, sess); err != nil {
+				return st, err
+			}
+		}
+		return st, nil
+	}
 	spec := l.towers[0].spec
 	logNames := sortedNames(spec.Log)
 	fetches := []graph.Output{spec.Loss}
@@ -284,6 +296,21 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 	st.seconds = time.Since(start).Seconds()
 	st.timedSteps = st.localSteps - timedFrom
 	return st, nil
+}
+
+// atTarget reads the global step before the first step and reports
+// whether it has reached target. A failed read says no: the first step
+// then finds out what is wrong.
+func (l *loop) atTarget(ctx context.Context, target int64) (int64, bool) {
+	if !l.globalStep.Valid() {
+		return 0, false
+	}
+	out, err := l.ms.Session().Run(ctx, nil, []graph.Output{l.globalStep}, nil)
+	if err != nil {
+		return 0, false
+	}
+	gs := int64(out[0].Float64At(0))
+	return gs, gs >= target
 }
 
 // shortOfTarget reports, on the chief of a coordinated strategy, whether

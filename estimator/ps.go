@@ -232,10 +232,19 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		Ready: ready, Variables: numVars, ReadyTimeout: cfg.WaitTimeout, GlobalStep: globalStep, Logger: log,
 		Hooks: []train.Hook{train.NanGuardHook{Loss: towers[0].spec.Loss}},
 	}
+	savedAt := int64(-1) // the step of the last checkpoint saved here
 	if saver != nil {
-		mcfg.Hooks = append(mcfg.Hooks, r.observeCheckpoints(&train.CheckpointHook{Saver: saver, Schedule: &checkpoint.Schedule{
+		h := r.observeCheckpoints(&train.CheckpointHook{Saver: saver, Schedule: &checkpoint.Schedule{
 			Steps: cfg.SaveCheckpointsSteps, Every: cfg.SaveCheckpointsSecs,
-		}, Logger: log}))
+		}, Logger: log})
+		observe := h.Saved
+		h.Saved = func(step int64, took time.Duration) {
+			savedAt = step
+			if observe != nil {
+				observe(step, took)
+			}
+		}
+		mcfg.Hooks = append(mcfg.Hooks, periodicSaves{h})
 	}
 	for _, h := range r.hooks {
 		mcfg.Hooks = append(mcfg.Hooks, h)
@@ -357,30 +366,55 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	if endCoordination != nil {
 		endCoordination(ctx)
 	}
-	if err := ms.Close(ctx); err != nil { // the final checkpoint
+	// The other replicas first: once they have finished, nothing updates
+	// the model, so the final checkpoint is the trained model, and a run
+	// on the finished directory evaluates what this one did.
+	if done != nil {
+		waitForReplicas(ctx, sess, r, done)
+	}
+	if err := ms.Close(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.e.keepTrained(ctx, sess, modelVars, globalStep); err != nil {
 		return nil, err
 	}
 	res.GlobalStep = r.e.trainedStep()
+	if saver != nil && res.GlobalStep != savedAt && res.GlobalStep != ms.RestoredStep {
+		// The final checkpoint, at the global step the model is at (the
+		// last step's estimate of it may lag behind the others' steps).
+		start := time.Now()
+		prefix, err := saver.Save(ctx, sess, res.GlobalStep)
+		if err != nil {
+			return nil, fmt.Errorf("estimator: the final checkpoint: %w", err)
+		}
+		r.observeCheckpoint(time.Since(start))
+		log.Info("saved a checkpoint", "prefix", prefix, "global_step", res.GlobalStep)
+	}
 	if cfg.Cluster != nil {
-		if done != nil {
-			waitForReplicas(ctx, sess, r, done)
-		}
-		if cfg.CheckpointDir != "" {
-			// Before the ps tasks go: a replica that cannot reach them
-			// then knows why (ended.go).
-			if err := markTrainingEnded(cfg.CheckpointDir, res.GlobalStep); err != nil {
-				log.Warn("a replica away now will wait for the ps tasks until its wait timeout", "err", err)
-			}
-		}
 		sess.Close() // while every task still answers
 		res.PSVariables = psVariables(ctx, r)
+	}
+	if cfg.CheckpointDir != "" {
+		// After the final checkpoint and before the ps tasks go: a replica
+		// that cannot reach them then knows why, and a chief started again
+		// on the directory finishes here (ended.go).
+		if err := markTrainingEnded(cfg.CheckpointDir, res.GlobalStep, res); err != nil {
+			log.Warn("a replica away now will wait for the ps tasks until its wait timeout, and a run on this directory trains again", "err", err)
+		} else {
+			r.holdAfterEnded(ctx)
+		}
+	}
+	if cfg.Cluster != nil {
 		shutdownCluster(ctx, r, plan.inGraph)
 	}
 	return res, nil
 }
+
+// periodicSaves is a checkpoint hook without its save at the end, which
+// trainOnPS makes itself once the other replicas have finished.
+type periodicSaves struct{ *train.CheckpointHook }
+
+func (periodicSaves) End(context.Context, *train.MonitoredSession) error { return nil }
 
 // openInput is an input being read: its iterator and its first batch,
 // taken to learn the features' dtypes and shapes.

@@ -18,7 +18,9 @@
 //
 // Local is one step's table within one process. Table keeps the Locals of a
 // worker's live steps by step ID and remembers recently cleaned steps, so a
-// late request fails at once with ErrStepDone. A Router (NewRouter, or
+// late request fails at once with ErrStepDone; a step that receives wait
+// for but no partition has started is kept only while they wait, and at
+// most MaxWaitingSteps of them. A Router (NewRouter, or
 // Router.Init in a worker's own step state) wraps a step's Local for a
 // worker: Sends stay local (peers fetch them with RecvTensor), Recvs of
 // tensors sent by another task go through a Fetcher (the worker's RPC

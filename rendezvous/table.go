@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -18,30 +19,56 @@ import (
 // that a late request for one of them fails at once instead of waiting.
 const DefaultCleanedSteps = 4096
 
+// MaxWaitingSteps bounds the steps that receives wait for before any
+// partition of theirs has started on this task (Table.Recv): a peer's
+// receive may race ahead of this task's RunGraph, but one that names steps
+// that never run here must not make the task keep them.
+const MaxWaitingSteps = 4096
+
+// ErrTooManySteps is wrapped by the error of a receive for a step not
+// started here when MaxWaitingSteps such steps already have receives
+// waiting.
+var ErrTooManySteps = errors.New("too many steps that have not started here have receives waiting")
+
 // Table holds the rendezvous of every live step of one worker task. It is
 // safe for concurrent use.
 //
-// A step's Local is created by the first Get for its ID, whichever comes
-// first: the worker's RunGraph or a peer's RecvTensor that races ahead of it.
-// Cleanup aborts and forgets it. The IDs of the last DefaultCleanedSteps
-// cleaned steps are remembered: Get returns, for them, a Local already
-// aborted with ErrStepDone, so a late Recv fails at once.
+// A step is started by Get, which a partition of the step that runs here
+// calls: its Local is kept until Cleanup. A receive for a step not started
+// (Recv, RecvLent, RecvManyLent: a peer's RecvTensor that races ahead of
+// this task's RunGraph) waits in the step's Local too, which Get then
+// returns; but if the step does not start, the Local is forgotten once its
+// last receive ends (its context's deadline), so that requests for steps
+// that never run here leave nothing behind, and at most MaxWaitingSteps
+// such steps wait at once. The IDs of the last DefaultCleanedSteps cleaned
+// steps are remembered: for them, Get and the receives see a Local already
+// aborted with ErrStepDone (or the step's abort reason), so a late Recv
+// fails at once.
 type Table struct {
 	mu      sync.Mutex
-	steps   map[int64]*Local
-	cleaned map[int64]error // cleaned-up steps: their abort error, nil for a finished one
-	ring    []int64         // cleaned IDs in cleanup order; ring[next] is the oldest once full
+	steps   map[int64]*Local       // started steps
+	waiting map[int64]*waitingStep // steps not started, with receives waiting
+	cleaned map[int64]error        // cleaned-up steps: their abort error, nil for a finished one
+	ring    []int64                // cleaned IDs in cleanup order; ring[next] is the oldest once full
 	next    int
+}
+
+// waitingStep is the Local of a step not started here, and the number of
+// receives that wait on it.
+type waitingStep struct {
+	l *Local
+	n int
 }
 
 // NewTable returns an empty table.
 func NewTable() *Table {
-	return &Table{steps: map[int64]*Local{}, cleaned: map[int64]error{}}
+	return &Table{steps: map[int64]*Local{}, waiting: map[int64]*waitingStep{}, cleaned: map[int64]error{}}
 }
 
-// Get returns the rendezvous of step stepID, creating it if needed. For a
-// step already cleaned up it returns a rendezvous that fails every Send and
-// Recv with the step's abort error, or ErrStepDone for a step that
+// Get returns the rendezvous of step stepID, which a partition that runs
+// here starts: it creates it if needed, and keeps it until Cleanup. For a
+// step already cleaned up it returns a rendezvous that fails every Send
+// and Recv with the step's abort error, or ErrStepDone for a step that
 // finished: a receive that comes late names why the step ended.
 func (t *Table) Get(stepID int64) *Local {
 	t.mu.Lock()
@@ -49,18 +76,125 @@ func (t *Table) Get(stepID int64) *Local {
 	if l, ok := t.steps[stepID]; ok {
 		return l
 	}
-	if abortErr, done := t.cleaned[stepID]; done {
-		l := NewLocal()
-		if abortErr != nil {
-			l.Abort(fmt.Errorf("step %d: %w", stepID, abortErr))
-		} else {
-			l.abortDone(stepID)
-		}
+	if w, ok := t.waiting[stepID]; ok { // receives came first
+		delete(t.waiting, stepID)
+		t.steps[stepID] = w.l
+		return w.l
+	}
+	if l := t.cleanedLocked(stepID); l != nil {
 		return l
 	}
 	l := NewLocal()
 	t.steps[stepID] = l
 	return l
+}
+
+// cleanedLocked returns an aborted rendezvous for a cleaned-up step, nil
+// for another.
+func (t *Table) cleanedLocked(stepID int64) *Local {
+	abortErr, done := t.cleaned[stepID]
+	if !done {
+		return nil
+	}
+	l := NewLocal()
+	if abortErr != nil {
+		l.Abort(fmt.Errorf("step %d: %w", stepID, abortErr))
+	} else {
+		l.abortDone(stepID)
+	}
+	return l
+}
+
+// receiver returns the rendezvous a receive of step stepID waits on, and
+// the waiting entry to release (done) after it when the step has not
+// started here.
+func (t *Table) receiver(stepID int64) (*Local, *waitingStep, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l, ok := t.steps[stepID]; ok {
+		return l, nil, nil
+	}
+	if w, ok := t.waiting[stepID]; ok {
+		w.n++
+		return w.l, w, nil
+	}
+	if l := t.cleanedLocked(stepID); l != nil {
+		return l, nil, nil
+	}
+	if len(t.waiting) >= MaxWaitingSteps {
+		return nil, nil, fmt.Errorf("rendezvous: step %d: %w (%d)", stepID, ErrTooManySteps, MaxWaitingSteps)
+	}
+	w := &waitingStep{l: NewLocal(), n: 1}
+	t.waiting[stepID] = w
+	return w.l, w, nil
+}
+
+// done ends a receive on w: the step's Local is forgotten with its last
+// receive unless the step started meanwhile (Get) or was cleaned up.
+func (t *Table) done(stepID int64, w *waitingStep) {
+	if w == nil {
+		return
+	}
+	t.mu.Lock()
+	if w.n--; w.n == 0 && t.waiting[stepID] == w {
+		delete(t.waiting, stepID)
+	}
+	t.mu.Unlock()
+}
+
+// Recv is Local.Recv on step stepID's rendezvous (see Table for a step not
+// started here).
+func (t *Table) Recv(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
+	l, w, err := t.receiver(stepID)
+	if err != nil {
+		return nil, err
+	}
+	defer t.done(stepID, w)
+	return l.Recv(ctx, key)
+}
+
+// RecvLent is Local.RecvLent on step stepID's rendezvous.
+func (t *Table) RecvLent(ctx context.Context, stepID int64, key string) (*tensor.Tensor, func(), error) {
+	l, w, err := t.receiver(stepID)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer t.done(stepID, w)
+	return l.RecvLent(ctx, key)
+}
+
+// RecvManyLent is Local.RecvManyLent on step stepID's rendezvous.
+func (t *Table) RecvManyLent(ctx context.Context, stepID int64, keys []string, got func([]Lent)) error {
+	l, w, err := t.receiver(stepID)
+	if err != nil {
+		return err
+	}
+	defer t.done(stepID, w)
+	return l.RecvManyLent(ctx, keys, got)
+}
+
+// Abort fails step stepID's rendezvous with err (a partition of the step
+// failed here): its waiting receives return err, and so do later ones. A
+// started step keeps its rendezvous until Cleanup; one not started here
+// (a RunGraph that failed before its step began) is cleaned up at once,
+// its reason remembered as Cleanup remembers it, so that failed requests
+// leave no more behind than DefaultCleanedSteps reasons.
+func (t *Table) Abort(stepID int64, err error) {
+	t.mu.Lock()
+	if l, ok := t.steps[stepID]; ok {
+		t.mu.Unlock()
+		l.Abort(err)
+		return
+	}
+	w := t.waiting[stepID]
+	delete(t.waiting, stepID)
+	if _, done := t.cleaned[stepID]; !done {
+		t.rememberLocked(stepID, err)
+	}
+	t.mu.Unlock()
+	if w != nil {
+		w.l.Abort(err)
+	}
 }
 
 // Cleanup ends step stepID: its rendezvous is aborted with abortErr (a failed
@@ -71,6 +205,10 @@ func (t *Table) Cleanup(stepID int64, abortErr error) {
 	t.mu.Lock()
 	l := t.steps[stepID]
 	delete(t.steps, stepID)
+	if w := t.waiting[stepID]; w != nil {
+		l = w.l
+		delete(t.waiting, stepID)
+	}
 	t.rememberLocked(stepID, abortErr)
 	t.mu.Unlock()
 	if l == nil {
@@ -134,11 +272,12 @@ func (t *Table) rememberLocked(stepID int64, abortErr error) {
 	t.next = (t.next + 1) % len(t.ring)
 }
 
-// Len returns the number of live steps.
+// Len returns the number of live steps: those started here, and those
+// that receives wait for.
 func (t *Table) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.steps)
+	return len(t.steps) + len(t.waiting)
 }
 
 // Fetcher receives, for a Router, the tensors other tasks send.

@@ -15,6 +15,7 @@ import (
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/kernel/cpu"
 	"github.com/distflow/distflow/rendezvous"
+	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/worker"
@@ -52,6 +53,8 @@ var sentinels = []struct {
 	{"QUEUE_CLOSED", cpu.ErrQueueClosed, codes.OutOfRange},
 	{"UNAUTHENTICATED", ErrUnauthenticated, codes.Unauthenticated},
 	{"UNAVAILABLE", ErrUnavailable, codes.Unavailable},
+	{"PERMISSION_DENIED", service.ErrPermissionDenied, codes.PermissionDenied},
+	{"TOO_MANY_STEPS", rendezvous.ErrTooManySteps, codes.ResourceExhausted},
 }
 
 // errorDomain marks the ErrorInfo details distflow writes.

@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/distflow/distflow/cluster"
@@ -16,6 +18,7 @@ import (
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/rpc"
+	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/worker"
 )
 
@@ -237,5 +240,45 @@ func TestLostTaskFailsFast(t *testing.T) {
 	}
 	if _, err := ps.GetStatus(ctxT(t), &pb.GetStatusRequest{}); err != nil {
 		t.Errorf("GetStatus after the task came back: %v", err)
+	}
+}
+
+// taskCreds names the calling task in every call's metadata, which
+// identifyByHeader takes as the caller (a stand-in for a certificate).
+type taskCreds string
+
+func (c taskCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"x-task": string(c)}, nil
+}
+func (taskCreds) RequireTransportSecurity() bool { return false }
+
+func identifyByHeader(ctx context.Context, method string) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-task"); len(v) == 1 {
+		return v[0], nil
+	}
+	return "", errors.New("the call names no task")
+}
+
+// TestShutdownRefusedIsPermissionDenied: a Shutdown from a task other than
+// the chief is answered PermissionDenied, and the client's error wraps
+// service.ErrPermissionDenied; the chief's is obeyed.
+func TestShutdownRefusedIsPermissionDenied(t *testing.T) {
+	var stopped atomic.Int32
+	w := worker.New(worker.Config{Task: suiteTask, ShutdownFrom: []string{"/job:worker/task:0"}, Logger: quiet,
+		OnShutdown: func(string) { stopped.Add(1) }})
+	srvOpts := rpc.Options{Identify: identifyByHeader}
+	other := serveWorker(t, w, srvOpts, rpc.Options{PerRPCCredentials: taskCreds("/job:worker/task:1")})
+	_, err := other.Shutdown(ctxT(t), &pb.ShutdownRequest{Reason: "not the chief"})
+	var re *rpc.RemoteError
+	if !errors.As(err, &re) || re.Code != codes.PermissionDenied || !errors.Is(err, service.ErrPermissionDenied) {
+		t.Fatalf("Shutdown from worker 1: %v; want PermissionDenied wrapping service.ErrPermissionDenied", err)
+	}
+	if stopped.Load() != 0 {
+		t.Fatal("the refused Shutdown stopped the task")
+	}
+	chief := serveWorker(t, w, srvOpts, rpc.Options{PerRPCCredentials: taskCreds("/job:worker/task:0")})
+	if _, err := chief.Shutdown(ctxT(t), &pb.ShutdownRequest{Reason: "done"}); err != nil || stopped.Load() != 1 {
+		t.Fatalf("Shutdown from the chief: %v (stopped %d times)", err, stopped.Load())
 	}
 }

@@ -30,7 +30,12 @@
 // the RecvTensor calls other tasks made to it; CleanupStep (which the master
 // sends to every task of a step) forgets the step, with an abort reason when
 // the step failed, so every wait of the step ends and a late RecvTensor
-// fails at once.
+// fails at once. A RecvTensor for a step that no partition has started
+// here waits for it, but the step is forgotten when its last such request
+// ends, and at most rendezvous.MaxWaitingSteps of them wait at once; a
+// RunGraph that fails before its step starts leaves only its reason, among
+// the last few thousand: requests for steps that never run here cost the
+// task no memory.
 //
 // # Confinement
 //

@@ -493,7 +493,7 @@ func (w *Worker) RunGraphInto(ctx context.Context, req *pb.RunGraphRequest, resp
 	}
 	fail := func(err error) error {
 		err = w.errorf("step %d: %w", stepID, err)
-		w.steps.Get(stepID).Abort(err)
+		w.steps.Abort(stepID, err)
 		w.log.Debug("worker: step failed", "step", stepID, "err", err)
 		return err
 	}
@@ -1051,9 +1051,10 @@ func (b *batch) take(ctx context.Context, key string) (t *tensor.Tensor, ok bool
 
 // RecvTensor waits until key is sent in step stepID on this worker and
 // returns the tensor. It fails when ctx ends, when the step is aborted, or
-// at once when the step was already cleaned up.
+// at once when the step was already cleaned up, or when it has not started
+// here and rendezvous.MaxWaitingSteps such steps have requests waiting.
 func (w *Worker) RecvTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, error) {
-	t, err := w.steps.Get(stepID).Recv(ctx, key)
+	t, err := w.steps.Recv(ctx, stepID, key)
 	if err != nil {
 		return nil, w.errorf("step %d: %w", stepID, err)
 	}
@@ -1065,7 +1066,7 @@ func (w *Worker) RecvTensor(ctx context.Context, stepID int64, key string) (*ten
 // the function to call then, which hands a variable's buffer sent by Send
 // back to the variable (see rendezvous.Local.SendLent).
 func (w *Worker) LendTensor(ctx context.Context, stepID int64, key string) (*tensor.Tensor, func(), error) {
-	t, release, err := w.steps.Get(stepID).RecvLent(ctx, key)
+	t, release, err := w.steps.RecvLent(ctx, stepID, key)
 	if err != nil {
 		return nil, nil, w.errorf("step %d: %w", stepID, err)
 	}
@@ -1075,7 +1076,7 @@ func (w *Worker) LendTensor(ctx context.Context, stepID int64, key string) (*ten
 // LendTensors is LendTensor for several keys of a step, with one waiter
 // (see service.BatchLender and rendezvous.Local.RecvManyLent).
 func (w *Worker) LendTensors(ctx context.Context, stepID int64, keys []string, got func([]rendezvous.Lent)) error {
-	if err := w.steps.Get(stepID).RecvManyLent(ctx, keys, got); err != nil {
+	if err := w.steps.RecvManyLent(ctx, stepID, keys, got); err != nil {
 		return w.errorf("step %d: %w", stepID, err)
 	}
 	return nil
@@ -1136,3 +1137,8 @@ func (w *Worker) NumGraphs() int {
 	defer w.mu.Unlock()
 	return len(w.graphs)
 }
+
+// LiveSteps returns the number of steps whose rendezvous the worker holds:
+// those a partition ran here, until cleaned up, and those that receives
+// wait for (for tests and status).
+func (w *Worker) LiveSteps() int { return w.steps.Len() }

@@ -2,8 +2,6 @@
 
 package linalg
 
-import "golang.org/x/sys/cpu"
-
 // The AVX2+FMA kernel: a 6x16 float32 tile (12 ymm accumulators, 2 for B,
 // 2 for broadcasts of A), the BLIS Zen choice. Each k step issues 12 FMAs
 // against 2 loads and 6 broadcasts, so the two FMA pipes, not the load
@@ -66,10 +64,4 @@ func (avx2Backend) Name() string { return "avx2" }
 
 func (avx2Backend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	gemm(&avx2F32, &poolF32AVX2, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-}
-
-func init() {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		Register(avx2Backend{})
-	}
 }

@@ -50,7 +50,7 @@ func BenchmarkSgemm(b *testing.B) {
 				if procs == 1 {
 					suffix = "/1core"
 				}
-				for _, n := range []int{256, 512, 1024} {
+				for _, n := range []int{256, 512, 1000, 1024} {
 					b.Run(fmt.Sprintf("n=%d%s", n, suffix), func(b *testing.B) {
 						withProcs(procs, func() { benchGemm(b, be, false, false, n, n, n) })
 					})

@@ -21,5 +21,6 @@ func microConvAVX2(g *convGather, b, c []float32, ldc int, beta float32) {
 
 func init() {
 	convMicro = microConvAVX2
-	convBackend = avx2Backend{}
+	// Every AVX-512 CPU has AVX2 and FMA too.
+	convBackends = []Backend{avx2Backend{}, avx512Backend{}}
 }

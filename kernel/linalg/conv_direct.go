@@ -2,6 +2,7 @@ package linalg
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -50,10 +51,10 @@ type convGather struct {
 
 // convMicro computes the 6x16 tile C = A*B + beta*C with A gathered as g
 // says and B packed (16 values per k step); beta == 0 overwrites C. It is
-// set, with the Backend whose convolutions it serves, by the avx2 kernel.
+// set, with the Backends whose convolutions it serves, by the avx2 kernel.
 var (
-	convMicro   func(g *convGather, b, c []float32, ldc int, beta float32)
-	convBackend Backend
+	convMicro    func(g *convGather, b, c []float32, ldc int, beta float32)
+	convBackends []Backend
 )
 
 // convPadElems bounds the padded copy of the input, as maxColElems bounds
@@ -75,7 +76,7 @@ const (
 // 16-wide tiles it computes them in (the first layer's C=1 ran at a tenth
 // of the im2col path's speed).
 func (p ConvParams) direct(be Backend, backpropInput bool) bool {
-	return convMicro != nil && be == convBackend &&
+	return convMicro != nil && slices.Contains(convBackends, be) &&
 		(!backpropInput || p.StrideH == 1 && p.StrideW == 1 && p.C >= convNR)
 }
 

@@ -13,21 +13,34 @@
 //	if err != nil { ... }
 //	linalg.Conv2D(p, input, filter, output) // NHWC, HWIO, NHWC
 //
-// # Backends
+// # Backends and SIMD paths
 //
-// A Backend implements Sgemm. Two are built in and registered at init:
-// "generic" (portable Go, any architecture) and "avx2" (hand-written AVX2+FMA
-// assembly micro-kernel, registered only when the CPU reports both features
-// at run time). Default returns the fastest registered one; Sgemm, Dgemm and
-// the convolutions use it. List and Get expose the registry, and the
-// conformance suite in linalgtest runs against every entry.
+// A Backend implements Sgemm. The built-in ones are the SIMD paths, each
+// registered at init when the CPU has what it needs (detected at run time
+// with golang.org/x/sys/cpu):
 //
-// Both backends share one GotoBLAS/BLIS-style driver: op(B) is packed into
+//   - "avx512": AVX-512F assembly, a 10x32 tile in zmm registers;
+//   - "avx2": AVX2+FMA assembly, a 6x16 tile in the 16 ymm registers;
+//   - "generic": portable Go, any architecture.
+//
+// Path names the one in use, Default returns its backend, and Sgemm, Dgemm
+// and the convolutions use it: the fastest the CPU has, unless the
+// environment variable DISTFLOW_SIMD, read once at init, names a slower
+// one (DISTFLOW_SIMD=avx2 or DISTFLOW_SIMD=generic turns AVX-512 or all
+// assembly off; empty or "auto" is the default). An unknown value or a path
+// the CPU lacks is logged as a warning naming the valid values or the
+// missing feature, and the fastest usable path below it is taken. Paths
+// lists every path with what this machine lacks for it; List and Get expose
+// the registry, and the conformance suite in linalgtest runs against every
+// entry, skipping the paths the CPU lacks by name. The avx512 tile's height
+// was measured, not assumed: see avx512_amd64.go and avx512_gen.go.
+//
+// All paths share one GotoBLAS/BLIS-style driver: op(B) is packed into
 // kc x nc panels of nr-wide slivers, alpha*op(A) into mc x kc blocks of
 // mr-tall slivers, and a register-tiled mr x nr micro-kernel runs over them.
 // Packing turns any transpose and stride into unit-stride streams and lets
 // edge tiles run on zero padding. When op(A) has few slivers' worth of
-// columns to serve, the avx2 kernel reads it in place instead of packing
+// columns to serve, the avx2 and avx512 kernels read it in place instead of packing
 // it, and a product with few rows, many columns and a long k is computed as
 // its transpose so that the large operand is the one read in place.
 // Products of at least 2^20 multiply-adds (see parallelMin) are split by
@@ -47,7 +60,7 @@
 //
 // # Convolution
 //
-// On the avx2 backend, Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter
+// On the avx2 and avx512 paths, Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter
 // run as implicit GEMMs (conv_direct.go): a micro-kernel gathers the patch
 // matrix straight from a zero-padded copy of the input, so the patches are
 // never written out. The input gradient takes this path for stride 1 and at

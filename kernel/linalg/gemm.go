@@ -292,27 +292,35 @@ func (g *gemmArgs[T]) merge(t, c []T, ir, jr, mm, nn int, beta T) {
 // into c (whose origin is the block's top-left element).
 func (g *gemmArgs[T]) macro(ws *workspace[T], kb, mb, nb int, c []T, beta T) {
 	kn := g.kn
-	mr, nr, ldc := kn.mr, kn.nr, g.ldc
+	mr, nr := kn.mr, kn.nr
+	// One B sliver stays in L1 while the A slivers stream past it from L2.
 	for jr := 0; jr < nb; jr += nr {
-		bp := ws.b[jr*kb : (jr+nr)*kb]
-		nn := min(nr, nb-jr)
 		for ir := 0; ir < mb; ir += mr {
-			ap := ws.a[ir*kb : (ir+mr)*kb]
-			mm := min(mr, mb-ir)
-			if mm == mr && nn == nr && !g.transC {
-				kn.micro(kb, ap, bp, c[ir*ldc+jr:], ldc, beta)
-				continue
-			}
-			// Edge tile: compute the padded tile aside, merge the valid part.
-			t := ws.tile
-			if 2*nn <= nr && kn.microHalf != nil {
-				kn.microHalf(kb, ap, bp, t, nr, 0)
-			} else {
-				kn.micro(kb, ap, bp, t, nr, 0)
-			}
-			g.merge(t, c, ir, jr, mm, nn, beta)
+			g.tile(ws, kb, mb, nb, ir, jr, c, beta)
 		}
 	}
+}
+
+// tile runs the micro-kernel on the packed slivers of A and B at (ir, jr).
+func (g *gemmArgs[T]) tile(ws *workspace[T], kb, mb, nb, ir, jr int, c []T, beta T) {
+	kn := g.kn
+	mr, nr, ldc := kn.mr, kn.nr, g.ldc
+	bp := ws.b[jr*kb : (jr+nr)*kb]
+	nn := min(nr, nb-jr)
+	ap := ws.a[ir*kb : (ir+mr)*kb]
+	mm := min(mr, mb-ir)
+	if mm == mr && nn == nr && !g.transC {
+		kn.micro(kb, ap, bp, c[ir*ldc+jr:], ldc, beta)
+		return
+	}
+	// Edge tile: compute the padded tile aside, merge the valid part.
+	t := ws.tile
+	if 2*nn <= nr && kn.microHalf != nil {
+		kn.microHalf(kb, ap, bp, t, nr, 0)
+	} else {
+		kn.micro(kb, ap, bp, t, nr, 0)
+	}
+	g.merge(t, c, ir, jr, mm, nn, beta)
 }
 
 // macroDirect is macro for rows ic.. of op(A) read in place (full slivers)
@@ -354,6 +362,7 @@ func (g *gemmArgs[T]) macroDirect(ws *workspace[T], ic, pc, kb, mb, nb int, c []
 // holds, for each l, the mr values op(A)[i0+s*mr+r, p0+l], r = 0..mr-1.
 // Rows past mb are zero. Full 6-row slivers (the avx2 tile) take unrolled
 // paths: packing is what bounds skinny products such as conv filter grads.
+// Full slivers of an even number of rows above 6 are packed two rows at a time.
 func packA[T float](mr int, trans bool, a []T, lda, i0, mb, p0, kb int, alpha T, dst []T) {
 	for s := 0; s < mb; s += mr {
 		d := dst[s*kb : (s+mr)*kb]
@@ -368,6 +377,9 @@ func packA[T float](mr int, trans bool, a []T, lda, i0, mb, p0, kb int, alpha T,
 				dd[3], dd[4], dd[5] = alpha*src[3], alpha*src[4], alpha*src[5]
 				off += lda
 			}
+			continue
+		case rows == mr && mr > 6 && mr%2 == 0 && !trans:
+			packAPairs(a[(i0+s)*lda+p0:], lda, mr, kb, alpha, d)
 			continue
 		case rows == 6 && mr == 6:
 			base := (i0+s)*lda + p0
@@ -411,18 +423,21 @@ func packA[T float](mr int, trans bool, a []T, lda, i0, mb, p0, kb int, alpha T,
 // holds, for each l, the nr values op(B)[p0+l, j0+s*nr+c]. Columns past nb are zero.
 func packB[T float](nr int, trans bool, b []T, ldb, p0, kb, j0, nb int, dst []T) {
 	full := 0
-	if !trans && nr == 16 {
-		// Full 16-wide slivers row by row: each row of B is read once,
-		// front to back. Sliver by sliver, the reads would stride by ldb,
-		// and at the 4 KiB stride of a 1024-wide weight (the reference
-		// CNN's fc1) every line came from memory unprefetched, in cache
-		// sets that keep only 8 of them. Fixed-size array copies avoid a
+	if !trans && nr%16 == 0 {
+		// Full slivers row by row: each row of B is read once, front to
+		// back. Sliver by sliver, the reads would stride by ldb, and at
+		// the 4 KiB stride of a 1024-wide weight (the reference CNN's
+		// fc1) every line came from memory unprefetched, in cache sets
+		// that keep only 8 of them. Fixed-size array copies avoid a
 		// memmove call per 64 bytes.
-		full = nb / 16 * 16
+		full = nb / nr * nr
 		for l := range kb {
 			src := b[(p0+l)*ldb+j0:][:full]
-			for s := 0; s < full; s += 16 {
-				*(*[16]T)(dst[s*kb+l*16:]) = *(*[16]T)(src[s:])
+			for s := 0; s < full; s += nr {
+				d := dst[s*kb+l*nr:]
+				for c := 0; c < nr; c += 16 {
+					*(*[16]T)(d[c:]) = *(*[16]T)(src[s+c:])
+				}
 			}
 		}
 	}
@@ -444,6 +459,23 @@ func packB[T float](nr int, trans bool, b []T, ldb, p0, kb, j0, nb int, dst []T)
 			for l, v := range src {
 				d[l*nr+c] = v
 			}
+		}
+	}
+}
+
+// packAPairs packs the mr x kb block of a (row stride lda, mr even) into
+// d, column by column, scaled by alpha, two rows at a time: one row at a
+// time strides through the whole sliver once per row (the avx512 tile's
+// 14 rows took three times as long), and the dozen row slices of an
+// unrolled loop are more than the registers hold.
+func packAPairs[T float](a []T, lda, mr, kb int, alpha T, d []T) {
+	d = d[:mr*kb]
+	for r := 0; r < mr; r += 2 {
+		r0 := a[r*lda : r*lda+kb]
+		r1 := a[(r+1)*lda : (r+1)*lda+kb]
+		for l := range r0 {
+			dd := d[l*mr+r : l*mr+r+2 : l*mr+r+2]
+			dd[0], dd[1] = alpha*r0[l], alpha*r1[l]
 		}
 	}
 }

@@ -20,8 +20,6 @@ func (genericBackend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a [
 	gemm(&genericF32, &poolF32Generic, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-func init() { Register(genericBackend{}) }
-
 // micro2x4 is the portable micro-kernel. Scalar Go on amd64 has 15 usable
 // float registers; a 2x4 tile (8 accumulators, 2+4 operands) is the largest
 // that does not spill, and unrolling k by 2 hides the loop overhead

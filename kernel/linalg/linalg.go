@@ -33,7 +33,7 @@ var (
 	regMu    sync.RWMutex
 	registry = map[string]Backend{}
 	// rank orders the built-in backends by speed; unknown names rank 0.
-	rank = map[string]int{"generic": 1, "avx2": 2, "openblas": 3}
+	rank = map[string]int{"generic": 1, "avx2": 2, "avx512": 3, "openblas": 4}
 	// def caches Default() so the hot path is one atomic load.
 	def atomic.Pointer[Backend]
 )
@@ -41,7 +41,9 @@ var (
 // Register adds b to the registry; it is meant to be called from init.
 // It panics if a backend with the same name is already registered.
 // A registered backend outranking the current default (by the built-in
-// order openblas > avx2 > generic > others) becomes the new default.
+// order openblas > avx512 > avx2 > generic > others) becomes the new
+// default. The built-in backends are registered before any other package's
+// init runs: one per usable path of Paths, the default the one Path names.
 func Register(b Backend) {
 	regMu.Lock()
 	defer regMu.Unlock()
@@ -75,9 +77,10 @@ func Get(name string) (Backend, bool) {
 	return b, ok
 }
 
-// Default returns the fastest backend available on this CPU: "openblas" in
-// builds with the openblas tag, else "avx2" when the CPU has AVX2 and FMA
-// (detected at run time), "generic" otherwise.
+// Default returns the backend that Sgemm and the convolutions use:
+// "openblas" in builds with the openblas tag, else the one of the built-in
+// SIMD path that Path names (the fastest the CPU has, detected at run
+// time, unless DISTFLOW_SIMD chose another).
 func Default() Backend { return *def.Load() }
 
 // Sgemm is Default().Sgemm; see Backend for the contract.

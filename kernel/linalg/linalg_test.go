@@ -10,11 +10,22 @@ import (
 	"github.com/distflow/distflow/kernel/linalg/linalgtest"
 )
 
+// TestPaths runs the conformance suite on every SIMD path this CPU has.
+func TestPaths(t *testing.T) { linalgtest.TestPaths(t) }
+
+// TestBackends runs it on the other registered backends (openblas).
 func TestBackends(t *testing.T) {
+	paths := map[string]bool{}
+	for _, p := range linalg.Paths() {
+		paths[p.Name] = true
+	}
 	for _, name := range linalg.List() {
 		b, ok := linalg.Get(name)
 		if !ok || b.Name() != name {
 			t.Fatalf("Get(%q) = %v, %v", name, b, ok)
+		}
+		if paths[name] {
+			continue
 		}
 		t.Run(name, func(t *testing.T) { linalgtest.TestBackend(t, b) })
 	}
@@ -24,7 +35,8 @@ func TestDefault(t *testing.T) {
 	if linalg.Default() == nil {
 		t.Fatal("no default backend")
 	}
-	t.Logf("default backend: %s, registered: %v", linalg.Default().Name(), linalg.List())
+	t.Logf("default backend: %s, path: %s, registered: %v, paths: %+v",
+		linalg.Default().Name(), linalg.Path(), linalg.List(), linalg.Paths())
 }
 
 func TestRegisterDuplicatePanics(t *testing.T) {

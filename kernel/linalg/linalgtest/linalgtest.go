@@ -1,6 +1,8 @@
 // Package linalgtest is the conformance suite every linalg.Backend runs:
 // TestBackend compares Sgemm against a float64 triple-loop reference over a
-// table of shapes, transposes, scalars and strides.
+// table of shapes, transposes, scalars and strides; TestPaths runs it on
+// every built-in SIMD path this CPU has and skips, naming the missing
+// feature, those it lacks.
 package linalgtest
 
 import (
@@ -43,8 +45,15 @@ func Cases(short bool) []Case {
 		{6, 16, 8}, {7, 17, 11}, {8, 8, 8}, {9, 15, 13}, {12, 32, 3}, {13, 11, 17},
 		{16, 16, 16}, {17, 17, 17}, {17, 1, 17}, {1, 17, 17}, {33, 33, 33}, {64, 64, 64},
 		{65, 31, 129}, {100, 10, 784}, {100, 784, 10}, {10, 100, 784},
+		// Around the tiles of every path (2x4, 6x16, 6x8 halves, up to
+		// 14x32 and its 14x16 halves): one short of a tile, a tile, one
+		// past, and halves of each width.
+		{10, 32, 5}, {11, 31, 6}, {12, 33, 7}, {14, 32, 9}, {13, 48, 10}, {15, 47, 3},
+		{28, 64, 4}, {29, 16, 11}, {27, 80, 2}, {42, 96, 19}, {43, 20, 1},
 	}
-	large := []shape{{255, 255, 255}, {100, 784, 100}, {513, 513, 513}, {300, 5000, 7}, {7, 300, 5000}}
+	// Past every blocking (kc, mc, nc) of every path, with edges.
+	large := []shape{{255, 255, 255}, {100, 784, 100}, {513, 513, 513}, {300, 5000, 7}, {7, 300, 5000},
+		{451, 97, 777}, {29, 4200, 300}}
 	scalars := []struct{ alpha, beta float32 }{{1, 0}, {1, 1}, {-1.5, 0.5}, {0, 2}, {0.5, 0}}
 	var cs []Case
 	for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
@@ -188,5 +197,23 @@ func Run(t testing.TB, b linalg.Backend, c Case) {
 func TestBackend(t *testing.T, b linalg.Backend) {
 	for _, c := range Cases(testing.Short() || race.Enabled) {
 		t.Run(c.String(), func(t *testing.T) { Run(t, b, c) })
+	}
+}
+
+// TestPaths runs the conformance table against the backend of every
+// built-in SIMD path (linalg.Paths); a path this CPU or build lacks is
+// skipped with a message naming what it lacks.
+func TestPaths(t *testing.T) {
+	for _, p := range linalg.Paths() {
+		t.Run(p.Name, func(t *testing.T) {
+			if p.Missing != "" {
+				t.Skipf("%s path skipped: needs %s, which this CPU or build lacks", p.Name, p.Missing)
+			}
+			b, ok := linalg.Get(p.Name)
+			if !ok {
+				t.Fatalf("path %s is usable but no backend is registered under its name", p.Name)
+			}
+			TestBackend(t, b)
+		})
 	}
 }
