@@ -151,12 +151,25 @@ type stream struct {
 	mu     sync.Mutex
 	err    error // the first error: sticky, as CUDA's are
 	closed bool
+
+	// While capturing, work is recorded into a CUDA graph rather than run;
+	// capErr is the first error of the capture, which EndCapture returns
+	// (the stream itself is not failed by it).
+	capturing bool
+	capErr    error
 }
 
 var errStreamClosed = fmt.Errorf("cuda: stream: %w", device.ErrClosed)
 
 // enqueue runs one driver call f named call on the stream.
 func (s *stream) enqueue(call string, f func() uintptr) error {
+	c, name := s.d.card, s.d.info.Name
+	return s.enqueueErr(func() error { return c.drv.check(name, call, f()) })
+}
+
+// enqueueErr runs a call sequence f that enqueues on the stream and reports
+// its own error, which fails the stream, or the capture while it captures.
+func (s *stream) enqueueErr(f func() error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -165,12 +178,35 @@ func (s *stream) enqueue(call string, f func() uintptr) error {
 	if s.closed {
 		return errStreamClosed
 	}
-	c, name := s.d.card, s.d.info.Name
-	err := c.do(name, func() error { return c.drv.check(name, call, f()) })
+	if s.capturing && s.capErr != nil {
+		return s.capErr
+	}
+	err := s.d.card.do(s.d.info.Name, f)
 	if err != nil {
-		s.err = err
+		if s.capturing {
+			s.capErr = err
+		} else {
+			s.err = err
+		}
 	}
 	return err
+}
+
+// host enqueues a copy between host and device memory, which a capture
+// cannot record (CUDA does not capture copies of pageable memory): while
+// the stream captures it fails, and so does the capture.
+func (s *stream) host(what, call string, f func() uintptr) error {
+	s.mu.Lock()
+	if s.capturing {
+		err := fmt.Errorf("cuda: %s: %s while the stream captures: %w", s.d.info.Name, what, device.ErrNotCapturable)
+		if s.capErr == nil {
+			s.capErr = err
+		}
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Unlock()
+	return s.enqueue(call, f)
 }
 
 // fail records err as the stream's error if it has none.
@@ -187,7 +223,7 @@ func (s *stream) CopyIn(dst device.Ptr, src []byte) error {
 		return nil
 	}
 	drv := s.d.card.drv
-	return s.enqueue("cuMemcpyHtoDAsync_v2", func() uintptr {
+	return s.host("a copy to the device", "cuMemcpyHtoDAsync_v2", func() uintptr {
 		return ccall(drv.cuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.h)
 	})
 }
@@ -197,7 +233,7 @@ func (s *stream) CopyOut(dst []byte, src device.Ptr) error {
 		return nil
 	}
 	drv := s.d.card.drv
-	return s.enqueue("cuMemcpyDtoHAsync_v2", func() uintptr {
+	return s.host("a copy to the host", "cuMemcpyDtoHAsync_v2", func() uintptr {
 		return ccall(drv.cuMemcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.h)
 	})
 }
@@ -226,8 +262,16 @@ func (s *stream) Zero(dst device.Ptr, n int64) error {
 // 1ms, so that ctx can end the wait: cuStreamSynchronize cannot be
 // interrupted, and a goroutine blocked in it would outlive the caller.
 func (s *stream) Synchronize(ctx context.Context) error {
+	c, name := s.d.card, s.d.info.Name
 	s.mu.Lock()
 	err, closed := s.err, s.closed
+	if err == nil && !closed && s.capturing {
+		// Querying a capturing stream would invalidate the capture.
+		err = fmt.Errorf("cuda: %s: Synchronize while the stream captures: %w", name, device.ErrNotCapturable)
+		if s.capErr == nil {
+			s.capErr = err
+		}
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return err
@@ -235,7 +279,6 @@ func (s *stream) Synchronize(ctx context.Context) error {
 	if closed {
 		return errStreamClosed
 	}
-	c, name := s.d.card, s.d.info.Name
 	wait := 5 * time.Microsecond
 	var timer *time.Timer
 	for {
@@ -275,6 +318,99 @@ func (s *stream) failed() error {
 	return s.err
 }
 
+// BeginCapture starts recording the stream's work into a CUDA graph
+// (device.Capturer).
+func (s *stream) BeginCapture() error {
+	c, name := s.d.card, s.d.info.Name
+	if !c.drv.canCapture() {
+		return fmt.Errorf("cuda: %s: BeginCapture: the driver (%s) has no CUDA graphs", name, c.drv.lib.path)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.err != nil:
+		return s.err
+	case s.closed:
+		return errStreamClosed
+	case s.capturing:
+		return fmt.Errorf("cuda: %s: BeginCapture: the stream already captures", name)
+	}
+	err := c.do(name, func() error {
+		return c.drv.check(name, "cuStreamBeginCapture_v2", ccall(c.drv.cuStreamBeginCapture, s.h, cuStreamCaptureModeRelaxed))
+	})
+	if err == nil {
+		s.capturing, s.capErr = true, nil
+	}
+	return err
+}
+
+// EndCapture stops recording and instantiates the graph. After a failed
+// capture the stream is as it was before BeginCapture.
+func (s *stream) EndCapture() (device.Graph, error) {
+	c, name := s.d.card, s.d.info.Name
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.capturing {
+		return nil, fmt.Errorf("cuda: %s: EndCapture without BeginCapture", name)
+	}
+	capErr := s.capErr
+	s.capturing, s.capErr = false, nil
+	var exec uintptr
+	err := c.do(name, func() error {
+		var graph uintptr
+		err := c.drv.check(name, "cuStreamEndCapture", ccall(c.drv.cuStreamEndCapture, s.h, uintptr(unsafe.Pointer(&graph))))
+		if err == nil && capErr == nil {
+			err = c.drv.check(name, "cuGraphInstantiateWithFlags", ccall(c.drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&exec)), graph, 0))
+		}
+		if graph != 0 {
+			ccall(c.drv.cuGraphDestroy, graph) // the executable graph is independent of it
+		}
+		return err
+	})
+	if capErr != nil {
+		err = capErr
+	}
+	if err != nil {
+		if exec != 0 {
+			c.do(name, func() error { ccall(c.drv.cuGraphExecDestroy, exec); return nil })
+		}
+		return nil, err
+	}
+	return &cudaGraph{s: s, exec: exec}, nil
+}
+
+// cudaGraph is an instantiated CUDA graph of a stream's captured work
+// (device.Graph).
+type cudaGraph struct {
+	s    *stream
+	mu   sync.Mutex
+	exec uintptr // zero once closed
+}
+
+// Launch enqueues one replay of the graph on its stream.
+func (g *cudaGraph) Launch() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.exec == 0 {
+		return fmt.Errorf("cuda: %s: launch of a closed graph", g.s.d.info.Name)
+	}
+	drv := g.s.d.card.drv
+	return g.s.enqueue("cuGraphLaunch", func() uintptr { return ccall(drv.cuGraphLaunch, g.exec, g.s.h) })
+}
+
+// Close destroys the graph; replays already enqueued still run.
+func (g *cudaGraph) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.exec == 0 {
+		return nil
+	}
+	c, name := g.s.d.card, g.s.d.info.Name
+	exec := g.exec
+	g.exec = 0
+	return c.do(name, func() error { return c.drv.check(name, "cuGraphExecDestroy", ccall(c.drv.cuGraphExecDestroy, exec)) })
+}
+
 // close waits for the queued work and stops further enqueueing.
 func (s *stream) close() error {
 	s.mu.Lock()
@@ -296,3 +432,5 @@ func (s *stream) close() error {
 
 // asError is errors.As for *Error.
 func asError(err error, target **Error) bool { return err != nil && errors.As(err, target) }
+
+var _ device.Capturer = (*stream)(nil)

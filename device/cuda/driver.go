@@ -59,6 +59,10 @@ type driver struct {
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel, cuGetErrorName,
 	cuGetErrorString uintptr
 
+	// CUDA graphs (stream capture); zero where the driver has none.
+	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy,
+	cuGraphExecDestroy uintptr
+
 	version int // cuDriverGetVersion: 12080 is CUDA 12.8
 }
 
@@ -68,6 +72,17 @@ const (
 	attrComputeCapabilityMajor = 75
 	attrComputeCapabilityMinor = 76
 )
+
+// cuStreamCaptureModeRelaxed lets the capturing stream's device allocate
+// memory (cuMemAlloc) from any thread while it captures, which the
+// allocator may do when a captured step first needs more.
+const cuStreamCaptureModeRelaxed = 2
+
+// canCapture reports whether the driver has the graph API.
+func (d *driver) canCapture() bool {
+	return d.cuStreamBeginCapture != 0 && d.cuStreamEndCapture != 0 && d.cuGraphInstantiate != 0 &&
+		d.cuGraphLaunch != 0 && d.cuGraphDestroy != 0 && d.cuGraphExecDestroy != 0
+}
 
 // cuStreamNonBlocking keeps the stream from synchronising with the legacy
 // default stream, which libraries may use.
@@ -108,6 +123,12 @@ func loadDriver() (*driver, error) {
 		{dst: &d.cuLaunchKernel, names: []string{"cuLaunchKernel"}},
 		{dst: &d.cuGetErrorName, names: []string{"cuGetErrorName"}, optional: true},
 		{dst: &d.cuGetErrorString, names: []string{"cuGetErrorString"}, optional: true},
+		{dst: &d.cuStreamBeginCapture, names: []string{"cuStreamBeginCapture_v2"}, optional: true},
+		{dst: &d.cuStreamEndCapture, names: []string{"cuStreamEndCapture"}, optional: true},
+		{dst: &d.cuGraphInstantiate, names: []string{"cuGraphInstantiateWithFlags"}, optional: true},
+		{dst: &d.cuGraphLaunch, names: []string{"cuGraphLaunch"}, optional: true},
+		{dst: &d.cuGraphDestroy, names: []string{"cuGraphDestroy"}, optional: true},
+		{dst: &d.cuGraphExecDestroy, names: []string{"cuGraphExecDestroy"}, optional: true},
 	}); err != nil {
 		return nil, err
 	}

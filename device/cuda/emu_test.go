@@ -91,7 +91,7 @@ func buildEmu(extra string) (string, error) {
 	}
 	b.WriteString("const entry emu_kernels[] = {\n")
 	for _, n := range names {
-		fmt.Fprintf(&b, "  {%q, [](void** p) { call(%s, p); }},\n", n, n)
+		fmt.Fprintf(&b, "  {%q, [](void** p) { call(%s, p); }, [](void** p) { return save(%s, p); }},\n", n, n, n)
 	}
 	fmt.Fprintf(&b, "};\nconst int emu_nkernels = %d;\n", len(names))
 	if extra != "" {

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/distflow/distflow/device"
 	"github.com/distflow/distflow/device/devicetest"
+	"github.com/distflow/distflow/tensor"
 )
 
 // fakeDir returns a directory holding the fake CUDA libraries
@@ -133,5 +135,82 @@ func TestFakeDriverErrors(t *testing.T) {
 	}
 	if _, err := d.card.function("GPU:0", "no_such_kernel"); err == nil || !strings.Contains(err.Error(), "cuModuleGetFunction(no_such_kernel)") {
 		t.Errorf("looking up a missing kernel: %v", err)
+	}
+}
+
+// TestFakeCaptureKernels captures kernel launches and a cuBLAS product into
+// a CUDA graph and replays it on new inputs.
+func TestFakeCaptureKernels(t *testing.T) {
+	t.Setenv("DISTFLOW_CUDA_LIB_PATH", fakeDir(t))
+	p := &Platform{}
+	devs, err := p.Open(device.Options{Count: 1, MemoryLimit: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := devs[0]
+	defer d.Close()
+	c := d.Stream().(device.Capturer)
+	a := tensor.MustFromSlice([]float32{1, 2, 3, 4}, 2, 2)
+	b := tensor.MustFromSlice([]float32{10, 20, 30, 40}, 2, 2)
+	da, _ := device.Upload(d, a)
+	db, _ := device.Upload(d, b)
+	defer device.FreeAll(d.Allocator(), []*device.Tensor{da, db})
+	launch := func(op string) *device.Tensor {
+		n, err := buildNode(largeCase{op: op, ins: []*tensor.Tensor{a, b}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		def, _ := device.LookupKernel(Name, op)
+		k, err := def.Factory(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc := &device.Context{Ctx: t.Context(), Node: n, Device: d, Stream: d.Stream(), Inputs: []*device.Tensor{da, db}}
+		if err := device.Launch(kc, def, k); err != nil {
+			t.Fatal(err)
+		}
+		return kc.Outputs[0]
+	}
+	if err := c.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	sum, prod := launch("Add"), launch("MatMul")
+	defer device.FreeAll(d.Allocator(), []*device.Tensor{sum, prod})
+	g, err := c.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, scale := range []float32{1, 2} {
+		x := tensor.MustFromSlice([]float32{scale, 2 * scale, 3 * scale, 4 * scale}, 2, 2)
+		if err := d.Stream().CopyIn(da.Buf.Ptr, x.RawBytes()); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Launch(); err != nil {
+			t.Fatal(err)
+		}
+		gs, _ := device.Download(d, sum)
+		gp, _ := device.Download(d, prod)
+		if err := d.Stream().Synchronize(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		wantSum := []float32{10 + scale, 20 + 2*scale, 30 + 3*scale, 40 + 4*scale}
+		wantProd := []float32{70 * scale, 100 * scale, 150 * scale, 220 * scale}
+		if !slices.Equal(gs.Float32s(), wantSum) || !slices.Equal(gp.Float32s(), wantProd) {
+			t.Errorf("replay with a scaled by %g: sum %v, product %v; want %v, %v", scale, gs.Float32s(), gp.Float32s(), wantSum, wantProd)
+		}
+	}
+	// A Synchronize while capturing fails the capture, not the stream.
+	if err := c.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stream().Synchronize(t.Context()); !errors.Is(err, device.ErrNotCapturable) {
+		t.Errorf("Synchronize while capturing = %v, want ErrNotCapturable", err)
+	}
+	if _, err := c.EndCapture(); !errors.Is(err, device.ErrNotCapturable) {
+		t.Errorf("EndCapture after a Synchronize = %v, want ErrNotCapturable", err)
+	}
+	if err := d.Stream().Synchronize(t.Context()); err != nil {
+		t.Errorf("Synchronize after a failed capture: %v", err)
 	}
 }

@@ -69,23 +69,6 @@ func (d *Device) sgemm(g gemm) (bool, error) {
 	})
 }
 
-// enqueueErr is enqueue for a call sequence that reports its own error.
-func (s *stream) enqueueErr(f func() error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return s.err
-	}
-	if s.closed {
-		return errStreamClosed
-	}
-	err := s.d.card.do(s.d.info.Name, f)
-	if err != nil {
-		s.err = err
-	}
-	return err
-}
-
 // launcherOf returns the launcher of a kernel's context.
 func launcherOf(c *device.Context) (launcher, error) {
 	l, ok := c.Device.(launcher)

@@ -7,9 +7,21 @@ static void call_impl(void (*f)(A...), void** p, std::index_sequence<I...>) {
 template <class... A>
 static void call(void (*f)(A...), void** p) { call_impl(f, p, std::index_sequence_for<A...>{}); }
 
+// save copies a launch's arguments, as the driver does when it captures a
+// launch into a graph.
+template <class... A, std::size_t... I>
+static void** save_impl(void (*)(A...), void** p, std::index_sequence<I...>) {
+  void** out = new void*[sizeof...(A) + 1];
+  ((out[I] = new typename std::decay<A>::type(*static_cast<typename std::decay<A>::type*>(p[I]))), ...);
+  return out;
+}
+template <class... A>
+static void** save(void (*f)(A...), void** p) { return save_impl(f, p, std::index_sequence_for<A...>{}); }
+
 struct entry {
   const char* name;
   void (*run)(void**);
+  void** (*save)(void**);
 };
 extern const entry emu_kernels[];
 extern const int emu_nkernels;

@@ -6,7 +6,9 @@
 // thread has made one current, as the driver's do. Copied to libcuda.so.1,
 // libnvrtc.so.13 and libcublas.so.13 by the tests.
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <vector>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -17,6 +19,21 @@ static int fake_math_mode = -1;
 
 #define NEED_CONTEXT \
   if (fake_current != &fake_ctx) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+
+// A stream runs its work at once, or records it while it captures.
+typedef std::vector<std::function<void()>> fake_work;
+struct fake_stream {
+  bool capturing = false;
+  fake_work* rec = nullptr;
+};
+#define RUN(s, ...)                                                                   \
+  do {                                                                                \
+    fake_stream* fs_ = (fake_stream*)(s);                                             \
+    if (fs_ == nullptr) return 400; /* CUDA_ERROR_INVALID_HANDLE */                   \
+    if (fs_->capturing) fs_->rec->push_back([=] { __VA_ARGS__; }); else { __VA_ARGS__; } \
+  } while (0)
+#define NOT_WHILE_CAPTURING(s) \
+  if (s && ((fake_stream*)(s))->capturing) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
 
 extern "C" {
 CUresult cuInit(unsigned) { return 0; }
@@ -45,14 +62,57 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
 }
 CUresult cuMemFree_v2(CUdeviceptr p) { NEED_CONTEXT std::free((void*)p); return 0; }
 CUresult cuMemGetInfo_v2(size_t* f, size_t* t) { NEED_CONTEXT *f = *t = size_t(1) << 30; return 0; }
-CUresult cuStreamCreate(void** s, unsigned flags) { NEED_CONTEXT if (flags != 1) return 1; *s = new int(0); return 0; }
-CUresult cuStreamDestroy_v2(void* s) { NEED_CONTEXT delete (int*)s; return 0; }
-CUresult cuStreamSynchronize(void*) { NEED_CONTEXT return 0; }
-CUresult cuStreamQuery(void*) { NEED_CONTEXT return 0; }
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, void*) { NEED_CONTEXT std::memcpy((void*)d, s, n); return 0; }
-CUresult cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, void*) { NEED_CONTEXT std::memcpy(d, (void*)s, n); return 0; }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void*) { NEED_CONTEXT std::memmove((void*)d, (void*)s, n); return 0; }
-CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, void*) { NEED_CONTEXT std::memset((void*)d, v, n); return 0; }
+CUresult cuStreamCreate(void** s, unsigned flags) { NEED_CONTEXT if (flags != 1) return 1; *s = new fake_stream; return 0; }
+CUresult cuStreamDestroy_v2(void* s) { NEED_CONTEXT delete (fake_stream*)s; return 0; }
+CUresult cuStreamSynchronize(void* s) { NEED_CONTEXT NOT_WHILE_CAPTURING(s) return 0; }
+CUresult cuStreamQuery(void* s) { NEED_CONTEXT NOT_WHILE_CAPTURING(s) return 0; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, void* st) {
+  NEED_CONTEXT NOT_WHILE_CAPTURING(st) std::memcpy((void*)d, s, n);
+  return 0;
+}
+CUresult cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, void* st) {
+  NEED_CONTEXT NOT_WHILE_CAPTURING(st) std::memcpy(d, (void*)s, n);
+  return 0;
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void* st) {
+  NEED_CONTEXT RUN(st, std::memmove((void*)d, (void*)s, n));
+  return 0;
+}
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, void* st) {
+  NEED_CONTEXT RUN(st, std::memset((void*)d, v, n));
+  return 0;
+}
+
+// CUDA graphs: a captured stream's work, replayed in order.
+CUresult cuStreamBeginCapture_v2(void* s, int mode) {
+  NEED_CONTEXT
+  fake_stream* fs = (fake_stream*)s;
+  if (fs->capturing || mode != 2) return 1;
+  fs->capturing = true;
+  fs->rec = new fake_work;
+  return 0;
+}
+CUresult cuStreamEndCapture(void* s, fake_work** g) {
+  NEED_CONTEXT
+  fake_stream* fs = (fake_stream*)s;
+  if (!fs->capturing) return 1;
+  fs->capturing = false;
+  *g = fs->rec;
+  fs->rec = nullptr;
+  return 0;
+}
+CUresult cuGraphInstantiateWithFlags(fake_work** exec, fake_work* g, unsigned long long flags) {
+  NEED_CONTEXT
+  if (flags != 0) return 1;
+  *exec = new fake_work(*g);
+  return 0;
+}
+CUresult cuGraphLaunch(fake_work* exec, void* s) {
+  NEED_CONTEXT NOT_WHILE_CAPTURING(s) for (auto& f : *exec) f();
+  return 0;
+}
+CUresult cuGraphDestroy(fake_work* g) { delete g; return 0; }
+CUresult cuGraphExecDestroy(fake_work* g) { NEED_CONTEXT delete g; return 0; }
 CUresult cuModuleLoadData(void** m, const void* image) {
   NEED_CONTEXT
   if (std::strncmp((const char*)image, "//FAKE PTX compute_90", 21) != 0) return 218;
@@ -73,7 +133,14 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (gx == 0 || gy == 0 || gz == 0 || bx * by * bz == 0 || bx * by * bz > 1024 || gy > 65535 || gz > 65535 ||
       stream == nullptr || extra != nullptr || shared != 0)
     return 1;
-  emu_run_kernel((int)(intptr_t)f - 1, gx, gy, gz, bx, by, bz, params);
+  int k = (int)(intptr_t)f - 1;
+  fake_stream* fs = (fake_stream*)stream;
+  if (fs->capturing) {
+    void** saved = emu_kernels[k].save(params);
+    fs->rec->push_back([=] { emu_run_kernel(k, gx, gy, gz, bx, by, bz, saved); });
+    return 0;
+  }
+  emu_run_kernel(k, gx, gy, gz, bx, by, bz, params);
   return 0;
 }
 CUresult cuGetErrorName(CUresult r, const char** s) {
@@ -138,16 +205,29 @@ static int fake_gemm(fake_handle* h, int ta, int tb, int m, int n, int k, const 
 int cublasSgemm_v2(fake_handle* h, int ta, int tb, int m, int n, int k, const float* alpha, const float* A, int lda,
                    const float* B, int ldb, const float* beta, float* C, int ldc) {
   NEED_CONTEXT
-  return fake_gemm(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  float al = *alpha, be = *beta;  // host pointer mode: read at the call
+  fake_stream* fs = (fake_stream*)h->stream;
+  if (fs && fs->capturing) {
+    fs->rec->push_back([=] { fake_gemm(h, ta, tb, m, n, k, &al, A, lda, B, ldb, &be, C, ldc); });
+    return 0;
+  }
+  return fake_gemm(h, ta, tb, m, n, k, &al, A, lda, B, ldb, &be, C, ldc);
 }
 int cublasSgemmStridedBatched(fake_handle* h, int ta, int tb, int m, int n, int k, const float* alpha, const float* A,
                               int lda, long long sa, const float* B, int ldb, long long sb, const float* beta, float* C,
                               int ldc, long long sc, int batch) {
   NEED_CONTEXT
-  for (int i = 0; i < batch; ++i) {
-    int r = fake_gemm(h, ta, tb, m, n, k, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
-    if (r != 0) return r;
+  float al = *alpha, be = *beta;
+  auto run = [=] {
+    for (int i = 0; i < batch; ++i) fake_gemm(h, ta, tb, m, n, k, &al, A + i * sa, lda, B + i * sb, ldb, &be, C + i * sc, ldc);
+  };
+  fake_stream* fs = (fake_stream*)h->stream;
+  if (fs && fs->capturing) {
+    fs->rec->push_back(run);
+    return 0;
   }
+  if (h->stream == nullptr || lda < (ta ? k : m) || ldb < (tb ? n : k) || ldc < m) return 7;
+  run();
   return 0;
 }
 int fake_cublas_math_mode() { return fake_math_mode; }
