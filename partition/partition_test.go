@@ -4,9 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -491,5 +493,51 @@ func BenchmarkPartition(b *testing.B) {
 		if _, err := Partition(g.Nodes(), devs); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestSubgraphByDevice cuts one task's step between its CPU and its GPU:
+// a fed input read on the GPU, a variable on the CPU read there, and the
+// result fetched on the CPU, with the pairs named by device.
+func TestSubgraphByDevice(t *testing.T) {
+	s := graph.NewScope()
+	cpu, gpu := "/job:w/task:0/cpu:0", "/job:w/task:0/gpu:0"
+	x := ops.Placeholder(s.WithDevice(gpu), "x", tensor.Float32, tensor.MakeShape(2))
+	w := ops.NewVariable(s.WithDevice(cpu), "w", tensor.Float32, []int{2}, ops.ZerosInit())
+	y := ops.Mul(s.WithDevice(gpu), x, w.Value())
+	z := ops.Neg(s.WithDevice(cpu), y)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := graph.NewSubgraph(s.Graph(), graph.Signature{Feeds: []graph.Output{x}, Fetches: []graph.Output{z}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := map[*graph.Node]string{}
+	for _, n := range sub.AllNodes() {
+		devices[n] = n.Device()
+	}
+	parts, err := SubgraphByDevice(sub, devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) != 2 || parts[cpu] == nil || parts[gpu] == nil {
+		t.Fatalf("parts %v, want one for %s and one for %s", slices.Sorted(maps.Keys(parts)), cpu, gpu)
+	}
+	for _, want := range []struct{ part, node, op string }{
+		{gpu, FeedName(x), "Placeholder"},
+		{gpu, "_recv/w_0/from/job_w/task_0/cpu_0", "Recv"},
+		{gpu, "_send/Mul_0/to/job_w/task_0/cpu_0", "Send"},
+		{cpu, "_send/w_0/to/job_w/task_0/gpu_0", "Send"},
+		{cpu, "_recv/Mul_0/from/job_w/task_0/gpu_0", "Recv"},
+		{cpu, "Neg", "Neg"},
+	} {
+		n := parts[want.part].Node(want.node)
+		if n == nil || n.Op() != want.op {
+			t.Errorf("%s has no %s node %q:\n%s", want.part, want.op, want.node, Format(parts))
+		}
+	}
+	if _, err := DeviceOf("/job:w/task:0"); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("DeviceOf a task: %v, want ErrNoDevice", err)
 	}
 }

@@ -1,0 +1,121 @@
+package taskgraph_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/taskgraph"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/tensor"
+)
+
+// TestHostInputFromAFeed: a Reshape whose shape is fed reads it on the
+// host; the step cannot be replayed (the shape would be frozen into the
+// graph), so it runs kernel by kernel, right for every shape fed.
+func TestHostInputFromAFeed(t *testing.T) {
+	s := graph.NewScope()
+	g := s.WithDevice("/gpu:0")
+	x := ops.Placeholder(g, "x", tensor.Float32, tensor.UnknownShape())
+	shape := ops.Placeholder(g, "shape", tensor.Int32, tensor.MakeShape(2))
+	y := ops.Add(g, ops.Reshape(g, x, shape), ops.Const(g, float32(1)))
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	devs := openSim(t, device.Options{Count: 1})
+	e, err := taskgraph.New(s.Graph(), graph.Signature{Feeds: []graph.Output{shape, x}, Fetches: []graph.Output{y}},
+		kernel.NewResources(), taskgraph.Config{Task: task, Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	xv := tensor.MustFromSlice([]float32{1, 2, 3, 4, 5, 6}, 6)
+	for i, dims := range [][]int32{{2, 3}, {3, 2}, {2, 3}, {6, 1}, {1, 6}} {
+		out, err := e.Run(context.Background(), []*tensor.Tensor{tensor.MustFromSlice(dims, 2), xv})
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := out[0].Shape(); got[0] != int(dims[0]) || got[1] != int(dims[1]) || !slices.Equal(out[0].Float32s(), []float32{2, 3, 4, 5, 6, 7}) {
+			t.Fatalf("step %d: reshape to %v gave %v%v", i, dims, out[0].Shape(), out[0].Float32s())
+		}
+	}
+	if e.Replays() != 0 {
+		t.Errorf("a step with a fed shape replays")
+	}
+	if st := devs[0].Allocator().Stats(); st.Live != 0 {
+		t.Errorf("%d allocations live after the steps", st.Live)
+	}
+}
+
+// TestKernelErrorOnTheDevice: a kernel that fails on the stream fails the
+// step naming the node, frees the step's memory, and the next step runs.
+func TestKernelErrorOnTheDevice(t *testing.T) {
+	s := graph.NewScope()
+	g := s.WithDevice("/gpu:0")
+	a := ops.Placeholder(g, "a", tensor.Float32, tensor.MakeShape(-1, -1))
+	b := ops.Placeholder(g, "b", tensor.Float32, tensor.MakeShape(-1, -1))
+	y := ops.MatMul(g, a, b, false, false)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	devs := openSim(t, device.Options{Count: 1})
+	e, err := taskgraph.New(s.Graph(), graph.Signature{Feeds: []graph.Output{a, b}, Fetches: []graph.Output{y}},
+		kernel.NewResources(), taskgraph.Config{Task: task, Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ok := []*tensor.Tensor{tensor.New(tensor.Float32, 2, 3), tensor.New(tensor.Float32, 3, 4)}
+	for i := range 3 { // the third replays
+		if _, err := e.Run(context.Background(), ok); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	_, err = e.Run(context.Background(), []*tensor.Tensor{tensor.New(tensor.Float32, 2, 3), tensor.New(tensor.Float32, 5, 4)})
+	if err == nil || !strings.Contains(err.Error(), "MatMul") {
+		t.Fatalf("a MatMul of [2 3] by [5 4]: %v, want an error naming the node", err)
+	}
+	if _, err := e.Run(context.Background(), ok); err != nil {
+		t.Fatalf("the step after a failed one: %v", err)
+	}
+	e.Close()
+	if st := devs[0].Allocator().Stats(); st.Live != 0 {
+		t.Errorf("%d allocations live after the steps", st.Live)
+	}
+}
+
+// TestDeadlineEndsAWait: the GPU's partition waits for a tensor the CPU's
+// partition never produces (a dequeue from an empty queue); the step's
+// deadline ends both, and the error wraps the context's.
+func TestDeadlineEndsAWait(t *testing.T) {
+	s := graph.NewScope()
+	q := ops.FIFOQueue(s, tensor.Float32, 1, "")
+	x := ops.QueueDequeue(s, q, tensor.MakeShape(2))
+	y := ops.Neg(s.WithDevice("/gpu:0"), x)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	devs := openSim(t, device.Options{Count: 1})
+	e, err := taskgraph.New(s.Graph(), graph.Signature{Fetches: []graph.Output{y}},
+		kernel.NewResources(), taskgraph.Config{Task: task, Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = e.Run(ctx, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a step past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the step took %v to end after its 200ms deadline", d)
+	}
+}
