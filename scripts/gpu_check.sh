@@ -10,7 +10,8 @@
 # --build it prints the GPU (nvidia-smi) and the CUDA libraries it finds,
 # runs the test binaries verbosely (the conformance suite on the GPU, once
 # with cuBLAS and MatMul once more with the package's own GEMM kernel), runs
-# `distflow devices`, and ends with one summary block. Every step runs under
+# `distflow devices` and short trainings of the mlp and the cnn on one GPU,
+# and ends with one summary block. Every step runs under
 # `timeout`; a missing piece prints a line and the script goes on. The exit
 # status is 0 when every part that ran passed.
 
@@ -85,7 +86,7 @@ echo "gpu_check: $(date -u +%FT%TZ) on $(hostname), $(uname -sr)"
 echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>}"
 
 if command -v nvidia-smi >/dev/null; then
-	step nvidia-smi 30 nvidia-smi
+	step nvidia-smi 20 nvidia-smi
 else
 	echo "gpu_check: no nvidia-smi"
 	record nvidia-smi MISSING 0
@@ -157,20 +158,23 @@ else
 			continue
 		fi
 		# -test.short skips the CPU build of the kernels; the GPU runs them.
-		step "$name (GPU conformance)" 300 bash -c "cd '$dir' && '$WORK/$name' -test.v -test.count=1 -test.short -test.timeout=280s 2>&1 | tee '$WORK/$name.log'; exit \${PIPESTATUS[0]}"
+		step "$name (GPU conformance)" 240 bash -c "cd '$dir' && '$WORK/$name' -test.v -test.count=1 -test.short -test.timeout=230s 2>&1 | tee '$WORK/$name.log'; exit \${PIPESTATUS[0]}"
 		# A pass without a GPU is a skip: say so in the summary.
 		if [ "${RESULTS[-1]}" = PASS ] && grep -q '^--- SKIP: TestConformance' "$WORK/$name.log"; then
 			RESULTS[-1]="SKIP (no GPU)"
 		fi
 		if [ "$name" = device_cuda.test ]; then
-			step "$name (MatMul on the own GEMM kernel)" 120 bash -c "cd '$dir' && DISTFLOW_CUDA_NO_CUBLAS=1 '$WORK/$name' -test.v -test.count=1 -test.short -test.run 'TestConformance/Kernels/MatMul|TestGPU' -test.timeout=100s"
+			step "$name (MatMul on the own GEMM kernel)" 60 bash -c "cd '$dir' && DISTFLOW_CUDA_NO_CUBLAS=1 '$WORK/$name' -test.v -test.count=1 -test.short -test.run 'TestConformance/Kernels/MatMul|TestGPULarge/MatMul' -test.timeout=50s"
 		fi
 	done <"$BIN/tests.txt"
 fi
 
 if [ -f "$BIN/distflow.gz" ]; then
 	gzip -dc "$BIN/distflow.gz" >"$WORK/distflow" && chmod +x "$WORK/distflow"
-	step "distflow devices" 60 "$WORK/distflow" devices
+	step "distflow devices" 30 "$WORK/distflow" devices
+	# The reference models end to end on one GPU (the embedded data).
+	step "distflow train mlp on a GPU" 90 "$WORK/distflow" train --model mlp --gpus 1 --steps 300 --json
+	step "distflow train cnn on a GPU" 120 "$WORK/distflow" train --model cnn --gpus 1 --steps 60 --json
 else
 	echo
 	echo "gpu_check: no $BIN/distflow.gz; skipping 'distflow devices'"

@@ -45,6 +45,12 @@
 // interrupted. Errors name the call, the CUresult and the device, and are
 // sticky per stream, as CUDA's are.
 //
+// Streams capture (device.Capturer) into CUDA graphs, in relaxed mode so
+// that the allocator may still reserve memory while a step is captured;
+// copies to and from host memory and Synchronize are refused while
+// capturing (ErrNotCapturable), which fails the capture but not the
+// stream.
+//
 // # Kernels
 //
 // The kernels are CUDA C in kernels/*.cu, embedded in the binary and

@@ -113,6 +113,7 @@ func buildEmu(extra string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("g++: %v\n%s", err, out)
 	}
+	builtLibs = append(builtLibs, so)
 	return so, nil
 }
 
@@ -329,3 +330,16 @@ func TestEmulatedHostInput(t *testing.T) {
 		t.Errorf("%d allocations left live", st.Live)
 	}
 }
+
+// TestMain removes the directories of the CPU builds of the kernels, which
+// stay loaded until the process ends.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, so := range builtLibs {
+		os.RemoveAll(filepath.Dir(so))
+	}
+	os.Exit(code)
+}
+
+// builtLibs are the libraries buildEmu made in this process.
+var builtLibs []string
