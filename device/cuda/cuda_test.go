@@ -353,7 +353,7 @@ func launchedKernels() []string {
 	var names []string
 	num := []string{"f32", "i32", "i64"}
 	for _, op := range []string{"add", "sub", "mul", "div", "squared_difference", "greater_equal", "equal", "neg", "relu",
-		"relu_grad", "bias_add", "reduce_sum"} {
+		"relu_grad", "bias_add", "reduce_sum", "reduce_sum_short"} {
 		for _, s := range num {
 			names = append(names, op+"_"+s)
 		}

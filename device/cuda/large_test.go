@@ -70,6 +70,8 @@ func largeCases() []largeCase {
 		{op: "Mean", attrs: map[string]any{"axis": []int{0, 2}, "keep_dims": true}, ins: []*tensor.Tensor{f(33, 513, 3)}, tol: 1e-4},
 		{op: "Mean", attrs: map[string]any{"axis": []int{1}}, ins: []*tensor.Tensor{ints(tensor.Int32, 100, 9, 301)}},
 		{op: "BiasAddGrad", ins: []*tensor.Tensor{f(2000, 37)}, tol: 1e-4},
+		{op: "Sum", attrs: map[string]any{"axis": []int{1}}, ins: []*tensor.Tensor{f(5000, 3)}},
+		{op: "Mean", attrs: map[string]any{"axis": []int{0}}, ins: []*tensor.Tensor{ints(tensor.Int64, 1000, 64, 300)}},
 		{op: "BiasAdd", ins: []*tensor.Tensor{f(2000, 37), f(37)}},
 		{op: "SumToShape", ins: []*tensor.Tensor{f(64, 30, 20), shape(30, 1)}},
 		{op: "BroadcastTo", ins: []*tensor.Tensor{f(30, 1), shape(64, 30, 20)}},

@@ -249,6 +249,10 @@ func biasAdd(c *device.Context, l launcher) error {
 	return l.launch("bias_add_"+suffix(x.DType), grid1(n), block1, x.Buf.Ptr, b.Buf.Ptr, y.Buf.Ptr, n, int64(b.Shape[0]))
 }
 
+// shortReduction is the longest reduction summed by one thread per output
+// element rather than a block.
+const shortReduction = 64
+
 // reduce sums x over axes into out, scaled to a mean if mean.
 func reduce(l launcher, x, out *device.Tensor, axes []int, mean bool) error {
 	if !slices.Contains(numeric, x.DType) {
@@ -269,6 +273,10 @@ func reduce(l launcher, x, out *device.Tensor, axes []int, mean bool) error {
 		m = 1
 	}
 	scale := 1 / float64(p.count) // +Inf for an empty mean: 0 * Inf is the CPU's NaN
+	if p.count <= shortReduction {
+		return l.launch("reduce_sum_short_"+suffix(x.DType), grid1(p.nout), block1,
+			x.Buf.Ptr, out.Buf.Ptr, p.nout, p.count, p.words(), scale, m)
+	}
 	return l.launch("reduce_sum_"+suffix(x.DType), gridRows(p.nout), block1,
 		x.Buf.Ptr, out.Buf.Ptr, p.nout, p.count, p.words(), scale, m)
 }

@@ -38,6 +38,11 @@ struct Reduce {
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
 __device__ __forceinline__ void bcast_index(const Bcast& p, i64 i, i64* ia, i64* ib) {
+  if (p.rank == 1) {  // same shapes, or a scalar with a tensor: no division
+    *ia = i * p.sa[0];
+    *ib = i * p.sb[0];
+    return;
+  }
   i64 a = 0, b = 0;
   for (int d = (int)p.rank - 1; d >= 0; --d) {
     i64 q = i % p.dims[d];

@@ -36,6 +36,23 @@ REDUCE_SUM(reduce_sum_f32, float, double, finish_sum(acc, count, scale, mean))
 REDUCE_SUM(reduce_sum_i32, i32, i64, finish_int<i32>(acc, count, mean))
 REDUCE_SUM(reduce_sum_i64, i64, i64, finish_int<i64>(acc, count, mean))
 
+// The same with a thread per output element, for short reductions (a sum
+// over a few columns of many rows), where a block per output would leave
+// most of its threads idle.
+#define REDUCE_SUM_SHORT(name, T, A, FINISH) \
+  extern "C" __global__ void name(const T* x, T* o, i64 nout, i64 count, Reduce p, double scale, int mean) { \
+    GRID_LOOP(out, nout) { \
+      i64 base = plan_offset(out, p.krank, p.kdims, p.kstr); \
+      A acc = 0; \
+      for (i64 r = 0; r < count; ++r) acc += (A)x[base + plan_offset(r, p.rrank, p.rdims, p.rstr)]; \
+      o[out] = FINISH; \
+    } \
+  }
+
+REDUCE_SUM_SHORT(reduce_sum_short_f32, float, double, finish_sum(acc, count, scale, mean))
+REDUCE_SUM_SHORT(reduce_sum_short_i32, i32, i64, finish_int<i32>(acc, count, mean))
+REDUCE_SUM_SHORT(reduce_sum_short_i64, i64, i64, finish_int<i64>(acc, count, mean))
+
 // ArgMax over the middle axis of x viewed as [A, R, B]: the first index of
 // the maximum (v > best, so a NaN wins only where it comes first, as on the
 // CPU).
