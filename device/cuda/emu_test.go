@@ -332,10 +332,16 @@ func TestEmulatedHostInput(t *testing.T) {
 }
 
 // TestMain removes the directories of the CPU builds of the kernels, which
-// stay loaded until the process ends.
+// stay loaded until the process ends. With DISTFLOW_CUDA_KEEP_FAKE=1 it
+// keeps them and prints where, so that a binary can run over the fake
+// driver: DISTFLOW_CUDA_LIB_PATH=DIR distflow train --gpus 1.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	for _, so := range builtLibs {
+		if os.Getenv("DISTFLOW_CUDA_KEEP_FAKE") == "1" {
+			fmt.Fprintln(os.Stderr, "kept", filepath.Dir(so))
+			continue
+		}
 		os.RemoveAll(filepath.Dir(so))
 	}
 	os.Exit(code)
