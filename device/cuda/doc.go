@@ -73,4 +73,15 @@
 // in SparseSoftmaxCrossEntropyWithLogits gives NaN in its row, as
 // TensorFlow's GPU kernel does, since checking it would need a
 // synchronisation; integer division by zero gives 0.
+//
+// # Testing without a GPU
+//
+// The tests compile the kernels for the CPU with g++ (each block's threads
+// as fibers, so that shared memory and __syncthreads behave) and run the
+// conformance suite (package device/devicetest) on them twice: through an
+// emulated device, and through the platform itself over a fake libcuda,
+// libnvrtc and libcublas built from them (host memory, per-thread
+// contexts, graph capture, a reference column-major SGEMM). Where clang is
+// installed they also compile the kernels to PTX. On a GPU the same suite
+// runs on the card (scripts/gpu_check.sh).
 package cuda
