@@ -2,7 +2,7 @@ package runner
 
 import (
 	"fmt"
-	"strings"
+	"slices"
 
 	"github.com/distflow/distflow/device"
 	"github.com/distflow/distflow/tensor"
@@ -16,6 +16,7 @@ const maxGraphs = 4
 // kernels, the device buffers it reads its inputs from, and every buffer
 // it reads or writes, held for as long as the graph lives.
 type replay struct {
+	key    []inputSig
 	graph  device.Graph
 	inputs []staticInput
 	// outputs are the values of the slots Sends and fetches read, as the
@@ -92,10 +93,17 @@ func (s *run) receive() error {
 	return nil
 }
 
-// inputKey names the dtypes and shapes of the step's received and fed
-// values: the steps that one graph replays.
-func (s *run) inputKey() string {
-	var b strings.Builder
+// inputSig is the dtype and shape of one received or fed value: the
+// steps one graph replays are those whose inputs all have its.
+type inputSig struct {
+	dt    tensor.DType
+	shape []int
+}
+
+// inputKey returns the signature of the step's received and fed values,
+// in node order, in the runner's reused buffer (steps are serialised).
+func (s *run) inputKey() []inputSig {
+	key := s.r.keyBuf[:0]
 	for _, st := range s.r.nodes {
 		var t *tensor.Tensor
 		switch st.kind {
@@ -109,12 +117,42 @@ func (s *run) inputKey() string {
 			continue
 		}
 		if t == nil {
-			b.WriteString("nil;")
+			key = append(key, inputSig{})
 			continue
 		}
-		fmt.Fprintf(&b, "%v%v;", t.DType(), t.Shape())
+		key = append(key, inputSig{t.DType(), t.Shape()})
 	}
-	return b.String()
+	s.r.keyBuf = key
+	return key
+}
+
+func sameKey(a, b []inputSig) bool {
+	return slices.EqualFunc(a, b, func(x, y inputSig) bool { return x.dt == y.dt && slices.Equal(x.shape, y.shape) })
+}
+
+// cloneKey copies a key out of the reused buffer.
+func cloneKey(k []inputSig) []inputSig {
+	out := make([]inputSig, len(k))
+	for i, x := range k {
+		out[i] = inputSig{x.dt, slices.Clone(x.shape)}
+	}
+	return out
+}
+
+// lookup returns the graph captured for key, and whether key is one that
+// could not be captured.
+func (r *Runner) lookup(key []inputSig) (g *replay, eager bool) {
+	for _, c := range r.graphs {
+		if sameKey(c.key, key) {
+			return c, false
+		}
+	}
+	for _, k := range r.eagerKeys {
+		if sameKey(k, key) {
+			return nil, true
+		}
+	}
+	return nil, false
 }
 
 // input returns the host value of a Recv or feed slot in this step.
@@ -133,10 +171,10 @@ func (s *run) input(slot int) *tensor.Tensor {
 // once for this step's results. It reports false, with the step's state
 // as it was, when the step cannot be captured (the caller runs it
 // eagerly); err is an error of the replay itself.
-func (s *run) capture(key string) (out []*tensor.Tensor, captured bool, err error) {
+func (s *run) capture(key []inputSig) (out []*tensor.Tensor, captured bool, err error) {
 	r, d := s.r, s.r.dev
 	c := d.Stream().(device.Capturer)
-	g := &replay{outputs: map[int]*device.Tensor{}}
+	g := &replay{key: cloneKey(key), outputs: map[int]*device.Tensor{}}
 	// The inputs' host values, then device copies of those a kernel reads
 	// there, made before the capture: the graph reads them in place, and
 	// each replay first copies the new values in.
@@ -219,7 +257,7 @@ func (s *run) capture(key string) (out []*tensor.Tensor, captured bool, err erro
 	// The graph holds the step's buffers from now on: freeAll lets them be.
 	s.captured, s.temps, s.holding = nil, nil, false
 	clear(s.vals)
-	r.graphs[key] = g
+	r.graphs = append(r.graphs, g)
 	out, err = s.replay(g)
 	return out, true, err
 }
@@ -318,13 +356,13 @@ func (r *Runner) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.dev.Allocator()
-	for key, g := range r.graphs {
+	for _, g := range r.graphs {
 		g.graph.Close()
 		for _, b := range g.held {
 			a.Free(b)
 		}
-		delete(r.graphs, key)
 	}
+	r.graphs = nil
 	return nil
 }
 

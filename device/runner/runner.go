@@ -64,8 +64,9 @@ type Runner struct {
 	// graphs captured by the shapes of the step's inputs, and the keys
 	// that could not be captured.
 	replayable bool
-	graphs     map[string]*replay
-	eagerKeys  map[string]bool
+	graphs     []*replay
+	eagerKeys  [][]inputSig
+	keyBuf     []inputSig
 	stepsRun   int
 }
 
@@ -96,7 +97,7 @@ const (
 // New prepares g, a partition whose nodes all run on dev, for Run.
 func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 	platform := dev.Info().Platform
-	r := &Runner{dev: dev, feeds: map[string]int{}, graphs: map[string]*replay{}, eagerKeys: map[string]bool{}}
+	r := &Runner{dev: dev, feeds: map[string]int{}}
 	for i, name := range opts.Feeds {
 		r.feeds[name] = i
 	}
@@ -186,17 +187,18 @@ func (r *Runner) Run(ctx context.Context, rv kernel.Rendezvous, feeds []*tensor.
 			return nil, err
 		}
 		key := s.inputKey()
-		if g := r.graphs[key]; g != nil {
+		g, eager := r.lookup(key)
+		if g != nil {
 			return s.replay(g)
 		}
 		// The first step runs eagerly (it loads the kernels); later ones
 		// capture a graph for their shapes, once.
-		if r.stepsRun > 1 && !r.eagerKeys[key] && len(r.graphs) < maxGraphs {
+		if r.stepsRun > 1 && !eager && len(r.graphs) < maxGraphs && len(r.eagerKeys) < maxGraphs {
 			out, captured, err := s.capture(key)
 			if captured || err != nil {
 				return out, err
 			}
-			r.eagerKeys[key] = true
+			r.eagerKeys = append(r.eagerKeys, cloneKey(key))
 		}
 	}
 	return s.eager()
