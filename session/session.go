@@ -109,14 +109,15 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	wasClosed := s.closed
 	s.closed = true
-	for _, e := range s.executors {
-		if c, ok := e.(io.Closer); ok {
-			c.Close() // the memory a step holds on a device
-		}
-	}
+	execs := s.executors
 	s.executors = nil
 	s.last.Store(nil)
 	s.mu.Unlock()
+	for _, e := range execs {
+		if c, ok := e.(io.Closer); ok {
+			c.Close() // the memory its captured steps hold on a device, once a running one ends
+		}
+	}
 	if s.remote != nil && !wasClosed {
 		return s.remote.close() // CloseSession on the master, then the connection
 	}

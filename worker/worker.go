@@ -167,6 +167,9 @@ type Worker struct {
 	mu       sync.Mutex
 	graphs   map[string]*registered // by graph handle
 	sessions map[string]*sessionUse // by session handle, while it holds graphs
+	// dropped are the device executors of graphs dropped under mu, for
+	// closeDropped to close after it.
+	dropped []*taskgraph.Executor
 
 	// states keeps the stepStates that nothing touches any more, for
 	// later steps (see stepState.refs).
@@ -258,7 +261,7 @@ func New(cfg Config) *Worker {
 // Task returns the task this worker is.
 func (w *Worker) Task() string { return w.cfg.Task }
 
-// Device returns the worker's only device ("/job:ps/task:0/cpu:0").
+// Device returns the worker's CPU device ("/job:ps/task:0/cpu:0").
 func (w *Worker) Device() string { return w.cfg.Task + "/cpu:0" }
 
 // Devices returns the task's devices: its CPU, then its accelerators
@@ -318,6 +321,7 @@ func (w *Worker) RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest
 	session := req.GetSessionHandle()
 	size := int64(proto.Size(req.GetGraph()))
 	// Refuse past the limits before building anything from the request.
+	defer w.closeDropped() // the idle sessions'
 	w.mu.Lock()
 	w.dropIdleLocked()
 	use := w.sessions[session]
@@ -367,6 +371,7 @@ func (w *Worker) RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest
 
 // DeregisterGraph drops a partition. Steps already running on it finish.
 func (w *Worker) DeregisterGraph(ctx context.Context, req *pb.DeregisterGraphRequest) (*pb.DeregisterGraphResponse, error) {
+	defer w.closeDropped()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r, ok := w.graphs[req.GetGraphHandle()]
@@ -428,7 +433,7 @@ func (w *Worker) dropLocked(r *registered) {
 	r.mu.Lock()
 	for _, p := range r.execs {
 		if p.dev != nil {
-			p.dev.Close() // the memory its captured steps hold on a device
+			w.dropped = append(w.dropped, p.dev)
 		}
 	}
 	r.mu.Unlock()
@@ -438,6 +443,20 @@ func (w *Worker) dropLocked(r *registered) {
 		if use.graphs <= 0 {
 			delete(w.sessions, r.session)
 		}
+	}
+}
+
+// closeDropped closes the device executors of the graphs dropped so far,
+// freeing the memory their captured steps hold on a device. It waits for a
+// step still running on one to end, so it runs without the worker's lock,
+// by the call that dropped them, before it answers.
+func (w *Worker) closeDropped() {
+	w.mu.Lock()
+	dropped := w.dropped
+	w.dropped = nil
+	w.mu.Unlock()
+	for _, e := range dropped {
+		e.Close()
 	}
 }
 
@@ -1102,6 +1121,7 @@ func (w *Worker) CleanupStep(ctx context.Context, req *pb.CleanupStepRequest) (*
 // CloseSession drops every graph of the session. Variables stay: they
 // belong to the task, not to the session.
 func (w *Worker) CloseSession(ctx context.Context, req *pb.WorkerCloseSessionRequest) (*pb.WorkerCloseSessionResponse, error) {
+	defer w.closeDropped()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := w.closeSessionLocked(req.GetSessionHandle())

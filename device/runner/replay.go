@@ -350,11 +350,12 @@ func (s *run) replay(g *replay) ([]*tensor.Tensor, error) {
 	return out, nil
 }
 
-// Close frees the graphs the runner captured and the memory they hold.
-// The runner must not run afterwards.
+// Close frees the graphs the runner captured and the memory they hold,
+// once a step running ends; later Runs fail.
 func (r *Runner) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	a := r.dev.Allocator()
 	for _, g := range r.graphs {
 		g.graph.Close()

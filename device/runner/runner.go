@@ -68,6 +68,7 @@ type Runner struct {
 	eagerKeys  [][]inputSig
 	keyBuf     []inputSig
 	stepsRun   int
+	closed     bool
 }
 
 // step is one node as the runner runs it.
@@ -177,6 +178,9 @@ func (r *Runner) Device() device.Device { return r.dev }
 func (r *Runner) Run(ctx context.Context, rv kernel.Rendezvous, feeds []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("runner: %s: %w", r.dev.Info().Name, device.ErrClosed)
+	}
 	s := &run{r: r, ctx: ctx, rv: rv, feeds: feeds, vals: make([]*device.Tensor, len(r.consumers)), left: slices.Clone(r.consumers)}
 	defer s.freeAll()
 	r.stepsRun++
