@@ -26,13 +26,16 @@ struct entry {
 extern const entry emu_kernels[];
 extern const int emu_nkernels;
 
-static ucontext_t emu_main;
+static ucontext_t emu_boot;
+static jmp_buf emu_done;
 static void (*emu_run)(void**);
 static void** emu_params;
 
 // emu_fiber runs thread t of every block in turn, with a barrier between
-// blocks, then hands over to the next fiber (the last to the launcher).
+// blocks, then hands over to the next fiber (the last to the launcher). It
+// first records where it starts and returns to the launcher's set-up.
 static void emu_fiber(int t) {
+  if (!_setjmp(emu_jumps[t])) setcontext(&emu_boot);
   emu_current = t;
   threadIdx = emu_thread(t);
   for (unsigned z = 0; z < gridDim.z; ++z)
@@ -41,16 +44,15 @@ static void emu_fiber(int t) {
         blockIdx = dim3{x, y, z};
         emu_run(emu_params);
         __syncthreads();  // the next block reuses shared memory
-        blockIdx = dim3{x, y, z};
       }
   if ((unsigned)t + 1 < emu_nthreads) {
     emu_current = t + 1;
-    setcontext(&emu_fibers[t + 1]);
+    _longjmp(emu_jumps[t + 1], 1);
   }
-  setcontext(&emu_main);
+  _longjmp(emu_done, 1);
 }
 
-// emu_run runs kernel k on the grid and block.
+// emu_run_kernel runs kernel k on the grid and block.
 static void emu_run_kernel(int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                            void** params) {
   gridDim = dim3{gx, gy, gz};
@@ -59,18 +61,21 @@ static void emu_run_kernel(int k, unsigned gx, unsigned gy, unsigned gz, unsigne
   emu_run = emu_kernels[k].run;
   emu_params = params;
   const size_t stack = 64 << 10;
-  emu_fibers = new ucontext_t[emu_nthreads];
+  emu_jumps = new jmp_buf[emu_nthreads];
   char* stacks = (char*)std::malloc(stack * emu_nthreads);
   for (unsigned t = 0; t < emu_nthreads; ++t) {
-    getcontext(&emu_fibers[t]);
-    emu_fibers[t].uc_stack.ss_sp = stacks + t * stack;
-    emu_fibers[t].uc_stack.ss_size = stack;
-    emu_fibers[t].uc_link = nullptr;
-    makecontext(&emu_fibers[t], (void (*)())emu_fiber, 1, (int)t);
+    ucontext_t fiber;
+    getcontext(&fiber);
+    fiber.uc_stack.ss_sp = stacks + t * stack;
+    fiber.uc_stack.ss_size = stack;
+    fiber.uc_link = nullptr;
+    makecontext(&fiber, (void (*)())emu_fiber, 1, (int)t);
+    swapcontext(&emu_boot, &fiber);  // returns once the fiber has recorded its start
   }
-  swapcontext(&emu_main, &emu_fibers[0]);
+  emu_current = 0;
+  if (!_setjmp(emu_done)) _longjmp(emu_jumps[0], 1);
   std::free(stacks);
-  delete[] emu_fibers;
+  delete[] emu_jumps;
 }
 
 // emu_find returns the index of the kernel called name, or -1.

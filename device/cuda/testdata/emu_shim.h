@@ -1,10 +1,13 @@
 // The CUDA C the kernels use, for g++: the tests compile kernels/*.cu into
 // a shared library for the CPU and run each launch with its own grid and
-// block sizes, a block at a time, each thread of the block a fiber
-// (ucontext) that __syncthreads switches away from, so that the kernels'
-// indexing, arithmetic and block-level cooperation (shared memory,
-// barriers) are checked on machines without a GPU. Shared memory is static
+// block sizes, a block at a time, each thread of the block a fiber that
+// __syncthreads switches away from, so that the kernels' indexing,
+// arithmetic and block-level cooperation (shared memory, barriers) are
+// checked on machines without a GPU. A fiber's stack is set up once with
+// makecontext; switches are _setjmp and _longjmp, which unlike swapcontext
+// make no system call. Shared memory is static
 // storage, which the threads of the one running block share.
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -29,7 +32,7 @@ static dim3 threadIdx, blockIdx, blockDim, gridDim;
 // round robin, so that every thread reaches the barrier before the first
 // goes on.
 static unsigned emu_nthreads, emu_current;
-static ucontext_t* emu_fibers;
+static jmp_buf* emu_jumps;
 static inline dim3 emu_thread(unsigned t) {
   return dim3{t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};
 }
@@ -37,7 +40,7 @@ static inline void __syncthreads() {
   unsigned me = emu_current, next = (me + 1) % emu_nthreads;
   if (next != me) {
     emu_current = next;
-    swapcontext(&emu_fibers[me], &emu_fibers[next]);
+    if (!_setjmp(emu_jumps[me])) _longjmp(emu_jumps[next], 1);
     emu_current = me;
   }
   threadIdx = emu_thread(me);
