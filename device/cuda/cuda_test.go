@@ -27,10 +27,14 @@ func TestSearchDirs(t *testing.T) {
 		"/venv/lib/python3*/site-packages/nvidia/*/lib":          {"/venv/lib/python3.12/site-packages/nvidia/cublas/lib"},
 		"/usr/lib/python3*/dist-packages/nvidia/*/lib":           {"/usr/lib/python3/dist-packages/nvidia/cuda_nvrtc/lib"},
 		"/home/u/.local/lib/python3*/site-packages/nvidia/*/lib": nil,
+		"/usr/local/cuda-*/lib64":                                {"/usr/local/cuda-13.0/lib64"},
+		"/opt/*":                                                 {"/opt/venv"},
+		"/opt/venv/lib/python3*/site-packages/nvidia/*/lib":      {"/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib"},
 	}
 	dirs := searchDirs(func(k string) string { return envs[k] }, func(p string) []string { return globbed[p] })
 	want := []string{"/opt/a", "/opt/b", "/opt/cuda/lib64", "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu",
-		"/venv/lib/python3.12/site-packages/nvidia/cublas/lib", "/usr/lib/python3/dist-packages/nvidia/cuda_nvrtc/lib"}
+		"/usr/local/cuda-13.0/lib64", "/venv/lib/python3.12/site-packages/nvidia/cublas/lib",
+		"/usr/lib/python3/dist-packages/nvidia/cuda_nvrtc/lib", "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib"}
 	if !slices.Equal(dirs, want) {
 		t.Errorf("searchDirs =\n%q\nwant\n%q", dirs, want)
 	}

@@ -45,7 +45,8 @@ type env func(string) string
 // searchDirs returns the directories searched after the system's own
 // library path, in order, without duplicates: DISTFLOW_CUDA_LIB_PATH (a
 // colon-separated list), the CUDA toolkit's usual homes, and the nvidia/*/lib
-// directories of Python environments, where pip installs cuBLAS and NVRTC.
+// directories of Python environments (virtualenv, conda, ~/.local, the
+// system's, /opt/*), where pip installs cuBLAS and NVRTC.
 // Directories that do not exist are kept only if they were named outright,
 // so that an error lists the places that were really looked at.
 func searchDirs(getenv env, glob func(string) []string) []string {
@@ -65,6 +66,10 @@ func searchDirs(getenv env, glob func(string) []string) []string {
 	}
 	add("/usr/local/cuda/lib64")
 	add("/usr/lib/x86_64-linux-gnu")
+	// Versioned toolkits without the /usr/local/cuda link, newest first.
+	for _, d := range glob("/usr/local/cuda-*/lib64") {
+		add(d)
+	}
 	var prefixes []string
 	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
 		if p := getenv(v); p != "" {
@@ -75,6 +80,7 @@ func searchDirs(getenv env, glob func(string) []string) []string {
 		prefixes = append(prefixes, filepath.Join(h, ".local"))
 	}
 	prefixes = append(prefixes, "/usr/local", "/usr", "/opt/conda")
+	prefixes = append(prefixes, glob("/opt/*")...) // container images' environments: /opt/venv
 	for _, p := range prefixes {
 		for _, pkgs := range []string{"site-packages", "dist-packages"} {
 			for _, d := range glob(filepath.Join(p, "lib", "python3*", pkgs, "nvidia", "*", "lib")) {
