@@ -6,7 +6,8 @@
 #
 # --build compiles, with CGO_ENABLED=0, the test binaries of device/cuda and
 # of every package whose tests import it, and cmd/distflow, into bin/gpu,
-# gzipped (the GPU machine gets the tree with a size limit). Without
+# gzipped (the GPU machine gets the tree with a size limit). bin/ is
+# ignored by git: the device tool takes it with carry: ["bin/gpu"]. Without
 # --build it prints the GPU (nvidia-smi) and the CUDA libraries it finds,
 # runs the test binaries verbosely (the conformance suite on the GPU, once
 # with cuBLAS and MatMul once more with the package's own GEMM kernel), runs

@@ -276,17 +276,6 @@ func TestEmulatedConformance(t *testing.T) {
 	devicetest.Run(t, &emuPlatform{launch: emuLibrary(t)})
 }
 
-// TestEmulatedLarge runs the large cases on the kernels compiled for the
-// CPU.
-func TestEmulatedLarge(t *testing.T) {
-	devs, err := (&emuPlatform{launch: emuLibrary(t)}).Open(device.Options{Count: 1, MemoryLimit: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer devs[0].Close()
-	runLarge(t, devs[0])
-}
-
 // TestEmulatedHostInput gives a kernel a device input as a host value (a
 // Shape's result feeding an Add): the kernel copies it to the device, and
 // the runtime's context keeps the host value.
@@ -298,7 +287,7 @@ func TestEmulatedHostInput(t *testing.T) {
 	d := devs[0]
 	defer d.Close()
 	x, y := tensor.MustFromSlice([]int32{1, 2, 3}, 3), tensor.MustFromSlice([]int32{10, 20, 30}, 3)
-	n, err := buildNode(largeCase{op: "Add", ins: []*tensor.Tensor{x, y}})
+	n, err := devicetest.Node(devicetest.Case{Op: "Add", Inputs: []*tensor.Tensor{x, y}})
 	if err != nil {
 		t.Fatal(err)
 	}

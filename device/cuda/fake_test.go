@@ -90,7 +90,6 @@ func TestFakeDriver(t *testing.T) {
 			if info := devs[0].Info(); info.Model != "Fake GPU" || info.Capability != "9.0" || info.TotalBytes != 1<<30 {
 				t.Errorf("Info() = %+v", info)
 			}
-			t.Run("Large", func(t *testing.T) { runLarge(t, devs[0]) })
 			d := devs[0].(*Device)
 			if _, _, ok := d.cublasHandle(); ok != blas {
 				t.Errorf("cuBLAS in use: %v, want %v", ok, blas)
@@ -156,7 +155,7 @@ func TestFakeCaptureKernels(t *testing.T) {
 	db, _ := device.Upload(d, b)
 	defer device.FreeAll(d.Allocator(), []*device.Tensor{da, db})
 	launch := func(op string) *device.Tensor {
-		n, err := buildNode(largeCase{op: op, ins: []*tensor.Tensor{a, b}})
+		n, err := devicetest.Node(devicetest.Case{Op: op, Inputs: []*tensor.Tensor{a, b}})
 		if err != nil {
 			t.Fatal(err)
 		}

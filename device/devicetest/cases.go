@@ -107,7 +107,7 @@ func Cases() []Case {
 		Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{f(4, 10), ints(4, 10)}},
 		Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{f(37, 3), ints(37, 3)}},
 	)
-	return cases
+	return append(cases, largeCases()...)
 }
 
 // maxPool is the 2x2 SAME max-pool of x on the CPU, for MaxPoolGrad's
@@ -134,4 +134,84 @@ func abs(v float32) float32 {
 		return -v
 	}
 	return v
+}
+
+// largeCases are checks on sizes that take many blocks, many threads per
+// reduction and partial GEMM tiles, and on the integer and bool types.
+func largeCases() []Case {
+	r := rand.New(rand.NewPCG(3, 4))
+	f := func(shape ...int) *tensor.Tensor {
+		t := tensor.New(tensor.Float32, shape...)
+		for i := range t.Float32s() {
+			t.Float32s()[i] = float32(r.NormFloat64())
+		}
+		return t
+	}
+	ints := func(dt tensor.DType, hi int, shape ...int) *tensor.Tensor {
+		t := tensor.New(dt, shape...)
+		for i := range t.NumElements() {
+			t.SetFloat64At(i, float64(r.IntN(2*hi)-hi))
+		}
+		return t
+	}
+	labels := func(n, classes int) *tensor.Tensor {
+		t := tensor.New(tensor.Int64, n)
+		for i := range t.Int64s() {
+			t.Int64s()[i] = int64(r.IntN(classes))
+		}
+		return t
+	}
+	shape := func(v ...int32) *tensor.Tensor { return tensor.MustFromSlice(v, len(v)) }
+	conv := func(padding string, stride int) map[string]any {
+		return map[string]any{"padding": padding, "strides": []int{stride, stride}}
+	}
+	pool := func(k, s int) map[string]any {
+		return map[string]any{"ksize": []int{k, k}, "strides": []int{s, s}, "padding": "SAME"}
+	}
+	x := f(3, 17, 19, 8)
+	return []Case{
+		{Op: "Add", Inputs: []*tensor.Tensor{f(300, 257), f(257)}},
+		{Op: "Mul", Inputs: []*tensor.Tensor{f(7, 1, 33), f(5, 33)}},
+		{Op: "Sub", Inputs: []*tensor.Tensor{ints(tensor.Int32, 1000, 40, 50), ints(tensor.Int32, 1000, 50)}},
+		{Op: "Add", Inputs: []*tensor.Tensor{ints(tensor.Int64, 1<<40, 3, 1, 5), ints(tensor.Int64, 1<<40, 4, 1)}},
+		{Op: "GreaterEqual", Inputs: []*tensor.Tensor{ints(tensor.Int32, 3, 600), ints(tensor.Int32, 3, 600)}},
+		// Long float sums: the CPU's float32 accumulation is off the exact
+		// sum (the device's, in double) by more than 1e-5.
+		{Op: "Sum", Attrs: map[string]any{"axis": []int{0}}, Inputs: []*tensor.Tensor{f(1000, 300)}, Tol: 1e-4},
+		{Op: "Sum", Inputs: []*tensor.Tensor{f(70000)}, Tol: 1e-4},
+		{Op: "Sum", Attrs: map[string]any{"axis": []int{1}}, Inputs: []*tensor.Tensor{ints(tensor.Int64, 1000, 30, 700)}},
+		{Op: "Mean", Attrs: map[string]any{"axis": []int{0, 2}, "keep_dims": true}, Inputs: []*tensor.Tensor{f(33, 513, 3)}, Tol: 1e-4},
+		{Op: "Mean", Attrs: map[string]any{"axis": []int{1}}, Inputs: []*tensor.Tensor{ints(tensor.Int32, 100, 9, 301)}},
+		{Op: "BiasAddGrad", Inputs: []*tensor.Tensor{f(2000, 37)}, Tol: 1e-4},
+		{Op: "Sum", Attrs: map[string]any{"axis": []int{1}}, Inputs: []*tensor.Tensor{f(5000, 3)}},
+		{Op: "Mean", Attrs: map[string]any{"axis": []int{0}}, Inputs: []*tensor.Tensor{ints(tensor.Int64, 1000, 64, 300)}},
+		{Op: "BiasAdd", Inputs: []*tensor.Tensor{f(2000, 37), f(37)}},
+		{Op: "SumToShape", Inputs: []*tensor.Tensor{f(64, 30, 20), shape(30, 1)}},
+		{Op: "BroadcastTo", Inputs: []*tensor.Tensor{f(30, 1), shape(64, 30, 20)}},
+		{Op: "ArgMax", Attrs: map[string]any{"axis": 1}, Inputs: []*tensor.Tensor{f(300, 1000)}},
+		{Op: "ArgMax", Attrs: map[string]any{"axis": 0, "output_type": tensor.Int32}, Inputs: []*tensor.Tensor{ints(tensor.Int32, 50, 700, 30)}},
+		{Op: "Cast", Attrs: map[string]any{"dtype": tensor.Bool}, Inputs: []*tensor.Tensor{ints(tensor.Int32, 2, 1000)}},
+		{Op: "Cast", Attrs: map[string]any{"dtype": tensor.Int64}, Inputs: []*tensor.Tensor{f(1000)}},
+		{Op: "Relu", Inputs: []*tensor.Tensor{f(100000)}},
+		{Op: "MatMul", Inputs: []*tensor.Tensor{f(130, 70), f(70, 90)}},
+		{Op: "MatMul", Attrs: map[string]any{"transpose_a": true}, Inputs: []*tensor.Tensor{f(70, 130), f(70, 90)}},
+		{Op: "MatMul", Attrs: map[string]any{"transpose_a": true, "transpose_b": true}, Inputs: []*tensor.Tensor{f(33, 17), f(45, 33)}},
+		{Op: "MatMul", Attrs: map[string]any{"transpose_b": true}, Inputs: []*tensor.Tensor{f(3, 40, 50), f(3, 20, 50)}},
+		{Op: "Conv2D", Attrs: conv("SAME", 1), Inputs: []*tensor.Tensor{x, f(5, 5, 8, 6)}},
+		{Op: "Conv2D", Attrs: conv("VALID", 2), Inputs: []*tensor.Tensor{x, f(3, 3, 8, 5)}},
+		{Op: "Conv2DBackpropInput", Attrs: conv("SAME", 2), Inputs: []*tensor.Tensor{shape(3, 17, 19, 8), f(3, 3, 8, 6), f(3, 9, 10, 6)}, Tol: 1e-4},
+		{Op: "Conv2DBackpropFilter", Attrs: conv("SAME", 1), Inputs: []*tensor.Tensor{x, shape(5, 5, 8, 6), f(3, 17, 19, 6)}, Tol: 1e-4},
+		{Op: "MaxPool", Attrs: pool(3, 2), Inputs: []*tensor.Tensor{x}},
+		{Op: "MaxPoolGrad", Attrs: pool(3, 2), Inputs: []*tensor.Tensor{x, mustMaxPool(x, pool(3, 2)), f(3, 9, 10, 8)}, Tol: 1e-4},
+		{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{f(300, 1000), labels(300, 1000)}},
+	}
+}
+
+// mustMaxPool pools x on the CPU, for MaxPoolGrad's orig_output.
+func mustMaxPool(x *tensor.Tensor, attrs map[string]any) *tensor.Tensor {
+	out, err := cpu(Case{Op: "MaxPool", Attrs: attrs, Inputs: []*tensor.Tensor{x}})
+	if err != nil {
+		panic(err)
+	}
+	return out[0]
 }
