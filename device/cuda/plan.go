@@ -22,63 +22,22 @@ type bcastPlan struct {
 }
 
 func newBcastPlan(a, b []int) (*bcastPlan, error) {
-	r := max(len(a), len(b))
-	p := &bcastPlan{out: make([]int, r)}
-	type axis struct {
-		size       int64
-		aOne, bOne bool
+	bp, err := tensor.PlanBroadcast(a, b)
+	if err != nil {
+		return nil, err
 	}
-	var merged []axis
-	for i := range r {
-		da, db := 1, 1
-		if j := i - (r - len(a)); j >= 0 {
-			da = a[j]
-		}
-		if j := i - (r - len(b)); j >= 0 {
-			db = b[j]
-		}
-		if da != db && da != 1 && db != 1 {
-			return nil, fmt.Errorf("shapes %v and %v cannot be broadcast (axis %d: %d vs %d)",
-				tensor.MakeShape(a...), tensor.MakeShape(b...), i, da, db)
-		}
-		d := da
-		if da == 1 {
-			d = db
-		}
-		p.out[i] = d
-		if d == 1 {
-			continue
-		}
-		aOne, bOne := da == 1, db == 1
-		if k := len(merged) - 1; k >= 0 && merged[k].aOne == aOne && merged[k].bOne == bOne {
-			merged[k].size *= int64(d)
-			continue
-		}
-		merged = append(merged, axis{size: int64(d), aOne: aOne, bOne: bOne})
-	}
-	if len(merged) == 0 {
-		merged = []axis{{size: 1}}
-	}
-	if len(merged) > maxRank {
+	if len(bp.Dims) > maxRank {
 		return nil, fmt.Errorf("broadcasting %v with %v needs %d axes; the CUDA kernels index at most %d",
-			tensor.MakeShape(a...), tensor.MakeShape(b...), len(merged), maxRank)
+			tensor.MakeShape(a...), tensor.MakeShape(b...), len(bp.Dims), maxRank)
 	}
-	k := len(merged)
-	p.dims, p.sa, p.sb = make([]int64, k), make([]int64, k), make([]int64, k)
-	ra, rb := int64(1), int64(1)
-	for i := k - 1; i >= 0; i-- {
-		m := merged[i]
-		p.dims[i] = m.size
-		if !m.aOne {
-			p.sa[i] = ra
-			ra *= m.size
+	wide := func(v []int) []int64 {
+		out := make([]int64, len(v))
+		for i, x := range v {
+			out[i] = int64(x)
 		}
-		if !m.bOne {
-			p.sb[i] = rb
-			rb *= m.size
-		}
+		return out
 	}
-	return p, nil
+	return &bcastPlan{out: bp.Out, dims: wide(bp.Dims), sa: wide(bp.StrideA), sb: wide(bp.StrideB)}, nil
 }
 
 // words lays p out as struct Bcast.

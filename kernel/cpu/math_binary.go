@@ -46,62 +46,11 @@ type mathBcast struct {
 
 // mathNewBcast plans the broadcast of shapes a and b.
 func mathNewBcast(a, b []int) (*mathBcast, error) {
-	r := max(len(a), len(b))
-	p := &mathBcast{out: make([]int, r)}
-	type axis struct {
-		size       int
-		aOne, bOne bool // the operand is broadcast along this axis
+	bp, err := tensor.PlanBroadcast(a, b)
+	if err != nil {
+		return nil, err
 	}
-	var merged []axis
-	for i := 0; i < r; i++ {
-		da, db := 1, 1
-		if j := i - (r - len(a)); j >= 0 {
-			da = a[j]
-		}
-		if j := i - (r - len(b)); j >= 0 {
-			db = b[j]
-		}
-		if da != db && da != 1 && db != 1 {
-			return nil, fmt.Errorf("shapes %v and %v cannot be broadcast (axis %d: %d vs %d)",
-				tensor.MakeShape(a...), tensor.MakeShape(b...), i, da, db)
-		}
-		d := da
-		if da == 1 {
-			d = db
-		}
-		p.out[i] = d
-		if d == 1 {
-			continue // contributes nothing to any index
-		}
-		aOne, bOne := da == 1, db == 1
-		if k := len(merged) - 1; k >= 0 && merged[k].aOne == aOne && merged[k].bOne == bOne {
-			merged[k].size *= d
-			continue
-		}
-		merged = append(merged, axis{size: d, aOne: aOne, bOne: bOne})
-	}
-	p.n = tensor.NumElements(p.out)
-	if len(merged) == 0 {
-		// A single element: treat it as a vector-vector run of length 1.
-		p.dims, p.sa, p.sb = []int{1}, []int{1}, []int{1}
-		return p, nil
-	}
-	k := len(merged)
-	p.dims, p.sa, p.sb = make([]int, k), make([]int, k), make([]int, k)
-	ra, rb := 1, 1
-	for i := k - 1; i >= 0; i-- {
-		m := merged[i]
-		p.dims[i] = m.size
-		if !m.aOne {
-			p.sa[i] = ra
-			ra *= m.size
-		}
-		if !m.bOne {
-			p.sb[i] = rb
-			rb *= m.size
-		}
-	}
-	return p, nil
+	return &mathBcast{out: bp.Out, n: tensor.NumElements(bp.Out), dims: bp.Dims, sa: bp.StrideA, sb: bp.StrideB}, nil
 }
 
 // runLen is the length of one run (the innermost collapsed axis).
