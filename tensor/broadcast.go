@@ -71,3 +71,27 @@ func PlanBroadcast(a, b []int) (BroadcastPlan, error) {
 	}
 	return p, nil
 }
+
+// SumToAxes returns the axes of a tensor of shape from to sum over so that
+// it gets shape to: the leading axes broadcasting added and those where to
+// has 1 and from does not (SumToShape, the adjoint of a broadcast).
+func SumToAxes(from, to []int) ([]int, error) {
+	extra := len(from) - len(to)
+	if extra < 0 {
+		return nil, fmt.Errorf("cannot sum %v to %v: the target has more axes", MakeShape(from...), MakeShape(to...))
+	}
+	var axes []int
+	for i, d := range from {
+		switch j := i - extra; {
+		case j < 0:
+			axes = append(axes, i)
+		case to[j] == d:
+		case to[j] == 1:
+			axes = append(axes, i)
+		default:
+			return nil, fmt.Errorf("cannot sum %v to %v: axis %d has %d, want %d or 1",
+				MakeShape(from...), MakeShape(to...), i, d, to[j])
+		}
+	}
+	return axes, nil
+}

@@ -291,12 +291,12 @@ func TestReducePlan(t *testing.T) {
 }
 
 func TestSumToAxes(t *testing.T) {
-	axes, err := sumToAxes([]int{4, 3, 5}, []int{3, 1})
+	axes, err := tensor.SumToAxes([]int{4, 3, 5}, []int{3, 1})
 	if err != nil || !slices.Equal(axes, []int{0, 2}) {
-		t.Errorf("sumToAxes([4 3 5], [3 1]) = %v, %v", axes, err)
+		t.Errorf("tensor.SumToAxes([4 3 5], [3 1]) = %v, %v", axes, err)
 	}
-	if _, err := sumToAxes([]int{4, 3}, []int{2}); err == nil {
-		t.Error("sumToAxes([4 3], [2]) succeeded")
+	if _, err := tensor.SumToAxes([]int{4, 3}, []int{2}); err == nil {
+		t.Error("tensor.SumToAxes([4 3], [2]) succeeded")
 	}
 }
 

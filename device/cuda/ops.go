@@ -312,7 +312,7 @@ func sumToShape(c *device.Context, l launcher) error {
 	if slices.Equal(x.Shape, out.Shape) {
 		return copyInput(c, l)
 	}
-	axes, err := sumToAxes(x.Shape, out.Shape)
+	axes, err := tensor.SumToAxes(x.Shape, out.Shape)
 	if err != nil {
 		return err
 	}

@@ -140,27 +140,3 @@ func offset(idx int64, dims, str []int64) int64 {
 	}
 	return off
 }
-
-// sumToAxes returns the axes of a tensor of shape from to sum over so that
-// it gets shape to: the leading axes broadcasting added and those where to
-// has 1 and from does not (SumToShape, the adjoint of BroadcastTo).
-func sumToAxes(from, to []int) ([]int, error) {
-	extra := len(from) - len(to)
-	if extra < 0 {
-		return nil, fmt.Errorf("cannot sum %v to %v: the target has more axes", tensor.MakeShape(from...), tensor.MakeShape(to...))
-	}
-	var axes []int
-	for i, d := range from {
-		switch j := i - extra; {
-		case j < 0:
-			axes = append(axes, i)
-		case to[j] == d:
-		case to[j] == 1:
-			axes = append(axes, i)
-		default:
-			return nil, fmt.Errorf("cannot sum %v to %v: axis %d has %d, want %d or 1",
-				tensor.MakeShape(from...), tensor.MakeShape(to...), i, d, to[j])
-		}
-	}
-	return axes, nil
-}

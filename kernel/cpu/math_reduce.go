@@ -483,30 +483,6 @@ func mathBroadcastToSlow(x, st *tensor.Tensor) (*tensor.Tensor, error) {
 	return mathBroadcastTensor(x, target)
 }
 
-// mathSumToAxes returns the axes of a tensor of shape from to sum over so
-// that it gets shape to: the leading axes broadcasting added and the axes
-// where to has 1 and from does not.
-func mathSumToAxes(from, to []int) ([]int, error) {
-	extra := len(from) - len(to)
-	if extra < 0 {
-		return nil, fmt.Errorf("cannot sum %v to %v: the target has more axes", tensor.MakeShape(from...), tensor.MakeShape(to...))
-	}
-	var axes []int
-	for i, d := range from {
-		switch j := i - extra; {
-		case j < 0:
-			axes = append(axes, i)
-		case to[j] == d:
-		case to[j] == 1:
-			axes = append(axes, i)
-		default:
-			return nil, fmt.Errorf("cannot sum %v to %v: axis %d has %d, want %d or 1",
-				tensor.MakeShape(from...), tensor.MakeShape(to...), i, d, to[j])
-		}
-	}
-	return axes, nil
-}
-
 func mathSumToShapeKernel(c *kernel.Context) error {
 	x := c.Inputs[0]
 	var buf [8]int
@@ -518,7 +494,7 @@ func mathSumToShapeKernel(c *kernel.Context) error {
 		c.SetOutput(0, x)
 		return nil
 	}
-	axes, err := mathSumToAxes(x.Shape(), target)
+	axes, err := tensor.SumToAxes(x.Shape(), target)
 	if err != nil {
 		return c.Errorf("SumToShape: %w", err)
 	}
