@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -258,8 +259,11 @@ func (s *stream) Zero(dst device.Ptr, n int64) error {
 	})
 }
 
-// Synchronize polls cuStreamQuery, sleeping between polls from 5µs up to
-// 1ms, so that ctx can end the wait: cuStreamSynchronize cannot be
+// spinFor is how long Synchronize polls without sleeping.
+const spinFor = 50 * time.Microsecond
+
+// Synchronize polls cuStreamQuery, at once for spinFor, then sleeping
+// between polls from 5µs up to 1ms, so that ctx can end the wait: cuStreamSynchronize cannot be
 // interrupted, and a goroutine blocked in it would outlive the caller.
 func (s *stream) Synchronize(ctx context.Context) error {
 	c, name := s.d.card, s.d.info.Name
@@ -281,6 +285,7 @@ func (s *stream) Synchronize(ctx context.Context) error {
 	}
 	wait := 5 * time.Microsecond
 	var timer *time.Timer
+	start := time.Now()
 	for {
 		var r cuResult
 		err := c.do(name, func() error {
@@ -296,6 +301,16 @@ func (s *stream) Synchronize(ctx context.Context) error {
 		}
 		if r == cudaSuccess {
 			return s.failed()
+		}
+		// A small model's step ends within tens of microseconds of its
+		// last launch, sooner than a timer fires: poll at once for a
+		// while, yielding the thread, before sleeping.
+		if spun := time.Since(start); spun < spinFor {
+			if ctx.Err() != nil {
+				return fmt.Errorf("cuda: %s: synchronize: %w", name, ctx.Err())
+			}
+			runtime.Gosched()
+			continue
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
