@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -264,6 +266,9 @@ func (r *Ring) Among(v View) (*Group, error) {
 	if pos < 0 {
 		return nil, fmt.Errorf("allreduce: rank %d is not a member of view %d %v", r.rank, v.Gen, v.Members)
 	}
+	// The ring re-formed: chunks of the operations of older views that
+	// have not started here never will be taken.
+	r.box.expire(v.Gen)
 	return &Group{r: r, view: v, tp: topology{members: slices.Clone(v.Members), pos: pos, gen: v.Gen}}, nil
 }
 
@@ -290,7 +295,25 @@ func (g *Group) AllReduce(ctx context.Context, name string, round int64, data []
 // op keys the group's operation name: operations of different views
 // never mix.
 func (g *Group) op(name string, round int64) Op {
-	return Op{Name: fmt.Sprintf("%s/gen%d", name, g.view.Gen), Round: round}
+	return Op{Name: name + genSuffix + strconv.FormatInt(g.view.Gen, 10), Round: round}
+}
+
+// genSuffix precedes the generation of a group's operation's view in its
+// name.
+const genSuffix = "/gen"
+
+// opGen returns the generation of the view whose group runs op, -1 for an
+// operation of the whole ring.
+func opGen(op Op) int64 {
+	i := strings.LastIndex(op.Name, genSuffix)
+	if i < 0 {
+		return -1
+	}
+	g, err := strconv.ParseInt(op.Name[i+len(genSuffix):], 10, 64)
+	if err != nil || g < 0 {
+		return -1
+	}
+	return g
 }
 
 // AllReduceMean is AllReduce divided by the number of members.

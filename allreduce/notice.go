@@ -58,10 +58,10 @@ func (r *Ring) deliverNotice(c *Chunk) error {
 		told = fmt.Errorf("summation server %s failed the operation", who)
 	default:
 		err := fmt.Errorf("%w: rank %d: %v: %s sent a failure notice of unknown cause %d", ErrMismatch, r.rank, c.Op, who, c.Index)
-		r.box.fail(c.Op, err)
+		r.box.notice(c.Op, c.From, err)
 		return err
 	}
-	r.box.fail(c.Op, &noticeError{told})
+	r.box.notice(c.Op, c.From, &noticeError{told})
 	return nil
 }
 

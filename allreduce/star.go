@@ -167,7 +167,11 @@ func (r *Ring) serverDown(ctx context.Context) int {
 // star sums data among the members of tp through the servers. data is
 // written only once every sum is in, so that a failure leaves it whole.
 func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) error {
-	ib, err := r.box.open(op)
+	servers := make([]int, r.servers)
+	for j := range servers {
+		servers[j] = r.size + j
+	}
+	ib, err := r.box.open(op, servers)
 	if err != nil {
 		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
 	}
@@ -188,7 +192,7 @@ func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) err
 	sums := make([]*Chunk, len(items))
 	var recvErr error
 	for k, it := range items {
-		c, err := ib.take(ctx, k)
+		c, err := ib.take(ctx, r.size+it.server, k)
 		if err != nil {
 			recvErr = fmt.Errorf("allreduce: rank %d: %v: waiting for the sum of chunk %d of %d from %s: %w",
 				r.rank, op, k, len(items), r.peer(r.size+it.server), err)

@@ -92,8 +92,9 @@ type Receiver interface {
 	// closed, and with an error wrapping ErrMismatch for a chunk that is
 	// malformed; the transport then ends the stream with that error.
 	Deliver(c *Chunk) error
-	// Fail makes operation op fail with err: its incoming stream broke.
-	Fail(op Op, err error)
+	// Fail makes operation op fail with err: its incoming stream from rank
+	// from (the sender of its chunks) broke.
+	Fail(op Op, from int, err error)
 	// Err returns ErrClosed once the ring is closed (a transport answers
 	// probes with ErrPeerLeft then), nil before.
 	Err() error

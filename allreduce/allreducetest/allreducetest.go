@@ -77,7 +77,7 @@ func (p *proxy) Deliver(c *allreduce.Chunk) error {
 	return err
 }
 
-func (p *proxy) Fail(op allreduce.Op, err error) { p.target().Fail(op, err) }
+func (p *proxy) Fail(op allreduce.Op, from int, err error) { p.target().Fail(op, from, err) }
 
 func (p *proxy) Err() error {
 	if r := p.ring.Load(); r != nil {
