@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"google.golang.org/grpc"
@@ -17,6 +19,7 @@ import (
 	"github.com/distflow/distflow/allreduce"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc/rpcpb"
+	"github.com/distflow/distflow/service"
 )
 
 // RegisterRing makes s serve rank cfg.Rank of an all-reduce ring, beside
@@ -37,7 +40,7 @@ func RegisterRing(s *Server, cfg allreduce.Config) (*allreduce.Ring, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := registerRingReceiver(s, r); err != nil {
+	if err := registerRingReceiver(s, r, cfg.Names); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -45,8 +48,9 @@ func RegisterRing(s *Server, cfg allreduce.Config) (*allreduce.Ring, error) {
 }
 
 // registerRingReceiver serves the Ring service of s, filing the chunks
-// that arrive with recv.
-func registerRingReceiver(s *Server, recv allreduce.Receiver) error {
+// that arrive with recv. names are the tasks of the ranks (Config.Names),
+// against which the rank a chunk claims to come from is checked.
+func registerRingReceiver(s *Server, recv allreduce.Receiver, names []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -56,15 +60,38 @@ func registerRingReceiver(s *Server, recv allreduce.Receiver) error {
 		return errors.New("rpc: the server already has a ring")
 	}
 	s.ring = true
-	rpcpb.RegisterRingServer(s.grpc, &ringServer{recv: recv, opts: s.opts})
+	rpcpb.RegisterRingServer(s.grpc, &ringServer{recv: recv, opts: s.opts, names: slices.Clone(names)})
 	return nil
 }
 
 // ringServer receives the chunks that the previous rank streams.
 type ringServer struct {
 	rpcpb.UnimplementedRingServer
-	recv allreduce.Receiver
-	opts Options // for MaxTensorBytes
+	recv  allreduce.Receiver
+	opts  Options  // for MaxTensorBytes
+	names []string // the ranks' tasks, or nil
+}
+
+// callerRank returns the rank of the task that the stream comes from, as
+// the transport authenticated it (service.Caller), or -1 when the ring's
+// tasks or the caller are not known (no Options.Identify).
+func (s *ringServer) callerRank(ctx context.Context) (int, string, error) {
+	caller, ok := service.Caller(ctx)
+	if !ok || len(s.names) == 0 {
+		return -1, "", nil
+	}
+	rank := slices.Index(s.names, caller)
+	if rank < 0 {
+		return -1, caller, s.refuse(ctx, fmt.Errorf("%s is not a rank of this ring (%s)", caller, strings.Join(s.names, ", ")))
+	}
+	return rank, caller, nil
+}
+
+// refuse logs the refusal of a stream from a member and returns its
+// status.
+func (s *ringServer) refuse(ctx context.Context, err error) error {
+	logRefusal(s.opts.logger(), time.Now(), "rpc: refused ring chunk", PeerAddr(ctx), err)
+	return status.Errorf(codes.PermissionDenied, "rpc: ring: %v", err)
 }
 
 func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingAck]) error {
@@ -72,6 +99,10 @@ func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingA
 	// a probe that the process is alive (ringTransport.Probe).
 	if err := s.recv.Err(); err != nil {
 		return status.Error(codes.Unavailable, err.Error())
+	}
+	rank, caller, err := s.callerRank(st.Context())
+	if err != nil {
+		return err
 	}
 	var op allreduce.Op
 	from := -1
@@ -82,9 +113,15 @@ func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingA
 		}
 		if err != nil {
 			if from >= 0 {
-				s.recv.Fail(op, fmt.Errorf("stream from rank %d broke: %w", from, err))
+				s.recv.Fail(op, from, fmt.Errorf("stream from rank %d broke: %w", from, err))
 			}
 			return err
+		}
+		if rank >= 0 && int(m.From) != rank {
+			// A member may not send as another: its chunks, failure
+			// notices and views are its own.
+			return s.refuse(st.Context(), fmt.Errorf("chunk %d of %q round %d claims to come from rank %d, but %s is rank %d",
+				m.Index, m.Name, m.Round, m.From, caller, rank))
 		}
 		op, from = allreduce.Op{Name: m.Name, Round: m.Round}, int(m.From)
 		size := uint64(max(m.Length, 0)) // a negative length is refused by Deliver
@@ -93,13 +130,13 @@ func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingA
 		}
 		if err := s.opts.tensorTooLarge(4 * size); err != nil {
 			err = fmt.Errorf("rpc: ring: all-reduced tensor %v from rank %d: %w", op, m.From, err)
-			s.recv.Fail(op, err)
+			s.recv.Fail(op, from, err)
 			return status.Error(codes.ResourceExhausted, err.Error())
 		}
 		if len(m.Data)%4 != 0 {
 			err := fmt.Errorf("%w: chunk %d of %v from rank %d has %d bytes, not whole float32s",
 				allreduce.ErrMismatch, m.Index, op, m.From, len(m.Data))
-			s.recv.Fail(op, err)
+			s.recv.Fail(op, from, err)
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
 		c := &allreduce.Chunk{
