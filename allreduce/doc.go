@@ -61,6 +61,20 @@
 // stream to or from it breaks), with an error that names the peer's rank
 // and address. After a failure the tensor holds partial sums.
 //
+// A rank takes an operation's chunks only from the rank that sends them to
+// it (its previous rank, or the summation servers): chunks that another
+// member sends are refused once the operation runs, and dropped when it
+// starts. Chunks of operations that have not started here are kept within
+// a share per peer (256 operations, 1 GiB): a peer over its share loses
+// its oldest such chunks, and the operation they were for fails when it
+// starts here. Those of a view's operations go when the ring re-forms
+// (Among a newer view). A malformed chunk (a negative index, offset or
+// length, or no other peer as its sender) is refused and leaves nothing
+// behind. A transport that authenticates its peers checks the rank a
+// chunk names against the sender (rpc.RegisterRing does, against
+// Config.Names): a member cannot send chunks, failure notices or views as
+// another.
+//
 // train.AllReduceTrainer and train.PeriodicAverager use a ring to train
 // with averaged gradients or averaged models.
 package allreduce

@@ -28,7 +28,10 @@ import (
 // proto/distflowpb/allreduce_service.proto), dialled with s's Options: the
 // same TLS, credentials, size limits and keepalive as every other
 // connection of the task; the receiving side is authenticated like any
-// call. cfg.Peers are the ranks' host:port addresses (their tasks').
+// call, and when Options.Identify names the caller, every chunk of its
+// stream must name the caller's rank in cfg.Names (else the stream is
+// refused, PermissionDenied): a member cannot send as another. cfg.Peers
+// are the ranks' host:port addresses (their tasks').
 //
 // Register before Serve, at most one ring per server. Close the ring before
 // stopping s: a closed ring answers its peers' probes that it has left
