@@ -284,6 +284,12 @@ func (e *Estimator) buildLocalAt(ctx context.Context, sp inputSpec, mode Mode, s
 			return nil, err
 		}
 	}
+	// Local variables (streaming metrics' accumulators) are neither trained
+	// nor saved: they start from their initial values.
+	var localInit *graph.Node
+	if len(ops.LocalVariables(s.Graph())) > 0 {
+		localInit = ops.LocalVariablesInitializer(s)
+	}
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("estimator: building the %s graph: %w", mode, err)
 	}
@@ -309,6 +315,12 @@ func (e *Estimator) buildLocalAt(ctx context.Context, sp inputSpec, mode Mode, s
 	} else if _, err := sess.Run(ctx, feeds, nil, assigns); err != nil {
 		sess.Close()
 		return nil, fmt.Errorf("estimator: loading the trained variables: %w", err)
+	}
+	if localInit != nil {
+		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{localInit}); err != nil {
+			sess.Close()
+			return nil, fmt.Errorf("estimator: initialising the local variables: %w", err)
+		}
 	}
 	m := &localModel{sess: sess, tower: t, step: step}
 	if trained != nil {
@@ -351,10 +363,18 @@ func (e *Estimator) Evaluate(ctx context.Context, input InputFn) (map[string]flo
 	}
 	defer m.sess.Close()
 	t := m.tower
-	names := sortedNames(t.spec.EvalMetrics)
+	// Ratio metrics are fetched with every batch; streaming ones update
+	// with every batch and are read once at the end.
+	var names, streaming []string
+	var updates []*graph.Node
 	fetches := []graph.Output{t.spec.Loss, t.batchSize}
-	for _, n := range names {
-		fetches = append(fetches, t.spec.EvalMetrics[n].Value, t.spec.EvalMetrics[n].Weight)
+	for _, n := range sortedNames(t.spec.EvalMetrics) {
+		if m := t.spec.EvalMetrics[n]; m.Update != nil {
+			streaming, updates = append(streaming, n), append(updates, m.Update)
+		} else {
+			names = append(names, n)
+			fetches = append(fetches, m.Value, m.Weight)
+		}
 	}
 	sums := make([]float64, len(fetches))
 	feeds := map[graph.Output]*tensor.Tensor{}
@@ -369,7 +389,7 @@ func (e *Estimator) Evaluate(ctx context.Context, input InputFn) (map[string]flo
 		if err := t.feeds(feeds, b); err != nil {
 			return nil, err
 		}
-		out, err := m.sess.Run(ctx, feeds, fetches, nil)
+		out, err := m.sess.Run(ctx, feeds, fetches, updates)
 		if err != nil {
 			return nil, fmt.Errorf("estimator: evaluating: %w", err)
 		}
@@ -389,6 +409,19 @@ func (e *Estimator) Evaluate(ctx context.Context, input InputFn) (map[string]flo
 			metrics[n] = sums[2+2*i] / w
 		} else {
 			metrics[n] = 0
+		}
+	}
+	if len(streaming) > 0 {
+		values := make([]graph.Output, len(streaming))
+		for i, n := range streaming {
+			values[i] = t.spec.EvalMetrics[n].Value
+		}
+		out, err := m.sess.Run(ctx, nil, values, nil)
+		if err != nil {
+			return nil, fmt.Errorf("estimator: evaluating: reading the streaming metrics %v: %w", streaming, err)
+		}
+		for i, n := range streaming {
+			metrics[n] = out[i].Float64At(0)
 		}
 	}
 	e.observeEval(metrics)
