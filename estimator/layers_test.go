@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/distflow/distflow/layers"
 	"github.com/distflow/distflow/losses"
 	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/savedmodel"
+	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
 
@@ -164,5 +167,61 @@ func TestLossOfOneElement(t *testing.T) {
 	}
 	if _, err := est.Evaluate(ctx, linearInput(100, false)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The export and a model restored from its checkpoints normalise by the
+// moving statistics, and evaluating from a checkpoint builds the metrics'
+// accumulators afresh (checkpoints do not hold them).
+func TestBatchNormalizationExport(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := estimator.RunConfig{Seed: 1, Progress: io.Discard, ModelDir: filepath.Join(dir, "model")}
+	est, err := estimator.New(normalizedLinear, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: 200}); err != nil {
+		t.Fatal(err)
+	}
+	value := func(name string) float64 {
+		v, err := est.VariableValue(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Float64At(0)
+	}
+	mean, variance, beta := value("batch_normalization/moving_mean"), value("batch_normalization/moving_variance"), value("batch_normalization/beta")
+	kernel, bias := value("dense/kernel"), value("dense/bias")
+	x := tensor.MustFromSlice([]float32{0.5}, 1, 1)
+	want := kernel*((0.5-mean)/math.Sqrt(variance+1e-3)+beta) + bias
+
+	path, err := est.Export(ctx, filepath.Join(dir, "export"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := savedmodel.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	got, err := p.Predict(ctx, map[string]*tensor.Tensor{"x": x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got["y"].Float64At(0); math.Abs(g-want) > 1e-4 {
+		t.Errorf("export predicts %v; the moving statistics give %v", g, want)
+	}
+
+	fresh, err := estimator.New(normalizedLinear, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := fresh.Evaluate(ctx, linearInput(100, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["global_step"] != 200 || math.Abs(m["rmse"]-math.Sqrt(m["loss"])) > 1e-5 {
+		t.Errorf("evaluating the checkpoint: %v", m)
 	}
 }
