@@ -112,8 +112,15 @@ func seedFor(s *graph.Scope, fullName string) int {
 // ls. A nil init is Glorot uniform seeded by seedFor. The regularizer's
 // penalty is added once, when the variable is created.
 func variable(ls *graph.Scope, name string, dt tensor.DType, shape []int, init ops.Initializer, reg Regularizer, opts ...ops.VariableOption) *ops.Variable {
+	full := ls.VariablePrefix() + name
+	if !ls.Reusing() && ops.LookupVariable(ls.Graph(), full) != nil {
+		// The graph would rename the new one ("_1") and the layer would
+		// silently not share it, as tf.get_variable refuses too.
+		ls.SetErr(fmt.Errorf("layers: variable %q already exists: a layer of that name is built twice; build it again in a scope that reuses variables (graph.Scope.ReuseVariables) to share it, or give it another name", full))
+		return nil
+	}
 	if init == nil {
-		init = ops.GlorotUniformInit(seedFor(ls, ls.VariablePrefix()+name))
+		init = ops.GlorotUniformInit(seedFor(ls, full))
 	}
 	v := ops.NewVariable(ls, name, dt, shape, init, opts...)
 	if v == nil || reg == nil || ls.Reusing() {

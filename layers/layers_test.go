@@ -137,6 +137,14 @@ func TestNamesAndReuse(t *testing.T) {
 	if err := s.Err(); err == nil || !strings.Contains(err.Error(), "other/kernel") {
 		t.Fatalf("reusing a missing layer: err %v", err)
 	}
+	// So is a named layer built twice without reuse: it would not share.
+	s = graph.NewScope()
+	x = ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(-1, 2))
+	layers.Dense{Units: 3, Name: "hidden"}.Apply(s, x, true)
+	layers.Dense{Units: 3, Name: "hidden"}.Apply(s, x, true)
+	if err := s.Err(); err == nil || !strings.Contains(err.Error(), `"hidden/kernel" already exists`) {
+		t.Fatalf("a named layer built twice: err %v", err)
+	}
 }
 
 // Kernels of the same shape get different initial values (their seeds come
