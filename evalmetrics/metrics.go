@@ -24,7 +24,7 @@ import (
 // Mean is the mean of all the elements of values, as tf.metrics.mean.
 func Mean(s *graph.Scope, values graph.Output) (value graph.Output, update *graph.Node) {
 	ms := s.SubScope("mean")
-	if !floatOrBool(ms, "mean", "values", values) {
+	if !present(ms, "mean", "values", values) {
 		return graph.Output{}, nil
 	}
 	return meanOf(ms, toFloat64(ms, values))
@@ -255,7 +255,8 @@ func floats(ms *graph.Scope, name string, labels, predictions graph.Output) (gra
 	return labels, toFloat64(ms, predictions), ms.Err() == nil
 }
 
-func floatOrBool(ms *graph.Scope, name, what string, x graph.Output) bool {
+// present checks x is there.
+func present(ms *graph.Scope, name, what string, x graph.Output) bool {
 	if ms.Err() != nil {
 		return false
 	}
@@ -292,7 +293,7 @@ func checked(s *graph.Scope, labels, like graph.Output) graph.Output {
 	if labels.Shape().FullyDefined() && like.Shape().FullyDefined() {
 		return labels
 	}
-	cs := s.SubScope("check_shapes")
+	cs := s.SubScope("labels_must_have_predictions_shape")
 	shape := ops.Shape(cs, like)
 	b := ops.BroadcastTo(cs, labels, shape)
 	if !b.Valid() {

@@ -70,7 +70,7 @@ func layerScope(s *graph.Scope, name, def string) *graph.Scope {
 	return s.VariableScope(name)
 }
 
-// inputDType checks x is a floating-point tensor of known rank at least
+// inputCheck checks x is a floating-point tensor of known rank at least
 // minRank whose last dimension is known, and returns its dtype and the
 // last dimension.
 func inputCheck(s *graph.Scope, layer string, x graph.Output, minRank int) (tensor.DType, int, bool) {

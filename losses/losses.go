@@ -279,7 +279,7 @@ func checked(s *graph.Scope, labels, like graph.Output) graph.Output {
 // BroadcastTo (each dimension equal or 1) and Reshape (the same element
 // count) check it together.
 func checkedTo(s *graph.Scope, labels, shape graph.Output) graph.Output {
-	cs := s.SubScope("check_shapes")
+	cs := s.SubScope("labels_must_have_predictions_shape")
 	b := ops.BroadcastTo(cs, labels, shape)
 	if !b.Valid() {
 		return b
