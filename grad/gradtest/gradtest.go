@@ -6,6 +6,9 @@
 //		Build:  func(s *graph.Scope, x []graph.Output) graph.Output { return ops.MatMul(s, x[0], x[1], false, false) },
 //		Inputs: []*tensor.Tensor{gradtest.Random(1, 2, 3), gradtest.Random(2, 3, 4)},
 //	})
+//
+// A case whose Build creates variables (a layer's kernel) sets Variables to
+// check the gradients with respect to them too.
 package gradtest
 
 import (
