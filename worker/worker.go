@@ -1048,18 +1048,18 @@ func (w *Worker) CloseSession(ctx context.Context, req *pb.WorkerCloseSessionReq
 // Shutdown asks the task to exit: the first call runs Config.OnShutdown.
 // With Config.ShutdownFrom, only those tasks may ask (service.Caller).
 func (w *Worker) Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error) {
+	caller, ok := service.Caller(ctx)
+	if !ok {
+		caller = "an unnamed caller"
+	}
 	if len(w.cfg.ShutdownFrom) > 0 {
-		caller, ok := service.Caller(ctx)
-		if !ok {
-			caller = "an unnamed caller"
-		}
 		if !ok || !slices.Contains(w.cfg.ShutdownFrom, caller) {
 			w.log.Warn("worker: shutdown refused", "caller", caller, "reason", req.GetReason())
 			return nil, w.errorf("shutdown from %s: %w: only %s may stop this task", caller, service.ErrPermissionDenied, strings.Join(w.cfg.ShutdownFrom, ", "))
 		}
 	}
 	w.shutdown.Do(func() {
-		w.log.Info("worker: shutdown requested", "reason", req.GetReason())
+		w.log.Info("worker: shutdown requested", "caller", caller, "reason", req.GetReason())
 		if w.cfg.OnShutdown != nil {
 			w.cfg.OnShutdown(req.GetReason())
 		}
