@@ -30,6 +30,13 @@ type kernel[T float] struct {
 	// MLP's 100 = 6*16+4, costs half a full tile instead of a whole one.
 	microHalf   func(kc int, ap, bp, c []T, ldc int, beta T)
 	microHalfDA func(kc int, a []T, rsa, csa int, bp, c []T, ldc int, beta T)
+	// microEdge and microEdgeDA, if not nil, are micro and microDA that
+	// write only the first mm rows and nn columns of the tile, straight to
+	// C (AVX-512's masked stores): edge tiles then need no scratch tile and
+	// merge, which cost as much as the product when k is short (a
+	// convolution's input gradient with 25 columns over k = 32).
+	microEdge   func(kc int, ap, bp, c []T, ldc int, beta T, mm, nn int)
+	microEdgeDA func(kc int, a []T, rsa, csa int, bp, c []T, ldc int, beta T, mm, nn int)
 }
 
 // directSlivers is the number of nr-wide column slivers up to which A is
@@ -313,6 +320,10 @@ func (g *gemmArgs[T]) tile(ws *workspace[T], kb, mb, nb, ir, jr int, c []T, beta
 		kn.micro(kb, ap, bp, c[ir*ldc+jr:], ldc, beta)
 		return
 	}
+	if kn.microEdge != nil && !g.transC {
+		kn.microEdge(kb, ap, bp, c[ir*ldc+jr:], ldc, beta, mm, nn)
+		return
+	}
 	// Edge tile: compute the padded tile aside, merge the valid part.
 	t := ws.tile
 	if 2*nn <= nr && kn.microHalf != nil {
@@ -339,6 +350,14 @@ func (g *gemmArgs[T]) macroDirect(ws *workspace[T], ic, pc, kb, mb, nb int, c []
 		for ir := 0; ir < mb; ir += mr {
 			if ir < full && nn == nr && !g.transC {
 				kn.microDA(kb, g.a[(ic+ir)*rsa+pc*csa:], rsa, csa, bp, c[ir*ldc+jr:], ldc, beta)
+				continue
+			}
+			if kn.microEdge != nil && !g.transC {
+				if ir < full {
+					kn.microEdgeDA(kb, g.a[(ic+ir)*rsa+pc*csa:], rsa, csa, bp, c[ir*ldc+jr:], ldc, beta, mr, nn)
+				} else {
+					kn.microEdge(kb, ws.a[:mr*kb], bp, c[ir*ldc+jr:], ldc, beta, min(mr, mb-ir), nn)
+				}
 				continue
 			}
 			t := ws.tile
