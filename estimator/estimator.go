@@ -100,6 +100,12 @@ func (e *Estimator) Config() RunConfig { return e.cfg }
 // cluster); a ps task serves until the chief ends training. Hooks run on
 // this replica's steps. It blocks until then, or ctx ends.
 //
+// When the loss becomes NaN or infinite, training stops with an error
+// wrapping train.ErrNaNLoss, which blames the learning rate; Train then
+// reads the input again from its start and, if a NaN or infinity is in it
+// (within limits of time and size), says where, since such data make the
+// loss non-finite whatever the rate.
+//
 // Training that has ended stays ended, as with tf.estimator: when the
 // checkpoint directory holds the chief's end-of-training marker for stop's
 // step or a later one (the same training run again, or a chief restarted
@@ -137,7 +143,12 @@ func (e *Estimator) Train(ctx context.Context, input InputFn, stop Stop, hooks .
 			return res, err
 		}
 	}
-	return e.cfg.Strategy.train(ctx, r)
+	res, err := e.cfg.Strategy.train(ctx, r)
+	if errors.Is(err, train.ErrNaNLoss) && ctx.Err() == nil {
+		// The guard blames the learning rate; the data may be at fault.
+		err = r.explainNaN(ctx, err)
+	}
+	return res, err
 }
 
 // rememberInput keeps the features of an input, for Export.

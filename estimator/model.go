@@ -1,8 +1,11 @@
 package estimator
 
 import (
+	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/graph"
@@ -36,8 +39,59 @@ func (m Mode) String() string {
 }
 
 // Features are a model's inputs by name: placeholders of one batch each,
-// whose first dimension is the batch.
+// whose first dimension is the batch. Read them with Get, which names a
+// feature the input lacks; f["x"] of a missing name is an invalid Output,
+// which the first op given it reports only as a missing input.
 type Features map[string]graph.Output
+
+// ErrUnknownFeature is wrapped by the error Features.Get records for a
+// feature the input lacks.
+var ErrUnknownFeature = errors.New("estimator: unknown feature")
+
+// Get returns the feature called name. When the input has none, it
+// records an error in s naming the feature and those the input has (the
+// model function then fails with it, not with the error of an op given
+// nothing), and returns an invalid Output, which the builders after it
+// ignore.
+func (f Features) Get(s *graph.Scope, name string) graph.Output {
+	if x, ok := f[name]; ok {
+		return x
+	}
+	s.SetErr(&unknownFeatureError{name: name, have: sortedNames(f)})
+	return graph.Output{}
+}
+
+// unknownFeatureError is a model function's request for a feature the
+// input does not have.
+type unknownFeatureError struct {
+	name string
+	have []string
+}
+
+func (e *unknownFeatureError) Error() string {
+	msg := fmt.Sprintf("estimator: the model function asked for feature %q; the input has %s", e.name, quoteNames(e.have))
+	for _, h := range e.have {
+		if strings.EqualFold(h, e.name) {
+			msg += fmt.Sprintf(" (%q differs only in case)", h)
+			break
+		}
+	}
+	return msg
+}
+
+func (e *unknownFeatureError) Unwrap() error { return ErrUnknownFeature }
+
+// quoteNames formats names as "a", "b", or "none".
+func quoteNames(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
 
 // Spec is what a model function returns (tf.estimator.EstimatorSpec).
 type Spec struct {
@@ -238,7 +292,7 @@ func buildTower(s *graph.Scope, fn ModelFn, sp inputSpec, mode Mode) (*tower, er
 		err = s.Err()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("estimator: the model function (%s): %w", mode, err)
+		return nil, modelFnError(mode, err, sp)
 	}
 	if spec == nil {
 		return nil, fmt.Errorf("estimator: the model function (%s) returned no spec", mode)
@@ -280,6 +334,25 @@ func buildTower(s *graph.Scope, fn ModelFn, sp inputSpec, mode Mode) (*tower, er
 	t.batchSize = ops.Cast(s, ops.Slice(s, ops.Shape(s, first), []int{0}, []int{1}), tensor.Float32)
 	t.batchSize = ops.ReshapeTo(s, t.batchSize)
 	return t, s.Err()
+}
+
+// modelFnError is the error of a model function that failed in mode: an
+// unknown feature (Features.Get) as it is; any other naming the features
+// of the input, since an op given a feature the input lacks (f["X"] for
+// "x") fails only as an op with a missing input.
+func modelFnError(mode Mode, err error, sp inputSpec) error {
+	var unknown *unknownFeatureError
+	if errors.As(err, &unknown) {
+		return err
+	}
+	names := make([]string, len(sp.features))
+	for i, f := range sp.features {
+		names[i] = f.Name
+	}
+	if strings.Contains(err.Error(), "is missing") {
+		return fmt.Errorf("estimator: the model function (%s): %w (is a feature name misspelt? the input has %s; Features.Get names a feature the input lacks)", mode, err, quoteNames(names))
+	}
+	return fmt.Errorf("estimator: the model function (%s): %w", mode, err)
 }
 
 // scalarLoss checks the model's loss is a scalar, as tf.estimator does: a
