@@ -43,7 +43,7 @@ func main() {
 // model encodes an image into 64 numbers and decodes it back; the loss is
 // the mean squared error per pixel.
 func model(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
-	code := layers.Dense{Units: 64, Activation: ops.Relu, Name: "encoder"}.Apply(s, f["images"], mode == estimator.Train)
+	code := layers.Dense{Units: 64, Activation: ops.Relu, Name: "encoder"}.Apply(s, f.Get(s, "images"), mode == estimator.Train)
 	reconstruction := layers.Dense{Units: data.ImageSize, Activation: ops.Sigmoid, Name: "decoder"}.Apply(s, code, mode == estimator.Train)
 	spec := &estimator.Spec{Predictions: map[string]graph.Output{"code": code, "reconstruction": reconstruction}}
 	if mode != estimator.Predict { // the labels (the images themselves) are fed in Train and Eval
