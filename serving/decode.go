@@ -209,7 +209,7 @@ func (tb *builder) count(mode decodeMode) int {
 	return 0
 }
 
-// fill makes t's storage where the elements go, and returns t.
+// fill makes t's storage where the elements go.
 func (tb *builder) fill(t *tensor.Tensor) {
 	tb.kept, tb.filled = tb.elems, true
 	tb.elems = elems{f32: t.Float32s()[:0], f64: t.Float64s()[:0], i32: t.Int32s()[:0], i64: t.Int64s()[:0], u8: t.Uint8s()[:0], bools: t.Bools()[:0]}

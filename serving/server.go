@@ -121,16 +121,11 @@ func (h HTTPConfig) Validate() error {
 // reads and the answers it writes; ReadTimeout only bounds the bodies
 // that no handler reads, which net/http discards after the answer.
 func (h HTTPConfig) server(handler http.Handler) *http.Server {
-	hs := &http.Server{Handler: handler, MaxHeaderBytes: h.MaxHeaderBytes}
-	if h.ReadHeaderTimeout > 0 {
-		hs.ReadHeaderTimeout = h.ReadHeaderTimeout
-	}
+	// net/http reads a negative timeout as none, as HTTPConfig does.
+	hs := &http.Server{Handler: handler, MaxHeaderBytes: h.MaxHeaderBytes,
+		ReadHeaderTimeout: h.ReadHeaderTimeout, IdleTimeout: h.IdleTimeout}
 	if h.ReadHeaderTimeout > 0 && h.ReadTimeout > 0 {
 		hs.ReadTimeout = h.ReadHeaderTimeout + h.ReadTimeout
-	}
-	hs.IdleTimeout = max(h.IdleTimeout, 0)
-	if h.IdleTimeout < 0 {
-		hs.IdleTimeout = -1 // not ReadTimeout, as net/http would take for 0
 	}
 	return hs
 }
