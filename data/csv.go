@@ -231,7 +231,7 @@ func (rd *csvReader) row(cr *csv.Reader, rec []string) error {
 		line, _ := cr.FieldPos(c)
 		v := rec[c]
 		if rd.opts.Labels == tensor.Int32 {
-			k, err := strconv.ParseInt(v, 10, 32)
+			k, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
 			if err != nil || k < 0 {
 				return rd.bad(line, c, "label %q is not a class index", v)
 			}

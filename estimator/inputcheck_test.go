@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
@@ -110,6 +113,7 @@ func TestMultiOutputRegressionFromCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The targets' variance is about 0.4; a trained model is far below it.
+	t.Logf("evaluation loss %.5f at global step %d", res.Metrics["loss"], res.GlobalStep)
 	if loss := res.Metrics["loss"]; !(loss < 0.05) {
 		t.Errorf("evaluation loss %v after %d steps; want below 0.05", loss, res.GlobalStep)
 	}
@@ -237,6 +241,28 @@ func TestEvalInputCheckedBeforeTraining(t *testing.T) {
 				t.Errorf("it trained before the check: %q", progress.String())
 			}
 		})
+	}
+}
+
+// TestEvaluatorChecksItsInputFirst: an evaluator task checks the
+// evaluation input against the training input before it waits for the
+// first checkpoint.
+func TestEvaluatorChecksItsInputFirst(t *testing.T) {
+	spec, err := cluster.NewSpec(map[string][]string{"ps": {"127.0.0.1:1"}, "worker": {"127.0.0.1:2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := estimator.New(linearModel, estimator.RunConfig{Cluster: spec, Task: cluster.TaskID{Job: cluster.EvaluatorJob},
+		CheckpointDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := csvInput(t, writeRegressionCSV(t, t.TempDir(), "test.csv", 64, 8, -1), false, false)
+	_, err = estimator.TrainAndEvaluate(context.Background(), est,
+		estimator.TrainSpec{Input: linearInput(100, true), Stop: estimator.Stop{MaxSteps: 10}},
+		estimator.EvalSpec{Input: wide, WaitTimeout: time.Minute})
+	if want := `feature "x": float32 [?,8] in the evaluation input (EvalSpec.Input), float32 [?,1] in the training input`; !errors.Is(err, estimator.ErrInputMismatch) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%v; want ErrInputMismatch naming %q", err, want)
 	}
 }
 

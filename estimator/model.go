@@ -350,7 +350,11 @@ func modelFnError(mode Mode, err error, sp inputSpec) error {
 		names[i] = f.Name
 	}
 	if strings.Contains(err.Error(), "is missing") {
-		return fmt.Errorf("estimator: the model function (%s): %w (is a feature name misspelt? the input has %s; Features.Get names a feature the input lacks)", mode, err, quoteNames(names))
+		labels := ""
+		if mode == Predict {
+			labels = "; or are the labels read, which Predict does not feed?"
+		}
+		return fmt.Errorf("estimator: the model function (%s): %w (is a feature name misspelt? the input has %s; Features.Get names a feature the input lacks%s)", mode, err, quoteNames(names), labels)
 	}
 	return fmt.Errorf("estimator: the model function (%s): %w", mode, err)
 }
