@@ -50,7 +50,11 @@ type Chunk struct {
 type Transport interface {
 	// Open starts the stream of operation op's chunks to rank to. A peer
 	// that is not reachable yet (still starting) is waited for until ctx
-	// ends; when ctx ends, the error is (or wraps) ctx.Err().
+	// ends; when ctx ends, the error is (or wraps) ctx.Err(). A peer that
+	// is gone is not waited for: one that answered this transport before
+	// and now refuses connections (its process has exited, its port is
+	// closed) fails Open at once, with an error that wraps
+	// ErrPeerUnreachable.
 	Open(ctx context.Context, to int, op Op) (Stream, error)
 	// Probe reports whether rank to is alive: nil when it answers,
 	// ErrPeerLeft when its process answers that its ring is closed, and

@@ -162,13 +162,16 @@ type ringTransport struct {
 	peers []string
 	opts  Options
 
-	mu     sync.Mutex
-	conns  map[int]*grpc.ClientConn
-	closed bool
+	mu    sync.Mutex
+	conns map[int]*grpc.ClientConn
+	// answered holds the ranks that have answered a stream or a probe:
+	// their process was up, so a refused connection means it has exited.
+	answered map[int]bool
+	closed   bool
 }
 
 func newRingTransport(peers []string, opts Options) *ringTransport {
-	return &ringTransport{peers: peers, opts: opts, conns: make(map[int]*grpc.ClientConn)}
+	return &ringTransport{peers: peers, opts: opts, conns: make(map[int]*grpc.ClientConn), answered: make(map[int]bool)}
 }
 
 func (g *ringTransport) conn(to int) (*grpc.ClientConn, error) {
@@ -197,12 +200,11 @@ func (g *ringTransport) Open(ctx context.Context, to int, op allreduce.Op) (allr
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	// WaitForReady: a peer that is still starting is waited for, until
-	// the operation's deadline.
-	st, err := rpcpb.NewRingClient(c).Chunks(ctx, grpc.WaitForReady(true))
+	st, err := g.chunks(ctx, c, to)
 	if err != nil {
+		ctxErr := ctx.Err()
 		cancel()
-		if ctxErr := ctx.Err(); ctxErr != nil {
+		if ctxErr != nil {
 			return nil, ctxErr
 		}
 		return nil, err
@@ -215,6 +217,56 @@ func (g *ringTransport) Open(ctx context.Context, to int, op allreduce.Op) (allr
 		close(gs.done)
 	}()
 	return gs, nil
+}
+
+// chunks opens a stream of chunks to rank to on c. A peer that has never
+// answered may be starting: it is waited for until ctx ends
+// (WaitForReady). One that answered before and now refuses connections has
+// exited (its port is closed), and is not waited for: the error, at once,
+// wraps allreduce.ErrPeerUnreachable. A peer that accepts connections but
+// does not answer (a stopped process, or one restarting on a socket that
+// its supervisor holds) is waited for, as one that is starting.
+func (g *ringTransport) chunks(ctx context.Context, c *grpc.ClientConn, to int) (grpc.ClientStreamingClient[pb.RingChunk, pb.RingAck], error) {
+	client := rpcpb.NewRingClient(c)
+	if g.hasAnswered(to) {
+		// Without WaitForReady, a call fails as soon as the connection
+		// does, with the reason.
+		st, err := client.Chunks(ctx)
+		if err == nil {
+			return st, nil
+		}
+		if refused(err) {
+			return nil, fmt.Errorf("%w: %s refuses connections (its process has exited): %w", allreduce.ErrPeerUnreachable, g.peers[to], err)
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+	}
+	st, err := client.Chunks(ctx, grpc.WaitForReady(true))
+	if err == nil {
+		g.answeredBy(to)
+	}
+	return st, err
+}
+
+// refused reports whether err is a call's failure to connect because the
+// peer's port refused the connection.
+func refused(err error) bool {
+	return status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), "connection refused")
+}
+
+// hasAnswered reports whether rank to has answered this transport before.
+func (g *ringTransport) hasAnswered(to int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.answered[to]
+}
+
+// answeredBy records that rank to answered.
+func (g *ringTransport) answeredBy(to int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.answered[to] = true
 }
 
 // Probe opens an empty stream to rank to and waits for its
@@ -236,7 +288,11 @@ func (g *ringTransport) Probe(ctx context.Context, to int) error {
 	}
 	err = st.RecvMsg(new(pb.RingAck))
 	if status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), allreduce.ErrClosed.Error()) {
+		g.answeredBy(to)
 		return allreduce.ErrPeerLeft
+	}
+	if err == nil {
+		g.answeredBy(to)
 	}
 	return err
 }

@@ -365,6 +365,32 @@ func Run(t *testing.T, network Network) {
 		checkDeadPeer(t, r, errs, ctx)
 	})
 
+	t.Run("gone peer is not waited for", func(t *testing.T) {
+		// Rank 0 has sent a view to the others, which answered; then
+		// rank 2's process exits. The next view sent to it fails at once,
+		// not at the deadline (a leader that sent views and "training is
+		// over" to ranks that had exited waited its whole deadline on
+		// each).
+		r := newRing(t, network, 3, 0, nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if err := r.rings[0].SendView(ctx, allreduce.View{Gen: 1, Members: []int{0, 1, 2}}); err != nil {
+			t.Fatal(err)
+		}
+		r.kill(2)
+		start := time.Now()
+		err := r.rings[0].SendView(ctx, allreduce.View{Gen: 2, Members: []int{0, 1, 2}})
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("sending a view to a rank that has exited took %v; want it to fail at once, not at the deadline", took)
+		}
+		if err == nil || !strings.Contains(err.Error(), r.describe(2)) {
+			t.Errorf("sending a view to a rank that has exited: %v; want an error naming %s", err, r.describe(2))
+		}
+		if v, ok := r.rings[1].NewestView(); !ok || v.Gen != 2 {
+			t.Errorf("rank 1 did not take the view (%v, %v)", v, ok)
+		}
+	})
+
 	t.Run("peer killed midway", func(t *testing.T) {
 		// Rank 2 dies once it has received a chunk and rank 0 has
 		// received one from it: streams are then up. Rank 1 sees rank 0
