@@ -60,8 +60,14 @@
 //   - A session holds at most Config.MaxGraphs graphs and
 //     Config.MaxGraphBytes of them (ErrTooManyGraphs); its graphs go with
 //     CloseSession, or after Config.SessionIdle without use.
+//   - A write that would leave a NaN or an infinity in a variable is
+//     refused by the kernel that writes it (Assign, AssignAdd, AssignSub,
+//     the Apply* and SparseApply* updates), whatever the graph's shape,
+//     naming the variable; the variable keeps its value
+//     (kernel.Policy.RefuseNonFiniteWrites, kernel.ErrNonFiniteWrite).
 //   - Shutdown obeys only the tasks of Config.ShutdownFrom when it is set,
-//     as named by the transport (service.Caller).
+//     as named by the transport (service.Caller), and the task logs who
+//     asked.
 //
 // Errors name the task ("worker: task /job:ps/task:0: step 7: ...") and,
 // for kernel failures, the node and op.

@@ -134,7 +134,7 @@ func (c Config) withDefaults() Config {
 // policy is the kernel.Policy of c.
 func (c Config) policy() kernel.Policy {
 	return kernel.Policy{ConfineFiles: !c.UnconfinedFiles, FileRoots: c.FileRoots, MaxTensorBytes: max(c.MaxTensorBytes, 0),
-		RefuseNonFiniteFeeds: true}
+		RefuseNonFiniteWrites: true}
 }
 
 // Worker runs graph partitions for masters and serves their tensors to

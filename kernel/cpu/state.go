@@ -28,7 +28,7 @@ func init() {
 
 	// The float32 updates of GradientDescent and Adam read the old value
 	// from vals[3] when the variable moves (stateApply).
-	stateRegisterApply("ApplyGradientDescent", 1, 2, true, func(*graph.Node) stateUpdate {
+	stateRegisterApplyChecked("ApplyGradientDescent", 1, 2, true, stateGradientDescentFinite, func(*graph.Node) stateUpdate {
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			if g.DType() == tensor.Float32 {
 				stateGradientDescent(v[0].Float32s(), stateSrc(v[3]), g.Float32s(), float32(sc[0]))
@@ -101,8 +101,10 @@ func (stateAssignKernel) Compute(c *kernel.Context) error {
 	if t.DType() != v.DType() || !v.Shape().Equal(t.StaticShape()) {
 		return c.Errorf("cannot assign %v%v to variable %q of %v%v", t.DType(), t.StaticShape(), v.Name(), v.DType(), v.Shape())
 	}
-	if err := c.CheckFedWrite(1, v); err != nil {
-		return err
+	if c.RefusesNonFinite() {
+		if err := stateCheckInputs(c, v, 1); err != nil {
+			return err
+		}
 	}
 	if len(c.Overwritable) > 1 && c.Overwritable[1] {
 		value, l, err := v.Exchange(t)
@@ -127,8 +129,11 @@ func stateAssignUpdate(c *kernel.Context, sign int) error {
 	if t.DType() != v.DType() || !v.Shape().Equal(t.StaticShape()) {
 		return c.Errorf("cannot add %v%v to variable %q of %v%v", t.DType(), t.StaticShape(), v.Name(), v.DType(), v.Shape())
 	}
-	if err := c.CheckFedWrite(1, v); err != nil {
-		return err
+	guard := c.RefusesNonFinite() && v.DType().IsFloat()
+	if guard {
+		if err := stateCheckInputs(c, v, 1); err != nil {
+			return err
+		}
 	}
 	switch v.DType() {
 	case tensor.Float32, tensor.Float64, tensor.Int32, tensor.Int64:
@@ -141,15 +146,24 @@ func stateAssignUpdate(c *kernel.Context, sign int) error {
 		return stateWrap(c, err)
 	}
 	defer v.UnlockValue()
-	switch val.DType() {
-	case tensor.Float32:
-		stateAddScaled(val.Float32s(), t.Float32s(), float32(sign))
-	case tensor.Float64:
-		stateAddScaled(val.Float64s(), t.Float64s(), float64(sign))
-	case tensor.Int32:
-		stateAddScaled(val.Int32s(), t.Int32s(), int32(sign))
-	case tensor.Int64:
-		stateAddScaled(val.Int64s(), t.Int64s(), int64(sign))
+	add := func() {
+		switch val.DType() {
+		case tensor.Float32:
+			stateAddScaled(val.Float32s(), t.Float32s(), float32(sign))
+		case tensor.Float64:
+			stateAddScaled(val.Float64s(), t.Float64s(), float64(sign))
+		case tensor.Int32:
+			stateAddScaled(val.Int32s(), t.Int32s(), int32(sign))
+		case tensor.Int64:
+			stateAddScaled(val.Int64s(), t.Int64s(), int64(sign))
+		}
+	}
+	if guard {
+		if err := stateGuarded(c, []*kernel.Variable{v}, []*tensor.Tensor{val}, make([]*tensor.Tensor, 1), add); err != nil {
+			return err
+		}
+	} else {
+		add()
 	}
 	return stateWrap(c, out.CopyFrom(val))
 }
@@ -375,15 +389,43 @@ type stateUpdate func(vals [4]*tensor.Tensor, grad *tensor.Tensor, scalars [8]fl
 // variable's old value from vals[3] (see stateUpdate) rather than needing a
 // copy of it first.
 func stateRegisterApply(op string, nRefs, gradIdx int, moving bool, build func(n *graph.Node) stateUpdate) {
+	stateRegisterApplyChecked(op, nRefs, gradIdx, moving, nil, build)
+}
+
+// stateFiniteCheck tells, without storing anything, whether an update
+// rule's results would all be finite, computed bit for bit as the rule
+// computes them (its arguments are the rule's): the first element that
+// would not be and its value, or -1; ok is false when it cannot tell (then
+// the update is guarded by saving what it overwrites).
+type stateFiniteCheck func(vals [4]*tensor.Tensor, grad *tensor.Tensor, scalars [8]float64) (at int, bad float64, ok bool)
+
+// stateRegisterApplyChecked is stateRegisterApply with a check of the
+// rule's results for kernel.Policy.RefuseNonFiniteWrites.
+func stateRegisterApplyChecked(op string, nRefs, gradIdx int, moving bool, check stateFiniteCheck, build func(n *graph.Node) stateUpdate) {
 	kernel.Register(op, kernel.CPU, kernel.Borrowing(func(n *graph.Node) (kernel.Kernel, error) {
 		update := build(n)
 		return kernel.Func(func(c *kernel.Context) error {
-			return stateApply(c, nRefs, gradIdx, moving, update)
+			return stateApply(c, nRefs, gradIdx, moving, update, check)
 		}), nil
 	}))
 }
 
-func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update stateUpdate) error {
+// stateGradientDescentFinite is the stateFiniteCheck of
+// ApplyGradientDescent for float32 (from the old value when the variable
+// moved).
+func stateGradientDescentFinite(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) (at int, bad float64, ok bool) {
+	if g.DType() != tensor.Float32 {
+		return -1, 0, false
+	}
+	old := v[0]
+	if v[3] != nil {
+		old = v[3]
+	}
+	at, x, ok := stateSubScaledFinite32(old.Float32s(), g.Float32s(), float32(sc[0]))
+	return at, float64(x), ok
+}
+
+func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update stateUpdate, check stateFiniteCheck) error {
 	v := c.Ref(0)
 	dt, shape := v.DType(), v.Shape()
 	if !dt.IsFloat() {
@@ -401,6 +443,12 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update state
 	g := c.Input(gradIdx)
 	if g.DType() != dt || !shape.Equal(g.StaticShape()) {
 		return c.Errorf("gradient %v%v does not match variable %q of %v%v", g.DType(), g.StaticShape(), v.Name(), dt, shape)
+	}
+	guard := c.RefusesNonFinite()
+	if guard && check == nil {
+		if err := stateCheckInputs(c, v, nRefs); err != nil {
+			return err
+		}
 	}
 	scalars := scalarsBuf[:0]
 	for i := nRefs; i < len(c.Inputs); i++ {
@@ -438,6 +486,28 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update state
 		vals[i] = val
 	}
 	defer stateUnlockAll(refs)
+	if guard {
+		if check != nil {
+			at, bad, ok := check(valsBuf, g, scalarsBuf)
+			switch {
+			case ok && at >= 0:
+				// A non-finite input, named; else finite ones overflow.
+				if err := stateCheckInputs(c, v, nRefs); err != nil {
+					return err
+				}
+				return stateOverflow(c, refs, 0, at, bad)
+			case ok:
+				update(valsBuf, g, scalarsBuf)
+				return nil
+			}
+			if err := stateCheckInputs(c, v, nRefs); err != nil {
+				return err
+			}
+		}
+		var beforeBuf [4]*tensor.Tensor
+		beforeBuf[0] = valsBuf[3] // the variable's old value, when it moved
+		return stateGuarded(c, refs, vals, beforeBuf[:nRefs], func() { update(valsBuf, g, scalarsBuf) })
+	}
 	update(valsBuf, g, scalarsBuf)
 	return nil
 }
