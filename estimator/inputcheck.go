@@ -99,23 +99,23 @@ func (r *replica) explainNaN(ctx context.Context, err error) error {
 	bps := r.cfg.Strategy.batchesPerStep(r.numReplicas())
 	// No more batches than training to its end reads.
 	limit := func(rows int) int { return int(min(r.stop.steps(rows, bps)*int64(bps), math.MaxInt32)) }
-	where, batches, complete, cerr := findNonFinite(ctx, r.input, ic, limit)
+	where, batches, covered, cerr := findNonFinite(ctx, r.input, ic, limit)
 	switch {
 	case cerr != nil:
-		return fmt.Errorf("%w; or the input data holds NaN or infinities (reading it again to check failed: %v)", err, cerr)
+		return fmt.Errorf("%w; or the input data hold NaN or infinities (reading them again to check failed: %v)", err, cerr)
 	case where != "":
 		return fmt.Errorf("estimator: the training input holds non-finite values (%s), which make the loss non-finite whatever the learning rate: remove or replace them (data.ReadCSV refuses them): %w", where, err)
-	case complete:
-		return fmt.Errorf("%w (every value of the training input is finite)", err)
+	case covered:
+		return fmt.Errorf("%w (the input data are finite: the %d batches of the training input that training reads hold no NaN or infinity)", err, batches)
 	}
-	return fmt.Errorf("%w (the first %d batches of the training input are finite)", err, batches)
+	return fmt.Errorf("%w; or the input data hold NaN or infinities (the first %d batches of the training input are finite; the rest was not checked)", err, batches)
 }
 
 // findNonFinite reads the input of fn for ic from its start, at most
 // maxBatches(rows of the first batch) batches, and describes the first
-// NaN or infinity in a float feature or the labels; complete says the
-// whole input was read.
-func findNonFinite(ctx context.Context, fn InputFn, ic InputContext, maxBatches func(rows int) int) (where string, batches int, complete bool, err error) {
+// NaN or infinity in a float feature or the labels; covered says that the
+// input ended, or that maxBatches were read.
+func findNonFinite(ctx context.Context, fn InputFn, ic InputContext, maxBatches func(rows int) int) (where string, batches int, covered bool, err error) {
 	in, err := openTrainInput(ctx, fn, ic)
 	if err != nil {
 		return "", 0, false, err
@@ -146,16 +146,12 @@ func findNonFinite(ctx context.Context, fn InputFn, ic InputContext, maxBatches 
 				if j == len(in.spec.features) {
 					name = "the labels"
 				}
-				row := 0
-				if per := t.NumElements() / max(1, t.Shape()[0]); per > 0 {
-					row = i / per
-				}
-				return fmt.Sprintf("%v in %s, row %d of batch %d", v, name, row, batches), batches, false, nil
+				return fmt.Sprintf("%v in %s at %v of batch %d, counting from 1", v, name, unflatten(i, t.Shape()), batches+1), batches, false, nil
 			}
 		}
 		batches++
 	}
-	return "", batches, false, nil
+	return "", batches, batches >= limit, nil
 }
 
 // firstNonFinite returns the index and value of the first NaN or infinity
@@ -175,4 +171,16 @@ func firstNonFinite(t *tensor.Tensor) (int, float64, bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// unflatten is the index of element i of a tensor of shape dims, from 1 in
+// each dimension: [row column].
+func unflatten(i int, dims []int) []int {
+	idx := make([]int, len(dims))
+	for d := len(dims) - 1; d >= 0; d-- {
+		n := max(dims[d], 1)
+		idx[d] = i%n + 1
+		i /= n
+	}
+	return idx
 }

@@ -139,7 +139,7 @@ func TestNaNInTheDataIsNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = est.Train(context.Background(), csvInput(t, path, true, true), estimator.Stop{MaxSteps: 100})
-	if !errors.Is(err, train.ErrNaNLoss) || !strings.Contains(err.Error(), `the training input holds non-finite values (NaN in feature "x", row `) {
+	if !errors.Is(err, train.ErrNaNLoss) || !strings.Contains(err.Error(), `the training input holds non-finite values (NaN in feature "x" at [24 3] of batch 6, counting from 1)`) {
 		t.Fatalf("training on NaN: %v; want ErrNaNLoss naming the NaN in feature \"x\"", err)
 	}
 	t.Log(err)
@@ -152,7 +152,7 @@ func TestNaNInTheDataIsNamed(t *testing.T) {
 	}
 	finite := writeRegressionCSV(t, dir, "finite.csv", 256, 8, -1)
 	_, err = est.Train(context.Background(), csvInput(t, finite, false, true), estimator.Stop{MaxSteps: 200})
-	if !errors.Is(err, train.ErrNaNLoss) || !strings.Contains(err.Error(), "lower the learning rate") || !strings.Contains(err.Error(), "batches of the training input are finite") {
+	if !errors.Is(err, train.ErrNaNLoss) || !strings.Contains(err.Error(), "lower the learning rate") || !strings.Contains(err.Error(), "the input data are finite: the 200 batches of the training input that training reads hold no NaN or infinity") {
 		t.Fatalf("diverging on finite data: %v; want ErrNaNLoss saying the input is finite", err)
 	}
 	t.Log(err)
