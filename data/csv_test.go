@@ -2,6 +2,7 @@ package data_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -133,4 +134,24 @@ func FuzzReadCSV(f *testing.F) {
 			t.Fatalf("%q: x %v and y %v disagree", in, x.Shape(), y.Shape())
 		}
 	})
+}
+
+// Two regression targets, chosen by their header names, are a [rows, 2]
+// labels tensor; the other columns are the features.
+func ExampleReadCSVWith() {
+	const file = "x1,x2,y1,x3,y2\n1,2,0.5,3,-1\n4,5,1.5,6,-2\n"
+	x, y, err := data.ReadCSVWith(strings.NewReader(file), data.CSVOptions{
+		Header: true, Labels: tensor.Float32, LabelNames: []string{"y1", "y2"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(x.Shape(), x.Float32s(), y.Shape(), y.Float32s())
+
+	_, _, err = data.ReadCSVWith(strings.NewReader("x1,y\n1,2\nNaN,3\n"), data.CSVOptions{Header: true, Labels: tensor.Float32})
+	fmt.Println(err)
+	// Output:
+	// [2 3] [1 2 3 4 5 6] [2 2] [0.5 -1 1.5 -2]
+	// data: malformed CSV data: line 3, column 1 ("x1"): "NaN" is not a finite number (CSVOptions.AllowNonFinite accepts NaN and infinities)
 }
