@@ -101,10 +101,11 @@ func (e *Estimator) Config() RunConfig { return e.cfg }
 // this replica's steps. It blocks until then, or ctx ends.
 //
 // When the loss becomes NaN or infinite, training stops with an error
-// wrapping train.ErrNaNLoss, which blames the learning rate; Train then
-// reads the input again from its start and, if a NaN or infinity is in it
-// (within limits of time and size), says where, since such data make the
-// loss non-finite whatever the rate.
+// wrapping train.ErrNaNLoss, which blames the learning rate (on a cluster
+// the ps tasks may refuse the update first, kernel.ErrNonFiniteWrite);
+// Train then reads the input again from its start and, if a NaN or
+// infinity is in it (within limits of time and size), says where, since
+// such data make the loss non-finite whatever the rate.
 //
 // Training that has ended stays ended, as with tf.estimator: when the
 // checkpoint directory holds the chief's end-of-training marker for stop's
@@ -144,7 +145,7 @@ func (e *Estimator) Train(ctx context.Context, input InputFn, stop Stop, hooks .
 		}
 	}
 	res, err := e.cfg.Strategy.train(ctx, r)
-	if errors.Is(err, train.ErrNaNLoss) && ctx.Err() == nil {
+	if nonFinite(err) && ctx.Err() == nil {
 		// The guard blames the learning rate; the data may be at fault.
 		err = r.explainNaN(ctx, err)
 	}

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
+	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
 )
 
 // ErrInputMismatch is wrapped by the error of TrainAndEvaluate when the
@@ -83,6 +86,14 @@ func specNames(sp inputSpec) []string {
 	return names
 }
 
+// nonFinite reports whether training failed on a non-finite value: the
+// loss guard's error, or a variable's write refused by a ps task (whose
+// error crosses the network as text).
+func nonFinite(err error) bool {
+	return err != nil && (errors.Is(err, train.ErrNaNLoss) || errors.Is(err, kernel.ErrNonFiniteWrite) ||
+		strings.Contains(err.Error(), kernel.ErrNonFiniteWrite.Error()))
+}
+
 // Limits of the search for non-finite input after a non-finite loss.
 const (
 	nanScanValues = 1 << 26
@@ -104,7 +115,7 @@ func (r *replica) explainNaN(ctx context.Context, err error) error {
 	case cerr != nil:
 		return fmt.Errorf("%w; or the input data hold NaN or infinities (reading them again to check failed: %v)", err, cerr)
 	case where != "":
-		return fmt.Errorf("estimator: the training input holds non-finite values (%s), which make the loss non-finite whatever the learning rate: remove or replace them (data.ReadCSV refuses them): %w", where, err)
+		return fmt.Errorf("estimator: the training input holds non-finite values (%s), which make the loss and the updates non-finite whatever the learning rate: remove or replace them (data.ReadCSV refuses them): %w", where, err)
 	case covered:
 		return fmt.Errorf("%w (the input data are finite: the %d batches of the training input that training reads hold no NaN or infinity)", err, batches)
 	}

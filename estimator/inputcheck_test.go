@@ -300,3 +300,40 @@ func TestCheckedInputsThatMatch(t *testing.T) {
 		t.Fatalf("%v, %v", res, err)
 	}
 }
+
+// TestNaNInTheDataOnACluster: on a cluster the parameter server refuses
+// the non-finite update that NaN data cause (kernel.ErrNonFiniteWrite)
+// before the loss guard sees it; the worker's error still names the data.
+func TestNaNInTheDataOnACluster(t *testing.T) {
+	input := csvInput(t, writeRegressionCSV(t, t.TempDir(), "train.csv", 256, 8, 40), true, true)
+	ps, worker := cluster.TaskID{Job: "ps"}, cluster.TaskID{Job: "worker"}
+	spec, lis := loopbackTasks(t, ps, worker)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	errs := make(chan error, 2)
+	for _, task := range []cluster.TaskID{ps, worker} {
+		est, err := estimator.New(regression(0.01), estimator.RunConfig{Cluster: spec, Task: task, Listener: lis[task], Seed: 1,
+			Logger: quiet, Progress: io.Discard, WaitTimeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := est.Train(ctx, input, estimator.Stop{MaxSteps: 100})
+			if task == worker {
+				cancel() // the ps serves until the chief ends training
+			}
+			errs <- err
+		}()
+	}
+	var got error
+	for range 2 {
+		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+			got = err
+		}
+	}
+	if got == nil || !strings.Contains(got.Error(), `the training input holds non-finite values (NaN in feature "x" at [24 3] of batch 6`) {
+		t.Fatalf("the worker's error: %v; want one naming the NaN in the input", got)
+	}
+	t.Log(got)
+}
