@@ -446,6 +446,7 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update state
 	}
 	guard := c.RefusesNonFinite()
 	if guard && check == nil {
+		// Inputs named first; statePreflight then finds the overflows.
 		if err := stateCheckInputs(c, v, nRefs); err != nil {
 			return err
 		}
@@ -487,28 +488,43 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update state
 	}
 	defer stateUnlockAll(refs)
 	if guard {
-		if check != nil {
-			at, bad, ok := check(valsBuf, g, scalarsBuf)
-			switch {
-			case ok && at >= 0:
-				// A non-finite input, named; else finite ones overflow.
-				if err := stateCheckInputs(c, v, nRefs); err != nil {
-					return err
-				}
-				return stateOverflow(c, refs, 0, at, bad)
-			case ok:
-				update(valsBuf, g, scalarsBuf)
-				return nil
+		if err := stateGuardApply(c, refs, valsBuf, g, scalarsBuf, update, check); err != nil {
+			if valsBuf[3] != nil {
+				// The variable moved to a buffer the update has not
+				// written: it gets its old value back.
+				_ = valsBuf[0].CopyFrom(valsBuf[3])
 			}
-			if err := stateCheckInputs(c, v, nRefs); err != nil {
-				return err
-			}
+			return err
 		}
-		var beforeBuf [4]*tensor.Tensor
-		beforeBuf[0] = valsBuf[3] // the variable's old value, when it moved
-		return stateGuarded(c, refs, vals, beforeBuf[:nRefs], func() { update(valsBuf, g, scalarsBuf) })
 	}
 	update(valsBuf, g, scalarsBuf)
+	return nil
+}
+
+// stateGuardApply tells, before an update writes anything, whether it
+// may: an error naming a non-finite input (for a check that stores
+// nothing, only once it finds a bad result), or the variable or slot and
+// the element that finite inputs would make non-finite.
+func stateGuardApply(c *kernel.Context, refs []*kernel.Variable, vals [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64,
+	update stateUpdate, check stateFiniteCheck) error {
+	if check != nil {
+		at, bad, ok := check(vals, g, sc)
+		switch {
+		case ok && at < 0:
+			return nil
+		case ok:
+			if err := stateCheckInputs(c, refs[0], len(refs)); err != nil {
+				return err
+			}
+			return stateOverflow(c, refs, 0, at, bad)
+		}
+		if err := stateCheckInputs(c, refs[0], len(refs)); err != nil {
+			return err
+		}
+	}
+	if ref, at, bad := statePreflight(vals, len(refs), g, sc, update); ref >= 0 {
+		return stateOverflow(c, refs, ref, at, bad)
+	}
 	return nil
 }
 

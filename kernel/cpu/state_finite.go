@@ -253,3 +253,100 @@ func stateOverflow(c *kernel.Context, refs []*kernel.Variable, i, at int, bad fl
 		"(an overflow: has the model diverged? lower the learning rate); refused, the variable keeps its value",
 		kernel.ErrNonFiniteWrite, what, at, bad)}
 }
+
+// statePreflightChunk is how many elements statePreflight computes at a
+// time: few enough that the copies stay in cache.
+const statePreflightChunk = 2048
+
+// statePreflight runs update on copies of the refs' values (vals[:nRefs],
+// the variable's old value from vals[3] when it moved) and of the
+// gradient, a chunk at a time (chunks split across cores), and returns
+// the first ref and element whose new value would not be finite, and that
+// value (ref -1 when all are finite). It changes nothing: a guarded update
+// calls it first, and the rule computes each element alone, so the
+// chunks' results are the update's, bit for bit.
+func statePreflight(vals [4]*tensor.Tensor, nRefs int, g *tensor.Tensor, sc [8]float64, update stateUpdate) (ref, at int, bad float64) {
+	n := vals[0].NumElements()
+	src := vals[0]
+	if vals[3] != nil {
+		src = vals[3]
+	}
+	chunks := (n + statePreflightChunk - 1) / statePreflightChunk
+	var mu sync.Mutex
+	ref, at = -1, n
+	kernel.ParallelFor(chunks, statePreflightChunk*stateCost, func(clo, chi int) {
+		sp := stateGetScratch(g.DType())
+		defer stateScratches[sp.dt].Put(sp)
+		for lo := clo * statePreflightChunk; lo < min(chi*statePreflightChunk, n); lo += statePreflightChunk {
+			m := min(statePreflightChunk, n-lo)
+			var chunk [4]*tensor.Tensor
+			for i := range nRefs {
+				from := vals[i]
+				if i == 0 {
+					from = src
+				}
+				chunk[i] = sp.load(i, from, lo, m)
+			}
+			update(chunk, sp.load(3, g, lo, m), sc)
+			for i := range nRefs {
+				if j, x := stateNonFinite(chunk[i]); j >= 0 {
+					mu.Lock()
+					if lo+j < at || lo+j == at && i < ref {
+						ref, at, bad = i, lo+j, x
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}
+	})
+	if ref < 0 {
+		return -1, -1, 0
+	}
+	return ref, at, bad
+}
+
+// stateScratch holds statePreflight's chunks: one per ref, and the
+// gradient's (index 3).
+type stateScratch struct {
+	dt   tensor.DType
+	f32  [4][]float32
+	f64  [4][]float64
+	full [4]*tensor.Tensor // each buffer whole, wrapped once
+}
+
+var stateScratches = map[tensor.DType]*sync.Pool{tensor.Float32: {}, tensor.Float64: {}}
+
+func stateGetScratch(dt tensor.DType) *stateScratch {
+	if sp, _ := stateScratches[dt].Get().(*stateScratch); sp != nil {
+		return sp
+	}
+	sp := &stateScratch{dt: dt}
+	for i := range sp.full {
+		if dt == tensor.Float32 {
+			sp.f32[i] = make([]float32, statePreflightChunk)
+			sp.full[i] = tensor.MustFromSlice(sp.f32[i], statePreflightChunk)
+		} else {
+			sp.f64[i] = make([]float64, statePreflightChunk)
+			sp.full[i] = tensor.MustFromSlice(sp.f64[i], statePreflightChunk)
+		}
+	}
+	return sp
+}
+
+// load copies elements lo..lo+m of t into chunk i and returns it as a
+// tensor of m elements.
+func (sp *stateScratch) load(i int, t *tensor.Tensor, lo, m int) *tensor.Tensor {
+	if sp.dt == tensor.Float32 {
+		copy(sp.f32[i][:m], t.Float32s()[lo:lo+m])
+		if m == statePreflightChunk {
+			return sp.full[i]
+		}
+		return tensor.MustFromSlice(sp.f32[i][:m], m)
+	}
+	copy(sp.f64[i][:m], t.Float64s()[lo:lo+m])
+	if m == statePreflightChunk {
+		return sp.full[i]
+	}
+	return tensor.MustFromSlice(sp.f64[i][:m], m)
+}

@@ -61,42 +61,58 @@ func itoa(i int) string {
 	return itoa(i/10) + string(rune('0'+i%10))
 }
 
-// BenchmarkGuardedGradientDescent times ApplyGradientDescent on the
-// reference MLP's largest variable (784x128) with and without the check
-// of kernel.Policy.RefuseNonFiniteWrites.
-func BenchmarkGuardedGradientDescent(b *testing.B) {
+// BenchmarkGuardedUpdate times ApplyGradientDescent and ApplyAdam on the
+// reference MLP's largest variable (784x128) with and without the check of
+// kernel.Policy.RefuseNonFiniteWrites.
+func BenchmarkGuardedUpdate(b *testing.B) {
 	const n = 784 * 128
-	for _, guard := range []bool{false, true} {
-		name := "guard=off"
-		if guard {
-			name = "guard=on"
-		}
-		b.Run(name, func(b *testing.B) {
-			s := graph.NewScope()
-			v := stateVar(s, "v", tensor.Float32, n)
-			g := tensor.New(tensor.Float32, n)
-			for i := range g.Float32s() {
-				g.Float32s()[i] = float32(i%7) * 1e-3
+	for _, op := range []string{"ApplyGradientDescent", "ApplyAdam"} {
+		for _, guard := range []bool{false, true} {
+			name := op + "/guard=off"
+			if guard {
+				name = op + "/guard=on"
 			}
-			node := s.AddNode("ApplyGradientDescent", "", []graph.Output{v, stateConst(s, tensor.Scalar(float32(0.01))), stateConst(s, g)}, nil)
-			if err := s.Err(); err != nil {
-				b.Fatal(err)
-			}
-			res := kernel.NewResources()
-			if err := res.SetPolicy(kernel.Policy{RefuseNonFiniteWrites: guard}); err != nil {
-				b.Fatal(err)
-			}
-			vv, _ := res.Variable(v.Node.Name(), tensor.Float32, tensor.MakeShape(n))
-			_ = vv.Assign(tensor.New(tensor.Float32, n))
-			k := stateKernel(b, node)
-			b.SetBytes(3 * 4 * n)
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := stateRunNode(node, k, res); err != nil {
+			b.Run(name, func(b *testing.B) {
+				s := graph.NewScope()
+				g := tensor.New(tensor.Float32, n)
+				for i := range g.Float32s() {
+					g.Float32s()[i] = float32(i%7) * 1e-3
+				}
+				var in []graph.Output
+				if op == "ApplyGradientDescent" {
+					in = []graph.Output{stateVar(s, "v", tensor.Float32, n), stateConst(s, tensor.Scalar(float32(0.01))), stateConst(s, g)}
+				} else {
+					for _, name := range []string{"v", "m", "vv"} {
+						in = append(in, stateVar(s, name, tensor.Float32, n))
+					}
+					for _, x := range []float32{0.5, 0.25, 0.001, 0.9, 0.999, 1e-8} {
+						in = append(in, stateConst(s, tensor.Scalar(x)))
+					}
+					in = append(in, stateConst(s, g))
+				}
+				node := s.AddNode(op, "", in, nil)
+				if err := s.Err(); err != nil {
 					b.Fatal(err)
 				}
-			}
-		})
+				res := kernel.NewResources()
+				if err := res.SetPolicy(kernel.Policy{RefuseNonFiniteWrites: guard}); err != nil {
+					b.Fatal(err)
+				}
+				for i, o := range in {
+					if node.IsRefInput(i) {
+						r, _ := res.Variable(o.Node.Name(), tensor.Float32, tensor.MakeShape(n))
+						_ = r.Assign(tensor.New(tensor.Float32, n))
+					}
+				}
+				k := stateKernel(b, node)
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := stateRunNode(node, k, res); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -146,6 +162,75 @@ func TestGuardedGradientDescentOverflow(t *testing.T) {
 		for i, x := range got.Float32s() {
 			if want := old.Float32s()[i] - 2*g.Float32s()[i]; x != want {
 				t.Fatalf("n %d: v[%d] = %v, want %v", n, i, x, want)
+			}
+		}
+	}
+}
+
+// TestGuardedUpdateOfASharedVariable: a refused update of a variable whose
+// value a reader shares (so that the update would move it to another
+// buffer) leaves the variable, its slots and the reader's tensor with
+// their values; for gradient descent (a non-finite gradient) and Adam
+// (zeros with no epsilon, 0/0 from finite inputs).
+func TestGuardedUpdateOfASharedVariable(t *testing.T) {
+	const n = 100
+	for _, op := range []string{"ApplyGradientDescent", "ApplyAdam"} {
+		res := kernel.NewResources()
+		if err := res.SetPolicy(kernel.Policy{RefuseNonFiniteWrites: true}); err != nil {
+			t.Fatal(err)
+		}
+		s := graph.NewScope()
+		v := stateVar(s, "v", tensor.Float32, n)
+		g := tensor.New(tensor.Float32, n)
+		var in []graph.Output
+		switch op {
+		case "ApplyGradientDescent":
+			g.Float32s()[n-1] = float32(math.NaN())
+			in = []graph.Output{v, stateConst(s, tensor.Scalar(float32(0.5))), stateConst(s, g)}
+		default:
+			in = []graph.Output{v, stateVar(s, "m", tensor.Float32, n), stateVar(s, "vv", tensor.Float32, n)}
+			for _, x := range []float32{0.9, 0.999, 0.1, 0.9, 0.999, 0} {
+				in = append(in, stateConst(s, tensor.Scalar(x)))
+			}
+			in = append(in, stateConst(s, g))
+		}
+		node := s.AddNode(op, "", in, nil)
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		old := tensor.New(tensor.Float32, n)
+		for i := range n {
+			old.Float32s()[i] = float32(i)
+		}
+		for i, o := range in {
+			if !node.IsRefInput(i) {
+				continue
+			}
+			r, _ := res.Variable(o.Node.Name(), tensor.Float32, tensor.MakeShape(n))
+			if i == 0 {
+				_ = r.Assign(old)
+			} else {
+				_ = r.Assign(tensor.New(tensor.Float32, n))
+			}
+		}
+		vv, _ := res.Variable(v.Node.Name(), tensor.Float32, tensor.MakeShape(n))
+		shared, lease, err := vv.Share()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = stateRunNode(node, stateKernel(t, node), res)
+		if !errors.Is(err, kernel.ErrNonFiniteWrite) {
+			t.Errorf("%s: %v; want ErrNonFiniteWrite", op, err)
+		}
+		got, _ := vv.Read()
+		if !slices.Equal(got.Float32s(), old.Float32s()) || !slices.Equal(shared.Float32s(), old.Float32s()) {
+			t.Errorf("%s: the variable %v and the reader's value %v after a refused update; want %v", op, got.Float32s()[:4], shared.Float32s()[:4], old.Float32s()[:4])
+		}
+		lease.Release()
+		for i := 1; i < len(in) && node.IsRefInput(i); i++ {
+			r, _ := res.Variable(in[i].Node.Name(), tensor.Float32, tensor.MakeShape(n))
+			if got, _ := r.Read(); slices.ContainsFunc(got.Float32s(), func(x float32) bool { return x != 0 }) {
+				t.Errorf("%s: slot %s changed after a refused update", op, in[i].Node.Name())
 			}
 		}
 	}
