@@ -64,8 +64,9 @@
 // TrainAndEvaluate checks the evaluation input's features and labels
 // against the training input's (names, dtypes, shapes) before it trains
 // (ErrInputMismatch), not after. A loss that becomes NaN or infinite stops
-// training with train.ErrNaNLoss; Train then reads the training input again
-// and, when it holds a NaN or infinity, names the feature, batch and row,
-// since such data, not the learning rate, are then the likely cause
-// (data.ReadCSV refuses them unless asked).
+// training with train.ErrNaNLoss (on a cluster, a ps task may refuse the
+// non-finite update first: kernel.ErrNonFiniteWrite); Train then reads the
+// training input again and, when it holds a NaN or infinity, names the
+// feature, batch and element, since such data, not the learning rate, are
+// then the likely cause (data.ReadCSV refuses them unless asked).
 package estimator
