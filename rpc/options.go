@@ -43,7 +43,9 @@ type Options struct {
 	// Authenticate, when set, is called by the server's interceptors before
 	// every RPC with the call's context (metadata, peer and TLS state are
 	// in it: see google.golang.org/grpc/metadata and peer). A non-nil error
-	// refuses the call with codes.Unauthenticated and that message.
+	// refuses the call with codes.Unauthenticated and that message, or
+	// codes.PermissionDenied when it wraps service.ErrPermissionDenied (a
+	// caller proven to be another than the one it claims to be).
 	Authenticate func(ctx context.Context) error
 	// Identify, when set, names the peer of every call that Authenticate
 	// admitted: the task ("/job:worker/task:1") or client its verified
