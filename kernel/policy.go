@@ -58,8 +58,10 @@ type Policy struct {
 	// variable and the input or element, and the variable keeps its value.
 	// A worker sets it: its graphs come from other processes, and a
 	// non-finite value in a parameter server's variable would make every
-	// replica's training fail later, far from its cause. Checking costs one
-	// vectorised scan of what is written.
+	// replica's training fail later, far from its cause. Gradient descent
+	// is checked by one vectorised pass over what it computes, before it
+	// writes; the other updates run their rule first on copies, a chunk at
+	// a time, and write only when every result is finite.
 	RefuseNonFiniteWrites bool
 }
 

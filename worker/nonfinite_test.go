@@ -65,6 +65,9 @@ func TestRemoteNonFiniteWritesRefused(t *testing.T) {
 		{"SparseApplyGradientDescent of a fed NaN gradient", 1, func(s *graph.Scope, v, x graph.Output) *graph.Node {
 			return ops.SparseApplyGradientDescent(s, v, ops.Const(s, float32(0.1)), x, ops.Const(s, []int32{1, 0}))
 		}, f32(1, inf), "+Inf at element 1"},
+		{"SparseApplyGradientDescent that overflows", 1, func(s *graph.Scope, v, x graph.Output) *graph.Node {
+			return ops.SparseApplyGradientDescent(s, v, ops.Const(s, float32(1e30)), x, ops.Const(s, []int32{1, 0}))
+		}, f32(1, -1e30), "row 0 element 0 +Inf from finite inputs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := graph.NewScope()
