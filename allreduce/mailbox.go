@@ -35,10 +35,17 @@ type mailbox struct {
 	dropped ended[droppedChunks]
 	// peers holds, by rank, what each peer sent for operations that have
 	// not started here (ranks are checked by Ring.Deliver).
-	peers  map[int]*peerEarly
-	err    error // set by close
-	closed chan struct{}
+	peers map[int]*peerEarly
+	// failedViews holds the views (generations) of which a member said
+	// an operation failed, and why: their operations fail here too.
+	failedViews map[int64]error
+	err         error // set by close
+	closed      chan struct{}
 }
+
+// maxFailedViews bounds the failed views remembered: a view's operations
+// are a few steps' worth, and the leader sends a new view at once.
+const maxFailedViews = 64
 
 // peerEarly is what one peer sent for operations that have not started
 // here: their number, the bytes of their chunks, and the order they came
@@ -56,7 +63,7 @@ type droppedChunks struct {
 }
 
 func newMailbox() *mailbox {
-	return &mailbox{ops: make(map[Op]*inbox), peers: make(map[int]*peerEarly), closed: make(chan struct{})}
+	return &mailbox{ops: make(map[Op]*inbox), peers: make(map[int]*peerEarly), failedViews: make(map[int64]error), closed: make(chan struct{})}
 }
 
 // ended remembers the outcome of the last maxFinished operations that
@@ -338,12 +345,47 @@ func (m *mailbox) notice(op Op, from int, err error) {
 	}
 }
 
+// failView makes every operation of view gen fail with err: those
+// running at once, the others when they start.
+func (m *mailbox) failView(gen int64, err error) {
+	m.mu.Lock()
+	if m.err != nil || m.failedViews[gen] != nil {
+		m.mu.Unlock()
+		return
+	}
+	if len(m.failedViews) >= maxFailedViews {
+		oldest := gen
+		for g := range m.failedViews {
+			oldest = min(oldest, g)
+		}
+		if oldest == gen {
+			m.mu.Unlock()
+			return // older than every view remembered
+		}
+		delete(m.failedViews, oldest)
+	}
+	m.failedViews[gen] = err
+	var running []*inbox
+	for op, ib := range m.ops {
+		if ib.active && opGen(op) == gen {
+			running = append(running, ib)
+		}
+	}
+	m.mu.Unlock()
+	for _, ib := range running {
+		ib.fail(err)
+	}
+}
+
 // open starts operation op locally, taking the chunks of senders.
 func (m *mailbox) open(op Op, senders []int) (*inbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
 		return nil, m.err
+	}
+	if g := opGen(op); g >= 0 && m.failedViews[g] != nil {
+		return nil, m.failedViews[g]
 	}
 	m.finished.forget(op) // a key may be reused once its operation is over
 	ib := m.ops[op]

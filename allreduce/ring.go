@@ -31,6 +31,17 @@ var (
 	// ErrPeerUnreachable is wrapped by PeerDownError, and returned by the
 	// in-memory transport for a peer that is cut or closed.
 	ErrPeerUnreachable = errors.New("allreduce: peer unreachable")
+	// ErrViewFailed is wrapped by the error of an operation of a view
+	// (Group) that failed because an operation of the view failed on
+	// another member, which told the members: that member waits for a
+	// new view, so the others do not wait for it.
+	ErrViewFailed = errors.New("allreduce: an operation of the view failed on another member")
+	// ErrServerFailed is wrapped by the error of an all-reduce through the
+	// summation servers that failed on their side: a server died, was
+	// restarted, or failed the operation. The operation is not run round
+	// the ring instead: every member takes the route of its view, and the
+	// leader chooses the route of the next one.
+	ErrServerFailed = errors.New("allreduce: the operation through the summation servers failed")
 )
 
 // DefaultChunkBytes is the size of the chunks that a segment is cut into
@@ -119,9 +130,8 @@ type Ring struct {
 	tr         Transport
 	views      views // the newest view received (elastic rings)
 
-	servers     int // summation servers, ranks size to size+servers-1
-	serverChunk int // elements per chunk through them
-	down        serversDown
+	servers     int     // summation servers, ranks size to size+servers-1
+	serverChunk int     // elements per chunk through them
 	sum         *summer // set on a server
 
 	mu     sync.Mutex
@@ -166,8 +176,11 @@ func (r *Ring) Deliver(c *Chunk) error {
 	if c.From < 0 || c.From >= len(r.peers) || c.From == r.rank {
 		return fmt.Errorf("%w: rank %d: chunk %d of %v from rank %d, which is not another of the ring's %d peers", ErrMismatch, r.rank, c.Index, c.Op, c.From, len(r.peers))
 	}
-	if c.Op.Name == viewOp {
+	switch c.Op.Name {
+	case viewOp:
 		return r.deliverView(c)
+	case viewFailedOp:
+		return r.deliverViewFailed(c)
 	}
 	if c.Size == 0 {
 		// A member's or a server's notice of a failure (notice.go).
@@ -375,14 +388,20 @@ func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology
 	opCtx, cancel := opContext(ctx)
 	defer cancel()
 	var err error
-	if m == (mode{}) && r.viaServers(op, tp) {
-		// An all-reduce of float32 values goes through the servers
-		// (compressed wires and all-gathers go round the ring).
-		err = r.starOrRing(opCtx, op, data, tp)
+	if m == (mode{}) && tp.servers && op.Round >= 0 {
+		// An all-reduce of float32 values in a round of its own goes
+		// through the servers when the view says so (compressed wires,
+		// all-gathers and one-off operations go round the ring).
+		err = r.throughServers(opCtx, op, data, tp)
 	} else {
 		err = r.ring(opCtx, op, data, tp, m)
 	}
 	if err != nil {
+		if tp.gen >= 0 && noticeCause(err) == noticeFailed && !errors.Is(err, ErrViewFailed) && !errors.Is(err, ErrClosed) {
+			// The members that finished the operation, or have not
+			// started it, would wait for this one in the view's next.
+			go r.tellViewFailed(tp, err)
+		}
 		err = r.explain(ctx, op, err)
 		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "members", tp.members, "err", err)
 		return err
