@@ -67,7 +67,7 @@ func init() {
 			}
 		}
 	})
-	stateRegisterApply("ApplyAdam", 3, 9, true, func(*graph.Node) stateUpdate {
+	stateRegisterApplyChecked("ApplyAdam", 3, 9, true, stateAdamFinite, func(*graph.Node) stateUpdate {
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			// sc: beta1_power, beta2_power, lr, beta1, beta2, epsilon. The
 			// bias-corrected step size is computed once, in float64.
@@ -393,11 +393,10 @@ func stateRegisterApply(op string, nRefs, gradIdx int, moving bool, build func(n
 }
 
 // stateFiniteCheck tells, without storing anything, whether an update
-// rule's results would all be finite, computed bit for bit as the rule
-// computes them (its arguments are the rule's): the first element that
-// would not be and its value, or -1; ok is false when it cannot tell (then
-// the update is guarded by saving what it overwrites).
-type stateFiniteCheck func(vals [4]*tensor.Tensor, grad *tensor.Tensor, scalars [8]float64) (at int, bad float64, ok bool)
+// rule's results (the variable's and its slots') would all be finite,
+// computed bit for bit as the rule computes them (its arguments are the
+// rule's); ok is false when it cannot tell (then statePreflight does).
+type stateFiniteCheck func(vals [4]*tensor.Tensor, grad *tensor.Tensor, scalars [8]float64) (finite, ok bool)
 
 // stateRegisterApplyChecked is stateRegisterApply with a check of the
 // rule's results for kernel.Policy.RefuseNonFiniteWrites.
@@ -413,16 +412,31 @@ func stateRegisterApplyChecked(op string, nRefs, gradIdx int, moving bool, check
 // stateGradientDescentFinite is the stateFiniteCheck of
 // ApplyGradientDescent for float32 (from the old value when the variable
 // moved).
-func stateGradientDescentFinite(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) (at int, bad float64, ok bool) {
+func stateGradientDescentFinite(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) (finite, ok bool) {
 	if g.DType() != tensor.Float32 {
-		return -1, 0, false
+		return false, false
 	}
-	old := v[0]
-	if v[3] != nil {
-		old = v[3]
+	at, _, ok := stateSubScaledFinite32(stateOld(v).Float32s(), g.Float32s(), float32(sc[0]))
+	return at < 0, ok
+}
+
+// stateAdamFinite is the stateFiniteCheck of ApplyAdam for float32.
+func stateAdamFinite(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) (finite, ok bool) {
+	if g.DType() != tensor.Float32 {
+		return false, false
 	}
-	at, x, ok := stateSubScaledFinite32(old.Float32s(), g.Float32s(), float32(sc[0]))
-	return at, float64(x), ok
+	lrT := sc[2] * math.Sqrt(1-sc[1]) / (1 - sc[0]) // as the rule computes it
+	return stateAdamFinite32(stateOld(v).Float32s(), v[1].Float32s(), v[2].Float32s(), g.Float32s(),
+		float32(lrT), float32(sc[3]), float32(sc[4]), float32(sc[5]))
+}
+
+// stateOld is the variable's value before an update: vals[3] when it
+// moved (see stateUpdate), else vals[0].
+func stateOld(vals [4]*tensor.Tensor) *tensor.Tensor {
+	if vals[3] != nil {
+		return vals[3]
+	}
+	return vals[0]
 }
 
 func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update stateUpdate, check stateFiniteCheck) error {
@@ -508,16 +522,11 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update state
 func stateGuardApply(c *kernel.Context, refs []*kernel.Variable, vals [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64,
 	update stateUpdate, check stateFiniteCheck) error {
 	if check != nil {
-		at, bad, ok := check(vals, g, sc)
-		switch {
-		case ok && at < 0:
+		if finite, ok := check(vals, g, sc); ok && finite {
 			return nil
-		case ok:
-			if err := stateCheckInputs(c, refs[0], len(refs)); err != nil {
-				return err
-			}
-			return stateOverflow(c, refs, 0, at, bad)
 		}
+		// Not finite, or cannot tell: the inputs are named first, and
+		// statePreflight finds what would overflow.
 		if err := stateCheckInputs(c, refs[0], len(refs)); err != nil {
 			return err
 		}

@@ -96,3 +96,57 @@ func (j *gdCheckJob) Range(lo, hi int) {
 }
 
 var gdCheckJobs sync.Pool
+
+//go:noescape
+func adamFiniteAVX(v, m, vv, grad *float32, n int, lrT, c1, c2, eps float32) bool
+
+// stateAdamFinite32 reports whether the float32 Adam update
+// (stateAdamF32, from v, the old value) would leave every element of v, m
+// and vv finite, computing each as the update does, without storing
+// anything; ok is false when it cannot tell bit for bit (no AVX).
+func stateAdamFinite32(v, m, vv, g []float32, lrT, beta1, beta2, epsilon float32) (finite, ok bool) {
+	if !adamHasAVX {
+		return false, false
+	}
+	m, vv, g = m[:len(v)], vv[:len(v)], g[:len(v)]
+	n := len(v) &^ 7
+	if n > 0 {
+		j, _ := adamCheckJobs.Get().(*adamCheckJob)
+		if j == nil {
+			j = new(adamCheckJob)
+		}
+		*j = adamCheckJob{v: v, m: m, vv: vv, g: g, lrT: lrT, c1: 1 - beta1, c2: 1 - beta2, eps: epsilon}
+		kernel.ParallelRange(n/8, 8*stateAdamF32Cost, j)
+		finite = !j.bad.Load()
+		*j = adamCheckJob{}
+		adamCheckJobs.Put(j)
+		if !finite {
+			return false, true
+		}
+	}
+	for i := n; i < len(v); i++ {
+		var a, b, x [1]float32
+		a[0], b[0], x[0] = m[i], vv[i], v[i]
+		stateAdamRange(x[:], a[:], b[:], g[i:i+1], lrT, beta1, beta2, epsilon)
+		if a[0]-a[0] != 0 || b[0]-b[0] != 0 || x[0]-x[0] != 0 {
+			return false, true
+		}
+	}
+	return true, true
+}
+
+// adamCheckJob is stateAdamFinite32's split loop, pooled; its ranges count
+// blocks of 8 elements.
+type adamCheckJob struct {
+	v, m, vv, g      []float32
+	lrT, c1, c2, eps float32
+	bad              atomic.Bool
+}
+
+func (j *adamCheckJob) Range(lo, hi int) {
+	if !adamFiniteAVX(&j.v[8*lo], &j.m[8*lo], &j.vv[8*lo], &j.g[8*lo], 8*(hi-lo), j.lrT, j.c1, j.c2, j.eps) {
+		j.bad.Store(true)
+	}
+}
+
+var adamCheckJobs sync.Pool

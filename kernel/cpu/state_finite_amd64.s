@@ -121,3 +121,60 @@ gddone:
 	SETEQ        ret+32(FP)
 	VZEROUPPER
 	RET
+
+// func adamFiniteAVX(v, m, vv, grad *float32, n int, lrT, c1, c2, eps float32) bool
+//
+// Reports whether adamAVX's new m, vv and v, computed as it computes them,
+// are finite for all n (a multiple of 8) elements; stores nothing.
+TEXT ·adamFiniteAVX(SB), NOSPLIT, $0-57
+	MOVQ         v+0(FP), DI
+	MOVQ         m+8(FP), SI
+	MOVQ         vv+16(FP), DX
+	MOVQ         grad+24(FP), BX
+	MOVQ         n+32(FP), CX
+	VXORPS       Y12, Y12, Y12 // zero
+	VXORPS       Y13, Y13, Y13 // sum of the results times zero
+	SHRQ         $3, CX
+	JZ           afdone
+	VBROADCASTSS lrT+40(FP), Y8
+	VBROADCASTSS c1+44(FP), Y9
+	VBROADCASTSS c2+48(FP), Y10
+	VBROADCASTSS eps+52(FP), Y11
+
+afloop:
+	VMOVUPS (BX), Y0
+	VMOVUPS (SI), Y1
+	VSUBPS  Y1, Y0, Y2
+	VMULPS  Y9, Y2, Y2
+	VADDPS  Y2, Y1, Y1  // new m
+	VMULPS  Y12, Y1, Y6
+	VADDPS  Y6, Y13, Y13
+	VMULPS  Y0, Y0, Y3
+	VMOVUPS (DX), Y4
+	VSUBPS  Y4, Y3, Y3
+	VMULPS  Y10, Y3, Y3
+	VADDPS  Y3, Y4, Y4  // new vv
+	VMULPS  Y12, Y4, Y6
+	VADDPS  Y6, Y13, Y13
+	VSQRTPS Y4, Y4
+	VADDPS  Y11, Y4, Y4
+	VMULPS  Y8, Y1, Y1
+	VDIVPS  Y4, Y1, Y1
+	VMOVUPS (DI), Y5
+	VSUBPS  Y1, Y5, Y5  // new v
+	VMULPS  Y12, Y5, Y6
+	VADDPS  Y6, Y13, Y13
+	ADDQ    $32, BX
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     afloop
+
+afdone:
+	VCMPPS       $3, Y13, Y13, Y13
+	VMOVMSKPS    Y13, AX
+	TESTL        AX, AX
+	SETEQ        ret+56(FP)
+	VZEROUPPER
+	RET

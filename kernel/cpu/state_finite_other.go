@@ -13,3 +13,8 @@ func stateFinite64(data []float64) bool { return stateNonFinite64(data) < 0 }
 func stateSubScaledFinite32(v, g []float32, alpha float32) (at int, bad float32, ok bool) {
 	return -1, 0, false
 }
+
+// stateAdamFinite32 cannot tell here bit for bit: ok is false.
+func stateAdamFinite32(v, m, vv, g []float32, lrT, beta1, beta2, epsilon float32) (finite, ok bool) {
+	return false, false
+}

@@ -235,3 +235,75 @@ func TestGuardedUpdateOfASharedVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardedAdamOverflow: under the policy, an ApplyAdam whose finite
+// gradient overflows its second moment at one element (anywhere in
+// variables of several lengths) is refused naming the slot and the
+// element, leaving the variable and its slots as they were; a finite
+// update updates them as without the policy.
+func TestGuardedAdamOverflow(t *testing.T) {
+	for _, n := range []int{1, 7, 8, 9, 100, 70001} {
+		run := func(guard bool, g *tensor.Tensor) ([]*kernel.Variable, error) {
+			res := kernel.NewResources()
+			if err := res.SetPolicy(kernel.Policy{RefuseNonFiniteWrites: guard}); err != nil {
+				t.Fatal(err)
+			}
+			s := graph.NewScope()
+			in := []graph.Output{stateVar(s, "v", tensor.Float32, n), stateVar(s, "m", tensor.Float32, n), stateVar(s, "vv", tensor.Float32, n)}
+			for _, x := range []float32{0.9, 0.999, 0.01, 0.9, 0.999, 1e-8} {
+				in = append(in, stateConst(s, tensor.Scalar(x)))
+			}
+			in = append(in, stateConst(s, g))
+			node := s.AddNode("ApplyAdam", "", in, nil)
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			var refs []*kernel.Variable
+			for i, o := range in[:3] {
+				r, _ := res.Variable(o.Node.Name(), tensor.Float32, tensor.MakeShape(n))
+				init := tensor.New(tensor.Float32, n)
+				for j := range n {
+					init.Float32s()[j] = float32(i+1) * float32(j%5+1) * 0.1
+				}
+				_ = r.Assign(init)
+				refs = append(refs, r)
+			}
+			_, err := stateRunNode(node, stateKernel(t, node), res)
+			return refs, err
+		}
+		g := tensor.New(tensor.Float32, n)
+		for j := range n {
+			g.Float32s()[j] = float32(j%3) - 1
+		}
+		want, err := run(false, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := run(true, g)
+		if err != nil {
+			t.Fatalf("n %d: a finite update: %v", n, err)
+		}
+		for i := range got {
+			a, _ := got[i].Read()
+			b, _ := want[i].Read()
+			if !slices.Equal(a.Float32s(), b.Float32s()) {
+				t.Fatalf("n %d: ref %d differs with the policy", n, i)
+			}
+		}
+		for _, at := range []int{0, n / 2, n - 1} {
+			keep := g.Float32s()[at]
+			g.Float32s()[at] = 1e20
+			refs, err := run(true, g)
+			g.Float32s()[at] = keep
+			if !errors.Is(err, kernel.ErrNonFiniteWrite) || !strings.Contains(err.Error(), `slot "vv"`) || !strings.Contains(err.Error(), "element "+itoa(at)+" +Inf") {
+				t.Errorf("n %d, overflow at %d: %v; want ErrNonFiniteWrite naming the slot and element", n, at, err)
+			}
+			for i, r := range refs {
+				v, _ := r.Read()
+				if v.Float32s()[at] != float32(i+1)*float32(at%5+1)*0.1 {
+					t.Errorf("n %d: ref %d changed after a refused update", n, i)
+				}
+			}
+		}
+	}
+}
