@@ -59,9 +59,10 @@ type Policy struct {
 	// A worker sets it: its graphs come from other processes, and a
 	// non-finite value in a parameter server's variable would make every
 	// replica's training fail later, far from its cause. Gradient descent
-	// is checked by one vectorised pass over what it computes, before it
-	// writes; the other updates run their rule first on copies, a chunk at
-	// a time, and write only when every result is finite.
+	// and Adam (float32) are checked by a vectorised pass that computes
+	// what they would write, before they write; the other updates run
+	// their rule first on copies, a chunk at a time, and write only when
+	// every result is finite.
 	RefuseNonFiniteWrites bool
 }
 
