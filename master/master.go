@@ -77,7 +77,7 @@ type Config struct {
 // Defaults of Config's limits.
 const (
 	DefaultMaxSessions   = 256
-	DefaultMaxGraphBytes = 4 << 30 // 4 GiB held in memory
+	DefaultMaxGraphBytes = 2 << 30 // 2 GiB held in memory
 	DefaultSessionIdle   = 24 * time.Hour
 )
 

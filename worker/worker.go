@@ -100,7 +100,7 @@ const (
 	DefaultMaxGraphs           = 1024
 	DefaultMaxGraphBytes       = 1 << 30 // 1 GiB held in memory
 	DefaultMaxCallerSessions   = 1024
-	DefaultMaxCallerGraphBytes = 4 << 30 // 4 GiB held in memory
+	DefaultMaxCallerGraphBytes = 2 << 30 // 2 GiB held in memory
 	DefaultSessionIdle         = 24 * time.Hour
 )
 
