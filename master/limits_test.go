@@ -193,3 +193,24 @@ func TestSessionIdle(t *testing.T) {
 		t.Errorf("a session after the second went idle: %v", err)
 	}
 }
+
+// TestPartitionsRegisteredAsTheMaster: the master registers a session's
+// partitions in its own name on every task, whichever caller's step builds
+// the plan, so callers that share a session do not collide on a worker
+// that keeps each session to the caller that made it.
+func TestPartitionsRegisteredAsTheMaster(t *testing.T) {
+	m := limitedMaster(master.Config{})
+	a := service.WithCaller(context.Background(), "client:a")
+	b := service.WithCaller(context.Background(), "client:b")
+	gd := chain(t, 3)
+	cs, err := m.CreateSession(a, &pb.CreateSessionRequest{Graph: gd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.RunStep(a, &pb.RunStepRequest{SessionHandle: cs.GetSessionHandle(), Fetches: []string{"Const:0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.RunStep(b, &pb.RunStepRequest{SessionHandle: cs.GetSessionHandle(), Fetches: []string{out(gd)}}); err != nil {
+		t.Errorf("a step of another caller in the session: %v", err)
+	}
+}

@@ -803,6 +803,10 @@ func (m *Master) register(ctx context.Context, s *session, p *plan, i int, gd *p
 	if err != nil {
 		return err
 	}
+	// The session's partitions are the master's on every task, whoever
+	// called it: a remote task names this one (its certificate), so the
+	// local worker is told the same.
+	ctx = service.WithCaller(ctx, m.cfg.Task)
 	resp, err := w.RegisterGraph(ctx, &pb.RegisterGraphRequest{SessionHandle: s.handle, Graph: gd})
 	if err != nil {
 		if lost(err) {
