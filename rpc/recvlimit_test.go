@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/master"
@@ -35,15 +37,21 @@ func allocated() uint64 {
 // serveTask serves a worker and a master on loopback with opts and returns
 // the address.
 func serveTask(t *testing.T, opts rpc.Options) string {
+	return serveTaskWith(t, opts, worker.Config{}, master.Config{})
+}
+
+// serveTaskWith is serveTask with the worker's and master's configs.
+func serveTaskWith(t *testing.T, opts rpc.Options, wc worker.Config, mc master.Config) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := rpc.NewServer(opts)
-	w := worker.New(worker.Config{Task: "/job:worker/task:0"})
-	rpc.RegisterWorker(srv, w)
-	rpc.RegisterMaster(srv, master.New(master.Config{Task: "/job:worker/task:0", Devices: []string{"/job:worker/task:0/cpu:0"}}))
+	wc.Task = "/job:worker/task:0"
+	rpc.RegisterWorker(srv, worker.New(wc))
+	mc.Task, mc.Devices = "/job:worker/task:0", []string{"/job:worker/task:0/cpu:0"}
+	rpc.RegisterMaster(srv, master.New(mc))
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()
@@ -140,5 +148,59 @@ func TestOversizedGraphRefusedUnread(t *testing.T) {
 				t.Errorf("%d bytes allocated for a request of %d: the server read it", grown, size)
 			}
 		})
+	}
+}
+
+// TestLimitsPerNamedCaller: over gRPC, the worker's and the master's limits
+// count per caller as the transport names it (Options.Identify), whatever
+// names a caller gives its sessions.
+func TestLimitsPerNamedCaller(t *testing.T) {
+	identify := func(ctx context.Context, method string) (string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("test-caller"); len(v) == 1 {
+			return v[0], nil
+		}
+		return "", errors.New("no caller")
+	}
+	addr := serveTaskWith(t, rpc.Options{Identify: identify}, worker.Config{MaxCallerSessions: 2}, master.Config{MaxSessions: 1})
+	ws, wc, err := rpc.DialWorker(addr, rpc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close()
+	ms, mc, err := rpc.DialMaster(addr, rpc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	as := func(caller string) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		t.Cleanup(cancel)
+		return metadata.AppendToOutgoingContext(ctx, "test-caller", caller)
+	}
+	gd := graph.NewScope().Graph().ToProto()
+	register := func(caller, session string) error {
+		_, err := ws.RegisterGraph(as(caller), &pb.RegisterGraphRequest{SessionHandle: session, Graph: gd})
+		return err
+	}
+	for _, session := range []string{"a", "b"} {
+		if err := register("/job:worker/task:1", session); err != nil {
+			t.Fatalf("session %s: %v", session, err)
+		}
+	}
+	if err := register("/job:worker/task:1", "c"); err == nil || !strings.Contains(err.Error(), "worker.Config.MaxCallerSessions") || !strings.Contains(err.Error(), "/job:worker/task:1") {
+		t.Errorf("a third session of one caller: %v, want an error naming the caller and worker.Config.MaxCallerSessions", err)
+	}
+	if err := register("/job:worker/task:2", "c"); err != nil {
+		t.Errorf("a session of another caller: %v", err)
+	}
+	if _, err := ms.CreateSession(as("client:tool"), &pb.CreateSessionRequest{Graph: gd}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ms.CreateSession(as("client:tool"), &pb.CreateSessionRequest{Graph: gd}); err == nil || !strings.Contains(err.Error(), "master.Config.MaxSessions") {
+		t.Errorf("a second session of one tool: %v, want an error naming master.Config.MaxSessions", err)
+	}
+	if _, err := ms.CreateSession(as("client:other"), &pb.CreateSessionRequest{Graph: gd}); err != nil {
+		t.Errorf("a session of another tool: %v", err)
 	}
 }
