@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -622,6 +623,7 @@ func (d *decoder) columns() bool {
 	}
 	d.i++
 	clear(d.seen)
+	var valErr error
 	if d.careful {
 		if !d.locate(2, func(k []byte, long bool) error {
 			return badRequest("unknown input %s (the model's inputs are %s)", quote(k, long), strings.Join(d.names, ", "))
@@ -659,8 +661,19 @@ func (d *decoder) columns() bool {
 				return d.fail(errCareful)
 			}
 			d.seen[j] = true
+			// An error in a value counts unless a later key repeats its
+			// input's: read on.
+			d.ws()
+			start := d.i
 			if !d.value(d.bs[j], 0, 2) {
-				return false
+				if d.syntax || d.mode == fillPass {
+					return false
+				}
+				valErr = cmp.Or(valErr, d.err)
+				d.err, d.i = nil, start
+				if !d.skip(2) {
+					return false
+				}
 			}
 			more, ok := d.sep('}', "after object key:value pair")
 			if !ok {
@@ -670,6 +683,9 @@ func (d *decoder) columns() bool {
 				break
 			}
 		}
+	}
+	if valErr != nil {
+		return d.fail(valErr)
 	}
 	if err := d.missing(-1); err != nil {
 		return d.fail(err)
