@@ -218,3 +218,38 @@ func TestHugeContentLengthRefusedAtOnce(t *testing.T) {
 		t.Error("the answer does not close the connection")
 	}
 }
+
+// TestHeaderAndIdleLimits: a header over MaxHeaderBytes is answered 431,
+// and a kept-alive connection is closed after IdleTimeout without a request.
+func TestHeaderAndIdleLimits(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	addr := serveHTTP(t, built(t, small(1)), Config{HTTP: HTTPConfig{IdleTimeout: idle, MaxHeaderBytes: 1 << 10}})
+	c := rawRequest(t, addr, "GET /v1/models/default HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 8<<10)+"\r\n\r\n", 20*time.Second)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("large header: no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("large header: status %d, want 431", resp.StatusCode)
+	}
+
+	c = rawRequest(t, addr, "GET /v1/models/default HTTP/1.1\r\nHost: x\r\n\r\n", 20*time.Second)
+	br := bufio.NewReader(c)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("status: no answer: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	answered := time.Now()
+	if resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("status: %d, close %v; want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	if rest, err := io.ReadAll(br); err != nil || len(rest) > 0 {
+		t.Errorf("idle connection: %q, %v; want it closed", rest, err)
+	}
+	if d := time.Since(answered); d < idle/2 {
+		t.Errorf("idle connection closed after %v, before the idle timeout %v", d, idle)
+	}
+}
