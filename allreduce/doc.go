@@ -35,11 +35,21 @@
 // of a cluster), BytePS's design: the tensor is cut into one slice per
 // server, each rank streams slice j to server j, which sums the chunks of
 // every member as they arrive and streams the sums back. Each rank sends
-// and receives the tensor once, whatever N. A server holds no state; when
-// one fails an operation and does not answer a probe, the ranks run the
-// operation round the ring instead, and keep to it up to the next multiple
-// of 1000 rounds (star.go).
-// Compressed wires and all-gathers always go round the ring.
+// and receives the tensor once, whatever N. A server holds no state. The
+// route of an operation is its view's (View.RingOnly), the same on every
+// member: a server that dies fails the operation on every member, with
+// ErrServerFailed (it is never run round the ring by some members and
+// through the servers by others), and the leader chooses the route of the
+// next view (Ring.DownServers). Compressed wires, all-gathers and
+// operations of negative rounds always go round the ring (star.go).
+//
+// # Views
+//
+// An elastic ring runs its operations among the members of a View, which
+// the leader sends (elastic.go). A view is all or nothing: an operation of
+// a view that fails on one member fails on the others at once, those
+// running and those yet to start (ErrViewFailed), since the member that
+// failed waits for the next view.
 //
 // AllReduceWire sends the values as float16 or bfloat16 (two to a 32-bit
 // word, so transports are unchanged), accumulating in float32 at each hop:
@@ -58,8 +68,23 @@
 // for chunks that do not come until their deadline. Every call blocks until
 // the operation completes or fails: give it a context with a deadline. A
 // dead peer fails the operation within that deadline (at once when a
-// stream to or from it breaks), with an error that names the peer's rank
-// and address. After a failure the tensor holds partial sums.
+// stream to or from it breaks, or when it refuses connections after it
+// answered once: its process has exited), with an error that names the
+// peer's rank and address. After a failure the tensor holds partial sums.
+//
+// A rank takes an operation's chunks only from the rank that sends them to
+// it (its previous rank, or the summation servers): chunks that another
+// member sends are refused once the operation runs, and dropped when it
+// starts. Chunks of operations that have not started here are kept within
+// a share per peer (256 operations, 1 GiB): a peer over its share loses
+// its oldest such chunks, and the operation they were for fails when it
+// starts here. Those of a view's operations go when the ring re-forms
+// (Among a newer view). A malformed chunk (a negative index, offset or
+// length, or no other peer as its sender) is refused and leaves nothing
+// behind. A transport that authenticates its peers checks the rank a
+// chunk names against the sender (rpc.RegisterRing does, against
+// Config.Names): a member cannot send chunks, failure notices or views as
+// another.
 //
 // train.AllReduceTrainer and train.PeriodicAverager use a ring to train
 // with averaged gradients or averaged models.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -23,8 +25,13 @@ import (
 //	leader: r.SendView(ctx, v); g := r.Among(v); g.AllReduceMean(...)
 //	others: v, _ := r.NextView(ctx, last); g := r.Among(v); ...
 
-// viewOp names the operations that carry views.
-const viewOp = "\x00view"
+// viewOp names the operations that carry views; viewFailedOp those that
+// tell the members that an operation of a view failed (Round: the view's
+// generation).
+const (
+	viewOp       = "\x00view"
+	viewFailedOp = "\x00view failed"
+)
 
 // View is the membership of an elastic ring from a step on.
 type View struct {
@@ -42,6 +49,12 @@ type View struct {
 	Sync bool
 	// Stop tells the members that training is over.
 	Stop bool
+	// RingOnly sends every operation of the view round the ring, even
+	// on a ring with summation servers (one was found down). The route
+	// of an operation is the view's: every member takes the same, and
+	// it changes only with a new view, which the leader sends when it
+	// finds the servers down, or answering again.
+	RingOnly bool
 }
 
 // Has reports whether rank is a member of v.
@@ -54,6 +67,9 @@ func (v View) encode() []float32 {
 	}
 	if v.Stop {
 		flags |= 2
+	}
+	if v.RingOnly {
+		flags |= 4
 	}
 	// float32 holds integers exactly up to 2^24: generations and steps
 	// are sent in two halves.
@@ -70,7 +86,7 @@ func decodeView(d []float32) (View, error) {
 	}
 	v := View{Gen: int64(d[0])<<24 | int64(d[1]), Step: int64(d[2])<<24 | int64(d[3])}
 	flags := int(d[4])
-	v.Sync, v.Stop = flags&1 != 0, flags&2 != 0
+	v.Sync, v.Stop, v.RingOnly = flags&1 != 0, flags&2 != 0, flags&4 != 0
 	for _, m := range d[5:] {
 		if m < 0 || m != float32(math.Trunc(float64(m))) {
 			return View{}, fmt.Errorf("%w: a view names rank %v", ErrMismatch, m)
@@ -188,6 +204,56 @@ func (r *Ring) sendView(ctx context.Context, to int, op Op, data []float32) erro
 	return st.Close()
 }
 
+// A view is all or nothing: once an operation of a view fails on a
+// member, the member tells the others, and their operations of the view
+// fail at once, those running and those yet to start. The member that
+// failed waits for the next view (the leader makes one after any
+// failure), so a member that had finished the operation, and went on to
+// the next, would otherwise wait for it until its deadline: a summation
+// server that died after it returned one member's sums and before the
+// other's, or a member whose last chunk did not arrive.
+
+// tellViewFailed tells the other members of tp's view that an operation
+// of the view failed here (err), within noticeTimeout.
+func (r *Ring) tellViewFailed(tp topology, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), noticeTimeout)
+	defer cancel()
+	op := Op{Name: viewFailedOp, Round: tp.gen}
+	var wg sync.WaitGroup
+	for _, m := range tp.members {
+		if m == r.rank {
+			continue
+		}
+		wg.Go(func() {
+			st, err := r.tr.Open(ctx, m, op)
+			if err != nil {
+				return // a member that cannot be reached is not waited for
+			}
+			if err := st.Send(&Chunk{Op: op, From: r.rank, Size: len(tp.members)}); err != nil {
+				st.Abort()
+				return
+			}
+			st.Close()
+		})
+	}
+	wg.Wait()
+	r.log.Debug("allreduce: told the members that an operation of the view failed", "rank", r.rank, "generation", tp.gen, "err", err)
+}
+
+// deliverViewFailed fails the operations of the view that c names: an
+// operation of it failed on c's sender, a rank (a server fails only its
+// own operations, and says so).
+func (r *Ring) deliverViewFailed(c *Chunk) error {
+	if c.From >= r.size || c.Op.Round < 0 {
+		return fmt.Errorf("%w: rank %d: a notice that view %d failed from %s, which is not a rank", ErrMismatch, r.rank, c.Op.Round, r.peer(c.From))
+	}
+	if err := r.box.closedErr(); err != nil {
+		return err
+	}
+	r.box.failView(c.Op.Round, &noticeError{fmt.Errorf("%w: rank %d: an operation of view %d failed on %s", ErrViewFailed, r.rank, c.Op.Round, r.peer(c.From))})
+	return nil
+}
+
 // NextView waits for a view newer than generation gen (-1: any) and
 // returns the newest one received.
 func (r *Ring) NextView(ctx context.Context, gen int64) (View, error) {
@@ -229,11 +295,16 @@ func (r *Ring) ViewAfter(gen int64) <-chan struct{} {
 }
 
 // topology is the ring that an operation runs on: its members, in ring
-// order, and this rank's position among them.
+// order, and this rank's position among them; and the route of its
+// all-reduces.
 type topology struct {
 	members []int
 	pos     int
 	gen     int64 // the view's generation, -1 for every rank
+	// servers: its all-reduces of float32 values in rounds of their own
+	// go through the summation servers (the ring has some, and the view
+	// does not send them round the ring).
+	servers bool
 }
 
 func (t topology) size() int { return len(t.members) }
@@ -244,7 +315,7 @@ func (r *Ring) full() topology {
 	for i := range members {
 		members[i] = i
 	}
-	return topology{members: members, pos: r.rank, gen: -1}
+	return topology{members: members, pos: r.rank, gen: -1, servers: r.servers > 0}
 }
 
 // Group is the ring re-formed among the members of a view: it implements
@@ -264,7 +335,11 @@ func (r *Ring) Among(v View) (*Group, error) {
 	if pos < 0 {
 		return nil, fmt.Errorf("allreduce: rank %d is not a member of view %d %v", r.rank, v.Gen, v.Members)
 	}
-	return &Group{r: r, view: v, tp: topology{members: slices.Clone(v.Members), pos: pos, gen: v.Gen}}, nil
+	// The ring re-formed: chunks of the operations of older views that
+	// have not started here never will be taken.
+	r.box.expire(v.Gen)
+	tp := topology{members: slices.Clone(v.Members), pos: pos, gen: v.Gen, servers: r.servers > 0 && !v.RingOnly}
+	return &Group{r: r, view: v, tp: tp}, nil
 }
 
 // Rank returns this rank's position among the members.
@@ -290,7 +365,27 @@ func (g *Group) AllReduce(ctx context.Context, name string, round int64, data []
 // op keys the group's operation name: operations of different views
 // never mix.
 func (g *Group) op(name string, round int64) Op {
-	return Op{Name: fmt.Sprintf("%s/gen%d", name, g.view.Gen), Round: round}
+	return Op{Name: name + genSuffix + strconv.FormatInt(g.view.Gen, 10), Round: round}
+}
+
+// genSuffix precedes the generation of a group's operation's view in its
+// name.
+const genSuffix = "/gen"
+
+// opGen returns the generation of the view whose group runs op (the
+// operation through the servers of one too: "grads/gen7@servers"), -1 for
+// an operation of the whole ring.
+func opGen(op Op) int64 {
+	i := strings.LastIndex(op.Name, genSuffix)
+	if i < 0 {
+		return -1
+	}
+	digits, _ := strings.CutSuffix(op.Name[i+len(genSuffix):], serversSuffix)
+	g, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || g < 0 {
+		return -1
+	}
+	return g
 }
 
 // AllReduceMean is AllReduce divided by the number of members.

@@ -152,7 +152,7 @@ func FuzzDeliver(f *testing.F) {
 		}
 		defer r.Close()
 		deliverFuzzed(t, r, b)
-		r.Fail(allreduce.Op{Name: "g"}, errStreamEnd)
+		r.Fail(allreduce.Op{Name: "g"}, 0, errStreamEnd)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		data := make([]float32, n%33)
@@ -200,7 +200,7 @@ func FuzzSummerDeliver(f *testing.F) {
 		}
 		defer r.Close()
 		deliverFuzzed(t, r, b)
-		r.Fail(allreduce.Op{Name: "g"}, errStreamEnd)
+		r.Fail(allreduce.Op{Name: "g"}, 0, errStreamEnd)
 		r.Close()
 		if err := r.Deliver(&allreduce.Chunk{Op: allreduce.Op{Name: "g"}, Size: 1, Length: 1, Data: []float32{1}}); !errors.Is(err, allreduce.ErrClosed) {
 			t.Fatalf("Deliver on a closed server: %v", err)

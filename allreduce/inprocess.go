@@ -155,7 +155,7 @@ type memStream struct {
 // fail tells the receiver that the stream broke, once, and forgets it.
 func (s *memStream) fail(err error) {
 	s.once.Do(func() {
-		s.net.recv[s.to].Fail(s.op, err)
+		s.net.recv[s.to].Fail(s.op, s.from, err)
 		s.forget()
 	})
 }

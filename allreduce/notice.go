@@ -17,6 +17,9 @@ const (
 	noticeFailed    = 0 // any failure (a summation server's)
 	noticeMismatch  = 1 // the ranks' data do not match: ErrMismatch
 	noticeNonFinite = 2 // a non-finite value: ErrNonFinite
+	// noticeServers: a member saw the operation fail through the
+	// summation servers (a server died): ErrServerFailed.
+	noticeServers = 3
 )
 
 // noticeTimeout bounds the sending of a failure notice to a member.
@@ -56,12 +59,14 @@ func (r *Ring) deliverNotice(c *Chunk) error {
 		told = fmt.Errorf("%w: rank %d: %v: %s found a non-finite value", ErrNonFinite, r.rank, c.Op, who)
 	case c.From >= r.size:
 		told = fmt.Errorf("summation server %s failed the operation", who)
+	case c.Index == noticeServers:
+		told = fmt.Errorf("rank %d: %v: %s saw the operation fail on the summation servers", r.rank, c.Op, who)
 	default:
 		err := fmt.Errorf("%w: rank %d: %v: %s sent a failure notice of unknown cause %d", ErrMismatch, r.rank, c.Op, who, c.Index)
-		r.box.fail(c.Op, err)
+		r.box.notice(c.Op, c.From, err)
 		return err
 	}
-	r.box.fail(c.Op, &noticeError{told})
+	r.box.notice(c.Op, c.From, &noticeError{told})
 	return nil
 }
 

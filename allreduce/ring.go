@@ -31,6 +31,17 @@ var (
 	// ErrPeerUnreachable is wrapped by PeerDownError, and returned by the
 	// in-memory transport for a peer that is cut or closed.
 	ErrPeerUnreachable = errors.New("allreduce: peer unreachable")
+	// ErrViewFailed is wrapped by the error of an operation of a view
+	// (Group) that failed because an operation of the view failed on
+	// another member, which told the members: that member waits for a
+	// new view, so the others do not wait for it.
+	ErrViewFailed = errors.New("allreduce: an operation of the view failed on another member")
+	// ErrServerFailed is wrapped by the error of an all-reduce through the
+	// summation servers that failed on their side: a server died, was
+	// restarted, or failed the operation. The operation is not run round
+	// the ring instead: every member takes the route of its view, and the
+	// leader chooses the route of the next one.
+	ErrServerFailed = errors.New("allreduce: the operation through the summation servers failed")
 )
 
 // DefaultChunkBytes is the size of the chunks that a segment is cut into
@@ -119,9 +130,8 @@ type Ring struct {
 	tr         Transport
 	views      views // the newest view received (elastic rings)
 
-	servers     int // summation servers, ranks size to size+servers-1
-	serverChunk int // elements per chunk through them
-	down        serversDown
+	servers     int     // summation servers, ranks size to size+servers-1
+	serverChunk int     // elements per chunk through them
 	sum         *summer // set on a server
 
 	mu     sync.Mutex
@@ -155,15 +165,24 @@ func NewRing(cfg Config, tr Transport) (*Ring, error) {
 	return r, nil
 }
 
-// Deliver implements Receiver: it files c for its operation.
+// Deliver implements Receiver: it files c for its operation. A chunk is
+// checked before anything is kept for it: one that names no other peer as
+// its sender, or a negative index, offset or length, leaves nothing
+// behind.
 func (r *Ring) Deliver(c *Chunk) error {
 	if r.sum != nil {
 		return r.sum.deliver(c) // which checks c against the server's slice
 	}
-	if c.Op.Name == viewOp {
-		return r.deliverView(c)
+	if c.From < 0 || c.From >= len(r.peers) || c.From == r.rank {
+		return fmt.Errorf("%w: rank %d: chunk %d of %v from rank %d, which is not another of the ring's %d peers", ErrMismatch, r.rank, c.Index, c.Op, c.From, len(r.peers))
 	}
-	if c.Size == 0 && c.From >= 0 && c.From < len(r.peers) && c.From != r.rank {
+	switch c.Op.Name {
+	case viewOp:
+		return r.deliverView(c)
+	case viewFailedOp:
+		return r.deliverViewFailed(c)
+	}
+	if c.Size == 0 {
 		// A member's or a server's notice of a failure (notice.go).
 		if err := r.box.closedErr(); err != nil {
 			return err
@@ -171,25 +190,35 @@ func (r *Ring) Deliver(c *Chunk) error {
 		return r.deliverNotice(c)
 	}
 	if c.Index < 0 || c.Offset < 0 || c.Length < 0 {
-		err := fmt.Errorf("%w: rank %d: chunk %d of %v from rank %d: negative index, offset or length", ErrMismatch, r.rank, c.Index, c.Op, c.From)
-		r.box.fail(c.Op, err)
+		err := fmt.Errorf("%w: rank %d: chunk %d of %v from %s: negative index, offset or length", ErrMismatch, r.rank, c.Index, c.Op, r.peer(c.From))
+		r.box.fail(c.Op, c.From, err, false)
 		return err
 	}
 	if i := nonFinite(c.Data); i >= 0 {
 		err := fmt.Errorf("%w: rank %d: %v: %s sent %v at element %d", ErrNonFinite, r.rank, c.Op, r.peer(c.From), c.Data[i], c.Offset+i)
-		r.box.fail(c.Op, err)
+		r.box.fail(c.Op, c.From, err, true)
 		return err
 	}
-	return r.box.deliver(c)
+	if err := r.box.deliver(c); err != nil {
+		if errors.Is(err, ErrMismatch) {
+			return fmt.Errorf("allreduce: rank %d: from %s: %w", r.rank, r.peer(c.From), err)
+		}
+		return err
+	}
+	return nil
 }
 
-// Fail implements Receiver: operation op's incoming stream broke.
-func (r *Ring) Fail(op Op, err error) {
+// Fail implements Receiver: operation op's incoming stream from rank from
+// broke.
+func (r *Ring) Fail(op Op, from int, err error) {
 	if r.sum != nil {
 		r.sum.fail(op, err)
 		return
 	}
-	r.box.fail(op, err)
+	if from < 0 || from >= len(r.peers) || from == r.rank {
+		return
+	}
+	r.box.fail(op, from, err, true)
 }
 
 // Err implements Receiver: ErrClosed once Close was called.
@@ -359,14 +388,20 @@ func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology
 	opCtx, cancel := opContext(ctx)
 	defer cancel()
 	var err error
-	if m == (mode{}) && r.viaServers(op, tp) {
-		// An all-reduce of float32 values goes through the servers
-		// (compressed wires and all-gathers go round the ring).
-		err = r.starOrRing(opCtx, op, data, tp)
+	if m == (mode{}) && tp.servers && op.Round >= 0 {
+		// An all-reduce of float32 values in a round of its own goes
+		// through the servers when the view says so (compressed wires,
+		// all-gathers and one-off operations go round the ring).
+		err = r.throughServers(opCtx, op, data, tp)
 	} else {
 		err = r.ring(opCtx, op, data, tp, m)
 	}
 	if err != nil {
+		if tp.gen >= 0 && noticeCause(err) == noticeFailed && !errors.Is(err, ErrViewFailed) && !errors.Is(err, ErrClosed) {
+			// The members that finished the operation, or have not
+			// started it, would wait for this one in the view's next.
+			go r.tellViewFailed(tp, err)
+		}
 		err = r.explain(ctx, op, err)
 		r.log.Warn("allreduce: operation failed", "rank", r.rank, "name", op.Name, "round", op.Round, "members", tp.members, "err", err)
 		return err
@@ -376,7 +411,8 @@ func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology
 
 // ring runs op round the ring.
 func (r *Ring) ring(ctx context.Context, op Op, data []float32, tp topology, m mode) error {
-	ib, err := r.box.open(op)
+	prev := tp.members[(tp.pos+tp.size()-1)%tp.size()]
+	ib, err := r.box.open(op, []int{prev})
 	if err != nil {
 		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
 	}
@@ -581,7 +617,7 @@ func (r *Ring) send(ctx context.Context, op Op, next, size int, items []item, fi
 func (r *Ring) receive(ctx context.Context, op Op, ib *inbox, prev, size int, items []item, forward int, ready chan<- struct{}, data []float32, w Wire) error {
 	dec := newCodec(w, r.chunk)
 	for k, it := range items {
-		c, err := ib.take(ctx, k)
+		c, err := ib.take(ctx, prev, k)
 		if err != nil {
 			return fmt.Errorf("allreduce: rank %d: %v: waiting for chunk %d of %d from %s: %w",
 				r.rank, op, k, len(items), r.peer(prev), err)

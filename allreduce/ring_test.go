@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -116,30 +117,90 @@ func TestNonFiniteValuesAreNamed(t *testing.T) {
 }
 
 // TestEarlyChunksAreBounded: a peer cannot make a rank keep chunks for
-// ever more operations that never start there.
+// ever more operations that never start there: over its share, its
+// oldest are dropped, not another peer's, and an operation that would
+// take the dropped chunks fails when it starts.
 func TestEarlyChunksAreBounded(t *testing.T) {
 	m := newMailbox()
-	chunk := func(i int) *Chunk {
-		return &Chunk{Op: Op{Name: "g", Round: int64(i)}, Size: 2, Length: 1, Data: []float32{1}}
+	chunk := func(from, i int) *Chunk {
+		return &Chunk{Op: Op{Name: "g", Round: int64(i)}, From: from, Size: 2, Length: 1, Data: []float32{1}}
 	}
-	for i := range maxEarlyOps {
-		if err := m.deliver(chunk(i)); err != nil {
+	if err := m.deliver(chunk(2, 0)); err != nil { // another peer's, first
+		t.Fatal(err)
+	}
+	const extra = 10
+	for i := range maxEarlyOps + extra {
+		if err := m.deliver(chunk(1, i)); err != nil {
 			t.Fatalf("early operation %d: %v", i, err)
 		}
 	}
-	if err := m.deliver(chunk(maxEarlyOps)); !errors.Is(err, ErrMismatch) {
-		t.Fatalf("operation %d ahead: %v; want it refused", maxEarlyOps+1, err)
+	if pe := m.peers[1]; pe.ops != maxEarlyOps || pe.bytes != 4*maxEarlyOps {
+		t.Errorf("rank 1 holds %d early operations, %d bytes; want %d and %d", pe.ops, pe.bytes, maxEarlyOps, 4*maxEarlyOps)
 	}
-	if _, err := m.open(Op{Name: "g", Round: 0}); err != nil { // one starts: room for one more
+	if err := m.deliver(chunk(1, 0)); !errors.Is(err, ErrMismatch) {
+		t.Errorf("a later chunk of a dropped operation: %v; want it refused", err)
+	}
+	if _, err := m.open(Op{Name: "g", Round: 1}, []int{1}); !errors.Is(err, ErrMismatch) {
+		t.Errorf("an operation whose sender's chunks were dropped: %v; want ErrMismatch", err)
+	}
+	// Rank 2's chunk of operation 0 stays: its operation, which takes
+	// rank 2's chunks, runs.
+	ib, err := m.open(Op{Name: "g", Round: 0}, []int{2})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.deliver(chunk(maxEarlyOps)); err != nil {
-		t.Fatalf("after one operation started: %v", err)
+	if c, err := ib.take(t.Context(), 2, 0); err != nil || c.From != 2 {
+		t.Errorf("rank 2's chunk: %v, %v", c, err)
 	}
-	if m.early != maxEarlyOps || m.earlyBytes != 4*maxEarlyOps {
-		t.Errorf("early %d operations, %d bytes; want %d and %d", m.early, m.earlyBytes, maxEarlyOps, 4*maxEarlyOps)
+	m.finish(Op{Name: "g", Round: 0})
+	for i := extra; i < maxEarlyOps+extra; i++ {
+		if _, err := m.open(Op{Name: "g", Round: int64(i)}, []int{1}); err != nil {
+			t.Fatalf("operation %d: %v", i, err)
+		}
+	}
+	for p, pe := range m.peers {
+		if pe.ops != 0 || pe.bytes != 0 {
+			t.Errorf("rank %d: %d early operations, %d bytes, once every operation started", p, pe.ops, pe.bytes)
+		}
 	}
 }
+
+// TestEarlyChunksExpireWithTheirView: the chunks of operations of a view
+// that has not started here are dropped when the ring re-forms.
+func TestEarlyChunksExpireWithTheirView(t *testing.T) {
+	r, err := NewRing(Config{Rank: 0, Peers: []string{"a", "b", "c"}, Logger: slog.New(slog.DiscardHandler)}, sinkTransport{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	old, _ := r.Among(View{Gen: 3, Members: []int{0, 1, 2}})
+	for i := range 10 {
+		if err := r.Deliver(&Chunk{Op: old.op("grads", int64(i)), From: 2, Size: 3, Length: 3, Data: []float32{1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Deliver(&Chunk{Op: Op{Name: "grads", Round: 1}, From: 2, Size: 3, Length: 3, Data: []float32{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Among(View{Gen: 4, Members: []int{0, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if pe := r.box.peers[2]; pe.ops != 1 || pe.bytes != 4 {
+		t.Errorf("after the ring re-formed, rank 2 holds %d early operations, %d bytes; want the whole ring's one, 4 bytes", pe.ops, pe.bytes)
+	}
+	if err := r.Deliver(&Chunk{Op: old.op("grads", 0), From: 2, Size: 3, Length: 3, Data: []float32{1}}); err != nil || len(r.box.ops) != 1 {
+		t.Errorf("a late chunk of an expired operation: %v, %d operations held; want it dropped", err, len(r.box.ops))
+	}
+}
+
+// sinkTransport sends nowhere.
+type sinkTransport struct{}
+
+func (sinkTransport) Open(ctx context.Context, to int, op Op) (Stream, error) {
+	return nil, ErrPeerUnreachable
+}
+func (sinkTransport) Probe(ctx context.Context, to int) error { return ErrPeerUnreachable }
+func (sinkTransport) Close() error                            { return nil }
 
 // TestEveryRankIsToldThatTheRanksDisagree: when one rank's tensor is
 // longer than the others', the ranks that find the mismatch tell the

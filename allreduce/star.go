@@ -22,19 +22,18 @@ import (
 // their own hosts) no link carries more. All ranks end with bit-identical
 // results, since each chunk is summed once, on its server.
 //
-// The servers hold no state between operations: a server that dies fails
-// the operations it was part of, and the ranks then take the ring among
-// themselves (the same operation, recomputed from their own tensors), up
-// to the next multiple of starRetryRounds of the rounds or the next view,
-// when they try the servers again. Every member must take the same path
-// for an operation, and a member cannot ask the others: the rounds (the
-// training steps, the same on every member) say when. Members that saw
-// different things (one got every sum before a server died, another did
-// not; a server restarted before one of them probed it) take different
-// paths, fail the operation, and the ring re-forms: a new view, in which
-// every member tries the servers again. Operations of negative rounds
-// (one-off ones, such as the state a ring takes when it re-forms) always
-// go round the ring.
+// The servers hold no state between operations. Every member takes the
+// same route for an operation, the one its view says (View.RingOnly; a
+// Ring without views always goes through its servers), so that no
+// operation is split between the servers and the ring: a server that
+// dies fails the operations it was part of, on every member (the members
+// that see it fail tell the others, and a member waiting for sums keeps
+// its stream to each server open until they are in, so that it sees the
+// server die), and the leader of the ring chooses the route of the next
+// view: round the ring while a server does not answer, through the
+// servers again once they all do. Operations of negative rounds (one-off
+// ones, such as the state a ring takes when it re-forms) always go round
+// the ring.
 
 // DefaultServerChunkBytes is the size of the chunks of an operation through
 // servers when Config.ServerChunkBytes is zero: smaller than the ring's, so
@@ -42,9 +41,10 @@ import (
 // even for a model of a few hundred kilobytes.
 const DefaultServerChunkBytes = 64 << 10
 
-// starRetryRounds is the multiple of the rounds at which the ranks try
-// the servers again after a server was found down.
-const starRetryRounds = 1000
+// serversSuffix ends the key of an operation through the servers: sums
+// that a server sends after the operation failed must not land in an
+// operation round the ring of the same name and round.
+const serversSuffix = "@servers"
 
 // maxSumOps bounds the operations that a server holds partial sums of: a
 // member that died before the server heard of it leaves its operation
@@ -71,103 +71,57 @@ func starSchedule(n, servers, chunk int) []starItem {
 	return items
 }
 
-// serversDown records the view (generation) in which a server was last
-// found down, and the round from which its operations try the servers
-// again.
-type serversDown struct {
-	mu        sync.Mutex
-	found     bool
-	gen, from int64
-}
+// Servers returns the number of summation servers of the ring.
+func (r *Ring) Servers() int { return r.servers }
 
-// viaServers reports whether op, among tp, goes through the servers: there
-// are some, op is of a round of its own, and no server was found down in
-// tp's view since the last multiple of starRetryRounds before op's round.
-func (r *Ring) viaServers(op Op, tp topology) bool {
-	if r.servers == 0 || op.Round < 0 {
-		return false
-	}
-	d := &r.down
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return !d.found || d.gen != tp.gen || op.Round >= d.from
-}
-
-// serversFoundDown records that a server was found down during op among
-// tp.
-func (r *Ring) serversFoundDown(op Op, tp topology) int64 {
-	d := &r.down
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	from := (op.Round/starRetryRounds + 1) * starRetryRounds
-	if !d.found || d.gen != tp.gen || from > d.from {
-		d.found, d.gen, d.from = true, tp.gen, from
-	}
-	return d.from
-}
-
-// starOrRing runs op through the servers. If they fail it and one of
-// them does not answer a probe, it runs op again round the ring among the
-// members, from data as it was, and so do the next rounds' operations of
-// the view up to the next multiple of starRetryRounds: the servers get at most half of
-// the time left, so that the ring has the other half. A failure with every
-// server up is a member's, and is returned.
-func (r *Ring) starOrRing(ctx context.Context, op Op, data []float32, tp topology) error {
-	sctx, cancel := ctx, context.CancelFunc(func() {})
-	if deadline, ok := ctx.Deadline(); ok {
-		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
-	}
-	// The servers' key differs from the ring's: sums that a server sends
-	// after the operation failed must not land in the ring's.
-	err := r.star(sctx, Op{Name: op.Name + "@servers", Round: op.Round}, data, tp)
-	cancel()
-	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrNonFinite) || ctx.Err() != nil {
+// throughServers runs op through the servers. A failure on their side
+// (a server died or failed the operation) wraps ErrServerFailed; the other
+// members are told, so that those that do not see it themselves (no
+// stream of theirs broke) do not wait for their deadline.
+func (r *Ring) throughServers(ctx context.Context, op Op, data []float32, tp topology) error {
+	sop := Op{Name: op.Name + serversSuffix, Round: op.Round}
+	err := r.star(ctx, sop, data, tp)
+	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrNonFinite) || errors.Is(err, ErrMismatch) {
 		return err
 	}
-	down := r.serverDown(ctx)
-	if down < 0 {
-		return err
+	if ctx.Err() == nil && !errors.As(err, new(*noticeError)) {
+		r.notify(ctx, sop, tp.members, noticeServers)
 	}
-	from := r.serversFoundDown(op, tp)
-	r.log.Warn("allreduce: a summation server is down; the ranks go round the ring",
-		"rank", r.rank, "server", r.peer(down), "name", op.Name, "round", op.Round, "until_round", from, "err", err)
-	// The same key as the members that went round the ring at once use.
-	return r.ring(ctx, op, data, tp, mode{})
+	return fmt.Errorf("%w: %w", ErrServerFailed, err)
 }
 
-// serverDown probes the servers and returns the rank of one that does not
-// answer (or has closed its ring), -1 if all answer. The probes have at
-// most a quarter of the time left to ctx's deadline, and maxProbe.
-func (r *Ring) serverDown(ctx context.Context) int {
-	wait := maxProbe
-	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(max(time.Until(deadline)/4, minProbe), maxProbe)
-	}
-	pctx, cancel := context.WithTimeout(ctx, wait)
+// DownServers probes the summation servers and returns the ranks of
+// those that do not answer (or have closed their ring), in order; none
+// when all answer. The probes take at most a second, and end with ctx.
+func (r *Ring) DownServers(ctx context.Context) []int {
+	pctx, cancel := context.WithTimeout(ctx, maxProbe)
 	defer cancel()
-	down := make(chan int, r.servers)
+	down := make([]bool, r.servers)
+	var wg sync.WaitGroup
 	for j := range r.servers {
-		go func() {
-			if err := r.tr.Probe(pctx, r.size+j); err != nil {
-				down <- r.size + j
-				return
-			}
-			down <- -1
-		}()
+		wg.Go(func() { down[j] = r.tr.Probe(pctx, r.size+j) != nil })
 	}
-	first := -1
-	for range r.servers {
-		if d := <-down; d >= 0 && first < 0 {
-			first = d
+	wg.Wait()
+	var out []int
+	for j, d := range down {
+		if d {
+			out = append(out, r.size+j)
 		}
 	}
-	return first
+	return out
 }
+
+// PeerName names rank i as errors do: its rank, task and address.
+func (r *Ring) PeerName(i int) string { return r.peer(i) }
 
 // star sums data among the members of tp through the servers. data is
 // written only once every sum is in, so that a failure leaves it whole.
 func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) error {
-	ib, err := r.box.open(op)
+	servers := make([]int, r.servers)
+	for j := range servers {
+		servers[j] = r.size + j
+	}
+	ib, err := r.box.open(op, servers)
 	if err != nil {
 		return fmt.Errorf("allreduce: rank %d: %v: %w", r.rank, op, err)
 	}
@@ -175,10 +129,20 @@ func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	items := starSchedule(len(data), r.servers, r.serverChunk)
+	// summed[j] is closed once every sum of server j is in: its stream
+	// stays open until then.
+	summed := make([]chan struct{}, r.servers)
+	last := make([]int, r.servers)
+	for j := range summed {
+		summed[j], last[j] = make(chan struct{}), -1
+	}
+	for k, it := range items {
+		last[it.server] = k
+	}
 	sent := make(chan error, r.servers)
 	for j := range r.servers {
 		go func() {
-			err := r.starSend(ctx, op, j, items, data, tp.size())
+			err := r.starSend(ctx, op, j, items, data, tp.size(), summed[j])
 			if err != nil {
 				cancel()
 			}
@@ -188,7 +152,7 @@ func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) err
 	sums := make([]*Chunk, len(items))
 	var recvErr error
 	for k, it := range items {
-		c, err := ib.take(ctx, k)
+		c, err := ib.take(ctx, r.size+it.server, k)
 		if err != nil {
 			recvErr = fmt.Errorf("allreduce: rank %d: %v: waiting for the sum of chunk %d of %d from %s: %w",
 				r.rank, op, k, len(items), r.peer(r.size+it.server), err)
@@ -201,6 +165,9 @@ func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) err
 			break
 		}
 		sums[k] = c
+		if k == last[it.server] {
+			close(summed[it.server])
+		}
 	}
 	if recvErr != nil {
 		cancel()
@@ -213,7 +180,7 @@ func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) err
 	}
 	if recvErr != nil {
 		// A sender that the failure cancelled did not cause it.
-		if sendErr != nil && !errors.Is(sendErr, context.Canceled) {
+		if sendErr != nil && !errors.Is(sendErr, context.Canceled) && !errors.As(sendErr, new(*waitingError)) {
 			return sendErr
 		}
 		return recvErr
@@ -229,8 +196,10 @@ func (r *Ring) star(ctx context.Context, op Op, data []float32, tp topology) err
 
 // starSend streams this rank's chunks of server j's segment to it (none
 // for a tensor shorter than the number of servers, whose segment j may be
-// empty).
-func (r *Ring) starSend(ctx context.Context, op Op, j int, items []starItem, data []float32, size int) error {
+// empty), and keeps the stream open until the server's sums are in
+// (summed is closed): a server that dies meanwhile breaks it, and fails
+// the operation at once, even if it had not begun to return sums here.
+func (r *Ring) starSend(ctx context.Context, op Op, j int, items []starItem, data []float32, size int, summed <-chan struct{}) error {
 	if !slices.ContainsFunc(items, func(it starItem) bool { return it.server == j }) {
 		return nil
 	}
@@ -250,6 +219,23 @@ func (r *Ring) starSend(ctx context.Context, op Op, j int, items []starItem, dat
 		if err := st.Send(c); err != nil {
 			st.Abort()
 			return wrap(err)
+		}
+	}
+	select {
+	case <-summed:
+	case <-st.Broken():
+		err := st.Close()
+		if err == nil {
+			err = errors.New("the server ended the stream before returning its sums")
+		}
+		return wrap(err)
+	case <-ctx.Done():
+		select {
+		case <-summed: // both at once: the sums are in
+		default:
+			st.Abort()
+			// The receiver's error, waiting for the sums, says more.
+			return &waitingError{wrap(ctx.Err())}
 		}
 	}
 	if err := st.Close(); err != nil {

@@ -134,21 +134,37 @@ func TestStarAmongAView(t *testing.T) {
 	}
 }
 
-// TestStarFallsBackToTheRingWhenAServerDies: when a server is gone, the
-// ranks' operations go round the ring among themselves, with the right
-// sums, and the servers are left alone up to round starRetryRounds.
-func TestStarFallsBackToTheRingWhenAServerDies(t *testing.T) {
+// TestTheRouteIsTheViews: every member takes its view's route. A server
+// that dies fails the operation through the servers on every member at
+// once, with ErrServerFailed (it is not run round the ring by some
+// members and waited for through the servers by others); a view that says
+// RingOnly sums round the ring, leaving the servers alone; and a view
+// without it goes through the servers again.
+func TestTheRouteIsTheViews(t *testing.T) {
 	rings, net := starRings(t, 2, 2, 8)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if _, errs := reduceAll(ctx, rings, 2, 10, "grads", 0); errors.Join(errs...) != nil {
-		t.Fatal(errors.Join(errs...))
+	among := func(v View, round int64) ([][]float32, []error) {
+		out, errs := make([][]float32, 2), make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range 2 {
+			g, err := rings[r].Among(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[r] = make([]float32, 10)
+			for i := range out[r] {
+				out[r][i] = float32(r*1000+i) + 0.25
+			}
+			wg.Go(func() { errs[r] = g.AllReduce(ctx, "grads", round, out[r]) })
+		}
+		wg.Wait()
+		return out, errs
 	}
-	net.Cut(3)
-	for round := int64(1); round < 4; round++ {
-		out, errs := reduceAll(ctx, rings, 2, 10, "grads", round)
+	check := func(out [][]float32, errs []error, round int64) {
+		t.Helper()
 		if err := errors.Join(errs...); err != nil {
-			t.Fatalf("round %d with a server down: %v", round, err)
+			t.Fatalf("round %d: %v", round, err)
 		}
 		for i := range 10 {
 			if out[0][i] != wantSum(2, i) || out[1][i] != out[0][i] {
@@ -156,15 +172,132 @@ func TestStarFallsBackToTheRingWhenAServerDies(t *testing.T) {
 			}
 		}
 	}
-	all := rings[0].full()
+	servers := View{Gen: 1, Members: []int{0, 1}}
+	out, errs := among(servers, 0)
+	check(out, errs, 0)
+	net.Cut(3)
+	start := time.Now()
+	_, errs = among(servers, 1)
+	for r, err := range errs {
+		if !errors.Is(err, ErrServerFailed) {
+			t.Errorf("rank %d, a server down: %v; want the operation failed with ErrServerFailed", r, err)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the members failed %v after the server died; want at once", d)
+	}
+	ring := View{Gen: 2, Members: []int{0, 1}, RingOnly: true}
+	for round := int64(1); round < 4; round++ {
+		out, errs := among(ring, round)
+		check(out, errs, round)
+	}
+	srv := rings[2].sum
+	srv.mu.Lock()
+	for op := range srv.ended.outcome {
+		if opGen(op) == 2 {
+			t.Errorf("server 2 summed %v of a view that goes round the ring", op)
+		}
+	}
+	srv.mu.Unlock()
+	if down := rings[0].DownServers(ctx); len(down) != 1 || down[0] != 3 {
+		t.Errorf("DownServers: %v, want [3]", down)
+	}
+	if got, err := decodeView(ring.encode()); err != nil || !got.RingOnly {
+		t.Errorf("a view that goes round the ring decodes as %+v, %v", got, err)
+	}
+}
+
+// TestAServerThatDiesBeforeReturningFailsTheOperation: a member whose
+// chunks a server has taken, and which waits for the sums (the other
+// member has not sent its own yet), sees the server die at once: its
+// stream to the server stays open until the sums are in.
+func TestAServerThatDiesBeforeReturningFailsTheOperation(t *testing.T) {
+	rings, net := starRings(t, 2, 1, 8)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- rings[0].AllReduce(ctx, "grads", 0, make([]float32, 10)) }()
+	// The server holds rank 0's chunks (polling its state: nothing else
+	// tells).
+	srv := rings[2].sum
+	for held := false; !held; {
+		srv.mu.Lock()
+		held = len(srv.ops) > 0
+		srv.mu.Unlock()
+		if !held {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	start := time.Now()
+	net.Cut(2)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrServerFailed) || !strings.Contains(err.Error(), "summation server") {
+			t.Errorf("%v; want the failure through the server, named", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("failed %v after the server died; want at once", d)
+		}
+	case <-ctx.Done():
+		t.Fatal("rank 0 waited for the sums of a dead server until its deadline")
+	}
+}
+
+// TestAViewFailsOnEveryMember: an operation of a view that fails on one
+// member fails the others' at once (they would wait for it until their
+// deadline), and their later operations of the view too; a new view works.
+func TestAViewFailsOnEveryMember(t *testing.T) {
+	rings, err := NewInProcess(3, InProcessConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	v := View{Gen: 5, Members: []int{0, 1, 2}}
+	groups := make([]*Group, 3)
+	for r := range groups {
+		if groups[r], err = rings[r].Among(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
 	for r := range 2 {
-		if rings[r].viaServers(Op{Name: "grads", Round: 4}, all) || !rings[r].viaServers(Op{Name: "grads", Round: starRetryRounds}, all) {
-			t.Errorf("rank %d: servers from round %d after one died at round 1; want %d", r, rings[r].down.from, starRetryRounds)
+		wg.Go(func() { errs[r] = groups[r].AllReduce(ctx, "grads", 0, make([]float32, 100)) })
+	}
+	// Rank 2's operation failed before it sent anything (in memory, a
+	// failed operation's aborted streams tell the peers too: rank 2 only
+	// tells them that the view failed).
+	rings[2].tellViewFailed(groups[2].tp, errors.New("an operation of rank 2 failed"))
+	wg.Wait()
+	for r := range 2 {
+		if !errors.Is(errs[r], ErrViewFailed) || !strings.Contains(errs[r].Error(), "rank 2 (memory:2)") {
+			t.Errorf("rank %d: %v; want ErrViewFailed, naming rank 2", r, errs[r])
 		}
-		// A new view tries the servers again, at once.
-		if !rings[r].viaServers(Op{Name: "grads", Round: 4}, topology{members: []int{0, 1}, gen: 7}) {
-			t.Errorf("rank %d: a new view does not try the servers again", r)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the members failed %v after rank 2; want at once", d)
+	}
+	if err := groups[0].AllReduce(ctx, "grads", 1, make([]float32, 100)); !errors.Is(err, ErrViewFailed) {
+		t.Errorf("a later operation of the failed view: %v; want ErrViewFailed at once", err)
+	}
+	next := View{Gen: 6, Members: []int{0, 1, 2}}
+	for r := range 3 {
+		g, err := rings[r].Among(next)
+		if err != nil {
+			t.Fatal(err)
 		}
+		wg.Go(func() { errs[r] = g.AllReduce(ctx, "grads", 0, make([]float32, 100)) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Errorf("the next view: %v", err)
 	}
 }
 

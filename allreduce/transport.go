@@ -50,7 +50,11 @@ type Chunk struct {
 type Transport interface {
 	// Open starts the stream of operation op's chunks to rank to. A peer
 	// that is not reachable yet (still starting) is waited for until ctx
-	// ends; when ctx ends, the error is (or wraps) ctx.Err().
+	// ends; when ctx ends, the error is (or wraps) ctx.Err(). A peer that
+	// is gone is not waited for: one that answered this transport before
+	// and now refuses connections (its process has exited, its port is
+	// closed) fails Open at once, with an error that wraps
+	// ErrPeerUnreachable.
 	Open(ctx context.Context, to int, op Op) (Stream, error)
 	// Probe reports whether rank to is alive: nil when it answers,
 	// ErrPeerLeft when its process answers that its ring is closed, and
@@ -92,8 +96,9 @@ type Receiver interface {
 	// closed, and with an error wrapping ErrMismatch for a chunk that is
 	// malformed; the transport then ends the stream with that error.
 	Deliver(c *Chunk) error
-	// Fail makes operation op fail with err: its incoming stream broke.
-	Fail(op Op, err error)
+	// Fail makes operation op fail with err: its incoming stream from rank
+	// from (the sender of its chunks) broke.
+	Fail(op Op, from int, err error)
 	// Err returns ErrClosed once the ring is closed (a transport answers
 	// probes with ErrPeerLeft then), nil before.
 	Err() error

@@ -6,7 +6,9 @@ libopenblas-dev), then for --rounds rounds runs BenchmarkSgemm for every
 backend in turn on the same shapes, one core by default (GOMAXPROCS=1;
 OpenBLAS follows GOMAXPROCS), and prints the median GFLOP/s of each with its
 range and the ratios to OpenBLAS and to avx2, with the CPU model and its SIMD
-flags. OpenBLAS gets its best kernels: OPENBLAS_CORETYPE from the CPU (see
+flags. On one core the rates are also taken over the process's CPU time
+("cpu"), which time spent descheduled by other processes does not inflate:
+on a loaded machine those are the figures to compare. OpenBLAS gets its best kernels: OPENBLAS_CORETYPE from the CPU (see
 openblas_env.py) and one thread. Usage (from the repository root):
 
     /usr/bin/python3 bench/sgemm.py                       # n=1024, one core, 5 rounds
@@ -50,7 +52,8 @@ def run(binary, backend, shape, procs, env):
     m = re.search(r"([\d.]+) GFLOP/s", out)
     if not m:
         raise RuntimeError(f"no GFLOP/s for {pattern}:\n{out}")
-    return float(m.group(1))
+    cpu = re.search(r"([\d.]+) cpu-GFLOP/s", out)
+    return float(m.group(1)), float(cpu.group(1)) if cpu else None
 
 
 def main():
@@ -82,18 +85,23 @@ def main():
         for s in shapes:
             for b in backends:
                 res[(s, b)].append(run(binary, b, s, a.procs, env))
-            print(f"round {r + 1} {s}: " + "  ".join(f"{b} {res[(s, b)][-1]:.1f}" for b in backends), flush=True)
-    summary = []
+            print(f"round {r + 1} {s}: " + "  ".join(
+                f"{b} {res[(s, b)][-1][0]:.1f}" + (f" (cpu {res[(s, b)][-1][1]:.1f})" if res[(s, b)][-1][1] else "")
+                for b in backends), flush=True)
     for s in shapes:
-        med = {b: statistics.median(res[(s, b)]) for b in backends}
         row = {"shape": s, "procs": a.procs, "rounds": a.rounds}
-        for b in backends:
-            row[b] = {"gflops": round(med[b], 1), "range": [min(res[(s, b)]), max(res[(s, b)])]}
-            if "openblas" in med and b != "openblas":
-                row[b]["vs_openblas"] = round(med[b] / med["openblas"], 3)
-            if "avx2" in med and b != "avx2":
-                row[b]["vs_avx2"] = round(med[b] / med["avx2"], 3)
-        summary.append(row)
+        for kind, i in (("wall", 0), ("cpu", 1)):
+            vals = {b: [v[i] for v in res[(s, b)]] for b in backends}
+            if any(None in v for v in vals.values()):
+                continue
+            med = {b: statistics.median(v) for b, v in vals.items()}
+            for b in backends:
+                e = {"gflops": round(med[b], 1), "range": [min(vals[b]), max(vals[b])]}
+                if "openblas" in med and b != "openblas":
+                    e["vs_openblas"] = round(med[b] / med["openblas"], 3)
+                if "avx2" in med and b != "avx2":
+                    e["vs_avx2"] = round(med[b] / med["avx2"], 3)
+                row.setdefault(kind, {})[b] = e
         print(json.dumps(row))
 
 

@@ -181,3 +181,25 @@ func TestSummarize(t *testing.T) {
 		}
 	}
 }
+
+func TestTimeBoundLimit(t *testing.T) {
+	stop := FaultResult{Fault: Fault{Kind: Stop, Pause: 3 * time.Second}, Applied: true}
+	notApplied := FaultResult{Fault: Fault{Kind: Stop, Pause: 4 * time.Second}}
+	kill := FaultResult{Fault: Fault{Kind: Kill}, Applied: true}
+	for _, tc := range []struct {
+		b      TimeBound
+		clean  time.Duration
+		faults []FaultResult
+		want   time.Duration
+	}{
+		{TimeBound{}, 5 * time.Second, nil, 25 * time.Second},
+		{TimeBound{}, 5 * time.Second, []FaultResult{stop, notApplied, kill}, 28 * time.Second},
+		{TimeBound{Factor: 2, Slack: time.Second}, 4 * time.Second, []FaultResult{kill}, 9 * time.Second},
+		{TimeBound{}, 0, []FaultResult{stop}, 0},
+		{TimeBound{Factor: -1}, 5 * time.Second, nil, 0},
+	} {
+		if got := tc.b.Limit(tc.clean, tc.faults); got != tc.want {
+			t.Errorf("%+v.Limit(%v, %d faults) = %v, want %v", tc.b, tc.clean, len(tc.faults), got, tc.want)
+		}
+	}
+}

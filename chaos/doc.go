@@ -34,7 +34,12 @@
 // delete corrupt ones), and the marked processes still alive after the
 // launcher ended, which Run kills. A run still going at its deadline is
 // "hung": the Result says what the last lines were waiting for, and Run
-// stops every marked process.
+// stops every marked process. RunMatrix also bounds each fault run's wall
+// time by its clean runs' (TimeBound: 3 times the longest, plus 10 s, plus
+// the pauses of its stops): a run that finishes past it is "slow", and
+// fails the report as a run that did not finish does, since recovering
+// from a fault takes seconds and a stall of a step deadline or more is a
+// defect the deadline alone lets pass.
 //
 // The fault schedule is a pure function of the seed (Schedule), so a run can
 // be repeated; what the processes do in between is not deterministic.

@@ -31,6 +31,9 @@ type MatrixConfig struct {
 	// shorter than WindowFrom.
 	WindowFrom     time.Duration
 	WindowFraction float64
+	// Bound bounds each fault run's wall time by the clean runs' (the
+	// zero value: 3 times the longest, plus 10 s, plus the stops' pauses).
+	Bound TimeBound
 	// Progress, if not nil, is called after each run.
 	Progress func(*Result)
 }
@@ -46,7 +49,7 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 		cfg := m.Base
 		cfg.Strategy, cfg.Faults, cfg.Plan = s, 0, nil
 		var cleanAcc float64
-		var cleanWall time.Duration
+		var cleanWall, longest time.Duration
 		finished := 0
 		for i := range max(m.CleanRuns, 1) {
 			cfg.Seed = m.Seed + uint64(i)
@@ -66,6 +69,7 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 				if cleanWall == 0 || clean.Wall < cleanWall {
 					cleanWall = clean.Wall
 				}
+				longest = max(longest, clean.Wall)
 			}
 		}
 		if finished > 0 {
@@ -82,6 +86,7 @@ func RunMatrix(ctx context.Context, m MatrixConfig) ([]*Result, error) {
 				return all, err
 			}
 			res.CleanAccuracy = cleanAcc
+			res.judge(m.Bound, longest)
 			all = append(all, res)
 			if m.Progress != nil {
 				m.Progress(res)
@@ -106,11 +111,14 @@ func faultWindow(from time.Duration, frac float64, cleanWall time.Duration, clea
 	return Window{From: from, To: to}
 }
 
-// outcome is "finished", "hung", or "failed".
+// outcome is "finished", "slow" (finished past its wall-time bound),
+// "hung", or "failed".
 func (r *Result) outcome() string {
 	switch {
 	case r.Hung:
 		return "hung"
+	case r.Slow:
+		return "slow"
 	case r.Finished:
 		return "finished"
 	}
@@ -119,7 +127,8 @@ func (r *Result) outcome() string {
 
 // WriteTable writes one line per result: strategy, seed, outcome, accuracy
 // against the clean run, steps, faults with the time each was noticed,
-// checkpoints, processes left behind, wall time.
+// checkpoints, processes left behind, wall time (and its bound, for a
+// fault run).
 func WriteTable(w io.Writer, results []*Result) error { return writeTable(w, results, true) }
 
 // WriteRows is WriteTable without the header line: rows printed one at a
@@ -148,8 +157,12 @@ func writeTable(w io.Writer, results []*Result, header bool) error {
 		if r.Finished {
 			acc = fmt.Sprintf("%.4f", r.Accuracy)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%.1fs\n", r.Strategy, r.Seed, r.outcome(), acc, vs,
-			r.GlobalStep, r.LostSteps, faults, r.Checkpoints, len(r.Corrupt), len(r.LeftBehind), r.Wall.Seconds())
+		wall := fmt.Sprintf("%.1fs", r.Wall.Seconds())
+		if r.WallLimit > 0 {
+			wall += fmt.Sprintf(" (limit %.1fs)", r.WallLimit.Seconds())
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", r.Strategy, r.Seed, r.outcome(), acc, vs,
+			r.GlobalStep, r.LostSteps, faults, r.Checkpoints, len(r.Corrupt), len(r.LeftBehind), wall)
 	}
 	return tw.Flush()
 }
@@ -159,6 +172,7 @@ type Summary struct {
 	Strategy    string        `json:"strategy"`
 	Runs        int           `json:"runs"`
 	Finished    int           `json:"finished"`
+	Slow        int           `json:"slow"` // finished past the wall-time bound
 	Hung        int           `json:"hung"`
 	WithinPoint int           `json:"within_1pt"` // finished within 1 point of the clean run
 	MeanDeltaPt float64       `json:"mean_delta_pt"`
@@ -216,6 +230,9 @@ func Summarize(results []*Result) []Summary {
 		if r.Hung {
 			s.Hung++
 		}
+		if r.Slow {
+			s.Slow++
+		}
 		s.LostSteps += r.LostSteps
 		for _, f := range r.Faults {
 			if f.Applied {
@@ -243,9 +260,9 @@ func Summarize(results []*Result) []Summary {
 // WriteSummary writes Summarize's figures as a table.
 func WriteSummary(w io.Writer, sums []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "strategy\truns\tfinished\thung\twithin 1pt\tmean Δacc\tclean acc (runs: min-max)\tlost steps\tfaults noticed\tslowest notice\tcorrupt ckpts\tleft behind")
+	fmt.Fprintln(tw, "strategy\truns\tfinished\tslow\thung\twithin 1pt\tmean Δacc\tclean acc (runs: min-max)\tlost steps\tfaults noticed\tslowest notice\tcorrupt ckpts\tleft behind")
 	for _, s := range sums {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%+.2f pt\t%.4f (%d: %.4f-%.4f)\t%d\t%d/%d\t%.1fs\t%d\t%d\n", s.Strategy, s.Runs, s.Finished, s.Hung, s.WithinPoint,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%+.2f pt\t%.4f (%d: %.4f-%.4f)\t%d\t%d/%d\t%.1fs\t%d\t%d\n", s.Strategy, s.Runs, s.Finished, s.Slow, s.Hung, s.WithinPoint,
 			s.MeanDeltaPt, s.CleanAcc, s.CleanRuns, s.CleanMin, s.CleanMax, s.LostSteps, s.Noticed, s.Faults, s.MaxNotice.Seconds(), s.Corrupt, s.LeftBehind)
 	}
 	return tw.Flush()

@@ -162,14 +162,66 @@ type Result struct {
 	// checkpoints).
 	Wall time.Duration `json:"wall"`
 	Dir  string        `json:"dir"`
+	// CleanWall is the wall time of the longest clean run of the
+	// strategy, and WallLimit the bound on this run's (see TimeBound),
+	// both set by RunMatrix for a fault run (0 when unknown). Slow: the
+	// run finished, but after WallLimit: a stall that the deadline does
+	// not catch (a task that waits a whole step deadline for a peer that
+	// has exited, members that wait for each other until theirs).
+	CleanWall time.Duration `json:"clean_wall,omitempty"`
+	WallLimit time.Duration `json:"wall_limit,omitempty"`
+	Slow      bool          `json:"slow,omitempty"`
 }
 
-// OK reports whether the run met the issue's bar: finished, accuracy within
-// tolerance of the clean run (when known), no corrupt checkpoint, nothing
-// left behind.
+// OK reports whether the run met the issue's bar: finished within its
+// wall-time bound (when known), accuracy within tolerance of the clean run
+// (when known), no corrupt checkpoint, nothing left behind.
 func (r *Result) OK(tolerance float64) bool {
-	return r.Finished && !r.Hung && len(r.Corrupt) == 0 && len(r.LeftBehind) == 0 &&
+	return r.Finished && !r.Hung && !r.Slow && len(r.Corrupt) == 0 && len(r.LeftBehind) == 0 &&
 		(r.CleanAccuracy == 0 || r.Accuracy >= r.CleanAccuracy-tolerance)
+}
+
+// TimeBound bounds the wall time of a fault run by that of the clean
+// runs: Factor times the longest clean run, plus Slack, plus the pauses
+// of the stops applied (a stopped task holds the run up that long by
+// design). Recovering from a fault costs a restart, a re-formed ring, a
+// checkpoint restored: seconds; a run past the bound waited for something
+// that did not come, and counts as failed (Result.Slow), however it ended.
+type TimeBound struct {
+	// Factor multiplies the clean run's wall time; 0 means
+	// DefaultSlowFactor, a negative value turns the bound off.
+	Factor float64
+	// Slack is added; 0 means DefaultSlowSlack.
+	Slack time.Duration
+}
+
+// Defaults of TimeBound.
+const (
+	DefaultSlowFactor = 3
+	DefaultSlowSlack  = 10 * time.Second
+)
+
+// Limit returns the bound on the wall time of a run with faults after a
+// clean run of clean, or 0 (no bound) when the bound is off or clean is
+// unknown (0).
+func (b TimeBound) Limit(clean time.Duration, faults []FaultResult) time.Duration {
+	if b.Factor < 0 || clean <= 0 {
+		return 0
+	}
+	limit := time.Duration(cmp.Or(b.Factor, DefaultSlowFactor)*float64(clean)) + cmp.Or(b.Slack, DefaultSlowSlack)
+	for _, f := range faults {
+		if f.Applied && f.Kind == Stop {
+			limit += f.Pause
+		}
+	}
+	return limit
+}
+
+// judge sets r's wall-time bound after a clean run of clean, and whether r
+// (finished) went past it.
+func (r *Result) judge(b TimeBound, clean time.Duration) {
+	r.CleanWall, r.WallLimit = clean, b.Limit(clean, r.Faults)
+	r.Slow = r.Finished && r.WallLimit > 0 && r.Wall > r.WallLimit
 }
 
 // Run runs one job with cfg's faults and reports on it. Its error is for

@@ -38,6 +38,8 @@ func TestMain(m *testing.M) {
 		<-time.After(time.Minute) // the harness's deadline comes first
 	case "child":
 		<-time.After(time.Minute) // outlive the launcher; the harness kills it
+	case "slow":
+		fakeSlow()
 	}
 	os.Exit(0)
 }
@@ -82,6 +84,55 @@ func fakeLeftover() {
 	lingerChild("worker", 1)
 	fmt.Println(`[worker 0] level=WARN msg="lost a peer" peer=/job:worker/task:1`)
 	fmt.Println(`{"global_step":300,"test_accuracy":0.5}`)
+}
+
+// fakeSlow finishes at once on its first run (the clean run: no file
+// named by $DISTFLOW_CHAOS_FAKE_RUNS yet) and 2 s late on the later ones,
+// the simulated stall of a fault run.
+func fakeSlow() {
+	runs := os.Getenv("DISTFLOW_CHAOS_FAKE_RUNS")
+	if _, err := os.Stat(runs); err == nil {
+		<-time.After(2 * time.Second)
+	} else if err := os.WriteFile(runs, nil, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "fake launcher:", err)
+		os.Exit(2)
+	}
+	fmt.Println(`{"global_step":300,"test_accuracy":0.5}`)
+}
+
+// TestSlowRunsFail: a fault run that finishes, but past its wall-time
+// bound (here the clean run's time plus 500 ms), is "slow" and not OK;
+// with the bound off, it is finished and OK.
+func TestSlowRunsFail(t *testing.T) {
+	t.Setenv(fakeEnv, "slow")
+	for _, tc := range []struct {
+		bound TimeBound
+		slow  bool
+	}{
+		{TimeBound{Factor: 1, Slack: 500 * time.Millisecond}, true},
+		{TimeBound{Factor: -1}, false},
+	} {
+		t.Setenv("DISTFLOW_CHAOS_FAKE_RUNS", filepath.Join(t.TempDir(), "runs"))
+		cfg := Config{Binary: os.Args[0], Strategy: MustStrategy("async"), Dir: t.TempDir(), Deadline: 20 * time.Second}
+		results, err := RunMatrix(context.Background(), MatrixConfig{Base: cfg, Strategies: []Strategy{cfg.Strategy}, Runs: 1, Faults: 1, Bound: tc.bound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(results) != 2 {
+			t.Fatalf("%d results, want a clean run and a fault run", len(results))
+		}
+		clean, res := results[0], results[1]
+		if !clean.Finished || !res.Finished {
+			t.Fatalf("finished: clean %v, fault run %v", clean.Finished, res.Finished)
+		}
+		if res.Slow != tc.slow || res.OK(0.01) == tc.slow || (res.outcome() == "slow") != tc.slow {
+			t.Errorf("bound %+v: a run of %v after a clean run of %v: slow %v, OK %v, outcome %s; want slow %v",
+				tc.bound, res.Wall, clean.Wall, res.Slow, res.OK(0.01), res.outcome(), tc.slow)
+		}
+		if got := Summarize(results); len(got) != 1 || (got[0].Slow == 1) != tc.slow {
+			t.Errorf("summary %+v: want %v slow", got, tc.slow)
+		}
+	}
 }
 
 // TestRunFindsLeftoversAndCorruptCheckpoints: a launcher that exits 0

@@ -36,6 +36,19 @@
 // tensors for a later batch (a training loop then allocates nothing per
 // step); clone a batch to keep it longer.
 //
+// ReadCSV and ReadCSVWith read a CSV file of examples into a features and
+// a labels tensor (for FromTensors): one label column, the last by
+// default, or several by index or header name, which give a [rows, k]
+// labels tensor for a model with k outputs:
+//
+//	x, y, err := data.ReadCSVFileWith("train.csv", data.CSVOptions{
+//		Header: true, Labels: tensor.Float32, LabelNames: []string{"y1", "y2"},
+//	}) // x [rows, columns-2], y [rows, 2]
+//
+// A value that is not a finite number (NaN, Inf) is refused with an error
+// naming the file, line and column, unless CSVOptions.AllowNonFinite: read
+// silently, it would make the loss NaN steps later.
+//
 // Datasets are immutable descriptions; work happens only as an Iterator pulls
 // elements, and only Prefetch starts goroutines. Argument errors are kept in
 // the dataset and reported by Err and Iterator.Next rather than by panics.

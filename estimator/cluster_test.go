@@ -42,6 +42,12 @@ func loopbackTasks(t *testing.T, tasks ...cluster.TaskID) (*cluster.Spec, map[cl
 // estimator and every task's result.
 func runCluster(t *testing.T, jobs map[string]int, strategy estimator.Strategy, steps int64) (*estimator.Estimator, []*estimator.Result) {
 	t.Helper()
+	return runClusterModel(t, linearModel, jobs, strategy, steps)
+}
+
+// runClusterModel is runCluster with another model function.
+func runClusterModel(t *testing.T, model estimator.ModelFn, jobs map[string]int, strategy estimator.Strategy, steps int64) (*estimator.Estimator, []*estimator.Result) {
+	t.Helper()
 	var tasks []cluster.TaskID
 	for _, job := range []string{"ps", "worker"} {
 		for i := range jobs[job] {
@@ -59,7 +65,7 @@ func runCluster(t *testing.T, jobs map[string]int, strategy estimator.Strategy, 
 	)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for task, l := range lis {
-		est, err := estimator.New(linearModel, estimator.RunConfig{
+		est, err := estimator.New(model, estimator.RunConfig{
 			Cluster: spec, Task: task, Strategy: strategy, Listener: l, Seed: 1,
 			Logger: quiet, Progress: io.Discard, WaitTimeout: 20 * time.Second, StepTimeout: 20 * time.Second,
 		})

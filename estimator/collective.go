@@ -20,8 +20,10 @@ import (
 // all-reduce. When the cluster has ps tasks the sums go through them
 // instead, BytePS's design: each ps sums a slice of every gradient and
 // returns it, holding no variables (allreduce.Config.Servers). A ps that
-// is lost sends the workers round the ring up to the next thousandth
-// step, when they try the ps tasks again.
+// is lost fails the step on every worker; the ring's leader then sends a
+// view that goes round the ring while a ps does not answer, and one that
+// goes through the ps tasks again once they all do (probed every 5 s).
+// Every worker takes the route of its view.
 type AllReduce struct{}
 
 func (AllReduce) String() string { return "allreduce" }

@@ -5,7 +5,7 @@
 //
 //	model := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 //		w := ops.NewVariable(s, "w", tensor.Float32, []int{4, 1}, ops.ZerosInit())
-//		pred := ops.MatMul(s, f["x"], w.Value(), false, false)
+//		pred := ops.MatMul(s, f.Get(s, "x"), w.Value(), false, false)
 //		spec := &estimator.Spec{Predictions: map[string]graph.Output{"y": pred}}
 //		if mode != estimator.Predict {
 //			spec.Loss = ops.Mean(s, ops.SquaredDifference(s, pred, labels), nil, false)
@@ -57,4 +57,16 @@
 // A model function is called once per tower and mode, in scopes that
 // reuse the first call's variables, so the same code builds the training
 // towers, the evaluation graph and the exported prediction graph.
+//
+// Mistakes in the input are reported where they are made, in the user's
+// terms. Features.Get names a feature the input lacks, and the features it
+// has (`the model function asked for feature "X"; the input has "x"`).
+// TrainAndEvaluate checks the evaluation input's features and labels
+// against the training input's (names, dtypes, shapes) before it trains
+// (ErrInputMismatch), not after. A loss that becomes NaN or infinite stops
+// training with train.ErrNaNLoss (on a cluster, a ps task may refuse the
+// non-finite update first: kernel.ErrNonFiniteWrite); Train then reads the
+// training input again and, when it holds a NaN or infinity, names the
+// feature, batch and element, since such data, not the learning rate, are
+// then the likely cause (data.ReadCSV refuses them unless asked).
 package estimator

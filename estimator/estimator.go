@@ -100,6 +100,13 @@ func (e *Estimator) Config() RunConfig { return e.cfg }
 // cluster); a ps task serves until the chief ends training. Hooks run on
 // this replica's steps. It blocks until then, or ctx ends.
 //
+// When the loss becomes NaN or infinite, training stops with an error
+// wrapping train.ErrNaNLoss, which blames the learning rate (on a cluster
+// the ps tasks may refuse the update first, kernel.ErrNonFiniteWrite);
+// Train then reads the input again from its start and, if a NaN or
+// infinity is in it (within limits of time and size), says where, since
+// such data make the loss non-finite whatever the rate.
+//
 // Training that has ended stays ended, as with tf.estimator: when the
 // checkpoint directory holds the chief's end-of-training marker for stop's
 // step or a later one (the same training run again, or a chief restarted
@@ -137,7 +144,12 @@ func (e *Estimator) Train(ctx context.Context, input InputFn, stop Stop, hooks .
 			return res, err
 		}
 	}
-	return e.cfg.Strategy.train(ctx, r)
+	res, err := e.cfg.Strategy.train(ctx, r)
+	if nonFinite(err) && ctx.Err() == nil {
+		// The guard blames the learning rate; the data may be at fault.
+		err = r.explainNaN(ctx, err)
+	}
+	return res, err
 }
 
 // rememberInput keeps the features of an input, for Export.
@@ -284,6 +296,12 @@ func (e *Estimator) buildLocalAt(ctx context.Context, sp inputSpec, mode Mode, s
 			return nil, err
 		}
 	}
+	// Local variables (streaming metrics' accumulators) are neither trained
+	// nor saved: they start from their initial values.
+	var localInit *graph.Node
+	if len(ops.LocalVariables(s.Graph())) > 0 {
+		localInit = ops.LocalVariablesInitializer(s)
+	}
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("estimator: building the %s graph: %w", mode, err)
 	}
@@ -309,6 +327,12 @@ func (e *Estimator) buildLocalAt(ctx context.Context, sp inputSpec, mode Mode, s
 	} else if _, err := sess.Run(ctx, feeds, nil, assigns); err != nil {
 		sess.Close()
 		return nil, fmt.Errorf("estimator: loading the trained variables: %w", err)
+	}
+	if localInit != nil {
+		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{localInit}); err != nil {
+			sess.Close()
+			return nil, fmt.Errorf("estimator: initialising the local variables: %w", err)
+		}
 	}
 	m := &localModel{sess: sess, tower: t, step: step}
 	if trained != nil {
@@ -351,10 +375,18 @@ func (e *Estimator) Evaluate(ctx context.Context, input InputFn) (map[string]flo
 	}
 	defer m.sess.Close()
 	t := m.tower
-	names := sortedNames(t.spec.EvalMetrics)
+	// Ratio metrics are fetched with every batch; streaming ones update
+	// with every batch and are read once at the end.
+	var names, streaming []string
+	var updates []*graph.Node
 	fetches := []graph.Output{t.spec.Loss, t.batchSize}
-	for _, n := range names {
-		fetches = append(fetches, t.spec.EvalMetrics[n].Value, t.spec.EvalMetrics[n].Weight)
+	for _, n := range sortedNames(t.spec.EvalMetrics) {
+		if m := t.spec.EvalMetrics[n]; m.Update != nil {
+			streaming, updates = append(streaming, n), append(updates, m.Update)
+		} else {
+			names = append(names, n)
+			fetches = append(fetches, m.Value, m.Weight)
+		}
 	}
 	sums := make([]float64, len(fetches))
 	feeds := map[graph.Output]*tensor.Tensor{}
@@ -369,7 +401,7 @@ func (e *Estimator) Evaluate(ctx context.Context, input InputFn) (map[string]flo
 		if err := t.feeds(feeds, b); err != nil {
 			return nil, err
 		}
-		out, err := m.sess.Run(ctx, feeds, fetches, nil)
+		out, err := m.sess.Run(ctx, feeds, fetches, updates)
 		if err != nil {
 			return nil, fmt.Errorf("estimator: evaluating: %w", err)
 		}
@@ -389,6 +421,19 @@ func (e *Estimator) Evaluate(ctx context.Context, input InputFn) (map[string]flo
 			metrics[n] = sums[2+2*i] / w
 		} else {
 			metrics[n] = 0
+		}
+	}
+	if len(streaming) > 0 {
+		values := make([]graph.Output, len(streaming))
+		for i, n := range streaming {
+			values[i] = t.spec.EvalMetrics[n].Value
+		}
+		out, err := m.sess.Run(ctx, nil, values, nil)
+		if err != nil {
+			return nil, fmt.Errorf("estimator: evaluating: reading the streaming metrics %v: %w", streaming, err)
+		}
+		for i, n := range streaming {
+			metrics[n] = out[i].Float64At(0)
 		}
 	}
 	e.observeEval(metrics)

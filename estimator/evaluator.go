@@ -56,6 +56,11 @@ func (e *Estimator) evaluateCheckpoints(ctx context.Context, ts TrainSpec, es Ev
 	if err != nil {
 		return nil, err
 	}
+	if ts.Input != nil {
+		if err := e.checkEvalInput(ctx, ts.Input, es.Input, InputContext{NumReplicas: len(replicas(cfg.Cluster)), Seed: cfg.Seed}); err != nil {
+			return nil, err
+		}
+	}
 	wait, poll := es.WaitTimeout, es.PollInterval
 	if wait == 0 {
 		wait = DefaultEvalWait

@@ -20,7 +20,7 @@ func Example() {
 	model := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 		w := ops.NewVariable(s, "w", tensor.Float32, []int{1, 1}, ops.ZerosInit())
 		b := ops.NewVariable(s, "b", tensor.Float32, []int{1}, ops.ZerosInit())
-		y := ops.BiasAdd(s, ops.MatMul(s, f["x"], w.Value(), false, false), b.Value())
+		y := ops.BiasAdd(s, ops.MatMul(s, f.Get(s, "x"), w.Value(), false, false), b.Value())
 		spec := &estimator.Spec{Predictions: map[string]graph.Output{"y": y}}
 		if mode != estimator.Predict {
 			spec.Loss = ops.Mean(s, ops.SquaredDifference(s, y, labels), nil, false)

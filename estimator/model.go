@@ -1,8 +1,11 @@
 package estimator
 
 import (
+	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/graph"
@@ -36,12 +39,65 @@ func (m Mode) String() string {
 }
 
 // Features are a model's inputs by name: placeholders of one batch each,
-// whose first dimension is the batch.
+// whose first dimension is the batch. Read them with Get, which names a
+// feature the input lacks; f["x"] of a missing name is an invalid Output,
+// which the first op given it reports only as a missing input.
 type Features map[string]graph.Output
+
+// ErrUnknownFeature is wrapped by the error Features.Get records for a
+// feature the input lacks.
+var ErrUnknownFeature = errors.New("estimator: unknown feature")
+
+// Get returns the feature called name. When the input has none, it
+// records an error in s naming the feature and those the input has (the
+// model function then fails with it, not with the error of an op given
+// nothing), and returns an invalid Output, which the builders after it
+// ignore.
+func (f Features) Get(s *graph.Scope, name string) graph.Output {
+	if x, ok := f[name]; ok {
+		return x
+	}
+	s.SetErr(&unknownFeatureError{name: name, have: sortedNames(f)})
+	return graph.Output{}
+}
+
+// unknownFeatureError is a model function's request for a feature the
+// input does not have.
+type unknownFeatureError struct {
+	name string
+	have []string
+}
+
+func (e *unknownFeatureError) Error() string {
+	msg := fmt.Sprintf("estimator: the model function asked for feature %q; the input has %s", e.name, quoteNames(e.have))
+	for _, h := range e.have {
+		if strings.EqualFold(h, e.name) {
+			msg += fmt.Sprintf(" (%q differs only in case)", h)
+			break
+		}
+	}
+	return msg
+}
+
+func (e *unknownFeatureError) Unwrap() error { return ErrUnknownFeature }
+
+// quoteNames formats names as "a", "b", or "none".
+func quoteNames(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
 
 // Spec is what a model function returns (tf.estimator.EstimatorSpec).
 type Spec struct {
 	// Loss is the scalar mean loss of a batch; required in Train and Eval.
+	// A loss that may hold more than one element is refused (one of shape
+	// [1] is taken as the scalar).
 	Loss graph.Output
 	// Optimizer turns Loss into updates; required in Train. The strategy
 	// builds the update with it (and may wrap it, as sync replicas do), so
@@ -60,17 +116,33 @@ type Spec struct {
 
 // ModelFn builds a model into s for mode from the features and, in Train
 // and Eval, the labels (invalid in Predict). It creates its variables with
-// ops.NewVariable in s; the estimator calls it again for other towers and
-// modes in scopes that reuse them (graph.Scope.ReuseVariables), so the
-// variables must be created the same way in every mode. Graph-building
-// errors may be left in the scope: the estimator checks s.Err().
+// ops.NewVariable in s (or package layers does); the estimator calls it
+// again for other towers and modes in scopes that reuse them
+// (graph.Scope.ReuseVariables), so the variables must be created the same
+// way in every mode. The update ops it adds in Train
+// (ops.UpdateOpsCollection: batch normalisation's moving statistics) run
+// with every training step. Graph-building errors may be left in the
+// scope: the estimator checks s.Err().
 type ModelFn func(s *graph.Scope, features Features, labels graph.Output, mode Mode) (*Spec, error)
 
-// Metric is an evaluation metric over a whole evaluation set: the sum of
-// Value over all batches divided by the sum of Weight. Both are float32
-// scalars computed per batch.
+// Metric is an evaluation metric over a whole evaluation set, in one of
+// two forms. A ratio of sums: the sum of Value over all batches divided by
+// the sum of Weight, both scalars computed per batch. Or streaming, as
+// tf.metrics (package evalmetrics), when Update is set: Update runs with
+// every batch, accumulating into local variables (ops.NewLocalVariable,
+// initialised before the first batch), and Value, a scalar read once after
+// the last batch, is the metric; Weight is unused.
 type Metric struct {
 	Value, Weight graph.Output
+	Update        *graph.Node
+}
+
+// StreamingMetric is the metric of a value and its update op, as the
+// streaming metrics of package evalmetrics return them:
+//
+//	spec.EvalMetrics["auc"] = estimator.StreamingMetric(evalmetrics.AUC(s, labels, probs, 200, evalmetrics.ROC))
+func StreamingMetric(value graph.Output, update *graph.Node) Metric {
+	return Metric{Value: value, Update: update}
 }
 
 // MeanMetric is the mean of the elements of x over the evaluation set.
@@ -214,12 +286,13 @@ func buildTower(s *graph.Scope, fn ModelFn, sp inputSpec, mode Mode) (*tower, er
 	if (mode == Train || mode == Eval) && !labels.Valid() {
 		return nil, fmt.Errorf("estimator: %s needs labels: the input's elements have no component after the features", mode)
 	}
+	updatesBefore := len(s.Graph().Collection(ops.UpdateOpsCollection))
 	spec, err := fn(s, features, labels, mode)
 	if err == nil {
 		err = s.Err()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("estimator: the model function (%s): %w", mode, err)
+		return nil, modelFnError(mode, err, sp)
 	}
 	if spec == nil {
 		return nil, fmt.Errorf("estimator: the model function (%s) returned no spec", mode)
@@ -232,6 +305,27 @@ func buildTower(s *graph.Scope, fn ModelFn, sp inputSpec, mode Mode) (*tower, er
 	case mode == Predict && len(spec.Predictions) == 0:
 		return nil, fmt.Errorf("estimator: the model function's spec has no Predictions (mode predict)")
 	}
+	if mode != Predict {
+		if spec.Loss, err = scalarLoss(s, spec.Loss, mode); err != nil {
+			return nil, err
+		}
+	}
+	if mode == Train {
+		// The update ops this call added (batch normalisation's moving
+		// statistics) run with the loss, which every strategy's training
+		// step computes: one dependency, whatever builds the update.
+		if updates := s.Graph().Collection(ops.UpdateOpsCollection)[updatesBefore:]; len(updates) > 0 {
+			spec.Loss = ops.Identity(s.WithControlDependencies(updates...), spec.Loss)
+		}
+	}
+	for name, m := range spec.EvalMetrics {
+		if mode == Eval && (!m.Value.Valid() || (m.Update == nil && !m.Weight.Valid())) {
+			return nil, fmt.Errorf("estimator: eval metric %q has no Value, or neither a Weight nor an Update", name)
+		}
+	}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("estimator: the model function (%s): %w", mode, err)
+	}
 	t := &tower{features: features, labels: labels, spec: spec}
 	for _, f := range sp.features {
 		t.order = append(t.order, f.Name)
@@ -240,6 +334,49 @@ func buildTower(s *graph.Scope, fn ModelFn, sp inputSpec, mode Mode) (*tower, er
 	t.batchSize = ops.Cast(s, ops.Slice(s, ops.Shape(s, first), []int{0}, []int{1}), tensor.Float32)
 	t.batchSize = ops.ReshapeTo(s, t.batchSize)
 	return t, s.Err()
+}
+
+// modelFnError is the error of a model function that failed in mode: an
+// unknown feature (Features.Get) as it is; any other naming the features
+// of the input, since an op given a feature the input lacks (f["X"] for
+// "x") fails only as an op with a missing input.
+func modelFnError(mode Mode, err error, sp inputSpec) error {
+	var unknown *unknownFeatureError
+	if errors.As(err, &unknown) {
+		return err
+	}
+	names := make([]string, len(sp.features))
+	for i, f := range sp.features {
+		names[i] = f.Name
+	}
+	if strings.Contains(err.Error(), "is missing") {
+		labels := ""
+		if mode == Predict {
+			labels = "; or are the labels read, which Predict does not feed?"
+		}
+		return fmt.Errorf("estimator: the model function (%s): %w (is a feature name misspelt? the input has %s; Features.Get names a feature the input lacks%s)", mode, err, quoteNames(names), labels)
+	}
+	return fmt.Errorf("estimator: the model function (%s): %w", mode, err)
+}
+
+// scalarLoss checks the model's loss is a scalar, as tf.estimator does: a
+// loss that may hold more than one element (a loss per example, left
+// unreduced) is refused; one of shape [1] or of unknown dimensions is
+// reshaped to a scalar, which fails the step unless it holds one element.
+func scalarLoss(s *graph.Scope, loss graph.Output, mode Mode) (graph.Output, error) {
+	sh := loss.Shape()
+	if !loss.DType().IsFloat() {
+		return loss, fmt.Errorf("estimator: the model function's loss %s (mode %s) is %v; want a float scalar", loss, mode, loss.DType())
+	}
+	if sh.KnownRank() && sh.Rank() == 0 {
+		return loss, nil
+	}
+	for i := 0; sh.KnownRank() && i < sh.Rank(); i++ {
+		if sh.Dim(i) != 1 {
+			return loss, fmt.Errorf("estimator: the model function's loss %s (mode %s) has shape %v; want a scalar, the mean loss of the batch (reduce it, e.g. ops.Mean(s, loss, nil, false))", loss, mode, sh)
+		}
+	}
+	return ops.ReshapeTo(s.SubScope("scalar_loss"), loss), s.Err()
 }
 
 // sortedNames returns the keys of m in order.

@@ -248,6 +248,10 @@ func (l *ringLoop) lead(ctx context.Context) error {
 	var view allreduce.View
 	var group *allreduce.Group
 	fresh := true
+	// The route of the view's all-reduces, when the ring has summation
+	// servers: through them, or round the ring while one does not answer
+	// (tried again every serverRetry, at a new view).
+	ringOnly, probed := false, time.Time{}
 	told := map[int]int64{} // the lower ranks sent a view, and which
 	var telling sync.WaitGroup
 	defer telling.Wait()
@@ -270,6 +274,12 @@ func (l *ringLoop) lead(ctx context.Context) error {
 			l.mu.Unlock()
 			return errLeadChanged
 		}
+		if view.RingOnly && time.Since(probed) >= serverRetry && !fresh {
+			probed = time.Now()
+			if len(l.ring.DownServers(ctx)) == 0 {
+				fresh = true // the servers answer again: a view that goes through them
+			}
+		}
 		if want := members(); fresh || !slices.Equal(want, view.Members) {
 			if len(view.Members) > 0 { // not the first view
 				r.log.Warn("the ring re-forms", "step", l.done+1, "members", l.names(want), "were", l.names(view.Members))
@@ -278,7 +288,12 @@ func (l *ringLoop) lead(ctx context.Context) error {
 			if v, ok := l.ring.NewestView(); ok {
 				last = max(last, v.Gen)
 			}
-			view = allreduce.View{Gen: viewGen(last), Step: l.done + 1, Members: want, Sync: true}
+			if l.ring.Servers() > 0 && len(view.Members) > 0 {
+				// Not at the first view: servers still starting are
+				// waited for by the operations, not taken for down.
+				ringOnly, probed = l.route(ctx, ringOnly), time.Now()
+			}
+			view = allreduce.View{Gen: viewGen(last), Step: l.done + 1, Members: want, Sync: true, RingOnly: ringOnly}
 			// A view is one small message: a member that has not taken it
 			// within twice the lost deadline is down (a send to a task that
 			// has exited waits for its whole deadline).
@@ -436,10 +451,37 @@ func (l *ringLoop) endedElsewhere(ctx context.Context) bool {
 	return true
 }
 
+// serverRetry is how often a leader whose view goes round the ring probes
+// the summation servers, to go through them again once they all answer.
+const serverRetry = 5 * time.Second
+
+// route returns the route of a new view on a ring with summation servers:
+// round the ring (true) while one of them does not answer, through them
+// otherwise. was is the route of the last view: a change is logged.
+func (l *ringLoop) route(ctx context.Context, was bool) bool {
+	down := l.ring.DownServers(ctx)
+	switch {
+	case len(down) > 0:
+		names := make([]string, len(down))
+		for i, d := range down {
+			names[i] = l.ring.PeerName(d)
+		}
+		if !was {
+			l.r.log.Warn("a summation server is down; the ranks go round the ring", "step", l.done+1, "down", names)
+		}
+		return true
+	case was:
+		l.r.log.Info("the summation servers answer again; the ranks sum through them", "step", l.done+1)
+	}
+	return false
+}
+
 // failed handles a step (or the sync of a view) that failed on the
-// leader: the ranks it found down are left out at once; otherwise it
-// waits, at most the lost deadline, for the heartbeats to tell who is
-// lost.
+// leader: the ranks it found down are left out at once; a failure that a
+// member told of (it is alive, and waits for the next view) or one on the
+// summation servers' side (the next view's route says whether they
+// answer) needs no wait; otherwise it waits, at most the lost deadline,
+// for the heartbeats to tell who is lost.
 func (l *ringLoop) failed(ctx context.Context, err error, step int64, lostAfter time.Duration, newer <-chan struct{}) {
 	var pe *allreduce.PeerDownError
 	if errors.As(err, &pe) {
@@ -449,6 +491,10 @@ func (l *ringLoop) failed(ctx context.Context, err error, step int64, lostAfter 
 		}
 		l.mu.Unlock()
 		l.r.log.Warn("a step failed: leaving out the ranks that are down", "step", step, "down", pe.Peers, "err", err)
+		return
+	}
+	if errors.Is(err, allreduce.ErrServerFailed) || errors.Is(err, allreduce.ErrViewFailed) {
+		l.r.log.Warn("a step failed; a new view", "step", step, "err", err)
 		return
 	}
 	// The heartbeats count a peer lost lostAfter after its last answer,

@@ -46,12 +46,27 @@ type EvalSpec struct {
 // saves as it appears, and returns after the one at the last step, which
 // it exports. The result is this process's, with the metrics and the
 // export on the chief's and the evaluator's.
+//
+// The process that evaluates (the chief, or the only process, and an
+// evaluator task) first opens the evaluation input and checks its
+// features and labels against the training input's, by name, dtype and
+// shape: a mismatch (ErrInputMismatch) fails before any training, not
+// after it.
 func TrainAndEvaluate(ctx context.Context, est *Estimator, ts TrainSpec, es EvalSpec) (*Result, error) {
 	if est == nil {
 		return nil, errors.New("estimator: TrainAndEvaluate: the estimator is nil")
 	}
 	if est.cfg.IsEvaluator() {
 		return est.evaluateCheckpoints(ctx, ts, es)
+	}
+	if es.Input != nil && ts.Input != nil && est.cfg.IsChief() {
+		ic := InputContext{NumReplicas: 1, Seed: est.cfg.Seed}
+		if c := est.cfg.Cluster; c != nil {
+			ic.NumReplicas = len(replicas(c))
+		}
+		if err := est.checkEvalInput(ctx, ts.Input, es.Input, ic); err != nil {
+			return nil, err
+		}
 	}
 	res, err := est.Train(ctx, ts.Input, ts.Stop, ts.Hooks...)
 	if err != nil || !res.Chief {

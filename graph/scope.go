@@ -19,7 +19,10 @@ type Scope struct {
 	varPrefix string
 	// reuse makes variable builders return the existing variable of the
 	// same name instead of adding one (see ReuseVariables).
-	reuse    bool
+	reuse bool
+	// seed is the graph-level seed layers mix into their initializers'
+	// seeds (see WithSeed).
+	seed     int64
 	device   string
 	deviceFn DeviceFunc
 	control  []*Node
@@ -82,6 +85,31 @@ func (s *Scope) ReuseVariables() *Scope {
 	c.reuse = true
 	return &c
 }
+
+// VariableScope returns a scope whose node names are prefixed by name made
+// unique, as SubScope's, but whose variables are named "<name>/..." exactly,
+// as TensorFlow's variable_scope(name): a layer given a name builds the
+// same variables each time it is called, so that a scope that reuses
+// variables finds them.
+func (s *Scope) VariableScope(name string) *Scope {
+	c := *s
+	c.prefix = s.graph.uniqueScope(s.prefix + name)
+	c.varPrefix = s.varPrefix + strings.TrimSuffix(name, "/") + "/"
+	return &c
+}
+
+// WithSeed returns a scope whose graph-level seed is seed (TensorFlow's
+// tf.set_random_seed). Builders that draw random initial values (package
+// layers) derive each op's seed from it and the variable's name, so a
+// model is reproducible and its variables differ from each other.
+func (s *Scope) WithSeed(seed int64) *Scope {
+	c := *s
+	c.seed = seed
+	return &c
+}
+
+// Seed returns the scope's graph-level seed (0 unless set by WithSeed).
+func (s *Scope) Seed() int64 { return s.seed }
 
 // Reusing reports whether variable builders reuse existing variables.
 func (s *Scope) Reusing() bool { return s.reuse }

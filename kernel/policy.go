@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,20 +48,27 @@ type Policy struct {
 	// allocated. It is a bound per tensor, not on the sum of live tensors.
 	// 0 means no bound.
 	MaxTensorBytes int64
-	// RefuseNonFiniteFeeds makes the assignments (Assign, AssignAdd,
-	// AssignSub) refuse a NaN or infinite value that the step's request
-	// fed (a Placeholder input: in a worker, a tensor that came in the
-	// RunGraph request), wrapping ErrNonFiniteFeed: a peer that writes NaN
-	// into a variable is named as such, instead of the training that reads
-	// it later failing on a NaN loss that looks like the model's fault.
-	// Values computed in the graph or received from other tasks (such as
-	// gradients) are not checked: a non-finite one is the model's symptom.
-	RefuseNonFiniteFeeds bool
+	// RefuseNonFiniteWrites makes every kernel that writes a float
+	// variable (Assign, AssignAdd, AssignSub, the Apply* and SparseApply*
+	// updates) refuse a write that would leave a NaN or an infinity in the
+	// variable or one of its slots, whatever the graph's shape: a value fed
+	// or computed (an Identity of a feed, a Const, 0/0), a gradient, a
+	// hyperparameter, or an update whose finite inputs overflow. The
+	// kernel fails with an error wrapping ErrNonFiniteWrite that names the
+	// variable and the input or element, and the variable keeps its value.
+	// A worker sets it: its graphs come from other processes, and a
+	// non-finite value in a parameter server's variable would make every
+	// replica's training fail later, far from its cause. Gradient descent
+	// and Adam (float32) are checked by a vectorised pass that computes
+	// what they would write, before they write; the other updates run
+	// their rule first on copies, a chunk at a time, and write only when
+	// every result is finite.
+	RefuseNonFiniteWrites bool
 }
 
-// ErrNonFiniteFeed is wrapped by the error of an assignment refused by
-// Policy.RefuseNonFiniteFeeds.
-var ErrNonFiniteFeed = errors.New("non-finite value fed into a variable")
+// ErrNonFiniteWrite is wrapped by the error of a write refused by
+// Policy.RefuseNonFiniteWrites.
+var ErrNonFiniteWrite = errors.New("non-finite value written into a variable")
 
 // policyState is a Policy with its roots resolved once.
 type policyState struct {
@@ -86,7 +92,7 @@ func (r *Resources) SetPolicy(p Policy) error {
 	}
 	r.policy.Store(st)
 	r.maxTensorBytes.Store(p.MaxTensorBytes)
-	r.refuseNonFinite.Store(p.RefuseNonFiniteFeeds)
+	r.refuseNonFinite.Store(p.RefuseNonFiniteWrites)
 	return nil
 }
 
@@ -228,38 +234,8 @@ type policyFields struct {
 	refuseNonFinite atomic.Bool
 }
 
-// CheckFedWrite is called by a kernel that writes its data input i into
-// variable v: under Policy.RefuseNonFiniteFeeds, a fed value (the input is
-// a Placeholder) with a NaN or an infinity is refused with an error naming
-// the node, the variable, the feed and the first bad element.
-func (c *Context) CheckFedWrite(i int, v *Variable) error {
-	if c.Resources == nil || !c.Resources.refuseNonFinite.Load() || i >= c.Node.NumInputs() {
-		return nil
-	}
-	in := c.Node.Input(i)
-	if in.Node.Op() != "Placeholder" {
-		return nil
-	}
-	t := c.Inputs[i]
-	at, bad := -1, 0.0
-	switch t.DType() {
-	case tensor.Float32:
-		for j, x := range t.Float32s() {
-			if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
-				at, bad = j, f
-				break
-			}
-		}
-	case tensor.Float64:
-		for j, x := range t.Float64s() {
-			if math.IsNaN(x) || math.IsInf(x, 0) {
-				at, bad = j, x
-				break
-			}
-		}
-	}
-	if at < 0 {
-		return nil
-	}
-	return &NodeError{Node: c.Node, Err: fmt.Errorf("%w: variable %q: the value fed as %s by the step's request (from another process) has %v at element %d; refused, the variable keeps its value", ErrNonFiniteFeed, v.Name(), in.Name(), bad, at)}
+// RefusesNonFinite reports whether the kernel being computed must refuse
+// to leave a NaN or an infinity in a variable (Policy.RefuseNonFiniteWrites).
+func (c *Context) RefusesNonFinite() bool {
+	return c.Resources != nil && c.Resources.refuseNonFinite.Load()
 }

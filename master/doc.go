@@ -49,6 +49,17 @@
 // client, such as train.MonitoredSession, waits for the task and restores
 // the variables before it goes on.
 //
+// # Limits
+//
+// One caller (the task or client the transport names, service.Caller)
+// holds at most Config.MaxSessions sessions and Config.MaxGraphBytes of
+// graphs in them: their graphs and the partitions of their plans, counted
+// by the memory they hold (worker.GraphMemory, estimated from a request
+// before anything is built from it); past them CreateSession,
+// ExtendSession and the first step of a signature fail with
+// ErrTooManySessions. A session unused for Config.SessionIdle is closed,
+// on its tasks too.
+//
 // A RunStep with options.trace asks every part for its timeline and
 // returns them in RunStepResponse.step_stats, each worker's with the offset
 // that puts it on the master's clock (trace.AlignOffset), followed by the

@@ -21,6 +21,7 @@ import (
 	"github.com/distflow/distflow/rendezvous"
 	"github.com/distflow/distflow/service"
 	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/worker"
 )
 
 // Sentinel errors wrapped by the master's errors.
@@ -31,6 +32,9 @@ var (
 	// is not the version the master holds (another client extended the
 	// session, or the client lost track).
 	ErrStaleGraph = errors.New("stale graph version")
+	// ErrTooManySessions is wrapped when a session or a graph would take
+	// its caller past Config.MaxSessions or Config.MaxGraphBytes.
+	ErrTooManySessions = errors.New("caller holds too many sessions or graphs")
 )
 
 // cleanupTimeout bounds the CleanupStep calls that end a step; they run
@@ -50,6 +54,48 @@ type Config struct {
 	// Logger receives plan building and step failures at debug level; nil
 	// means slog.Default().
 	Logger *slog.Logger
+
+	// MaxSessions bounds the sessions one caller (the task or client the
+	// transport names, service.Caller; callers it does not name count as
+	// one) may hold open; 0 means DefaultMaxSessions, a negative value no
+	// bound.
+	MaxSessions int
+	// MaxGraphBytes bounds the memory that the sessions of one caller hold
+	// in graphs: their graphs and the partitions of their plans, as
+	// worker.GraphMemory estimates them (a decoded graph holds up to about
+	// 9 times its serialised size); 0 means DefaultMaxGraphBytes, a
+	// negative value no bound.
+	MaxGraphBytes int64
+	// SessionIdle is how long a session may go without a step or an
+	// extension before the master closes it (as CloseSession would, on
+	// the tasks too); 0 means DefaultSessionIdle, a negative value never.
+	SessionIdle time.Duration
+	// Now is the clock of SessionIdle; nil means time.Now.
+	Now func() time.Time
+}
+
+// Defaults of Config's limits.
+const (
+	DefaultMaxSessions   = 256
+	DefaultMaxGraphBytes = 2 << 30 // 2 GiB held in memory
+	DefaultSessionIdle   = 24 * time.Hour
+)
+
+// withDefaults returns c with its zero limits replaced by the defaults.
+func (c Config) withDefaults() Config {
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.MaxGraphBytes == 0 {
+		c.MaxGraphBytes = DefaultMaxGraphBytes
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = DefaultSessionIdle
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
 }
 
 // Master holds client sessions and runs their steps on the cluster's
@@ -61,6 +107,7 @@ type Master struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	callers  map[string]*callerUse // by service.Caller, while it holds sessions
 	// gen counts, per task, how often the task was found lost (unreachable,
 	// or restarted without the graphs registered on it). A partition
 	// registered under an older generation is stale: its plan is dropped,
@@ -79,13 +126,14 @@ func New(cfg Config) *Master {
 	if log == nil {
 		log = slog.Default()
 	}
+	cfg = cfg.withDefaults()
 	if len(cfg.Devices) == 0 && cfg.Workers != nil {
 		for _, t := range cfg.Workers.Tasks() {
 			cfg.Devices = append(cfg.Devices, t+"/cpu:0")
 		}
 	}
 	return &Master{cfg: cfg, log: log.With("task", cfg.Task), sessions: map[string]*session{},
-		gen: map[string]uint64{}, inc: map[string]uint64{}}
+		callers: map[string]*callerUse{}, gen: map[string]uint64{}, inc: map[string]uint64{}}
 }
 
 // session is a client's graph and the plans of the signatures it ran.
@@ -95,6 +143,13 @@ type session struct {
 	deflt   string   // default device
 	soft    bool
 	timeout time.Duration
+
+	// Guarded by Master.mu: for the limits of the caller that created the
+	// session, the graph memory it holds (its graph and its plans') and
+	// when it was last used.
+	caller   string
+	bytes    int64
+	lastUsed time.Time
 
 	mu     sync.RWMutex // guards g against Import while steps resolve names
 	g      *graph.Graph
@@ -111,6 +166,7 @@ type plan struct {
 	err   error
 
 	*Plan
+	bytes int64     // its partitions' worker.GraphMemory, counted for its session
 	regs  []reg     // per part
 	calls sync.Pool // of *partCalls, so that a step builds no requests
 }
@@ -213,6 +269,15 @@ func (m *Master) CreateSession(ctx context.Context, req *pb.CreateSessionRequest
 	if gd == nil {
 		gd = &pb.GraphDef{}
 	}
+	caller, size := callerOf(ctx), worker.GraphMemory(gd)
+	// Refuse past the limits before building anything from the request.
+	m.mu.Lock()
+	m.expireIdleLocked()
+	err := m.checkLimitsLocked(caller, true, size)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, m.errorf("create session: %w", err)
+	}
 	g, err := graph.FromProto(gd)
 	if err != nil {
 		return nil, m.errorf("create session: %w", err)
@@ -237,6 +302,11 @@ func (m *Master) CreateSession(ctx context.Context, req *pb.CreateSessionRequest
 		s.deflt = m.cfg.Task + "/cpu:0"
 	}
 	m.mu.Lock()
+	// Checked again: other sessions of the caller may have been made.
+	if err := m.checkLimitsLocked(caller, true, size); err != nil {
+		m.mu.Unlock()
+		return nil, m.errorf("create session: %w", err)
+	}
 	for {
 		s.handle = newHandle("s")
 		if _, taken := m.sessions[s.handle]; !taken {
@@ -244,6 +314,7 @@ func (m *Master) CreateSession(ctx context.Context, req *pb.CreateSessionRequest
 		}
 	}
 	m.sessions[s.handle] = s
+	m.addSessionLocked(s, caller, size)
 	m.mu.Unlock()
 	m.log.Debug("master: created session", "session", s.handle, "nodes", g.NumNodes(), "devices", devices)
 	return &pb.CreateSessionResponse{SessionHandle: s.handle, GraphVersion: int64(g.NumNodes())}, nil
@@ -256,6 +327,12 @@ func (m *Master) session(handle string) (*session, error) {
 	if !ok {
 		return nil, m.errorf("session %q: %w", handle, ErrNoSession)
 	}
+	now := m.cfg.Now()
+	if m.idle(s, now) {
+		m.expireLocked(s, now)
+		return nil, m.errorf("session %q: %w (closed after %v without use, master.Config.SessionIdle)", handle, ErrNoSession, m.cfg.SessionIdle)
+	}
+	s.lastUsed = now
 	return s, nil
 }
 
@@ -276,7 +353,12 @@ func (m *Master) ExtendSession(ctx context.Context, req *pb.ExtendSessionRequest
 		return nil, m.errorf("extend session %q: %w: the request extends version %d, the master holds version %d", s.handle, ErrStaleGraph, req.GetCurrentGraphVersion(), v)
 	}
 	if req.GetGraph() != nil {
+		size := worker.GraphMemory(req.GetGraph())
+		if err := m.charge(s, size); err != nil {
+			return nil, m.errorf("extend session %q: %w", s.handle, err)
+		}
 		if err := graph.Import(s.g, req.GetGraph()); err != nil {
+			m.release(s, size)
 			return nil, m.errorf("extend session %q: %w", s.handle, err)
 		}
 	}
@@ -543,6 +625,9 @@ func (m *Master) invalidate(task string, seen uint64, cause error) {
 			stale = append(stale, q)
 		}
 		s.mu.Unlock()
+		for _, q := range stale {
+			m.release(s, q.bytes)
+		}
 		if len(stale) > 0 {
 			go func() {
 				for _, q := range stale {
@@ -651,6 +736,7 @@ func (m *Master) plan(ctx context.Context, s *session, res resolved) (*plan, err
 			delete(s.plans, key)
 		}
 		s.mu.Unlock()
+		m.release(s, p.bytes)
 	}
 	close(p.ready)
 	return p, p.err
@@ -666,8 +752,18 @@ func (m *Master) buildPlan(ctx context.Context, s *session, sig graph.Signature,
 		return err
 	}
 	p.Plan, p.regs = pl, make([]reg, len(pl.Parts))
+	gds := make([]*pb.GraphDef, len(pl.Parts))
+	var size int64
+	for i, pt := range pl.Parts {
+		gds[i] = pt.Graph.ToProto()
+		size += worker.GraphMemory(gds[i])
+	}
+	if err := m.charge(s, size); err != nil {
+		return err
+	}
+	p.bytes = size
 	for i := range pl.Parts {
-		if err := m.register(ctx, s, p, i); err != nil {
+		if err := m.register(ctx, s, p, i, gds[i]); err != nil {
 			m.deregister(s.handle, p, i+1)
 			return fmt.Errorf("registering the partition of task %s: %w", pl.Parts[i].Task, err)
 		}
@@ -698,7 +794,7 @@ func (p *plan) registeredOn(task string, cur uint64) bool {
 // task's generation and its incarnation. A call that finds the task lost,
 // or an incarnation that says it was restarted, invalidates the task's
 // stale plans (see lose and checkIncarnation).
-func (m *Master) register(ctx context.Context, s *session, p *plan, i int) error {
+func (m *Master) register(ctx context.Context, s *session, p *plan, i int, gd *pb.GraphDef) error {
 	task := p.Parts[i].Task
 	m.mu.Lock()
 	gen := m.gen[task]
@@ -707,7 +803,11 @@ func (m *Master) register(ctx context.Context, s *session, p *plan, i int) error
 	if err != nil {
 		return err
 	}
-	resp, err := w.RegisterGraph(ctx, &pb.RegisterGraphRequest{SessionHandle: s.handle, Graph: p.Parts[i].Graph.ToProto()})
+	// The session's partitions are the master's on every task, whoever
+	// called it: a remote task names this one (its certificate), so the
+	// local worker is told the same.
+	ctx = service.WithCaller(ctx, m.cfg.Task)
+	resp, err := w.RegisterGraph(ctx, &pb.RegisterGraphRequest{SessionHandle: s.handle, Graph: gd})
 	if err != nil {
 		if lost(err) {
 			m.lose(task, gen, err)
@@ -767,11 +867,22 @@ func (m *Master) deregister(session string, p *plan, n int) {
 func (m *Master) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
 	m.mu.Lock()
 	s, ok := m.sessions[req.GetSessionHandle()]
-	delete(m.sessions, req.GetSessionHandle())
+	if ok {
+		m.removeSessionLocked(s)
+	}
 	m.mu.Unlock()
 	if !ok {
 		return nil, m.errorf("close session %q: %w", req.GetSessionHandle(), ErrNoSession)
 	}
+	if err := m.closeSession(ctx, s); err != nil {
+		return nil, err
+	}
+	return &pb.CloseSessionResponse{}, nil
+}
+
+// closeSession closes s, already out of the master's sessions, on every
+// task that holds a partition of it.
+func (m *Master) closeSession(ctx context.Context, s *session) error {
 	s.mu.Lock()
 	s.closed = true
 	plans := s.plans
@@ -786,7 +897,7 @@ func (m *Master) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 		select {
 		case <-p.ready:
 		case <-ctx.Done():
-			return nil, m.errorf("close session %q: %w", s.handle, ctx.Err())
+			return m.errorf("close session %q: %w", s.handle, ctx.Err())
 		}
 	}
 	s.mu.Lock()
@@ -815,9 +926,9 @@ func (m *Master) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 	wg.Wait()
 	m.log.Debug("master: closed session", "session", s.handle, "tasks", len(tasks))
 	if err := errors.Join(errs...); err != nil {
-		return nil, m.errorf("close session %q: %w", s.handle, err)
+		return m.errorf("close session %q: %w", s.handle, err)
 	}
-	return &pb.CloseSessionResponse{}, nil
+	return nil
 }
 
 // ListDevices lists the cluster's devices.

@@ -22,6 +22,8 @@
 // Security is on by default: Security.TaskOptions refuses a cluster with
 // an address that is not loopback unless certificates, a cluster token, or
 // Insecure are given (ErrInsecure). A cluster token (a shared secret in a
-// file, checked on every call) is the alternative for setups without
-// per-task certificates; it does not encrypt anything.
+// file, from which each task's credential and the tools' are derived and
+// checked on every call) is the alternative for setups without per-task
+// certificates; it does not encrypt anything. Tools get a tool token
+// (WriteToolToken), which lets them act as no task.
 package pki

@@ -3,7 +3,6 @@ package pki
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -33,11 +32,15 @@ type Security struct {
 	// Every connection then uses mutual TLS with the cluster's CA, and
 	// every call is checked for membership.
 	CertsDir string
-	// TokenFile holds a cluster token: a shared secret that every call
-	// carries and every task checks. It is the alternative for setups
-	// without per-task certificates (it proves membership, but without
-	// certificates nothing is encrypted: use it on a trusted network, or
-	// beside CertsDir).
+	// TokenFile holds a cluster token: a shared secret from which every
+	// call's credential is derived (a task's own, HMAC-SHA256(token,
+	// "task:" + its name), or a tool's, HMAC-SHA256(token, "tool")) and
+	// which every task checks against the name the call claims (see
+	// token.go). It is the alternative for setups without per-task
+	// certificates (it proves membership, but without certificates nothing
+	// is encrypted: use it on a trusted network, or beside CertsDir). For
+	// ClientOptions it may instead be a tool token (WriteToolToken), which
+	// lets a tool call what tools may call and act as no task.
 	TokenFile string
 	// Insecure allows plaintext without a token on a cluster with
 	// addresses that are not loopback: asked for by name.
@@ -53,7 +56,8 @@ const EnvCertsDir = "DISTFLOW_CERTS_DIR"
 // loopback, started without certificates, token or Insecure.
 var ErrInsecure = errors.New("pki: refusing to run a cluster without TLS")
 
-// Token metadata keys: the cluster token, and the task that sends it.
+// Token metadata keys: the credential derived from the cluster token, and
+// the task (or "client:NAME") that sends it.
 const (
 	tokenKey = "distflow-cluster-token"
 	taskKey  = "distflow-task"
@@ -99,7 +103,9 @@ func Loopback(spec *cluster.Spec) (bool, []string) {
 // it dials. With CertsDir: mutual TLS 1.3 with the cluster's CA, peers
 // checked at the handshake and on every call (this cluster's id, a task
 // of spec, or a client for the methods tools use). With TokenFile: the
-// token on every call. With neither, plaintext, allowed when Insecure is
+// task's credential, derived from the token, on every call, and every
+// call's credential checked against the task or tool it claims to come
+// from. With neither, plaintext, allowed when Insecure is
 // set or spec is all loopback (with one warning on log), else an error
 // wrapping ErrInsecure. It reads files only: no network use.
 func (s Security) TaskOptions(spec *cluster.Spec, self cluster.TaskID, log *slog.Logger) (rpc.Options, error) {
@@ -153,10 +159,14 @@ func (s Security) TaskOptions(spec *cluster.Spec, self cluster.TaskID, log *slog
 		if err != nil {
 			return opts, err
 		}
-		opts.Authenticate = tokenCheck(tok)
-		opts.PerRPCCredentials = tokenCreds{md: map[string]string{tokenKey: string(tok), taskKey: self.String()}}
+		if bytes.HasPrefix(tok, []byte(toolTokenPrefix)) {
+			return opts, fmt.Errorf("pki: %s is a tool's token (made by pki.WriteToolToken), not the cluster token a task needs", s.TokenFile)
+		}
+		a := newTokenAuth(tok, spec)
+		opts.Authenticate = a.authenticate
+		opts.PerRPCCredentials = tokenCreds{md: map[string]string{tokenKey: taskCredential(tok, self.String()), taskKey: self.String()}}
 		if s.CertsDir == "" {
-			checks = append(checks, (&membership{spec: spec}).identifyByToken)
+			checks = append(checks, a.identify)
 		}
 	} else if hostCert {
 		// The certificate names every task of the host: each call says
@@ -171,7 +181,8 @@ func (s Security) TaskOptions(spec *cluster.Spec, self cluster.TaskID, log *slog
 // program opening grpc:// sessions): with CertsDir, its client
 // certificate (client.crt, client.key) and the CA, which the task it dials
 // must present a certificate of this cluster from; with TokenFile, the
-// token; else plaintext.
+// tool's credential (from a tool token, or derived from the cluster
+// token); else plaintext.
 func (s Security) ClientOptions() (rpc.Options, error) {
 	var opts rpc.Options
 	if s.CertsDir != "" {
@@ -190,11 +201,11 @@ func (s Security) ClientOptions() (rpc.Options, error) {
 		opts.TLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}, RootCAs: ca.pool, VerifyConnection: m.verifyConnection}
 	}
 	if s.TokenFile != "" {
-		tok, err := readToken(s.TokenFile)
+		cred, err := readToolCredential(s.TokenFile)
 		if err != nil {
 			return opts, err
 		}
-		opts.PerRPCCredentials = tokenCreds{md: map[string]string{tokenKey: string(tok), taskKey: "client:tool"}}
+		opts.PerRPCCredentials = tokenCreds{md: map[string]string{tokenKey: cred, taskKey: "client:tool"}}
 	}
 	return opts, nil
 }
@@ -385,27 +396,6 @@ func (m *membership) identify(ctx context.Context, method string) (string, error
 	return id.String(), nil
 }
 
-// identifyByToken is Options.Identify with a cluster token alone: the
-// caller names itself (the token proves it is a member).
-func (m *membership) identifyByToken(ctx context.Context, method string) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	v := md.Get(taskKey)
-	if len(v) != 1 {
-		return "", errors.New("the call names no task")
-	}
-	if strings.HasPrefix(v[0], "client:") {
-		if !clientMayCall(method) {
-			return "", fmt.Errorf("%s is a client: it may not call %s", v[0], method)
-		}
-		return v[0], nil
-	}
-	t, err := cluster.ParseTaskID(v[0])
-	if err != nil || !m.spec.Contains(t) {
-		return "", fmt.Errorf("%q is not a task of this cluster", v[0])
-	}
-	return t.String(), nil
-}
-
 func readToken(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -422,21 +412,6 @@ func readToken(path string) ([]byte, error) {
 		return nil, fmt.Errorf("pki: cluster token %s: want one line", path)
 	}
 	return tok, nil
-}
-
-// tokenCheck is Options.Authenticate with a cluster token.
-func tokenCheck(tok []byte) func(context.Context) error {
-	return func(ctx context.Context) error {
-		md, _ := metadata.FromIncomingContext(ctx)
-		v := md.Get(tokenKey)
-		if len(v) != 1 {
-			return errors.New("no cluster token")
-		}
-		if subtle.ConstantTimeCompare([]byte(v[0]), tok) != 1 {
-			return errors.New("wrong cluster token")
-		}
-		return nil
-	}
 }
 
 // tokenCreds attach the token (and the sender's name) to every call.

@@ -97,7 +97,9 @@ func (t *Table) cleanedLocked(stepID int64) *Local {
 		return nil
 	}
 	l := NewLocal()
-	if abortErr != nil {
+	if named, ok := abortErr.(stepAbort); ok {
+		l.Abort(named.error)
+	} else if abortErr != nil {
 		l.Abort(fmt.Errorf("step %d: %w", stepID, abortErr))
 	} else {
 		l.abortDone(stepID)
@@ -189,13 +191,19 @@ func (t *Table) Abort(stepID int64, err error) {
 	w := t.waiting[stepID]
 	delete(t.waiting, stepID)
 	if _, done := t.cleaned[stepID]; !done {
-		t.rememberLocked(stepID, err)
+		t.rememberLocked(stepID, stepAbort{err})
 	}
 	t.mu.Unlock()
 	if w != nil {
 		w.l.Abort(err)
 	}
 }
+
+// stepAbort is the reason Abort remembers for a step, which names the step
+// itself (Abort's callers' errors do).
+type stepAbort struct{ error }
+
+func (e stepAbort) Unwrap() error { return e.error }
 
 // Cleanup ends step stepID: its rendezvous is aborted with abortErr (a failed
 // step), or with ErrStepDone if abortErr is nil (a finished step, where

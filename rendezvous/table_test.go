@@ -164,3 +164,15 @@ func BenchmarkTableRecv(b *testing.B) {
 		})
 	}
 }
+
+// TestTableAbortReason: a late receive of a step that failed before it
+// started gets Abort's error as it is: it names the step already.
+func TestTableAbortReason(t *testing.T) {
+	tab := NewTable()
+	tab.Abort(9, errors.New("worker: step 9: graph g not found"))
+	_, err := tab.Recv(context.Background(), 9, "k")
+	const want = `rendezvous: recv "k": rendezvous aborted: worker: step 9: graph g not found`
+	if err == nil || err.Error() != want {
+		t.Errorf("late receive: %v; want %s", err, want)
+	}
+}

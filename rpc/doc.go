@@ -62,7 +62,11 @@
 // memory itself, without marshalling a copy, and the client's codec for
 // RecvTensor parses the header and copies the bytes straight from gRPC's
 // receive buffers into the tensor, without unmarshalling one (codec.go).
-// Other messages are not limited in size either.
+// Other messages go whole: a server receives at most
+// Options.MaxMessageBytes in one (by default DefaultMaxRecvMessageBytes,
+// the largest graph a task holds for a session and 64 MiB more) and
+// refuses a larger one from its length prefix, before reading or decoding
+// it (codes.ResourceExhausted).
 //
 // # Waiting for peers
 //

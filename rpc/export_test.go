@@ -33,8 +33,8 @@ func SetHelloTimeout(d time.Duration) (restore func()) {
 
 // RegisterRingReceiver and NewRingTransport are RegisterRing's two halves,
 // for the conformance suite of allreduce.Transport, which makes the rings.
-func RegisterRingReceiver(s *Server, recv allreduce.Receiver) error {
-	return registerRingReceiver(s, recv)
+func RegisterRingReceiver(s *Server, recv allreduce.Receiver, names ...string) error {
+	return registerRingReceiver(s, recv, names)
 }
 
 func NewRingTransport(peers []string, opts Options) allreduce.Transport {

@@ -425,7 +425,7 @@ func FuzzRingChunks(f *testing.F) {
 		s := &ringServer{recv: r, opts: Options{MaxTensorBytes: fuzzMaxTensor}}
 		st := &fuzzRingStream{msgs: fuzzSplit(b)}
 		fuzztest.CheckAlloc(t, uint64(64*len(b))+256<<10, func() { s.Chunks(st) })
-		r.Fail(allreduce.Op{Name: "g"}, errRingStreamEnd)
+		r.Fail(allreduce.Op{Name: "g"}, 0, errRingStreamEnd)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := r.AllReduce(ctx, "g", 0, make([]float32, n%33)); err != nil &&

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/distflow/distflow/metrics"
+	"github.com/distflow/distflow/worker"
 )
 
 // Options configure both ends of every connection of a task: its gRPC
@@ -31,9 +32,9 @@ import (
 // (server.Config.RPC), so its TLS config holds both its certificate and the
 // roots that verify its peers.
 //
-// The zero value means plaintext, unauthenticated connections, unlimited
-// messages and tensors (up to gRPC's 2 GiB per message and 64 TiB per
-// tensor), and keepalive pings every 30 s. Validate reports bad values;
+// The zero value means plaintext, unauthenticated connections, messages
+// of up to DefaultMaxRecvMessageBytes received by servers and 2 GiB
+// otherwise, tensors of up to 64 TiB, and keepalive pings every 30 s. Validate reports bad values;
 // NewServer's Serve and the Dial functions return its error.
 type Options struct {
 	// TLS, when set, secures connections: on a server it holds the
@@ -43,7 +44,9 @@ type Options struct {
 	// Authenticate, when set, is called by the server's interceptors before
 	// every RPC with the call's context (metadata, peer and TLS state are
 	// in it: see google.golang.org/grpc/metadata and peer). A non-nil error
-	// refuses the call with codes.Unauthenticated and that message.
+	// refuses the call with codes.Unauthenticated and that message, or
+	// codes.PermissionDenied when it wraps service.ErrPermissionDenied (a
+	// caller proven to be another than the one it claims to be).
 	Authenticate func(ctx context.Context) error
 	// Identify, when set, names the peer of every call that Authenticate
 	// admitted: the task ("/job:worker/task:1") or client its verified
@@ -58,10 +61,13 @@ type Options struct {
 	// token) to every call a client makes.
 	PerRPCCredentials credentials.PerRPCCredentials
 	// MaxMessageBytes bounds one gRPC message, sent or received (RunGraph
-	// and RunStep carry their feeds and fetches in one message; tensors
-	// move in chunks of 4 MiB, all-reduce in chunks of
-	// allreduce.Config.ChunkBytes). 0 means gRPC's largest, 2 GiB; else at
-	// least MinMessageBytes.
+	// and RunStep carry their feeds and fetches in one message,
+	// RegisterGraph and CreateSession a graph; tensors move in chunks of
+	// 4 MiB, all-reduce in chunks of allreduce.Config.ChunkBytes). A
+	// server refuses a larger request from its length, before it reads or
+	// decodes it (codes.ResourceExhausted). 0 means
+	// DefaultMaxRecvMessageBytes for what a server receives and gRPC's
+	// largest, 2 GiB, for the rest; else at least MinMessageBytes.
 	MaxMessageBytes int
 	// MaxTensorBytes bounds the size of a tensor received with RecvTensor
 	// (over the tensor channel or gRPC) and of a tensor all-reduced by a
@@ -107,11 +113,27 @@ var ErrTooLarge = errors.New("rpc: tensor larger than Options.MaxTensorBytes")
 // and its header, with room to spare.
 const MinMessageBytes = 2 * chunkSize
 
+// DefaultMaxRecvMessageBytes is the largest message a server receives when
+// Options.MaxMessageBytes is 0: the largest legitimate request is a graph
+// of a session (worker.DefaultMaxGraphBytes, counted in memory, which is
+// never less than its serialised size), and recvHeadroom more leaves room
+// for the request's other fields and for the feeds of a step, which the
+// tensor budget cannot size (it bounds each tensor, 64 TiB by default, not
+// a request). Tensors received with RecvTensor come in chunks (gRPC) or
+// outside gRPC (the tensor channel, whose requests are at most 1 MiB), and
+// the ring's in chunks, so none needs a larger message. A step that feeds
+// more than about 1 GiB in one request needs a larger MaxMessageBytes on
+// the task that receives it.
+const DefaultMaxRecvMessageBytes = worker.DefaultMaxGraphBytes + recvHeadroom
+
+// recvHeadroom is what DefaultMaxRecvMessageBytes allows beyond a graph.
+const recvHeadroom = 64 << 20
+
 // Validate reports the first bad field of o.
 func (o Options) Validate() error {
 	switch {
 	case o.MaxMessageBytes < 0 || o.MaxMessageBytes > 0 && o.MaxMessageBytes < MinMessageBytes:
-		return fmt.Errorf("rpc: Options.MaxMessageBytes %d: must be 0 (2 GiB) or at least %d", o.MaxMessageBytes, MinMessageBytes)
+		return fmt.Errorf("rpc: Options.MaxMessageBytes %d: must be 0 (the defaults) or at least %d", o.MaxMessageBytes, MinMessageBytes)
 	case o.MaxTensorBytes < 0:
 		return fmt.Errorf("rpc: Options.MaxTensorBytes %d: must not be negative (0: 64 TiB)", o.MaxTensorBytes)
 	case o.KeepaliveTimeout < 0:
@@ -125,6 +147,14 @@ func (o Options) Validate() error {
 func (o Options) maxMessageBytes() int {
 	if o.MaxMessageBytes == 0 {
 		return maxMsgSize
+	}
+	return o.MaxMessageBytes
+}
+
+// maxRecvBytes is the largest message a server receives.
+func (o Options) maxRecvBytes() int {
+	if o.MaxMessageBytes == 0 {
+		return DefaultMaxRecvMessageBytes
 	}
 	return o.MaxMessageBytes
 }
@@ -205,7 +235,7 @@ func serverOptions(opts Options, creds credentials.TransportCredentials) []grpc.
 		every, minPing = infinity, keepaliveT/2 // no pings of ours; the peers' at most so often
 	}
 	so := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(opts.maxMessageBytes()),
+		grpc.MaxRecvMsgSize(opts.maxRecvBytes()),
 		grpc.MaxSendMsgSize(opts.maxMessageBytes()),
 		grpc.InitialWindowSize(windowSize),
 		grpc.InitialConnWindowSize(windowSize),

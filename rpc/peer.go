@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,7 +19,9 @@ import (
 // tensor channel alike: Options.Authenticate, then Options.Identify, whose
 // name the returned context carries (service.WithCaller). A refusal is
 // logged with the peer's address and the reason, and returned as
-// codes.Unauthenticated.
+// codes.Unauthenticated, or codes.PermissionDenied when the reason wraps
+// service.ErrPermissionDenied (a caller proven to be someone else than it
+// claims).
 func (o Options) admit(ctx context.Context, method string) (context.Context, error) {
 	if o.Authenticate != nil {
 		if err := o.Authenticate(ctx); err != nil {
@@ -40,7 +43,11 @@ func (o Options) admit(ctx context.Context, method string) (context.Context, err
 
 func (o Options) refuse(ctx context.Context, method string, err error) error {
 	logRefusal(o.logger(), time.Now(), "rpc: refused call", PeerAddr(ctx), err, "method", method)
-	return status.Errorf(codes.Unauthenticated, "rpc: %s: %v", method, err)
+	code := codes.Unauthenticated
+	if errors.Is(err, service.ErrPermissionDenied) {
+		code = codes.PermissionDenied
+	}
+	return status.Errorf(code, "rpc: %s: %v", method, err)
 }
 
 // PeerAddr returns the address of the peer of a served call ("" when the

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"google.golang.org/grpc"
@@ -17,6 +19,7 @@ import (
 	"github.com/distflow/distflow/allreduce"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc/rpcpb"
+	"github.com/distflow/distflow/service"
 )
 
 // RegisterRing makes s serve rank cfg.Rank of an all-reduce ring, beside
@@ -25,7 +28,10 @@ import (
 // proto/distflowpb/allreduce_service.proto), dialled with s's Options: the
 // same TLS, credentials, size limits and keepalive as every other
 // connection of the task; the receiving side is authenticated like any
-// call. cfg.Peers are the ranks' host:port addresses (their tasks').
+// call, and when Options.Identify names the caller, every chunk of its
+// stream must name the caller's rank in cfg.Names (else the stream is
+// refused, PermissionDenied): a member cannot send as another. cfg.Peers
+// are the ranks' host:port addresses (their tasks').
 //
 // Register before Serve, at most one ring per server. Close the ring before
 // stopping s: a closed ring answers its peers' probes that it has left
@@ -37,7 +43,7 @@ func RegisterRing(s *Server, cfg allreduce.Config) (*allreduce.Ring, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := registerRingReceiver(s, r); err != nil {
+	if err := registerRingReceiver(s, r, cfg.Names); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -45,8 +51,9 @@ func RegisterRing(s *Server, cfg allreduce.Config) (*allreduce.Ring, error) {
 }
 
 // registerRingReceiver serves the Ring service of s, filing the chunks
-// that arrive with recv.
-func registerRingReceiver(s *Server, recv allreduce.Receiver) error {
+// that arrive with recv. names are the tasks of the ranks (Config.Names),
+// against which the rank a chunk claims to come from is checked.
+func registerRingReceiver(s *Server, recv allreduce.Receiver, names []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -56,15 +63,38 @@ func registerRingReceiver(s *Server, recv allreduce.Receiver) error {
 		return errors.New("rpc: the server already has a ring")
 	}
 	s.ring = true
-	rpcpb.RegisterRingServer(s.grpc, &ringServer{recv: recv, opts: s.opts})
+	rpcpb.RegisterRingServer(s.grpc, &ringServer{recv: recv, opts: s.opts, names: slices.Clone(names)})
 	return nil
 }
 
 // ringServer receives the chunks that the previous rank streams.
 type ringServer struct {
 	rpcpb.UnimplementedRingServer
-	recv allreduce.Receiver
-	opts Options // for MaxTensorBytes
+	recv  allreduce.Receiver
+	opts  Options  // for MaxTensorBytes
+	names []string // the ranks' tasks, or nil
+}
+
+// callerRank returns the rank of the task that the stream comes from, as
+// the transport authenticated it (service.Caller), or -1 when the ring's
+// tasks or the caller are not known (no Options.Identify).
+func (s *ringServer) callerRank(ctx context.Context) (int, string, error) {
+	caller, ok := service.Caller(ctx)
+	if !ok || len(s.names) == 0 {
+		return -1, "", nil
+	}
+	rank := slices.Index(s.names, caller)
+	if rank < 0 {
+		return -1, caller, s.refuse(ctx, fmt.Errorf("%s is not a rank of this ring (%s)", caller, strings.Join(s.names, ", ")))
+	}
+	return rank, caller, nil
+}
+
+// refuse logs the refusal of a stream from a member and returns its
+// status.
+func (s *ringServer) refuse(ctx context.Context, err error) error {
+	logRefusal(s.opts.logger(), time.Now(), "rpc: refused ring chunk", PeerAddr(ctx), err)
+	return status.Errorf(codes.PermissionDenied, "rpc: ring: %v", err)
 }
 
 func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingAck]) error {
@@ -72,6 +102,10 @@ func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingA
 	// a probe that the process is alive (ringTransport.Probe).
 	if err := s.recv.Err(); err != nil {
 		return status.Error(codes.Unavailable, err.Error())
+	}
+	rank, caller, err := s.callerRank(st.Context())
+	if err != nil {
+		return err
 	}
 	var op allreduce.Op
 	from := -1
@@ -82,9 +116,15 @@ func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingA
 		}
 		if err != nil {
 			if from >= 0 {
-				s.recv.Fail(op, fmt.Errorf("stream from rank %d broke: %w", from, err))
+				s.recv.Fail(op, from, fmt.Errorf("stream from rank %d broke: %w", from, err))
 			}
 			return err
+		}
+		if rank >= 0 && int(m.From) != rank {
+			// A member may not send as another: its chunks, failure
+			// notices and views are its own.
+			return s.refuse(st.Context(), fmt.Errorf("chunk %d of %q round %d claims to come from rank %d, but %s is rank %d",
+				m.Index, m.Name, m.Round, m.From, caller, rank))
 		}
 		op, from = allreduce.Op{Name: m.Name, Round: m.Round}, int(m.From)
 		size := uint64(max(m.Length, 0)) // a negative length is refused by Deliver
@@ -93,13 +133,13 @@ func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingA
 		}
 		if err := s.opts.tensorTooLarge(4 * size); err != nil {
 			err = fmt.Errorf("rpc: ring: all-reduced tensor %v from rank %d: %w", op, m.From, err)
-			s.recv.Fail(op, err)
+			s.recv.Fail(op, from, err)
 			return status.Error(codes.ResourceExhausted, err.Error())
 		}
 		if len(m.Data)%4 != 0 {
 			err := fmt.Errorf("%w: chunk %d of %v from rank %d has %d bytes, not whole float32s",
 				allreduce.ErrMismatch, m.Index, op, m.From, len(m.Data))
-			s.recv.Fail(op, err)
+			s.recv.Fail(op, from, err)
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
 		c := &allreduce.Chunk{
@@ -122,13 +162,16 @@ type ringTransport struct {
 	peers []string
 	opts  Options
 
-	mu     sync.Mutex
-	conns  map[int]*grpc.ClientConn
-	closed bool
+	mu    sync.Mutex
+	conns map[int]*grpc.ClientConn
+	// answered holds the ranks that have answered a stream or a probe:
+	// their process was up, so a refused connection means it has exited.
+	answered map[int]bool
+	closed   bool
 }
 
 func newRingTransport(peers []string, opts Options) *ringTransport {
-	return &ringTransport{peers: peers, opts: opts, conns: make(map[int]*grpc.ClientConn)}
+	return &ringTransport{peers: peers, opts: opts, conns: make(map[int]*grpc.ClientConn), answered: make(map[int]bool)}
 }
 
 func (g *ringTransport) conn(to int) (*grpc.ClientConn, error) {
@@ -157,12 +200,11 @@ func (g *ringTransport) Open(ctx context.Context, to int, op allreduce.Op) (allr
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	// WaitForReady: a peer that is still starting is waited for, until
-	// the operation's deadline.
-	st, err := rpcpb.NewRingClient(c).Chunks(ctx, grpc.WaitForReady(true))
+	st, err := g.chunks(ctx, c, to)
 	if err != nil {
+		ctxErr := ctx.Err()
 		cancel()
-		if ctxErr := ctx.Err(); ctxErr != nil {
+		if ctxErr != nil {
 			return nil, ctxErr
 		}
 		return nil, err
@@ -175,6 +217,56 @@ func (g *ringTransport) Open(ctx context.Context, to int, op allreduce.Op) (allr
 		close(gs.done)
 	}()
 	return gs, nil
+}
+
+// chunks opens a stream of chunks to rank to on c. A peer that has never
+// answered may be starting: it is waited for until ctx ends
+// (WaitForReady). One that answered before and now refuses connections has
+// exited (its port is closed), and is not waited for: the error, at once,
+// wraps allreduce.ErrPeerUnreachable. A peer that accepts connections but
+// does not answer (a stopped process, or one restarting on a socket that
+// its supervisor holds) is waited for, as one that is starting.
+func (g *ringTransport) chunks(ctx context.Context, c *grpc.ClientConn, to int) (grpc.ClientStreamingClient[pb.RingChunk, pb.RingAck], error) {
+	client := rpcpb.NewRingClient(c)
+	if g.hasAnswered(to) {
+		// Without WaitForReady, a call fails as soon as the connection
+		// does, with the reason.
+		st, err := client.Chunks(ctx)
+		if err == nil {
+			return st, nil
+		}
+		if refused(err) {
+			return nil, fmt.Errorf("%w: %s refuses connections (its process has exited): %w", allreduce.ErrPeerUnreachable, g.peers[to], err)
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+	}
+	st, err := client.Chunks(ctx, grpc.WaitForReady(true))
+	if err == nil {
+		g.answeredBy(to)
+	}
+	return st, err
+}
+
+// refused reports whether err is a call's failure to connect because the
+// peer's port refused the connection.
+func refused(err error) bool {
+	return status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), "connection refused")
+}
+
+// hasAnswered reports whether rank to has answered this transport before.
+func (g *ringTransport) hasAnswered(to int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.answered[to]
+}
+
+// answeredBy records that rank to answered.
+func (g *ringTransport) answeredBy(to int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.answered[to] = true
 }
 
 // Probe opens an empty stream to rank to and waits for its
@@ -196,7 +288,11 @@ func (g *ringTransport) Probe(ctx context.Context, to int) error {
 	}
 	err = st.RecvMsg(new(pb.RingAck))
 	if status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), allreduce.ErrClosed.Error()) {
+		g.answeredBy(to)
 		return allreduce.ErrPeerLeft
+	}
+	if err == nil {
+		g.answeredBy(to)
 	}
 	return err
 }

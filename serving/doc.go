@@ -29,6 +29,20 @@
 // NaN and infinities are written NaN, Infinity and -Infinity as TensorFlow
 // Serving does (these are not standard JSON), and read back in requests.
 //
+// # Hostile clients
+//
+// A request is decoded straight into its tensors, never into generic JSON
+// values: whatever the JSON, decoding allocates at most 4 bytes per byte of
+// body (the tensors; 2 for float32). A Content-Length over
+// Config.MaxBodyBytes is answered 413 before the body is read. Config.HTTP
+// bounds the time a client may take to send a header (ReadHeaderTimeout)
+// and a body (ReadTimeout, plus a second per MinTransferRate bytes
+// received: a slower client is answered 408 and cut off), to take an
+// answer (WriteTimeout, likewise), and to keep an idle connection
+// (IdleTimeout), and the size of a header (MaxHeaderBytes). Serve applies
+// them all; a handler mounted on another http.Server applies the body and
+// answer deadlines itself, and leaves the others to that server.
+//
 // # Several models
 //
 // Models serves several Servers, one per model, under one address and one

@@ -63,10 +63,10 @@ var fuzzSignatures = func() []savedmodel.Signature {
 	return out
 }()
 
-// FuzzFastDecoder: whenever the fast decoder accepts a body, the general
-// decoder accepts it too and decodes the same request, bit for bit (the
-// fast decoder leaves every other body, and every error, to the general one).
-func FuzzFastDecoder(f *testing.F) {
+// FuzzDecoder: the request decoder, in one pass and in two, agrees with the
+// reference decoder (encoding/json's generic values) on every body: both
+// accept it and decode the same request, bit for bit, or both refuse it.
+func FuzzDecoder(f *testing.F) {
 	for _, s := range []string{
 		`{"instances":[{"x":[1,2,3],"k":1}]}`,
 		`{"signature_name":"serving_default","instances":[{"x":[1,2,3],"k":1},{"k":-2,"x":[4,5,6.5e-3]}]}`,
@@ -78,6 +78,16 @@ func FuzzFastDecoder(f *testing.F) {
 		`{"inputs":1.5}`,
 		` { "inputs" : [ [ 0.30000001 , 1E3 , -0 ] ] } `,
 		`{"instances":[[0.83412766,0.000123,12345678901234567,1e-45,3.4028235e38]]}`,
+		`{"instan\u0063es":[[1,2,3]],"x":{"a":[null,true,"\ud834\udd1e"]}}`,
+		`{"instances":[{"x":[1,2,3],"k":1,"k":2}],"instances":[{"k":3,"x":[NaN,Infinity,-Infinity],"\u006b":4}]}`,
+		`{"inputs":{"x":[[1,2,3]],"k":[1],"x":[[4,5,6]]}}`,
+		`{"instances":[[1,"\u00001.5",3]],"signature_name":null}`,
+		`{"instances":[[1,2,3],[4,5]]}`,
+		`{"instances":[[1,2,3],[4,5,6,7]]}`,
+		`{"instances":[[[1]],2]}`,
+		`{"instances":[1e400,-1,"a",{},null]}`,
+		`{"inputs":{"x":[[1,2,3]]},"inputs":{"k":[1]},"signature_name":"x"}`,
+		`[1,{"a":NaN}]`,
 	} {
 		for i := range fuzzSignatures {
 			f.Add([]byte(s), uint8(i))
@@ -85,21 +95,26 @@ func FuzzFastDecoder(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
 		sig := fuzzSignatures[int(which)%len(fuzzSignatures)]
-		fast, ok := fastDecode(body, sig, sig.InputNames())
-		if !ok {
-			return
-		}
-		want, err := decodeGeneral(body, sig)
-		if err != nil {
-			t.Fatalf("the fast decoder accepts a body the general one rejects (%v)", err)
-		}
-		if fast.rows != want.rows || fast.n != want.n || len(fast.inputs) != len(want.inputs) {
-			t.Fatalf("fast decoder: rows %v n %d %d inputs; general: rows %v n %d %d inputs", fast.rows, fast.n, len(fast.inputs), want.rows, want.n, len(want.inputs))
-		}
-		for name, w := range want.inputs {
-			g := fast.inputs[name]
-			if g == nil || g.DType() != w.DType() || !slices.Equal(g.Shape(), w.Shape()) || !bytes.Equal(g.RawBytes(), w.RawBytes()) {
-				t.Fatalf("input %q: fast decoder %v, general %v", name, g, w)
+		want, werr := decodeGeneral(body, sig)
+		for _, one := range []bool{true, false} {
+			got, err := decodeWith(body, sig, sig.InputNames(), one)
+			if (err == nil) != (werr == nil) {
+				t.Fatalf("one pass %v: error %v; reference: %v", one, err, werr)
+			}
+			if err != nil {
+				if !errors.Is(err, errBadRequest) {
+					t.Fatalf("error %v does not wrap errBadRequest", err)
+				}
+				continue
+			}
+			if got.rows != want.rows || got.n != want.n || len(got.inputs) != len(want.inputs) {
+				t.Fatalf("one pass %v: rows %v n %d %d inputs; reference: rows %v n %d %d inputs", one, got.rows, got.n, len(got.inputs), want.rows, want.n, len(want.inputs))
+			}
+			for name, w := range want.inputs {
+				g := got.inputs[name]
+				if g == nil || g.DType() != w.DType() || !slices.Equal(g.Shape(), w.Shape()) || !bytes.Equal(g.RawBytes(), w.RawBytes()) {
+					t.Fatalf("one pass %v: input %q: %v, reference %v", one, name, g, w)
+				}
 			}
 		}
 	})
@@ -152,38 +167,53 @@ func TestParseFloat32(t *testing.T) {
 	}
 }
 
-// TestFastDecoderTakesCommonBodies: the request forms clients send take the
-// fast decoder; bodies in error, and rare forms (duplicate keys, escapes),
-// are left to the general one.
-func TestFastDecoderTakesCommonBodies(t *testing.T) {
+// TestDecoderForms: the request forms clients send, and rare ones
+// (escapes, repeated keys), decode in one pass and in two; bodies in error
+// are refused with the error of TF Serving's API.
+func TestDecoderForms(t *testing.T) {
 	two, one := fuzzSignatures[0], fuzzSignatures[1]
 	for _, c := range []struct {
-		sig         savedmodel.Signature
-		body        string
-		fast, valid bool
+		sig  savedmodel.Signature
+		body string
+		err  string // "" if valid
 	}{
-		{one, `{"instances":[[0.1,0.2,0.3]]}`, true, true},
-		{one, `{"instances": [[0.1, 0.2, 0.3], [1e-7, -2, 3.5]]}` + "\n", true, true},
-		{one, `{"signature_name":"serving_default","instances":[{"x":[1,2,3]}]}`, true, true},
-		{one, `{"inputs":[[1,2,3]]}`, true, true},
-		{two, `{"instances":[{"x":[1,2,3],"k":1},{"k":2,"x":[4,5,6]}]}`, true, true},
-		{two, `{"inputs":{"x":[[1,2,3]],"k":[1]}}`, true, true},
-		{one, `{"instances":[[0.1,0.2,"a"]]}`, false, false},
-		{one, `{"instances":[[1,2,3],[1,2]]}`, false, false},
-		{one, `{"instances":[]}`, false, false},
-		{one, `{"instances":[[1,2,3]]} x`, false, false},
-		{one, `{"instances":[[1,2,3]],"instances":[[1,2,3]]}`, false, true},
-		{one, `{"instan\u0063es":[[1,2,3]]}`, false, true},
-		{one, `{"instances":[[01,2,3]]}`, false, false},
-		{two, `{"instances":[{"x":[1,2,3]}]}`, false, false},
-		{two, `{"instances":[{"x":[1,2,3],"k":1,"k":2}]}`, false, true},
+		{one, `{"instances":[[0.1,0.2,0.3]]}`, ""},
+		{one, `{"instances": [[0.1, 0.2, 0.3], [1e-7, -2, 3.5]]}` + "\n", ""},
+		{one, `{"signature_name":"serving_default","instances":[{"x":[1,2,3]}]}`, ""},
+		{one, `{"inputs":[[1,2,3]]}`, ""},
+		{two, `{"instances":[{"x":[1,2,3],"k":1},{"k":2,"x":[4,5,6]}]}`, ""},
+		{two, `{"inputs":{"x":[[1,2,3]],"k":[1]}}`, ""},
+		{one, `{"instances":[[1,2,3]],"instances":[[1,2,3]]}`, ""},
+		{one, `{"instan\u0063es":[[1,2,3]]}`, ""},
+		{one, `{"instances":[[1,2,3]],"other":{"a":["\u0061",[],{}]}}`, ""},
+		{two, `{"instances":[{"x":[1,2,3],"k":1,"k":2}]}`, ""},
+		{two, `{"inputs":{"x":[[1,2,3]],"k":[1],"k":[2]}}`, ""},
+		{one, `{"instances":[[0.1,0.2,"a"]]}`, `input "x": element [0 2]: a string is not a number`},
+		{one, `{"instances":[[1,2,3],[1,2]]}`, `the element at [1] is a list of 2, want a list of 3`},
+		{one, `{"instances":[[1,2,3],[1,2,3,4]]}`, `the element at [1] is a list of 4, want a list of 3`},
+		{one, `{"instances":[]}`, `'instances' is an empty list`},
+		{one, `{"instances":[[1,2,3]]} x`, `invalid character 'x' after top-level value`},
+		{one, `{"instances":[[01,2,3]]}`, `invalid character '1' after array element`},
+		{one, `{"instances":[[1,2,3]]`, `unexpected end of JSON input`},
+		{two, `{"instances":[{"x":[1,2,3]}]}`, `instance 0: missing input "k"`},
+		{two, `{"instances":[{"x":[1,2],"k":1},{"x":[1,2,3],"k":1,"z":1}]}`, `instance 1: unknown input "z"`},
+		{two, `{"instances":[{"x":[1,2,3],"k":1.5},{"x":[1,2,3],"k":1}]}`, `input "k": element [0]: 1.5 is not an int32`},
+		{one, `{"instances":[[1,2,3]],"signature_name":"serving\u005fdefault"}`, ""},
+		{one, `{"instances":[[1,2,3]],"signature_name":7}`, `'signature_name' must be a string`},
+		{one, `{"instances":[[1,2,3e50]]}`, `input "x": element [0 2]: 3e50 is out of the range of float32`},
+		{one, `{"instances":[[1,2,3]],NaN:1}`, `invalid character 'N' looking for beginning of object key string`},
+		{one, `[[1,2,3]]`, `JSON Parse error: the request body must be a JSON object, not a list`},
+		{one, `{"instances":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, `more than 32 nested lists`},
+		{one, `{"instances":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`, `exceeded max depth`},
 	} {
-		_, ok := fastDecode([]byte(c.body), c.sig, c.sig.InputNames())
-		if ok != c.fast {
-			t.Errorf("fastDecode(%s) ok = %v, want %v", c.body, ok, c.fast)
+		for _, onePass := range []bool{true, false} {
+			_, err := decodeWith([]byte(c.body), c.sig, c.sig.InputNames(), onePass)
+			if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+				t.Errorf("one pass %v: %.80s: error %v, want %q", onePass, c.body, err, c.err)
+			}
 		}
-		if _, err := decodeRequest([]byte(c.body), c.sig); (err == nil) != c.valid {
-			t.Errorf("decodeRequest(%s): %v", c.body, err)
+		if _, err := decodeGeneral([]byte(c.body), c.sig); (err == nil) != (c.err == "") {
+			t.Errorf("reference: %.80s: error %v", c.body, err)
 		}
 	}
 }

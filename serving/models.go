@@ -13,13 +13,15 @@ import (
 // share.
 type ModelsConfig struct {
 	// Models are the models served, one Config each (its ModelName,
-	// BaseDir, batching and polling; its metrics settings are ignored).
-	// Their names must differ.
+	// BaseDir, batching and polling; its metrics and HTTP settings are
+	// ignored). Their names must differ.
 	Models []Config
 	// MetricsPath is where Prometheus scrapes every model's metrics
 	// (default DefaultMetricsPath); DisableMetrics turns them off.
 	MetricsPath    string
 	DisableMetrics bool
+	// HTTP bounds what a client can hold of the server, for every model.
+	HTTP HTTPConfig
 }
 
 // Models serves several models over one REST API, as tensorflow_model_server
@@ -30,6 +32,7 @@ type Models struct {
 	byName      map[string]*Server
 	servers     []*Server // in configuration order
 	metricsPath string
+	http        HTTPConfig
 	scrape      http.Handler // nil without metrics
 }
 
@@ -45,13 +48,18 @@ func NewModels(cfg ModelsConfig) (*Models, error) {
 	if err := CheckMetricsPath(cfg.MetricsPath); err != nil {
 		return nil, err
 	}
-	m := &Models{byName: map[string]*Server{}, metricsPath: cfg.MetricsPath}
+	if err := cfg.HTTP.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.HTTP = cfg.HTTP.withDefaults()
+	m := &Models{byName: map[string]*Server{}, metricsPath: cfg.MetricsPath, http: cfg.HTTP}
 	var fam *metricFamilies
 	if !cfg.DisableMetrics {
 		fam = newMetricFamilies()
 		m.scrape = fam.handler()
 	}
 	for i, c := range cfg.Models {
+		c.HTTP = cfg.HTTP
 		err := c.Validate()
 		c = c.withDefaults()
 		if err == nil && m.byName[c.ModelName] != nil {
@@ -78,6 +86,7 @@ func (m *Models) Server(name string) *Server { return m.byName[name] }
 // Prometheus' scrapes.
 func (m *Models) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m.scrape != nil && r.URL.Path == m.metricsPath {
+		m.http.writeDeadline(w, 0)
 		m.scrape.ServeHTTP(w, r)
 		return
 	}
@@ -104,7 +113,7 @@ func modelName(path string) string {
 // Serve serves HTTP on ln and polls every model's BaseDir until ctx is
 // done, as Server.Serve does; it then closes every model.
 func (m *Models) Serve(ctx context.Context, ln net.Listener) error {
-	return serve(ctx, ln, m, m.servers)
+	return serve(ctx, ln, m.http.server(m), m.servers)
 }
 
 // Close stops serving every model (see Server.Close).

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -55,6 +56,96 @@ type Config struct {
 	MetricsPath string
 	// DisableMetrics turns the metrics and their path off.
 	DisableMetrics bool
+	// HTTP bounds what a client can hold of the server: time and header.
+	HTTP HTTPConfig
+}
+
+// HTTPConfig bounds how long a client may take to send a request and to
+// take its answer, and how large a header it may send, so that slow or
+// silent clients cannot hold the server's connections and memory. Zero
+// fields mean their defaults; negative durations mean no limit.
+type HTTPConfig struct {
+	// ReadHeaderTimeout bounds the reading of a request's header
+	// (default 10s).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds the reading of a request's body (default 30s),
+	// plus one second for every MinTransferRate bytes received: a client
+	// sending a large body steadily has the time it needs, one sending
+	// slower than MinTransferRate is cut off (408) after about ReadTimeout.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds the writing of an answer (default 30s), plus one
+	// second for every MinTransferRate bytes of it; it does not count the
+	// time the prediction takes.
+	WriteTimeout time.Duration
+	// MinTransferRate is the slowest a client may send a body or take an
+	// answer beyond the timeouts, in bytes per second (default 256 KiB/s;
+	// negative: the timeouts do not grow with the size).
+	MinTransferRate int64
+	// IdleTimeout closes a kept-alive connection that waits longer for its
+	// next request (default 2m).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header (default 64 KiB); a larger
+	// one is answered 431.
+	MaxHeaderBytes int
+}
+
+func (h HTTPConfig) withDefaults() HTTPConfig {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&h.ReadHeaderTimeout, 10*time.Second)
+	def(&h.ReadTimeout, 30*time.Second)
+	def(&h.WriteTimeout, 30*time.Second)
+	def(&h.IdleTimeout, 2*time.Minute)
+	if h.MinTransferRate == 0 {
+		h.MinTransferRate = 256 << 10
+	}
+	if h.MaxHeaderBytes == 0 {
+		h.MaxHeaderBytes = 64 << 10
+	}
+	return h
+}
+
+// Validate reports the first invalid field, by name.
+func (h HTTPConfig) Validate() error {
+	if h.MaxHeaderBytes < 0 {
+		return fmt.Errorf("serving: config: HTTP.MaxHeaderBytes is %d, want > 0", h.MaxHeaderBytes)
+	}
+	return nil
+}
+
+// server returns the http.Server that serves handler under h's limits
+// (h has its defaults). The handler sets the deadlines of the bodies it
+// reads and the answers it writes; ReadTimeout only bounds the bodies
+// that no handler reads, which net/http discards after the answer.
+func (h HTTPConfig) server(handler http.Handler) *http.Server {
+	// net/http reads a negative timeout as none, as HTTPConfig does.
+	hs := &http.Server{Handler: handler, MaxHeaderBytes: h.MaxHeaderBytes,
+		ReadHeaderTimeout: h.ReadHeaderTimeout, IdleTimeout: h.IdleTimeout}
+	if h.ReadHeaderTimeout > 0 && h.ReadTimeout > 0 {
+		hs.ReadTimeout = h.ReadHeaderTimeout + h.ReadTimeout
+	}
+	return hs
+}
+
+// transferTime is the time to move n bytes at MinTransferRate.
+func (h HTTPConfig) transferTime(n int64) time.Duration {
+	if h.MinTransferRate <= 0 || n <= 0 {
+		return 0
+	}
+	return time.Duration(float64(n) / float64(h.MinTransferRate) * float64(time.Second))
+}
+
+// writeDeadline sets the deadline for writing an answer of n bytes.
+func (h HTTPConfig) writeDeadline(w http.ResponseWriter, n int) {
+	var t time.Time // none
+	if h.WriteTimeout > 0 {
+		t = time.Now().Add(h.WriteTimeout + h.transferTime(int64(n)))
+	}
+	// A writer without deadlines (a test's recorder) has nothing to bound.
+	http.NewResponseController(w).SetWriteDeadline(t)
 }
 
 func (c Config) withDefaults() Config {
@@ -82,6 +173,7 @@ func (c Config) withDefaults() Config {
 	if c.MetricsPath == "" {
 		c.MetricsPath = DefaultMetricsPath
 	}
+	c.HTTP = c.HTTP.withDefaults()
 	return c
 }
 
@@ -100,6 +192,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("serving: config: BatchThreads is %d, want > 0", c.BatchThreads)
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("serving: config: MaxBodyBytes is %d, want > 0", c.MaxBodyBytes)
+	}
+	if err := c.HTTP.Validate(); err != nil {
+		return err
 	}
 	return CheckMetricsPath(c.MetricsPath)
 }
@@ -329,16 +424,15 @@ func (s *Server) Close() error {
 // finish, for at most shutdownGrace), closes the server and returns nil. It
 // returns early with the error of a failing listener.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	return serve(ctx, ln, s, []*Server{s})
+	return serve(ctx, ln, s.cfg.HTTP.server(s), []*Server{s})
 }
 
-// serve serves handler on ln and polls each of servers every PollInterval
+// serve serves hs on ln and polls each of servers every PollInterval
 // until ctx is done; it then shuts the HTTP server down gracefully
 // (in-flight requests finish, for at most shutdownGrace), closes the
 // servers and returns nil. It returns early with the error of a failing
 // listener.
-func serve(ctx context.Context, ln net.Listener, handler http.Handler, servers []*Server) error {
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+func serve(ctx context.Context, ln net.Listener, hs *http.Server, servers []*Server) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	pctx, stopPolls := context.WithCancel(ctx)
@@ -400,7 +494,8 @@ func (e *httpError) Error() string { return e.msg }
 // jsonContentType is shared by every answer's header, unmodified.
 var jsonContentType = []string{"application/json"}
 
-func writeJSON(w http.ResponseWriter, status int, body []byte) {
+func (s *Server) writeJSON(w http.ResponseWriter, status int, body []byte) {
+	s.cfg.HTTP.writeDeadline(w, len(body))
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
@@ -408,10 +503,10 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	w.Write(body)
 }
 
-func writeError(w http.ResponseWriter, e *httpError) {
+func (s *Server) writeError(w http.ResponseWriter, e *httpError) {
 	b := []byte(`{"error":`)
 	b = strconv.AppendQuote(b, e.msg)
-	writeJSON(w, e.status, append(b, "}\n"...))
+	s.writeJSON(w, e.status, append(b, "}\n"...))
 }
 
 // route is a parsed /v1/models/... path.
@@ -468,19 +563,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p := recover(); p != nil {
 			s.log.Error("serving: handler panicked", "path", r.URL.Path, "panic", p)
 			herr = &httpError{status: http.StatusInternalServerError, msg: fmt.Sprintf("internal error: %v", p)}
-			writeError(w, herr)
+			s.writeError(w, herr)
 		}
 		if counted {
 			s.metrics.request(s.cfg.ModelName, start, herr)
 		}
 	}()
 	if s.scrape != nil && r.URL.Path == s.cfg.MetricsPath {
+		s.cfg.HTTP.writeDeadline(w, 0)
 		s.scrape.ServeHTTP(w, r)
 		return
 	}
 	rt, ok := parsePath(r.URL.Path)
 	if !ok {
-		writeError(w, &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("Malformed request: %s %s (want /v1/models/NAME[/versions/V][/metadata|:predict])", r.Method, r.URL.Path)})
+		s.writeError(w, &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("Malformed request: %s %s (want /v1/models/NAME[/versions/V][/metadata|:predict])", r.Method, r.URL.Path)})
 		return
 	}
 	counted = rt.verb == "predict" && rt.name == s.cfg.ModelName
@@ -491,12 +587,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != want {
 		w.Header().Set("Allow", want)
 		herr = &httpError{status: http.StatusMethodNotAllowed, msg: fmt.Sprintf("Method %s not allowed on %s (use %s)", r.Method, r.URL.Path, want)}
-		writeError(w, herr)
+		s.writeError(w, herr)
 		return
 	}
 	sv, herr := s.servableFor(rt)
 	if herr != nil {
-		writeError(w, herr)
+		s.writeError(w, herr)
 		return
 	}
 	defer sv.release()
@@ -512,10 +608,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body, herr = s.predict(w, r, sv, buf)
 	}
 	if herr != nil {
-		writeError(w, herr)
+		s.writeError(w, herr)
 		return
 	}
-	writeJSON(w, http.StatusOK, body)
+	s.writeJSON(w, http.StatusOK, body)
 }
 
 func (s *Server) servableFor(rt route) (*servable, *httpError) {
@@ -553,18 +649,28 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable, b
 		}
 	}()
 	limit := s.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		// Refused before reading: the connection closes rather than
+		// receive a body that is not wanted.
+		w.Header().Set("Connection", "close")
+		return nil, &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body is larger than the limit of %d bytes (Content-Length: %d)", limit, r.ContentLength)}
+	}
 	// Size the buffer from Content-Length, room for the EOF read included,
 	// but only up to maxPooledBuffer: a larger body grows it as its bytes
 	// arrive, so that a header alone cannot make the server allocate.
-	if n := r.ContentLength; n > 0 && n < maxPooledBuffer && n <= limit && int64(cap(*buf)) < n+1 {
+	if n := r.ContentLength; n > 0 && n < maxPooledBuffer && int64(cap(*buf)) < n+1 {
 		*buf = make([]byte, 0, n+1)
 	}
-	raw, err := readAll(http.MaxBytesReader(w, r.Body, limit), (*buf)[:0])
+	raw, err := s.readBody(w, r, (*buf)[:0], limit)
 	*buf = raw
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			return nil, &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit)}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
+			return nil, &httpError{status: http.StatusRequestTimeout, msg: fmt.Sprintf("reading the request body: %d bytes received, too slowly (the body must arrive within %v, and one more second for every %d bytes received)", len(raw), s.cfg.HTTP.ReadTimeout, s.cfg.HTTP.MinTransferRate)}
 		}
 		return nil, &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf("reading the request body: %v", err)}
 	}
@@ -600,8 +706,44 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request, sv *servable, b
 	return body, nil
 }
 
-// readAll is io.ReadAll into b's spare capacity.
-func readAll(r io.Reader, b []byte) ([]byte, error) {
+// readBody reads r's body into b's spare capacity, at most limit bytes,
+// under a deadline that moves with the bytes received: ReadTimeout from
+// now, plus a second for every MinTransferRate bytes. Once the body is
+// read, the connection has no read deadline: net/http's read in the
+// background, which tells a client that went away, must not time out
+// during a long prediction (that would cancel the request).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, b []byte, limit int64) ([]byte, error) {
+	h := s.cfg.HTTP
+	rc := http.NewResponseController(w)
+	if h.ReadTimeout <= 0 {
+		rc.SetReadDeadline(time.Time{})
+		return readAll(http.MaxBytesReader(w, r.Body, limit), b, nil)
+	}
+	start := time.Now()
+	rc.SetReadDeadline(start.Add(h.ReadTimeout))
+	if r.Header.Get("Expect") != "" {
+		// net/http writes "100 Continue" on the first read: not under the
+		// deadline of an earlier answer on this connection.
+		rc.SetWriteDeadline(time.Time{})
+	}
+	var moved int64 // bytes received when the deadline last moved
+	step := max(h.MinTransferRate/4, 4096)
+	b, err := readAll(http.MaxBytesReader(w, r.Body, limit), b, func(n int64) {
+		if h.MinTransferRate > 0 && n-moved >= step {
+			moved = n
+			rc.SetReadDeadline(start.Add(h.ReadTimeout + h.transferTime(n)))
+		}
+	})
+	if err == nil {
+		rc.SetReadDeadline(time.Time{})
+	}
+	return b, err
+}
+
+// readAll is io.ReadAll into b's spare capacity; progress, if not nil, is
+// told the bytes read so far after each read.
+func readAll(r io.Reader, b []byte, progress func(int64)) ([]byte, error) {
+	start := len(b)
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
@@ -613,6 +755,9 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 		}
 		if err != nil {
 			return b, err
+		}
+		if progress != nil {
+			progress(int64(len(b) - start))
 		}
 	}
 }

@@ -46,7 +46,7 @@ func (o oneTask) Tasks() []string { return []string{victim} }
 
 // serveVictim serves a worker with cfg on loopback and returns it and a
 // function that opens a session on it through a master of this process.
-func serveVictim(t *testing.T, cfg worker.Config) (*worker.Worker, func(g *graph.Graph) *session.Session) {
+func serveVictim(t testing.TB, cfg worker.Config) (*worker.Worker, func(g *graph.Graph) *session.Session) {
 	t.Helper()
 	cfg.Task = victim
 	w := worker.New(cfg)
@@ -385,7 +385,7 @@ func TestRemoteNaNWriteRefused(t *testing.T) {
 	}
 	nan := tensor.MustFromSlice([]float32{0, float32(math.NaN())}, 2)
 	_, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{x: nan}, []graph.Output{assign}, nil)
-	for _, want := range []string{"non-finite value fed into a variable", `"w"`, "NaN", "element 1", "request"} {
+	for _, want := range []string{"non-finite value written into a variable", `"w"`, "NaN", "element 1", "request"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("assigning a fed NaN: %v, want an error with %q", err, want)
 		}

@@ -58,10 +58,22 @@
 //     memory) before it is allocated (kernel.ErrOverBudget), so a request
 //     of a few bytes cannot make the task fill terabytes.
 //   - A session holds at most Config.MaxGraphs graphs and
-//     Config.MaxGraphBytes of them (ErrTooManyGraphs); its graphs go with
-//     CloseSession, or after Config.SessionIdle without use.
+//     Config.MaxGraphBytes of them, and one caller (service.Caller) graphs
+//     in at most Config.MaxCallerSessions sessions and
+//     Config.MaxCallerGraphBytes in all (ErrTooManyGraphs), whatever the
+//     session names it chooses; bytes are those a graph holds once
+//     decoded, as GraphMemory estimates them from the request before
+//     anything is built. A session's graphs go with CloseSession, or after
+//     Config.SessionIdle without use; only the caller that made it may add
+//     graphs to it.
+//   - A write that would leave a NaN or an infinity in a variable is
+//     refused by the kernel that writes it (Assign, AssignAdd, AssignSub,
+//     the Apply* and SparseApply* updates), whatever the graph's shape,
+//     naming the variable; the variable keeps its value
+//     (kernel.Policy.RefuseNonFiniteWrites, kernel.ErrNonFiniteWrite).
 //   - Shutdown obeys only the tasks of Config.ShutdownFrom when it is set,
-//     as named by the transport (service.Caller).
+//     as named by the transport (service.Caller), and the task logs who
+//     asked.
 //
 // Errors name the task ("worker: task /job:ps/task:0: step 7: ...") and,
 // for kernel failures, the node and op.

@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/distflow/distflow/device"
 	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/executor"
@@ -75,10 +73,20 @@ type Config struct {
 	// MaxGraphs bounds the graphs one session may hold registered on the
 	// task; 0 means DefaultMaxGraphs, a negative value no bound.
 	MaxGraphs int
-	// MaxGraphBytes bounds the total size (serialised) of the graphs one
-	// session holds on the task; 0 means DefaultMaxGraphBytes, a negative
-	// value no bound.
+	// MaxGraphBytes bounds the memory the graphs of one session hold on
+	// the task, as GraphMemory estimates it (a decoded graph holds up to
+	// about 9 times its serialised size); 0 means DefaultMaxGraphBytes, a
+	// negative value no bound.
 	MaxGraphBytes int64
+	// MaxCallerSessions bounds the sessions that hold graphs on the task
+	// for one caller (the task or client the transport names,
+	// service.Caller; callers it does not name count as one); 0 means
+	// DefaultMaxCallerSessions, a negative value no bound.
+	MaxCallerSessions int
+	// MaxCallerGraphBytes bounds the memory the graphs of all sessions of
+	// one caller hold on the task (GraphMemory); 0 means
+	// DefaultMaxCallerGraphBytes, a negative value no bound.
+	MaxCallerGraphBytes int64
 	// SessionIdle is how long a session may go without registering or
 	// running a graph before the task drops its graphs (as CloseSession
 	// would); 0 means DefaultSessionIdle, a negative value never. A
@@ -100,13 +108,16 @@ type Config struct {
 
 // Defaults of Config's limits.
 const (
-	DefaultMaxGraphs     = 1024
-	DefaultMaxGraphBytes = 1 << 30 // 1 GiB
-	DefaultSessionIdle   = 24 * time.Hour
+	DefaultMaxGraphs           = 1024
+	DefaultMaxGraphBytes       = 1 << 30 // 1 GiB held in memory
+	DefaultMaxCallerSessions   = 1024
+	DefaultMaxCallerGraphBytes = 2 << 30 // 2 GiB held in memory
+	DefaultSessionIdle         = 24 * time.Hour
 )
 
 // ErrTooManyGraphs is wrapped by the error of a RegisterGraph past the
-// session's Config.MaxGraphs or Config.MaxGraphBytes.
+// session's Config.MaxGraphs or Config.MaxGraphBytes, or its caller's
+// Config.MaxCallerSessions or Config.MaxCallerGraphBytes.
 var ErrTooManyGraphs = errors.New("session holds too many graphs")
 
 // ErrRemoteOp is wrapped by the error of a RegisterGraph whose graph has a
@@ -133,6 +144,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxGraphBytes == 0 {
 		c.MaxGraphBytes = DefaultMaxGraphBytes
 	}
+	if c.MaxCallerSessions == 0 {
+		c.MaxCallerSessions = DefaultMaxCallerSessions
+	}
+	if c.MaxCallerGraphBytes == 0 {
+		c.MaxCallerGraphBytes = DefaultMaxCallerGraphBytes
+	}
 	if c.SessionIdle == 0 {
 		c.SessionIdle = DefaultSessionIdle
 	}
@@ -145,7 +162,7 @@ func (c Config) withDefaults() Config {
 // policy is the kernel.Policy of c.
 func (c Config) policy() kernel.Policy {
 	return kernel.Policy{ConfineFiles: !c.UnconfinedFiles, FileRoots: c.FileRoots, MaxTensorBytes: max(c.MaxTensorBytes, 0),
-		RefuseNonFiniteFeeds: true}
+		RefuseNonFiniteWrites: true}
 }
 
 // Worker runs graph partitions for masters and serves their tensors to
@@ -167,6 +184,7 @@ type Worker struct {
 	mu       sync.Mutex
 	graphs   map[string]*registered // by graph handle
 	sessions map[string]*sessionUse // by session handle, while it holds graphs
+	callers  map[string]*callerUse  // by service.Caller, while it holds graphs
 	// dropped are the device executors of graphs dropped under mu, for
 	// closeDropped to close after it.
 	dropped []*taskgraph.Executor
@@ -185,7 +203,7 @@ type registered struct {
 	handle  string
 	g       *graph.Graph
 
-	bytes int64 // serialised size, counted in its session's sessionUse
+	bytes int64 // GraphMemory, counted in its session's sessionUse
 
 	mu    sync.Mutex
 	execs map[string]*prepared       // by signature key
@@ -222,6 +240,7 @@ type batchPlan struct {
 
 // sessionUse is what a session holds on the worker, for its limits.
 type sessionUse struct {
+	caller   string // who registered its first graph; only it may add more
 	graphs   int
 	bytes    int64
 	lastUsed time.Time
@@ -247,6 +266,7 @@ func New(cfg Config) *Worker {
 		incarnation: rand.Uint64() | 1, // never 0, which means "unknown"
 		graphs:      map[string]*registered{},
 		sessions:    map[string]*sessionUse{},
+		callers:     map[string]*callerUse{},
 	}
 	if err := w.res.SetPolicy(cfg.policy()); err != nil {
 		// Fail closed: a root that cannot be resolved allows nothing.
@@ -319,16 +339,13 @@ func (w *Worker) RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest
 		return nil, w.errorf("register graph of session %q: no graph", req.GetSessionHandle())
 	}
 	session := req.GetSessionHandle()
-	size := int64(proto.Size(req.GetGraph()))
+	caller := callerOf(ctx)
+	size := GraphMemory(req.GetGraph())
 	// Refuse past the limits before building anything from the request.
 	defer w.closeDropped() // the idle sessions'
 	w.mu.Lock()
 	w.dropIdleLocked()
-	use := w.sessions[session]
-	if use == nil {
-		use = &sessionUse{}
-	}
-	err := w.checkGraphLimitsLocked(session, use, size)
+	err := w.checkGraphLimitsLocked(caller, session, w.sessions[session], size)
 	w.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -343,20 +360,11 @@ func (w *Worker) RegisterGraph(ctx context.Context, req *pb.RegisterGraphRequest
 	r := &registered{session: session, g: g, bytes: size, execs: map[string]*prepared{}}
 	w.mu.Lock()
 	// Checked again: other registrations of the session may have run.
-	if use = w.sessions[session]; use == nil {
-		use = &sessionUse{}
-		w.sessions[session] = use
-	}
-	if err := w.checkGraphLimitsLocked(session, use, size); err != nil {
-		if use.graphs == 0 {
-			delete(w.sessions, session)
-		}
+	if err := w.checkGraphLimitsLocked(caller, session, w.sessions[session], size); err != nil {
 		w.mu.Unlock()
 		return nil, err
 	}
-	use.graphs++
-	use.bytes += size
-	use.lastUsed = w.cfg.Now()
+	w.addLocked(caller, session, size)
 	for {
 		r.handle = "g" + strconv.FormatUint(rand.Uint64(), 36)
 		if _, taken := w.graphs[r.handle]; !taken {
@@ -396,18 +404,6 @@ func (w *Worker) lookup(session, handle string) (*registered, error) {
 	return r, nil
 }
 
-// checkGraphLimitsLocked reports an error when one more graph of size
-// bytes would take session past the limits.
-func (w *Worker) checkGraphLimitsLocked(session string, use *sessionUse, size int64) error {
-	if max := w.cfg.MaxGraphs; max > 0 && use.graphs+1 > max {
-		return w.errorf("register graph of session %q: %w: %d graphs registered, limit %d (Config.MaxGraphs); close the session or deregister graphs", session, ErrTooManyGraphs, use.graphs, max)
-	}
-	if max := w.cfg.MaxGraphBytes; max > 0 && use.bytes+size > max {
-		return w.errorf("register graph of session %q: %w: a graph of %d bytes on top of %d bytes registered exceeds the limit of %d bytes (Config.MaxGraphBytes)", session, ErrTooManyGraphs, size, use.bytes, max)
-	}
-	return nil
-}
-
 // checkGraph refuses a graph with a node of an op not allowed remotely, or
 // whose declared output exceeds the tensor budget.
 func (w *Worker) checkGraph(g *graph.Graph) error {
@@ -437,13 +433,7 @@ func (w *Worker) dropLocked(r *registered) {
 		}
 	}
 	r.mu.Unlock()
-	if use := w.sessions[r.session]; use != nil {
-		use.graphs--
-		use.bytes -= r.bytes
-		if use.graphs <= 0 {
-			delete(w.sessions, r.session)
-		}
-	}
+	w.releaseLocked(r.session, r.bytes)
 }
 
 // closeDropped closes the device executors of the graphs dropped so far,
@@ -1132,18 +1122,18 @@ func (w *Worker) CloseSession(ctx context.Context, req *pb.WorkerCloseSessionReq
 // Shutdown asks the task to exit: the first call runs Config.OnShutdown.
 // With Config.ShutdownFrom, only those tasks may ask (service.Caller).
 func (w *Worker) Shutdown(ctx context.Context, req *pb.ShutdownRequest) (*pb.ShutdownResponse, error) {
+	caller, ok := service.Caller(ctx)
+	if !ok {
+		caller = "an unnamed caller"
+	}
 	if len(w.cfg.ShutdownFrom) > 0 {
-		caller, ok := service.Caller(ctx)
-		if !ok {
-			caller = "an unnamed caller"
-		}
 		if !ok || !slices.Contains(w.cfg.ShutdownFrom, caller) {
 			w.log.Warn("worker: shutdown refused", "caller", caller, "reason", req.GetReason())
 			return nil, w.errorf("shutdown from %s: %w: only %s may stop this task", caller, service.ErrPermissionDenied, strings.Join(w.cfg.ShutdownFrom, ", "))
 		}
 	}
 	w.shutdown.Do(func() {
-		w.log.Info("worker: shutdown requested", "reason", req.GetReason())
+		w.log.Info("worker: shutdown requested", "caller", caller, "reason", req.GetReason())
 		if w.cfg.OnShutdown != nil {
 			w.cfg.OnShutdown(req.GetReason())
 		}

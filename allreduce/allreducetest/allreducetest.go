@@ -77,7 +77,7 @@ func (p *proxy) Deliver(c *allreduce.Chunk) error {
 	return err
 }
 
-func (p *proxy) Fail(op allreduce.Op, err error) { p.target().Fail(op, err) }
+func (p *proxy) Fail(op allreduce.Op, from int, err error) { p.target().Fail(op, from, err) }
 
 func (p *proxy) Err() error {
 	if r := p.ring.Load(); r != nil {
@@ -363,6 +363,32 @@ func Run(t *testing.T, network Network) {
 		// Rank 0 waits for the dead rank 2, rank 1 cannot send to it:
 		// both name it, within their deadline.
 		checkDeadPeer(t, r, errs, ctx)
+	})
+
+	t.Run("gone peer is not waited for", func(t *testing.T) {
+		// Rank 0 has sent a view to the others, which answered; then
+		// rank 2's process exits. The next view sent to it fails at once,
+		// not at the deadline (a leader that sent views and "training is
+		// over" to ranks that had exited waited its whole deadline on
+		// each).
+		r := newRing(t, network, 3, 0, nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if err := r.rings[0].SendView(ctx, allreduce.View{Gen: 1, Members: []int{0, 1, 2}}); err != nil {
+			t.Fatal(err)
+		}
+		r.kill(2)
+		start := time.Now()
+		err := r.rings[0].SendView(ctx, allreduce.View{Gen: 2, Members: []int{0, 1, 2}})
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("sending a view to a rank that has exited took %v; want it to fail at once, not at the deadline", took)
+		}
+		if err == nil || !strings.Contains(err.Error(), r.describe(2)) {
+			t.Errorf("sending a view to a rank that has exited: %v; want an error naming %s", err, r.describe(2))
+		}
+		if v, ok := r.rings[1].NewestView(); !ok || v.Gen != 2 {
+			t.Errorf("rank 1 did not take the view (%v, %v)", v, ok)
+		}
 	})
 
 	t.Run("peer killed midway", func(t *testing.T) {

@@ -30,6 +30,8 @@ func newChaosCommand() *cobra.Command {
 		dir, binary, trainAs string
 		asJSON, verbose      bool
 		tolerance            float64
+		slowFactor           float64
+		slowSlack            time.Duration
 		fromJSON, plan       string
 		clusterShape         string
 	)
@@ -41,13 +43,15 @@ with --faults faults each, for each strategy. A fault is SIGKILL or SIGSTOP (the
 --pause-min..--pause-max) sent to a random task (any job) at a random time in the first
 --window-fraction of the clean run, all drawn from --seed (run i uses seed+i).
 
-Each run reports: finished or not (or hung past --deadline, with what it waited for), the test
+Each run reports: finished or not (or hung past --deadline, with what it waited for, or slow:
+finished after --slow-factor times the longest clean run plus --slow-slack plus the pauses of
+its stops), the test
 accuracy against the clean run, the global step and the steps lost to restores, for each fault
 how long until a warning or a launcher line named the task, how many checkpoints are left and
 whether each validates, and the processes left alive after the launcher ended (killed).
 
-The exit status is 1 when a fault run did not finish, lost more than --tolerance of accuracy,
-left a corrupt checkpoint or left a process behind.`,
+The exit status is 1 when a fault run did not finish, finished slow, lost more than --tolerance
+of accuracy, left a corrupt checkpoint or left a process behind.`,
 		Example: `  distflow chaos --strategy sync --runs 3 --faults 3 --seed 1
   distflow chaos --strategy all --runs 20 --faults 3 --json > chaos.json
   distflow chaos --strategy async --train-args "--steps=600 --step-timeout=10s" -v`,
@@ -75,6 +79,9 @@ left a corrupt checkpoint or left a process behind.`,
 			}
 			if runs < 0 || faults < 0 {
 				return fmt.Errorf("chaos: --runs %d and --faults %d must not be negative", runs, faults)
+			}
+			if slowSlack < 0 {
+				return fmt.Errorf("chaos: --slow-slack %v must not be negative", slowSlack)
 			}
 			if windowFraction <= 0 || windowFraction > 1 {
 				return fmt.Errorf("chaos: --window-fraction %v: want a fraction in (0, 1]", windowFraction)
@@ -107,7 +114,7 @@ left a corrupt checkpoint or left a process behind.`,
 			}
 			out := cmd.OutOrStdout()
 			m := chaos.MatrixConfig{Base: base, Strategies: ss, Runs: runs, Faults: faults, Seed: seed, CleanRuns: cleanRuns,
-				WindowFrom: windowFrom, WindowFraction: windowFraction}
+				WindowFrom: windowFrom, WindowFraction: windowFraction, Bound: chaos.TimeBound{Factor: slowFactor, Slack: slowSlack}}
 			fmt.Fprintf(cmd.ErrOrStderr(), "chaos: runs under %s\n", dir)
 			m.Progress = func(r *chaos.Result) { _ = chaos.WriteRows(cmd.ErrOrStderr(), []*chaos.Result{r}) }
 			results, runErr := chaos.RunMatrix(cmd.Context(), m)
@@ -154,6 +161,8 @@ left a corrupt checkpoint or left a process behind.`,
 	f.StringVar(&clusterShape, "cluster", "", `--local-cluster of every run instead of the strategy's own, e.g. "ps=1,worker=3"`)
 	f.StringVar(&fromJSON, "from-json", "", "print the tables of a --json output file instead of running anything")
 	f.Float64Var(&tolerance, "tolerance", 0.01, "accuracy a fault run may lose against the clean run and still count as good")
+	f.Float64Var(&slowFactor, "slow-factor", chaos.DefaultSlowFactor, "a fault run that takes longer than this many times the longest clean run (plus --slow-slack and its stops' pauses) is slow, and fails; negative: no bound")
+	f.DurationVar(&slowSlack, "slow-slack", chaos.DefaultSlowSlack, "added to the slow bound (restarts, re-forms and restores take seconds)")
 	return cmd
 }
 

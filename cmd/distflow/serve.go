@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,10 @@ func newServeCommand() *cobra.Command {
 		maxBatch, threads    int
 		batchTimeout, poll   time.Duration
 		maxBody              int64
+		// The HTTP limits: 0 turns a timeout (or the rate) off.
+		readHeaderTimeout, readTimeout, writeTimeout, idleTimeout time.Duration
+		minRate                                                   int64
+		maxHeader                                                 int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve --model-dir DIR --port P",
@@ -58,6 +63,23 @@ SIGTERM.`,
 				return fmt.Errorf("serve: bad --max-body-bytes %d: it must be positive", maxBody)
 			case name == "":
 				return errors.New("serve: --model-name is empty")
+			case maxHeader <= 0:
+				return fmt.Errorf("serve: bad --max-header-bytes %d: it must be positive", maxHeader)
+			case minRate < 0:
+				return fmt.Errorf("serve: bad --min-transfer-rate %d: it must not be negative (0: bodies get no more time than the timeouts)", minRate)
+			}
+			for _, d := range []struct {
+				flag string
+				v    time.Duration
+			}{{"read-header-timeout", readHeaderTimeout}, {"read-timeout", readTimeout}, {"write-timeout", writeTimeout}, {"idle-timeout", idleTimeout}} {
+				if d.v < 0 {
+					return fmt.Errorf("serve: bad --%s %v: it must not be negative (0: no limit)", d.flag, d.v)
+				}
+			}
+			off := func(d time.Duration) time.Duration { return cmp.Or(d, -1) }
+			httpCfg := serving.HTTPConfig{
+				ReadHeaderTimeout: off(readHeaderTimeout), ReadTimeout: off(readTimeout), WriteTimeout: off(writeTimeout),
+				IdleTimeout: off(idleTimeout), MinTransferRate: cmp.Or(minRate, -1), MaxHeaderBytes: maxHeader,
 			}
 			if err := serving.CheckMetricsPath(metricsPath); err != nil {
 				return fmt.Errorf("serve: bad --metrics-path (or \"\" for no metrics): %w", err)
@@ -70,7 +92,7 @@ SIGTERM.`,
 					return err
 				}
 			}
-			mc := serving.ModelsConfig{MetricsPath: metricsPath, DisableMetrics: metricsPath == ""}
+			mc := serving.ModelsConfig{MetricsPath: metricsPath, DisableMetrics: metricsPath == "", HTTP: httpCfg}
 			for _, sp := range specs {
 				mc.Models = append(mc.Models, serving.Config{
 					BaseDir: sp.BasePath, ModelName: sp.Name, DisableBatching: !batching,
@@ -107,7 +129,13 @@ SIGTERM.`,
 	f.IntVar(&threads, "batch-threads", 0, "batches predicted at once (0: one per core), as TF Serving's num_batch_threads")
 	f.DurationVar(&batchTimeout, "batch-timeout", 2*time.Millisecond, "longest a request waits for a batch to fill")
 	f.DurationVar(&poll, "poll-interval", time.Second, "how often --model-dir is checked for a new version")
-	f.Int64Var(&maxBody, "max-body-bytes", 32<<20, "largest request body accepted")
+	f.Int64Var(&maxBody, "max-body-bytes", 32<<20, "largest request body accepted (a larger Content-Length is answered 413 before reading)")
+	f.DurationVar(&readHeaderTimeout, "read-header-timeout", 10*time.Second, "longest a client may take to send a request's header (0: no limit)")
+	f.DurationVar(&readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a request's body, plus one second per --min-transfer-rate bytes received; slower clients get 408 (0: no limit)")
+	f.DurationVar(&writeTimeout, "write-timeout", 30*time.Second, "longest a client may take to receive an answer, plus one second per --min-transfer-rate bytes of it (0: no limit)")
+	f.Int64Var(&minRate, "min-transfer-rate", 256<<10, "bytes per second a client must sustain beyond --read-timeout and --write-timeout (0: the timeouts do not grow with the size)")
+	f.DurationVar(&idleTimeout, "idle-timeout", 2*time.Minute, "how long a kept-alive connection may wait for its next request (0: no limit)")
+	f.IntVar(&maxHeader, "max-header-bytes", 64<<10, "largest request header accepted (a larger one is answered 431)")
 	f.StringVar(&metricsPath, "metrics-path", serving.DefaultMetricsPath, `where Prometheus scrapes the request counts and latencies, on the REST port, under TF Serving's metric names (:tensorflow:serving:request_count, ...); "" for none`)
 	return cmd
 }

@@ -1,17 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distflow/distflow/savedmodel"
 	"github.com/distflow/distflow/savedmodel/savedmodeltest"
@@ -103,6 +106,10 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"serve", "--model-dir", empty, "--port", "0", "--poll-interval", "0s"}, "--poll-interval"},
 		{[]string{"serve", "--model-dir", empty, "--port", "0", "--max_body_bytes", "0"}, "--max-body-bytes"},
 		{[]string{"serve", "--model-dir", empty, "--port", "0", "--metrics-path", "metrics"}, "--metrics-path"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0", "--read-timeout", "-1s"}, "--read-timeout"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0", "--idle-timeout", "-1s"}, "--idle-timeout"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0", "--max-header-bytes", "0"}, "--max-header-bytes"},
+		{[]string{"serve", "--model-dir", empty, "--port", "0", "--min-transfer-rate", "-5"}, "--min-transfer-rate"},
 		{[]string{"serve", "--model-dir", empty, "--port", "0"}, "no complete model version"},
 		{[]string{"serve", "--model-dir", filepath.Join(empty, "nope"), "--port", "0"}, "does not exist"},
 	}
@@ -158,5 +165,72 @@ func TestServeModelConfigFile(t *testing.T) {
 	}
 	if _, _, err := run(t, "serve", "--model-config-file", file, "--model-dir", dir, "--port", "0"); err == nil {
 		t.Error("--model-config-file with --model-dir was accepted")
+	}
+}
+
+// TestServeDropsHostileClients: with --read-timeout, a client that sends
+// its body too slowly is answered 408 and cut off while another client's
+// predictions succeed; a Content-Length over --max-body-bytes is answered
+// 413 before any of the body is sent.
+func TestServeDropsHostileClients(t *testing.T) {
+	b, err := savedmodeltest.MLP(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	base := t.TempDir()
+	if _, _, err := savedmodel.WriteVersion(base, b.Model); err != nil {
+		t.Fatal(err)
+	}
+	url := startServe(t, "--model-dir", base, "--port", "0", "--read-timeout", "500ms", "--max-body-bytes", "1000000")
+	addr := strings.TrimPrefix(url[:strings.Index(url, "/v1/")], "http://")
+	send := func(head string) (*http.Response, string) {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetReadDeadline(time.Now().Add(20 * time.Second)) // a held connection fails the test
+		if _, err := io.WriteString(c, head); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(body)
+	}
+	row := "[" + strings.TrimSuffix(strings.Repeat("0.5,", 784), ",") + "]"
+	done := make(chan error, 1)
+	go func() {
+		for range 20 {
+			resp, err := http.Post(url+":predict", "application/json", strings.NewReader(`{"instances":[`+row+`]}`))
+			if err != nil {
+				done <- err
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				done <- fmt.Errorf("predict: status %d", resp.StatusCode)
+				return
+			}
+		}
+		done <- nil
+	}()
+	start := time.Now()
+	resp, body := send("POST /v1/models/default:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"instances\": [")
+	if resp.StatusCode != http.StatusRequestTimeout || time.Since(start) < 500*time.Millisecond {
+		t.Errorf("slow body: %d %s after %v, want 408 after the read timeout", resp.StatusCode, body, time.Since(start))
+	}
+	if err := <-done; err != nil {
+		t.Errorf("another client: %v", err)
+	}
+	resp, body = send(fmt.Sprintf("POST /v1/models/default:predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", int64(8)<<30))
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "limit of 1000000 bytes") {
+		t.Errorf("8 GiB announced: %d %s, want 413", resp.StatusCode, body)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/layers"
+	"github.com/distflow/distflow/losses"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -41,16 +43,11 @@ func main() {
 // model encodes an image into 64 numbers and decodes it back; the loss is
 // the mean squared error per pixel.
 func model(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
-	dense := func(name string, x graph.Output, in, out int) graph.Output {
-		w := ops.NewVariable(s, name+"/w", tensor.Float32, []int{in, out}, ops.GlorotUniformInit(len(name)))
-		b := ops.NewVariable(s, name+"/b", tensor.Float32, []int{out}, ops.ZerosInit())
-		return ops.BiasAdd(s, ops.MatMul(s, x, w.Value(), false, false), b.Value())
-	}
-	code := ops.Relu(s, dense("encoder", f["images"], data.ImageSize, 64))
-	reconstruction := ops.Sigmoid(s, dense("decoder", code, 64, data.ImageSize))
+	code := layers.Dense{Units: 64, Activation: ops.Relu, Name: "encoder"}.Apply(s, f.Get(s, "images"), mode == estimator.Train)
+	reconstruction := layers.Dense{Units: data.ImageSize, Activation: ops.Sigmoid, Name: "decoder"}.Apply(s, code, mode == estimator.Train)
 	spec := &estimator.Spec{Predictions: map[string]graph.Output{"code": code, "reconstruction": reconstruction}}
 	if mode != estimator.Predict { // the labels (the images themselves) are fed in Train and Eval
-		spec.Loss = ops.Mean(s, ops.SquaredDifference(s, reconstruction, labels), nil, false)
+		spec.Loss = losses.MeanSquaredError(s, labels, reconstruction)
 		spec.Optimizer = train.NewAdam(0.001, 0.9, 0.999, 1e-7)
 	}
 	return spec, nil

@@ -50,7 +50,7 @@ func model(trainX *tensor.Tensor, classes int) estimator.ModelFn {
 		w := ops.NewVariable(s, "w", tensor.Float32, []int{d, classes}, ops.ZerosInit())
 		b := ops.NewVariable(s, "b", tensor.Float32, []int{classes}, ops.ZerosInit())
 		m := ops.Const(s, mean)
-		x := ops.Mul(s, ops.Sub(s, f["x"], m), ops.Rsqrt(s, ops.Sub(s, ops.Const(s, meanSq), ops.Square(s, m))))
+		x := ops.Mul(s, ops.Sub(s, f.Get(s, "x"), m), ops.Rsqrt(s, ops.Sub(s, ops.Const(s, meanSq), ops.Square(s, m))))
 		logits := ops.BiasAdd(s, ops.MatMul(s, x, w.Value(), false, false), b.Value())
 		class := ops.Cast(s, ops.ArgMax(s, logits, 1), tensor.Int32)
 		spec := &estimator.Spec{Predictions: map[string]graph.Output{"class": class, "probabilities": ops.Softmax(s, logits)}}

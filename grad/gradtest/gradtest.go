@@ -6,6 +6,9 @@
 //		Build:  func(s *graph.Scope, x []graph.Output) graph.Output { return ops.MatMul(s, x[0], x[1], false, false) },
 //		Inputs: []*tensor.Tensor{gradtest.Random(1, 2, 3), gradtest.Random(2, 3, 4)},
 //	})
+//
+// A case whose Build creates variables (a layer's kernel) sets Variables to
+// check the gradients with respect to them too.
 package gradtest
 
 import (
@@ -35,6 +38,10 @@ type Case struct {
 	Delta float64
 	// Tol is the tolerance, relative to max(1, |numeric|) (default 1e-5 for float64, 2e-2 for float32).
 	Tol float64
+	// Variables also checks the gradients with respect to the trainable
+	// variables Build creates (a layer's kernel and bias): they are
+	// initialised by their initializers, and perturbed by assignment.
+	Variables bool
 }
 
 // Random returns a float64 tensor of the given shape with values in [-1, 1),
@@ -82,6 +89,20 @@ func Check(t *testing.T, c Case) {
 	for i, in := range c.Inputs {
 		feeds[xs[i]] = in
 	}
+	var vars []*ops.Variable
+	if c.Variables {
+		vars = ops.TrainableVariables(s.Graph())
+		if len(vars) == 0 {
+			t.Fatalf("%s: Variables is set, and Build created no trainable variable", c.Name)
+		}
+		init := ops.GlobalVariablesInitializer(s)
+		if err := s.Err(); err != nil {
+			t.Fatalf("%s: building the initializer: %v", c.Name, err)
+		}
+		if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+			t.Fatalf("%s: initialising the variables: %v", c.Name, err)
+		}
+	}
 	yv, err := sess.Run(ctx, feeds, []graph.Output{y}, nil)
 	if err != nil {
 		t.Fatalf("%s: running the forward graph: %v", c.Name, err)
@@ -109,13 +130,19 @@ func Check(t *testing.T, c Case) {
 	for j, i := range wrt {
 		wrtXs[j] = xs[i]
 	}
+	for _, v := range vars {
+		wrtXs = append(wrtXs, v.Value())
+	}
 	grads, err := grad.Gradients(s, []graph.Output{loss}, wrtXs, nil)
 	if err != nil {
 		t.Fatalf("%s: Gradients: %v", c.Name, err)
 	}
 	for j, g := range grads {
-		if !g.Valid() {
+		if !g.Valid() && j < len(wrt) {
 			t.Fatalf("%s: no gradient with respect to input %d", c.Name, wrt[j])
+		}
+		if !g.Valid() {
+			t.Fatalf("%s: no gradient with respect to variable %s", c.Name, vars[j-len(wrt)].Name())
 		}
 	}
 	symbolic, err := sess.Run(ctx, feeds, grads, nil)
@@ -159,5 +186,57 @@ func Check(t *testing.T, c Case) {
 			}
 		}
 		feeds[xs[i]] = in
+	}
+	for j, v := range vars {
+		checkVariable(t, c, sess, feeds, s, v, symbolic[len(wrt)+j], lossAt)
+	}
+}
+
+// checkVariable compares the gradient of the loss with respect to variable
+// v with central differences, setting v by assignment.
+func checkVariable(t *testing.T, c Case, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, s *graph.Scope, v *ops.Variable, symbolic *tensor.Tensor, lossAt func() float64) {
+	t.Helper()
+	ctx := context.Background()
+	ph := ops.Placeholder(s, "set_"+v.Name(), v.DType(), v.Shape())
+	set := ops.Assign(s, v.Value(), ph).Node
+	if err := s.Err(); err != nil {
+		t.Fatalf("%s: %v", c.Name, err)
+	}
+	out, err := sess.Run(ctx, nil, []graph.Output{v.Value()}, nil)
+	if err != nil {
+		t.Fatalf("%s: reading %s: %v", c.Name, v.Name(), err)
+	}
+	x := out[0].Clone()
+	assign := func() {
+		if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{ph: x}, nil, []*graph.Node{set}); err != nil {
+			t.Fatalf("%s: setting %s: %v", c.Name, v.Name(), err)
+		}
+	}
+	delta, tol := c.Delta, c.Tol
+	if delta == 0 {
+		delta = map[bool]float64{true: 1e-6, false: 1e-2}[x.DType() == tensor.Float64]
+	}
+	if tol == 0 {
+		tol = map[bool]float64{true: 1e-5, false: 2e-2}[x.DType() == tensor.Float64]
+	}
+	if !symbolic.StaticShape().Equal(x.StaticShape()) {
+		t.Errorf("%s: gradient of %s has shape %v, the variable has %v", c.Name, v.Name(), symbolic.Shape(), x.Shape())
+		return
+	}
+	for k := 0; k < x.NumElements(); k++ {
+		orig := x.Float64At(k)
+		x.SetFloat64At(k, orig+delta)
+		assign()
+		up := lossAt()
+		x.SetFloat64At(k, orig-delta)
+		assign()
+		down := lossAt()
+		x.SetFloat64At(k, orig)
+		assign()
+		numeric := (up - down) / (2 * delta)
+		got := symbolic.Float64At(k)
+		if math.Abs(numeric-got) > tol*math.Max(1, math.Abs(numeric)) || math.IsNaN(got) {
+			t.Errorf("%s: d/d%s[%d]: symbolic %.6g, numeric %.6g", c.Name, v.Name(), k, got, numeric)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/distflow/distflow/graph"
@@ -196,6 +197,12 @@ func sparseApply(c *kernel.Context, nRefs, gradIdx, idxIdx int, rule sparseRule)
 		return c.Errorf("gradient %v%v does not match %d indices into variable %q of %v%v",
 			g.DType(), g.StaticShape(), len(idx), v.Name(), dt, shape)
 	}
+	guard := c.RefusesNonFinite()
+	if guard {
+		if err := stateCheckInputs(c, v, nRefs); err != nil {
+			return err
+		}
+	}
 	var scalars [8]float64
 	k := 0
 	for i := nRefs; i < len(c.Inputs); i++ {
@@ -223,12 +230,64 @@ func sparseApply(c *kernel.Context, nRefs, gradIdx, idxIdx int, rule sparseRule)
 		vals[i] = val
 	}
 	defer stateUnlockAll(refs)
+	var saved []float64
+	if guard {
+		// The rows the update overwrites, to put back if it overflows.
+		saved = make([]float64, 0, len(idx)*width*nRefs)
+		for _, row := range idx {
+			for i := range refs {
+				r := sparseRowOf(vals[i], row, width)
+				for e := range width {
+					saved = append(saved, r.at(e))
+				}
+			}
+		}
+	}
 	for j, row := range idx {
 		var rs [3]sparseRow
 		for i := range refs {
 			rs[i] = sparseRowOf(vals[i], row, width)
 		}
 		rule(rs, sparseRowOf(g, j, width), scalars)
+	}
+	if guard {
+		return sparseCheckRows(c, refs, vals[:nRefs], idx, width, saved)
+	}
+	return nil
+}
+
+// sparseCheckRows checks the updated rows idx of the refs' values; if one
+// holds a NaN or an infinity, it puts the saved rows back (in the order
+// sparseApply saved them) and returns an error naming the variable or
+// slot, the row and the element.
+func sparseCheckRows(c *kernel.Context, refs []*kernel.Variable, vals []*tensor.Tensor, idx []int, width int, saved []float64) error {
+	for _, row := range idx {
+		for i := range refs {
+			r := sparseRowOf(vals[i], row, width)
+			for e := range width {
+				x := r.at(e)
+				if !math.IsNaN(x) && !math.IsInf(x, 0) {
+					continue
+				}
+				k := 0
+				for _, row := range idx {
+					for i := range refs {
+						r := sparseRowOf(vals[i], row, width)
+						for e := range width {
+							r.set(e, saved[k])
+							k++
+						}
+					}
+				}
+				what := fmt.Sprintf("variable %q", refs[i].Name())
+				if i > 0 {
+					what = fmt.Sprintf("variable %q: its slot %q", refs[0].Name(), refs[i].Name())
+				}
+				return &kernel.NodeError{Node: c.Node, Err: fmt.Errorf("%w: %s: the update would make row %d element %d %v from finite inputs "+
+					"(an overflow: has the model diverged? lower the learning rate); refused, the variable keeps its value",
+					kernel.ErrNonFiniteWrite, what, row, e, x)}
+			}
+		}
 	}
 	return nil
 }

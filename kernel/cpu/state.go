@@ -28,7 +28,7 @@ func init() {
 
 	// The float32 updates of GradientDescent and Adam read the old value
 	// from vals[3] when the variable moves (stateApply).
-	stateRegisterApply("ApplyGradientDescent", 1, 2, true, func(*graph.Node) stateUpdate {
+	stateRegisterApplyChecked("ApplyGradientDescent", 1, 2, true, stateGradientDescentFinite, func(*graph.Node) stateUpdate {
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			if g.DType() == tensor.Float32 {
 				stateGradientDescent(v[0].Float32s(), stateSrc(v[3]), g.Float32s(), float32(sc[0]))
@@ -67,7 +67,7 @@ func init() {
 			}
 		}
 	})
-	stateRegisterApply("ApplyAdam", 3, 9, true, func(*graph.Node) stateUpdate {
+	stateRegisterApplyChecked("ApplyAdam", 3, 9, true, stateAdamFinite, func(*graph.Node) stateUpdate {
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
 			// sc: beta1_power, beta2_power, lr, beta1, beta2, epsilon. The
 			// bias-corrected step size is computed once, in float64.
@@ -101,8 +101,10 @@ func (stateAssignKernel) Compute(c *kernel.Context) error {
 	if t.DType() != v.DType() || !v.Shape().Equal(t.StaticShape()) {
 		return c.Errorf("cannot assign %v%v to variable %q of %v%v", t.DType(), t.StaticShape(), v.Name(), v.DType(), v.Shape())
 	}
-	if err := c.CheckFedWrite(1, v); err != nil {
-		return err
+	if c.RefusesNonFinite() {
+		if err := stateCheckInputs(c, v, 1); err != nil {
+			return err
+		}
 	}
 	if len(c.Overwritable) > 1 && c.Overwritable[1] {
 		value, l, err := v.Exchange(t)
@@ -127,8 +129,11 @@ func stateAssignUpdate(c *kernel.Context, sign int) error {
 	if t.DType() != v.DType() || !v.Shape().Equal(t.StaticShape()) {
 		return c.Errorf("cannot add %v%v to variable %q of %v%v", t.DType(), t.StaticShape(), v.Name(), v.DType(), v.Shape())
 	}
-	if err := c.CheckFedWrite(1, v); err != nil {
-		return err
+	guard := c.RefusesNonFinite() && v.DType().IsFloat()
+	if guard {
+		if err := stateCheckInputs(c, v, 1); err != nil {
+			return err
+		}
 	}
 	switch v.DType() {
 	case tensor.Float32, tensor.Float64, tensor.Int32, tensor.Int64:
@@ -141,15 +146,24 @@ func stateAssignUpdate(c *kernel.Context, sign int) error {
 		return stateWrap(c, err)
 	}
 	defer v.UnlockValue()
-	switch val.DType() {
-	case tensor.Float32:
-		stateAddScaled(val.Float32s(), t.Float32s(), float32(sign))
-	case tensor.Float64:
-		stateAddScaled(val.Float64s(), t.Float64s(), float64(sign))
-	case tensor.Int32:
-		stateAddScaled(val.Int32s(), t.Int32s(), int32(sign))
-	case tensor.Int64:
-		stateAddScaled(val.Int64s(), t.Int64s(), int64(sign))
+	add := func() {
+		switch val.DType() {
+		case tensor.Float32:
+			stateAddScaled(val.Float32s(), t.Float32s(), float32(sign))
+		case tensor.Float64:
+			stateAddScaled(val.Float64s(), t.Float64s(), float64(sign))
+		case tensor.Int32:
+			stateAddScaled(val.Int32s(), t.Int32s(), int32(sign))
+		case tensor.Int64:
+			stateAddScaled(val.Int64s(), t.Int64s(), int64(sign))
+		}
+	}
+	if guard {
+		if err := stateGuarded(c, []*kernel.Variable{v}, []*tensor.Tensor{val}, make([]*tensor.Tensor, 1), add); err != nil {
+			return err
+		}
+	} else {
+		add()
 	}
 	return stateWrap(c, out.CopyFrom(val))
 }
@@ -375,15 +389,57 @@ type stateUpdate func(vals [4]*tensor.Tensor, grad *tensor.Tensor, scalars [8]fl
 // variable's old value from vals[3] (see stateUpdate) rather than needing a
 // copy of it first.
 func stateRegisterApply(op string, nRefs, gradIdx int, moving bool, build func(n *graph.Node) stateUpdate) {
+	stateRegisterApplyChecked(op, nRefs, gradIdx, moving, nil, build)
+}
+
+// stateFiniteCheck tells, without storing anything, whether an update
+// rule's results (the variable's and its slots') would all be finite,
+// computed bit for bit as the rule computes them (its arguments are the
+// rule's); ok is false when it cannot tell (then statePreflight does).
+type stateFiniteCheck func(vals [4]*tensor.Tensor, grad *tensor.Tensor, scalars [8]float64) (finite, ok bool)
+
+// stateRegisterApplyChecked is stateRegisterApply with a check of the
+// rule's results for kernel.Policy.RefuseNonFiniteWrites.
+func stateRegisterApplyChecked(op string, nRefs, gradIdx int, moving bool, check stateFiniteCheck, build func(n *graph.Node) stateUpdate) {
 	kernel.Register(op, kernel.CPU, kernel.Borrowing(func(n *graph.Node) (kernel.Kernel, error) {
 		update := build(n)
 		return kernel.Func(func(c *kernel.Context) error {
-			return stateApply(c, nRefs, gradIdx, moving, update)
+			return stateApply(c, nRefs, gradIdx, moving, update, check)
 		}), nil
 	}))
 }
 
-func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update stateUpdate) error {
+// stateGradientDescentFinite is the stateFiniteCheck of
+// ApplyGradientDescent for float32 (from the old value when the variable
+// moved).
+func stateGradientDescentFinite(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) (finite, ok bool) {
+	if g.DType() != tensor.Float32 {
+		return false, false
+	}
+	at, _, ok := stateSubScaledFinite32(stateOld(v).Float32s(), g.Float32s(), float32(sc[0]))
+	return at < 0, ok
+}
+
+// stateAdamFinite is the stateFiniteCheck of ApplyAdam for float32.
+func stateAdamFinite(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) (finite, ok bool) {
+	if g.DType() != tensor.Float32 {
+		return false, false
+	}
+	lrT := sc[2] * math.Sqrt(1-sc[1]) / (1 - sc[0]) // as the rule computes it
+	return stateAdamFinite32(stateOld(v).Float32s(), v[1].Float32s(), v[2].Float32s(), g.Float32s(),
+		float32(lrT), float32(sc[3]), float32(sc[4]), float32(sc[5]))
+}
+
+// stateOld is the variable's value before an update: vals[3] when it
+// moved (see stateUpdate), else vals[0].
+func stateOld(vals [4]*tensor.Tensor) *tensor.Tensor {
+	if vals[3] != nil {
+		return vals[3]
+	}
+	return vals[0]
+}
+
+func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update stateUpdate, check stateFiniteCheck) error {
 	v := c.Ref(0)
 	dt, shape := v.DType(), v.Shape()
 	if !dt.IsFloat() {
@@ -401,6 +457,13 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update state
 	g := c.Input(gradIdx)
 	if g.DType() != dt || !shape.Equal(g.StaticShape()) {
 		return c.Errorf("gradient %v%v does not match variable %q of %v%v", g.DType(), g.StaticShape(), v.Name(), dt, shape)
+	}
+	guard := c.RefusesNonFinite()
+	if guard && check == nil {
+		// Inputs named first; statePreflight then finds the overflows.
+		if err := stateCheckInputs(c, v, nRefs); err != nil {
+			return err
+		}
 	}
 	scalars := scalarsBuf[:0]
 	for i := nRefs; i < len(c.Inputs); i++ {
@@ -438,7 +501,39 @@ func stateApply(c *kernel.Context, nRefs, gradIdx int, moving bool, update state
 		vals[i] = val
 	}
 	defer stateUnlockAll(refs)
+	if guard {
+		if err := stateGuardApply(c, refs, valsBuf, g, scalarsBuf, update, check); err != nil {
+			if valsBuf[3] != nil {
+				// The variable moved to a buffer the update has not
+				// written: it gets its old value back.
+				_ = valsBuf[0].CopyFrom(valsBuf[3])
+			}
+			return err
+		}
+	}
 	update(valsBuf, g, scalarsBuf)
+	return nil
+}
+
+// stateGuardApply tells, before an update writes anything, whether it
+// may: an error naming a non-finite input (for a check that stores
+// nothing, only once it finds a bad result), or the variable or slot and
+// the element that finite inputs would make non-finite.
+func stateGuardApply(c *kernel.Context, refs []*kernel.Variable, vals [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64,
+	update stateUpdate, check stateFiniteCheck) error {
+	if check != nil {
+		if finite, ok := check(vals, g, sc); ok && finite {
+			return nil
+		}
+		// Not finite, or cannot tell: the inputs are named first, and
+		// statePreflight finds what would overflow.
+		if err := stateCheckInputs(c, refs[0], len(refs)); err != nil {
+			return err
+		}
+	}
+	if ref, at, bad := statePreflight(vals, len(refs), g, sc, update); ref >= 0 {
+		return stateOverflow(c, refs, ref, at, bad)
+	}
 	return nil
 }
 

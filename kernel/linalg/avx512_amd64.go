@@ -24,50 +24,88 @@ package linalg
 // the mc x kc A block (160 KiB) in L2; the kc x nc B panel (4 MiB) in L3.
 var (
 	avx512F32 = kernel[float32]{mr: avx512MR, nr: 32, mc: 16 * avx512MR, kc: 256, nc: 4096,
-		micro: microAVX512, microDA: microDAAVX512, microHalf: microHalfAVX512, microHalfDA: microHalfDAAVX512}
+		micro: microAVX512, microDA: microDAAVX512, microHalf: microHalfAVX512, microHalfDA: microHalfDAAVX512,
+		microEdge: microEdgeAVX512, microEdgeDA: microEdgeDAAVX512}
 
 	poolF32AVX512 wsPool[float32]
 )
 
 //go:noescape
-func sgemmZ32(kc int, a *float32, b *float32, c *float32, ldc int, beta float32)
+func sgemmZ32(kc int, a *float32, b *float32, c *float32, ldc int, beta float32, mm int, mlo, mhi uint16)
+
+//go:noescape
+func sgemmZ32da(kc int, a *float32, rsa, csa int, b *float32, c *float32, ldc int, beta float32, mm int, mlo, mhi uint16)
+
+//go:noescape
+func sgemmZ16(kc int, a *float32, b *float32, c *float32, ldc int, beta float32, mm int, mlo, mhi uint16)
+
+//go:noescape
+func sgemmZ16da(kc int, a *float32, rsa, csa int, b *float32, c *float32, ldc int, beta float32, mm int, mlo, mhi uint16)
+
+// The wrappers check bounds, which keeps the assembly memory-safe, and
+// turn a width into the kernels' column masks.
 
 func microAVX512(kc int, ap, bp, c []float32, ldc int, beta float32) {
-	// Bounds checks here keep the assembly memory-safe.
 	_ = ap[avx512MR*kc-1]
 	_ = bp[32*kc-1]
 	_ = c[(avx512MR-1)*ldc+31]
-	sgemmZ32(kc, &ap[0], &bp[0], &c[0], ldc, beta)
+	sgemmZ32(kc, &ap[0], &bp[0], &c[0], ldc, beta, avx512MR, 0xffff, 0xffff)
 }
-
-//go:noescape
-func sgemmZ32da(kc int, a *float32, rsa, csa int, b *float32, c *float32, ldc int, beta float32)
 
 func microDAAVX512(kc int, a []float32, rsa, csa int, bp, c []float32, ldc int, beta float32) {
 	_ = a[(avx512MR-1)*rsa+(kc-1)*csa]
 	_ = bp[32*kc-1]
 	_ = c[(avx512MR-1)*ldc+31]
-	sgemmZ32da(kc, &a[0], rsa, csa, &bp[0], &c[0], ldc, beta)
+	sgemmZ32da(kc, &a[0], rsa, csa, &bp[0], &c[0], ldc, beta, avx512MR, 0xffff, 0xffff)
 }
-
-//go:noescape
-func sgemmZ16(kc int, a *float32, b *float32, c *float32, ldc int, beta float32)
 
 func microHalfAVX512(kc int, ap, bp, c []float32, ldc int, beta float32) {
 	_ = ap[avx512MR*kc-1]
 	_ = bp[32*kc-1]
 	_ = c[(avx512MR-1)*ldc+15]
-	sgemmZ16(kc, &ap[0], &bp[0], &c[0], ldc, beta)
+	sgemmZ16(kc, &ap[0], &bp[0], &c[0], ldc, beta, avx512MR, 0xffff, 0)
 }
-
-//go:noescape
-func sgemmZ16da(kc int, a *float32, rsa, csa int, b *float32, c *float32, ldc int, beta float32)
 
 func microHalfDAAVX512(kc int, a []float32, rsa, csa int, bp, c []float32, ldc int, beta float32) {
 	_ = a[(avx512MR-1)*rsa+(kc-1)*csa]
 	_ = bp[32*kc-1]
 	_ = c[(avx512MR-1)*ldc+15]
-	sgemmZ16da(kc, &a[0], rsa, csa, &bp[0], &c[0], ldc, beta)
+	sgemmZ16da(kc, &a[0], rsa, csa, &bp[0], &c[0], ldc, beta, avx512MR, 0xffff, 0)
+}
+
+// edgeMasks returns the column masks of the first nn (1..32) columns.
+func edgeMasks(nn int) (lo, hi uint16) {
+	return 1<<min(nn, 16) - 1, 1<<max(nn-16, 0) - 1
+}
+
+func microEdgeAVX512(kc int, ap, bp, c []float32, ldc int, beta float32, mm, nn int) {
+	_ = ap[avx512MR*kc-1]
+	_ = bp[32*kc-1]
+	if mm < 1 || mm > avx512MR || nn < 1 || nn > 32 {
+		panic("linalg: avx512 edge tile out of range")
+	}
+	_ = c[(mm-1)*ldc+nn-1]
+	lo, hi := edgeMasks(nn)
+	if nn <= 16 {
+		sgemmZ16(kc, &ap[0], &bp[0], &c[0], ldc, beta, mm, lo, 0)
+		return
+	}
+	sgemmZ32(kc, &ap[0], &bp[0], &c[0], ldc, beta, mm, lo, hi)
+}
+
+func microEdgeDAAVX512(kc int, a []float32, rsa, csa int, bp, c []float32, ldc int, beta float32, mm, nn int) {
+	_ = a[(avx512MR-1)*rsa+(kc-1)*csa]
+	_ = bp[32*kc-1]
+	if mm < 1 || mm > avx512MR || nn < 1 || nn > 32 {
+		panic("linalg: avx512 edge tile out of range")
+	}
+	_ = c[(mm-1)*ldc+nn-1]
+	lo, hi := edgeMasks(nn)
+	if nn <= 16 {
+		sgemmZ16da(kc, &a[0], rsa, csa, &bp[0], &c[0], ldc, beta, mm, lo, 0)
+		return
+	}
+	sgemmZ32da(kc, &a[0], rsa, csa, &bp[0], &c[0], ldc, beta, mm, lo, hi)
 }
 
 type avx512Backend struct{}

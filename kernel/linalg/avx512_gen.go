@@ -94,12 +94,12 @@ func (g *gen) kernel(direct, half bool) {
 	if half {
 		name = "sgemmZ16"
 	}
-	args := "kc int, a *float32, b *float32, c *float32, ldc int, beta float32"
-	size, betaOff := 44, 40
+	args := "kc int, a *float32, b *float32, c *float32, ldc int, beta float32, mm int, mlo, mhi uint16"
+	size, betaOff := 60, 40
 	if direct {
 		name += "da"
-		args = "kc int, a *float32, rsa, csa int, b *float32, c *float32, ldc int, beta float32"
-		size, betaOff = 60, 56
+		args = "kc int, a *float32, rsa, csa int, b *float32, c *float32, ldc int, beta float32, mm int, mlo, mhi uint16"
+		size, betaOff = 76, 56
 	}
 	g.p("// func %s(%s)", name, args)
 	g.p("TEXT ·%s(SB), NOSPLIT, $0-%d", name, size)
@@ -186,30 +186,44 @@ func (g *gen) kernel(direct, half bool) {
 	g.p("\tMOVL  beta+%d(FP), AX", betaOff)
 	g.p("\tTESTL $0x7fffffff, AX")
 	g.p("\tJNZ   %s_beta", l)
-	g.store(half, false)
+	g.store(half, false, betaOff, l+"_done")
 	g.p("")
 	g.p("%s_beta:", l)
 	g.p("\tVBROADCASTSS beta+%d(FP), Z30", betaOff)
-	g.store(half, true)
+	g.store(half, true, betaOff, l+"_betadone")
 	g.p("")
 }
 
-func (g *gen) store(half, beta bool) {
+// store writes the first mm rows of the tile to C, each under the column
+// masks mlo (lanes 0-15) and mhi (16-31): an edge tile goes straight to C,
+// and masked-off lanes are neither read nor written.
+func (g *gen) store(half, beta bool, betaOff int, done string) {
+	g.p("\tMOVQ mm+%d(FP), R9", betaOff+8)
+	g.p("\tKMOVW mlo+%d(FP), K1", betaOff+16)
+	if !half {
+		g.p("\tKMOVW mhi+%d(FP), K2", betaOff+18)
+	}
 	for r := range *mr {
 		regs := []string{acc(2 * r), acc(2*r + 1)}
 		if half {
 			regs = []string{acc(r)}
 		}
 		for j, z := range regs {
+			k := fmt.Sprintf("K%d", j+1)
 			if beta {
-				g.p("\tVFMADD231PS %d(DX), Z30, %s", 64*j, z)
+				g.p("\tVMOVUPS.Z %d(DX), %s, Z31", 64*j, k)
+				g.p("\tVFMADD231PS Z31, Z30, %s", z)
 			}
-			g.p("\tVMOVUPS %s, %d(DX)", z, 64*j)
+			g.p("\tVMOVUPS %s, %s, %d(DX)", z, k, 64*j)
 		}
 		if r < *mr-1 {
+			g.p("\tDECQ R9")
+			g.p("\tJZ   %s", done)
 			g.p("\tADDQ R8, DX")
 		}
 	}
+	g.p("")
+	g.p("%s:", done)
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 }
@@ -230,6 +244,8 @@ func main() {
 	g.p("// of A and %d FMAs into Z0..Z%d (row r in Z(2r), Z(2r+1)). The %dx16", 2**mr, 2**mr-1, *mr)
 	g.p("// halves read the first 16 of each 32 packed values of B. The direct-A")
 	g.p("// forms read element (r, l) of A at a + 4*(r*rsa + l*csa), for alpha == 1.")
+	g.p("// All store only the first mm rows of C, and of those the columns set in")
+	g.p("// the masks mlo (columns 0-15) and mhi (16-31).")
 	g.p("")
 	for _, half := range []bool{false, true} {
 		for _, direct := range []bool{false, true} {

@@ -23,23 +23,25 @@
 //   - "avx2": AVX2+FMA assembly, a 6x16 tile in the 16 ymm registers;
 //   - "generic": portable Go, any architecture.
 //
-// Path names the one in use, Default returns its backend, and Sgemm, Dgemm
-// and the convolutions use it: the fastest the CPU has, unless the
-// environment variable DISTFLOW_SIMD, read once at init, names a slower
-// one (DISTFLOW_SIMD=avx2 or DISTFLOW_SIMD=generic turns AVX-512 or all
-// assembly off; empty or "auto" is the default). An unknown value or a path
-// the CPU lacks is logged as a warning naming the valid values or the
-// missing feature, and the fastest usable path below it is taken. Paths
-// lists every path with what this machine lacks for it; List and Get expose
-// the registry, and the conformance suite in linalgtest runs against every
-// entry, skipping the paths the CPU lacks by name. The avx512 tile's height
-// was measured, not assumed: see avx512_amd64.go and avx512_gen.go.
+// Path names the one in use and Default returns its backend, which Sgemm
+// and the convolutions use (Dgemm is always portable): the fastest the CPU
+// has, unless the environment variable DISTFLOW_SIMD, read once at init,
+// names a slower one (DISTFLOW_SIMD=avx2 turns AVX-512 off,
+// DISTFLOW_SIMD=generic all assembly; empty or "auto" is the default). An
+// unknown value falls back to the fastest path, one the CPU lacks to the
+// fastest below it, and both are logged as warnings naming the valid values
+// or the missing feature. Paths lists every path with what this machine
+// lacks for it; List and Get expose the registry, and the conformance suite
+// in linalgtest runs against every entry, skipping by name the paths the
+// CPU lacks. avx512_gen.go generates the AVX-512 assembly (go generate),
+// and avx512_amd64.go records how its tile and blocking were measured.
 //
 // All paths share one GotoBLAS/BLIS-style driver: op(B) is packed into
 // kc x nc panels of nr-wide slivers, alpha*op(A) into mc x kc blocks of
 // mr-tall slivers, and a register-tiled mr x nr micro-kernel runs over them.
 // Packing turns any transpose and stride into unit-stride streams and lets
-// edge tiles run on zero padding. When op(A) has few slivers' worth of
+// edge tiles run on zero padding (the avx512 kernels then store only the
+// valid part, under AVX-512 masks; the others go through a scratch tile). When op(A) has few slivers' worth of
 // columns to serve, the avx2 and avx512 kernels read it in place instead of packing
 // it, and a product with few rows, many columns and a long k is computed as
 // its transpose so that the large operand is the one read in place.

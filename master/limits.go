@@ -1,0 +1,140 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/distflow/distflow/service"
+)
+
+// callerUse is what one caller's sessions hold on the master, for its
+// limits.
+type callerUse struct {
+	sessions int
+	bytes    int64
+}
+
+// callerOf names the caller of a request for its limits: the task or
+// client the transport named (service.Caller), or "" for every caller it
+// did not name.
+func callerOf(ctx context.Context) string {
+	c, _ := service.Caller(ctx)
+	return c
+}
+
+// callerName is how errors name a caller.
+func callerName(caller string) string {
+	if caller == "" {
+		return "callers the transport does not name"
+	}
+	return caller
+}
+
+// checkLimitsLocked reports an error when size more bytes of graphs (and,
+// with session, one more session) would take caller past the limits.
+func (m *Master) checkLimitsLocked(caller string, session bool, size int64) error {
+	cu := m.callers[caller]
+	if cu == nil {
+		cu = &callerUse{}
+	}
+	if max := m.cfg.MaxSessions; session && max > 0 && cu.sessions+1 > max {
+		return fmt.Errorf("%w: %s: %d sessions open, limit %d (master.Config.MaxSessions); close sessions", ErrTooManySessions, callerName(caller), cu.sessions, max)
+	}
+	if max := m.cfg.MaxGraphBytes; max > 0 && cu.bytes+size > max {
+		return fmt.Errorf("%w: a graph holding about %d bytes in memory on top of the %d bytes that the sessions of %s hold exceeds the limit of %d bytes (master.Config.MaxGraphBytes)", ErrTooManySessions, size, cu.bytes, callerName(caller), max)
+	}
+	return nil
+}
+
+// addSessionLocked counts s, of size bytes, for caller.
+func (m *Master) addSessionLocked(s *session, caller string, size int64) {
+	cu := m.callers[caller]
+	if cu == nil {
+		cu = &callerUse{}
+		m.callers[caller] = cu
+	}
+	cu.sessions++
+	cu.bytes += size
+	s.caller, s.bytes, s.lastUsed = caller, size, m.cfg.Now()
+}
+
+// removeSessionLocked takes s out of the master's sessions and uncounts
+// all it holds; later charges and releases of it count nothing.
+func (m *Master) removeSessionLocked(s *session) {
+	if m.sessions[s.handle] != s {
+		return
+	}
+	delete(m.sessions, s.handle)
+	if cu := m.callers[s.caller]; cu != nil {
+		cu.bytes -= s.bytes
+		if cu.sessions--; cu.sessions <= 0 {
+			delete(m.callers, s.caller)
+		}
+	}
+	s.bytes = 0
+}
+
+// charge counts size more bytes of graphs for s (an extension, a plan),
+// or reports the limit that refuses them.
+func (m *Master) charge(s *session, size int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sessions[s.handle] != s {
+		return nil // closed: what it holds goes with it
+	}
+	if err := m.checkLimitsLocked(s.caller, false, size); err != nil {
+		return err
+	}
+	s.bytes += size
+	m.callers[s.caller].bytes += size
+	return nil
+}
+
+// release uncounts size bytes that s no longer holds.
+func (m *Master) release(s *session, size int64) {
+	if size == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sessions[s.handle] != s {
+		return
+	}
+	s.bytes -= size
+	m.callers[s.caller].bytes -= size
+}
+
+// idle reports whether s has gone unused for longer than
+// Config.SessionIdle at now.
+func (m *Master) idle(s *session, now time.Time) bool {
+	return m.cfg.SessionIdle >= 0 && now.Sub(s.lastUsed) > m.cfg.SessionIdle
+}
+
+// expireIdleLocked closes the sessions idle for longer than
+// Config.SessionIdle.
+func (m *Master) expireIdleLocked() {
+	if m.cfg.SessionIdle < 0 {
+		return
+	}
+	now := m.cfg.Now()
+	for _, s := range m.sessions {
+		if m.idle(s, now) {
+			m.expireLocked(s, now)
+		}
+	}
+}
+
+// expireLocked closes an idle session: it is forgotten at once, and closed
+// on its tasks in the background.
+func (m *Master) expireLocked(s *session, now time.Time) {
+	m.removeSessionLocked(s)
+	m.log.Info("master: closed an idle session", "session", s.handle, "caller", callerName(s.caller), "idle", now.Sub(s.lastUsed))
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if err := m.closeSession(ctx, s); err != nil {
+			m.log.Debug("master: closing an idle session failed", "session", s.handle, "err", err)
+		}
+	}()
+}
