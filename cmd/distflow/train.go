@@ -19,6 +19,7 @@ import (
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/kernel/linalg"
 	"github.com/distflow/distflow/localcluster"
 	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/pki"
@@ -234,6 +235,8 @@ type result struct {
 	PlantedAUC *float64 `json:"planted_auc,omitempty"`
 	// Devices are this task's accelerators and the memory they held.
 	Devices []deviceResult `json:"devices,omitempty"`
+	// SIMD is the CPU kernels' path (linalg.Path: avx512, avx2, generic).
+	SIMD string `json:"simd"`
 }
 
 // check validates every flag before anything is loaded or started, and
@@ -548,6 +551,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	}
 	r.WallSeconds = res.WallSeconds
 	r.Devices = deviceResults(cfg.Devices)
+	r.SIMD = linalg.Path()
 	return report(stdout, r, f.jsonOut)
 }
 
