@@ -32,8 +32,9 @@
 // # Hostile clients
 //
 // A request is decoded straight into its tensors, never into generic JSON
-// values: whatever the JSON, decoding allocates at most 4 bytes per byte of
-// body (the tensors; 2 for float32). A Content-Length over
+// values: whatever the JSON, decoding a body allocates at most 4 bytes per
+// byte of it (the tensors; 2 for float32), beyond a few buffers kept for
+// reuse that small bodies are read into. A Content-Length over
 // Config.MaxBodyBytes is answered 413 before the body is read. Config.HTTP
 // bounds the time a client may take to send a header (ReadHeaderTimeout)
 // and a body (ReadTimeout, plus a second per MinTransferRate bytes
