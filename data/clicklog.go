@@ -9,7 +9,7 @@ import (
 	"github.com/distflow/distflow/tensor"
 )
 
-// Click logs for the CTR workload (issue 17): examples of 26 categorical
+// Click logs for the CTR workload: examples of 26 categorical
 // and 13 dense features with a 0/1 click label, as in the Criteo display
 // advertising data set.
 

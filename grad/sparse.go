@@ -8,7 +8,7 @@ import (
 	"github.com/distflow/distflow/tensor"
 )
 
-// Sparse gradients (issue 17).
+// Sparse gradients.
 //
 // The gradient of Gather along axis 0 is a GatherGrad node: the dense form
 // of the indexed slices (indices, dy, params_shape). Gradients returns it

@@ -11,7 +11,7 @@ import (
 	"github.com/distflow/distflow/train"
 )
 
-// The wide-and-deep CTR model (Cheng et al. 2016; issue 17). It reads the
+// The wide-and-deep CTR model (Cheng et al. 2016). It reads the
 // features "cat" (int64 [batch, 26], rows of one table: see data.ClickLog)
 // and "dense" (float32 [batch, 13]) and float32 0/1 labels. The wide part
 // is a linear model: a weight per id (an embedding table of width 1) and

@@ -6,7 +6,7 @@ import (
 	"github.com/distflow/distflow/tensor"
 )
 
-// Hash embeddings (issue 17): tables keyed by int64 ids of any value, with
+// Hash embeddings: tables keyed by int64 ids of any value, with
 // no fixed vocabulary. A table is a resource of the task that runs its ops
 // (a parameter server), named by the attribute "table"; rows are created
 // on first use, may be evicted when not seen for evict_after updates, and

@@ -6,7 +6,7 @@ import (
 	"github.com/distflow/distflow/tensor"
 )
 
-// The sparse family (issue 17): the ops that let an embedding lookup and
+// The sparse family: the ops that let an embedding lookup and
 // its gradient touch only the rows a batch uses. Unique, DynamicPartition
 // and DynamicStitch split a batch's ids over the shards of a partitioned
 // table and put the rows back; UnsortedSegmentSum adds rows by id (the

@@ -7,7 +7,7 @@ import (
 	"github.com/distflow/distflow/tensor"
 )
 
-// Embedding lookups over a table partitioned by rows (issue 17), as
+// Embedding lookups over a table partitioned by rows, as
 // TensorFlow 1's embedding_lookup and embedding_lookup_sparse.
 //
 // The lookup deduplicates the ids where they are (the worker), splits the

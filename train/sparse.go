@@ -8,7 +8,7 @@ import (
 	"github.com/distflow/distflow/ops"
 )
 
-// Sparse updates (issue 17). A variable read only through Gather (an
+// Sparse updates. A variable read only through Gather (an
 // embedding table) gets its gradient as indexed slices (GradVar.Sparse),
 // and the optimizers below update only the rows they name, with their
 // slots: the parameter server receives the touched rows, not the table.

@@ -110,7 +110,7 @@ var modelDefaults = map[string]trainFlags{
 	"linreg": {steps: 2000, batch: 1, optimizer: "sgd", logEvery: 100},
 	"mlp":    {epochs: 20, batch: 100, optimizer: "sgd", logEvery: 100},
 	"cnn":    {epochs: 1, batch: 50, optimizer: "adam", logEvery: 50},
-	// The CTR workload (issue 17): see widedeep.go.
+	// The CTR workload: see widedeep.go.
 	"widedeep": wideDeepDefaults,
 }
 
@@ -654,7 +654,7 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		RestartPS:          f.allReduce || ((async || f.inGraph || isSync || f.staleness >= 0) && (f.ckptDir != "" || f.logdir != "")),
 		TolerateWorkerLoss: async,
 		// A lost chief resumes from the latest checkpoint; a lost worker
-		// rejoins the strategies that go on without it (issue 15).
+		// rejoins the strategies that go on without it.
 		RestartChief:   f.ckptDir != "" || f.logdir != "",
 		RestartWorkers: async || isSync || f.allReduce || f.staleness >= 0 || f.inGraph,
 	})

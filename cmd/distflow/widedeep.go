@@ -13,7 +13,7 @@ import (
 	"github.com/distflow/distflow/models"
 )
 
-// The CTR workload of `distflow train --model widedeep` (issue 17): the
+// The CTR workload of `distflow train --model widedeep`: the
 // wide-and-deep model on the synthetic click log (or --data, a directory
 // of Criteo TSV files), reporting AUC, log loss and the planted model's
 // AUC on the same evaluation examples.
