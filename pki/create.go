@@ -406,6 +406,10 @@ func Create(cfg CreateConfig) ([]Made, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("pki: no directory for the certificates")
 	}
+	if cfg.Lifetime < 0 || cfg.CALifetime < 0 {
+		return nil, fmt.Errorf("pki: certificate lifetimes %v and CA lifetime %v: must not be negative (0: the defaults, %v and %v); a negative one makes certificates that have already expired",
+			cfg.Lifetime, cfg.CALifetime, DefaultCertLifetime, DefaultCALifetime)
+	}
 	switch cfg.KeyType {
 	case "", ECDSAP256, Ed25519:
 	default:

@@ -3,6 +3,7 @@ package pki
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/distflow/distflow/cluster"
@@ -34,6 +35,12 @@ func Ephemeral(jobs map[string]int) (dir string, remove func(), err error) {
 	if _, err := Create(CreateConfig{Dir: dir, Spec: spec, Hosts: []string{"localhost"}}); err != nil {
 		remove()
 		return "", nil, err
+	}
+	// Nothing signs after this: the CA's key goes at once, so that a
+	// launcher killed before remove leaves no key that makes members.
+	if err := os.Remove(filepath.Join(dir, CAKey)); err != nil {
+		remove()
+		return "", nil, fmt.Errorf("pki: ephemeral certificates: %w", err)
 	}
 	return dir, remove, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -324,6 +325,40 @@ func TestHostFiles(t *testing.T) {
 	for host, want := range map[string]string{"h1.example": "host.h1.example.crt", "W1": "host.w1.crt", "[::1]": "host.__1.crt", "::1": "host.__1.crt", "10.0.0.1": "host.10.0.0.1.crt"} {
 		if crt, key := HostFiles(host); crt != want || key != strings.TrimSuffix(want, ".crt")+".key" {
 			t.Errorf("HostFiles(%q) = %s, %s; want %s", host, crt, key, want)
+		}
+	}
+}
+
+// TestEphemeralLeavesNoCAKey: the temporary certificates of a local
+// cluster keep no CA key on disk, so a launcher killed before it cleans up
+// leaves nothing that signs new members.
+func TestEphemeralLeavesNoCAKey(t *testing.T) {
+	dir, remove, err := Ephemeral(map[string]int{"ps": 1, "worker": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remove()
+	if _, err := os.Stat(filepath.Join(dir, CAKey)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after Ephemeral: %v, want it gone", CAKey, err)
+	}
+	for _, f := range []string{CACert, "ps.0.crt", "worker.1.key"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("Ephemeral made no %s: %v", f, err)
+		}
+	}
+}
+
+// TestCreateRefusesNegativeLifetimes: certificates that have expired when
+// they are made are refused, naming the flag's value.
+func TestCreateRefusesNegativeLifetimes(t *testing.T) {
+	spec, err := cluster.NewSpec(map[string][]string{"worker": {"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []CreateConfig{{Lifetime: -time.Hour}, {CALifetime: -time.Hour}} {
+		cfg.Dir, cfg.Spec = t.TempDir(), spec
+		if _, err := Create(cfg); err == nil || !strings.Contains(err.Error(), "-1h0m0s") {
+			t.Errorf("Create with lifetimes %v, %v: %v, want an error naming -1h0m0s", cfg.Lifetime, cfg.CALifetime, err)
 		}
 	}
 }
