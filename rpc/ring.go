@@ -220,33 +220,33 @@ func (g *ringTransport) Open(ctx context.Context, to int, op allreduce.Op) (allr
 }
 
 // chunks opens a stream of chunks to rank to on c. A peer that has never
-// answered may be starting: it is waited for until ctx ends
-// (WaitForReady). One that answered before and now refuses connections has
-// exited (its port is closed), and is not waited for: the error, at once,
-// wraps allreduce.ErrPeerUnreachable. A peer that accepts connections but
-// does not answer (a stopped process, or one restarting on a socket that
-// its supervisor holds) is waited for, as one that is starting.
+// answered may be starting: it is waited for until ctx ends, as
+// WaitForReady would. One that answered before and now refuses connections
+// has exited (its port is closed), and is not waited for: the error, at
+// once, wraps allreduce.ErrPeerUnreachable. A peer that accepts
+// connections but does not answer (a stopped process, or one restarting
+// on a socket that its supervisor holds) is waited for, as one that is
+// starting.
 func (g *ringTransport) chunks(ctx context.Context, c *grpc.ClientConn, to int) (grpc.ClientStreamingClient[pb.RingChunk, pb.RingAck], error) {
 	client := rpcpb.NewRingClient(c)
-	if g.hasAnswered(to) {
+	for {
 		// Without WaitForReady, a call fails as soon as the connection
-		// does, with the reason.
+		// does, with the reason, which WaitForReady would hide.
 		st, err := client.Chunks(ctx)
 		if err == nil {
+			g.answeredBy(to)
 			return st, nil
 		}
-		if refused(err) {
-			return nil, fmt.Errorf("%w: %s refuses connections (its process has exited): %w", allreduce.ErrPeerUnreachable, g.peers[to], err)
-		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || status.Code(err) != codes.Unavailable {
 			return nil, err
 		}
+		if refused(err) && g.hasAnswered(to) {
+			return nil, fmt.Errorf("%w: %s refuses connections (its process has exited): %w", allreduce.ErrPeerUnreachable, g.peers[to], err)
+		}
+		// Not reachable yet: try again when the connection changes (its
+		// next attempt, after the backoff).
+		c.WaitForStateChange(ctx, c.GetState())
 	}
-	st, err := client.Chunks(ctx, grpc.WaitForReady(true))
-	if err == nil {
-		g.answeredBy(to)
-	}
-	return st, err
 }
 
 // refused reports whether err is a call's failure to connect because the
