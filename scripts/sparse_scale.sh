@@ -1,5 +1,5 @@
 #!/bin/sh
-# The sparse benchmark of docs/BENCHMARKS.md "Sparse (issue 17)", by hand:
+# The sparse benchmark of docs/BENCHMARKS.md "Sparse models", by hand:
 #  1. the wide-and-deep model with a 10M-row x 16 deep table (and a 10M x 1
 #     wide table), each split in 2 partitions over 2 ps, trained by 2
 #     workers (asynchronous) on a local cluster: examples/s from --json,

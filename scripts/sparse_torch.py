@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The PyTorch baseline of docs/BENCHMARKS.md "Sparse (issue 17)".
+"""The PyTorch baseline of docs/BENCHMARKS.md "Sparse models".
 
 The same wide-and-deep model as `distflow train --model widedeep`, in one
 process: a wide part (nn.EmbeddingBag(sparse=True) of width 1 summing the

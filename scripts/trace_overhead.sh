@@ -5,7 +5,7 @@
 # local Session.Run of the linear-regression step (session BenchmarkLinearRegressionStep),
 # built from BASE (default 6a53611, the commit before the executor records steps) and
 # from the work tree; plus executor BenchmarkTrace off/on. Per step: (Ir(8000 steps) -
-# Ir(4000 steps)) / 4000. Needs valgrind. docs/BENCHMARKS.md, "Step traces (issue 16)".
+# Ir(4000 steps)) / 4000. Needs valgrind. docs/BENCHMARKS.md, "Traces, metrics and dashboard".
 #
 #   scripts/trace_overhead.sh [BASE]
 set -eu

@@ -37,7 +37,7 @@ const maxRemoteStepAllocs = 36
 
 // TestRemoteStepAllocations keeps the remote step's allocations from
 // creeping back: names, plans, requests and batches are made once, not at
-// every step (docs/BENCHMARKS.md, twelfth session).
+// every step (docs/BENCHMARKS.md, "The remote step").
 func TestRemoteStepAllocations(t *testing.T) {
 	if race.Enabled {
 		t.Skip("the race detector changes allocations (sync.Pool drops items at random)")

@@ -86,7 +86,7 @@ func TestBackupWorkers(t *testing.T) {
 // permutation per epoch, so a synchronous step is the single-process step
 // on a batch of 200 (the union of theirs): what remains between the modes
 // and the single process is the larger batch. Measured over seeds 1-4
-// (docs/BENCHMARKS.md): 0.10 to 0.37 points below; the issue allows 1.
+// (docs/BENCHMARKS.md): 0.10 to 0.37 points below; the test allows 1.
 func TestSynchronousModesTrainTheMLP(t *testing.T) {
 	if _, err := os.Stat(data.DefaultFashionMNISTDir); err != nil {
 		t.Skipf("needs the full Fashion-MNIST (apt-get install dataset-fashion-mnist): %v", err)
