@@ -58,7 +58,7 @@ func TestRingLeaderPausedUntilTheOthersExitEndsAtOnce(t *testing.T) {
 // operation fails on both, the leader sends a new view with the route both
 // take, and the run ends within seconds of the SIGCONT.
 func TestAllReduceThroughThePSAgreesAfterAPSRestart(t *testing.T) {
-	cmd, addr, lines, stdout := recoveryRun(t, "train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "600",
+	cmd, addr, lines, stdout := recoveryRun(t, "train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "300",
 		"--local-cluster", "ps=2,worker=2", "--allreduce", "--log-every", "50")
 	waitFor(t, lines, "[worker 0] /job:worker/task:0: step 100/")
 	signalTask(t, addr, "worker", 1, syscall.SIGSTOP)
@@ -73,9 +73,9 @@ func TestAllReduceThroughThePSAgreesAfterAPSRestart(t *testing.T) {
 	d := time.Since(resumed)
 	t.Logf("the run ended %v after SIGCONT", d.Round(time.Millisecond))
 	if d > 15*time.Second {
-		t.Errorf("the run ended %v after SIGCONT; want within 15 s (500 steps take a few)", d)
+		t.Errorf("the run ended %v after SIGCONT; want within 15 s (200 steps take a few)", d)
 	}
-	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 mlp: global step 600") {
+	if out := stdout(); !strings.Contains(out, "/job:worker/task:0 mlp: global step 300") {
 		t.Errorf("no result of the chief on stdout: %q", out)
 	}
 	noTasksLeft(t, addr)
