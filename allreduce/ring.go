@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/distflow/distflow/tensor"
 )
 
 // Sentinel errors, wrapped by the errors that the package returns.
@@ -194,7 +196,7 @@ func (r *Ring) Deliver(c *Chunk) error {
 		r.box.fail(c.Op, c.From, err, false)
 		return err
 	}
-	if i := nonFinite(c.Data); i >= 0 {
+	if i := tensor.FirstNonFinite32(c.Data); i >= 0 {
 		err := fmt.Errorf("%w: rank %d: %v: %s sent %v at element %d", ErrNonFinite, r.rank, c.Op, r.peer(c.From), c.Data[i], c.Offset+i)
 		r.box.fail(c.Op, c.From, err, true)
 		return err
@@ -382,7 +384,7 @@ func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology
 	if r.sum != nil {
 		return fmt.Errorf("%w: rank %d is a summation server: it takes part in no operation of its own", ErrInvalidConfig, r.rank)
 	}
-	if i := nonFinite(data); i >= 0 {
+	if i := tensor.FirstNonFinite32(data); i >= 0 {
 		return fmt.Errorf("%w: rank %d: %v: this rank's own tensor holds %v at element %d (has the model diverged? lower the learning rate)", ErrNonFinite, r.rank, op, data[i], i)
 	}
 	opCtx, cancel := opContext(ctx)
@@ -630,7 +632,7 @@ func (r *Ring) receive(ctx context.Context, op Op, ib *inbox, prev, size int, it
 		dst := data[it.lo:it.hi]
 		vals := dec.decode(c.Data, len(dst))
 		if w != Float32 { // Deliver checked float32 chunks
-			if i := nonFinite(vals); i >= 0 {
+			if i := tensor.FirstNonFinite32(vals); i >= 0 {
 				return fmt.Errorf("%w: rank %d: %v: %s sent %v at element %d", ErrNonFinite, r.rank, op, r.peer(prev), vals[i], it.lo+i)
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/distflow/distflow/tensor"
 )
 
 // The star: an all-reduce through summation servers, BytePS's design for
@@ -320,7 +322,7 @@ func (s *summer) deliver(c *Chunk) error {
 		s.failLocked(o, err)
 		return err
 	}
-	if i := nonFinite(c.Data); i >= 0 {
+	if i := tensor.FirstNonFinite32(c.Data); i >= 0 {
 		err := fmt.Errorf("%w: summation server %d: %v: %s sent %v at element %d", ErrNonFinite, r.rank, c.Op, r.peer(c.From), c.Data[i], c.Offset+i)
 		s.failLocked(o, err)
 		return err

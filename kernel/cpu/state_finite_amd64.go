@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/tensor"
 )
 
 //go:noescape
@@ -24,7 +25,7 @@ func stateFinite32(data []float32) bool {
 		}
 		data = data[n:]
 	}
-	return stateNonFinite32(data) < 0
+	return tensor.FirstNonFinite32(data) < 0
 }
 
 // stateFinite64 is stateFinite32 for float64, 16 values at a time.
@@ -35,7 +36,7 @@ func stateFinite64(data []float64) bool {
 		}
 		data = data[n:]
 	}
-	return stateNonFinite64(data) < 0
+	return tensor.FirstNonFinite64(data) < 0
 }
 
 //go:noescape

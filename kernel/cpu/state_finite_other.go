@@ -2,11 +2,13 @@
 
 package cpu
 
+import "github.com/distflow/distflow/tensor"
+
 // stateFinite32 reports whether data holds no NaN and no infinity.
-func stateFinite32(data []float32) bool { return stateNonFinite32(data) < 0 }
+func stateFinite32(data []float32) bool { return tensor.FirstNonFinite32(data) < 0 }
 
 // stateFinite64 is stateFinite32 for float64.
-func stateFinite64(data []float64) bool { return stateNonFinite64(data) < 0 }
+func stateFinite64(data []float64) bool { return tensor.FirstNonFinite64(data) < 0 }
 
 // stateSubScaledFinite32 cannot tell here whether a gradient descent
 // update stays finite bit for bit as the update computes it: ok is false.

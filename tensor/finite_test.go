@@ -1,4 +1,4 @@
-package allreduce
+package tensor
 
 import (
 	"math"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// nonFiniteByValue is nonFinite one value at a time: the reference.
+// nonFiniteByValue is FirstNonFinite32 one value at a time: the reference.
 func nonFiniteByValue(data []float32) int {
 	for i, v := range data {
 		if v-v != 0 {
@@ -29,8 +29,8 @@ func TestNonFinite(t *testing.T) {
 		for i := range data {
 			data[i] = good[rng.IntN(len(good))]
 		}
-		if got := nonFinite(data); got != -1 {
-			t.Fatalf("%d finite values: nonFinite = %d, want -1", n, got)
+		if got := FirstNonFinite32(data); got != -1 {
+			t.Fatalf("%d finite values: FirstNonFinite32 = %d, want -1", n, got)
 		}
 		for i := range n {
 			for _, at := range []int{i, rng.IntN(n)} {
@@ -39,8 +39,8 @@ func TestNonFinite(t *testing.T) {
 				if i < at {
 					d[i] = bad[rng.IntN(len(bad))]
 				}
-				if got, want := nonFinite(d), nonFiniteByValue(d); got != want {
-					t.Fatalf("%d values, non-finite at %d and %d: nonFinite = %d, want %d", n, i, at, got, want)
+				if got, want := FirstNonFinite32(d), nonFiniteByValue(d); got != want {
+					t.Fatalf("%d values, non-finite at %d and %d: FirstNonFinite32 = %d, want %d", n, i, at, got, want)
 				}
 			}
 		}
@@ -57,7 +57,7 @@ func BenchmarkNonFinite(b *testing.B) {
 	for _, f := range []struct {
 		name string
 		fn   func([]float32) int
-	}{{"words", nonFinite}, {"values", nonFiniteByValue}} {
+	}{{"words", FirstNonFinite32}, {"values", nonFiniteByValue}} {
 		b.Run(f.name, func(b *testing.B) {
 			b.SetBytes(int64(4 * len(data)))
 			for b.Loop() {
