@@ -3,6 +3,10 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +35,24 @@ func TestRingLeaderPausedUntilTheOthersExitEndsAtOnce(t *testing.T) {
 			t.Fatalf("ranks 1 and 2 still run 30 s after their result: pids %v", tasksOf(addr))
 		}
 		time.Sleep(50 * time.Millisecond) // polling the process table, not synchronising
+	}
+	// The launcher closes an exited task's socket a moment after the
+	// process is gone; until then a connection to it is queued, not
+	// refused, as to a stopped peer's. Resume rank 0 once both refuse.
+	for _, peer := range workerAddrs(t, addr)[1:] {
+		for {
+			c, err := net.DialTimeout("tcp", peer, time.Second)
+			if err != nil && errors.Is(err, syscall.ECONNREFUSED) {
+				break
+			}
+			if c != nil {
+				c.Close()
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still accepts connections after its rank exited", peer)
+			}
+			time.Sleep(20 * time.Millisecond) // polling the port, not synchronising
+		}
 	}
 	signalTask(t, addr, "worker", 0, syscall.SIGCONT)
 	resumed := time.Now()
@@ -79,4 +101,28 @@ func TestAllReduceThroughThePSAgreesAfterAPSRestart(t *testing.T) {
 		t.Errorf("no result of the chief on stdout: %q", out)
 	}
 	noTasksLeft(t, addr)
+}
+
+// workerAddrs returns the worker addresses of the cluster whose first
+// address is addr, from a running task's TF_CONFIG.
+func workerAddrs(t *testing.T, addr string) []string {
+	t.Helper()
+	for _, pid := range tasksOf(addr) {
+		env, _ := os.ReadFile("/proc/" + pid + "/environ")
+		for _, kv := range strings.Split(string(env), "\x00") {
+			v, ok := strings.CutPrefix(kv, "TF_CONFIG=")
+			if !ok {
+				continue
+			}
+			var cfg struct {
+				Cluster map[string][]string `json:"cluster"`
+			}
+			if err := json.Unmarshal([]byte(v), &cfg); err != nil {
+				t.Fatalf("TF_CONFIG of %s: %v", pid, err)
+			}
+			return cfg.Cluster["worker"]
+		}
+	}
+	t.Fatalf("no task of %s with a TF_CONFIG", addr)
+	return nil
 }
