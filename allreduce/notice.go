@@ -60,7 +60,7 @@ func (r *Ring) deliverNotice(c *Chunk) error {
 	case c.From >= r.size:
 		told = fmt.Errorf("summation server %s failed the operation", who)
 	case c.Index == noticeServers:
-		told = fmt.Errorf("rank %d: %v: %s saw the operation fail on the summation servers", r.rank, c.Op, who)
+		told = fmt.Errorf("%w: rank %d: %v: %s saw the operation fail on the summation servers", ErrServerFailed, r.rank, c.Op, who)
 	default:
 		err := fmt.Errorf("%w: rank %d: %v: %s sent a failure notice of unknown cause %d", ErrMismatch, r.rank, c.Op, who, c.Index)
 		r.box.notice(c.Op, c.From, err)
