@@ -40,16 +40,8 @@ func NewLocalVariable(s *graph.Scope, name string, dt tensor.DType, shape []int,
 		s.SetErr(fmt.Errorf("ops: local variable %q: no initializer", s.Prefix()+name))
 		return nil
 	}
-	is := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device()).WithDeviceFunc(s.DeviceFunc())
-	n := is.AddNode("Variable", s.Prefix()+name, nil, map[string]any{"dtype": dt, "shape": tensor.MakeShape(shape...)})
+	n, assign := variableNodes(s, "local variable", s.Prefix()+name, dt, shape, init)
 	if n == nil {
-		s.SetErr(is.Err())
-		return nil
-	}
-	value := init(is.SubScope(n.Name()+"/Initializer"), dt, shape)
-	assign := is.AddNode("Assign", n.Name()+"/Assign", []graph.Output{n.Output(0), value}, nil)
-	if err := is.Err(); err != nil {
-		s.SetErr(fmt.Errorf("ops: initializer of local variable %q: %w", n.Name(), err))
 		return nil
 	}
 	g := s.Graph()

@@ -122,20 +122,8 @@ func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init
 		s.SetErr(fmt.Errorf("ops: variable %q: no initializer", s.VariablePrefix()+name))
 		return nil
 	}
-	// Like TensorFlow's variables, the nodes ignore the scope's control
-	// dependencies: a variable is read whenever a step needs it, and its
-	// initializer runs once, on its own. Sub-names derive from the node's
-	// unique name, so a second variable "w" (named "w_1") gets "w_1/Assign".
-	is := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device()).WithDeviceFunc(s.DeviceFunc())
-	n := is.AddNode("Variable", s.VariablePrefix()+name, nil, map[string]any{"dtype": dt, "shape": tensor.MakeShape(shape...)})
+	n, assign := variableNodes(s, "variable", s.VariablePrefix()+name, dt, shape, init)
 	if n == nil {
-		s.SetErr(is.Err())
-		return nil
-	}
-	value := init(is.SubScope(n.Name()+"/Initializer"), dt, shape)
-	assign := is.AddNode("Assign", n.Name()+"/Assign", []graph.Output{n.Output(0), value}, nil)
-	if err := is.Err(); err != nil {
-		s.SetErr(fmt.Errorf("ops: initializer of variable %q: %w", n.Name(), err))
 		return nil
 	}
 	g := s.Graph()
@@ -222,4 +210,27 @@ func VariablesInitializer(s *graph.Scope, vars ...*Variable) *graph.Node {
 		deps = append(deps, v.init)
 	}
 	return Group(s, "init", deps...)
+}
+
+// variableNodes adds a Variable node named name and the Assign of its
+// initial value, or records the error in s (kind names the variable in it)
+// and returns nils. Like TensorFlow's variables, the nodes ignore the
+// scope's control dependencies: a variable is read whenever a step needs
+// it, and its initializer runs once, on its own. Sub-names derive from the
+// node's unique name, so a second variable "w" (named "w_1") gets
+// "w_1/Assign".
+func variableNodes(s *graph.Scope, kind, name string, dt tensor.DType, shape []int, init Initializer) (n, assign *graph.Node) {
+	is := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device()).WithDeviceFunc(s.DeviceFunc())
+	n = is.AddNode("Variable", name, nil, map[string]any{"dtype": dt, "shape": tensor.MakeShape(shape...)})
+	if n == nil {
+		s.SetErr(is.Err())
+		return nil, nil
+	}
+	value := init(is.SubScope(n.Name()+"/Initializer"), dt, shape)
+	assign = is.AddNode("Assign", n.Name()+"/Assign", []graph.Output{n.Output(0), value}, nil)
+	if err := is.Err(); err != nil {
+		s.SetErr(fmt.Errorf("ops: initializer of %s %q: %w", kind, n.Name(), err))
+		return nil, nil
+	}
+	return n, assign
 }
