@@ -528,15 +528,17 @@ func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32, tp top
 	sends, first := schedule(tp.pos, tp.size(), len(data), r.chunk, m.gather)
 	recvs, _ := schedule((tp.pos+tp.size()-1)%tp.size(), tp.size(), len(data), r.chunk, m.gather)
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The cause of a cancellation travels with the aborted streams (in
+	// memory): the next rank then fails for the same reason.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	ready := make(chan struct{}, len(recvs))
 	sendErr := make(chan error, 1)
 	var notice atomic.Int32 // set before cancel: why the receiver failed
 	go func() {
 		err := r.send(ctx, op, next, tp.size(), sends, first, ready, data, m.wire, &notice)
 		if err != nil {
-			cancel()
+			cancel(err)
 		}
 		sendErr <- err
 	}()
@@ -544,7 +546,7 @@ func (r *Ring) run(ctx context.Context, op Op, ib *inbox, data []float32, tp top
 	recvErr := r.receive(ctx, op, ib, prev, tp.size(), recvs, len(sends)-first, ready, data, m.wire)
 	if recvErr != nil {
 		notice.Store(int32(noticeCause(recvErr)))
-		cancel()
+		cancel(recvErr)
 	}
 	err := <-sendErr
 	// The first cause wins over the cancellations it triggered.
