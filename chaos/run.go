@@ -173,7 +173,7 @@ type Result struct {
 	Slow      bool          `json:"slow,omitempty"`
 }
 
-// OK reports whether the run met the issue's bar: finished within its
+// OK reports whether the run met the chaos matrix's bar: finished within its
 // wall-time bound (when known), accuracy within tolerance of the clean run
 // (when known), no corrupt checkpoint, nothing left behind.
 func (r *Result) OK(tolerance float64) bool {

@@ -232,8 +232,8 @@ func distflowBinary(t *testing.T) string {
 
 // TestChaosShort is the short version of scripts/chaos.sh: real clusters,
 // real signals. An async run loses a worker (SIGKILL), then its ps is
-// stopped for a second and later killed: what the issue lists as working
-// today (async worker loss, ps restart from the latest checkpoint). The run
+// stopped for a second and later killed: the faults that every run must
+// survive (async worker loss, ps restart from the latest checkpoint). The run
 // must finish, every fault must be applied, the kills noticed, and no
 // checkpoint may be corrupt or process left.
 func TestChaosShort(t *testing.T) {

@@ -15,7 +15,8 @@ type Strategy struct {
 	Args    []string // train flags, e.g. ["--sync"]
 }
 
-// Strategies are the strategies of issue 15, in the order reports list them.
+// Strategies are the training strategies the chaos matrix covers, in the
+// order reports list them.
 var Strategies = []Strategy{
 	{Name: "async", Cluster: "ps=1,worker=2"},
 	{Name: "sync", Cluster: "ps=1,worker=2", Args: []string{"--sync"}},

@@ -12,9 +12,9 @@ import (
 // this package (its servers, clients and the proto codec's marshalling:
 // experimental.SetDefaultBufferPool, set when the package is initialised,
 // before any connection). gRPC's default pool clears a buffer's whole
-// capacity at every Get, and its tiers jump from 32 KiB to 1 MiB: every
-// message of 64 KiB (an all-reduce chunk through a summation server) was
-// read into a 1 MiB buffer cleared in full, a fifth of a summation
+// capacity at every Get, and its tiers jump from 32 KiB to 1 MiB: with it
+// every message of 64 KiB (an all-reduce chunk through a summation server)
+// is read into a 1 MiB buffer cleared in full, a fifth of a summation
 // server's time. This pool's tiers are powers of two and it clears only
 // the length asked for (gRPC then overwrites it: clearing keeps a bug of
 // gRPC's from showing an earlier message's bytes).

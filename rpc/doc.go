@@ -102,6 +102,6 @@
 // as warnings with the peer's address and the reason.
 // MaxMessageBytes, MaxTensorBytes and Keepalive apply to every connection
 // likewise. Nothing else in distflow deals with them (allreduce's ring
-// used to run a gRPC server of its own, in plaintext), so the security work
-// that follows changes this package only.
+// runs on the task's own server, not on one of its own), so a change to
+// transport security changes this package only.
 package rpc

@@ -42,15 +42,14 @@ func FuzzParseMetadata(f *testing.F) {
 // them: Load must fail cleanly or return a predictor whose inputs check.
 // The seeds are a real export of the small model.
 //
-// It used to stall under -fuzz (a few executions, then none): every
-// execution made and removed a temporary directory and ran a prediction,
-// whose executor goroutines made the coverage differ from one run of the
-// same input to the next, so the fuzzer kept minimising inputs it could not
-// reproduce. Now the directory is made once per process and the files are
-// overwritten, and only CheckInputs is run (predictions on loaded exports
-// are tested by the package's other tests). Without fix, almost every
-// mutation of graph.pb or variables.bin failed its checksum in model.json;
-// with fix set, model.json records the fuzzed files' sizes and checksums, so
+// The directory is made once per process and the files are overwritten,
+// and only CheckInputs is run (predictions on loaded exports are tested by
+// the package's other tests): a temporary directory per execution and a
+// prediction, whose executor goroutines make the coverage differ from one
+// run of the same input to the next, stall the fuzzer (a few executions,
+// then none) as it keeps minimising inputs it cannot reproduce. Without
+// fix, almost every mutation of graph.pb or variables.bin fails its
+// checksum in model.json; with fix set, model.json records the fuzzed files' sizes and checksums, so
 // that the mutations reach the decoders behind them.
 func FuzzLoad(f *testing.F) {
 	b, err := savedmodeltest.Small(1)

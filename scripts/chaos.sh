@@ -1,5 +1,5 @@
 #!/bin/sh
-# The long chaos matrix of issue 15: for each strategy, one clean run and
+# The long chaos matrix (docs/RELIABILITY.md): for each strategy, one clean run and
 # RUNS runs with FAULTS random faults each (SIGKILL or SIGSTOP/SIGCONT of
 # any task), the MLP on the embedded data on a local cluster. CPU-heavy:
 # about 10 s per run on 2 cores, so the default (7 strategies x 21 runs)

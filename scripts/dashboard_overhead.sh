@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of the live dashboard to training (issue 16): the same local
+# The cost of the live dashboard to training: the same local
 # cluster run, with --dashboard and without, alternated (A B A B ...) so that
 # the machine's drift falls on both, with each run's throughput (wall time)
 # and the CPU time of all its processes (the launcher, which polls, and the

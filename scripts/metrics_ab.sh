@@ -1,5 +1,5 @@
 #!/bin/sh
-# A/B of metrics on a real local cluster (issue 16): the same training run
+# A/B of metrics on a real local cluster: the same training run
 # with every task serving Prometheus metrics (the default of --local-cluster)
 # and without (--metrics-port 0), alternating, N pairs. Prints one line per
 # run: mode, this process's and the cluster's examples/s, wall seconds.

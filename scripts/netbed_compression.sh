@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# netbed_compression.sh: gradient compression on the shaped test bed (issue
-# 18). For each ROUND, runs every COMPRESSION in turn (alternating, so that
+# netbed_compression.sh: gradient compression on the shaped test bed. For
+# each ROUND, runs every COMPRESSION in turn (alternating, so that
 # the machine's load falls on all alike) on a bed that netbed.sh has up,
 # with the same epochs, seed and batch, and prints one line per run:
 # compression, examples/s of the cluster, test accuracy, the load average.

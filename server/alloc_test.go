@@ -15,20 +15,16 @@ import (
 
 // maxRemoteStepAllocs bounds the allocations of one remote linreg step with
 // every task in this process: the client and its master on the worker, the
-// ps over the tensor channel on loopback. The twelfth session took it from
-// 386 to 137; one step state, response and context per worker step, not
-// several, to 107 (with the session's and master's own cuts of the same
-// time); stepctx contexts instead of the standard ones to 71; waits that
-// watch a stepctx context with a Hook rather than select on its Done
-// channel, with a WaitGroup per batch item and a condition per batch
-// served where each was a channel, to 59. The fifteenth: a RunGraph
-// request decoded once per responder, not at every step, to 49; a lent
-// Send's release made once per variable buffer, a step's first
-// rendezvous items and batch waiter in its Local, to 43; the executor's
-// and the master's waits on a stepctx parent without its Done channel,
-// to 41; the worker's step state reused, with its batches' closures, to
-// 35; responses written into the caller's storage (service.RunnerInto),
-// to 32. What remains besides about 21 for the tensors and their protos:
+// ps over the tensor channel on loopback. The step keeps its count low by
+// making once, not at every step, what does not change between steps: one
+// step state, response and context per worker step, reused with its
+// batches' closures; stepctx contexts rather than the standard ones, whose
+// waits use a Hook, a WaitGroup per batch item and a condition per batch
+// served instead of channels; a RunGraph request decoded once per
+// responder; a lent Send's release made once per variable buffer; a
+// step's first rendezvous items and batch waiter kept in its Local; and
+// responses written into the caller's storage (service.RunnerInto). A step
+// makes about 32: about 21 for the tensors and their protos, then
 // each tensor-channel request's context (3), each worker's step
 // rendezvous (2), the master's step state (its context and the
 // response it returns) and the client's result. The margin is for the

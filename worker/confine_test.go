@@ -364,11 +364,11 @@ func TestShutdownOnlyFromChief(t *testing.T) {
 	}
 }
 
-// TestRemoteNaNWriteRefused: today a peer's request that assigns NaN to a
-// variable on the ps is obeyed, and the job dies later on the chief's NaN
-// guard ("the loss is not a finite number: lower the learning rate"),
-// blaming the model. The write is now refused, naming the variable and the
-// feed, and the variable keeps its value.
+// TestRemoteNaNWriteRefused: a peer's request that assigns NaN to a
+// variable on the ps is refused, naming the variable and the feed, and the
+// variable keeps its value; obeyed, it would kill the job later on the
+// chief's NaN guard ("the loss is not a finite number: lower the learning
+// rate"), blaming the model.
 func TestRemoteNaNWriteRefused(t *testing.T) {
 	_, open := serveVictim(t, worker.Config{})
 	s := graph.NewScope()
