@@ -83,9 +83,11 @@ func arrayTransposeGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]gr
 	return []graph.Output{ops.Transpose(s, dys[0], inv)}, nil
 }
 
-// arrayConcatGrad slices dy back into the inputs. The slice bounds are
-// attributes, so the sizes on the concat axis must be known at build time,
-// except for the last input, which takes whatever remains.
+// arrayConcatGrad slices dy back into the inputs. When every input's size
+// on the concat axis is known at build time the bounds are constants;
+// otherwise each input's offset is summed from the run-time shapes of the
+// inputs before it, as TensorFlow's _ConcatGradHelper does with
+// ConcatOffset.
 func arrayConcatGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
 	if n.NumInputs() == 1 {
 		return dys[:1], nil
@@ -99,33 +101,61 @@ func arrayConcatGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph
 	if axis < 0 {
 		axis += rank
 	}
-	grads := make([]graph.Output, n.NumInputs())
-	offset := 0
+	sizes := make([]int, n.NumInputs())
+	static := true
 	for i, in := range n.Inputs() {
-		size := -1
+		sizes[i] = -1
 		if sh := in.Shape(); sh.KnownRank() {
-			size = sh.Dim(axis)
+			sizes[i] = sh.Dim(axis)
 		}
-		if size < 0 && i != n.NumInputs()-1 {
-			return nil, fmt.Errorf("grad: Concat: input %d has shape %v: its size on axis %d must be known at build time to slice the gradient",
-				i, in.Shape(), axis)
+		// The last input takes whatever remains, so its size may be unknown.
+		static = static && (sizes[i] >= 0 || i == n.NumInputs()-1)
+	}
+	grads := make([]graph.Output, n.NumInputs())
+	if static {
+		offset := 0
+		for i, size := range sizes {
+			begin, box := make([]int, rank), make([]int, rank)
+			for j := range box {
+				box[j] = -1
+			}
+			begin[axis], box[axis] = offset, size
+			grads[i] = ops.Slice(s, dys[0], begin, box)
+			offset += size
 		}
-		begin, sizes := make([]int, rank), make([]int, rank)
-		for j := range sizes {
-			sizes[j] = -1
-		}
-		begin[axis], sizes[axis] = offset, size
-		grads[i] = ops.Slice(s, dys[0], begin, sizes)
-		offset += size
+		return grads, nil
+	}
+	// onAxis is 1 at the concat axis and 0 elsewhere: shape * onAxis is an
+	// input's extent on the axis, by which the next input's box starts later.
+	unit := make([]int32, rank)
+	unit[axis] = 1
+	onAxis := ops.Const(s, unit)
+	ones := make([]int32, rank)
+	for j := range ones {
+		ones[j] = 1
+	}
+	strides := ops.Const(s, ones)
+	begin := ops.Const(s, make([]int32, rank))
+	for i, in := range n.Inputs() {
+		// The box starts at the offset on the axis and at 0 elsewhere, and
+		// spans the input's shape.
+		shape := shapeOf(s, in)
+		end := ops.Add(s, begin, shape)
+		grads[i] = ops.Reshape(s, ops.StridedSliceOf(s, dys[0], begin, end, strides), shape)
+		begin = ops.Add(s, begin, ops.Mul(s, shape, onAxis))
 	}
 	return grads, nil
 }
 
-// arraySliceGrad pads dy back to the input's shape with zeros.
+// arraySliceGrad pads dy back to the input's shape with zeros. When a
+// dimension the padding needs is unknown at build time, it writes dy into
+// zeros of the input's run-time shape instead (StridedSliceGrad), as
+// TensorFlow's _SliceGrad pads by amounts computed from Shape.
 func arraySliceGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
 	begin, size := n.AttrInts("begin"), n.AttrInts("size")
 	in := n.Input(0).Shape()
 	p := make([][2]int, len(begin))
+	static := true
 	for i := range begin {
 		p[i][0] = begin[i]
 		if size[i] == -1 {
@@ -136,11 +166,27 @@ func arraySliceGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.
 			d = in.Dim(i)
 		}
 		if d < 0 {
-			return nil, fmt.Errorf("grad: Slice: dimension %d of input shape %v must be known at build time to pad the gradient", i, in)
+			static = false
+			break
 		}
 		p[i][1] = d - begin[i] - size[i]
 	}
-	return []graph.Output{ops.Pad(s, dys[0], p)}, nil
+	if static {
+		return []graph.Output{ops.Pad(s, dys[0], p)}, nil
+	}
+	end, strides := make([]int, len(begin)), make([]int, len(begin))
+	endMask := 0
+	for i := range begin {
+		strides[i] = 1
+		if size[i] == -1 {
+			endMask |= 1 << i
+		} else {
+			end[i] = begin[i] + size[i]
+		}
+	}
+	dx := ops.StridedSliceGrad(s, shapeOf(s, n.Input(0)), ops.Const(s, begin), ops.Const(s, end), ops.Const(s, strides),
+		dys[0], ops.StridedEndMask(endMask))
+	return []graph.Output{dx}, nil
 }
 
 func arraySplitGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
@@ -194,21 +240,38 @@ func arrayTileGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.O
 	return []graph.Output{ops.Sum(s, split, axes, false)}, nil
 }
 
-// arrayPadGrad slices the input's box out of dy.
+// arrayPadGrad slices the input's box out of dy. Where the input's
+// dimension is unknown at build time, the box ends that many elements
+// before dy's end (a negative end), so that no run-time shape is needed.
 func arrayPadGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Output, error) {
 	p := n.AttrInts("paddings")
 	in := n.Input(0).Shape()
-	begin, size := make([]int, len(p)/2), make([]int, len(p)/2)
+	rank := len(p) / 2
+	begin, size := make([]int, rank), make([]int, rank)
+	static := true
 	for i := range begin {
 		begin[i] = p[2*i]
 		size[i] = -1
 		if in.KnownRank() && in.Dim(i) >= 0 {
 			size[i] = in.Dim(i)
 		} else if p[2*i+1] != 0 {
-			return nil, fmt.Errorf("grad: Pad: dimension %d of input shape %v must be known at build time to slice the gradient", i, in)
+			static = false
 		}
 	}
-	return []graph.Output{ops.Slice(s, dys[0], begin, size)}, nil
+	if static {
+		return []graph.Output{ops.Slice(s, dys[0], begin, size)}, nil
+	}
+	end, strides := make([]int, rank), make([]int, rank)
+	endMask := 0
+	for i := range begin {
+		strides[i] = 1
+		if after := p[2*i+1]; after != 0 {
+			end[i] = -after
+		} else {
+			endMask |= 1 << i
+		}
+	}
+	return []graph.Output{ops.StridedSlice(s, dys[0], begin, end, strides, ops.StridedEndMask(endMask))}, nil
 }
 
 // arrayFillGrad: every output element is the value, so its gradient is the
