@@ -55,6 +55,17 @@ func mathReduceInfo(n *graph.Node) (x graph.Output, axes []int, err error) {
 	return x, axes, err
 }
 
+// mathAxisAttr returns the axes of reduction node n in the form the ops
+// builders take: the node's empty attribute means every axis, which the
+// builders spell nil (an empty list there reduces none).
+func mathAxisAttr(n *graph.Node) []int {
+	attr := n.AttrInts("axis")
+	if len(attr) == 0 {
+		return nil
+	}
+	return attr
+}
+
 // mathKeepDims reshapes the result r of a reduction of x over axes (nil: all
 // axes of an input of unknown rank) into its keep-dims form, which
 // broadcasts against x.
@@ -116,7 +127,7 @@ func mathExtremeGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph
 	yk := mathKeepDims(s, n, n.Output(0), axes)
 	dyk := mathKeepDims(s, n, dys[0], axes)
 	mask := ops.Cast(s, ops.Equal(s, x, yk), x.DType())
-	ties := ops.Sum(s, mask, n.AttrInts("axis"), true)
+	ties := ops.Sum(s, mask, mathAxisAttr(n), true)
 	return []graph.Output{ops.Div(s, ops.Mul(s, mask, dyk), ties)}, nil
 }
 
@@ -128,7 +139,7 @@ func mathProdGrad(s *graph.Scope, n *graph.Node, dys []graph.Output) ([]graph.Ou
 	if err != nil {
 		return nil, err
 	}
-	attr := n.AttrInts("axis")
+	attr := mathAxisAttr(n)
 	zero, one := mathScalar(s, x, 0), mathScalar(s, x, 1)
 	isZero := ops.Equal(s, x, zero)
 	safe := ops.SelectV2(s, isZero, one, x)

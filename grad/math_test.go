@@ -1,12 +1,14 @@
 package grad_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/distflow/distflow/grad"
 	"github.com/distflow/distflow/grad/gradtest"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -113,6 +115,13 @@ func TestMathGradients(t *testing.T) {
 		{Name: "MinAll", Build: sum(ops.Min, nil, false, false), Inputs: []*tensor.Tensor{rnd(39, 3, 4)}},
 		{Name: "MaxDynamic", Build: sum(ops.Max, []int{0}, false, true), Inputs: []*tensor.Tensor{rnd(40, 3, 4)}},
 		{Name: "Prod", Build: sum(ops.Prod, []int{1}, false, false), Inputs: []*tensor.Tensor{rnd(41, 3, 4)}},
+		{Name: "ProdAll", Build: sum(ops.Prod, nil, true, false), Inputs: []*tensor.Tensor{rnd(65, 2, 3)}},
+		{Name: "MaxAllKeepDims", Build: sum(ops.Max, nil, true, false), Inputs: []*tensor.Tensor{rnd(66, 2, 3)}},
+		// An empty axis list reduces nothing, as TensorFlow's axis=[].
+		{Name: "SumNoAxes", Build: sum(ops.Sum, []int{}, false, false), Inputs: []*tensor.Tensor{rnd(67, 2, 3)}},
+		{Name: "MeanNoAxes", Build: sum(ops.Mean, []int{}, true, true), Inputs: []*tensor.Tensor{rnd(68, 2, 3)}},
+		{Name: "MaxNoAxes", Build: sum(ops.Max, []int{}, false, false), Inputs: []*tensor.Tensor{rnd(69, 2, 3)}},
+		{Name: "ProdNoAxes", Build: sum(ops.Prod, []int{}, false, false), Inputs: []*tensor.Tensor{rnd(70, 2, 3)}},
 		{Name: "ProdZeros", Build: sum(ops.Prod, []int{1}, true, false),
 			Inputs: []*tensor.Tensor{tensor.MustFromSlice([]float64{0, 2, 3, 0, 0, 5, 1, 2, 3}, 3, 3)}},
 		{Name: "MatMul", Build: matmul(false, false), Inputs: []*tensor.Tensor{rnd(42, 2, 3), rnd(43, 3, 4)}},
@@ -169,5 +178,43 @@ func TestMathGradientSkipsSumToShape(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("got %d SumToShape nodes, want 1 (for c only)", n)
+	}
+}
+
+// TestMathReduceNoAxesGradient checks that a reduction over an empty axis
+// list, which reduces nothing as TensorFlow's axis=[], passes the incoming
+// gradient through element by element: d/dx sum(w * Sum(x, [])) is w, not
+// sum(w) everywhere as it would be were every axis reduced.
+func TestMathReduceNoAxesGradient(t *testing.T) {
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float64, tensor.MakeShape(-1, 3))
+	wv := tensor.MustFromSlice([]float64{1, 2, 3, 4, 5, 6}, 2, 3)
+	type reduce func(*graph.Scope, graph.Output, []int, bool) graph.Output
+	var losses []graph.Output
+	for _, f := range []reduce{ops.Sum, ops.Mean, ops.Max, ops.Min, ops.Prod} {
+		y := f(s, x, []int{}, true)
+		losses = append(losses, ops.Sum(s, ops.Mul(s, y, ops.Const(s, wv)), nil, false))
+	}
+	var grads []graph.Output
+	for _, l := range losses {
+		g, err := grad.Gradients(s, []graph.Output{l}, []graph.Output{x}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grads = append(grads, g[0])
+	}
+	sess, err := session.New(s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	got, err := sess.Run(context.Background(), map[graph.Output]*tensor.Tensor{x: gradtest.Random(80, 2, 3)}, grads, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range got {
+		if !tensor.Equal(g, wv) {
+			t.Errorf("reduction %d: gradient %v, want %v", i, g, wv)
+		}
 	}
 }

@@ -160,3 +160,46 @@ func TestLargeDimsNotTruncated(t *testing.T) {
 		t.Errorf("Const([]int{2^40, 1}) = %v, want %v", got[1], want)
 	}
 }
+
+// TestReduceAxes checks the reductions' axis lists as TensorFlow 1.x reads
+// them: nil reduces every axis, an empty list none (x itself, keepDims or
+// not), a list the axes it names.
+func TestReduceAxes(t *testing.T) {
+	xv := tensor.MustFromSlice([]float64{1, -2, 3, 4, 5, -6}, 2, 3)
+	type reduce func(*graph.Scope, graph.Output, []int, bool) graph.Output
+	cases := []struct {
+		name string
+		f    reduce
+		axis []int
+		keep bool
+		want *tensor.Tensor
+	}{
+		{"SumNil", ops.Sum, nil, false, tensor.Scalar(5.0)},
+		{"SumNilKeepDims", ops.Sum, nil, true, tensor.MustFromSlice([]float64{5}, 1, 1)},
+		{"SumEmpty", ops.Sum, []int{}, false, xv},
+		{"SumEmptyKeepDims", ops.Sum, []int{}, true, xv},
+		{"SumAxis", ops.Sum, []int{-1}, false, tensor.MustFromSlice([]float64{2, 3}, 2)},
+		{"MeanNil", ops.Mean, nil, false, tensor.Scalar(5.0 / 6)},
+		{"MeanEmpty", ops.Mean, []int{}, false, xv},
+		{"MaxEmpty", ops.Max, []int{}, false, xv},
+		{"MinEmpty", ops.Min, []int{}, false, xv},
+		{"ProdEmpty", ops.Prod, []int{}, false, xv},
+		{"ProdNil", ops.Prod, nil, false, tensor.Scalar(720.0)},
+	}
+	var outs []graph.Output
+	got := fidelityRun(t, func(s *graph.Scope) []graph.Output {
+		x := ops.Const(s, xv)
+		for _, c := range cases {
+			outs = append(outs, c.f(s, x, c.axis, c.keep))
+		}
+		return outs
+	})
+	for i, c := range cases {
+		if !tensor.Equal(got[i], c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, got[i], c.want)
+		}
+		if !outs[i].Shape().IsCompatibleWith(c.want.StaticShape()) {
+			t.Errorf("%s: static shape %v, value shape %v", c.name, outs[i].Shape(), c.want.Shape())
+		}
+	}
+}

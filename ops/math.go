@@ -134,35 +134,50 @@ func AddN(s *graph.Scope, xs ...graph.Output) graph.Output {
 	return s.Out("AddN", "AddN", xs, nil)
 }
 
+// Reductions take their axes as TensorFlow 1.x's reduction_indices: a nil
+// axis reduces every axis, and an empty, non-nil one (TensorFlow's
+// axis=[]) reduces none, returning x unchanged whatever keepDims says.
+// Negative axes count from the end. A list built by appending to a nil
+// slice stays nil when nothing is appended, and so reduces every axis;
+// start it from make([]int, 0) where finding no axis means no reduction.
+//
+// On the graph, the reduction ops' axis attribute cannot tell nil from
+// empty once serialised, and there an empty list means every axis; so a
+// reduction over no axes is built as an Identity node named after the
+// reduction, and a nil axis as the empty attribute.
 func mathReduce(s *graph.Scope, opName string, x graph.Output, axis []int, keepDims bool) graph.Output {
+	if axis != nil && len(axis) == 0 {
+		return s.Out("Identity", opName, []graph.Output{x}, nil)
+	}
 	if axis == nil {
 		axis = []int{}
 	}
 	return s.Out(opName, opName, []graph.Output{x}, map[string]any{"axis": axis, "keep_dims": keepDims})
 }
 
-// Sum returns the sum of x over axis (every axis if empty); keepDims keeps
-// the reduced axes with size 1.
+// Sum returns the sum of x over axis (every axis if nil, none if empty);
+// keepDims keeps the reduced axes with size 1.
 func Sum(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
 	return mathReduce(s, "Sum", x, axis, keepDims)
 }
 
-// Mean returns the mean of x over axis (every axis if empty).
+// Mean returns the mean of x over axis (every axis if nil, none if empty);
+// integer means truncate.
 func Mean(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
 	return mathReduce(s, "Mean", x, axis, keepDims)
 }
 
-// Max returns the maximum of x over axis (every axis if empty).
+// Max returns the maximum of x over axis (every axis if nil, none if empty).
 func Max(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
 	return mathReduce(s, "Max", x, axis, keepDims)
 }
 
-// Min returns the minimum of x over axis (every axis if empty).
+// Min returns the minimum of x over axis (every axis if nil, none if empty).
 func Min(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
 	return mathReduce(s, "Min", x, axis, keepDims)
 }
 
-// Prod returns the product of x over axis (every axis if empty).
+// Prod returns the product of x over axis (every axis if nil, none if empty).
 func Prod(s *graph.Scope, x graph.Output, axis []int, keepDims bool) graph.Output {
 	return mathReduce(s, "Prod", x, axis, keepDims)
 }
