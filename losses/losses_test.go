@@ -84,6 +84,38 @@ func TestGradients(t *testing.T) {
 	}
 }
 
+// TestGradientsUnknownBatch checks the losses' gradients when the batch
+// dimension is known only at run time, as with a model's placeholders:
+// the labels' shape checks and the reshapes of rank-3 logits then work
+// from run-time shapes.
+func TestGradientsUnknownBatch(t *testing.T) {
+	rows := func(shape ...int) tensor.Shape { return tensor.MakeShape(append([]int{-1}, shape...)...) }
+	perExample := func(s *graph.Scope) losses.Option {
+		return losses.Weights(ops.Const(s, tensor.MustFromSlice([]float64{1, 0, 2, 0.5}, 4, 1)))
+	}
+	classes := tensor.MustFromSlice([]int64{2, 0, 1, 1, 0, 2}, 2, 3)
+	for _, c := range []gradtest.Case{
+		{Name: "MeanSquaredErrorNonzeroWeights", Inputs: []*tensor.Tensor{gradtest.Random(21, 4, 3), gradtest.Random(22, 4, 3)},
+			Shapes: []tensor.Shape{rows(3), rows(3)},
+			Build: func(s *graph.Scope, x []graph.Output) graph.Output { return losses.MeanSquaredError(s, x[0], x[1], perExample(s)) }},
+		{Name: "SigmoidCrossEntropyMean", Inputs: []*tensor.Tensor{probabilities(23, 4, 2), gradtest.Random(24, 4, 2)},
+			Shapes: []tensor.Shape{rows(2), rows(2)},
+			Build: func(s *graph.Scope, x []graph.Output) graph.Output {
+				return losses.SigmoidCrossEntropy(s, x[0], x[1], perExample(s), losses.WithReduction(losses.Mean))
+			}},
+		{Name: "SoftmaxCrossEntropyRank3", Inputs: []*tensor.Tensor{distributions(25, 2, 3, 4), gradtest.Random(26, 2, 3, 4)}, Wrt: []int{1},
+			Shapes: []tensor.Shape{rows(3, 4), rows(3, 4)},
+			Build: func(s *graph.Scope, x []graph.Output) graph.Output {
+				return losses.SoftmaxCrossEntropy(s, x[0], x[1], losses.WithReduction(losses.SumOverBatchSize))
+			}},
+		{Name: "SparseSoftmaxCrossEntropyRank3", Inputs: []*tensor.Tensor{classes, gradtest.Random(27, 2, 3, 3)},
+			Shapes: []tensor.Shape{rows(3), rows(3, 3)},
+			Build: func(s *graph.Scope, x []graph.Output) graph.Output { return losses.SparseSoftmaxCrossEntropy(s, x[0], x[1]) }},
+	} {
+		t.Run(c.Name, func(t *testing.T) { gradtest.Check(t, c) })
+	}
+}
+
 func eval(t *testing.T, s *graph.Scope, feeds map[graph.Output]*tensor.Tensor, fetches ...graph.Output) ([]*tensor.Tensor, error) {
 	t.Helper()
 	if err := s.Err(); err != nil {
