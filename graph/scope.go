@@ -3,6 +3,8 @@ package graph
 import (
 	"fmt"
 	"strings"
+
+	"github.com/distflow/distflow/op"
 )
 
 // Scope is where graph-building code adds nodes: it carries a name prefix,
@@ -27,6 +29,10 @@ type Scope struct {
 	deviceFn DeviceFunc
 	control  []*Node
 	err      *deferredErr
+	// capture, set in the scopes of a function being built (FuncBuilder),
+	// maps an input from an enclosing graph to its stand-in in the
+	// function's graph.
+	capture func(Output) (Output, error)
 }
 
 // DeviceFunc chooses the device of a node about to be added, given its spec
@@ -165,6 +171,13 @@ func (s *Scope) AddNode(opName, name string, inputs []Output, attrs map[string]a
 			return nil
 		}
 	}
+	if s.capture != nil {
+		var err error
+		if inputs, err = s.captureInputs(opName, name, inputs); err != nil {
+			s.SetErr(err)
+			return nil
+		}
+	}
 	if name == "" {
 		name = opName
 	}
@@ -178,6 +191,45 @@ func (s *Scope) AddNode(opName, name string, inputs []Output, attrs map[string]a
 	n, err := s.graph.AddNode(spec)
 	s.SetErr(err)
 	return n
+}
+
+// captureInputs replaces the inputs from enclosing graphs by their
+// stand-ins in the function being built; it copies inputs rather than
+// changing the caller's slice.
+func (s *Scope) captureInputs(opName, name string, inputs []Output) ([]Output, error) {
+	var out []Output
+	for i, in := range inputs {
+		if in.Node.g == s.graph {
+			continue
+		}
+		if def, ok := op.Lookup(opName); ok && refArg(def, i) {
+			return nil, fmt.Errorf("graph: %s%s (%s): input %d is the variable %s of an enclosing graph: a function (a loop body, a branch) reads variables but cannot update them", s.prefix, name, opName, i, in.Node.Name())
+		}
+		if out == nil {
+			out = append([]Output(nil), inputs...)
+		}
+		c, err := s.capture(in)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = c
+	}
+	if out == nil {
+		return inputs, nil
+	}
+	return out, nil
+}
+
+// refArg reports whether input i of def is a ref input.
+func refArg(def *op.Def, i int) bool {
+	in := def.Inputs
+	if len(in) == 0 {
+		return false
+	}
+	if i >= len(in) {
+		return in[len(in)-1].Variadic && in[len(in)-1].Ref
+	}
+	return in[i].Ref
 }
 
 // Out is AddNode for single-output ops: it returns output 0, or the zero

@@ -59,7 +59,10 @@ func Unmarshal(b []byte) (*Graph, error) {
 }
 
 // FromProto rebuilds a graph, validating every node as AddNode does.
-func FromProto(gd *pb.GraphDef) (*Graph, error) {
+func FromProto(gd *pb.GraphDef) (*Graph, error) { return fromProto(gd, 0) }
+
+// fromProto is FromProto for a graph nested depth functions deep.
+func fromProto(gd *pb.GraphDef, depth int) (*Graph, error) {
 	if gd.Version > graphVersion {
 		return nil, fmt.Errorf("graph: GraphDef version %d is newer than this build understands (%d)", gd.Version, graphVersion)
 	}
@@ -82,7 +85,7 @@ func FromProto(gd *pb.GraphDef) (*Graph, error) {
 			spec.Inputs = append(spec.Inputs, o)
 		}
 		for k, av := range nd.Attr {
-			v, err := AttrFromProto(av)
+			v, err := attrFromProto(av, depth)
 			if err != nil {
 				return nil, fmt.Errorf("graph: node %q: attribute %q: %w", nd.Name, k, err)
 			}
@@ -136,12 +139,18 @@ func AttrToProto(v any) *pb.AttrValue {
 		return &pb.AttrValue{Value: &pb.AttrValue_Strings{Strings: &pb.AttrValue_StringList{Values: append([]string{}, x...)}}}
 	case *tensor.Tensor:
 		return &pb.AttrValue{Value: &pb.AttrValue_Tensor{Tensor: TensorToProto(x)}}
+	case *Func:
+		return &pb.AttrValue{Value: &pb.AttrValue_Func{Func: funcToProto(x)}}
 	}
 	panic(fmt.Sprintf("graph: attribute of unsupported type %T", v)) // AddNode type-checks attributes
 }
 
 // AttrFromProto converts back to the Go type of the attribute.
-func AttrFromProto(av *pb.AttrValue) (any, error) {
+func AttrFromProto(av *pb.AttrValue) (any, error) { return attrFromProto(av, 0) }
+
+// attrFromProto is AttrFromProto for an attribute of a graph nested depth
+// functions deep.
+func attrFromProto(av *pb.AttrValue, depth int) (any, error) {
 	switch x := av.GetValue().(type) {
 	case *pb.AttrValue_I:
 		return int(x.I), nil
@@ -167,6 +176,8 @@ func AttrFromProto(av *pb.AttrValue) (any, error) {
 		return append([]string{}, x.Strings.GetValues()...), nil
 	case *pb.AttrValue_Tensor:
 		return TensorFromProto(x.Tensor)
+	case *pb.AttrValue_Func:
+		return funcFromProto(x.Func, depth+1)
 	}
 	return nil, fmt.Errorf("empty or unknown attribute value")
 }

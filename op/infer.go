@@ -59,6 +59,9 @@ func (c *InferContext) Tensor(name string) *tensor.Tensor {
 	return v
 }
 
+// Func returns a func attribute (nil if absent).
+func (c *InferContext) Func(name string) Func { v, _ := c.Attrs[name].(Func); return v }
+
 // InputShape returns the shape of input i.
 func (c *InferContext) InputShape(i int) tensor.Shape { return c.Inputs[i].Shape }
 

@@ -23,13 +23,28 @@ const (
 	AttrFloats                      // []float32
 	AttrStrings                     // []string
 	AttrTensor                      // *tensor.Tensor
+	AttrFunc                        // Func (a *graph.Func)
 )
 
 var attrTypeNames = map[AttrType]string{AttrInt: "int", AttrFloat: "float", AttrBool: "bool",
 	AttrString: "string", AttrDType: "dtype", AttrShape: "shape", AttrInts: "list(int)",
-	AttrFloats: "list(float)", AttrStrings: "list(string)", AttrTensor: "tensor"}
+	AttrFloats: "list(float)", AttrStrings: "list(string)", AttrTensor: "tensor",
+	AttrFunc: "func"}
 
 func (t AttrType) String() string { return attrTypeNames[t] }
+
+// Func is the value of an AttrFunc attribute: a subgraph with typed
+// arguments and results, the branch or body of a control-flow op. Package
+// graph implements it (*graph.Func); op sees only its signature, which is
+// what shape inference needs.
+type Func interface {
+	// ArgTypes returns the dtype and shape of each argument, in order.
+	ArgTypes() []TensorInfo
+	// RetTypes returns the dtype and shape of each result, in order.
+	RetTypes() []TensorInfo
+	// IsNil reports whether the value is a nil pointer.
+	IsNil() bool
+}
 
 // Arg declares one input of an op.
 type Arg struct {
@@ -181,6 +196,9 @@ func CheckAttrType(t AttrType, v any) error {
 		_, ok = v.([]string)
 	case AttrTensor:
 		_, ok = v.(*tensor.Tensor)
+	case AttrFunc:
+		f, isFunc := v.(Func)
+		ok = isFunc && f != nil && !f.IsNil()
 	}
 	if !ok {
 		return fmt.Errorf("want %v, got %T", t, v)

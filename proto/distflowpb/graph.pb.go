@@ -215,6 +215,7 @@ type AttrValue struct {
 	//	*AttrValue_Floats
 	//	*AttrValue_Strings
 	//	*AttrValue_Tensor
+	//	*AttrValue_Func
 	Value         isAttrValue_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -347,6 +348,15 @@ func (x *AttrValue) GetTensor() *TensorProto {
 	return nil
 }
 
+func (x *AttrValue) GetFunc() *FunctionDef {
+	if x != nil {
+		if x, ok := x.Value.(*AttrValue_Func); ok {
+			return x.Func
+		}
+	}
+	return nil
+}
+
 type isAttrValue_Value interface {
 	isAttrValue_Value()
 }
@@ -391,6 +401,10 @@ type AttrValue_Tensor struct {
 	Tensor *TensorProto `protobuf:"bytes,10,opt,name=tensor,proto3,oneof"`
 }
 
+type AttrValue_Func struct {
+	Func *FunctionDef `protobuf:"bytes,11,opt,name=func,proto3,oneof"`
+}
+
 func (*AttrValue_I) isAttrValue_Value() {}
 
 func (*AttrValue_F) isAttrValue_Value() {}
@@ -411,6 +425,72 @@ func (*AttrValue_Strings) isAttrValue_Value() {}
 
 func (*AttrValue_Tensor) isAttrValue_Value() {}
 
+func (*AttrValue_Func) isAttrValue_Value() {}
+
+// FunctionDef is a graph with typed arguments and results: the branch or
+// body of a control-flow op (If, While), carried in its attributes so that
+// it travels with the graph. Arguments are Placeholder outputs of graph, fed
+// when the function runs; results are tensors of graph, fetched.
+type FunctionDef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Graph         *GraphDef              `protobuf:"bytes,1,opt,name=graph,proto3" json:"graph,omitempty"`
+	Arg           []string               `protobuf:"bytes,2,rep,name=arg,proto3" json:"arg,omitempty"` // "node:index" of each argument, in order
+	Ret           []string               `protobuf:"bytes,3,rep,name=ret,proto3" json:"ret,omitempty"` // "node:index" of each result, in order
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FunctionDef) Reset() {
+	*x = FunctionDef{}
+	mi := &file_graph_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FunctionDef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FunctionDef) ProtoMessage() {}
+
+func (x *FunctionDef) ProtoReflect() protoreflect.Message {
+	mi := &file_graph_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FunctionDef.ProtoReflect.Descriptor instead.
+func (*FunctionDef) Descriptor() ([]byte, []int) {
+	return file_graph_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *FunctionDef) GetGraph() *GraphDef {
+	if x != nil {
+		return x.Graph
+	}
+	return nil
+}
+
+func (x *FunctionDef) GetArg() []string {
+	if x != nil {
+		return x.Arg
+	}
+	return nil
+}
+
+func (x *FunctionDef) GetRet() []string {
+	if x != nil {
+		return x.Ret
+	}
+	return nil
+}
+
 // NodeDef is one node. Inputs are "name:index" for data edges and "^name"
 // for control dependencies, which come after the data inputs.
 type NodeDef struct {
@@ -426,7 +506,7 @@ type NodeDef struct {
 
 func (x *NodeDef) Reset() {
 	*x = NodeDef{}
-	mi := &file_graph_proto_msgTypes[3]
+	mi := &file_graph_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +518,7 @@ func (x *NodeDef) String() string {
 func (*NodeDef) ProtoMessage() {}
 
 func (x *NodeDef) ProtoReflect() protoreflect.Message {
-	mi := &file_graph_proto_msgTypes[3]
+	mi := &file_graph_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +531,7 @@ func (x *NodeDef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDef.ProtoReflect.Descriptor instead.
 func (*NodeDef) Descriptor() ([]byte, []int) {
-	return file_graph_proto_rawDescGZIP(), []int{3}
+	return file_graph_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NodeDef) GetName() string {
@@ -498,7 +578,7 @@ type NameList struct {
 
 func (x *NameList) Reset() {
 	*x = NameList{}
-	mi := &file_graph_proto_msgTypes[4]
+	mi := &file_graph_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +590,7 @@ func (x *NameList) String() string {
 func (*NameList) ProtoMessage() {}
 
 func (x *NameList) ProtoReflect() protoreflect.Message {
-	mi := &file_graph_proto_msgTypes[4]
+	mi := &file_graph_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +603,7 @@ func (x *NameList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NameList.ProtoReflect.Descriptor instead.
 func (*NameList) Descriptor() ([]byte, []int) {
-	return file_graph_proto_rawDescGZIP(), []int{4}
+	return file_graph_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NameList) GetNames() []string {
@@ -546,7 +626,7 @@ type GraphDef struct {
 
 func (x *GraphDef) Reset() {
 	*x = GraphDef{}
-	mi := &file_graph_proto_msgTypes[5]
+	mi := &file_graph_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +638,7 @@ func (x *GraphDef) String() string {
 func (*GraphDef) ProtoMessage() {}
 
 func (x *GraphDef) ProtoReflect() protoreflect.Message {
-	mi := &file_graph_proto_msgTypes[5]
+	mi := &file_graph_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +651,7 @@ func (x *GraphDef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GraphDef.ProtoReflect.Descriptor instead.
 func (*GraphDef) Descriptor() ([]byte, []int) {
-	return file_graph_proto_rawDescGZIP(), []int{5}
+	return file_graph_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GraphDef) GetVersion() int32 {
@@ -604,7 +684,7 @@ type AttrValue_IntList struct {
 
 func (x *AttrValue_IntList) Reset() {
 	*x = AttrValue_IntList{}
-	mi := &file_graph_proto_msgTypes[6]
+	mi := &file_graph_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +696,7 @@ func (x *AttrValue_IntList) String() string {
 func (*AttrValue_IntList) ProtoMessage() {}
 
 func (x *AttrValue_IntList) ProtoReflect() protoreflect.Message {
-	mi := &file_graph_proto_msgTypes[6]
+	mi := &file_graph_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +728,7 @@ type AttrValue_FloatList struct {
 
 func (x *AttrValue_FloatList) Reset() {
 	*x = AttrValue_FloatList{}
-	mi := &file_graph_proto_msgTypes[7]
+	mi := &file_graph_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +740,7 @@ func (x *AttrValue_FloatList) String() string {
 func (*AttrValue_FloatList) ProtoMessage() {}
 
 func (x *AttrValue_FloatList) ProtoReflect() protoreflect.Message {
-	mi := &file_graph_proto_msgTypes[7]
+	mi := &file_graph_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +772,7 @@ type AttrValue_StringList struct {
 
 func (x *AttrValue_StringList) Reset() {
 	*x = AttrValue_StringList{}
-	mi := &file_graph_proto_msgTypes[8]
+	mi := &file_graph_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +784,7 @@ func (x *AttrValue_StringList) String() string {
 func (*AttrValue_StringList) ProtoMessage() {}
 
 func (x *AttrValue_StringList) ProtoReflect() protoreflect.Message {
-	mi := &file_graph_proto_msgTypes[8]
+	mi := &file_graph_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +819,7 @@ const file_graph_proto_rawDesc = "" +
 	"\vTensorProto\x12(\n" +
 	"\x05dtype\x18\x01 \x01(\x0e2\x12.distflow.DataTypeR\x05dtype\x12\x12\n" +
 	"\x04dims\x18\x02 \x03(\x03R\x04dims\x12\x18\n" +
-	"\acontent\x18\x03 \x01(\fR\acontent\"\xf3\x03\n" +
+	"\acontent\x18\x03 \x01(\fR\acontent\"\xa0\x04\n" +
 	"\tAttrValue\x12\x0e\n" +
 	"\x01i\x18\x01 \x01(\x03H\x00R\x01i\x12\x0e\n" +
 	"\x01f\x18\x02 \x01(\x02H\x00R\x01f\x12\x0e\n" +
@@ -751,7 +831,8 @@ const file_graph_proto_rawDesc = "" +
 	"\x06floats\x18\b \x01(\v2\x1d.distflow.AttrValue.FloatListH\x00R\x06floats\x12:\n" +
 	"\astrings\x18\t \x01(\v2\x1e.distflow.AttrValue.StringListH\x00R\astrings\x12/\n" +
 	"\x06tensor\x18\n" +
-	" \x01(\v2\x15.distflow.TensorProtoH\x00R\x06tensor\x1a!\n" +
+	" \x01(\v2\x15.distflow.TensorProtoH\x00R\x06tensor\x12+\n" +
+	"\x04func\x18\v \x01(\v2\x15.distflow.FunctionDefH\x00R\x04func\x1a!\n" +
 	"\aIntList\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\x03R\x06values\x1a#\n" +
 	"\tFloatList\x12\x16\n" +
@@ -759,7 +840,11 @@ const file_graph_proto_rawDesc = "" +
 	"\n" +
 	"StringList\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\tR\x06valuesB\a\n" +
-	"\x05value\"\xda\x01\n" +
+	"\x05value\"[\n" +
+	"\vFunctionDef\x12(\n" +
+	"\x05graph\x18\x01 \x01(\v2\x12.distflow.GraphDefR\x05graph\x12\x10\n" +
+	"\x03arg\x18\x02 \x03(\tR\x03arg\x12\x10\n" +
+	"\x03ret\x18\x03 \x03(\tR\x03ret\"\xda\x01\n" +
 	"\aNodeDef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\tR\x02op\x12\x14\n" +
@@ -803,39 +888,42 @@ func file_graph_proto_rawDescGZIP() []byte {
 }
 
 var file_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_graph_proto_goTypes = []any{
 	(DataType)(0),                // 0: distflow.DataType
 	(*ShapeProto)(nil),           // 1: distflow.ShapeProto
 	(*TensorProto)(nil),          // 2: distflow.TensorProto
 	(*AttrValue)(nil),            // 3: distflow.AttrValue
-	(*NodeDef)(nil),              // 4: distflow.NodeDef
-	(*NameList)(nil),             // 5: distflow.NameList
-	(*GraphDef)(nil),             // 6: distflow.GraphDef
-	(*AttrValue_IntList)(nil),    // 7: distflow.AttrValue.IntList
-	(*AttrValue_FloatList)(nil),  // 8: distflow.AttrValue.FloatList
-	(*AttrValue_StringList)(nil), // 9: distflow.AttrValue.StringList
-	nil,                          // 10: distflow.NodeDef.AttrEntry
-	nil,                          // 11: distflow.GraphDef.CollectionsEntry
+	(*FunctionDef)(nil),          // 4: distflow.FunctionDef
+	(*NodeDef)(nil),              // 5: distflow.NodeDef
+	(*NameList)(nil),             // 6: distflow.NameList
+	(*GraphDef)(nil),             // 7: distflow.GraphDef
+	(*AttrValue_IntList)(nil),    // 8: distflow.AttrValue.IntList
+	(*AttrValue_FloatList)(nil),  // 9: distflow.AttrValue.FloatList
+	(*AttrValue_StringList)(nil), // 10: distflow.AttrValue.StringList
+	nil,                          // 11: distflow.NodeDef.AttrEntry
+	nil,                          // 12: distflow.GraphDef.CollectionsEntry
 }
 var file_graph_proto_depIdxs = []int32{
 	0,  // 0: distflow.TensorProto.dtype:type_name -> distflow.DataType
 	0,  // 1: distflow.AttrValue.type:type_name -> distflow.DataType
 	1,  // 2: distflow.AttrValue.shape:type_name -> distflow.ShapeProto
-	7,  // 3: distflow.AttrValue.ints:type_name -> distflow.AttrValue.IntList
-	8,  // 4: distflow.AttrValue.floats:type_name -> distflow.AttrValue.FloatList
-	9,  // 5: distflow.AttrValue.strings:type_name -> distflow.AttrValue.StringList
+	8,  // 3: distflow.AttrValue.ints:type_name -> distflow.AttrValue.IntList
+	9,  // 4: distflow.AttrValue.floats:type_name -> distflow.AttrValue.FloatList
+	10, // 5: distflow.AttrValue.strings:type_name -> distflow.AttrValue.StringList
 	2,  // 6: distflow.AttrValue.tensor:type_name -> distflow.TensorProto
-	10, // 7: distflow.NodeDef.attr:type_name -> distflow.NodeDef.AttrEntry
-	4,  // 8: distflow.GraphDef.node:type_name -> distflow.NodeDef
-	11, // 9: distflow.GraphDef.collections:type_name -> distflow.GraphDef.CollectionsEntry
-	3,  // 10: distflow.NodeDef.AttrEntry.value:type_name -> distflow.AttrValue
-	5,  // 11: distflow.GraphDef.CollectionsEntry.value:type_name -> distflow.NameList
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	4,  // 7: distflow.AttrValue.func:type_name -> distflow.FunctionDef
+	7,  // 8: distflow.FunctionDef.graph:type_name -> distflow.GraphDef
+	11, // 9: distflow.NodeDef.attr:type_name -> distflow.NodeDef.AttrEntry
+	5,  // 10: distflow.GraphDef.node:type_name -> distflow.NodeDef
+	12, // 11: distflow.GraphDef.collections:type_name -> distflow.GraphDef.CollectionsEntry
+	3,  // 12: distflow.NodeDef.AttrEntry.value:type_name -> distflow.AttrValue
+	6,  // 13: distflow.GraphDef.CollectionsEntry.value:type_name -> distflow.NameList
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_graph_proto_init() }
@@ -854,6 +942,7 @@ func file_graph_proto_init() {
 		(*AttrValue_Floats)(nil),
 		(*AttrValue_Strings)(nil),
 		(*AttrValue_Tensor)(nil),
+		(*AttrValue_Func)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -861,7 +950,7 @@ func file_graph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_graph_proto_rawDesc), len(file_graph_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
