@@ -97,7 +97,9 @@ func TestGradientsUnknownBatch(t *testing.T) {
 	for _, c := range []gradtest.Case{
 		{Name: "MeanSquaredErrorNonzeroWeights", Inputs: []*tensor.Tensor{gradtest.Random(21, 4, 3), gradtest.Random(22, 4, 3)},
 			Shapes: []tensor.Shape{rows(3), rows(3)},
-			Build: func(s *graph.Scope, x []graph.Output) graph.Output { return losses.MeanSquaredError(s, x[0], x[1], perExample(s)) }},
+			Build: func(s *graph.Scope, x []graph.Output) graph.Output {
+				return losses.MeanSquaredError(s, x[0], x[1], perExample(s))
+			}},
 		{Name: "SigmoidCrossEntropyMean", Inputs: []*tensor.Tensor{probabilities(23, 4, 2), gradtest.Random(24, 4, 2)},
 			Shapes: []tensor.Shape{rows(2), rows(2)},
 			Build: func(s *graph.Scope, x []graph.Output) graph.Output {
@@ -110,7 +112,9 @@ func TestGradientsUnknownBatch(t *testing.T) {
 			}},
 		{Name: "SparseSoftmaxCrossEntropyRank3", Inputs: []*tensor.Tensor{classes, gradtest.Random(27, 2, 3, 3)},
 			Shapes: []tensor.Shape{rows(3), rows(3, 3)},
-			Build: func(s *graph.Scope, x []graph.Output) graph.Output { return losses.SparseSoftmaxCrossEntropy(s, x[0], x[1]) }},
+			Build: func(s *graph.Scope, x []graph.Output) graph.Output {
+				return losses.SparseSoftmaxCrossEntropy(s, x[0], x[1])
+			}},
 	} {
 		t.Run(c.Name, func(t *testing.T) { gradtest.Check(t, c) })
 	}
