@@ -114,6 +114,14 @@ type Options struct {
 	// on it may hold together (TensorFlow's per_process_gpu_memory_fraction);
 	// 0 means 0.9.
 	MemoryFraction float64
+	// AllowTF32 lets float32 products and convolutions run on TF32 tensor
+	// cores where the platform has them (cuBLAS's math mode on CUDA):
+	// several times faster on Ampere and later, with inputs rounded to 10
+	// bits of mantissa, so results are no longer within the conformance
+	// suite's tolerance of the CPU's. Off by default, for exactness, as
+	// PyTorch's torch.backends.cuda.matmul.allow_tf32; on CUDA the
+	// environment's DISTFLOW_CUDA_TF32=1 turns it on as well.
+	AllowTF32 bool
 }
 
 // Validate checks o.

@@ -10,7 +10,9 @@
 # ignored by git: the device tool takes it with carry: ["bin/gpu"]. Without
 # --build it prints the GPU (nvidia-smi) and the CUDA libraries it finds,
 # runs the test binaries verbosely (the conformance suite on the GPU, once
-# with cuBLAS and MatMul once more with the package's own GEMM kernel), runs
+# with cuBLAS and MatMul and the convolutions once more with the package's
+# own GEMM kernel; the products and convolutions with TF32; the
+# convolutions' benchmark), runs
 # `distflow devices`, trains linreg, mlp and cnn on the CPU and on one GPU
 # and compares their results, times BenchmarkTrainStep on the GPU beside
 # bench/torch_gpu.py (PyTorch eager on the same card), and ends with one
@@ -176,7 +178,13 @@ else
 		step "$name on the GPU" 240 bash -c "cd '$dir' && '$WORK/$name' -test.v -test.count=1 -test.short -test.timeout=230s 2>&1 | tee '$WORK/$name.log'; exit \${PIPESTATUS[0]}"
 		no_gpu_skip
 		if [ "$name" = device_cuda.test ]; then
-			step "$name (MatMul on the own GEMM kernel)" 60 bash -c "cd '$dir' && DISTFLOW_CUDA_NO_CUBLAS=1 '$WORK/$name' -test.v -test.count=1 -test.short -test.run 'TestConformance/Kernels/MatMul' -test.timeout=50s"
+			# The products and GEMM convolutions once more on the
+			# package's own GEMM kernel instead of cuBLAS.
+			step "$name (MatMul and Conv2D* on the own GEMM kernel)" 60 bash -c "cd '$dir' && DISTFLOW_CUDA_NO_CUBLAS=1 '$WORK/$name' -test.v -test.count=1 -test.short -test.run 'TestConformance/Kernels/(MatMul|Conv2D)' -test.timeout=50s"
+			no_gpu_skip
+			# The im2col convolutions' speed on the card, FP32 and TF32
+			# (TestConformanceTF32, in the run above, checks TF32's results).
+			step "$name BenchmarkConv2D" 120 bash -c "cd '$dir' && '$WORK/$name' -test.run '^$' -test.bench Conv2D -test.benchtime 50x -test.timeout=110s"
 			no_gpu_skip
 		fi
 	done <"$BIN/tests.txt"

@@ -68,7 +68,8 @@ func (b *cublas) newHandle(dev string, stream uintptr, tf32 bool) (uintptr, erro
 }
 
 // gemm is one row-major product C = op(A) op(B) of m x k by k x n
-// matrices, batch times at the given element strides.
+// matrices, batch times at the given element strides; with accumulate,
+// C += op(A) op(B) (cuBLAS's beta = 1).
 type gemm struct {
 	transA, transB   bool
 	m, n, k          int
@@ -76,6 +77,7 @@ type gemm struct {
 	batch            int
 	strideA, strideB int64
 	strideC          int64
+	accumulate       bool
 }
 
 // sgemm runs g on handle h. cuBLAS is column-major: a row-major matrix is
@@ -92,6 +94,9 @@ func (b *cublas) sgemm(dev string, h uintptr, g gemm) error {
 	}
 	alpha, beta := new(float32), new(float32)
 	*alpha = 1
+	if g.accumulate {
+		*beta = 1
+	}
 	if g.batch <= 1 {
 		err := b.check(dev, "cublasSgemm_v2", ccall(b.cublasSgemm, h, opB, opA,
 			uintptr(g.n), uintptr(g.m), uintptr(g.k), uintptr(unsafe.Pointer(alpha)),

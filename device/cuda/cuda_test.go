@@ -362,8 +362,8 @@ func launchedKernels() []string {
 			names = append(names, op+"_"+s)
 		}
 	}
-	names = append(names, "equal_bool", "sigmoid_f32", "sigmoid_grad_f32", "gemm_f32", "conv2d_f32",
-		"conv2d_backprop_input_f32", "conv2d_backprop_filter_f32", "max_pool_f32", "max_pool_grad_f32",
+	names = append(names, "equal_bool", "sigmoid_f32", "sigmoid_grad_f32", "gemm_f32", "im2col_f32",
+		"col2im_f32", "max_pool_f32", "max_pool_grad_f32",
 		"sparse_xent_f32_i32", "sparse_xent_f32_i64")
 	for _, b := range []string{"1", "2", "4", "8"} {
 		names = append(names, "fill_b"+b, "bcast_b"+b)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -25,13 +24,14 @@ type Device struct {
 	blasMu sync.Mutex
 	blas   uintptr // cuBLAS handle bound to the stream, made on first use
 	noBlas bool    // cuBLAS cannot be used: MatMul runs the own kernel
+	tf32   bool    // cuBLAS may use TF32 tensor cores (device.Options.AllowTF32)
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-func newDevice(p *Platform, c *card, name string, limit int64) (*Device, error) {
-	d := &Device{card: c, info: device.Info{
+func newDevice(p *Platform, c *card, name string, limit int64, tf32 bool) (*Device, error) {
+	d := &Device{card: c, tf32: tf32, info: device.Info{
 		Name: name, Platform: Name, Model: c.info.name, Physical: c.ordinal,
 		TotalBytes: c.info.total, LimitBytes: limit,
 		Capability: fmt.Sprintf("%d.%d", c.info.major, c.info.minor),
@@ -101,7 +101,7 @@ func (d *Device) cublasHandle() (b *cublas, h uintptr, ok bool) {
 	if err == nil && d.blas == 0 {
 		err = d.card.do(d.info.Name, func() error {
 			var herr error
-			d.blas, herr = b.newHandle(d.info.Name, d.stream.h, os.Getenv("DISTFLOW_CUDA_TF32") == "1")
+			d.blas, herr = b.newHandle(d.info.Name, d.stream.h, d.tf32)
 			return herr
 		})
 	}

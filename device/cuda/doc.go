@@ -20,10 +20,19 @@
 // environments (where pip puts cuBLAS and NVRTC), newest major version
 // first. A library that is missing gives an error wrapping
 // device.ErrUnavailable that names it and every place searched. Without
-// cuBLAS (or with DISTFLOW_CUDA_NO_CUBLAS set) MatMul runs a tiled kernel
-// of the package's own. cuBLAS computes in FP32; DISTFLOW_CUDA_TF32=1 opts
-// in to TF32 tensor cores, faster but no longer within the conformance
-// suite's 1e-5 of the CPU.
+// cuBLAS (or with DISTFLOW_CUDA_NO_CUBLAS set) the products of MatMul and
+// the convolutions run a tiled kernel of the package's own.
+//
+// # TF32
+//
+// cuBLAS computes in FP32 by default (CUBLAS_DEFAULT_MATH), so products
+// and convolutions agree with the CPU's to float32 rounding.
+// device.Options.AllowTF32, or DISTFLOW_CUDA_TF32=1 in the environment,
+// opts in to TF32 tensor cores (CUBLAS_TF32_TENSOR_OP_MATH) on every
+// device opened: on Ampere and later several times faster, but with the
+// inputs rounded to 10 bits of mantissa, no longer within the conformance
+// suite's 1e-5 of the CPU. This is PyTorch's allow_tf32, off by default
+// for the same reason.
 //
 // # Devices
 //
@@ -67,9 +76,16 @@
 // Every op of device.Ops has a kernel, for float32 and where the op takes
 // or gives them int32, int64 and bool: element-wise ops broadcast by
 // strides over up to six merged axes; reductions give one block per output
-// element and sum floats in double; convolutions and pooling are direct
-// NHWC kernels (no im2col scratch) and MaxPoolGrad gathers rather than
-// scatters, so results do not depend on scheduling. A label out of range
+// element and sum floats in double. Convolutions (NHWC, filters HWIO) are
+// GEMMs: Conv2D copies each chunk of images into an im2col matrix in
+// scratch memory (at most 64 MiB, chunk by chunk for larger batches) and
+// multiplies it by the filter on cuBLAS; Conv2DBackpropInput multiplies
+// the output gradient by the filter's transpose and folds the columns
+// back (col2im, a gather); Conv2DBackpropFilter multiplies the im2col
+// matrix's transpose by the output gradient, accumulating over chunks. A
+// 1x1 filter at stride 1 without padding is one product, without copies.
+// Pooling is direct, and MaxPoolGrad and col2im gather rather than
+// scatter, so results do not depend on scheduling. A label out of range
 // in SparseSoftmaxCrossEntropyWithLogits gives NaN in its row, as
 // TensorFlow's GPU kernel does, since checking it would need a
 // synchronisation; integer division by zero gives 0.

@@ -340,3 +340,57 @@ func TestMain(m *testing.M) {
 
 // builtLibs are the libraries buildEmu made in this process.
 var builtLibs []string
+
+// TestEmulatedConvChunks runs the convolution cases with an im2col scratch
+// bound of a few kilobytes, so that every non-1x1 convolution runs in
+// several chunks of images (Conv2DBackpropFilter summing over them).
+func TestEmulatedConvChunks(t *testing.T) {
+	p := &emuPlatform{launch: emuLibrary(t)}
+	saved := convScratch
+	convScratch = 4 << 10
+	defer func() { convScratch = saved }()
+	devs, err := p.Open(device.Options{Count: 1, MemoryLimit: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := devs[0]
+	defer d.Close()
+	n := 0
+	for _, c := range devicetest.Cases() {
+		if !strings.HasPrefix(c.Op, "Conv2D") {
+			continue
+		}
+		n++
+		if msg, err := devicetest.Check(d, c); err != nil {
+			t.Errorf("%v: %v", c, err)
+		} else if msg != "" {
+			t.Errorf("%v: %s", c, msg)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no convolution cases")
+	}
+	// Launches of a prepared case (as BenchmarkConv2D times them) leave
+	// nothing allocated.
+	for _, c := range devicetest.Cases() {
+		if c.Op != "Conv2DBackpropFilter" {
+			continue
+		}
+		run, err := devicetest.Prepare(d, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := run.Launch(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := run.Close(); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	if st := d.Allocator().Stats(); st.Live != 0 {
+		t.Errorf("%d allocations left live", st.Live)
+	}
+}

@@ -213,3 +213,32 @@ func TestFakeCaptureKernels(t *testing.T) {
 		t.Errorf("Synchronize after a failed capture: %v", err)
 	}
 }
+
+// TestFakeTF32 opens a device with device.Options.AllowTF32: its cuBLAS
+// handle computes in TF32 tensor-op math, and the convolutions and
+// products still run (the fake cuBLAS computes in FP32 whatever the mode).
+func TestFakeTF32(t *testing.T) {
+	t.Setenv("DISTFLOW_CUDA_LIB_PATH", fakeDir(t))
+	p := &Platform{}
+	devs, err := p.Open(device.Options{Count: 1, MemoryLimit: 64 << 20, AllowTF32: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := devs[0]
+	defer d.Close()
+	for _, c := range devicetest.Cases() {
+		if c.Op != "Conv2D" && c.Op != "MatMul" {
+			continue
+		}
+		if msg, err := devicetest.Check(d, c); err != nil || msg != "" {
+			t.Errorf("%v: %v %s", c, err, msg)
+		}
+	}
+	mode, err := dlsym(p.blas.lib.handle, "fake_cublas_math_mode")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := int32(ccall(mode)); m != cublasTF32TensorOpMath {
+		t.Errorf("cuBLAS math mode %d with AllowTF32, want TF32 (%d)", m, cublasTF32TensorOpMath)
+	}
+}

@@ -508,25 +508,45 @@ func matMul(n *graph.Node) (launchFunc, error) {
 		if m > maxInt32 || nn > maxInt32 || k > maxInt32 || batch > 65535 {
 			return fmt.Errorf("a product of %d x %d by %d x %d, %d times, is too large for one GEMM", m, k, k, nn, batch)
 		}
-		g := gemm{transA: ta, transB: tb, m: m, n: nn, k: k, a: uint64(a.Buf.Ptr), b: uint64(b.Buf.Ptr), c: uint64(out.Buf.Ptr),
-			batch: batch, strideA: int64(m) * int64(k), strideB: int64(k) * int64(nn), strideC: int64(m) * int64(nn)}
-		if done, err := l.sgemm(g); done || err != nil {
+		return runGemm(l, gemm{transA: ta, transB: tb, m: m, n: nn, k: k, a: uint64(a.Buf.Ptr), b: uint64(b.Buf.Ptr), c: uint64(out.Buf.Ptr),
+			batch: batch, strideA: int64(m) * int64(k), strideB: int64(k) * int64(nn), strideC: int64(m) * int64(nn)})
+	}, nil
+}
+
+// maxGemmRows is the most rows of C one launch of gemm_f32 computes: its
+// grid's y dimension is limited to 65535 tiles.
+const maxGemmRows = 65535 * gemmTile
+
+// runGemm enqueues g on cuBLAS, or on the package's gemm_f32 kernel where
+// cuBLAS is not loaded, splitting a product of too many rows for one grid
+// into launches of maxGemmRows rows (of a row-major op(A) = A only).
+func runGemm(l launcher, g gemm) error {
+	if done, err := l.sgemm(g); done || err != nil {
+		return err
+	}
+	if g.m > maxGemmRows && (g.transA || g.batch > 1) {
+		return fmt.Errorf("a product of %d rows is too large for the GEMM kernel", g.m)
+	}
+	ti, tj, acc := int32(0), int32(0), int32(0)
+	if g.transA {
+		ti = 1
+	}
+	if g.transB {
+		tj = 1
+	}
+	if g.accumulate {
+		acc = 1
+	}
+	for r0 := 0; r0 < g.m; r0 += maxGemmRows {
+		rows := min(g.m-r0, maxGemmRows)
+		grid := [3]uint32{uint32((g.n + gemmTile - 1) / gemmTile), uint32((rows + gemmTile - 1) / gemmTile), uint32(max(g.batch, 1))}
+		a, c := device.Ptr(g.a).Add(4*int64(r0)*int64(g.k)), device.Ptr(g.c).Add(4*int64(r0)*int64(g.n))
+		if err := l.launch("gemm_f32", grid, [3]uint32{gemmTile, gemmTile, 1}, a, device.Ptr(g.b), c,
+			int64(rows), int64(g.n), int64(g.k), ti, tj, g.strideA, g.strideB, g.strideC, acc); err != nil {
 			return err
 		}
-		grid := [3]uint32{uint32((nn + gemmTile - 1) / gemmTile), uint32((m + gemmTile - 1) / gemmTile), uint32(batch)}
-		if grid[1] > 65535 {
-			return fmt.Errorf("a product of %d rows is too large for the GEMM kernel", m)
-		}
-		ti, tj := int32(0), int32(0)
-		if ta {
-			ti = 1
-		}
-		if tb {
-			tj = 1
-		}
-		return l.launch("gemm_f32", grid, [3]uint32{gemmTile, gemmTile, 1}, a.Buf.Ptr, b.Buf.Ptr, out.Buf.Ptr,
-			int64(m), int64(nn), int64(k), ti, tj, g.strideA, g.strideB, g.strideC)
-	}, nil
+	}
+	return nil
 }
 
 // window reads the strides (and, for pooling, ksize) and padding
@@ -581,6 +601,12 @@ func geometry(in []int, kh, kw, co int, w window, withCo bool) (words, []int, er
 	return g, []int{in[0], oh, ow, outC}, nil
 }
 
+// convScratch bounds the im2col matrix of one chunk of images, in bytes: a
+// convolution over a larger batch runs chunk by chunk through one scratch
+// buffer, which the stream's order lets each chunk reuse. A variable only
+// so that the tests can make chunks of a few images.
+var convScratch int64 = 64 << 20
+
 func conv(name string) func(n *graph.Node) (launchFunc, error) {
 	return func(n *graph.Node) (launchFunc, error) {
 		w, err := readWindow(n, false)
@@ -617,32 +643,142 @@ func conv(name string) func(n *graph.Node) (launchFunc, error) {
 			if err != nil {
 				return err
 			}
+			if name == "Conv2D" {
+				err = checkOut(out, outShape)
+			} else if !slices.Equal(dy.Shape, outShape) {
+				err = fmt.Errorf("out_backprop %v does not match the forward output shape %v", dy.Shape, outShape)
+			}
+			if err != nil {
+				return err
+			}
+			cv := convPlan{g: g, oh: outShape[1], ow: outShape[2]}
+			if n64(out) == 0 {
+				return nil
+			}
 			switch name {
 			case "Conv2D":
-				if err := checkOut(out, outShape); err != nil {
-					return err
-				}
-				if n := n64(out); n > 0 {
-					return l.launch("conv2d_f32", grid1(n), block1, x.Buf.Ptr, f.Buf.Ptr, out.Buf.Ptr, g)
-				}
+				return cv.forward(c, l, x, f, out)
 			case "Conv2DBackpropInput":
-				if !slices.Equal(dy.Shape, outShape) {
-					return fmt.Errorf("out_backprop %v does not match the forward output shape %v", dy.Shape, outShape)
-				}
-				if n := n64(out); n > 0 {
-					return l.launch("conv2d_backprop_input_f32", grid1(n), block1, dy.Buf.Ptr, f.Buf.Ptr, out.Buf.Ptr, g)
-				}
-			default:
-				if !slices.Equal(dy.Shape, outShape) {
-					return fmt.Errorf("out_backprop %v does not match the forward output shape %v", dy.Shape, outShape)
-				}
-				if n := n64(out); n > 0 {
-					return l.launch("conv2d_backprop_filter_f32", gridRows(n), block1, x.Buf.Ptr, dy.Buf.Ptr, out.Buf.Ptr, g)
-				}
+				return cv.backpropInput(c, l, dy, f, out)
 			}
-			return nil
+			return cv.backpropFilter(c, l, x, dy, out)
 		}, nil
 	}
+}
+
+// convPlan is a convolution as GEMMs (see kernels/nn.cu): g is struct Conv
+// of the whole batch.
+type convPlan struct {
+	g      words
+	oh, ow int
+}
+
+// The fields of struct Conv in g.
+const (
+	convN = iota
+	convH
+	convW
+	convC
+	convKH
+	convKW
+	convCO
+	convSH
+	convSW
+	convPT
+	convPL
+)
+
+// k is the length of an im2col row: kh * kw * c.
+func (p convPlan) k() int { return int(p.g[convKH] * p.g[convKW] * p.g[convC]) }
+
+// direct reports whether the input is its own im2col matrix: a 1x1 filter
+// at stride 1 without padding, where the convolution is one product.
+func (p convPlan) direct() bool {
+	return p.g[convKH] == 1 && p.g[convKW] == 1 && p.g[convSH] == 1 && p.g[convSW] == 1 && p.g[convPT] == 0 && p.g[convPL] == 0
+}
+
+// chunks calls f for each chunk of images [n0, n0+nb), with the plan's
+// struct Conv for the chunk and the scratch buffer for its im2col matrix
+// (of nb*oh*ow rows of k()): as many images as convScratch holds, at least
+// one, and no more rows than one GEMM launch takes.
+func (p convPlan) chunks(c *device.Context, f func(n0, nb int, g words, cols device.Ptr) error) error {
+	n, rows := int(p.g[convN]), p.oh*p.ow
+	rowBytes := int64(rows) * int64(p.k()) * 4
+	per := max(1, min(int(convScratch/max(rowBytes, 1)), maxGemmRows/max(rows, 1), n))
+	if c.Scratch == nil {
+		return fmt.Errorf("the launch has no scratch memory for the im2col matrix")
+	}
+	cols, err := c.Scratch(int64(per) * rowBytes)
+	if err != nil {
+		return err
+	}
+	for n0 := 0; n0 < n; n0 += per {
+		nb := min(per, n-n0)
+		g := slices.Clone(p.g)
+		g[convN] = int64(nb)
+		if err := f(n0, nb, g, cols); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forward is Conv2D: y = im2col(x) f.
+func (p convPlan) forward(c *device.Context, l launcher, x, f, y *device.Tensor) error {
+	n, co := int(p.g[convN]), int(p.g[convCO])
+	rows, K := p.oh*p.ow, p.k()
+	if p.direct() {
+		return runGemm(l, gemm{m: n * rows, n: co, k: K, a: uint64(x.Buf.Ptr), b: uint64(f.Buf.Ptr), c: uint64(y.Buf.Ptr), batch: 1})
+	}
+	inImage := 4 * p.g[convH] * p.g[convW] * p.g[convC]
+	return p.chunks(c, func(n0, nb int, g words, cols device.Ptr) error {
+		m := nb * rows
+		if err := l.launch("im2col_f32", grid1(int64(m)*int64(K)), block1, x.Buf.Ptr.Add(int64(n0)*inImage), cols, g); err != nil {
+			return err
+		}
+		return runGemm(l, gemm{m: m, n: co, k: K, a: uint64(cols), b: uint64(f.Buf.Ptr),
+			c: uint64(y.Buf.Ptr.Add(4 * int64(n0) * int64(rows) * int64(co))), batch: 1})
+	})
+}
+
+// backpropInput is Conv2DBackpropInput: dx = col2im(dy f^T).
+func (p convPlan) backpropInput(c *device.Context, l launcher, dy, f, dx *device.Tensor) error {
+	n, co := int(p.g[convN]), int(p.g[convCO])
+	rows, K := p.oh*p.ow, p.k()
+	if p.direct() {
+		return runGemm(l, gemm{transB: true, m: n * rows, n: K, k: co, a: uint64(dy.Buf.Ptr), b: uint64(f.Buf.Ptr), c: uint64(dx.Buf.Ptr), batch: 1})
+	}
+	inImage := 4 * p.g[convH] * p.g[convW] * p.g[convC]
+	return p.chunks(c, func(n0, nb int, g words, cols device.Ptr) error {
+		m := nb * rows
+		if err := runGemm(l, gemm{transB: true, m: m, n: K, k: co, a: uint64(dy.Buf.Ptr.Add(4 * int64(n0) * int64(rows) * int64(co))),
+			b: uint64(f.Buf.Ptr), c: uint64(cols), batch: 1}); err != nil {
+			return err
+		}
+		return l.launch("col2im_f32", grid1(int64(nb)*inImage/4), block1, cols, dx.Buf.Ptr.Add(int64(n0)*inImage), g)
+	})
+}
+
+// backpropFilter is Conv2DBackpropFilter: df = im2col(x)^T dy, summed over
+// the chunks.
+func (p convPlan) backpropFilter(c *device.Context, l launcher, x, dy, df *device.Tensor) error {
+	n, co := int(p.g[convN]), int(p.g[convCO])
+	rows, K := p.oh*p.ow, p.k()
+	if n*rows == 0 {
+		return l.Stream().Zero(df.Buf.Ptr, df.Bytes())
+	}
+	if p.direct() {
+		return runGemm(l, gemm{transA: true, m: K, n: co, k: n * rows, a: uint64(x.Buf.Ptr), b: uint64(dy.Buf.Ptr), c: uint64(df.Buf.Ptr), batch: 1})
+	}
+	inImage := 4 * p.g[convH] * p.g[convW] * p.g[convC]
+	return p.chunks(c, func(n0, nb int, g words, cols device.Ptr) error {
+		m := nb * rows
+		if err := l.launch("im2col_f32", grid1(int64(m)*int64(K)), block1, x.Buf.Ptr.Add(int64(n0)*inImage), cols, g); err != nil {
+			return err
+		}
+		return runGemm(l, gemm{transA: true, m: K, n: co, k: m, a: uint64(cols),
+			b: uint64(dy.Buf.Ptr.Add(4 * int64(n0) * int64(rows) * int64(co))), c: uint64(df.Buf.Ptr), batch: 1, accumulate: n0 > 0})
+	})
 }
 
 func pool(name string) func(n *graph.Node) (launchFunc, error) {

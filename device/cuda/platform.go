@@ -129,7 +129,7 @@ func (p *Platform) Open(opts device.Options) (devs []device.Device, err error) {
 				return devs, err
 			}
 		}
-		d, err := newDevice(p, cur, "GPU:"+strconv.Itoa(i), opts.Limit(cur.info.total, per))
+		d, err := newDevice(p, cur, "GPU:"+strconv.Itoa(i), opts.Limit(cur.info.total, per), allowTF32(opts))
 		if err != nil {
 			if i%per == 0 {
 				cur.release() // no device holds the card yet
@@ -139,6 +139,12 @@ func (p *Platform) Open(opts device.Options) (devs []device.Device, err error) {
 		devs = append(devs, d)
 	}
 	return devs, nil
+}
+
+// allowTF32 reports whether devices opened with opts run their float32
+// products on TF32 tensor cores: opts.AllowTF32, or DISTFLOW_CUDA_TF32=1.
+func allowTF32(opts device.Options) bool {
+	return opts.AllowTF32 || os.Getenv("DISTFLOW_CUDA_TF32") == "1"
 }
 
 // card is one physical GPU as the devices on it share it: its primary

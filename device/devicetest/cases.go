@@ -97,6 +97,19 @@ func Cases() []Case {
 		Case{Op: "Conv2DBackpropInput", Attrs: conv("VALID", 2), Inputs: []*tensor.Tensor{i32(2, 9, 7, 3), f(3, 3, 3, 5), f(2, 4, 3, 5)}, Gradient: true},
 		Case{Op: "Conv2DBackpropFilter", Attrs: conv("SAME", 1), Inputs: []*tensor.Tensor{f(2, 8, 8, 3), i32(3, 3, 3, 4), f(2, 8, 8, 4)}, Gradient: true},
 		Case{Op: "Conv2DBackpropFilter", Attrs: conv("VALID", 2), Inputs: []*tensor.Tensor{f(2, 9, 7, 3), i32(3, 3, 3, 5), f(2, 4, 3, 5)}, Gradient: true},
+		// The GEMM convolutions' paths: a 1x1 filter at stride 1 (one
+		// product, no im2col), uneven strides, even filters whose SAME
+		// padding is uneven, windows that skip input rows.
+		Case{Op: "Conv2D", Attrs: conv("VALID", 1), Inputs: []*tensor.Tensor{f(2, 5, 6, 7), f(1, 1, 7, 3)}},
+		Case{Op: "Conv2D", Attrs: conv("SAME", 2), Inputs: []*tensor.Tensor{f(2, 5, 6, 7), f(1, 1, 7, 3)}},
+		Case{Op: "Conv2D", Attrs: map[string]any{"padding": "SAME", "strides": []int{1, 3}}, Inputs: []*tensor.Tensor{f(3, 11, 13, 2), f(4, 2, 2, 5)}},
+		Case{Op: "Conv2D", Attrs: conv("VALID", 3), Inputs: []*tensor.Tensor{f(1, 11, 10, 3), f(2, 2, 3, 4)}},
+		Case{Op: "Conv2DBackpropInput", Attrs: conv("SAME", 1), Inputs: []*tensor.Tensor{i32(2, 5, 6, 7), f(1, 1, 7, 3), f(2, 5, 6, 3)}, Gradient: true},
+		Case{Op: "Conv2DBackpropInput", Attrs: map[string]any{"padding": "SAME", "strides": []int{1, 3}}, Inputs: []*tensor.Tensor{i32(3, 11, 13, 2), f(4, 2, 2, 5), f(3, 11, 5, 5)}, Gradient: true},
+		Case{Op: "Conv2DBackpropInput", Attrs: conv("VALID", 3), Inputs: []*tensor.Tensor{i32(1, 11, 10, 3), f(2, 2, 3, 4), f(1, 4, 3, 4)}, Gradient: true},
+		Case{Op: "Conv2DBackpropFilter", Attrs: conv("SAME", 1), Inputs: []*tensor.Tensor{f(2, 5, 6, 7), i32(1, 1, 7, 3), f(2, 5, 6, 3)}, Gradient: true},
+		Case{Op: "Conv2DBackpropFilter", Attrs: map[string]any{"padding": "SAME", "strides": []int{1, 3}}, Inputs: []*tensor.Tensor{f(3, 11, 13, 2), i32(4, 2, 2, 5), f(3, 11, 5, 5)}, Gradient: true},
+		Case{Op: "Conv2DBackpropFilter", Attrs: conv("VALID", 3), Inputs: []*tensor.Tensor{f(1, 11, 10, 3), i32(2, 2, 3, 4), f(1, 4, 3, 4)}, Gradient: true},
 		Case{Op: "MaxPool", Attrs: pool("SAME"), Inputs: []*tensor.Tensor{f(2, 7, 7, 3)}},
 		Case{Op: "MaxPool", Attrs: pool("VALID"), Inputs: []*tensor.Tensor{f(2, 8, 6, 3)}},
 	)

@@ -348,25 +348,12 @@ func testKernels(t *testing.T, p device.Platform) {
 	for _, c := range Cases() {
 		covered[c.Op] = true
 		t.Run(c.Op, func(t *testing.T) {
-			want, err := cpu(c)
+			msg, err := Check(d, c)
 			if err != nil {
-				t.Fatalf("%v on the CPU: %v", c, err)
+				t.Fatal(err)
 			}
-			got, err := onDevice(d, c)
-			if err != nil {
-				t.Fatalf("%v on %s: %v", c, d.Info().Name, err)
-			}
-			tol := forwardTol
-			if c.Gradient {
-				tol = gradientTol
-			}
-			if c.Tol > 0 {
-				tol = c.Tol
-			}
-			for i := range want {
-				if msg := compare(got[i], want[i], tol); msg != "" {
-					t.Errorf("%v output %d: %s", c, i, msg)
-				}
+			if msg != "" {
+				t.Error(msg)
 			}
 		})
 	}
@@ -378,6 +365,34 @@ func testKernels(t *testing.T, p device.Platform) {
 	if st := d.Allocator().Stats(); st.Live != 0 {
 		t.Errorf("the kernel cases left %d allocations (%d bytes) live", st.Live, st.InUse)
 	}
+}
+
+// Check runs c on d and on the CPU and returns "" when every output
+// agrees within the case's tolerance, else what differs; err is a failure
+// to run it at all.
+func Check(d device.Device, c Case) (string, error) {
+	want, err := cpu(c)
+	if err != nil {
+		return "", fmt.Errorf("%v on the CPU: %w", c, err)
+	}
+	got, err := onDevice(d, c)
+	if err != nil {
+		return "", fmt.Errorf("%v on %s: %w", c, d.Info().Name, err)
+	}
+	tol := forwardTol
+	if c.Gradient {
+		tol = gradientTol
+	}
+	if c.Tol > 0 {
+		tol = c.Tol
+	}
+	var msgs []string
+	for i := range want {
+		if msg := compare(got[i], want[i], tol); msg != "" {
+			msgs = append(msgs, fmt.Sprintf("%v output %d: %s", c, i, msg))
+		}
+	}
+	return strings.Join(msgs, "; "), nil
 }
 
 // Node builds c's node over Placeholders (Consts for host inputs, so that
@@ -417,6 +432,60 @@ func cpu(c Case) ([]*tensor.Tensor, error) {
 		return nil, err
 	}
 	return kc.Outputs, nil
+}
+
+// Prepared is a case's kernel with its inputs on a device, for timing
+// launches without the copies: each Launch enqueues the kernel once and
+// frees its outputs (the stream orders their reuse).
+type Prepared struct {
+	d    device.Device
+	def  device.KernelDef
+	k    device.Kernel
+	node *graph.Node
+	ins  []*device.Tensor
+}
+
+// Prepare builds c's kernel for d and copies its inputs in.
+func Prepare(d device.Device, c Case) (*Prepared, error) {
+	n, err := Node(c)
+	if err != nil {
+		return nil, err
+	}
+	def, err := device.LookupKernel(d.Info().Platform, c.Op)
+	if err != nil {
+		return nil, err
+	}
+	k, err := def.Factory(n)
+	if err != nil {
+		return nil, err
+	}
+	p := &Prepared{d: d, def: def, k: k, node: n, ins: make([]*device.Tensor, len(c.Inputs))}
+	for i, in := range c.Inputs {
+		if def.IsHostInput(i) {
+			p.ins[i] = &device.Tensor{DType: in.DType(), Shape: in.Shape(), Host: in}
+		} else if p.ins[i], err = device.Upload(d, in); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Launch enqueues the kernel once.
+func (p *Prepared) Launch() error {
+	kc := &device.Context{Ctx: context.Background(), Node: p.node, Device: p.d, Stream: p.d.Stream(), Inputs: p.ins}
+	if err := device.Launch(kc, p.def, p.k); err != nil {
+		return err
+	}
+	device.FreeAll(p.d.Allocator(), kc.Outputs)
+	return nil
+}
+
+// Close waits for the stream and frees the inputs.
+func (p *Prepared) Close() error {
+	err := p.d.Stream().Synchronize(context.Background())
+	device.FreeAll(p.d.Allocator(), p.ins)
+	return err
 }
 
 func onDevice(d device.Device, c Case) (_ []*tensor.Tensor, err error) {

@@ -1,5 +1,6 @@
-// gemm_f32: row-major C = op(A) op(B) for m x k by k x n matrices, batched
-// over blockIdx.z at the given element strides. MatMul's kernel where
+// gemm_f32: row-major C = op(A) op(B) (C += op(A) op(B) with accumulate) for
+// m x k by k x n matrices, batched over blockIdx.z at the given element
+// strides. MatMul's kernel where
 // cuBLAS cannot be loaded: 16 x 16 tiles in shared memory, FP32 fused
 // multiply-adds as cuBLAS's FP32 math does.
 
@@ -8,7 +9,7 @@
 #endif
 
 extern "C" __global__ void gemm_f32(const float* A, const float* B, float* C, i64 m, i64 n, i64 k, int ta, int tb,
-                                    i64 sa, i64 sb, i64 sc) {
+                                    i64 sa, i64 sb, i64 sc, int accumulate) {
   __shared__ float As[TILE][TILE + 1];
   __shared__ float Bs[TILE][TILE + 1];
   A += blockIdx.z * sa;
@@ -27,5 +28,5 @@ extern "C" __global__ void gemm_f32(const float* A, const float* B, float* C, i6
     for (int j = 0; j < TILE; ++j) acc = fmaf(As[threadIdx.y][j], Bs[j][threadIdx.x], acc);
     __syncthreads();
   }
-  if (row < m && col < n) C[row * n + col] = acc;
+  if (row < m && col < n) C[row * n + col] = accumulate ? C[row * n + col] + acc : acc;
 }

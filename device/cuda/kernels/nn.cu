@@ -1,5 +1,6 @@
-// Neural-network kernels: the sparse softmax cross-entropy, convolutions
-// and max pooling, all NHWC with filters HWIO, as the CPU's.
+// Neural-network kernels: the sparse softmax cross-entropy, the copies of
+// the GEMM convolutions and max pooling, all NHWC with filters HWIO, as the
+// CPU's.
 
 // SparseSoftmaxCrossEntropyWithLogits over logits [n, c]: one block per
 // row. As the CPU's float32 kernel: exponentials in float, their sum and
@@ -59,38 +60,42 @@ struct Conv {
   i64 n, h, w, c, kh, kw, co, sh, sw, pt, pl, oh, ow;
 };
 
-// Conv2D: one thread per output element, accumulating in double.
-extern "C" __global__ void conv2d_f32(const float* x, const float* f, float* y, Conv p) {
-  GRID_LOOP(i, p.n * p.oh * p.ow * p.co) {
-    i64 co = i % p.co, t = i / p.co;
-    i64 ow = t % p.ow;
-    t /= p.ow;
-    i64 oh = t % p.oh, n = t / p.oh;
-    double acc = 0;
-    for (i64 kh = 0; kh < p.kh; ++kh) {
-      i64 ih = oh * p.sh - p.pt + kh;
-      if (ih < 0 || ih >= p.h) continue;
-      for (i64 kw = 0; kw < p.kw; ++kw) {
-        i64 iw = ow * p.sw - p.pl + kw;
-        if (iw < 0 || iw >= p.w) continue;
-        const float* xp = x + ((n * p.h + ih) * p.w + iw) * p.c;
-        const float* fp = f + (kh * p.kw + kw) * p.c * p.co + co;
-        for (i64 c = 0; c < p.c; ++c) acc += (double)xp[c] * (double)fp[c * p.co];
-      }
-    }
-    y[i] = (float)acc;
+// Convolutions are GEMMs over an im2col matrix: for a chunk of images,
+// cols [images*oh*ow, kh*kw*c] holds at row (n, oh, ow) the window of
+// input that output position reads, zeros where it overhangs the padding,
+// in the filter's (kh, kw, c) order. Then
+//   Conv2D:               y [M, co] = cols [M, K] x f [K, co]
+//   Conv2DBackpropInput:  dcols [M, K] = dy [M, co] x f^T, then col2im
+//   Conv2DBackpropFilter: df [K, co] += cols^T [K, M] x dy [M, co]
+// with the products on cuBLAS (or gemm_f32) and only the copies here.
+
+// im2col_f32 fills cols for the p.n images of x: one thread per element of
+// cols.
+extern "C" __global__ void im2col_f32(const float* x, float* cols, Conv p) {
+  i64 K = p.kh * p.kw * p.c;
+  GRID_LOOP(i, p.n * p.oh * p.ow * K) {
+    i64 k = i % K, row = i / K;
+    i64 c = k % p.c, t = k / p.c;
+    i64 kw = t % p.kw, kh = t / p.kw;
+    i64 ow = row % p.ow, r = row / p.ow;
+    i64 oh = r % p.oh, n = r / p.oh;
+    i64 ih = oh * p.sh - p.pt + kh, iw = ow * p.sw - p.pl + kw;
+    cols[i] = (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) ? 0.0f : x[((n * p.h + ih) * p.w + iw) * p.c + c];
   }
 }
 
-// Conv2DBackpropInput: one thread per input element, gathering the output
-// gradients of every window that read it.
-extern "C" __global__ void conv2d_backprop_input_f32(const float* dy, const float* f, float* dx, Conv p) {
+// col2im_f32 is im2col's adjoint: one thread per element of dx gathers, in
+// (kh, kw) order, the entries of dcols that im2col copied from it. A gather
+// rather than a scatter: no atomics, and a result independent of the
+// schedule.
+extern "C" __global__ void col2im_f32(const float* dcols, float* dx, Conv p) {
+  i64 K = p.kh * p.kw * p.c;
   GRID_LOOP(i, p.n * p.h * p.w * p.c) {
     i64 c = i % p.c, t = i / p.c;
     i64 iw = t % p.w;
     t /= p.w;
     i64 ih = t % p.h, n = t / p.h;
-    double acc = 0;
+    float acc = 0.0f;
     for (i64 kh = 0; kh < p.kh; ++kh) {
       i64 th = ih + p.pt - kh;
       if (th < 0 || th % p.sh != 0) continue;
@@ -101,36 +106,10 @@ extern "C" __global__ void conv2d_backprop_input_f32(const float* dy, const floa
         if (tw < 0 || tw % p.sw != 0) continue;
         i64 ow = tw / p.sw;
         if (ow >= p.ow) continue;
-        const float* g = dy + ((n * p.oh + oh) * p.ow + ow) * p.co;
-        const float* fp = f + ((kh * p.kw + kw) * p.c + c) * p.co;
-        for (i64 co = 0; co < p.co; ++co) acc += (double)g[co] * (double)fp[co];
+        acc += dcols[((n * p.oh + oh) * p.ow + ow) * K + (kh * p.kw + kw) * p.c + c];
       }
     }
-    dx[i] = (float)acc;
-  }
-}
-
-// Conv2DBackpropFilter: one block per filter element, its threads striding
-// over the (image, output row, output column) positions.
-extern "C" __global__ void conv2d_backprop_filter_f32(const float* x, const float* dy, float* df, Conv p) {
-  __shared__ double sh[THREADS];
-  i64 nf = p.kh * p.kw * p.c * p.co;
-  i64 npos = p.n * p.oh * p.ow;
-  for (i64 i = blockIdx.x; i < nf; i += gridDim.x) {
-    i64 co = i % p.co, t = i / p.co;
-    i64 c = t % p.c;
-    t /= p.c;
-    i64 kw = t % p.kw, kh = t / p.kw;
-    double acc = 0;
-    for (i64 q = threadIdx.x; q < npos; q += blockDim.x) {
-      i64 ow = q % p.ow, r = q / p.ow;
-      i64 oh = r % p.oh, n = r / p.oh;
-      i64 ih = oh * p.sh - p.pt + kh, iw = ow * p.sw - p.pl + kw;
-      if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
-      acc += (double)x[((n * p.h + ih) * p.w + iw) * p.c + c] * (double)dy[q * p.co + co];
-    }
-    acc = block_sum<double>(acc, sh);
-    if (threadIdx.x == 0) df[i] = (float)acc;
+    dx[i] = acc;
   }
 }
 
