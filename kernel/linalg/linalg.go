@@ -83,8 +83,13 @@ func Get(name string) (Backend, bool) {
 // time, unless DISTFLOW_SIMD chose another).
 func Default() Backend { return *def.Load() }
 
-// Sgemm is Default().Sgemm; see Backend for the contract.
+// Sgemm is Default().Sgemm, or SgemmBF16 while the Precision is BF16 (see
+// SetPrecision); see Backend for the contract.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if precision.Load() == int32(BF16) {
+		sgemmBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
 	Default().Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 

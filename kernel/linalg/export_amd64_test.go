@@ -1,0 +1,5 @@
+//go:build !purego
+
+package linalg
+
+func init() { CvtBF16 = cvtBF16 }
