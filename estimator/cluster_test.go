@@ -48,9 +48,26 @@ func runCluster(t *testing.T, jobs map[string]int, strategy estimator.Strategy, 
 // runClusterModel is runCluster with another model function.
 func runClusterModel(t *testing.T, model estimator.ModelFn, jobs map[string]int, strategy estimator.Strategy, steps int64) (*estimator.Estimator, []*estimator.Result) {
 	t.Helper()
+	return clusterRun{model: model, jobs: jobs, strategy: strategy, steps: steps}.run(t)
+}
+
+// clusterRun is a cluster of goroutines training one model.
+type clusterRun struct {
+	model    estimator.ModelFn
+	jobs     map[string]int
+	strategy estimator.Strategy
+	steps    int64
+	// task, when set, adjusts a task's configuration and returns the
+	// hooks it trains with.
+	task func(task cluster.TaskID, cfg *estimator.RunConfig) []estimator.Hook
+}
+
+// run trains c and returns the chief's estimator and every task's result.
+func (c clusterRun) run(t *testing.T) (*estimator.Estimator, []*estimator.Result) {
+	t.Helper()
 	var tasks []cluster.TaskID
 	for _, job := range []string{"ps", "worker"} {
-		for i := range jobs[job] {
+		for i := range c.jobs[job] {
 			tasks = append(tasks, cluster.TaskID{Job: job, Index: i})
 		}
 	}
@@ -65,17 +82,22 @@ func runClusterModel(t *testing.T, model estimator.ModelFn, jobs map[string]int,
 	)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for task, l := range lis {
-		est, err := estimator.New(model, estimator.RunConfig{
-			Cluster: spec, Task: task, Strategy: strategy, Listener: l, Seed: 1,
+		cfg := estimator.RunConfig{
+			Cluster: spec, Task: task, Strategy: c.strategy, Listener: l, Seed: 1,
 			Logger: quiet, Progress: io.Discard, WaitTimeout: 20 * time.Second, StepTimeout: 20 * time.Second,
-		})
+		}
+		var hooks []estimator.Hook
+		if c.task != nil {
+			hooks = c.task(task, &cfg)
+		}
+		est, err := estimator.New(c.model, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: steps})
+			res, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: c.steps}, hooks...)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -88,8 +88,9 @@ type collectiveStep interface {
 	// restart starts the strategy's own schedule afresh, on every member
 	// at once, after a new view of the ring.
 	restart()
-	// step trains on a batch and communicates; it returns the batch loss.
-	step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64) (float64, error)
+	// step trains on a batch and communicates; it returns the batch loss
+	// and the values of extra, fetched with the batch's forward pass.
+	step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64, extra []graph.Output) (float64, []*tensor.Tensor, error)
 	// finish runs after the last step.
 	finish(ctx context.Context, sess *session.Session, ring train.AllReducer) error
 	// describe adds to a progress line.
@@ -105,8 +106,8 @@ func (a *allReduceStep) broadcast(ctx context.Context, sess *session.Session, ri
 	return a.t.Broadcast(ctx, sess, ring, -1)
 }
 
-func (a *allReduceStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64) (float64, error) {
-	return a.t.Step(ctx, sess, feeds, a.comp.wrap(ring), step)
+func (a *allReduceStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64, extra []graph.Output) (float64, []*tensor.Tensor, error) {
+	return a.t.StepFetching(ctx, sess, feeds, extra, a.comp.wrap(ring), step)
 }
 
 func (a *allReduceStep) finish(context.Context, *session.Session, train.AllReducer) error { return nil }
@@ -123,13 +124,13 @@ func (a *averagingStep) broadcast(ctx context.Context, sess *session.Session, ri
 	return a.av.Broadcast(ctx, sess, ring)
 }
 
-func (a *averagingStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, _ int64) (float64, error) {
-	out, err := sess.Run(ctx, feeds, []graph.Output{a.loss}, []*graph.Node{a.op})
+func (a *averagingStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, _ int64, extra []graph.Output) (float64, []*tensor.Tensor, error) {
+	out, err := sess.Run(ctx, feeds, append([]graph.Output{a.loss}, extra...), []*graph.Node{a.op})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	_, err = a.av.Step(ctx, sess, ring)
-	return out[0].Float64At(0), err
+	return out[0].Float64At(0), out[1:], err
 }
 
 func (a *averagingStep) restart() { a.av.Restart() }
@@ -195,6 +196,10 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	if err != nil {
 		return nil, fmt.Errorf("estimator: building the update: %w", err)
 	}
+	summaries := r.modelSummaries(s, ops.TrainableVariables(s.Graph()))
+	if err := r.beginHooks(s); err != nil {
+		return nil, err
+	}
 	init := ops.GlobalVariablesInitializer(s)
 	// Rank 0 records the steps made as the trained model's global step.
 	stepsMade := ops.Placeholder(s, "steps_made", gs.DType(), tensor.MakeShape())
@@ -212,14 +217,19 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		return nil, err
 	}
 	defer sess.Close()
-	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+	// Every rank initialises its own copy of the model (the members of a
+	// view then take the model of the one furthest on); the session runs
+	// the hooks around each step.
+	mon, err := train.NewMonitoredSession(ctx, train.MonitoredConfig{Session: sess, IsChief: true, InitOp: init,
+		GlobalStep: gs, Hooks: r.trainHooks(), Logger: r.log})
+	if err != nil {
 		return nil, err
 	}
 
 	batch := in.first[0].Shape()[0]
 	ranks := len(r.reps)
 	steps := r.stop.steps(batch, ranks)
-	l := &ringLoop{r: r, ring: ring, st: st, sess: sess, t: t, in: in, steps: steps, batch: batch,
+	l := &ringLoop{r: r, ring: ring, st: st, sess: sess, ms: mon, t: t, in: in, steps: steps, batch: batch,
 		setStep: setStep, stepsMade: stepsMade, gsType: gs.DType(), feeds: map[graph.Output]*tensor.Tensor{},
 		warmup: warmupSteps(steps), claims: claims, position: pos}
 	if claims != nil {
@@ -258,10 +268,32 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 		l.sched.Saved(start-1, time.Now()) // the steps are counted from there
 	}
 	l.done = start - 1
+	if err := r.sessionCreated(ctx, sess); err != nil {
+		return nil, err
+	}
+	if l.events, err = openEvents(cfg.ModelDir, cfg.eventSuffix()); err != nil {
+		return nil, err
+	}
+	l.logNames = sortedNames(t.spec.Log)
+	for _, n := range l.logNames {
+		l.logFetches = append(l.logFetches, t.spec.Log[n])
+	}
+	if l.events != nil && summaries.Valid() {
+		l.logFetches = append(l.logFetches, summaries)
+	}
 	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", ranks,
 		"summation_servers", len(servers), "steps", steps, "batch", batch, "first_step", start)
 	l.trainStart, l.windowStart = time.Now(), time.Now()
-	if err := l.run(ctx); err != nil {
+	err = l.run(ctx)
+	if l.events != nil {
+		if cerr := l.events.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("estimator: event file: %w", cerr)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := mon.Close(ctx); err != nil { // the hooks' End
 		return nil, err
 	}
 	seconds := time.Since(l.trainStart).Seconds()
@@ -271,23 +303,23 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	res := &Result{
 		Task: cfg.Task.String(), Strategy: cfg.Strategy.String(), Chief: r.chief(),
-		GlobalStep: steps, LocalSteps: l.localSteps, Loss: l.loss, BatchSize: batch,
+		GlobalStep: l.steps, LocalSteps: l.localSteps, Loss: l.loss, BatchSize: batch,
 		ExamplesPerSecond:        float64(timed*batch) / seconds,
 		ClusterExamplesPerSecond: float64(timed*batch*max(l.lastMembers, 1)) / seconds,
 	}
 	if n := r.stop.ExamplesPerEpoch; n > 0 {
-		res.Epochs = float64(steps*int64(batch*ranks)) / float64(n)
+		res.Epochs = float64(l.steps*int64(batch*ranks)) / float64(n)
 	}
 	// The ranks hold the same model: the leader at the end saves it, and
 	// rank 0 keeps it (for evaluation and export).
 	if l.saver != nil && (r.chief() || l.ledLast) {
-		if err := l.save(ctx, steps); err != nil { // the final checkpoint
+		if err := l.save(ctx, l.steps); err != nil { // the final checkpoint
 			return nil, err
 		}
 	}
 	if r.chief() {
 		made := tensor.New(gs.DType())
-		made.SetFloat64At(0, float64(steps))
+		made.SetFloat64At(0, float64(l.steps))
 		if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{stepsMade: made}, nil, []*graph.Node{setStep}); err != nil {
 			return nil, err
 		}
@@ -297,7 +329,7 @@ func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope,
 	}
 	if cfg.CheckpointDir != "" && (r.chief() || l.ledLast) {
 		res.WallSeconds = time.Since(r.started).Seconds()
-		if err := markTrainingEnded(cfg.CheckpointDir, steps, res); err != nil {
+		if err := markTrainingEnded(cfg.CheckpointDir, l.steps, res); err != nil {
 			r.log.Warn("a rank away now will wait for the leader until its wait timeout, and a run on this directory trains again", "err", err)
 		} else {
 			r.holdAfterEnded(ctx)

@@ -182,7 +182,7 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 	// before it is timed whole.
 	warmup, timedFrom := warmupSteps(target), 0
 	start := time.Now()
-	window, windowStart := 0, start
+	win, windowStart := 0, start
 	examplesPerStep := l.batch * len(l.towers)
 	rejoins := 0 // in a row, since the last step that succeeded
 	// The coordinator's work around a step recovers from a lost task as
@@ -246,7 +246,7 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 			}
 		}
 		st.localSteps++
-		window++
+		win++
 		st.loss = out[0].Float64At(0)
 		gstep := int(l.ms.GlobalStep())
 		switch st.localSteps {
@@ -264,30 +264,21 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 		if st.localSteps%cfg.LogEverySteps == 0 || done {
 			now := time.Now()
 			elapsed := now.Sub(windowStart)
-			rate := float64(window*examplesPerStep) / elapsed.Seconds()
+			rate := float64(win*examplesPerStep) / elapsed.Seconds()
 			var line strings.Builder
 			fmt.Fprintf(&line, "%slocal_step %d  global_step %d/%d", r.who(), st.localSteps, gstep, target)
 			if n := r.stop.ExamplesPerEpoch; n > 0 {
 				fmt.Fprintf(&line, "  epoch %.2f", float64(gstep*l.batch*l.perStep)/float64(n))
 			}
 			fmt.Fprintf(&line, "  loss %.4f  avg_step %s  %.0f examples/s", st.loss,
-				(elapsed / time.Duration(window)).Round(time.Microsecond), rate)
+				(elapsed / time.Duration(win)).Round(time.Microsecond), rate)
 			for i, n := range logNames {
 				fmt.Fprintf(&line, "  %s %.4f", n, out[1+i].Float64At(0))
 			}
 			fmt.Fprintln(cfg.Progress, line.String())
-			if events != nil {
-				_ = events.AddScalar("loss", int64(gstep), st.loss)
-				_ = events.AddScalar("examples_per_second", int64(gstep), rate)
-				_ = events.AddScalar("steps_per_second", int64(gstep), float64(window)/elapsed.Seconds())
-				for i, n := range logNames {
-					_ = events.AddScalar(n, int64(gstep), out[1+i].Float64At(0))
-				}
-				for _, t := range out[len(fetches):] {
-					_ = events.AddSummary(t.Uint8s(), int64(gstep))
-				}
-			}
-			window, windowStart = 0, now
+			writeWindow(events, window{globalStep: int64(gstep), loss: st.loss, examplesPerSec: rate,
+				stepsPerSec: float64(win) / elapsed.Seconds(), logNames: logNames, logged: out[1 : 1+len(logNames)], summaries: out[len(fetches):]})
+			win, windowStart = 0, now
 		}
 		if done {
 			break

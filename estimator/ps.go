@@ -192,17 +192,9 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			return nil, err
 		}
 	}
-	var summaries graph.Output
-	if cfg.ModelDir != "" {
-		for _, v := range trainable {
-			ops.HistogramSummary(s, v.Name(), v.Value())
-		}
-		summaries = ops.MergeAllSummaries(s)
-	}
-	for _, h := range r.hooks {
-		if err := h.Begin(s); err != nil {
-			return nil, fmt.Errorf("estimator: a hook's Begin: %w", err)
-		}
+	summaries := r.modelSummaries(s, trainable)
+	if err := r.beginHooks(s); err != nil {
+		return nil, err
 	}
 	var cont *assignment
 	if r.chief() {
@@ -246,9 +238,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		}
 		mcfg.Hooks = append(mcfg.Hooks, periodicSaves{h})
 	}
-	for _, h := range r.hooks {
-		mcfg.Hooks = append(mcfg.Hooks, h)
-	}
+	mcfg.Hooks = append(mcfg.Hooks, r.trainHooks()...)
 	if srv != nil {
 		// The tasks the session uses: the ps tasks, and with in-graph
 		// replication the other replicas. A missing one is named after
@@ -297,10 +287,8 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			return nil, fmt.Errorf("estimator: continuing from the model trained before: %w", err)
 		}
 	}
-	for _, h := range r.hooks {
-		if err := h.AfterCreateSession(ctx, sess); err != nil {
-			return nil, fmt.Errorf("estimator: a hook's AfterCreateSession: %w", err)
-		}
+	if err := r.sessionCreated(ctx, sess); err != nil {
+		return nil, err
 	}
 	if claims != nil {
 		if err := claims.openTrainedLog(r.who()); err != nil {
@@ -358,6 +346,9 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	}
 	res := r.result(st, l.batch)
 	if !r.chief() {
+		if err := ms.Close(ctx); err != nil {
+			return nil, err
+		}
 		if gs, err := sess.Run(ctx, nil, []graph.Output{globalStep.Value()}, nil); err == nil {
 			res.GlobalStep = int64(gs[0].Float64At(0))
 		}

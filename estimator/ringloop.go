@@ -15,6 +15,7 @@ import (
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/summary"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
@@ -34,10 +35,12 @@ import (
 // newer view (rank 0 restarted, or awake again). The leader saves the
 // checkpoints; every rank restores the latest when it starts.
 type ringLoop struct {
-	r     *replica
-	ring  *allreduce.Ring
-	st    collectiveStep
-	sess  *session.Session
+	r    *replica
+	ring *allreduce.Ring
+	st   collectiveStep
+	sess *session.Session
+	// ms runs the user's hooks around each step.
+	ms    *train.MonitoredSession
 	t     *tower
 	in    *openInput
 	steps int64
@@ -86,6 +89,13 @@ type ringLoop struct {
 	warmup       int
 	stepsInRound int64
 
+	// events receives the training events of each progress window (nil:
+	// none); logFetches are fetched on the steps that end a window: the
+	// model's logged tensors (logNames), then the merged summaries.
+	events     *summary.Writer
+	logNames   []string
+	logFetches []graph.Output
+
 	// claims, when set, reads the batch at the input position pos plus
 	// this rank's place in the view (rank); position saves pos with the
 	// model (the leader).
@@ -98,6 +108,9 @@ type ringLoop struct {
 // errLeadChanged ends lead or follow: this rank leads now, or a lower
 // rank leads again.
 var errLeadChanged = errors.New("estimator: the ring's leader changed")
+
+// errHookStopped ends follow: a hook of this rank asked to stop.
+var errHookStopped = errors.New("estimator: a hook asked to stop")
 
 // viewGen is the generation of a new view: after the last this rank sent
 // or took, and after any that a predecessor sent (a restarted chief), since
@@ -343,7 +356,7 @@ func (l *ringLoop) lead(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, train.ErrNaNLoss) {
+			if endsTraining(err) {
 				return err
 			}
 			if derr := l.disagree(err, l.done+1); derr != nil {
@@ -364,6 +377,10 @@ func (l *ringLoop) lead(ctx context.Context) error {
 			continue
 		}
 		l.done++
+		if l.ms.ShouldStop() && l.done < l.steps {
+			r.log.Info("a hook asked to stop: training ends at this step", "step", l.done, "target", l.steps)
+			l.steps = l.done
+		}
 		if l.saver != nil && l.sched.Due(l.done, time.Now()) {
 			if err := l.save(ctx, l.done); err != nil {
 				return err
@@ -573,6 +590,9 @@ func (l *ringLoop) follow(ctx context.Context) error {
 			continue // left out: wait to be let back in
 		}
 		if err := l.followView(ctx, view); err != nil {
+			if errors.Is(err, errHookStopped) {
+				return nil
+			}
 			return err
 		}
 	}
@@ -605,7 +625,7 @@ func (l *ringLoop) followView(ctx context.Context, view allreduce.View) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, train.ErrNaNLoss) {
+			if endsTraining(err) {
 				return err
 			}
 			if derr := l.disagree(err, l.done+1); derr != nil {
@@ -615,6 +635,13 @@ func (l *ringLoop) followView(ctx context.Context, view allreduce.View) error {
 			return nil
 		}
 		l.done++
+		if l.ms.ShouldStop() && l.done < l.steps {
+			// Training ends where the leader's hooks say; this rank's
+			// leave it, and the ring re-forms without it.
+			r.log.Info("a hook asked to stop: this rank leaves the ring", "step", l.done, "target", l.steps)
+			l.steps = l.done
+			return errHookStopped
+		}
 		if l.done == l.steps {
 			if err := l.st.finish(ctx, l.sess, group); err != nil {
 				r.log.Warn("the last average failed; waiting for the next view", "err", err)
@@ -756,14 +783,33 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 			}
 		}()
 	}
-	stepStart := time.Now()
-	loss, err := l.st.step(sctx, l.sess, l.feeds, group, step)
-	if err != nil {
-		return fmt.Errorf("estimator: %sstep %d: %w", r.who(), step, err)
+	logging := step%int64(cfg.LogEverySteps) == 0 || step == l.steps
+	var own []graph.Output
+	if logging {
+		own = l.logFetches
 	}
-	r.observeStep(time.Since(stepStart), l.batch, step, loss)
-	if math.IsNaN(loss) || math.IsInf(loss, 0) { // as the NaN guard of the ps strategies
-		return fmt.Errorf("estimator: %sstep %d: %w (%v): lower the learning rate", r.who(), step, train.ErrNaNLoss, loss)
+	stepStart := time.Now()
+	var loss float64
+	var logged []*tensor.Tensor
+	var stepErr error
+	err = l.ms.RunStep(sctx, func(ctx context.Context, extra []graph.Output) (int64, []*tensor.Tensor, error) {
+		var vals []*tensor.Tensor
+		loss, vals, stepErr = l.st.step(ctx, l.sess, l.feeds, group, step, append(own[:len(own):len(own)], extra...))
+		if stepErr == nil && (math.IsNaN(loss) || math.IsInf(loss, 0)) { // as the NaN guard of the ps strategies
+			stepErr = fmt.Errorf("%w (%v): lower the learning rate", train.ErrNaNLoss, loss)
+		}
+		if stepErr != nil {
+			return 0, nil, stepErr
+		}
+		r.observeStep(time.Since(stepStart), l.batch, step, loss)
+		logged = vals[:len(own)]
+		return step, vals[len(own):], nil
+	})
+	if err != nil {
+		if stepErr == nil { // a hook failed: no view mends that
+			err = &hookError{err}
+		}
+		return fmt.Errorf("estimator: %sstep %d: %w", r.who(), step, err)
 	}
 	if l.claims != nil {
 		l.claims.logTrained()
@@ -776,16 +822,22 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 		l.trainStart = time.Now()
 	}
 	ranks := group.Size()
-	if step%int64(cfg.LogEverySteps) == 0 || step == l.steps {
+	if logging {
 		now := time.Now()
+		elapsed := now.Sub(l.windowStart).Seconds()
+		rate := float64(l.window*l.batch*ranks) / elapsed
 		var line strings.Builder
 		fmt.Fprintf(&line, "%sstep %d/%d", r.who(), step, l.steps)
 		if n := r.stop.ExamplesPerEpoch; n > 0 {
 			fmt.Fprintf(&line, "  epoch %.2f", float64(step*int64(l.batch*len(r.reps)))/float64(n))
 		}
-		fmt.Fprintf(&line, "  loss %.4f  %.0f examples/s (%d ranks)%s", loss,
-			float64(l.window*l.batch*ranks)/now.Sub(l.windowStart).Seconds(), ranks, l.st.describe())
+		fmt.Fprintf(&line, "  loss %.4f  %.0f examples/s (%d ranks)%s", loss, rate, ranks, l.st.describe())
+		for i, n := range l.logNames {
+			fmt.Fprintf(&line, "  %s %.4f", n, logged[i].Float64At(0))
+		}
 		fmt.Fprintln(cfg.Progress, line.String())
+		writeWindow(l.events, window{globalStep: step, loss: loss, examplesPerSec: rate, stepsPerSec: float64(l.window) / elapsed,
+			logNames: l.logNames, logged: logged, summaries: logged[len(l.logNames):]})
 		l.window, l.windowStart = 0, now
 	}
 	l.lastMembers = ranks
@@ -809,6 +861,19 @@ func (l *ringLoop) save(ctx context.Context, step int64) error {
 	l.r.observeCheckpoint(time.Since(start))
 	l.sched.Saved(step, time.Now())
 	return nil
+}
+
+// hookError is a step's error that came from a user's hook: training
+// ends, as under every strategy, rather than the ring re-forming.
+type hookError struct{ err error }
+
+func (e *hookError) Error() string { return e.err.Error() }
+func (e *hookError) Unwrap() error { return e.err }
+
+// endsTraining reports whether a step's error ends training on this rank
+// whatever the view: a non-finite loss, or a hook that failed.
+func endsTraining(err error) bool {
+	return errors.Is(err, train.ErrNaNLoss) || errors.As(err, new(*hookError))
 }
 
 // names names ranks by task, for the logs.

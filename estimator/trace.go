@@ -25,10 +25,11 @@ import (
 // global step of the first traced step), so that the newest trace of a
 // directory is the one with the highest step (trace.Newest).
 //
-// It traces the strategies whose loop runs hooks: parameter servers
-// (async, sync, staleness) and in-graph replication, whose steps span
-// every worker; the collective strategies (AllReduce, Averaging) run no
-// hooks yet.
+// Under every strategy it traces the session runs of the replica's steps:
+// with parameter servers (async, sync, staleness) and in-graph
+// replication they span every task; under the collective strategies
+// (AllReduce, Averaging) the traced run is the rank's own forward and
+// backward pass, before its gradients go round the ring.
 type TraceHook struct {
 	BaseHook
 	// Steps is how many steps to trace; required (> 0).

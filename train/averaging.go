@@ -224,26 +224,34 @@ func (t *AllReduceTrainer) Broadcast(ctx context.Context, sess Runner, ring AllR
 // the ring (operation "grads", round: every worker passes the same round,
 // a new one each step), and applies them. It returns this worker's loss.
 func (t *AllReduceTrainer) Step(ctx context.Context, sess Runner, feeds map[graph.Output]*tensor.Tensor, ring AllReducer, round int64) (loss float64, err error) {
-	fetches := append([]graph.Output{t.loss}, t.grads...)
+	loss, _, err = t.StepFetching(ctx, sess, feeds, nil, ring, round)
+	return loss, err
+}
+
+// StepFetching is Step that also fetches extra (a hook's tensors, the
+// summaries) with the gradients, from the model before the update, and
+// returns their values.
+func (t *AllReduceTrainer) StepFetching(ctx context.Context, sess Runner, feeds map[graph.Output]*tensor.Tensor, extra []graph.Output, ring AllReducer, round int64) (loss float64, values []*tensor.Tensor, err error) {
+	fetches := append(append([]graph.Output{t.loss}, t.grads...), extra...)
 	vals, err := sess.Run(ctx, feeds, fetches, nil)
 	if err != nil {
-		return 0, fmt.Errorf("train: all-reduce step %d: computing gradients: %w", round, err)
+		return 0, nil, fmt.Errorf("train: all-reduce step %d: computing gradients: %w", round, err)
 	}
-	loss = vals[0].Float64At(0)
-	if t.buf, err = t.flat.pack(t.buf, vals[1:], 0); err != nil {
-		return loss, err
+	loss, values = vals[0].Float64At(0), vals[1+len(t.grads):]
+	if t.buf, err = t.flat.pack(t.buf, vals[1:1+len(t.grads)], 0); err != nil {
+		return loss, nil, err
 	}
 	if err := ring.AllReduceMean(ctx, "grads", round, t.buf); err != nil {
-		return loss, fmt.Errorf("train: all-reduce step %d: %w", round, err)
+		return loss, nil, fmt.Errorf("train: all-reduce step %d: %w", round, err)
 	}
 	applyFeeds := make(map[graph.Output]*tensor.Tensor, len(t.gradFeeds))
 	for i, g := range t.flat.unpack(t.buf) {
 		applyFeeds[t.gradFeeds[i]] = g
 	}
 	if _, err := sess.Run(ctx, applyFeeds, nil, []*graph.Node{t.apply}); err != nil {
-		return loss, fmt.Errorf("train: all-reduce step %d: applying the averaged gradients: %w", round, err)
+		return loss, nil, fmt.Errorf("train: all-reduce step %d: applying the averaged gradients: %w", round, err)
 	}
-	return loss, nil
+	return loss, values, nil
 }
 
 // AveragingConfig configures a PeriodicAverager.

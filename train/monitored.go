@@ -355,14 +355,9 @@ func (ms *MonitoredSession) Run(ctx context.Context, feeds map[graph.Output]*ten
 	if ms.cfg.GlobalStep != nil {
 		all = append(all, ms.cfg.GlobalStep.Value())
 	}
-	bounds := make([][2]int, len(ms.cfg.Hooks))
-	for i, h := range ms.cfg.Hooks {
-		extra, err := h.BeforeRun(ctx, step)
-		if err != nil {
-			return nil, err
-		}
-		bounds[i] = [2]int{len(all), len(all) + len(extra)}
-		all = append(all, extra...)
+	all, bounds, err := ms.beforeRun(ctx, step, all)
+	if err != nil {
+		return nil, err
 	}
 	out, err := ms.cfg.Session.Run(ctx, feeds, all, targets)
 	for err != nil {
@@ -371,22 +366,74 @@ func (ms *MonitoredSession) Run(ctx context.Context, feeds map[graph.Output]*ten
 		}
 		out, err = ms.cfg.Session.Run(ctx, feeds, all, targets)
 	}
-	ms.localStep++
 	if ms.cfg.GlobalStep != nil {
 		// The read may precede this step's own increment.
 		step.GlobalStep = int64(out[len(fetches)].Float64At(0)) + 1
 		ms.globalStep = step.GlobalStep
 	}
-	for i, h := range ms.cfg.Hooks {
-		if err := h.AfterRun(ctx, step, out[bounds[i][0]:bounds[i][1]]); err != nil {
-			if err := ms.recover(ctx, err); err != nil {
-				return nil, err
-			}
-			break
+	if err := ms.afterRun(ctx, step, out, bounds); err != nil {
+		if err := ms.recover(ctx, err); err != nil {
+			return nil, err
 		}
 	}
-	ms.stop = ms.stop || step.stop
 	return out[:len(fetches)], nil
+}
+
+// StepFunc carries out one training step that takes more than one session
+// run (an all-reduce step: the gradients, the ring, the update). It
+// fetches extra with the step's forward run, and returns their values and
+// the global step after the step.
+type StepFunc func(ctx context.Context, extra []graph.Output) (globalStep int64, values []*tensor.Tensor, err error)
+
+// RunStep runs the step that fn carries out with the hooks around it, as
+// Run does for a step of one session run. A step that fails is not run
+// again: the caller's protocol (a ring re-forming) recovers from it.
+func (ms *MonitoredSession) RunStep(ctx context.Context, fn StepFunc) error {
+	if ms.closed {
+		return errors.New("train: monitored session: RunStep after Close")
+	}
+	step := &StepContext{LocalStep: ms.localStep + 1, Session: ms.cfg.Session}
+	extra, bounds, err := ms.beforeRun(ctx, step, nil)
+	if err != nil {
+		return err
+	}
+	gs, values, err := fn(ctx, extra)
+	if err != nil {
+		return err
+	}
+	if len(values) != len(extra) {
+		return fmt.Errorf("train: monitored session: the step returned %d values for the hooks' %d fetches", len(values), len(extra))
+	}
+	step.GlobalStep, ms.globalStep = gs, gs
+	return ms.afterRun(ctx, step, values, bounds)
+}
+
+// beforeRun appends the hooks' extra fetches for step to all, and returns
+// where the fetches of each hook lie in the result.
+func (ms *MonitoredSession) beforeRun(ctx context.Context, step *StepContext, all []graph.Output) ([]graph.Output, [][2]int, error) {
+	bounds := make([][2]int, len(ms.cfg.Hooks))
+	for i, h := range ms.cfg.Hooks {
+		extra, err := h.BeforeRun(ctx, step)
+		if err != nil {
+			return nil, nil, err
+		}
+		bounds[i] = [2]int{len(all), len(all) + len(extra)}
+		all = append(all, extra...)
+	}
+	return all, bounds, nil
+}
+
+// afterRun counts the step that ran and calls the hooks' AfterRun with
+// their values of out; the first hook that fails ends the calls.
+func (ms *MonitoredSession) afterRun(ctx context.Context, step *StepContext, out []*tensor.Tensor, bounds [][2]int) error {
+	ms.localStep++
+	defer func() { ms.stop = ms.stop || step.stop }()
+	for i, h := range ms.cfg.Hooks {
+		if err := h.AfterRun(ctx, step, out[bounds[i][0]:bounds[i][1]]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close runs the hooks' End (a final checkpoint, a summary flush) once.

@@ -35,10 +35,6 @@ func (f traceFlags) check(fl *pflag.FlagSet, logdir string) []error {
 	case f.steps > 0 && f.file == "" && logdir == "":
 		errs = append(errs, fmt.Errorf("--trace-steps %d: say where the trace goes: --trace-file FILE, or --logdir DIR for DIR/trace-<step>.json", f.steps))
 	}
-	// The all-reduce strategies run their own loop, without hooks.
-	if allReduce, _ := fl.GetBool("allreduce"); allReduce && f.steps > 0 {
-		errs = append(errs, fmt.Errorf("--trace-steps with --allreduce: the all-reduce strategies do not trace steps yet; trace parameter-server or --in-graph training"))
-	}
 	if f.start < 1 {
 		errs = append(errs, fmt.Errorf("--trace-start %d: local steps count from 1", f.start))
 	}

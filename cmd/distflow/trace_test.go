@@ -66,12 +66,38 @@ func TestTrainTraceFlagsChecked(t *testing.T) {
 		{[]string{"train", "--trace-steps", "-1"}, "--trace-steps -1"},
 		{[]string{"train", "--trace-file", "x.json"}, "go with --trace-steps"},
 		{[]string{"train", "--trace-steps", "1", "--trace-file", "x.json", "--trace-start", "0"}, "--trace-start 0"},
-		{[]string{"train", "--trace-steps", "1", "--trace-file", "x.json", "--allreduce", "--local-cluster", "worker=2"}, "--trace-steps with --allreduce"},
 	} {
 		_, stderr, err := run(t, c.args...)
 		if err == nil || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: err %v, stderr %q; want a refusal naming %q", c.args, err, stderr, c.want)
 		}
+	}
+}
+
+// TestTrainTraceStepsAllReduce traces steps of the fastest mode, a ring
+// of two workers (real processes): the chief's trace holds its kernels,
+// and --logdir gets its training events.
+func TestTrainTraceStepsAllReduce(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ring.json")
+	_, stderr, err := run(t, "train", "--model", "linreg", "--steps", "30", "--local-cluster", "worker=2", "--allreduce",
+		"--trace-steps", "2", "--trace-file", path, "--logdir", dir, "--quiet")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trace.Validate(data); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"op":"MatMul"`) {
+		t.Errorf("the trace lacks the model's MatMul:\n%.2000s", data)
+	}
+	if events, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*worker-0")); len(events) != 1 {
+		entries, _ := os.ReadDir(dir)
+		t.Errorf("the chief's event file in --logdir: %v (entries %v)", events, entries)
 	}
 }
 
