@@ -46,11 +46,11 @@ func damageCheckpoint(t *testing.T, dir, prefix string, how int) {
 	}
 }
 
-// TestRetainKeepsValidOverCorrupt is the regression test for "checkpoint
-// retention deletes good progress": with only corrupt checkpoints of high
-// steps in the directory, Retain kept the K highest-numbered ones and
-// deleted each new valid checkpoint as it was written. It must keep the
-// valid ones and delete the corrupt ones.
+// TestRetainKeepsValidOverCorrupt checks that retention never deletes good
+// progress: with only corrupt checkpoints of high steps in the directory,
+// keeping the K highest-numbered ones would delete each new valid
+// checkpoint as it is written. Retain must keep the valid ones and delete
+// the corrupt ones.
 func TestRetainKeepsValidOverCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	vars := map[string]*tensor.Tensor{"v": tensor.Scalar(float32(1)), "w": tensor.MustFromSlice([]float32{1, 2, 3}, 3)}
@@ -129,7 +129,7 @@ func TestRetainLeavesNewerIncomplete(t *testing.T) {
 }
 
 // TestSaverAfterCorruptDir: the Saver, saving into a directory of corrupt
-// checkpoints with higher steps (the scenario of the defect), keeps what it
+// checkpoints with higher steps (as in TestRetainKeepsValidOverCorrupt), keeps what it
 // saves, and RestoreLatest restores the newest save.
 func TestSaverAfterCorruptDir(t *testing.T) {
 	ctx := context.Background()
