@@ -3,7 +3,7 @@
 # machine's load does not move, unlike wall time on a shared machine): the executor
 # step of 20 tiny nodes (executor BenchmarkChain, per-node overhead dominates) and a
 # local Session.Run of the linear-regression step (session BenchmarkLinearRegressionStep),
-# built from BASE (default 6a53611, the commit before the executor records steps) and
+# built from BASE (default 6a53611, a build without step tracing) and
 # from the work tree; plus executor BenchmarkTrace off/on. Per step: (Ir(8000 steps) -
 # Ir(4000 steps)) / 4000. Needs valgrind. docs/BENCHMARKS.md, "Traces, metrics and dashboard".
 #
