@@ -100,6 +100,9 @@ func inferWhile(c *InferContext) error {
 		return fmt.Errorf("cond must return one bool scalar, got %v", cr)
 	}
 	rets := body.RetTypes()
+	if len(rets) == 0 {
+		return fmt.Errorf("body returns no loop variables")
+	}
 	if len(rets) > len(args) {
 		return fmt.Errorf("body returns %d tensors for %d inputs", len(rets), len(args))
 	}

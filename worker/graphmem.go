@@ -69,6 +69,13 @@ func attrMemory(av *pb.AttrValue) int64 {
 	case *pb.AttrValue_Tensor:
 		// A tensor's data is a copy of its content, in one allocation.
 		return 128 + 8*int64(len(v.Tensor.GetDims())) + int64(len(v.Tensor.GetContent()))
+	case *pb.AttrValue_Func:
+		// A function (a loop body) is a decoded graph of its own.
+		n := GraphMemory(v.Func.GetGraph())
+		for _, s := range append(v.Func.GetArg(), v.Func.GetRet()...) {
+			n += 16 + int64(len(s))
+		}
+		return n
 	}
 	return 0
 }

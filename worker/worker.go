@@ -406,8 +406,10 @@ func (w *Worker) lookup(session, handle string) (*registered, error) {
 
 // checkGraph refuses a graph with a node of an op not allowed remotely, or
 // whose declared output exceeds the tensor budget.
+// The nodes of the functions that control-flow nodes carry (loop bodies,
+// branches) are checked as the graph's own (graph.Walk).
 func (w *Worker) checkGraph(g *graph.Graph) error {
-	for _, n := range g.Nodes() {
+	return graph.Walk(g, func(n *graph.Node) error {
 		if !n.Def().Remote {
 			return fmt.Errorf("node %s: %w: op %s may only run in the process that builds its graph (op.Def.Remote)", n, ErrRemoteOp, n.Op())
 		}
@@ -419,8 +421,8 @@ func (w *Worker) checkGraph(g *graph.Graph) error {
 				}
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // dropLocked forgets a registered graph and its share of its session's use.
