@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -66,8 +67,37 @@ func (r *funcRunner) run(c *kernel.Context, args []*tensor.Tensor) ([]*tensor.Te
 	return e.RunStep(c.Ctx, c.Step, args)
 }
 
+// borrowsInputs reports whether running fs keeps no reference to their
+// arguments beyond the call: no node of theirs, nested functions
+// included, is of a stateful op (which may keep its inputs: a queue's
+// enqueue) other than the control-flow ops, which are judged by their own
+// functions. Then the kernel is a kernel.InputBorrower, and the executor
+// may hand a variable's buffer that a loop reads back to the variable
+// once the step is done with it, instead of copying it on the next update.
+func borrowsInputs(fs ...*graph.Func) bool {
+	stateful := errors.New("stateful")
+	for _, f := range fs {
+		err := graph.Walk(f.Graph, func(n *graph.Node) error {
+			if n.Def().Stateful && n.Op() != "If" && n.Op() != "While" {
+				return stateful
+			}
+			return nil
+		})
+		if err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // ifKernel runs one branch.
-type ifKernel struct{ then, els *funcRunner }
+type ifKernel struct {
+	then, els *funcRunner
+	borrows   bool
+}
+
+// BorrowsInputs is true when the branches keep no input (kernel.InputBorrower).
+func (k *ifKernel) BorrowsInputs() bool { return k.borrows }
 
 func newIfKernel(n *graph.Node) (kernel.Kernel, error) {
 	then, err := newFuncRunner(n, "then_branch")
@@ -78,7 +108,7 @@ func newIfKernel(n *graph.Node) (kernel.Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ifKernel{then: then, els: els}, nil
+	return &ifKernel{then: then, els: els, borrows: borrowsInputs(then.f, els.f)}, nil
 }
 
 // MayBlock is true: a branch may hold kernels that wait (a queue, a
@@ -111,7 +141,11 @@ type whileKernel struct {
 	// accumulate is set when a node of the graph consumes the loop's
 	// per-iteration values (the gradient's loop): only then are they kept.
 	accumulate bool
+	borrows    bool
 }
+
+// BorrowsInputs is true when cond and body keep no input (kernel.InputBorrower).
+func (k *whileKernel) BorrowsInputs() bool { return k.borrows }
 
 func newWhileKernel(n *graph.Node) (kernel.Kernel, error) {
 	cond, err := newFuncRunner(n, "cond")
@@ -122,7 +156,8 @@ func newWhileKernel(n *graph.Node) (kernel.Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &whileKernel{cond: cond, body: body, numVars: len(body.f.Rets), maxIters: n.AttrInt("maximum_iterations")}
+	k := &whileKernel{cond: cond, body: body, numVars: len(body.f.Rets), maxIters: n.AttrInt("maximum_iterations"),
+		borrows: borrowsInputs(cond.f, body.f)}
 	for _, m := range n.Graph().Consumers()[n.ID()] {
 		for _, in := range m.Inputs() {
 			if in.Node == n && in.Index > k.numVars {
