@@ -75,7 +75,9 @@ func TestWhileHistory(t *testing.T) {
 func TestWhileHistoryNeedsOneShape(t *testing.T) {
 	s := graph.NewScope()
 	out := ops.WhileLoop(s,
-		func(s *graph.Scope, v []graph.Output) graph.Output { return ops.Less(s, ops.Size(s, v[0]), ops.Const(s, int32(3))) },
+		func(s *graph.Scope, v []graph.Output) graph.Output {
+			return ops.Less(s, ops.Size(s, v[0]), ops.Const(s, int32(3)))
+		},
 		func(s *graph.Scope, v []graph.Output) []graph.Output {
 			return []graph.Output{ops.Concat(s, 0, v[0], ops.Const(s, []float32{1}))}
 		},

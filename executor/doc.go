@@ -74,6 +74,22 @@
 // implement Blocking and run on a goroutine of their own, so that they
 // cannot occupy the whole pool while the nodes that would release them wait.
 //
+// # Control flow
+//
+// The kernels of the functional control-flow ops If and While (package op;
+// built by ops.Cond and ops.WhileLoop) live here, since running a branch
+// or a loop body is running a graph: each function gets a nested Executor,
+// built on first use for each resource container and kept by the kernel,
+// fed its arguments and fetching its results, in the node's step (same
+// step ID, rendezvous and resources). Both kernels are Blocking, so a
+// long loop runs on a goroutine of its own and its context is cancelled by
+// the step's first error; a While checks that context before every
+// iteration and fails with an error wrapping its cause, naming how many
+// iterations ran. A While keeps each iteration's loop variables (its
+// history outputs, stacked) only when some node of the graph consumes
+// them: its gradient. They borrow their inputs (kernel.InputBorrower) when
+// no node of their functions is of a stateful op.
+//
 // # Step traces
 //
 // RunTraced runs a step as RunStep does and records every node it executed
