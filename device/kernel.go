@@ -163,6 +163,17 @@ var Ops = []string{
 	"ZerosLike",
 }
 
+// Updates are the optimizers' dense update rules (the ops train's
+// optimizers build) that every GPU platform has a kernel for: the kernel
+// updates the variable and its slots, its ref inputs, in place in their
+// device memory, reading the gradient and the hyper-parameters (device
+// scalars) from the others; the ops have no outputs. They are not in Ops,
+// and Runs is false for them: a variable lives on the host (kernel.Variable
+// in the task's resources, which the runner cannot hand a kernel), so its
+// updates run there. The conformance suite checks these kernels against
+// the CPU's rules, for the time variables can live in device memory.
+var Updates = []string{"ApplyAdagrad", "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "ApplyRMSProp"}
+
 // hostArgs are the arguments of Ops that live in host memory on every
 // platform: the shapes and values the runtime needs to infer output shapes
 // before a launch, and the results computed from shapes alone.

@@ -9,7 +9,8 @@
 # gzipped (the GPU machine gets the tree with a size limit). bin/ is
 # ignored by git: the device tool takes it with carry: ["bin/gpu"]. Without
 # --build it prints the GPU (nvidia-smi) and the CUDA libraries it finds,
-# runs the test binaries verbosely (the conformance suite on the GPU, once
+# runs the test binaries verbosely (the conformance suite on the GPU, its
+# kernels and the optimizers' update kernels against the CPU's, once
 # with cuBLAS and MatMul and the convolutions once more with the package's
 # own GEMM kernel; the products and convolutions with TF32; the
 # convolutions' benchmark), runs

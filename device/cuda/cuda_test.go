@@ -362,6 +362,7 @@ func launchedKernels() []string {
 			names = append(names, op+"_"+s)
 		}
 	}
+	names = append(names, "apply_gradient_descent_f32", "apply_momentum_f32", "apply_adagrad_f32", "apply_rms_prop_f32", "apply_adam_f32")
 	names = append(names, "equal_bool", "sigmoid_f32", "sigmoid_grad_f32", "gemm_f32", "im2col_f32",
 		"col2im_f32", "max_pool_f32", "max_pool_grad_f32",
 		"sparse_xent_f32_i32", "sparse_xent_f32_i64")
@@ -390,7 +391,12 @@ func TestRegistered(t *testing.T) {
 			t.Errorf("no CUDA kernel for %s", op)
 		}
 	}
-	if len(have) != len(device.Ops) {
-		t.Errorf("CUDA kernels %v, want exactly device.Ops %v", have, device.Ops)
+	for _, op := range device.Updates {
+		if !slices.Contains(have, op) {
+			t.Errorf("no CUDA kernel for %s", op)
+		}
+	}
+	if len(have) != len(device.Ops)+len(device.Updates) {
+		t.Errorf("CUDA kernels %v, want exactly device.Ops %v and device.Updates %v", have, device.Ops, device.Updates)
 	}
 }

@@ -85,7 +85,9 @@
 // matrix's transpose by the output gradient, accumulating over chunks. A
 // 1x1 filter at stride 1 without padding is one product, without copies.
 // Pooling is direct, and MaxPoolGrad and col2im gather rather than
-// scatter, so results do not depend on scheduling. A label out of range
+// scatter, so results do not depend on scheduling. The optimizers'
+// updates (device.Updates) are element-wise kernels that write the
+// variable and its slots in place, in float32 as the CPU's rules. A label out of range
 // in SparseSoftmaxCrossEntropyWithLogits gives NaN in its row, as
 // TensorFlow's GPU kernel does, since checking it would need a
 // synchronisation; integer division by zero gives 0.

@@ -72,9 +72,32 @@ var ops = map[string]opDef{
 	"SparseSoftmaxCrossEntropyWithLogits": {f32, simple(sparseXent)},
 }
 
-// registerKernels registers a kernel for each op of device.Ops, no more,
-// so that soft placement sends the same ops to the CPU as on the simulator.
+// updates are the kernels of device.Updates: the variable's dtype, the
+// number of its ref inputs, and the index of the gradient, the one value
+// input of the variable's shape (the others are scalars).
+var updates = map[string]struct {
+	kernel        string
+	refs, gradIdx int
+}{
+	"ApplyGradientDescent": {"apply_gradient_descent_f32", 1, 2},
+	"ApplyMomentum":        {"apply_momentum_f32", 2, 3},
+	"ApplyAdagrad":         {"apply_adagrad_f32", 2, 3},
+	"ApplyRMSProp":         {"apply_rms_prop_f32", 3, 7},
+	"ApplyAdam":            {"apply_adam_f32", 3, 9},
+}
+
+// registerKernels registers a kernel for each op of device.Ops and
+// device.Updates, no more, so that soft placement sends the same ops to
+// the CPU as on the simulator.
 func registerKernels() {
+	for _, name := range device.Updates {
+		u, ok := updates[name]
+		if !ok {
+			panic(fmt.Sprintf("cuda: no kernel for %s of device.Updates", name))
+		}
+		device.RegisterKernel(Name, name, device.KernelDef{DTypes: f32,
+			Factory: factory(name, opDef{f32, updateOp(u.kernel, u.refs, u.gradIdx)})})
+	}
 	for _, name := range device.Ops {
 		def := device.KernelDef{HostInputs: device.HostInputs(name), HostOutputs: device.HostOutputs(name)}
 		if len(def.HostOutputs) > 0 {
@@ -779,6 +802,55 @@ func (p convPlan) backpropFilter(c *device.Context, l launcher, x, dy, df *devic
 		return runGemm(l, gemm{transA: true, m: K, n: co, k: m, a: uint64(cols),
 			b: uint64(dy.Buf.Ptr.Add(4 * int64(n0) * int64(rows) * int64(co))), c: uint64(df.Buf.Ptr), batch: 1, accumulate: n0 > 0})
 	})
+}
+
+// updateOp is an optimizer's update of a variable and its refs-1 slots,
+// inputs 0 to refs-1, in place: the kernel takes every input's address in
+// the op's order, then the element count (and ApplyMomentum its
+// use_nesterov). The gradient is input gradIdx; the other inputs are
+// scalars.
+func updateOp(kernel string, refs, gradIdx int) func(n *graph.Node) (launchFunc, error) {
+	return func(n *graph.Node) (launchFunc, error) {
+		var extra []any
+		if n.Op() == "ApplyMomentum" {
+			nesterov := int32(0)
+			if n.AttrBool("use_nesterov") {
+				nesterov = 1
+			}
+			extra = append(extra, nesterov)
+		}
+		return func(c *device.Context, l launcher) error {
+			v := c.Inputs[0]
+			args := make([]any, 0, len(c.Inputs)+1+len(extra))
+			for i, in := range c.Inputs {
+				if in.DType != tensor.Float32 {
+					return unsupported(fmt.Sprintf("input %d", i), in.DType, f32)
+				}
+				switch {
+				case i < refs || i == gradIdx:
+					if !slices.Equal(in.Shape, v.Shape) {
+						return fmt.Errorf("input %d has shape %v, the variable %v", i, in.Shape, v.Shape)
+					}
+				case in.NumElements() != 1:
+					return fmt.Errorf("input %d must be a scalar, got shape %v", i, in.Shape)
+				}
+				// The variable and its slots are written: one buffer
+				// passed twice would be updated twice.
+				for j := range min(i, refs) {
+					if i < refs && c.Inputs[j].Buf.Ptr == in.Buf.Ptr {
+						return fmt.Errorf("inputs %d and %d are the same variable", j, i)
+					}
+				}
+				args = append(args, in.Buf.Ptr)
+			}
+			n := n64(v)
+			if n == 0 {
+				return nil
+			}
+			args = append(append(args, n), extra...)
+			return l.launch(kernel, grid1(n), block1, args...)
+		}, nil
+	}
 }
 
 func pool(name string) func(n *graph.Node) (launchFunc, error) {

@@ -228,3 +228,31 @@ func mustMaxPool(x *tensor.Tensor, attrs map[string]any) *tensor.Tensor {
 	}
 	return out[0]
 }
+
+// UpdateCases returns the checks of the optimizers' updates
+// (device.Updates): a variable and its slots (positive where a rule takes
+// a square root of them) of an odd size that takes several blocks, the
+// hyper-parameters train's optimizers use, and a gradient.
+func UpdateCases() []Case {
+	r := rand.New(rand.NewPCG(7, 8))
+	const n = 1000 + 37
+	f := func(shape ...int) *tensor.Tensor { return randFloats(r, shape...) }
+	pos := func(shape ...int) *tensor.Tensor {
+		t := randFloats(r, shape...)
+		for i, v := range t.Float32s() {
+			t.Float32s()[i] = 0.1 + abs(v)
+		}
+		return t
+	}
+	sc := func(v float32) *tensor.Tensor { return tensor.Scalar(v) }
+	return []Case{
+		{Op: "ApplyGradientDescent", Inputs: []*tensor.Tensor{f(n), sc(0.1), f(n)}},
+		{Op: "ApplyGradientDescent", Inputs: []*tensor.Tensor{f(5, 3, 7), sc(0.5), f(5, 3, 7)}},
+		{Op: "ApplyMomentum", Inputs: []*tensor.Tensor{f(n), f(n), sc(0.01), f(n), sc(0.9)}},
+		{Op: "ApplyMomentum", Attrs: map[string]any{"use_nesterov": true}, Inputs: []*tensor.Tensor{f(33, 31), f(33, 31), sc(0.01), f(33, 31), sc(0.9)}},
+		{Op: "ApplyAdagrad", Inputs: []*tensor.Tensor{f(n), pos(n), sc(0.1), f(n)}},
+		{Op: "ApplyRMSProp", Inputs: []*tensor.Tensor{f(n), pos(n), f(n), sc(0.01), sc(0.9), sc(0.5), sc(1e-10), f(n)}},
+		{Op: "ApplyAdam", Inputs: []*tensor.Tensor{f(n), f(n), pos(n), sc(0.9), sc(0.999), sc(0.001), sc(0.9), sc(0.999), sc(1e-8), f(n)}},
+		{Op: "ApplyAdam", Inputs: []*tensor.Tensor{f(7, 300), f(7, 300), pos(7, 300), sc(0.729), sc(0.997), sc(0.01), sc(0.9), sc(0.999), sc(1e-7), f(7, 300)}},
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 	_ "github.com/distflow/distflow/kernel/cpu" // the reference kernels
+	opdef "github.com/distflow/distflow/op"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -41,6 +42,7 @@ func Run(t *testing.T, p device.Platform) {
 	t.Run("Logical", func(t *testing.T) { testLogical(t, p) })
 	t.Run("Capture", func(t *testing.T) { testCapture(t, p) })
 	t.Run("Kernels", func(t *testing.T) { testKernels(t, p) })
+	t.Run("Updates", func(t *testing.T) { testUpdates(t, p) })
 }
 
 // open opens one device of p with opts, closed at the test's end.
@@ -407,11 +409,23 @@ func Node(c Case) (*graph.Node, error) {
 			ins = append(ins, s.Out("Const", fmt.Sprintf("c%d", i), nil, map[string]any{"value": in}))
 			continue
 		}
+		if refInput(c.Op, i) {
+			ins = append(ins, s.Out("Variable", fmt.Sprintf("v%d", i), nil,
+				map[string]any{"dtype": in.DType(), "shape": tensor.MakeShape(in.Shape()...)}))
+			continue
+		}
 		ins = append(ins, s.Out("Placeholder", fmt.Sprintf("x%d", i), nil,
 			map[string]any{"dtype": in.DType(), "shape": tensor.MakeShape(in.Shape()...)}))
 	}
 	n := s.AddNode(c.Op, "node", ins, c.Attrs)
 	return n, s.Err()
+}
+
+// refInput reports whether input i of op is a ref (a variable the op
+// updates).
+func refInput(op string, i int) bool {
+	d, ok := opdef.Lookup(op)
+	return ok && i < len(d.Inputs) && d.Inputs[i].Ref
 }
 
 func cpu(c Case) ([]*tensor.Tensor, error) {
@@ -577,4 +591,128 @@ func values(t *tensor.Tensor) []float64 {
 		}
 	}
 	return out
+}
+
+// updateSteps is how many times testUpdates applies each update: the
+// second step starts from the slots the first wrote.
+const updateSteps = 2
+
+func testUpdates(t *testing.T, p device.Platform) {
+	have := device.Kernels(p.Name())
+	for _, op := range device.Updates {
+		if !slices.Contains(have, op) {
+			t.Errorf("platform %s has no kernel for %s (device.Updates)", p.Name(), op)
+		}
+	}
+	d := open(t, p, device.Options{Count: 1, MemoryLimit: 64 << 20})[0]
+	covered := map[string]bool{}
+	for _, c := range UpdateCases() {
+		covered[c.Op] = true
+		t.Run(c.Op, func(t *testing.T) {
+			want, err := cpuUpdate(c, updateSteps)
+			if err != nil {
+				t.Fatalf("%v on the CPU: %v", c, err)
+			}
+			got, err := deviceUpdate(d, c, updateSteps)
+			if err != nil {
+				t.Fatalf("%v on %s: %v", c, d.Info().Name, err)
+			}
+			for i := range want {
+				if msg := compare(got[i], want[i], forwardTol); msg != "" {
+					t.Errorf("%v after %d steps, variable input %d: %s", c, updateSteps, i, msg)
+				}
+			}
+		})
+	}
+	for _, op := range device.Updates {
+		if !covered[op] {
+			t.Errorf("no case of %s in devicetest.UpdateCases", op)
+		}
+	}
+	if st := d.Allocator().Stats(); st.Live != 0 {
+		t.Errorf("the update cases left %d allocations (%d bytes) live", st.Live, st.InUse)
+	}
+}
+
+// cpuUpdate applies c's update steps times with the CPU kernel to
+// variables holding c's ref inputs, and returns their values.
+func cpuUpdate(c Case, steps int) ([]*tensor.Tensor, error) {
+	n, err := Node(c)
+	if err != nil {
+		return nil, err
+	}
+	f, err := kernel.Lookup(c.Op, kernel.CPU)
+	if err != nil {
+		return nil, err
+	}
+	k, err := f(n)
+	if err != nil {
+		return nil, err
+	}
+	res := kernel.NewResources()
+	kc := &kernel.Context{Ctx: context.Background(), Node: n, Resources: res,
+		Inputs: make([]*tensor.Tensor, len(c.Inputs)), Refs: make([]*kernel.Variable, len(c.Inputs))}
+	for i, in := range c.Inputs {
+		if !n.IsRefInput(i) {
+			kc.Inputs[i] = in
+			continue
+		}
+		v, err := res.Variable(fmt.Sprintf("v%d", i), in.DType(), tensor.MakeShape(in.Shape()...))
+		if err == nil {
+			err = v.Assign(in)
+		}
+		if err != nil {
+			return nil, err
+		}
+		kc.Refs[i] = v
+	}
+	for range steps {
+		if err := k.Compute(kc); err != nil {
+			return nil, err
+		}
+	}
+	var out []*tensor.Tensor
+	for _, v := range kc.Refs {
+		if v == nil {
+			continue
+		}
+		t, err := v.Read()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// deviceUpdate applies c's update steps times on d to c's inputs copied
+// into device memory, and returns the ref inputs' values.
+func deviceUpdate(d device.Device, c Case, steps int) (_ []*tensor.Tensor, err error) {
+	run, err := Prepare(d, c)
+	if err != nil {
+		return nil, err
+	}
+	defer run.Close()
+	for range steps {
+		if err := run.Launch(); err != nil {
+			return nil, err
+		}
+	}
+	var out []*tensor.Tensor
+	for i, in := range run.ins {
+		if !run.node.IsRefInput(i) {
+			continue
+		}
+		t, err := device.Download(d, in)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.Stream().Synchronize(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -24,6 +24,80 @@ func registerKernels() {
 		}
 		device.RegisterKernel(Name, op, def)
 	}
+	for _, op := range device.Updates {
+		device.RegisterKernel(Name, op, device.KernelDef{DTypes: []tensor.DType{tensor.Float32, tensor.Float64}, Factory: updateFactory(op)})
+	}
+}
+
+// updateFactory builds the adapter of the CPU kernel of an optimizer's
+// update (device.Updates), which updates its ref inputs in place: on the
+// stream, each ref's device memory becomes the value of a variable of a
+// resource container of its own, the CPU kernel updates the variables,
+// and their values are copied back.
+func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
+	return func(n *graph.Node) (device.Kernel, error) {
+		f, err := kernel.Lookup(op, kernel.CPU)
+		if err != nil {
+			return nil, err
+		}
+		k, err := f(n)
+		if err != nil {
+			return nil, err
+		}
+		return device.KernelFunc(func(c *device.Context) error {
+			st, ok := c.Stream.(*stream)
+			if !ok {
+				return fmt.Errorf("sim: node %s: a simulated kernel launched on a %T", c.Node, c.Stream)
+			}
+			ins := slices.Clone(c.Inputs)
+			return st.launch(func() error {
+				res := kernel.NewResources()
+				kc := &kernel.Context{Ctx: context.Background(), Node: n, Resources: res,
+					Inputs: make([]*tensor.Tensor, len(ins)), Refs: make([]*kernel.Variable, len(ins))}
+				views := make([]*tensor.Tensor, len(ins))
+				for i, in := range ins {
+					if n.IsRefInput(i) && in.Host != nil {
+						return fmt.Errorf("sim: node %s: variable input %d is a host value, not device memory", n, i)
+					}
+					t := in.Host
+					if t == nil {
+						raw, err := st.mem.bytes(in.Buf.Ptr, in.Bytes())
+						if err != nil {
+							return fmt.Errorf("sim: node %s: input %d: %w", n, i, err)
+						}
+						if t, err = tensor.ViewRawBytes(in.DType, in.Shape, raw); err != nil {
+							return fmt.Errorf("sim: node %s: input %d: %w", n, i, err)
+						}
+					}
+					views[i] = t
+					if !n.IsRefInput(i) {
+						kc.Inputs[i] = t
+						continue
+					}
+					v, err := res.Variable(fmt.Sprintf("ref%d", i), in.DType, tensor.MakeShape(in.Shape...))
+					if err == nil {
+						err = v.Assign(t)
+					}
+					if err != nil {
+						return fmt.Errorf("sim: node %s: input %d: %w", n, i, err)
+					}
+					kc.Refs[i] = v
+				}
+				if err := k.Compute(kc); err != nil {
+					return fmt.Errorf("sim: node %s (%s): %w", n, n.Op(), err)
+				}
+				for i, v := range kc.Refs {
+					if v == nil {
+						continue
+					}
+					if err := v.ReadInto(views[i]); err != nil {
+						return fmt.Errorf("sim: node %s: input %d: %w", n, i, err)
+					}
+				}
+				return nil
+			})
+		}), nil
+	}
 }
 
 // cpuFactory builds the adapter of op's CPU kernel.

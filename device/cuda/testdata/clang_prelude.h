@@ -9,6 +9,8 @@
 #define __forceinline__ __inline__ __attribute__((always_inline))
 __device__ float expf(float);
 __device__ double log(double);
+__device__ double sqrt(double);
+__device__ float sqrtf(float);
 __device__ float fmaf(float, float, float);
 __device__ float __int_as_float(int);
 __device__ void __syncthreads();
