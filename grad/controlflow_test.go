@@ -142,3 +142,24 @@ func TestNestedGradient(t *testing.T) {
 		Inputs: []*tensor.Tensor{gradtest.Random(12, 3), gradtest.Random(13, 3)},
 	})
 }
+
+// TestWhileGradientVariable differentiates a loop that reads a trainable
+// variable (captured) with respect to the variable and to the loop's
+// initial value: y = x * w^3 by three multiplications.
+func TestWhileGradientVariable(t *testing.T) {
+	gradtest.Check(t, gradtest.Case{
+		Name: "variable",
+		Build: func(s *graph.Scope, x []graph.Output) graph.Output {
+			w := ops.NewVariable(s, "w", tensor.Float64, []int{3}, ops.RandomUniformInit(0.5, 1.5, 7))
+			out := ops.WhileLoop(s,
+				func(s *graph.Scope, v []graph.Output) graph.Output { return ops.Less(s, v[0], ops.Const(s, int32(3))) },
+				func(s *graph.Scope, v []graph.Output) []graph.Output {
+					return []graph.Output{ops.Add(s, v[0], ops.Const(s, int32(1))), ops.Mul(s, v[1], w.Value())}
+				},
+				[]graph.Output{ops.Const(s, int32(0)), x[0]})
+			return out[1]
+		},
+		Inputs:    []*tensor.Tensor{gradtest.Random(14, 3)},
+		Variables: true,
+	})
+}

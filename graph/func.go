@@ -303,7 +303,8 @@ func (b *FuncBuilder) Finish(rets []Output, captures []Output) *Func {
 }
 
 // Inline adds the nodes of f to s's graph as a call would run them, with
-// args standing for f's arguments, and returns the tensors standing for
+// args (tensors of s's graph, or of graphs enclosing the function s
+// builds) standing for f's arguments, and returns the tensors standing for
 // its results. Nodes keep their names under s's prefix. The gradients of
 // control flow use it to recompute a branch or a loop body next to its
 // gradient.
@@ -313,6 +314,15 @@ func Inline(s *Scope, f *Func, args []Output) ([]Output, error) {
 	}
 	if len(args) != len(f.Args) {
 		return nil, fmt.Errorf("graph: inlining %v: %d arguments for %d", f, len(args), len(f.Args))
+	}
+	// Arguments from an enclosing graph (in a function being built) are
+	// captured first, so that a result that is an argument, or a control
+	// input on one, is a tensor of s's graph.
+	args = append([]Output(nil), args...)
+	for i, a := range args {
+		if args[i] = s.Capture(a); !args[i].Valid() {
+			return nil, s.Err()
+		}
 	}
 	mapped := make(map[*Node][]Output, f.Graph.NumNodes())
 	isArg := map[Output]int{}

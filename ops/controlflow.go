@@ -21,7 +21,9 @@ import (
 // return as many tensors, of the same dtypes; a result's shape is what
 // both branches agree on. Each branch builds in the scope it is given and
 // may use any tensor of the enclosing graph (a placeholder, a variable's
-// value); variables must be created outside.
+// value); variables must be created outside, and are read, not updated,
+// inside. The branch taken runs whole on the node's device (devices
+// requested inside are ignored).
 //
 // It returns one Output per result; the zero Outputs after an error,
 // which is recorded on s.
@@ -85,8 +87,9 @@ func ShapeInvariants(shapes ...tensor.Shape) WhileOption {
 // variables' final values; the zero Outputs after an error, which is
 // recorded on s.
 //
-// The loop runs whole, on one device, within one node; it stops with an
-// error when the step is cancelled. Gradients flow through it to init and
+// The loop runs whole, on one device, within one node (devices requested
+// inside cond or body are ignored); it stops with an error when the step
+// is cancelled. Gradients flow through it to init and
 // to the captured tensors (package grad).
 func WhileLoop(s *graph.Scope, cond func(s *graph.Scope, vars []graph.Output) graph.Output,
 	body func(s *graph.Scope, vars []graph.Output) []graph.Output, init []graph.Output, opts ...WhileOption) []graph.Output {
