@@ -31,10 +31,13 @@
 //	step, err := train.Minimize(s.WithControlDependencies(layers.UpdateOps(s.Graph())...), opt, loss, globalStep)
 //
 // The recurrent layers LSTM and GRU run over [batch, time, features] and
-// return the last output or, with ReturnSequences, every step's. They
-// unroll the time steps into the graph (TensorFlow's static_rnn), so the
-// number of steps must be known at build time; their step is a Cell, which
-// Unroll, or a loop built by hand, applies one time step at a time:
+// return the last output or, with ReturnSequences, every step's. By
+// default they unroll the time steps into the graph (Unroll, TensorFlow's
+// static_rnn), so the number of steps must be known at build time; with
+// Dynamic they run them in a loop of the graph (DynamicUnroll over
+// ops.WhileLoop, TensorFlow's dynamic_rnn), for any number known only at
+// run time. Their step is a Cell, which either applies one time step at a
+// time:
 //
 //	h := layers.LSTM{Units: 32}.Apply(s, sequences, training) // [batch, 32]
 //	logits := layers.Dense{Units: 2}.Apply(s, h, training)

@@ -35,7 +35,7 @@ func Unroll(s *graph.Scope, cell Cell, x graph.Output, initial []graph.Output) (
 	}
 	sh := x.Shape()
 	if !x.Valid() || !sh.KnownRank() || sh.Rank() != 3 || sh.Dim(1) < 1 {
-		s.SetErr(fmt.Errorf("layers: Unroll: input %s has shape %v; want [batch, time, features] with the time steps known at build time", x, sh))
+		s.SetErr(fmt.Errorf("layers: Unroll: input %s has shape %v; want [batch, time, features] with the time steps known at build time (DynamicUnroll, or a layer's Dynamic, takes any number)", x, sh))
 		return nil, nil
 	}
 	sizes := cell.StateSizes()
@@ -140,7 +140,8 @@ func recurrentInput(s *graph.Scope, layer string, x graph.Output, units int) (te
 // with i, f, o = recurrent_activation(z_i, z_f, z_o). Its variables are
 // "<name>/kernel" [features, 4·Units], "<name>/recurrent_kernel" [Units,
 // 4·Units] and "<name>/bias" [4·Units]. The state starts at zeros. The
-// time steps are unrolled: their number must be known at build time.
+// time steps are unrolled, so their number must be known at build time,
+// unless Dynamic runs them in a graph loop.
 type LSTM struct {
 	// Units is the size of the output and of each state (required).
 	Units int
@@ -166,6 +167,10 @@ type LSTM struct {
 	// ReturnSequences returns every step's output [batch, time, Units]
 	// instead of the last one [batch, Units].
 	ReturnSequences bool
+	// Dynamic runs the time steps in a loop of the graph (DynamicUnroll)
+	// rather than unrolling them (Unroll): their number may then be
+	// unknown at build time, and the graph does not grow with it.
+	Dynamic bool
 	// Name names the layer's scope (default "lstm", made unique).
 	Name string
 }
@@ -177,7 +182,7 @@ func (l LSTM) Apply(s *graph.Scope, x graph.Output, _ bool) graph.Output {
 		return graph.Output{}
 	}
 	ls := layerScope(s, l.Name, "lstm")
-	return recurrentApply(ls, l.newCell(ls, dt, in), x, l.ReturnSequences)
+	return recurrentRun(ls, l.newCell(ls, dt, in), x, l.ReturnSequences, l.Dynamic)
 }
 
 // NewCell makes (or, in a scope that reuses variables, finds) the layer's
@@ -275,7 +280,8 @@ func (c *LSTMCell) Step(s *graph.Scope, x graph.Output, state []graph.Output) (g
 // variables are "<name>/kernel" [features, 3·Units],
 // "<name>/recurrent_kernel" [Units, 3·Units] and "<name>/bias" [3·Units]
 // ([2, 3·Units] with ResetAfter). The state starts at zeros; the time steps
-// are unrolled, so their number must be known at build time.
+// are unrolled, so their number must be known at build time, unless
+// Dynamic runs them in a graph loop.
 type GRU struct {
 	// Units is the size of the output and of the state (required).
 	Units int
@@ -297,6 +303,10 @@ type GRU struct {
 	// ReturnSequences returns every step's output [batch, time, Units]
 	// instead of the last one [batch, Units].
 	ReturnSequences bool
+	// Dynamic runs the time steps in a loop of the graph (DynamicUnroll)
+	// rather than unrolling them (Unroll): their number may then be
+	// unknown at build time, and the graph does not grow with it.
+	Dynamic bool
 	// Name names the layer's scope (default "gru", made unique).
 	Name string
 }
@@ -308,7 +318,7 @@ func (g GRU) Apply(s *graph.Scope, x graph.Output, _ bool) graph.Output {
 		return graph.Output{}
 	}
 	ls := layerScope(s, g.Name, "gru")
-	return recurrentApply(ls, g.newCell(ls, dt, in), x, g.ReturnSequences)
+	return recurrentRun(ls, g.newCell(ls, dt, in), x, g.ReturnSequences, g.Dynamic)
 }
 
 // NewCell makes (or, in a scope that reuses variables, finds) the layer's
