@@ -8,7 +8,8 @@ import (
 )
 
 // Parallel loops run on persistent goroutines, one per processor but the
-// caller's, started on first use. On the 2-vCPU reference VM, starting a
+// caller's, started on first use and added when GOMAXPROCS grows (see
+// ensureWorkers). On the 2-vCPU reference VM, starting a
 // goroutine on an idle processor took 50-200 us before it ran (the
 // processor's thread sleeps in the kernel), longer than a whole MLP layer.
 // A worker that has just finished a part therefore keeps polling for the
@@ -86,18 +87,37 @@ type part struct {
 // share of the cores each (see taskEnv in cmd/distflow).
 const spinFor = 250 * time.Microsecond
 
+// maxWorkers bounds the pool: the capacity of its channel, which every
+// worker's part must fit in so that a send after a successful reserve
+// never blocks.
+const maxWorkers = 1023
+
 var pool struct {
 	once  sync.Once
+	mu    sync.Mutex   // serialises growth
 	parts chan part    // buffered: a send after a successful reserve never blocks
 	idle  atomic.Int32 // workers not reserved
-	n     int
+	n     atomic.Int32 // workers started
 }
 
-func startPool() {
-	pool.n = max(runtime.GOMAXPROCS(0)-1, 0)
-	pool.parts = make(chan part, pool.n)
-	pool.idle.Store(int32(pool.n))
-	for range pool.n {
+// ensureWorkers starts workers until the pool has procs-1 (at most
+// maxWorkers). The pool follows GOMAXPROCS up, not only its value at the
+// first parallel call: a program that raises it later (a benchmark's -cpu
+// list, runtime.GOMAXPROCS, the runtime's own update when the container's
+// CPU limit grows) would otherwise run every part on the caller. Workers
+// are never stopped; when GOMAXPROCS falls, Parallel wakes no more of them
+// than it allows.
+func ensureWorkers(procs int) {
+	want := int32(min(procs-1, maxWorkers))
+	if pool.n.Load() >= want {
+		return
+	}
+	pool.once.Do(func() { pool.parts = make(chan part, maxWorkers) })
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	for pool.n.Load() < want {
+		pool.n.Add(1)
+		pool.idle.Add(1)
 		go poolWorker()
 	}
 }
@@ -152,13 +172,14 @@ func Parallel(n, parts int, r Ranger) {
 		}
 		return
 	}
-	pool.once.Do(startPool)
+	procs := runtime.GOMAXPROCS(0)
+	ensureWorkers(procs)
 	j := jobs.Get().(*job)
 	gen := j.state.Load()>>(2*partBits) + 1
 	j.r, j.n = r, n
 	j.done.Store(0)
 	j.state.Store(gen<<(2*partBits) | uint64(parts)<<partBits)
-	for k := 1; k < parts && reserve(); k++ {
+	for k := 1; k < min(parts, procs) && reserve(); k++ {
 		pool.parts <- part{j, gen}
 	}
 	j.work(gen)
