@@ -174,7 +174,8 @@ type FuncBuilder struct {
 // under prefix.
 func NewFuncBuilder(outer *Scope, prefix string) *FuncBuilder {
 	b := &FuncBuilder{outer: outer, g: New(), memo: map[Output]Output{}}
-	b.scope = &Scope{graph: b.g, err: outer.err, capture: b.capture, seed: outer.seed}
+	b.scope = &Scope{graph: b.g, err: outer.err, capture: b.capture, seed: outer.seed,
+		varPrefix: outer.varPrefix, reuse: outer.reuse, enclosing: outer}
 	if prefix != "" {
 		b.scope = b.scope.NameScope(prefix)
 	}
@@ -398,4 +399,24 @@ func (s *Scope) Capture(o Output) Output {
 	c, err := s.capture(o)
 	s.SetErr(err)
 	return c
+}
+
+// OutsideFunctions returns the scope in which state is created for s: s
+// itself, or, when s builds a function (a loop body, a branch), the scope
+// of the outermost graph enclosing it, with s's variable prefix and reuse.
+// Variable builders use it, so that a layer called inside a loop body
+// creates its variables once, in the graph that holds the loop, and the
+// body reads them (a capture), as TensorFlow lifts variables out of
+// control flow.
+func (s *Scope) OutsideFunctions() *Scope {
+	if s.enclosing == nil {
+		return s
+	}
+	root := s.enclosing
+	for root.enclosing != nil {
+		root = root.enclosing
+	}
+	c := *root
+	c.varPrefix, c.reuse = s.varPrefix, s.reuse
+	return &c
 }

@@ -33,6 +33,9 @@ type Scope struct {
 	// maps an input from an enclosing graph to its stand-in in the
 	// function's graph.
 	capture func(Output) (Output, error)
+	// enclosing is, in the scopes of a function being built, the scope
+	// the FuncBuilder was made from (see OutsideFunctions).
+	enclosing *Scope
 }
 
 // DeviceFunc chooses the device of a node about to be added, given its spec

@@ -335,3 +335,43 @@ func TestWhileLoopForeignGraph(t *testing.T) {
 		t.Fatalf("error %v, want one saying the tensor's graph does not enclose the loop", err)
 	}
 }
+
+// TestVariableInLoopBody creates a variable inside a loop body, as a
+// recurrent cell's layer would: it lives in the enclosing graph, named in
+// the variable scope the body was built in, is initialised with the
+// others, and the body reads it.
+func TestVariableInLoopBody(t *testing.T) {
+	s := graph.NewScope()
+	cell := s.VariableScope("rnn")
+	out := ops.WhileLoop(cell,
+		func(s *graph.Scope, v []graph.Output) graph.Output { return ops.Less(s, v[0], ops.Const(s, int32(3))) },
+		func(s *graph.Scope, v []graph.Output) []graph.Output {
+			w := ops.NewVariable(s.VariableScope("cell"), "w", tensor.Float32, []int{2}, ops.ConstantInit(2))
+			return []graph.Output{ops.Add(s, v[0], ops.Const(s, int32(1))), ops.Mul(s, v[1], w.Value())}
+		},
+		[]graph.Output{ops.Const(s, int32(0)), ops.Const(s, []float32{1, -1})})
+	init := ops.GlobalVariablesInitializer(s)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	vars := ops.GlobalVariables(s.Graph())
+	if len(vars) != 1 || vars[0].Name() != "rnn/cell/w" {
+		t.Fatalf("variables of the enclosing graph %v, want [rnn/cell/w]", vars)
+	}
+	sess, err := session.New(s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	ctx := context.Background()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{init}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sess.Run(ctx, nil, out[1:], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := res[0].Float32s(), []float32{8, -8}; !equal32(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}

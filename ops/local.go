@@ -33,6 +33,7 @@ const (
 // call adds a new variable (a unique name), even in a scope that reuses
 // variables, as tf.metrics' accumulators. It is not trainable.
 func NewLocalVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init Initializer) *Variable {
+	s = s.OutsideFunctions()
 	if s.Err() != nil {
 		return nil
 	}

@@ -107,7 +107,11 @@ func NotTrainable() VariableOption { return func(c *variableConfig) { c.trainabl
 // control dependencies. On error it
 // records it in the scope and returns nil, which is safe to use (see
 // Variable): check the scope's Err once after building.
+//
+// Inside a loop body or a branch (see WhileLoop), the variable is created
+// in the graph that holds the loop, once, and the body reads it.
 func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init Initializer, opts ...VariableOption) *Variable {
+	s = s.OutsideFunctions()
 	cfg := variableConfig{trainable: true}
 	for _, o := range opts {
 		o(&cfg)
