@@ -163,3 +163,24 @@ func TestWhileGradientVariable(t *testing.T) {
 		Variables: true,
 	})
 }
+
+// TestWhileGradientVariableInBody differentiates with respect to a
+// variable that the loop body itself creates (a cell's weights).
+func TestWhileGradientVariableInBody(t *testing.T) {
+	gradtest.Check(t, gradtest.Case{
+		Name: "cell",
+		Build: func(s *graph.Scope, x []graph.Output) graph.Output {
+			out := ops.WhileLoop(s,
+				func(s *graph.Scope, v []graph.Output) graph.Output { return ops.Less(s, v[0], ops.Const(s, int32(3))) },
+				func(s *graph.Scope, v []graph.Output) []graph.Output {
+					w := ops.NewVariable(s, "w", tensor.Float64, []int{2, 2}, ops.RandomUniformInit(-1, 1, 3))
+					h := ops.Tanh(s, ops.MatMul(s, v[1], w.Value(), false, false))
+					return []graph.Output{ops.Add(s, v[0], ops.Const(s, int32(1))), h}
+				},
+				[]graph.Output{ops.Const(s, int32(0)), x[0]})
+			return out[1]
+		},
+		Inputs:    []*tensor.Tensor{gradtest.Random(15, 1, 2)},
+		Variables: true,
+	})
+}
