@@ -7,6 +7,8 @@
 //
 // The model must carry a running sum through time: each digit, one-hot,
 // goes through a 16-unit LSTM, whose last output a dense layer classifies.
+// With --dynamic the LSTM runs its time steps in a loop of the graph
+// (layers.LSTM's Dynamic) instead of unrolling them.
 package main
 
 import (
@@ -33,9 +35,14 @@ const (
 	Threshold = 45
 )
 
+// dynamic is the --dynamic flag: the LSTM in a graph loop (same model, same
+// results) rather than unrolled.
+var dynamic bool
+
 func main() {
 	f := estimator.Flags{Steps: 1000} // --strategy, --local-cluster, --steps, --export, ...
 	f.Register(flag.CommandLine)
+	flag.BoolVar(&dynamic, "dynamic", false, "run the LSTM's time steps in a graph loop (ops.WhileLoop) instead of unrolling them")
 	flag.Parse()
 	x, y := Sequences(1, 8000)
 	testX, testY := Sequences(2, 2000)
@@ -74,7 +81,7 @@ func Sequences(seed int64, n int) (digits, labels *tensor.Tensor) {
 func model(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 	training := mode == estimator.Train
 	onehot := ops.OneHot(s, f.Get(s, "digits"), 10, 1, 0, tensor.Float32) // [batch, Length, 10]
-	h := layers.LSTM{Units: 16, Name: "lstm"}.Apply(s, onehot, training)
+	h := layers.LSTM{Units: 16, Name: "lstm", Dynamic: dynamic}.Apply(s, onehot, training)
 	logits := layers.Dense{Units: 2, Name: "logits"}.Apply(s, h, training)
 	class := ops.Cast(s, ops.ArgMax(s, logits, 1), tensor.Int32)
 	spec := &estimator.Spec{Predictions: map[string]graph.Output{"class": class, "probabilities": ops.Softmax(s, logits)}}
