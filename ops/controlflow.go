@@ -28,6 +28,10 @@ import (
 // It returns one Output per result; the zero Outputs after an error,
 // which is recorded on s.
 func Cond(s *graph.Scope, pred graph.Output, then, els func(s *graph.Scope) []graph.Output) []graph.Output {
+	if then == nil || els == nil {
+		s.SetErr(fmt.Errorf("ops: Cond: a branch function is nil"))
+		return nil
+	}
 	tb := graph.NewFuncBuilder(s, "then")
 	eb := graph.NewFuncBuilder(s, "else")
 	tr := captureAll(tb.Scope(), then(tb.Scope()))
@@ -99,6 +103,9 @@ func WhileLoop(s *graph.Scope, cond func(s *graph.Scope, vars []graph.Output) gr
 	}
 	out := make([]graph.Output, len(init))
 	switch {
+	case cond == nil || body == nil:
+		s.SetErr(fmt.Errorf("ops: WhileLoop: cond or body is nil"))
+		return out
 	case len(init) == 0:
 		s.SetErr(fmt.Errorf("ops: WhileLoop: no loop variables"))
 		return out

@@ -74,6 +74,7 @@ func TestCondErrors(t *testing.T) {
 	}{
 		{"count", nil, func(s *graph.Scope) []graph.Output { return nil }, "returns 1 tensors"},
 		{"dtype", nil, func(s *graph.Scope) []graph.Output { return []graph.Output{ops.Const(s, int32(1))} }, "float32 in then_branch and int32"},
+		{"nil branch", nil, nil, "branch function is nil"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := graph.NewScope()
@@ -290,6 +291,7 @@ func TestWhileLoopErrors(t *testing.T) {
 		opts []ops.WhileOption
 		want string
 	}{
+		{"nil body", nil, func(s *graph.Scope) []graph.Output { return []graph.Output{ops.Const(s, float32(0))} }, nil, "cond or body is nil"},
 		{"no vars", func(s *graph.Scope, v []graph.Output) []graph.Output { return nil },
 			func(s *graph.Scope) []graph.Output { return nil }, nil, "no loop variables"},
 		{"count", func(s *graph.Scope, v []graph.Output) []graph.Output { return nil },
