@@ -18,7 +18,8 @@ type Cell interface {
 	StateSizes() []int
 	// Step computes one time step from the input x [batch, features] and
 	// the state (one [batch, width] tensor per StateSizes entry). It
-	// returns the output [batch, units] and the next state.
+	// returns the output [batch, units], units being StateSizes()[0]
+	// (DynamicUnroll sizes its outputs so), and the next state.
 	Step(s *graph.Scope, x graph.Output, state []graph.Output) (graph.Output, []graph.Output)
 }
 
