@@ -1,8 +1,10 @@
 package grad_test
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/distflow/distflow/grad"
 	"github.com/distflow/distflow/grad/gradtest"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
@@ -183,4 +185,26 @@ func TestWhileGradientVariableInBody(t *testing.T) {
 		Inputs:    []*tensor.Tensor{gradtest.Random(15, 1, 2)},
 		Variables: true,
 	})
+}
+
+// TestWhileSecondOrderRefused: the gradient of a loop's gradient would
+// need the gradient of the kept history, which is not supported: an
+// error, not a wrong result.
+func TestWhileSecondOrderRefused(t *testing.T) {
+	s := graph.NewScope()
+	x := ops.Placeholder(s, "x", tensor.Float64, tensor.ScalarShape())
+	out := ops.WhileLoop(s,
+		func(s *graph.Scope, v []graph.Output) graph.Output { return ops.Less(s, v[0], ops.Const(s, int32(3))) },
+		func(s *graph.Scope, v []graph.Output) []graph.Output {
+			return []graph.Output{ops.Add(s, v[0], ops.Const(s, int32(1))), ops.Mul(s, v[1], v[1])}
+		},
+		[]graph.Output{ops.Const(s, int32(0)), x})
+	g1, err := grad.Gradients(s, out[1:], []graph.Output{x}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = grad.Gradients(s, g1, []graph.Output{x}, nil)
+	if err == nil || !strings.Contains(err.Error(), "second order") {
+		t.Fatalf("second-order gradient through a loop: error %v, want one saying it is not supported", err)
+	}
 }
