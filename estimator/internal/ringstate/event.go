@@ -77,8 +77,13 @@ type Failure struct {
 // SyncFailed: the sync of the view failed.
 type SyncFailed struct{ Failure }
 
-// Trained: the step was trained among the view's members.
-type Trained struct{ Step int64 }
+// Trained: the step was trained among the view's members. Stop: a hook of
+// this rank asked to stop there (before the target): the leader ends
+// training at this step; a follower leaves the ring.
+type Trained struct {
+	Step int64
+	Stop bool
+}
 
 // StepFailed: the step failed.
 type StepFailed struct {
@@ -123,7 +128,9 @@ func (e ServersProbed) String() string {
 }
 func (e Synced) String() string     { return fmt.Sprintf("synced done=%d", e.Done) }
 func (e SyncFailed) String() string { return "sync-failed" + e.Failure.String() }
-func (e Trained) String() string    { return fmt.Sprintf("trained step=%d", e.Step) }
+func (e Trained) String() string {
+	return fmt.Sprintf("trained step=%d", e.Step) + flagged(e.Stop, "stop")
+}
 func (e StepFailed) String() string {
 	return fmt.Sprintf("step-failed step=%d", e.Step) + e.Failure.String()
 }
@@ -232,10 +239,12 @@ const (
 	ByFatal
 	// WaitExpired: a follower waited for a view longer than WaitTimeout.
 	WaitExpired
+	// Stopped: a hook of this follower asked to stop; it leaves the ring.
+	Stopped
 )
 
 func (r Reason) String() string {
-	return [...]string{"done", "away", "mismatch", "fatal", "wait-expired"}[r]
+	return [...]string{"done", "away", "mismatch", "fatal", "wait-expired", "stopped"}[r]
 }
 
 func (Lead) action()         {}

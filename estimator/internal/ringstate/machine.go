@@ -181,7 +181,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 	case SyncFailed:
 		m.syncFailed(e.Failure)
 	case Trained:
-		m.trained(e.Step)
+		m.trained(e.Step, e.Stop)
 	case StepFailed:
 		m.stepFailed(e.Step, e.Failure)
 	case Finished:
@@ -201,6 +201,10 @@ func (m *Machine) Done() int64 { return m.done }
 
 // View returns the view this rank made (leading) or last joined.
 func (m *Machine) View() allreduce.View { return m.view }
+
+// Steps returns the target step: the configured one, or the step at
+// which a hook asked to stop.
+func (m *Machine) Steps() int64 { return m.cfg.Steps }
 
 // Ended reports whether the machine has ended.
 func (m *Machine) Ended() bool { return m.ph == ended }
@@ -333,6 +337,16 @@ func (m *Machine) cutShort() {
 	m.emit(Cut{})
 }
 
+// cutIfStale cuts the sync or step just started if what would cut it in
+// flight has happened already: a view newer than this one arrived (the
+// leader answers even a higher rank's with a newer view of its own), or,
+// following, this rank should lead.
+func (m *Machine) cutIfStale() {
+	if m.foreign(m.view.Gen) || (!m.Leading() && m.leading()) {
+		m.cutShort()
+	}
+}
+
 func (m *Machine) tick() {
 	if m.deadline.IsZero() || m.now.Before(m.deadline) {
 		return
@@ -397,6 +411,7 @@ func (m *Machine) take(v allreduce.View) {
 	if v.Sync {
 		m.ph = followSync
 		m.emit(Sync{})
+		m.cutIfStale()
 		return
 	}
 	m.done = v.Step - 1
@@ -410,6 +425,7 @@ func (m *Machine) followTrain() {
 	}
 	m.ph, m.cut = followStep, false
 	m.emit(Train{Step: m.done + 1})
+	m.cutIfStale()
 }
 
 // ---- leading
@@ -586,6 +602,7 @@ func (m *Machine) sent(e ViewSent) {
 		m.tellLower()
 		m.ph = leadSync
 		m.emit(Sync{})
+		m.cutIfStale()
 	case m.ph == leadStop && e.Gen == m.view.Gen:
 		m.end(End{Reason: Done, Led: true})
 	}
@@ -639,12 +656,21 @@ func (m *Machine) train() {
 	m.tellLower()
 	m.ph, m.cut = leadStep, false
 	m.emit(Train{Step: m.done + 1})
+	m.cutIfStale()
 }
 
-func (m *Machine) trained(step int64) {
+func (m *Machine) trained(step int64, stop bool) {
+	stop = stop && step < m.cfg.Steps
 	switch {
 	case m.ph == followStep && step == m.done+1:
 		m.done++
+		if stop {
+			// Training ends where the leader's hooks say; this rank's
+			// leave it, and the ring re-forms without it.
+			m.cfg.Steps = m.done
+			m.end(End{Reason: Stopped})
+			return
+		}
 		if m.done == m.cfg.Steps {
 			m.ph = followFinish
 			m.emit(Finish{})
@@ -653,6 +679,9 @@ func (m *Machine) trained(step int64) {
 		m.followTrain()
 	case m.ph == leadStep && step == m.done+1:
 		m.done++
+		if stop {
+			m.cfg.Steps = m.done // a hook asked to stop: training ends here
+		}
 		m.emit(Checkpoint{Step: m.done})
 		m.top()
 	}

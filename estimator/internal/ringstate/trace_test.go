@@ -217,7 +217,7 @@ func parseEvent(name string, fields []string) (Event, error) {
 	case "sync-failed":
 		return SyncFailed{a.failure()}, nil
 	case "trained":
-		return Trained{Step: a.int("step")}, nil
+		return Trained{Step: a.int("step"), Stop: a.flags["stop"]}, nil
 	case "step-failed":
 		return StepFailed{Step: a.int("step"), Failure: a.failure()}, nil
 	case "finished":
