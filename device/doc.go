@@ -54,5 +54,8 @@
 // inputs' concrete shapes and the values of host-memory inputs) and
 // allocates the outputs, so a kernel never waits for the device. Ops is the
 // list of ops every GPU platform runs: the conformance suite checks each
-// platform's kernels against the CPU kernels on the same inputs.
+// platform's kernels against the CPU kernels on the same inputs. Random
+// are the random ops they run, from one counter-based stream (Philox,
+// PhiloxUniform) that every platform draws bit for bit; Updates the
+// optimizers' update rules, in place, for variables in device memory.
 package device

@@ -150,10 +150,11 @@ func Kernels(platform string) []string {
 
 // Ops are the ops every GPU platform has a kernel for: the forward and
 // backward passes of the reference models (linear regression, the MLP, the
-// CNN) and the element-wise arithmetic around them. Ops not listed (random
-// numbers, variables, queues, summaries) run on the CPU under soft
-// placement. The conformance suite (package device/devicetest) checks a
-// platform's kernels of these against the CPU's.
+// CNN) and the element-wise arithmetic around them. Ops not listed
+// (variables, queues, summaries, and the random ops not in Random) run on
+// the CPU under soft placement. The conformance suite (package
+// device/devicetest) checks a platform's kernels of these against the
+// CPU's.
 var Ops = []string{
 	"Add", "ArgMax", "BiasAdd", "BiasAddGrad", "BroadcastTo", "Cast", "Conv2D",
 	"Conv2DBackpropFilter", "Conv2DBackpropInput", "Div", "Equal", "ExpandDims", "Fill",
@@ -161,6 +162,22 @@ var Ops = []string{
 	"OnesLike", "Relu", "ReluGrad", "Reshape", "Shape", "Sigmoid", "SigmoidGrad", "Size",
 	"SparseSoftmaxCrossEntropyWithLogits", "SquaredDifference", "Sub", "Sum", "SumToShape",
 	"ZerosLike",
+}
+
+// Random are the random ops every GPU platform has a kernel for: those
+// dropout is built from. Their kernels draw from the Philox stream of
+// PhiloxUniform, the same numbers on every platform (not the CPU kernels'
+// PCG streams), and keep the count of runs in device memory, advanced by
+// the device, so that a step replayed from a captured graph draws fresh
+// numbers each replay. The conformance suite checks them against
+// PhiloxUniform.
+var Random = []string{"RandomUniform"}
+
+// Releaser is a kernel that holds device memory from launch to launch (a
+// random op's count of runs). Release frees it once no queued or captured
+// work reads it any more; the kernel must not be launched afterwards.
+type Releaser interface {
+	Release() error
 }
 
 // Updates are the optimizers' dense update rules (the ops train's
@@ -184,6 +201,7 @@ var hostArgs = map[string]struct{ in, out []int }{
 	"Fill":                 {in: []int{0, 1}},
 	"Conv2DBackpropInput":  {in: []int{0}},
 	"Conv2DBackpropFilter": {in: []int{1}},
+	"RandomUniform":        {in: []int{0}},
 	"Shape":                {out: []int{0}},
 	"Size":                 {out: []int{0}},
 }
@@ -231,13 +249,13 @@ func ShapeFactory(op string) func(n *graph.Node) (Kernel, error) {
 	}
 }
 
-// Runs reports whether op runs on an accelerator: an op of Ops, or one
-// the runtime handles itself there (a Send, Recv, Const, Placeholder or
-// NoOp of a device's partition).
+// Runs reports whether op runs on an accelerator: an op of Ops or Random,
+// or one the runtime handles itself there (a Send, Recv, Const,
+// Placeholder or NoOp of a device's partition).
 func Runs(op string) bool {
 	switch op {
 	case "Send", "Recv", "Const", "Placeholder", "NoOp":
 		return true
 	}
-	return slices.Contains(Ops, op)
+	return slices.Contains(Ops, op) || slices.Contains(Random, op)
 }

@@ -15,7 +15,8 @@
 # own GEMM kernel; the products and convolutions with TF32; the
 # convolutions' benchmark), runs
 # `distflow devices`, trains linreg, mlp and cnn on the CPU and on one GPU
-# and compares their results, times BenchmarkTrainStep on the GPU beside
+# and compares their results (the cnn once more with its dropout drawn on
+# the GPU, DISTFLOW_GPU_RANDOM=1), times BenchmarkTrainStep on the GPU beside
 # bench/torch_gpu.py (PyTorch eager on the same card), and ends with one
 # summary block. Every step runs under
 # `timeout`; a missing piece prints a line and the script goes on. The exit
@@ -215,6 +216,18 @@ for k in keys:
 sys.exit(1 if bad else 0)
 PY
 		done
+		# The CNN with its dropout masks (and Glorot initial weights) drawn
+		# on the GPU's Philox stream, so that its steps replay whole: other
+		# numbers than the CPU's for the same seeds, so its accuracy is
+		# within 3 points of the CPU run above, not 1.
+		step "distflow train cnn on a GPU, random ops on the device" 240 bash -c "DISTFLOW_GPU_RANDOM=1 '$WORK/distflow' train --model cnn --steps 100 --json --quiet --gpus 1 | tail -1 >'$WORK/cnn.gpurandom.json'"
+		step "cnn with device random ops: near the CPU's result" 10 python3 - "$WORK/cnn.cpu.json" "$WORK/cnn.gpurandom.json" "$WORK/cnn.gpu.json" <<'PY'
+import json, sys
+cpu, gpu, host_random = (json.load(open(f)) for f in sys.argv[1:4])
+print(f"test_accuracy: cpu {cpu['test_accuracy']:.4f}, gpu with device random {gpu['test_accuracy']:.4f}; "
+      f"examples/s: gpu with device random {gpu['examples_per_second']:.0f}, with host random {host_random['examples_per_second']:.0f}")
+sys.exit(0 if abs(cpu["test_accuracy"] - gpu["test_accuracy"]) <= 0.03 else 1)
+PY
 		# Speed, side by side on the card: distflow's step (replayed and
 		# kernel by kernel) and PyTorch eager at its own best settings.
 		if [ -x "$WORK/device_taskgraph.test" ]; then

@@ -362,7 +362,8 @@ func launchedKernels() []string {
 			names = append(names, op+"_"+s)
 		}
 	}
-	names = append(names, "apply_gradient_descent_f32", "apply_momentum_f32", "apply_adagrad_f32", "apply_rms_prop_f32", "apply_adam_f32")
+	names = append(names, "apply_gradient_descent_f32", "apply_momentum_f32", "apply_adagrad_f32", "apply_rms_prop_f32", "apply_adam_f32",
+		"random_uniform_f32", "philox_advance")
 	names = append(names, "equal_bool", "sigmoid_f32", "sigmoid_grad_f32", "gemm_f32", "im2col_f32",
 		"col2im_f32", "max_pool_f32", "max_pool_grad_f32",
 		"sparse_xent_f32_i32", "sparse_xent_f32_i64")
@@ -391,12 +392,12 @@ func TestRegistered(t *testing.T) {
 			t.Errorf("no CUDA kernel for %s", op)
 		}
 	}
-	for _, op := range device.Updates {
+	for _, op := range append(slices.Clone(device.Random), device.Updates...) {
 		if !slices.Contains(have, op) {
 			t.Errorf("no CUDA kernel for %s", op)
 		}
 	}
-	if len(have) != len(device.Ops)+len(device.Updates) {
-		t.Errorf("CUDA kernels %v, want exactly device.Ops %v and device.Updates %v", have, device.Ops, device.Updates)
+	if len(have) != len(device.Ops)+len(device.Random)+len(device.Updates) {
+		t.Errorf("CUDA kernels %v, want exactly device.Ops %v, device.Random %v and device.Updates %v", have, device.Ops, device.Random, device.Updates)
 	}
 }

@@ -87,7 +87,11 @@
 // Pooling is direct, and MaxPoolGrad and col2im gather rather than
 // scatter, so results do not depend on scheduling. The optimizers'
 // updates (device.Updates) are element-wise kernels that write the
-// variable and its slots in place, in float32 as the CPU's rules. A label out of range
+// variable and its slots in place, in float32 as the CPU's rules.
+// RandomUniform (device.Random) draws from Philox4x32-10 as
+// device.PhiloxUniform does, bit for bit; its count of runs lives in eight
+// bytes of device memory that a kernel queued after each run increments,
+// so that a captured step replays with fresh numbers. A label out of range
 // in SparseSoftmaxCrossEntropyWithLogits gives NaN in its row, as
 // TensorFlow's GPU kernel does, since checking it would need a
 // synchronisation; integer division by zero gives 0.

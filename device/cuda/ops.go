@@ -86,10 +86,13 @@ var updates = map[string]struct {
 	"ApplyAdam":            {"apply_adam_f32", 3, 9},
 }
 
-// registerKernels registers a kernel for each op of device.Ops and
-// device.Updates, no more, so that soft placement sends the same ops to
+// registerKernels registers a kernel for each op of device.Ops,
+// device.Random and device.Updates, no more, so that soft placement sends the same ops to
 // the CPU as on the simulator.
 func registerKernels() {
+	for _, name := range device.Random {
+		device.RegisterKernel(Name, name, device.KernelDef{DTypes: f32, HostInputs: device.HostInputs(name), Factory: newRandom})
+	}
 	for _, name := range device.Updates {
 		u, ok := updates[name]
 		if !ok {

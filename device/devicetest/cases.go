@@ -256,3 +256,20 @@ func UpdateCases() []Case {
 		{Op: "ApplyAdam", Inputs: []*tensor.Tensor{f(7, 300), f(7, 300), pos(7, 300), sc(0.729), sc(0.997), sc(0.01), sc(0.9), sc(0.999), sc(1e-7), f(7, 300)}},
 	}
 }
+
+// RandomCases returns the checks of the random ops (device.Random): sizes
+// that are not multiples of Philox's four words, several blocks, an empty
+// output, and seeds with either half zero.
+func RandomCases() []Case {
+	shape := func(v ...int32) *tensor.Tensor { return tensor.MustFromSlice(v, len(v)) }
+	seeds := func(seed, seed2 int) map[string]any {
+		return map[string]any{"dtype": tensor.Float32, "seed": seed, "seed2": seed2}
+	}
+	return []Case{
+		{Op: "RandomUniform", Attrs: seeds(1, 0), Inputs: []*tensor.Tensor{shape(1)}},
+		{Op: "RandomUniform", Attrs: seeds(0, 3), Inputs: []*tensor.Tensor{shape(5)}},
+		{Op: "RandomUniform", Attrs: seeds(123456789, 987654321), Inputs: []*tensor.Tensor{shape(3, 7, 11)}},
+		{Op: "RandomUniform", Attrs: seeds(7, 1<<40), Inputs: []*tensor.Tensor{shape(300, 257)}},
+		{Op: "RandomUniform", Attrs: seeds(9, 9), Inputs: []*tensor.Tensor{shape(2, 0)}},
+	}
+}

@@ -43,6 +43,7 @@ func Run(t *testing.T, p device.Platform) {
 	t.Run("Capture", func(t *testing.T) { testCapture(t, p) })
 	t.Run("Kernels", func(t *testing.T) { testKernels(t, p) })
 	t.Run("Updates", func(t *testing.T) { testUpdates(t, p) })
+	t.Run("Random", func(t *testing.T) { testRandom(t, p) })
 }
 
 // open opens one device of p with opts, closed at the test's end.
@@ -495,10 +496,43 @@ func (p *Prepared) Launch() error {
 	return nil
 }
 
-// Close waits for the stream and frees the inputs.
+// Run launches the kernel once and returns its outputs, on the host.
+func (p *Prepared) Run() ([]*tensor.Tensor, error) {
+	kc := &device.Context{Ctx: context.Background(), Node: p.node, Device: p.d, Stream: p.d.Stream(), Inputs: p.ins}
+	if err := device.Launch(kc, p.def, p.k); err != nil {
+		return nil, err
+	}
+	defer device.FreeAll(p.d.Allocator(), kc.Outputs)
+	return download(p.d, kc.Outputs)
+}
+
+// download copies ts to the host and waits for the copies.
+func download(d device.Device, ts []*device.Tensor) ([]*tensor.Tensor, error) {
+	out := make([]*tensor.Tensor, len(ts))
+	for i, t := range ts {
+		var err error
+		if out[i], err = device.Download(d, t); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.Stream().Synchronize(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Close waits for the stream, frees the inputs, and releases what the
+// kernel holds (device.Releaser).
 func (p *Prepared) Close() error {
 	err := p.d.Stream().Synchronize(context.Background())
 	device.FreeAll(p.d.Allocator(), p.ins)
+	if r, ok := p.k.(device.Releaser); ok {
+		if rerr := r.Release(); err == nil {
+			err = rerr
+		}
+	}
 	return err
 }
 
@@ -715,4 +749,107 @@ func deviceUpdate(d device.Device, c Case, steps int) (_ []*tensor.Tensor, err e
 		return nil, err
 	}
 	return out, nil
+}
+
+// randomRuns is how many runs of each random case testRandom draws.
+const randomRuns = 3
+
+// testRandom checks the random kernels (device.Random): each run of a
+// case is exactly the next run of device.PhiloxUniform's stream (so every
+// platform draws the same numbers), and where the stream captures, each
+// replay of a captured run draws the run after the last.
+func testRandom(t *testing.T, p device.Platform) {
+	have := device.Kernels(p.Name())
+	for _, op := range device.Random {
+		if !slices.Contains(have, op) {
+			t.Errorf("platform %s has no kernel for %s (device.Random)", p.Name(), op)
+		}
+	}
+	d := open(t, p, device.Options{Count: 1, MemoryLimit: 64 << 20})[0]
+	for _, c := range RandomCases() {
+		t.Run(c.Op, func(t *testing.T) {
+			run, err := Prepare(d, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := run.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			for step := range randomRuns {
+				out, err := run.Run()
+				if err != nil {
+					t.Fatalf("%v, run %d: %v", c, step, err)
+				}
+				if msg := philoxMismatch(c, uint64(step), out[0]); msg != "" {
+					t.Errorf("%v, run %d: %s", c, step, msg)
+				}
+			}
+		})
+	}
+	if _, ok := d.Stream().(device.Capturer); ok {
+		t.Run("Capture", func(t *testing.T) { testRandomCapture(t, d) })
+	}
+	if st := d.Allocator().Stats(); st.Live != 0 {
+		t.Errorf("the random cases left %d allocations (%d bytes) live", st.Live, st.InUse)
+	}
+}
+
+// philoxMismatch returns "" when out is run step of c's stream, else the
+// first element that differs.
+func philoxMismatch(c Case, step uint64, out *tensor.Tensor) string {
+	want := make([]float32, out.NumElements())
+	device.PhiloxUniform(uint64(c.Attrs["seed"].(int)), uint64(c.Attrs["seed2"].(int)), step, want)
+	for i, v := range out.Float32s() {
+		if v != want[i] {
+			return fmt.Sprintf("element %d of %d is %g, want %g (device.PhiloxUniform)", i, len(want), v, want[i])
+		}
+	}
+	return ""
+}
+
+// testRandomCapture captures a run of a random kernel after an eager one
+// and replays it twice: the replays draw runs 1 and 2.
+func testRandomCapture(t *testing.T, d device.Device) {
+	c := RandomCases()[2]
+	run, err := Prepare(d, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	if _, err := run.Run(); err != nil {
+		t.Fatal(err)
+	}
+	cp := d.Stream().(device.Capturer)
+	if err := cp.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	var held []device.Buffer
+	kc := &device.Context{Ctx: context.Background(), Node: run.node, Device: d, Stream: d.Stream(), Inputs: run.ins,
+		Hold: func(b device.Buffer) { held = append(held, b) }}
+	lerr := device.Launch(kc, run.def, run.k)
+	g, err := cp.EndCapture()
+	if lerr != nil || err != nil {
+		t.Fatalf("capturing a run: launch %v, capture %v", lerr, err)
+	}
+	defer func() {
+		g.Close()
+		for _, b := range held {
+			d.Allocator().Free(b)
+		}
+		device.FreeAll(d.Allocator(), kc.Outputs)
+	}()
+	for step := uint64(1); step <= 2; step++ {
+		if err := g.Launch(); err != nil {
+			t.Fatal(err)
+		}
+		out, err := download(d, kc.Outputs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg := philoxMismatch(c, step, out[0]); msg != "" {
+			t.Errorf("replay %d: %s", step, msg)
+		}
+	}
 }

@@ -351,10 +351,14 @@ func (s *run) replay(g *replay) ([]*tensor.Tensor, error) {
 }
 
 // Close frees the graphs the runner captured and the memory they hold,
-// once a step running ends; later Runs fail.
+// and what its kernels hold from step to step (device.Releaser: a random
+// op's count of runs), once a step running ends; later Runs fail.
 func (r *Runner) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
 	r.closed = true
 	a := r.dev.Allocator()
 	for _, g := range r.graphs {
@@ -364,7 +368,15 @@ func (r *Runner) Close() error {
 		}
 	}
 	r.graphs = nil
-	return nil
+	var first error
+	for _, st := range r.nodes {
+		if rel, ok := st.k.(device.Releaser); ok {
+			if err := rel.Release(); err != nil && first == nil {
+				first = fmt.Errorf("runner: node %s on %s: %w", st.n, r.dev.Info().Name, err)
+			}
+		}
+	}
+	return first
 }
 
 // Replays reports how many input shapes the runner replays whole steps

@@ -17,10 +17,12 @@
 // (package kernel/cpu) on the stream, reading their inputs where they lie
 // in device memory and copying their results into the outputs the runtime
 // allocated, after checking their shapes against the ones inferred before
-// the launch. The platform registers a kernel for each op of device.Ops
-// and device.Updates, no more, so that soft placement sends the same ops
+// the launch. The platform registers a kernel for each op of device.Ops,
+// device.Random and device.Updates, no more, so that soft placement sends the same ops
 // to the CPU as on a real GPU; an update runs the CPU's rule on variables
-// holding copies of its ref inputs' device memory, and copies them back.
+// holding copies of its ref inputs' device memory, and copies them back;
+// a random op draws device.PhiloxUniform's stream, as CUDA's kernel does,
+// counting its runs on the stream, so that replays draw fresh numbers.
 //
 // The registered platform has Cards cards of CardBytes each (2 of 1 GiB);
 // New makes one of other sizes, and DISTFLOW_SIM_GPUS (cards) and

@@ -24,6 +24,10 @@ func registerKernels() {
 		}
 		device.RegisterKernel(Name, op, def)
 	}
+	for _, op := range device.Random {
+		device.RegisterKernel(Name, op, device.KernelDef{HostInputs: device.HostInputs(op),
+			DTypes: []tensor.DType{tensor.Float32}, Factory: randomFactory(op)})
+	}
 	for _, op := range device.Updates {
 		device.RegisterKernel(Name, op, device.KernelDef{DTypes: []tensor.DType{tensor.Float32, tensor.Float64}, Factory: updateFactory(op)})
 	}
@@ -171,4 +175,41 @@ func describe(t *tensor.Tensor) string {
 		return "missing"
 	}
 	return fmt.Sprintf("%v%v", t.DType(), t.Shape())
+}
+
+// randomFactory builds the kernel of a random op of device.Random: the
+// Philox stream of device.PhiloxUniform, the run counted on the stream
+// (the simulator's device), so that a replayed capture draws fresh
+// numbers as a CUDA graph does.
+func randomFactory(op string) func(n *graph.Node) (device.Kernel, error) {
+	return func(n *graph.Node) (device.Kernel, error) {
+		if op != "RandomUniform" {
+			return nil, fmt.Errorf("sim: node %s: no kernel for %s", n, op)
+		}
+		key, base := device.RandomSeeds(n)
+		var step uint64 // read and advanced on the stream only
+		return device.KernelFunc(func(c *device.Context) error {
+			st, ok := c.Stream.(*stream)
+			if !ok {
+				return fmt.Errorf("sim: node %s: a simulated kernel launched on a %T", c.Node, c.Stream)
+			}
+			out := c.Outputs[0]
+			if out.DType != tensor.Float32 {
+				return fmt.Errorf("sim: node %s: %w for %s of %v", n, device.ErrNoKernel, op, out.DType)
+			}
+			return st.launch(func() error {
+				raw, err := st.mem.bytes(out.Buf.Ptr, out.Bytes())
+				if err != nil {
+					return fmt.Errorf("sim: node %s: output: %w", n, err)
+				}
+				t, err := tensor.ViewRawBytes(out.DType, out.Shape, raw)
+				if err != nil {
+					return fmt.Errorf("sim: node %s: output: %w", n, err)
+				}
+				device.PhiloxUniform(key, base, step, t.Float32s())
+				step++
+				return nil
+			})
+		}), nil
+	}
 }

@@ -20,7 +20,8 @@ import (
 // BenchmarkTrainStep times one SGD step of the reference models on a
 // device, the variables on the host: the MLP (784-100-10, batch 100) with
 // whole-step replay and kernel by kernel, a wide MLP (4096 hidden, batch
-// 1024) and the CNN (batch 256). DISTFLOW_BENCH_PLATFORM chooses the
+// 1024) and the CNN (batch 256), its dropout drawn on the host and on the
+// device. DISTFLOW_BENCH_PLATFORM chooses the
 // platform (default sim; cuda on a GPU machine, as scripts/gpu_check.sh
 // runs it); examples/s is reported per run, for the side-by-side with
 // bench/torch_gpu.py.
@@ -45,12 +46,14 @@ func BenchmarkTrainStep(b *testing.B) {
 		name          string
 		model         string
 		hidden, batch int
-		eager         bool
+		eager, random bool
 	}{
-		{"mlp/replay", "mlp", 100, 100, false},
-		{"mlp/eager", "mlp", 100, 100, true},
-		{"mlp4096", "mlp", 4096, 1024, false},
-		{"cnn", "cnn", 0, 256, false},
+		{"mlp/replay", "mlp", 100, 100, false, false},
+		{"mlp/eager", "mlp", 100, 100, true, false},
+		{"mlp4096", "mlp", 4096, 1024, false, false},
+		{"cnn", "cnn", 0, 256, false, false},
+		// Dropout drawn on the device: the CNN's step replays whole.
+		{"cnn/device-random", "cnn", 0, 256, false, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			root := graph.NewScope()
@@ -67,7 +70,7 @@ func BenchmarkTrainStep(b *testing.B) {
 			init := ops.GlobalVariablesInitializer(root)
 			ctx := context.Background()
 			res := kernel.NewResources()
-			cfg := taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true, Eager: c.eager}
+			cfg := taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true, Eager: c.eager, RandomOnDevice: c.random}
 			ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
 			if err != nil {
 				b.Fatal(err)

@@ -119,3 +119,64 @@ func TestDeadlineEndsAWait(t *testing.T) {
 		t.Errorf("the step took %v to end after its 200ms deadline", d)
 	}
 }
+
+// TestRandomOnDevice: dropout on /gpu:0 draws its mask on the host by
+// default; with RandomOnDevice it draws on the device, the step replays
+// whole, and each step's mask is the next run of the node's Philox stream.
+func TestRandomOnDevice(t *testing.T) {
+	s := graph.NewScope()
+	g := s.WithDevice("/gpu:0")
+	x := ops.Placeholder(g, "x", tensor.Float32, tensor.MakeShape(-1, 5))
+	u := ops.RandomUniform(g, ops.Shape(g, x), tensor.Float32, 11)
+	y := ops.Mul(g, ops.Relu(g, x), ops.Cast(g, ops.GreaterEqual(g, u, ops.Const(g, float32(0.5))), tensor.Float32))
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	devs := openSim(t, device.Options{Count: 1})
+	sig := graph.Signature{Feeds: []graph.Output{x}, Fetches: []graph.Output{y, u}}
+	for _, onDevice := range []bool{false, true} {
+		e, err := taskgraph.New(s.Graph(), sig, kernel.NewResources(),
+			taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true, RandomOnDevice: onDevice})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.HasSuffix(e.Placement()[u.Node.Name()], "/gpu:0"); got != onDevice {
+			t.Errorf("RandomOnDevice %v: RandomUniform placed on %s", onDevice, e.Placement()[u.Node.Name()])
+		}
+		xv := tensor.New(tensor.Float32, 3, 5)
+		for i := range xv.Float32s() {
+			xv.Float32s()[i] = float32(i + 1)
+		}
+		var prev []float32
+		for step := range 4 {
+			out, err := e.Run(context.Background(), []*tensor.Tensor{xv})
+			if err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			got := out[1].Float32s()
+			if onDevice {
+				want := make([]float32, 15)
+				device.PhiloxUniform(11, 0, uint64(step), want)
+				if !slices.Equal(got, want) {
+					t.Errorf("step %d: mask draws %v, want run %d of the Philox stream %v", step, got, step, want)
+				}
+			}
+			if slices.Equal(got, prev) {
+				t.Errorf("step %d drew the numbers of the step before", step)
+			}
+			prev = slices.Clone(got)
+			for i, v := range out[0].Float32s() {
+				if keep := got[i] >= 0.5; (keep && v != xv.Float32s()[i]) || (!keep && v != 0) {
+					t.Fatalf("step %d: element %d is %g with draw %g", step, i, v, got[i])
+				}
+			}
+		}
+		if onDevice && e.Replays() != 1 {
+			t.Errorf("a step with a random op on the device: %d partitions replay, want 1", e.Replays())
+		}
+		e.Close()
+	}
+	if st := devs[0].Allocator().Stats(); st.Live != 0 {
+		t.Errorf("%d allocations live after the steps", st.Live)
+	}
+}

@@ -60,6 +60,15 @@ type Config struct {
 	// captured whole step (package device/runner); DISTFLOW_GPU_REPLAY=0
 	// in the environment sets it for every task graph of the process.
 	Eager bool
+	// RandomOnDevice runs the random ops of device.Random that are placed
+	// on an accelerator there, drawing from the devices' Philox stream
+	// (device.PhiloxUniform), so that a step with dropout replays whole;
+	// DISTFLOW_GPU_RANDOM=1 in the environment sets it for every task
+	// graph of the process. Off, they run on the host, whose CPU kernels
+	// draw other numbers for the same seed: a model then draws the same
+	// numbers wherever its compute is placed, as it did before the devices
+	// had random kernels.
+	RandomOnDevice bool
 }
 
 // loggedFallback holds the task and op of every node soft-placed on the
@@ -223,6 +232,7 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config) (map[*graph.Node]str
 	devices := make(map[*graph.Node]string, len(sub.Nodes)+len(sub.Vars))
 	fell := map[string]bool{}
 	firstWhy := ""
+	randomOnDevice := cfg.RandomOnDevice || os.Getenv("DISTFLOW_GPU_RANDOM") == "1"
 	for _, n := range sub.AllNodes() {
 		devices[n] = hostDev
 		d, err := placement.ParseDevice(n.Device())
@@ -240,6 +250,8 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config) (map[*graph.Node]str
 		switch {
 		case idx >= len(cfg.Devices):
 			why = fmt.Sprintf("the task has %d GPUs", len(cfg.Devices))
+		case !randomOnDevice && slices.Contains(device.Random, n.Op()):
+			why = "random ops draw on the host unless taskgraph.Config.RandomOnDevice (or DISTFLOW_GPU_RANDOM=1)"
 		default:
 			why = supported(n, cfg.Devices[idx].Info().Platform)
 		}

@@ -5,6 +5,8 @@
 typedef long long i64;
 typedef int i32;
 typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
 
 #define MAXR 6
 // THREADS is the block size of every one-dimensional launch (the host's
