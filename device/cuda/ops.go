@@ -547,6 +547,10 @@ const maxGemmRows = 65535 * gemmTile
 // cuBLAS is not loaded, splitting a product of too many rows for one grid
 // into launches of maxGemmRows rows (of a row-major op(A) = A only).
 func runGemm(l launcher, g gemm) error {
+	const maxInt32 = 1<<31 - 1
+	if g.m > maxInt32 || g.n > maxInt32 || g.k > maxInt32 {
+		return fmt.Errorf("a product of %d x %d by %d x %d is too large for one GEMM", g.m, g.k, g.k, g.n)
+	}
 	if done, err := l.sgemm(g); done || err != nil {
 		return err
 	}
