@@ -10,21 +10,22 @@ import (
 // Strategy is one way of training that the harness runs: a cluster shape
 // for --local-cluster and the train flags that select the strategy.
 type Strategy struct {
-	Name    string   // short name, e.g. "sync"
+	Name    string   // short name, e.g. "sync-backup"
 	Cluster string   // --local-cluster value, e.g. "ps=1,worker=2"
-	Args    []string // train flags, e.g. ["--sync"]
+	Args    []string // train flags, e.g. ["--strategy=sync:2"]
 }
 
 // Strategies are the training strategies the chaos matrix covers, in the
-// order reports list them.
+// order reports list them; each selects its strategy by the name that
+// estimator.ParseStrategy (and distflow train --strategy) reads.
 var Strategies = []Strategy{
-	{Name: "async", Cluster: "ps=1,worker=2"},
-	{Name: "sync", Cluster: "ps=1,worker=2", Args: []string{"--sync"}},
-	{Name: "sync-backup", Cluster: "ps=1,worker=3", Args: []string{"--sync", "--replicas-to-aggregate", "2"}},
-	{Name: "staleness", Cluster: "ps=1,worker=2", Args: []string{"--staleness", "2"}},
-	{Name: "in-graph", Cluster: "ps=1,worker=2", Args: []string{"--in-graph"}},
-	{Name: "allreduce", Cluster: "worker=3", Args: []string{"--allreduce"}},
-	{Name: "averaging", Cluster: "worker=3", Args: []string{"--allreduce", "--average-every", "10"}},
+	{Name: "async", Cluster: "ps=1,worker=2", Args: []string{"--strategy=async"}},
+	{Name: "sync", Cluster: "ps=1,worker=2", Args: []string{"--strategy=sync"}},
+	{Name: "sync-backup", Cluster: "ps=1,worker=3", Args: []string{"--strategy=sync:2"}},
+	{Name: "staleness", Cluster: "ps=1,worker=2", Args: []string{"--strategy=staleness:2"}},
+	{Name: "in-graph", Cluster: "ps=1,worker=2", Args: []string{"--strategy=ingraph"}},
+	{Name: "allreduce", Cluster: "worker=3", Args: []string{"--strategy=allreduce"}},
+	{Name: "averaging", Cluster: "worker=3", Args: []string{"--strategy=averaging:10"}},
 }
 
 // StrategyNames returns the names of Strategies.

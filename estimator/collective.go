@@ -28,24 +28,33 @@ type AllReduce struct{}
 
 func (AllReduce) String() string { return "allreduce" }
 
-func (AllReduce) validate(c *cluster.Spec) error {
+func (AllReduce) Validate(c *cluster.Spec) error {
 	if c == nil {
 		return needsCluster("allreduce", c, false)
 	}
 	return nil
 }
 
-func (AllReduce) batchesPerStep(n int) int { return n }
-func (AllReduce) averaged(n int) int       { return n }
+func (AllReduce) Update(n int) Update {
+	return Update{Batches: n, Averaged: n, Compresses: true, SumsOnPS: true}
+}
 
-func (AllReduce) train(ctx context.Context, r *replica) (*Result, error) {
-	return trainCollective(ctx, r, func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, _ *ops.Variable) (collectiveStep, error) {
-		t, err := train.NewAllReduceTrainer(s, opt, loss, vars)
-		if err != nil {
-			return nil, err
+// Recovery: a rank that dies rejoins when restarted (the others go on
+// without it meanwhile); a summation server holds nothing to restore.
+func (AllReduce) Recovery() Recovery {
+	return Recovery{RestartPS: true, RestartWorkers: true}
+}
+
+func (AllReduce) Replica(ReplicaInfo) (Replica, error) {
+	return ringReplica(func(r *replica) collectiveBuild {
+		return func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, _ *ops.Variable) (collectiveStep, error) {
+			t, err := train.NewAllReduceTrainer(s, opt, loss, vars)
+			if err != nil {
+				return nil, err
+			}
+			return &allReduceStep{t: t, comp: newGradCompressor(r.cfg.Compression)}, nil
 		}
-		return &allReduceStep{t: t, comp: newGradCompressor(r.cfg.Compression)}, nil
-	})
+	}), nil
 }
 
 // Averaging trains locally on every worker and averages the variables over
@@ -57,28 +66,43 @@ type Averaging struct {
 
 func (a Averaging) String() string { return fmt.Sprintf("averaging(%d)", a.Every) }
 
-func (a Averaging) validate(c *cluster.Spec) error {
+func (a Averaging) Validate(c *cluster.Spec) error {
 	if a.Every < 0 {
 		return fmt.Errorf("estimator: Averaging.Every %d: must not be negative (0 adapts it)", a.Every)
 	}
 	return needsCluster("averaging", c, false)
 }
 
-func (Averaging) batchesPerStep(n int) int { return n }
-func (Averaging) averaged(int) int         { return 1 }
+func (Averaging) Update(n int) Update { return Update{Batches: n, Averaged: 1} }
 
-func (a Averaging) train(ctx context.Context, r *replica) (*Result, error) {
-	return trainCollective(ctx, r, func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (collectiveStep, error) {
-		op, err := train.Minimize(s, opt, loss, gs)
-		if err != nil {
-			return nil, err
+// Recovery: a rank that dies rejoins when restarted.
+func (Averaging) Recovery() Recovery { return Recovery{RestartWorkers: true} }
+
+func (a Averaging) Replica(ReplicaInfo) (Replica, error) {
+	return ringReplica(func(r *replica) collectiveBuild {
+		return func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (collectiveStep, error) {
+			op, err := train.Minimize(s, opt, loss, gs)
+			if err != nil {
+				return nil, err
+			}
+			av, err := train.NewPeriodicAverager(s, vars, train.AveragingConfig{Tau: a.Every, Logger: r.log})
+			if err != nil {
+				return nil, err
+			}
+			return &averagingStep{op: op, loss: loss, av: av}, nil
 		}
-		av, err := train.NewPeriodicAverager(s, vars, train.AveragingConfig{Tau: a.Every, Logger: r.log})
-		if err != nil {
-			return nil, err
-		}
-		return &averagingStep{op: op, loss: loss, av: av}, nil
-	})
+	}), nil
+}
+
+// collectiveBuild builds a collective strategy's step into a rank's graph.
+type collectiveBuild func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (collectiveStep, error)
+
+// ringReplica trains as a rank of the ring, with the step that a
+// collective strategy builds.
+type ringReplica func(r *replica) collectiveBuild
+
+func (b ringReplica) train(ctx context.Context, r *replica) (*Result, error) {
+	return trainCollective(ctx, r, b(r))
 }
 
 // collectiveStep is one step of a collective strategy on one rank.
@@ -145,7 +169,7 @@ func (a *averagingStep) describe() string { return fmt.Sprintf("  tau %d", a.av.
 // parameter server, on the task's own address: every rank holds the model
 // in a local session, starts from the leader's values, and runs the same
 // number of steps; rank 0 ends with the trained model.
-func trainCollective(ctx context.Context, r *replica, build func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (collectiveStep, error)) (*Result, error) {
+func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*Result, error) {
 	cfg := r.cfg
 	lis, err := r.listener()
 	if err != nil {

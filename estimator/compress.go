@@ -162,8 +162,7 @@ func validatePull(k CompressionKind, s Strategy) error {
 	if k != FP16 && k != BF16 {
 		return fmt.Errorf("estimator: RunConfig.PullCompression %v: want fp16 or bf16 (or none)", k)
 	}
-	switch s.(type) {
-	case nil, Async, Sync, Staleness, InGraph:
+	if s == nil || s.Update(1).PullsFromPS {
 		return nil
 	}
 	return fmt.Errorf("estimator: RunConfig.PullCompression %v: the %s strategy keeps the variables on the workers and pulls nothing: drop it, or use a ps strategy", k, s)
@@ -235,13 +234,7 @@ func (c Compression) validateFor(s Strategy) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	switch s.(type) {
-	case AllReduce:
-		return nil
-	case nil, Async, Sync, Staleness:
-		return nil
-	}
-	if c.Kind == NoCompression {
+	if c.Kind == NoCompression || s == nil || s.Update(1).Compresses {
 		return nil
 	}
 	return fmt.Errorf("estimator: RunConfig.Compression %s: the %s strategy does not compress gradients: drop the compression, or use AllReduce{} or a ps strategy", c, s)

@@ -216,7 +216,7 @@ func (c RunConfig) withDefaults() (RunConfig, error) {
 			errs = append(errs, errors.New("estimator: the cluster has no worker or chief task to train"))
 		}
 	}
-	if err := c.Strategy.validate(c.Cluster); err != nil {
+	if err := c.Strategy.Validate(c.Cluster); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Compression.validateFor(c.Strategy); err != nil {

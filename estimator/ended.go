@@ -194,7 +194,7 @@ func (r *replica) endedBefore(ctx context.Context) (res *Result, ok bool, err er
 		return nil, false, err
 	}
 	defer in.close()
-	target := r.stop.steps(in.first[0].Shape()[0], cfg.Strategy.batchesPerStep(r.numReplicas()))
+	target := r.stop.steps(in.first[0].Shape()[0], cfg.Strategy.Update(r.numReplicas()).Batches)
 	if m.step < target {
 		return nil, false, nil // an earlier, shorter run's
 	}
@@ -216,8 +216,7 @@ func (r *replica) endedBefore(ctx context.Context) (res *Result, ok bool, err er
 	r.log.Info("training has ended already: taking the final checkpoint; nothing to train", "global_step", m.step, "restored", model.step, "dir", cfg.CheckpointDir)
 	fmt.Fprintf(cfg.Progress, "%straining ended already at global step %d (%s in %s): nothing to train\n", r.who(), m.step, endedFile, cfg.CheckpointDir)
 	if cfg.Cluster != nil {
-		_, inGraph := cfg.Strategy.(InGraph)
-		r.finishShutdown(ctx, inGraph)
+		r.finishShutdown(ctx, cfg.update().ChiefOnly)
 	}
 	res = &Result{Strategy: cfg.Strategy.String(), GlobalStep: m.step}
 	if m.result != nil {

@@ -139,12 +139,19 @@ func (e *Estimator) Train(ctx context.Context, input InputFn, stop Stop, hooks .
 	}
 	// Training that has ended stays ended (ended.go). The other workers of
 	// in-graph replication only serve, until the chief stops them.
-	if _, inGraph := e.cfg.Strategy.(InGraph); !inGraph || r.chief() {
+	if !e.cfg.update().ChiefOnly || r.chief() {
 		if res, ended, err := r.endedBefore(ctx); err != nil || ended {
 			return res, err
 		}
 	}
-	res, err := e.cfg.Strategy.train(ctx, r)
+	part, err := e.cfg.Strategy.Replica(ReplicaInfo{Index: max(r.index, 0), Replicas: r.numReplicas(), Chief: r.chief(), Logger: r.log})
+	if err == nil && part == nil {
+		err = fmt.Errorf("strategy %s returned no replica", e.cfg.Strategy)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("estimator: %w", err)
+	}
+	res, err := part.train(ctx, r)
 	if nonFinite(err) && ctx.Err() == nil {
 		// The guard blames the learning rate; the data may be at fault.
 		err = r.explainNaN(ctx, err)

@@ -171,7 +171,7 @@ func (e *Estimator) lastStep(ctx context.Context, ts TrainSpec) (int64, error) {
 		return 0, err
 	}
 	defer in.close()
-	return ts.Stop.steps(in.first[0].Shape()[0], e.cfg.Strategy.batchesPerStep(n)), nil
+	return ts.Stop.steps(in.first[0].Shape()[0], e.cfg.Strategy.Update(n).Batches), nil
 }
 
 // evalDir is where an evaluator writes its event files: TensorFlow's

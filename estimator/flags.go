@@ -19,6 +19,9 @@ type Flags struct {
 	ModelDir     string // --model-dir: checkpoints and event files
 	Export       string // --export: where the chief exports the model
 	Seed         int64  // --seed
+	// Strategies are the program's own strategies, chosen by name with
+	// --strategy beside those of ParseStrategy.
+	Strategies map[string]Strategy
 }
 
 // Register adds the flags to fs, with the fields' values as defaults.
@@ -40,12 +43,15 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 // finished: the chief's output is this process's. Otherwise it trains, as
 // the task of TF_CONFIG or as a single process, with TrainAndEvaluate.
 func (f *Flags) TrainAndEvaluate(ctx context.Context, fn ModelFn, train, eval InputFn) (*Result, error) {
-	strategy, err := ParseStrategy(f.Strategy)
-	if err != nil {
-		return nil, err
+	strategy, ok := f.Strategies[f.Strategy]
+	if !ok {
+		var err error
+		if strategy, err = ParseStrategy(f.Strategy); err != nil {
+			return nil, err
+		}
 	}
 	if f.LocalCluster != "" {
-		return nil, LaunchLocalCluster(ctx, f.LocalCluster, strategy, "local-cluster")
+		return nil, launchLocalCluster(ctx, f.LocalCluster, strategy, "local-cluster", f.ModelDir != "")
 	}
 	cfg, err := FromEnvironment(strategy)
 	if err != nil {

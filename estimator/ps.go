@@ -131,7 +131,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	}
 	globalStep := train.CreateGlobalStep(s)
 	opt := towers[0].spec.Optimizer
-	if err := train.ScheduleOverRun(opt, r.stop.steps(ins[0].first[0].Shape()[0], cfg.Strategy.batchesPerStep(r.numReplicas()))); err != nil {
+	if err := train.ScheduleOverRun(opt, r.stop.steps(ins[0].first[0].Shape()[0], cfg.Strategy.Update(r.numReplicas()).Batches)); err != nil {
 		return nil, err
 	}
 	if plan.optimizer != nil {
@@ -251,7 +251,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		}
 		// A replica that waits for the cluster stops waiting once the
 		// chief has marked the end of training (ended.go).
-		target := r.stop.steps(ins[0].first[0].Shape()[0], r.cfg.Strategy.batchesPerStep(r.numReplicas()))
+		target := r.stop.steps(ins[0].first[0].Shape()[0], r.cfg.Strategy.Update(r.numReplicas()).Batches)
 		wait := func(ctx context.Context) error {
 			return untilTrainingEnds(ctx, cfg.CheckpointDir, target, endedPoll, func(ctx context.Context) error {
 				return rpc.WaitForTasks(ctx, srv.Workers(), tasks, log)
@@ -269,10 +269,8 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		}
 		if plan.recoverable && cfg.CheckpointDir != "" {
 			mcfg.WaitForCluster = wait
-			if ar, ok := plan.coordinator.(interface {
-				afterRecovery(context.Context, *session.Session) error
-			}); ok {
-				mcfg.AfterRecovery = func(ctx context.Context) error { return ar.afterRecovery(ctx, sess) }
+			if c := plan.coordinator; c != nil {
+				mcfg.AfterRecovery = func(ctx context.Context) error { return c.afterRecovery(ctx, sess) }
 			}
 		}
 	}
@@ -313,9 +311,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		if endCoordination, err = plan.coordinator.begin(ctx, sess, r.chief(), log); err != nil {
 			return nil, err
 		}
-		if st, ok := plan.coordinator.(interface{ stop() }); ok {
-			defer st.stop() // whatever way the loop ends
-		}
+		defer plan.coordinator.stop() // whatever way the loop ends
 	}
 	if cfg.Cluster != nil {
 		// Every lost task is named in the logs, whatever the strategy.
@@ -324,7 +320,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 
 	l := &loop{
 		r: r, ms: ms, towers: towers, ins: ins, trainOp: trainOp, coord: plan.coordinator, claims: claims,
-		perStep: r.cfg.Strategy.batchesPerStep(r.numReplicas()), summaries: summaries, globalStep: globalStep.Value(),
+		perStep: r.cfg.Strategy.Update(r.numReplicas()).Batches, summaries: summaries, globalStep: globalStep.Value(),
 	}
 	st, err := l.run(ctx)
 	if err != nil {

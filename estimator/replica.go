@@ -78,9 +78,10 @@ func (r *replica) startServer() (*server.Server, error) {
 }
 
 // ringServers are the summation servers of an all-reduce through the ps
-// tasks (AllReduce with ps tasks), nil otherwise.
+// tasks (a strategy whose update sums on them, with ps tasks), nil
+// otherwise.
 func (r *replica) ringServers() []cluster.TaskID {
-	if _, ok := r.cfg.Strategy.(AllReduce); !ok || r.cfg.Cluster == nil {
+	if !r.cfg.update().SumsOnPS || r.cfg.Cluster == nil {
 		return nil
 	}
 	return tasksOf(r.cfg.Cluster, "ps")
@@ -113,10 +114,10 @@ func (r *replica) result(st loopStats, batch int) *Result {
 	}
 	if r.cfg.Cluster != nil {
 		res.Task = r.cfg.Task.String()
-		res.ClusterExamplesPerSecond = st.clusterRate(batch * r.cfg.Strategy.batchesPerStep(r.numReplicas()))
+		res.ClusterExamplesPerSecond = st.clusterRate(batch * r.cfg.Strategy.Update(r.numReplicas()).Batches)
 	}
 	if n := r.stop.ExamplesPerEpoch; n > 0 {
-		res.Epochs = float64(res.GlobalStep*int64(batch*r.cfg.Strategy.batchesPerStep(r.numReplicas()))) / float64(n)
+		res.Epochs = float64(res.GlobalStep*int64(batch*r.cfg.Strategy.Update(r.numReplicas()).Batches)) / float64(n)
 	}
 	return res
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/localcluster"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/train"
@@ -17,20 +18,88 @@ import (
 
 // Strategy is how the replicas of a cluster share one model. Each
 // strategy is one implementation of this interface; RunConfig.Strategy
-// chooses it. The parameter-server strategies (Async, Sync, Staleness,
-// InGraph) describe their part of the shared ps training loop as a psPlan;
-// the collective ones (AllReduce, Averaging) run a loop of their own.
+// chooses it. Code outside a strategy reads its answers (Validate, Update,
+// Recovery) rather than asking which strategy it is. Replica builds a
+// task's part in training: a user's strategy returns a *PSReplica, which
+// trains on parameter servers through the shared training loop with
+// coordination of its own (examples/customstrategy shows one).
 type Strategy interface {
 	// String names the strategy in logs and results.
 	String() string
-	// validate checks the strategy against the cluster (nil: a single
+	// Validate checks the strategy against the cluster (nil: a single
 	// process) before anything starts.
-	validate(c *cluster.Spec) error
-	// batchesPerStep is how many batches one global step consumes, and
-	// averaged how many batches one update averages, with n replicas.
-	batchesPerStep(n int) int
-	averaged(n int) int
-	// train trains as replica r and returns what it did.
+	Validate(c *cluster.Spec) error
+	// Update is the shape of one update of the model with n replicas.
+	Update(n int) Update
+	// Recovery is what the strategy survives: what a supervisor restarts.
+	Recovery() Recovery
+	// Replica returns the part in training of the replica that info
+	// describes.
+	Replica(info ReplicaInfo) (Replica, error)
+}
+
+// Update is the shape of one update of the model.
+type Update struct {
+	// Batches is how many batches one global step consumes.
+	Batches int
+	// Averaged is how many batches one update of the model averages (1:
+	// each replica applies its own gradients).
+	Averaged int
+	// Compresses says that the replicas' gradients may travel compressed
+	// (RunConfig.Compression).
+	Compresses bool
+	// PullsFromPS says that the replicas read the variables from ps tasks
+	// (RunConfig.PullCompression applies).
+	PullsFromPS bool
+	// ChiefOnly says that one client, the chief, builds and runs every
+	// replica's tower; the other workers only serve.
+	ChiefOnly bool
+	// SumsOnPS says that the cluster's ps tasks, if any, sum the replicas'
+	// gradients and hold no variables (summation servers).
+	SumsOnPS bool
+}
+
+// Recovery is what a strategy survives, for a supervisor (the local
+// cluster launcher, or an operator's) to act on.
+type Recovery struct {
+	// RestartPS says that a ps task that dies is worth restarting on its
+	// address; with PSNeedsCheckpoints only when checkpoints are kept
+	// (the replicas restore its share of the model from them).
+	RestartPS          bool
+	PSNeedsCheckpoints bool
+	// RestartWorkers says that a worker that dies is worth restarting: it
+	// rejoins training.
+	RestartWorkers bool
+	// ToleratesWorkerLoss says that the others go on, and end training,
+	// without a worker (other than the chief) that is lost for good.
+	ToleratesWorkerLoss bool
+}
+
+// LocalCluster sets the restart policy of a local cluster that trains
+// with checkpoints kept (checkpoints) or not: a lost chief resumes from
+// the latest checkpoint.
+func (rc Recovery) LocalCluster(c *localcluster.Config, checkpoints bool) {
+	c.RestartPS = rc.RestartPS && (checkpoints || !rc.PSNeedsCheckpoints)
+	c.RestartWorkers = rc.RestartWorkers
+	c.TolerateWorkerLoss = rc.ToleratesWorkerLoss
+	c.RestartChief = checkpoints
+}
+
+// ReplicaInfo describes a replica to its strategy.
+type ReplicaInfo struct {
+	// Index is the replica's place among Replicas (the chief is 0), and
+	// Replicas how many train (1 in a single process).
+	Index, Replicas int
+	// Chief says whether this replica is the chief.
+	Chief bool
+	// Logger is the replica's.
+	Logger *slog.Logger
+}
+
+// Replica is a replica's part in training under a strategy. The
+// collective strategies build their own; a user's strategy returns a
+// *PSReplica.
+type Replica interface {
 	train(ctx context.Context, r *replica) (*Result, error)
 }
 
@@ -39,6 +108,11 @@ type Strategy interface {
 // the aggregated replicas of Sync, the towers of InGraph, the ranks of
 // AllReduce. Learning rates are often scaled by it (Goyal et al. 2017).
 func (c RunConfig) AveragedBatches() int {
+	return c.update().Averaged
+}
+
+// update is the configured strategy's shape of an update.
+func (c RunConfig) update() Update {
 	s := c.Strategy
 	if s == nil {
 		s = Async{}
@@ -47,7 +121,7 @@ func (c RunConfig) AveragedBatches() int {
 	if c.Cluster != nil {
 		n = len(replicas(c.Cluster))
 	}
-	return s.averaged(n)
+	return s.Update(max(n, 1))
 }
 
 // needsCluster is the validation of strategies that coordinate replicas.
@@ -58,7 +132,7 @@ func needsCluster(name string, c *cluster.Spec, ps bool) error {
 	case ps && c.NumTasks("ps") == 0:
 		return fmt.Errorf("estimator: strategy %s keeps the variables on parameter servers: the cluster has no ps task", name)
 	case !ps && c.NumTasks("ps") > 0:
-		return fmt.Errorf("estimator: strategy %s trains without parameter servers: the cluster has ps tasks (%v)", name, c.Addresses("ps"))
+		return fmt.Errorf("estimator: strategy %s trains without parameter servers: the cluster has ps tasks (%v): drop the ps tasks", name, c.Addresses("ps"))
 	}
 	return nil
 }
@@ -71,18 +145,25 @@ type Async struct{}
 
 func (Async) String() string { return "async" }
 
-func (Async) validate(c *cluster.Spec) error {
+func (Async) Validate(c *cluster.Spec) error {
 	if c == nil {
 		return nil
 	}
 	return needsCluster("async", c, true)
 }
 
-func (Async) batchesPerStep(int) int { return 1 }
-func (Async) averaged(int) int       { return 1 }
+func (Async) Update(int) Update {
+	return Update{Batches: 1, Averaged: 1, Compresses: true, PullsFromPS: true}
+}
 
-func (Async) train(ctx context.Context, r *replica) (*Result, error) {
-	return trainOnPS(ctx, r, psPlan{recoverable: true})
+// Recovery: a lost ps is restored from the latest checkpoint; the other
+// workers go on without a lost one.
+func (Async) Recovery() Recovery {
+	return Recovery{RestartPS: true, PSNeedsCheckpoints: true, RestartWorkers: true, ToleratesWorkerLoss: true}
+}
+
+func (Async) Replica(ReplicaInfo) (Replica, error) {
+	return psReplica(func(*replica) psPlan { return psPlan{recoverable: true} }), nil
 }
 
 // Sync is synchronous training on parameter servers (the sync-replicas
@@ -95,7 +176,7 @@ type Sync struct {
 
 func (s Sync) String() string { return "sync" }
 
-func (s Sync) validate(c *cluster.Spec) error {
+func (s Sync) Validate(c *cluster.Spec) error {
 	if err := needsCluster("sync", c, true); err != nil {
 		return err
 	}
@@ -112,12 +193,24 @@ func (s Sync) aggregate(n int) int {
 	return n
 }
 
-func (s Sync) batchesPerStep(n int) int { return s.aggregate(n) }
-func (s Sync) averaged(n int) int       { return s.aggregate(n) }
+func (s Sync) Update(n int) Update {
+	k := s.aggregate(n)
+	return Update{Batches: k, Averaged: k, Compresses: true, PullsFromPS: true}
+}
 
-func (s Sync) train(ctx context.Context, r *replica) (*Result, error) {
+// Recovery: a lost ps is restored from the latest checkpoint, with the
+// synchronisation state it held; a lost worker rejoins.
+func (Sync) Recovery() Recovery {
+	return Recovery{RestartPS: true, PSNeedsCheckpoints: true, RestartWorkers: true}
+}
+
+func (s Sync) Replica(ReplicaInfo) (Replica, error) {
+	return psReplica(s.plan), nil
+}
+
+func (s Sync) plan(r *replica) psPlan {
 	c := &syncCoordinator{r: r, recovered: make(chan struct{}, 1)}
-	return trainOnPS(ctx, r, psPlan{
+	return psPlan{
 		// A restarted ps is restored from the checkpoint, and the sync
 		// state it lost set up again (afterRecovery).
 		recoverable: true,
@@ -128,7 +221,7 @@ func (s Sync) train(ctx context.Context, r *replica) (*Result, error) {
 		},
 		claimAfter:  func() *graph.Node { return c.opt.RoundEnd() },
 		coordinator: c,
-	})
+	}
 }
 
 // Staleness is asynchronous training on parameter servers in which no
@@ -139,19 +232,30 @@ type Staleness struct {
 
 func (s Staleness) String() string { return fmt.Sprintf("staleness(%d)", s.Bound) }
 
-func (s Staleness) validate(c *cluster.Spec) error {
+func (s Staleness) Validate(c *cluster.Spec) error {
 	if s.Bound < 0 {
 		return fmt.Errorf("estimator: Staleness.Bound %d: must not be negative", s.Bound)
 	}
 	return needsCluster("staleness", c, true)
 }
 
-func (Staleness) batchesPerStep(int) int { return 1 }
-func (Staleness) averaged(int) int       { return 1 }
+func (Staleness) Update(int) Update {
+	return Update{Batches: 1, Averaged: 1, Compresses: true, PullsFromPS: true}
+}
 
-func (s Staleness) train(ctx context.Context, r *replica) (*Result, error) {
+// Recovery: a lost ps is restored from the latest checkpoint, the step
+// counters with it; a lost worker rejoins at the others' step.
+func (Staleness) Recovery() Recovery {
+	return Recovery{RestartPS: true, PSNeedsCheckpoints: true, RestartWorkers: true}
+}
+
+func (s Staleness) Replica(ReplicaInfo) (Replica, error) {
+	return psReplica(s.plan), nil
+}
+
+func (s Staleness) plan(r *replica) psPlan {
 	c := &stalenessCoordinator{r: r}
-	return trainOnPS(ctx, r, psPlan{
+	return psPlan{
 		// The step counters are variables: a lost ps is restored from
 		// the checkpoint, and each replica takes up again (afterRecovery).
 		recoverable: true,
@@ -159,7 +263,7 @@ func (s Staleness) train(ctx context.Context, r *replica) (*Result, error) {
 			c.bound = train.NewStalenessBound(sc, len(r.reps), r.index, s.Bound)
 		},
 		coordinator: c,
-	})
+	}
 }
 
 // InGraph is in-graph replication: the chief builds one tower per replica
@@ -170,24 +274,42 @@ type InGraph struct{}
 
 func (InGraph) String() string { return "in-graph" }
 
-func (InGraph) validate(c *cluster.Spec) error {
+func (InGraph) Validate(c *cluster.Spec) error {
 	if c == nil {
 		return nil
 	}
 	return needsCluster("in-graph", c, true)
 }
 
-func (InGraph) batchesPerStep(n int) int { return n }
-func (InGraph) averaged(n int) int       { return n }
+func (InGraph) Update(n int) Update {
+	return Update{Batches: n, Averaged: n, PullsFromPS: true, ChiefOnly: true}
+}
 
-func (InGraph) train(ctx context.Context, r *replica) (*Result, error) {
-	if r.index > 0 {
-		return r.serve(ctx)
+// Recovery: one client, no queues or counters: a lost ps or worker is
+// recovered from as in asynchronous training (the towers' tasks come back
+// on their addresses; a ps's shard is restored from the checkpoint).
+func (InGraph) Recovery() Recovery {
+	return Recovery{RestartPS: true, PSNeedsCheckpoints: true, RestartWorkers: true}
+}
+
+func (InGraph) Replica(info ReplicaInfo) (Replica, error) {
+	if info.Index > 0 {
+		return servingReplica{}, nil
 	}
-	// One client, no queues or counters: a lost ps or worker is recovered
-	// from as in asynchronous training (the towers' tasks come back on
-	// their addresses; a ps's shard is restored from the checkpoint).
-	return trainOnPS(ctx, r, psPlan{inGraph: r.cfg.Cluster != nil, recoverable: true})
+	return psReplica(func(r *replica) psPlan { return psPlan{inGraph: r.cfg.Cluster != nil, recoverable: true} }), nil
+}
+
+// servingReplica only serves its task until the chief ends training.
+type servingReplica struct{}
+
+func (servingReplica) train(ctx context.Context, r *replica) (*Result, error) { return r.serve(ctx) }
+
+// psReplica trains on parameter servers through the shared loop, with the
+// plan of a built-in strategy.
+type psReplica func(r *replica) psPlan
+
+func (p psReplica) train(ctx context.Context, r *replica) (*Result, error) {
+	return trainOnPS(ctx, r, p(r))
 }
 
 // psPlan is a parameter-server strategy's part of the shared training
@@ -229,7 +351,78 @@ type coordinator interface {
 	// deadline back in at the current global step, as a restarted
 	// process would begin.
 	rejoin(ctx context.Context, sess *session.Session) error
+	// afterRecovery sets up again, once a lost ps is restored from a
+	// checkpoint, the state of the plan that the ps held.
+	afterRecovery(ctx context.Context, sess *session.Session) error
+	// stop ends what begin started (watches, loops), however training
+	// ends; it may be called more than once.
+	stop()
 }
+
+// PSReplica is the part in training of a replica that trains on
+// parameter servers through the shared training loop (hooks, summaries,
+// checkpoints, recovery, the stop condition): what a user's strategy
+// returns from Strategy.Replica. Every field is optional; the zero value
+// is asynchronous training without recovery from a lost ps.
+type PSReplica struct {
+	// Optimizer wraps the model's optimizer (a replica's update rule).
+	Optimizer func(train.Optimizer) train.Optimizer
+	// Build adds the strategy's own nodes to the replica's graph, before
+	// the model's update is built.
+	Build func(s *graph.Scope)
+	// Coordinator coordinates the replicas around their steps.
+	Coordinator Coordinator
+	// Recoverable says that training survives a ps that is lost and
+	// restarted (its share restored from the latest checkpoint): the
+	// strategy keeps no state on the ps tasks outside the checkpoints.
+	Recoverable bool
+}
+
+func (p *PSReplica) train(ctx context.Context, r *replica) (*Result, error) {
+	plan := psPlan{optimizer: p.Optimizer, build: p.Build, recoverable: p.Recoverable}
+	if p.Coordinator != nil {
+		plan.coordinator = userCoordinator{p.Coordinator}
+	}
+	return trainOnPS(ctx, r, plan)
+}
+
+// Coordinator coordinates the replicas of a user's parameter-server
+// strategy around the steps of the training loop (a PSReplica's). The
+// session reaches the whole cluster; every call may block, within ctx.
+type Coordinator interface {
+	// Begin runs once the model is ready, before the first step. It
+	// returns a function that the chief calls after its last step, before
+	// it ends training for the cluster (nil: nothing to do).
+	Begin(ctx context.Context, sess *session.Session) (end func(context.Context), err error)
+	// BeforeStep and AfterStep run around each step of this replica.
+	BeforeStep(ctx context.Context, sess *session.Session) error
+	AfterStep(ctx context.Context, sess *session.Session) error
+	// Done runs after this replica's last step.
+	Done(ctx context.Context, sess *session.Session) error
+}
+
+// userCoordinator runs a user's Coordinator as a plan's coordinator.
+type userCoordinator struct{ c Coordinator }
+
+func (u userCoordinator) begin(ctx context.Context, sess *session.Session, _ bool, _ *slog.Logger) (func(context.Context), error) {
+	return u.c.Begin(ctx, sess)
+}
+func (u userCoordinator) beforeStep(ctx context.Context, sess *session.Session) error {
+	return u.c.BeforeStep(ctx, sess)
+}
+func (u userCoordinator) afterStep(ctx context.Context, sess *session.Session) error {
+	return u.c.AfterStep(ctx, sess)
+}
+func (u userCoordinator) done(ctx context.Context, sess *session.Session) error {
+	return u.c.Done(ctx, sess)
+}
+func (userCoordinator) finished(error) bool { return false }
+
+// rejoin: a replica whose step outlived the deadline goes on at the
+// current global step; a user's coordinator has nothing to set up again.
+func (userCoordinator) rejoin(context.Context, *session.Session) error        { return nil }
+func (userCoordinator) afterRecovery(context.Context, *session.Session) error { return nil }
+func (userCoordinator) stop()                                                 {}
 
 // syncCoordinator runs the token queue and the chief's aggregation loop of
 // synchronous training.

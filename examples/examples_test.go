@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	}
 	bin = dir
 	code := 1
-	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./logistic", "./autoencoder", "./digitsum").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./logistic", "./autoencoder", "./digitsum", "./warmstart").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the examples: %v\n%s", err, out)
 	} else {
 		code = m.Run()

@@ -70,10 +70,10 @@ func TestCompressionFlagIsChecked(t *testing.T) {
 		{"--compression fp8 --allreduce", `--compression "fp8": want none, fp16, bf16, topk, topk:RATIO or topk:RATIO,warmup=STEPS`},
 		{"--compression topk:0.1,warmup=x --allreduce", "want warmup=STEPS"},
 		{"--compression topk:0 --allreduce", "want 0 < ratio <= 1"},
-		{"--compression topk --in-graph --local-cluster ps=1,worker=2", "--in-graph and --average-every do not compress"},
-		{"--compression fp16 --in-graph --local-cluster ps=1,worker=2", "--in-graph and --average-every do not compress"},
+		{"--compression topk --in-graph --local-cluster ps=1,worker=2", "the in-graph strategy does not compress gradients"},
+		{"--compression fp16 --strategy averaging:3 --local-cluster worker=2", "the averaging(3) strategy does not compress gradients"},
 		{"--pull-compression topk --local-cluster ps=1,worker=2", `--pull-compression "topk": want none, fp16 or bf16`},
-		{"--pull-compression fp16 --allreduce --local-cluster worker=2", "--pull-compression fp16: with --allreduce the workers hold the variables and pull nothing"},
+		{"--pull-compression fp16 --allreduce --local-cluster worker=2", "--pull-compression fp16: under the allreduce strategy the workers hold the variables and pull nothing"},
 	} {
 		_, stderr, err := run(t, append([]string{"train", "--model", "mlp"}, strings.Fields(tc.args)...)...)
 		if err == nil || !strings.Contains(stderr, tc.want) {

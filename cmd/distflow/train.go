@@ -49,6 +49,10 @@ type trainFlags struct {
 	taskIndex                        int
 	// localCluster starts a whole cluster of processes ("ps=1,worker=2").
 	localCluster string
+	// strategyName is --strategy NAME[:ARGS] (estimator.ParseStrategy);
+	// inGraph, sync, staleness, allReduce and averageEvery are its older
+	// spellings, kept as aliases.
+	strategyName string
 	inGraph      bool
 	psStrategy   string
 	compression  string
@@ -164,6 +168,8 @@ func newTrainCommand() *cobra.Command {
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print only the result and errors")
 	addClusterFlags(fl, &f.psHosts, &f.workerHosts, &f.chiefHosts, &f.jobName, &f.taskIndex)
 	fl.StringVar(&f.localCluster, "local-cluster", "", `start a whole cluster of local processes and train on it, e.g. "ps=1,worker=2"`)
+	fl.StringVar(&f.strategyName, "strategy", "", "how the replicas share the model: async (the default), sync[:K] (K gradients per update; default every worker), staleness:S, ingraph, allreduce or averaging[:TAU] "+
+		"(--sync, --replicas-to-aggregate, --staleness, --in-graph, --allreduce and --average-every say the same)")
 	fl.BoolVar(&f.inGraph, "in-graph", false, "in-graph replication: the chief builds one tower per worker and averages their gradients (the other workers only serve)")
 	fl.StringVar(&f.psStrategy, "ps-strategy", "round-robin", "how variables are spread over ps tasks: round-robin or greedy (balanced by bytes)")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", estimator.DefaultStepTimeout, "deadline of one distributed step")
@@ -254,6 +260,10 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
+	strategy, err := f.parseStrategy()
+	if err != nil {
+		errs = append(errs, err)
+	}
 	bad(set("steps") && f.steps <= 0, "--steps %d: must be positive", f.steps)
 	errs = append(errs, f.trace.check(fl, f.logdir)...)
 	errs = append(errs, f.gpu.check(fl)...)
@@ -281,12 +291,12 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	if c, err := estimator.ParseCompression(f.compression); err != nil {
 		errs = append(errs, fmt.Errorf("--%w", err))
 	} else {
-		bad(c.Kind != estimator.NoCompression && (f.inGraph || f.averageEvery >= 0), "--compression %s: --in-graph and --average-every do not compress gradients", f.compression)
+		bad(c.Kind != estimator.NoCompression && strategy != nil && !strategy.Update(1).Compresses, "--compression %s: the %s strategy does not compress gradients", f.compression, strategy)
 	}
 	if k, err := estimator.ParsePullCompression(f.pullCompress); err != nil {
 		errs = append(errs, fmt.Errorf("--%w", err))
 	} else {
-		bad(k != estimator.NoCompression && (f.allReduce || f.averageEvery >= 0), "--pull-compression %s: with --allreduce the workers hold the variables and pull nothing: drop it, or train through the ps without --allreduce", f.pullCompress)
+		bad(k != estimator.NoCompression && strategy != nil && !strategy.Update(1).PullsFromPS, "--pull-compression %s: under the %s strategy the workers hold the variables and pull nothing: drop it, or train through the ps tasks", f.pullCompress, strategy)
 	}
 	bad(f.mlpHidden < 1 || f.mlpHidden > 1<<16, "--mlp-hidden %d: want 1 to 65536", f.mlpHidden)
 	bad(set("mlp-hidden") && f.model != "mlp", "--mlp-hidden goes with --model mlp")
@@ -310,24 +320,17 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	default:
 		errs = append(errs, fmt.Errorf("--ps-strategy %q: want round-robin or greedy", f.psStrategy))
 	}
-	modes := 0
-	for _, m := range []bool{f.sync, f.staleness >= 0, f.inGraph, f.allReduce} {
-		if m {
-			modes++
-		}
-	}
-	bad(modes > 1, "--sync, --staleness, --in-graph and --allreduce are different strategies: choose one")
 	hosts := f.psHosts != "" || f.workerHosts != "" || f.chiefHosts != "" || f.jobName != ""
 	bad(f.localCluster != "" && hosts, "--local-cluster chooses the cluster itself: drop --ps_hosts/--worker_hosts/--chief_hosts/--job_name")
 	if f.localCluster != "" {
-		if jobs, err := localcluster.Parse(f.localCluster, f.psRule()...); err != nil {
+		if _, err := localcluster.Parse(f.localCluster, f.psRule()...); err != nil {
 			errs = append(errs, fmt.Errorf("--local-cluster: %w", err))
-		} else if f.averageEvery >= 0 && jobs.PS > 0 {
-			errs = append(errs, fmt.Errorf("--local-cluster %q: --average-every averages the models round the ring: drop the ps tasks", f.localCluster))
 		}
-	} else if !hosts && os.Getenv(cluster.EnvVar) == "" {
-		bad(f.sync || f.staleness >= 0, "--sync and --staleness coordinate the workers of a cluster: add --local-cluster or the cluster flags")
-		bad(f.allReduce, "--allreduce needs workers: add --local-cluster worker=2 or --worker_hosts")
+	} else if !hosts && os.Getenv(cluster.EnvVar) == "" && strategy != nil {
+		// One process: the strategy says whether it needs a cluster.
+		if err := strategy.Validate(nil); err != nil {
+			errs = append(errs, fmt.Errorf("--strategy %s: %w: add --local-cluster (e.g. worker=2) or the cluster flags", strategy, err))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -352,21 +355,50 @@ func (f *trainFlags) check(fl *pflag.FlagSet) error {
 	return nil
 }
 
-// strategy is the estimator strategy the flags choose.
+// strategy is the estimator strategy the flags choose (check has
+// refused flags that choose none).
 func (f trainFlags) strategy() estimator.Strategy {
+	s, err := f.parseStrategy()
+	if err != nil {
+		return estimator.Async{}
+	}
+	return s
+}
+
+// parseStrategy reads --strategy, or its older spellings, through
+// estimator.ParseStrategy.
+func (f trainFlags) parseStrategy() (estimator.Strategy, error) {
+	var aliases []string
+	if f.sync {
+		aliases = append(aliases, fmt.Sprintf("sync:%d", f.replicasToAggregate))
+	}
+	if f.staleness >= 0 {
+		aliases = append(aliases, fmt.Sprintf("staleness:%d", f.staleness))
+	}
+	if f.inGraph {
+		aliases = append(aliases, "ingraph")
+	}
 	switch {
 	case f.allReduce && f.averageEvery >= 0:
-		return estimator.Averaging{Every: f.averageEvery}
+		aliases = append(aliases, fmt.Sprintf("averaging:%d", f.averageEvery))
 	case f.allReduce:
-		return estimator.AllReduce{}
-	case f.sync:
-		return estimator.Sync{ReplicasToAggregate: f.replicasToAggregate}
-	case f.staleness >= 0:
-		return estimator.Staleness{Bound: f.staleness}
-	case f.inGraph:
-		return estimator.InGraph{}
+		aliases = append(aliases, "allreduce")
 	}
-	return estimator.Async{}
+	switch {
+	case f.strategyName != "" && len(aliases) > 0:
+		return nil, fmt.Errorf("--strategy %s and --sync, --staleness, --in-graph or --allreduce say the strategy twice: keep --strategy", f.strategyName)
+	case len(aliases) > 1:
+		return nil, errors.New("--sync, --staleness, --in-graph and --allreduce are different strategies: choose one")
+	case f.strategyName != "":
+		s, err := estimator.ParseStrategy(f.strategyName)
+		if err != nil {
+			return nil, fmt.Errorf("--strategy: %w", err)
+		}
+		return s, nil
+	case len(aliases) == 1:
+		return estimator.ParseStrategy(aliases[0])
+	}
+	return estimator.Async{}, nil
 }
 
 // scaledLR is --lr adapted by --lr-scaling to updates that average k
@@ -486,7 +518,7 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	var ts estimator.TrainSpec
 	var es estimator.EvalSpec
 	var clickHook *models.ClickEvalHook
-	if self.Job != "ps" && (!f.inGraph || cfg.IsChief() || cfg.IsEvaluator()) {
+	if self.Job != "ps" && (!f.strategy().Update(1).ChiefOnly || cfg.IsChief() || cfg.IsEvaluator()) {
 		if ex, err = loadData(f); err != nil {
 			return err
 		}
@@ -593,10 +625,11 @@ func startProfiles(cpu, mem string, stderr io.Writer) (stop func(), err error) {
 }
 
 // psRule is what --local-cluster may say of ps tasks: the ps strategies
-// need one at least; --allreduce takes any number (none: the ring; some:
+// need one at least; the others take any number (the strategy refuses
+// what it cannot use; all-reduce takes none for the ring, some as
 // summation servers).
 func (f trainFlags) psRule() []localcluster.ParseOption {
-	if f.allReduce {
+	if !f.strategy().Update(1).PullsFromPS {
 		return []localcluster.ParseOption{localcluster.AnyPS()}
 	}
 	return nil
@@ -645,20 +678,8 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		return err
 	}
 	defer stopDash()
-	async := f.strategy().String() == estimator.Async{}.String()
-	_, isSync := f.strategy().(estimator.Sync)
-	return localcluster.Run(ctx, localcluster.Config{
-		Jobs: jobs, Args: args, Env: dashEnv, Stdout: stdout, Stderr: progressOutput(stderr), Verbose: f.verbose,
-		// A supervisor restarts a ps that dies when the workers can recover
-		// from it: the ps strategies with checkpoints to restore from.
-		// The summation servers of --allreduce hold nothing to restore.
-		RestartPS:          f.allReduce || ((async || f.inGraph || isSync || f.staleness >= 0) && (f.ckptDir != "" || f.logdir != "")),
-		TolerateWorkerLoss: async,
-		// A lost chief resumes from the latest checkpoint; a lost worker
-		// rejoins the strategies that go on without it.
-		RestartChief:   f.ckptDir != "" || f.logdir != "",
-		RestartWorkers: async || isSync || f.allReduce || f.staleness >= 0 || f.inGraph,
-	})
+	cfg := localcluster.Config{Jobs: jobs, Args: args, Env: dashEnv, Stdout: stdout, Stderr: progressOutput(stderr), Verbose: f.verbose}
+	return estimator.RunLocalCluster(ctx, cfg, f.strategy(), f.ckptDir != "" || f.logdir != "")
 }
 
 func report(w io.Writer, r result, asJSON bool) error {

@@ -23,10 +23,10 @@ import (
 // wideDeepSteps).
 var wideDeepDefaults = trainFlags{steps: 3000, batch: 512, optimizer: "adagrad", logEvery: 500}
 
-// wideDeepSteps sets the default number of steps of a synchronous
-// wide-and-deep run: each of its updates averages every worker's batch.
+// wideDeepSteps sets the default number of steps of a wide-and-deep run
+// whose updates average several workers' batches.
 func (f *trainFlags) wideDeepSteps() {
-	if f.model == "widedeep" && f.sync {
+	if f.model == "widedeep" && f.strategy().Update(2).Averaged > 1 {
 		f.steps = wideDeepDefaults.steps / 2
 	}
 }
@@ -64,7 +64,7 @@ func (f *trainFlags) checkHashFlags(set func(string) bool) []error {
 	bad((set("hash-max-rows") || set("hash-evict-after")) && !h, "--hash-max-rows and --hash-evict-after go with --hash-embedding")
 	bad(f.wideDeep.HashMaxRows < 0, "--hash-max-rows %d: must not be negative (0: no limit)", f.wideDeep.HashMaxRows)
 	bad(f.wideDeep.HashEvictAfter < 0, "--hash-evict-after %d: must not be negative (0: never)", f.wideDeep.HashEvictAfter)
-	bad(h && f.allReduce, "--hash-embedding keeps the tables on the ps tasks; --allreduce has none")
+	bad(h && !f.strategy().Update(1).PullsFromPS, "--hash-embedding keeps the tables on the ps tasks; the %s strategy keeps the model on the workers", f.strategy())
 	bad(h && f.export != "", "--export writes the model's variables, not its hash tables: drop --export with --hash-embedding")
 	return errs
 }

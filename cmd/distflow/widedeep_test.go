@@ -26,18 +26,18 @@ func TestTrainWideDeepReportsAUC(t *testing.T) {
 	}
 }
 
-// TestWideDeepSyncDefaults: --sync halves the default steps (each update
-// averages every worker's batch); other models and async runs keep theirs.
+// TestWideDeepSyncDefaults: a strategy whose updates average several
+// workers' batches (--strategy sync) halves the default steps; other
+// models and async runs keep theirs.
 func TestWideDeepSyncDefaults(t *testing.T) {
 	for _, c := range []struct {
-		model string
-		sync  bool
-		want  int
-	}{{"widedeep", false, 3000}, {"widedeep", true, 1500}, {"mlp", true, 3000}} {
-		f := trainFlags{model: c.model, sync: c.sync, steps: 3000}
+		model, strategy string
+		want            int
+	}{{"widedeep", "async", 3000}, {"widedeep", "sync", 1500}, {"mlp", "sync", 3000}} {
+		f := trainFlags{model: c.model, strategyName: c.strategy, staleness: -1, averageEvery: -1, steps: 3000}
 		f.wideDeepSteps()
 		if f.steps != c.want {
-			t.Errorf("%s, sync %v: %d steps, want %d", c.model, c.sync, f.steps, c.want)
+			t.Errorf("%s, %s: %d steps, want %d", c.model, c.strategy, f.steps, c.want)
 		}
 	}
 	if wideDeepDefaults.steps != 3000 {
