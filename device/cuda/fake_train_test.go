@@ -1,0 +1,119 @@
+//go:build linux
+
+package cuda
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/sim"
+	"github.com/distflow/distflow/device/taskgraph"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/models"
+	gops "github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// TestFakeTrainCNN trains the reference CNN, dropout included, on the
+// platform over the fake libraries: the GEMM convolutions on the fake
+// cuBLAS, the dropout mask from the Philox kernel, every step after the
+// second replayed from a CUDA graph. Each step's loss must be the loss of
+// the same training on the CPU whose random ops alone run on the
+// simulator, which draws the same Philox stream in Go: the same dropout
+// masks, step after step, if the CUDA kernels draw them right.
+func TestFakeTrainCNN(t *testing.T) {
+	t.Setenv("DISTFLOW_CUDA_LIB_PATH", fakeDir(t))
+	devs, err := (&Platform{}).Open(device.Options{Count: 1, MemoryLimit: 512 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devs[0].Close()
+	simDevs, err := sim.New(sim.Config{Cards: 1}).Open(device.Options{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer simDevs[0].Close()
+	const steps = 5
+	want := trainCNN(t, simDevs, steps, true)
+	got := trainCNN(t, devs, steps, false)
+	t.Logf("losses on the GPU %v, on the CPU %v", got, want)
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*max(1, math.Abs(float64(want[i]))) {
+			t.Errorf("step %d: loss %g on the GPU, %g on the CPU", i, got[i], want[i])
+		}
+	}
+	if st := devs[0].Allocator().Stats(); st.Live != 0 {
+		t.Errorf("%d allocations live after training", st.Live)
+	}
+}
+
+// trainCNN trains the CNN for steps on devs, with every node but the
+// random ops on the host if reference, and returns the losses.
+func trainCNN(t *testing.T, devs []device.Device, steps int, reference bool) []float32 {
+	t.Helper()
+	root := graph.NewScope()
+	s := root.WithDevice("/gpu:0")
+	m, err := models.Build(s, "cnn", models.Config{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, _ := train.NewOptimizer("sgd", 0.01)
+	op, err := train.Minimize(s, opt, m.Loss, train.CreateGlobalStep(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := gops.GlobalVariablesInitializer(root)
+	if err := root.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if reference {
+		for _, n := range root.Graph().Nodes() {
+			if !slices.Contains(device.Random, n.Op()) {
+				n.SetDevice("")
+			}
+		}
+	}
+	ctx := context.Background()
+	res := kernel.NewResources()
+	cfg := taskgraph.Config{Task: "/job:localhost/task:0", Devices: devs, SoftPlacement: true, RandomOnDevice: true}
+	ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ie.Close()
+	if _, err := ie.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	e, err := taskgraph.New(root.Graph(), graph.Signature{Feeds: []graph.Output{m.Input, m.Label},
+		Fetches: []graph.Output{m.Loss}, Targets: []*graph.Node{op}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r := rand.New(rand.NewPCG(5, 6))
+	var out []float32
+	for range steps {
+		x, y := tensor.New(tensor.Float32, 4, 784), tensor.New(tensor.Int32, 4)
+		for i := range x.Float32s() {
+			x.Float32s()[i] = r.Float32()
+		}
+		for i := range y.Int32s() {
+			y.Int32s()[i] = int32(r.IntN(10))
+		}
+		v, err := e.Run(ctx, []*tensor.Tensor{x, y})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v[0].Float32s()[0])
+	}
+	if !reference && e.Replays() != 1 {
+		t.Errorf("the CNN's steps on the GPU: %d partitions replay, want 1", e.Replays())
+	}
+	return out
+}
