@@ -57,9 +57,11 @@ def run_torch(model, w, threads, shuffle):
     return (best[-1] if best else last_json(out))["examples_per_second"]
 
 
-def run_distflow(binary, model, w):
+def run_distflow(binary, model, w, precision=""):
     cmd = [binary, "train", "--model", model, "--steps", str(w["steps"]), "--batch", str(w["batch"]),
            "--optimizer", w["optimizer"], "--lr", str(w["lr"]), "--json", "--log-every", "1000000"]
+    if precision:
+        cmd += ["--precision", precision]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return last_json(out)["examples_per_second"]
 
@@ -73,6 +75,7 @@ def main():
     p.add_argument("--baseline", help="source tree of an earlier distflow to run alternately")
     p.add_argument("--torch-shuffle", choices=["epoch", "once"], default="epoch",
                    help="PyTorch reshuffles every epoch, as distflow does (default), or keeps one order")
+    p.add_argument("--precision", default="", help="distflow's --precision (float32 or bf16; default its own)")
     a = p.parse_args()
     w = dict(WORKLOADS[a.model])
     if a.steps:
@@ -87,7 +90,7 @@ def main():
     torch, ours, base = [], [], []
     for r in range(a.rounds):
         torch.append(run_torch(a.model, w, a.threads, a.torch_shuffle))
-        ours.append(run_distflow(binary, a.model, w))
+        ours.append(run_distflow(binary, a.model, w, a.precision))
         line = f"round {r + 1}: pytorch {torch[-1]:.0f}  distflow {ours[-1]:.0f}"
         if base_binary:
             base.append(run_distflow(base_binary, a.model, w))
@@ -95,6 +98,7 @@ def main():
         print(line + " examples/s", file=sys.stderr)
     res = {
         "model": a.model, **w, "rounds": a.rounds, "torch_shuffle": a.torch_shuffle,
+        "distflow_precision": a.precision or "float32",
         "pytorch_examples_per_second": statistics.median(torch),
         "pytorch_range": [min(torch), max(torch)],
         "distflow_examples_per_second": statistics.median(ours),

@@ -25,8 +25,8 @@ import (
 // transposed is contiguous along k: bf16Cvt rounds each row in order, and
 // the kernel reads those rows with a row stride. B transposed is contiguous
 // along k too, but its pairs must be spread across the 32 columns of a
-// sliver: each column is rounded in order and then scattered by a scalar
-// loop, the slowest of the four packings.
+// sliver: bf16TransPairs transposes them in registers, 16 columns by 16
+// pairs at a time.
 //
 // Blocking: kc = 256 values (128 pairs: a 16 KiB B sliver in L1), mc =
 // 160 rows of A (80 KiB in L2), nc = 4096 columns (a 2 MiB B panel).
@@ -58,6 +58,9 @@ func bf16PackRows(dst *uint32, stride int, r0, r1 *float32, n int)
 
 //go:noescape
 func bf16Cvt(dst *uint32, src *float32, n int)
+
+//go:noescape
+func bf16TransPairs(dst *uint32, src *float32, ldb int, blocks int)
 
 // packRowsBF16 writes, for j < n, the pair (r0[j], r1[j]) rounded to bf16
 // into the 32-dword chunks of dst that start every stride dwords (column
@@ -240,11 +243,34 @@ func (g *bf16Args) packB(ws *bf16Workspace, pc, kb, jc, nb int) {
 		}
 		return
 	}
-	// op(B)[l, j] = b[j*ldb+l]: each column is rounded in order, then its
-	// pairs are spread over the sliver.
+	// op(B)[l, j] = b[j*ldb+l]: full slivers are transposed 16 pairs of
+	// 16 columns at a time (bf16TransPairs); the pairs past the last 16,
+	// and the columns of a partial sliver, are rounded column by column
+	// and spread over the sliver.
 	ws.col = growU32(ws.col, kp)
 	col := ws.col
-	for j := range nb {
+	first := nb / bf16NR * bf16NR
+	blocks := kb / 32
+	for s := 0; s < first; s += bf16NR {
+		src := g.b[(jc+s)*g.ldb+pc:]
+		d := ws.b[s*kp : (s+bf16NR)*kp]
+		if blocks > 0 {
+			_ = src[(bf16NR-1)*g.ldb+32*blocks-1]
+			_ = d[16*blocks*bf16NR-1]
+			bf16TransPairs(&d[0], &src[0], g.ldb, blocks)
+		}
+		if rest := kb - 32*blocks; rest > 0 {
+			tail := col[:(rest+1)/2]
+			for c := range bf16NR {
+				cvtBF16(tail, src[c*g.ldb+32*blocks:][:rest])
+				dd := d[16*blocks*bf16NR+c:]
+				for p, v := range tail {
+					dd[p*bf16NR] = v
+				}
+			}
+		}
+	}
+	for j := first; j < nb; j++ {
 		cvtBF16(col, g.b[(jc+j)*g.ldb+pc:][:kb])
 		s, lane := j/bf16NR, j%bf16NR
 		d := ws.b[s*bf16NR*kp+lane:]

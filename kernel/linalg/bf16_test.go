@@ -220,6 +220,8 @@ func bf16Cases() []linalgtest.Case {
 		cs = append(cs,
 			linalgtest.Case{TransA: tr[0], TransB: tr[1], M: 171, N: 65, K: 515, Alpha: 1, Beta: 0.5, PadA: 1, PadB: 2, PadC: 3},
 			linalgtest.Case{TransA: tr[0], TransB: tr[1], M: 11, N: 4100, K: 3, Alpha: -2, Beta: 0},
+			// A transposed B's full slivers: 16-pair blocks and an odd rest.
+			linalgtest.Case{TransA: tr[0], TransB: tr[1], M: 23, N: 96, K: 45, Alpha: 1, Beta: 0, PadB: 3},
 		)
 	}
 	return cs
