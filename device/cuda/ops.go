@@ -72,9 +72,10 @@ var ops = map[string]opDef{
 	"SparseSoftmaxCrossEntropyWithLogits": {f32, simple(sparseXent)},
 }
 
-// updates are the kernels of device.Updates: the variable's dtype, the
-// number of its ref inputs, and the index of the gradient, the one value
-// input of the variable's shape (the others are scalars).
+// updates are the kernels of device.Updates: the kernel's name, the
+// number of ref inputs (the variable, then its slots), and the index of
+// the gradient, the one value input of the variable's shape (the others
+// are scalars).
 var updates = map[string]struct {
 	kernel        string
 	refs, gradIdx int
@@ -87,8 +88,8 @@ var updates = map[string]struct {
 }
 
 // registerKernels registers a kernel for each op of device.Ops,
-// device.Random and device.Updates, no more, so that soft placement sends the same ops to
-// the CPU as on the simulator.
+// device.Random and device.Updates, no more, so that soft placement sends
+// the same ops to the CPU as on the simulator.
 func registerKernels() {
 	for _, name := range device.Random {
 		device.RegisterKernel(Name, name, device.KernelDef{DTypes: f32, HostInputs: device.HostInputs(name), Factory: newRandom})

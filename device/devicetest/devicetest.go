@@ -449,9 +449,10 @@ func cpu(c Case) ([]*tensor.Tensor, error) {
 	return kc.Outputs, nil
 }
 
-// Prepared is a case's kernel with its inputs on a device, for timing
-// launches without the copies: each Launch enqueues the kernel once and
-// frees its outputs (the stream orders their reuse).
+// Prepared is a case's kernel with its inputs on a device, launched as
+// often as wanted without copying them again: Launch enqueues the kernel
+// once and frees its outputs (the stream orders their reuse), for timing;
+// Run also brings the outputs back.
 type Prepared struct {
 	d    device.Device
 	def  device.KernelDef
@@ -536,46 +537,16 @@ func (p *Prepared) Close() error {
 	return err
 }
 
-func onDevice(d device.Device, c Case) (_ []*tensor.Tensor, err error) {
-	n, err := Node(c)
+func onDevice(d device.Device, c Case) ([]*tensor.Tensor, error) {
+	run, err := Prepare(d, c)
 	if err != nil {
 		return nil, err
 	}
-	def, err := device.LookupKernel(d.Info().Platform, c.Op)
-	if err != nil {
-		return nil, err
+	out, err := run.Run()
+	if cerr := run.Close(); err == nil {
+		err = cerr
 	}
-	k, err := def.Factory(n)
-	if err != nil {
-		return nil, err
-	}
-	a := d.Allocator()
-	ins := make([]*device.Tensor, len(c.Inputs))
-	defer device.FreeAll(a, ins)
-	for i, in := range c.Inputs {
-		if def.IsHostInput(i) {
-			ins[i] = &device.Tensor{DType: in.DType(), Shape: in.Shape(), Host: in}
-		} else if ins[i], err = device.Upload(d, in); err != nil {
-			return nil, err
-		}
-	}
-	kc := &device.Context{Ctx: context.Background(), Node: n, Device: d, Stream: d.Stream(), Inputs: ins}
-	if err := device.Launch(kc, def, k); err != nil {
-		return nil, err
-	}
-	defer device.FreeAll(a, kc.Outputs)
-	out := make([]*tensor.Tensor, len(kc.Outputs))
-	for i, o := range kc.Outputs {
-		if out[i], err = device.Download(d, o); err != nil {
-			return nil, err
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := d.Stream().Synchronize(ctx); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, err
 }
 
 // compare returns "" when got matches want within tol, else what differs.
@@ -732,23 +703,13 @@ func deviceUpdate(d device.Device, c Case, steps int) (_ []*tensor.Tensor, err e
 			return nil, err
 		}
 	}
-	var out []*tensor.Tensor
+	var refs []*device.Tensor
 	for i, in := range run.ins {
-		if !run.node.IsRefInput(i) {
-			continue
+		if run.node.IsRefInput(i) {
+			refs = append(refs, in)
 		}
-		t, err := device.Download(d, in)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := d.Stream().Synchronize(ctx); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return download(d, refs)
 }
 
 // randomRuns is how many runs of each random case testRandom draws.
