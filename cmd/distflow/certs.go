@@ -36,9 +36,12 @@ With --per-host, it makes one certificate per host of the cluster instead
 (host.NAME.crt and .key), naming every task on that host: give each machine
 ca.crt and its host's two files. A task uses its own files when the
 directory has them, else its host's; a host's certificate is accepted for
-the tasks of that host only (each call names its task).`,
+the tasks of that host only (each call names its task).
+
+distflow certs tool-token makes, for a cluster secured by a cluster token
+instead, the tool token that tools are given in its place.`,
 	}
-	cmd.AddCommand(newCertsCreateCommand(), newCertsListCommand())
+	cmd.AddCommand(newCertsCreateCommand(), newCertsListCommand(), newCertsToolTokenCommand())
 	return cmd
 }
 
