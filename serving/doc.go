@@ -74,5 +74,9 @@
 // tensorflow_model_server's --model_base_path) and polls the directory; a
 // newer complete version is loaded and takes the new requests, while requests
 // holding the old one finish on it before it is closed. Incomplete and
-// unloadable versions are skipped and logged once.
+// unloadable versions are skipped and logged once. With
+// Config.WaitForVersion, a server whose directory has no complete version
+// yet (or does not exist yet) waits for one, as tensorflow_model_server
+// does: it answers 503 meanwhile, its status endpoint included, so that a
+// readiness probe fails until the first version is loaded.
 package serving

@@ -46,6 +46,16 @@ type Config struct {
 	// PollInterval is how often BaseDir is checked for a newer version
 	// (default 1s; negative: never, Poll only).
 	PollInterval time.Duration
+	// WaitForVersion makes New succeed when BaseDir holds no complete
+	// version yet, or does not exist yet, as tensorflow_model_server waits
+	// for a model's first version: the server answers 503 (the status
+	// endpoint too, so that readiness probes fail) until a poll loads one,
+	// and logs what it waits for every WaitLogInterval meanwhile. Without
+	// it, New fails then.
+	WaitForVersion bool
+	// WaitLogInterval is how often a server waiting for its first version
+	// says so in the log (default 30s).
+	WaitLogInterval time.Duration
 	// MaxBodyBytes bounds a request body (default 32 MiB); a larger one is
 	// answered 413.
 	MaxBodyBytes int64
@@ -164,6 +174,9 @@ func (c Config) withDefaults() Config {
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second
 	}
+	if c.WaitLogInterval <= 0 {
+		c.WaitLogInterval = 30 * time.Second
+	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 32 << 20
 	}
@@ -260,16 +273,17 @@ type Server struct {
 	metrics *serverMetrics // nil when disabled
 	scrape  http.Handler
 
-	pollMu sync.Mutex       // serialises Poll
-	logged map[int64]string // versions whose failure was logged, with the message
-	mu     sync.Mutex       // guards cur and closed
-	cur    *servable        // the version requests go to
-	closed bool
+	pollMu  sync.Mutex       // serialises Poll
+	logged  map[int64]string // versions whose failure was logged, with the message
+	waitLog time.Time        // when the wait for a first version was last logged
+	mu      sync.Mutex       // guards cur and closed
+	cur     *servable        // the version requests go to
+	closed  bool
 }
 
 // New loads the newest complete version under cfg.BaseDir and returns a
-// server for it. It fails, wrapping ErrNoVersion, when there is none; the
-// error names the directory.
+// server for it. Unless cfg.WaitForVersion, it fails, wrapping
+// ErrNoVersion, when there is none; the error names the directory.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -296,13 +310,32 @@ func newServer(cfg Config, fam *metricFamilies) (*Server, error) {
 	if fam != nil {
 		s.metrics = fam.model(cfg.ModelName)
 	}
-	if err := s.Poll(context.Background()); err != nil {
+	err := s.Poll(context.Background())
+	if err != nil && !(cfg.WaitForVersion && errors.Is(err, savedmodel.ErrNotFound)) {
 		return nil, err
 	}
-	if s.cur == nil {
-		return nil, fmt.Errorf("serving: %s holds no complete model version (export one with savedmodel.WriteVersion; a version is a numbered directory with a model.json): %w", cfg.BaseDir, ErrNoVersion)
+	if s.cur == nil && !cfg.WaitForVersion {
+		return nil, fmt.Errorf("serving: %s holds no complete model version (%s): %w", cfg.BaseDir, exportHint, ErrNoVersion)
 	}
+	s.logWait(err)
 	return s, nil
+}
+
+// exportHint says how a version is made.
+const exportHint = "a version is a numbered directory with a model.json, as distflow train --export DIR or savedmodel.WriteVersion writes it"
+
+// logWait logs, at most every WaitLogInterval, that the server waits for
+// its first version (err: why the last poll found none, if it failed).
+func (s *Server) logWait(err error) {
+	if s.Version() != 0 || time.Since(s.waitLog) < s.cfg.WaitLogInterval {
+		return
+	}
+	s.waitLog = time.Now()
+	args := []any{"model", s.cfg.ModelName, "dir", s.cfg.BaseDir, "how", exportHint}
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	s.log.Info("serving: waiting for the model's first version", args...)
 }
 
 // Version returns the version being served.
@@ -472,7 +505,12 @@ func (s *Server) pollEvery(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.Poll(ctx); err != nil && ctx.Err() == nil {
+			err := s.Poll(ctx)
+			switch {
+			case ctx.Err() != nil:
+			case s.Version() == 0 && (err == nil || errors.Is(err, savedmodel.ErrNotFound)):
+				s.logWait(err)
+			case err != nil:
 				s.log.Warn("serving: poll failed", "model", s.cfg.ModelName, "err", err)
 			}
 		}
@@ -626,6 +664,14 @@ func (s *Server) servableFor(rt route) (*servable, *httpError) {
 	}
 	sv := s.acquire()
 	if sv == nil {
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if !closed {
+			// As TF Serving words it, with 503 rather than 404: the model
+			// is known and will be served, so readiness probes wait.
+			return nil, &httpError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf("Could not find any versions of model %s (waiting for a first complete version under %s)", rt.name, s.cfg.BaseDir)}
+		}
 		return nil, &httpError{status: http.StatusServiceUnavailable, msg: "the server is shutting down"}
 	}
 	if rt.version != 0 && rt.version != sv.version {

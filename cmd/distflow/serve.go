@@ -32,12 +32,15 @@ func newServeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve --model-dir DIR --port P",
 		Short: "Serve a model export over TensorFlow Serving's REST API",
-		Long: `Serve the newest complete version under --model-dir (numbered directories written
-by savedmodel.WriteVersion, as tensorflow_model_server's --model_base_path) over TensorFlow
-Serving's REST API, switching to newer versions as they appear; or several models, each
-under its name, from a --model-config-file as tensorflow_model_server reads it. One line
-with the URL of each model is printed when the server is ready; it serves until SIGINT or
-SIGTERM.`,
+		Long: `Serve the newest complete version under --model-dir (numbered directories, as
+distflow train --export DIR writes them; tensorflow_model_server's --model_base_path) over
+TensorFlow Serving's REST API, switching to newer versions as they appear; or several
+models, each under its name, from a --model-config-file as tensorflow_model_server reads it.
+Until a model's directory holds a complete version (or while it does not exist yet), the
+server waits for one, as tensorflow_model_server does: it polls every --poll-interval,
+logs what it waits for, and answers 503 for that model, its status endpoint included, so
+that readiness probes fail until it is loaded. One line with the URL of each model is
+printed when the server listens; it serves until SIGINT or SIGTERM.`,
 		Example: `  distflow serve --model-dir /models/mnist --port 8501 --model-name mnist
   curl -d '{"instances": [[0.1, ...]]}' http://127.0.0.1:8501/v1/models/mnist:predict
   distflow serve --model-config-file models.config --port 8501`,
@@ -97,7 +100,7 @@ SIGTERM.`,
 				mc.Models = append(mc.Models, serving.Config{
 					BaseDir: sp.BasePath, ModelName: sp.Name, DisableBatching: !batching,
 					MaxBatchSize: maxBatch, BatchThreads: threads, BatchTimeout: batchTimeout, PollInterval: poll,
-					MaxBodyBytes: maxBody, Logger: log,
+					MaxBodyBytes: maxBody, Logger: log, WaitForVersion: true,
 				})
 			}
 			models, err := serving.NewModels(mc)
@@ -113,7 +116,12 @@ SIGTERM.`,
 				log.Info("serve: Prometheus metrics", "url", "http://"+ln.Addr().String()+metricsPath)
 			}
 			for _, sp := range specs {
-				fmt.Fprintf(cmd.OutOrStdout(), "serving model %q version %d at http://%s/v1/models/%s\n", sp.Name, models.Server(sp.Name).Version(), ln.Addr(), sp.Name)
+				url := fmt.Sprintf("http://%s/v1/models/%s", ln.Addr(), sp.Name)
+				if v := models.Server(sp.Name).Version(); v != 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "serving model %q version %d at %s\n", sp.Name, v, url)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "waiting for model %q's first version under %s (distflow train --export %s writes one); it will be served at %s\n", sp.Name, sp.BasePath, sp.BasePath, url)
+				}
 			}
 			return models.Serve(cmd.Context(), ln)
 		},

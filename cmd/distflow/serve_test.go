@@ -10,9 +10,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,6 +99,10 @@ func TestServePredictsAndStopsOnSIGTERM(t *testing.T) {
 
 func TestServeRejectsBadFlags(t *testing.T) {
 	empty := t.TempDir()
+	file := filepath.Join(empty, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string
@@ -110,8 +118,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"serve", "--model-dir", empty, "--port", "0", "--idle-timeout", "-1s"}, "--idle-timeout"},
 		{[]string{"serve", "--model-dir", empty, "--port", "0", "--max-header-bytes", "0"}, "--max-header-bytes"},
 		{[]string{"serve", "--model-dir", empty, "--port", "0", "--min-transfer-rate", "-5"}, "--min-transfer-rate"},
-		{[]string{"serve", "--model-dir", empty, "--port", "0"}, "no complete model version"},
-		{[]string{"serve", "--model-dir", filepath.Join(empty, "nope"), "--port", "0"}, "does not exist"},
+		{[]string{"serve", "--model-dir", file, "--port", "0"}, "not a directory"},
 	}
 	for _, c := range cases {
 		_, stderr, err := run(t, c.args...)
@@ -232,5 +239,133 @@ func TestServeDropsHostileClients(t *testing.T) {
 	resp, body = send(fmt.Sprintf("POST /v1/models/default:predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", int64(8)<<30))
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "limit of 1000000 bytes") {
 		t.Errorf("8 GiB announced: %d %s, want 413", resp.StatusCode, body)
+	}
+}
+
+// syncBuffer is a strings.Builder safe for a process's writes while the
+// test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestServeWaitsForFirstVersion starts distflow serve on a model directory
+// that does not exist yet, as when it is started with the training job: it
+// listens, says what it waits for (naming distflow train --export), answers
+// 503 on the model's status and predict endpoints, and serves the first
+// complete version as soon as it is written.
+func TestServeWaitsForFirstVersion(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "mlp")
+	cmd := exec.Command(binary, "serve", "--model-dir", base, "--port", "0", "--model-name", "mlp", "--poll-interval", "20ms")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("distflow serve after SIGTERM: %v; stderr:\n%s", err, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Error("distflow serve did not exit after SIGTERM")
+		}
+	}()
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		io.Copy(io.Discard, stdout)
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case err := <-exited:
+		t.Fatalf("distflow serve exited (%v) instead of waiting for a version; stderr:\n%s", err, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no line from distflow serve; stderr:\n%s", stderr.String())
+	}
+	m := regexp.MustCompile(`(http://127\.0\.0\.1:\d+/v1/models/mlp)$`).FindStringSubmatch(line)
+	if m == nil || !strings.Contains(line, "distflow train --export "+base) {
+		t.Fatalf("first line %q does not give the URL and how to export a version; stderr:\n%s", line, stderr.String())
+	}
+	url := m[1]
+	get := func() (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get(); code != http.StatusServiceUnavailable || !strings.Contains(body, "Could not find any versions of model mlp") {
+		t.Errorf("status before a version: %d %s, want 503", code, body)
+	}
+	row := "[" + strings.TrimSuffix(strings.Repeat("0.5,", 784), ",") + "]"
+	resp, err := http.Post(url+":predict", "application/json", strings.NewReader(`{"instances":[`+row+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("predict before a version: %d, want 503", resp.StatusCode)
+	}
+	if s := stderr.String(); !strings.Contains(s, "waiting for the model's first version") || !strings.Contains(s, base) {
+		t.Errorf("the log does not say what the server waits for:\n%s", s)
+	}
+
+	b, err := savedmodeltest.MLP(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, _, err := savedmodel.WriteVersion(base, b.Model); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get()
+		if code == http.StatusOK && strings.Contains(body, `"AVAILABLE"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status 30s after the first version was written: %d %s; stderr:\n%s", code, body, stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval of the deadline loop, not a synchronisation
+	}
+	resp, err = http.Post(url+":predict", "application/json", strings.NewReader(`{"instances":[`+row+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "probabilities") {
+		t.Errorf("predict after the first version: %d %s", resp.StatusCode, body)
 	}
 }
