@@ -9,11 +9,11 @@
 # gzipped (the GPU machine gets the tree with a size limit). bin/ is
 # ignored by git: the device tool takes it with carry: ["bin/gpu"]. Without
 # --build it prints the GPU (nvidia-smi) and the CUDA libraries it finds,
-# runs the test binaries verbosely (the conformance suite on the GPU, its
-# kernels and the optimizers' update kernels against the CPU's, once
-# with cuBLAS and MatMul and the convolutions once more with the package's
-# own GEMM kernel; the products and convolutions with TF32; the
-# convolutions' benchmark), runs
+# runs the test binaries verbosely (the conformance suite on the GPU: its
+# kernels and the optimizers' update kernels against the CPU's, the random
+# kernels against the Go Philox stream, once with cuBLAS and MatMul and the
+# convolutions once more with the package's own GEMM kernel; the products
+# and convolutions with TF32; the convolutions' benchmark), runs
 # `distflow devices`, trains linreg, mlp and cnn on the CPU and on one GPU
 # and compares their results (the cnn once more with its dropout drawn on
 # the GPU, DISTFLOW_GPU_RANDOM=1), times BenchmarkTrainStep on the GPU beside
