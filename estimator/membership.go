@@ -52,6 +52,8 @@ type membership struct {
 	peers    map[int]cluster.TaskID // by replica index
 	waiting  string                 // what the cluster waits for, in the logs
 	onChange func(i int, alive bool)
+	// onAnswer, when set, is called at every heartbeat peer i answers.
+	onAnswer func(i int)
 
 	mu     sync.Mutex
 	state  map[int]peerState
@@ -156,6 +158,9 @@ func (m *membership) observe(i int, t cluster.TaskID, err error) {
 		m.warned[i] = false
 	}
 	m.mu.Unlock()
+	if err == nil && m.onAnswer != nil {
+		m.onAnswer(i)
+	}
 	if warn {
 		m.log.Warn("a replica has not answered for a while", "peer", t.String(), "since", since.Format(time.RFC3339Nano),
 			"for", now.Sub(since).Round(time.Millisecond), "lost_after", lostAfter, "err", err)
@@ -184,13 +189,6 @@ func (m *membership) restarted(i int, inc uint64) bool {
 	prev, seen := m.incarnation[i]
 	m.incarnation[i] = inc
 	return seen && inc != 0 && prev != inc && m.state[i] != peerLost
-}
-
-// answered returns when peer i last answered a heartbeat.
-func (m *membership) answered(i int) time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.since[i]
 }
 
 // lost lists the peers lost now.

@@ -13,6 +13,7 @@ import (
 	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/checkpoint"
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/estimator/internal/ringstate"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/summary"
@@ -52,29 +53,12 @@ type ringLoop struct {
 	saver     *checkpoint.Saver
 	sched     *checkpoint.Schedule
 
-	// done is the last step this rank trained, or restored.
+	// done is the last step this rank trained, or restored (the ring
+	// machine's count, mirrored for sync and the final checkpoint).
 	done int64
-	// mismatches counts the views in a row whose step mismatchAt failed
-	// because the ranks' data did not match (disagree).
-	mismatchAt int64
-	mismatches int
 	// leader: this rank leads now; ledLast: it led when training ended
 	// (it saves the final checkpoint and marks the end).
 	leader, ledLast bool
-
-	// what the heartbeats say of the other ranks (run)
-	mu       sync.Mutex
-	lost     map[int]bool
-	excluded map[int]time.Time // ranks a failed step found down, and when
-	// lossCh is closed when a rank is lost: the leader's step in flight,
-	// which would wait for it until the step deadline, is cut short.
-	lossCh chan struct{}
-	// changed is poked at every change (the leader's wait after a failed
-	// step); wake is closed and replaced at every change (followers).
-	changed chan struct{}
-	wake    chan struct{}
-	// answered says when the heartbeats last heard from a rank.
-	answered func(int) time.Time
 
 	// what the loop did
 	loss         float64
@@ -105,358 +89,415 @@ type ringLoop struct {
 	rank     int
 }
 
-// errLeadChanged ends lead or follow: this rank leads now, or a lower
-// rank leads again.
-var errLeadChanged = errors.New("estimator: the ring's leader changed")
+// serverRetry is how often a leader whose view goes round the ring probes
+// the summation servers, to go through them again once they all answer.
+const serverRetry = 5 * time.Second
 
-// errHookStopped ends follow: a hook of this rank asked to stop.
-var errHookStopped = errors.New("estimator: a hook asked to stop")
-
-// viewGen is the generation of a new view: after the last this rank sent
-// or took, and after any that a predecessor sent (a restarted chief), since
-// the members only take newer views.
-func viewGen(last int64) int64 { return max(last+1, time.Now().UnixMilli()) }
-
-// run trains until the end of training, leading while every lower rank is
-// lost and following the leader otherwise.
+// run trains until the end of training. The ring's state machine
+// (ringstate) decides who leads, which views are sent and taken, when the
+// ring re-forms and when training ends; run is its shell: it turns the
+// heartbeats, the views received, the end-of-training marker, timers and
+// the outcomes of its operations into events, and carries out the
+// machine's actions on the ring, one operation at a time.
 func (l *ringLoop) run(ctx context.Context) error {
-	r := l.r
+	r, cfg := l.r, l.r.cfg
+	_, lostAfter := cfg.heartbeats()
+	m, err := ringstate.New(ringstate.Config{Rank: r.index, Ranks: len(r.reps), Steps: l.steps, LostAfter: lostAfter,
+		WaitTimeout: cfg.WaitTimeout, Servers: l.ring.Servers() > 0, ServerRetry: serverRetry, MaxMismatches: maxMismatches})
+	if err != nil {
+		return fmt.Errorf("estimator: %s: %w", cfg.Task, err)
+	}
+	sh := &ringShell{l: l, m: m, lostAfter: lostAfter, ready: make(chan struct{}, 1)}
 	peers := map[int]cluster.TaskID{}
 	for i, t := range r.reps {
 		if i != r.index {
 			peers[i] = t
 		}
 	}
-	l.lost, l.excluded = map[int]bool{}, map[int]time.Time{}
-	l.lossCh, l.changed, l.wake = make(chan struct{}), make(chan struct{}, 1), make(chan struct{})
-	m := &membership{cfg: r.cfg, log: r.log, peers: peers, onChange: l.onChange,
+	sh.hb = &membership{cfg: cfg, log: r.log, peers: peers, onChange: sh.onChange, onAnswer: sh.onAnswer,
 		waiting: "nothing: the ring re-forms without it (the lowest rank alive leads)"}
-	mctx, stop := context.WithCancel(ctx)
-	watched := m.watch(mctx)
-	defer func() { stop(); watched() }()
-	l.answered = m.answered
-	for {
-		var err error
-		if l.leading() {
-			if r.index != 0 {
-				r.log.Warn("every lower rank is lost: this rank leads the ring", "rank", r.index, "step", l.done+1, "lost", m.lost())
-			}
-			err = l.lead(ctx)
-		} else {
-			err = l.follow(ctx)
+	wctx, stop := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	watched := sh.hb.watch(wctx)
+	defer func() {
+		stop()
+		sh.cancelOp()
+		watched()
+		bg.Wait()
+		sh.ops.Wait()
+		sh.telling.Wait()
+		if sh.timer != nil {
+			sh.timer.Stop()
 		}
-		if !errors.Is(err, errLeadChanged) {
-			return err
+	}()
+	// The views other ranks send, newest first.
+	bg.Go(func() {
+		for gen := int64(-1); ; {
+			v, err := l.ring.NextView(wctx, gen)
+			if err != nil {
+				return
+			}
+			gen = v.Gen
+			sh.push(ringstate.ViewReceived{View: v})
+		}
+	})
+	// The end-of-training marker: a follower waiting for a view that
+	// never comes (it missed the view that ends training) exits on it.
+	if dir, target := cfg.CheckpointDir, l.steps; dir != "" {
+		bg.Go(func() {
+			tick := time.NewTicker(endedPoll)
+			defer tick.Stop()
+			for {
+				if _, ok := trainingEnded(dir, target); ok {
+					sh.push(ringstate.MarkerSeen{})
+				}
+				select {
+				case <-wctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		})
+	}
+	sh.push(ringstate.Start{Done: l.done})
+	for {
+		for _, ev := range sh.take() {
+			if end, err := sh.handle(ctx, ev); end {
+				return err
+			}
+		}
+		select {
+		case <-sh.ready:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
 
-// onChange records what the heartbeats say of rank i.
-func (l *ringLoop) onChange(i int, alive bool) {
-	l.mu.Lock()
-	l.lost[i] = !alive
-	if !alive {
-		close(l.lossCh)
-		l.lossCh = make(chan struct{})
-	}
-	close(l.wake)
-	l.wake = make(chan struct{})
-	l.mu.Unlock()
+// ringShell carries out the ring machine's actions for a ringLoop.
+type ringShell struct {
+	l         *ringLoop
+	m         *ringstate.Machine // stepped by run's goroutine only
+	hb        *membership
+	lostAfter time.Duration
+
+	mu    sync.Mutex
+	inbox []ringstate.Event
+	ready chan struct{} // poked when inbox fills
+
+	// The operation in flight (one at a time): cutOff cuts it short.
+	ops    sync.WaitGroup
+	opMu   sync.Mutex
+	cutOff func()
+	// lastErr is the last operation's error: the one that ends training
+	// when the machine says so.
+	lastErr error
+	group   *allreduce.Group
+	// view is the last view this rank sent, first whether the next is
+	// the first of this lead (for the logs); telling waits for the
+	// background sends to lower ranks.
+	view    allreduce.View
+	first   bool
+	telling sync.WaitGroup
+	timer   *time.Timer
+	// downServers names the summation servers the last probe found down.
+	downServers []string
+}
+
+func (sh *ringShell) push(ev ringstate.Event) {
+	sh.mu.Lock()
+	sh.inbox = append(sh.inbox, ev)
+	sh.mu.Unlock()
 	select {
-	case l.changed <- struct{}{}:
+	case sh.ready <- struct{}{}:
 	default:
 	}
 }
 
-// leading reports whether every rank below this one is lost.
-func (l *ringLoop) leading() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := range l.r.index {
-		if !l.lost[i] {
-			return false
+func (sh *ringShell) take() []ringstate.Event {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	evs := sh.inbox
+	sh.inbox = nil
+	return evs
+}
+
+// onChange and onAnswer are the heartbeats' reports.
+func (sh *ringShell) onChange(i int, alive bool) {
+	if alive {
+		sh.push(ringstate.PeerAlive{Rank: i})
+	} else {
+		sh.push(ringstate.PeerLost{Rank: i})
+	}
+}
+
+func (sh *ringShell) onAnswer(i int) { sh.push(ringstate.Answered{Rank: i}) }
+
+// handle steps the machine with ev and carries out its actions; the
+// answers to its questions are stepped at once. end says that training
+// is over on this rank, with err.
+func (sh *ringShell) handle(ctx context.Context, ev ringstate.Event) (end bool, err error) {
+	queue := []ringstate.Event{ev}
+	for len(queue) > 0 {
+		ev := queue[0]
+		queue = queue[1:]
+		switch ev.(type) {
+		case ringstate.SyncFailed, ringstate.StepFailed:
+			if ctx.Err() != nil { // cancelled, not failed
+				return true, ctx.Err()
+			}
+		}
+		for _, a := range sh.m.Step(time.Now(), ev) {
+			answer, end, err := sh.do(ctx, a)
+			if end {
+				return true, err
+			}
+			if answer != nil {
+				queue = append([]ringstate.Event{answer}, queue...)
+			}
 		}
 	}
-	return true
+	return false, nil
 }
 
-// untilLeading returns a channel closed once this rank should lead
-// (every lower rank lost), watched until ctx ends.
-func (l *ringLoop) untilLeading(ctx context.Context) <-chan struct{} {
-	out := make(chan struct{})
-	go func() {
-		for {
-			l.mu.Lock()
-			wake := l.wake
-			l.mu.Unlock()
-			if l.leading() {
-				close(out)
-				return
-			}
-			select {
-			case <-wake:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
-}
-
-// foreignView returns the newest view received from another rank if it
-// is newer than gen.
-func (l *ringLoop) foreignView(gen int64) (allreduce.View, bool) {
-	v, ok := l.ring.NewestView()
-	if !ok || v.Gen <= gen {
-		return allreduce.View{}, false
+// failure classifies an operation's error for the machine.
+func failure(err error) ringstate.Failure {
+	var f ringstate.Failure
+	var pe *allreduce.PeerDownError
+	if errors.As(err, &pe) {
+		f.PeerDown, f.Down = true, slices.Clone(pe.Down)
 	}
-	return v, true
+	f.Notice = errors.Is(err, allreduce.ErrServerFailed) || errors.Is(err, allreduce.ErrViewFailed)
+	f.Mismatch = errors.Is(err, allreduce.ErrMismatch)
+	f.Fatal = endsTraining(err)
+	return f
 }
 
-// lead is the leader's loop, from the step after l.done.
-func (l *ringLoop) lead(ctx context.Context) error {
-	r, cfg := l.r, l.r.cfg
-	me := r.index
-	l.leader = true
-	defer func() { l.leader = false }()
-	// The members: this rank first, then every rank the heartbeats see
-	// alive, lower ones too (a rank back from a pause may not count the
-	// ranks below it lost again yet: it trains as a member until it, or
-	// a rank below it, takes the lead back with a newer view).
-	members := func() []int {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		out := []int{me}
-		for i := range len(r.reps) {
-			if i == me || l.lost[i] {
-				continue
+// do carries out action a: a question's answer is returned, an operation
+// starts in the background and reports when done.
+func (sh *ringShell) do(ctx context.Context, a ringstate.Action) (answer ringstate.Event, end bool, err error) {
+	l, r := sh.l, sh.l.r
+	switch a := a.(type) {
+	case ringstate.Lead:
+		l.leader, sh.first = true, true
+		if r.index != 0 {
+			r.log.Warn("every lower rank is lost: this rank leads the ring", "rank", r.index, "step", sh.m.Done()+1, "lost", sh.hb.lost())
+		}
+	case ringstate.Follow:
+		l.leader = false
+		if a.Leader >= 0 {
+			gen := int64(0)
+			if nv, ok := l.ring.NewestView(); ok {
+				gen = nv.Gen
 			}
-			if at, ok := l.excluded[i]; ok {
-				// Let back in once it has answered since: a new process,
-				// or the old one awake again.
-				if l.answered(i).After(at) {
-					delete(l.excluded, i)
+			r.log.Info("a lower rank leads the ring again; following it", "leader", r.reps[a.Leader].String(), "generation", gen)
+		}
+	case ringstate.CheckEnded:
+		return ringstate.Ended{Yes: sh.endedElsewhere(ctx, a.Final)}, false, nil
+	case ringstate.ProbeServers:
+		down := l.ring.DownServers(ctx)
+		sh.downServers = sh.downServers[:0]
+		for _, d := range down {
+			sh.downServers = append(sh.downServers, l.ring.PeerName(d))
+		}
+		return ringstate.ServersProbed{Down: len(down) > 0}, false, nil
+	case ringstate.SendView:
+		if !a.Wait {
+			sh.tell(ctx, a.View, a.To)
+			return nil, false, nil
+		}
+		sh.sendView(ctx, a.View)
+	case ringstate.Join:
+		group, err := l.ring.Among(a.View)
+		if err != nil {
+			return nil, true, err
+		}
+		sh.group = group
+	case ringstate.Sync:
+		l.done = sh.m.Done()
+		gen, leader := sh.m.View().Gen, l.leader
+		sh.start(ctx, func(ctx context.Context, cut <-chan struct{}) ringstate.Event {
+			if err := l.sync(ctx, sh.group, cut); err != nil {
+				sh.lastErr = err
+				sh.failed(leader, "taking the members' model failed; waiting for the next view", gen, sh.m.Done()+1, err)
+				return ringstate.SyncFailed{Failure: failure(err)}
+			}
+			return ringstate.Synced{Done: l.done}
+		})
+	case ringstate.Train:
+		l.done = sh.m.Done()
+		gen, leader := sh.m.View().Gen, l.leader
+		sh.start(ctx, func(ctx context.Context, cut <-chan struct{}) ringstate.Event {
+			if err := l.step(ctx, sh.group, a.Step, cut); err != nil {
+				sh.lastErr = err
+				if !endsTraining(err) {
+					sh.failed(leader, "a step failed; waiting for the next view", gen, a.Step, err)
+				}
+				return ringstate.StepFailed{Step: a.Step, Failure: failure(err)}
+			}
+			stop := l.ms.ShouldStop() && a.Step < l.steps
+			if stop {
+				if leader {
+					r.log.Info("a hook asked to stop: training ends at this step", "step", a.Step, "target", l.steps)
 				} else {
-					continue
+					r.log.Info("a hook asked to stop: this rank leaves the ring", "step", a.Step, "target", l.steps)
 				}
 			}
-			out = append(out, i)
-		}
-		return out
-	}
-	_, lostAfter := cfg.heartbeats()
-	// The views this rank took as a follower, or a predecessor sent: a
-	// lower rank's newer view than these (and than this rank's own) takes
-	// the lead back.
-	var seen int64
-	if v, ok := l.ring.NewestView(); ok {
-		seen = v.Gen
-	}
-	if l.endedElsewhere(ctx) {
-		if me != 0 {
-			return nil
-		}
-		l.done = l.steps
-	}
-	var view allreduce.View
-	var group *allreduce.Group
-	fresh := true
-	// The route of the view's all-reduces, when the ring has summation
-	// servers: through them, or round the ring while one does not answer
-	// (tried again every serverRetry, at a new view).
-	ringOnly, probed := false, time.Time{}
-	told := map[int]int64{} // the lower ranks sent a view, and which
-	var telling sync.WaitGroup
-	defer telling.Wait()
-	for l.done < l.steps {
-		if fresh && l.endedElsewhere(ctx) {
-			// Another rank ended training while this one was away: no
-			// view for ranks that have exited (each send would wait for
-			// the step deadline).
-			if me != 0 {
-				return nil
-			}
-			l.done, group = l.steps, nil
-			break
-		}
-		if v, ok := l.foreignView(max(seen, view.Gen)); ok && v.Members[0] < me {
-			r.log.Info("a lower rank leads the ring again; following it", "leader", r.reps[v.Members[0]].String(), "generation", v.Gen)
-			// It is alive, whatever the heartbeats have seen yet.
-			l.mu.Lock()
-			l.lost[v.Members[0]] = false
-			l.mu.Unlock()
-			return errLeadChanged
-		}
-		if view.RingOnly && time.Since(probed) >= serverRetry && !fresh {
-			probed = time.Now()
-			if len(l.ring.DownServers(ctx)) == 0 {
-				fresh = true // the servers answer again: a view that goes through them
-			}
-		}
-		if want := members(); fresh || !slices.Equal(want, view.Members) {
-			if len(view.Members) > 0 { // not the first view
-				r.log.Warn("the ring re-forms", "step", l.done+1, "members", l.names(want), "were", l.names(view.Members))
-			}
-			last := max(seen, view.Gen)
-			if v, ok := l.ring.NewestView(); ok {
-				last = max(last, v.Gen)
-			}
-			if l.ring.Servers() > 0 && len(view.Members) > 0 {
-				// Not at the first view: servers still starting are
-				// waited for by the operations, not taken for down.
-				ringOnly, probed = l.route(ctx, ringOnly), time.Now()
-			}
-			view = allreduce.View{Gen: viewGen(last), Step: l.done + 1, Members: want, Sync: true, RingOnly: ringOnly}
-			// A view is one small message: a member that has not taken it
-			// within twice the lost deadline is down (a send to a task that
-			// has exited waits for its whole deadline).
-			vctx, cancel := context.WithTimeout(ctx, min(cfg.StepTimeout, 2*lostAfter))
-			err := l.ring.SendView(vctx, view)
-			cancel()
-			if err != nil {
-				r.log.Warn("a member did not take the new view", "generation", view.Gen, "err", err)
-				if now := members(); !slices.Equal(now, want) {
-					continue // the heartbeats have seen more meanwhile: a new view
+			return ringstate.Trained{Step: a.Step, Stop: stop}
+		})
+	case ringstate.Finish:
+		l.done = sh.m.Done()
+		leader := l.leader
+		sh.start(ctx, func(ctx context.Context, _ <-chan struct{}) ringstate.Event {
+			if err := l.st.finish(ctx, l.sess, sh.group); err != nil {
+				sh.lastErr = err
+				if !leader {
+					r.log.Warn("the last average failed; waiting for the next view", "err", err)
 				}
+				return ringstate.Finished{Failed: true}
 			}
-			var gerr error
-			if group, gerr = l.ring.Among(view); gerr != nil {
-				return gerr
-			}
-			l.mu.Lock()
-			cut := l.lossCh
-			l.mu.Unlock()
-			l.tellLower(ctx, view, told, &telling)
-			if err := l.sync(ctx, group, cut, l.ring.ViewAfter(view.Gen)); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				if l.endedElsewhere(ctx) {
-					if me != 0 {
-						return nil
-					}
-					l.done, group = l.steps, nil
-					break
-				}
-				if derr := l.disagree(err, l.done+1); derr != nil {
-					return derr
-				}
-				if _, ok := l.foreignView(view.Gen); !ok {
-					l.failed(ctx, err, l.done+1, lostAfter, l.ring.ViewAfter(view.Gen))
-				}
-				continue
-			}
-			fresh = false
+			return ringstate.Finished{}
+		})
+	case ringstate.Cut:
+		sh.cancelOp()
+	case ringstate.Exclude:
+		names := make([]string, len(a.Ranks))
+		for i, k := range a.Ranks {
+			names[i] = l.ring.PeerName(k)
 		}
-		l.tellLower(ctx, view, told, &telling)
-		l.mu.Lock()
-		cut := l.lossCh
-		l.mu.Unlock()
-		if err := l.step(ctx, group, l.done+1, cut, l.ring.ViewAfter(view.Gen)); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if endsTraining(err) {
-				return err
-			}
-			if derr := l.disagree(err, l.done+1); derr != nil {
-				return derr
-			}
-			fresh = true // a new view: some members may have applied the step and others not
-			if _, ok := l.foreignView(view.Gen); ok {
-				continue // another rank sent a view: answer it at once
-			}
-			if l.endedElsewhere(ctx) {
-				if me != 0 {
-					return nil
-				}
-				l.done, group = l.steps, nil
-				break
-			}
-			l.failed(ctx, err, l.done+1, lostAfter, l.ring.ViewAfter(view.Gen))
-			continue
-		}
-		l.done++
-		if l.ms.ShouldStop() && l.done < l.steps {
-			r.log.Info("a hook asked to stop: training ends at this step", "step", l.done, "target", l.steps)
-			l.steps = l.done
-		}
-		if l.saver != nil && l.sched.Due(l.done, time.Now()) {
-			if err := l.save(ctx, l.done); err != nil {
-				return err
+		r.log.Warn("a step failed: leaving out the ranks that are down", "step", sh.m.Done()+1, "down", names, "err", sh.lastErr)
+	case ringstate.Readmit:
+	case ringstate.Checkpoint:
+		l.done, l.steps = a.Step, sh.m.Steps()
+		if l.saver != nil && l.sched.Due(a.Step, time.Now()) {
+			if err := l.save(ctx, a.Step); err != nil {
+				return nil, true, err
 			}
 		}
+	case ringstate.WakeAt:
+		if sh.timer != nil {
+			sh.timer.Stop()
+		}
+		if l.leader {
+			// The heartbeats count a peer lost lostAfter after its last
+			// answer, which they see within another half of it.
+			r.log.Warn("a step failed; waiting for the heartbeats to tell who is lost", "step", sh.m.Done()+1, "lost_after", sh.lostAfter, "err", sh.lastErr)
+		}
+		sh.timer = time.AfterFunc(time.Until(a.At), func() { sh.push(ringstate.Tick{}) })
+	case ringstate.End:
+		return nil, true, sh.end(a)
 	}
-	if group != nil {
-		if err := l.st.finish(ctx, l.sess, group); err != nil {
-			return err
-		}
+	return nil, false, nil
+}
+
+// failed logs a failed operation of view gen: a follower's with msg; the
+// leader's when a member told of it or the summation servers failed (the
+// others are logged as the machine decides: ranks left out, or a wait for
+// the heartbeats).
+func (sh *ringShell) failed(leader bool, msg string, gen, step int64, err error) {
+	switch {
+	case !leader:
+		sh.l.r.log.Warn(msg, "step", step, "generation", gen, "err", err)
+	case errors.As(err, new(*allreduce.PeerDownError)):
+	case errors.Is(err, allreduce.ErrServerFailed) || errors.Is(err, allreduce.ErrViewFailed):
+		sh.l.r.log.Warn("a step failed; a new view", "step", step, "err", err)
 	}
-	l.ledLast = true
-	// Every rank waits for a view, the members and those left out: this
-	// one ends their training. A rank that is down is not waited for long.
-	vctx, cancel := context.WithTimeout(ctx, min(cfg.StepTimeout, 2*lostAfter))
-	defer cancel()
-	all := []int{me}
-	for i := range r.reps {
-		if i != me {
-			all = append(all, i)
-		}
-	}
-	last := view.Gen
-	if v, ok := l.ring.NewestView(); ok {
-		last = max(last, v.Gen)
-	}
-	if err := l.ring.SendView(vctx, allreduce.View{Gen: viewGen(last), Step: l.done + 1, Members: all, Stop: true}); err != nil {
-		r.log.Info("telling every rank that training is over", "err", err)
+}
+
+// end carries out the machine's end: the error that ends training, if any.
+func (sh *ringShell) end(a ringstate.End) error {
+	l, r, cfg := sh.l, sh.l.r, sh.l.r.cfg
+	sh.telling.Wait()
+	l.done, l.steps, l.ledLast = sh.m.Done(), sh.m.Steps(), a.Led
+	switch a.Reason {
+	case ringstate.Away:
+		r.log.Info("training ended while this rank was away; exiting", "task", cfg.Task.String())
+	case ringstate.ByMismatch:
+		return fmt.Errorf("estimator: %s: step %d failed in %d views in a row because the ranks' data do not match; "+
+			"do all ranks run the same model, with the same flags? %w", cfg.Task, a.Step, a.Mismatches, sh.lastErr)
+	case ringstate.ByFatal:
+		return sh.lastErr
+	case ringstate.WaitExpired:
+		return fmt.Errorf("estimator: %s: waiting for the lowest rank alive to say which ranks train (wait timeout %v): %w", cfg.Task, cfg.WaitTimeout, context.DeadlineExceeded)
 	}
 	return nil
 }
 
-// tellLower sends view, in the background, to each lower rank that the
-// heartbeats see alive and that was not sent it yet (an acting leader's):
-// that rank, back, learns that another rank leads and takes the lead back
-// at once, rather than when its own step or sync of an older view fails
-// (two leaders otherwise trained apart until then; a chaos run saw rank 0
-// train alone to the end while ranks 1 and 2 finished without it).
-func (l *ringLoop) tellLower(ctx context.Context, view allreduce.View, told map[int]int64, wg *sync.WaitGroup) {
-	var to []int
-	l.mu.Lock()
-	for j := range l.r.index {
-		switch {
-		case l.lost[j]:
-			delete(told, j) // tell it again when it is back
-		case told[j] != view.Gen:
-			told[j] = view.Gen
-			to = append(to, j)
+// start runs op, an operation of the machine's, in the background; its
+// event is pushed when it is done. Cut closes its cut channel.
+func (sh *ringShell) start(ctx context.Context, op func(ctx context.Context, cut <-chan struct{}) ringstate.Event) {
+	cut := make(chan struct{})
+	var once sync.Once
+	sh.opMu.Lock()
+	sh.cutOff = func() { once.Do(func() { close(cut) }) }
+	sh.opMu.Unlock()
+	sh.ops.Go(func() { sh.push(op(ctx, cut)) })
+}
+
+// cancelOp cuts the operation in flight short.
+func (sh *ringShell) cancelOp() {
+	sh.opMu.Lock()
+	defer sh.opMu.Unlock()
+	if sh.cutOff != nil {
+		sh.cutOff()
+	}
+}
+
+// sendView sends the leader's view v to its members in the background:
+// a view is one small message, and a member that has not taken it within
+// twice the lost deadline is down (a send to a task that has exited waits
+// for its whole deadline).
+func (sh *ringShell) sendView(ctx context.Context, v allreduce.View) {
+	l, r, cfg := sh.l, sh.l.r, sh.l.r.cfg
+	if !v.Stop {
+		if !sh.first {
+			r.log.Warn("the ring re-forms", "step", v.Step, "members", l.names(v.Members), "were", l.names(sh.view.Members))
+			if v.RingOnly && !sh.view.RingOnly {
+				r.log.Warn("a summation server is down; the ranks go round the ring", "step", v.Step, "down", sh.downServers)
+			}
+			if !v.RingOnly && sh.view.RingOnly {
+				r.log.Info("the summation servers answer again; the ranks sum through them", "step", v.Step)
+			}
 		}
+		sh.first, sh.view = false, v
 	}
-	l.mu.Unlock()
-	if len(to) == 0 {
-		return
-	}
-	wg.Go(func() {
-		tctx, cancel := context.WithTimeout(ctx, l.r.cfg.StepTimeout)
+	sh.start(ctx, func(ctx context.Context, _ <-chan struct{}) ringstate.Event {
+		vctx, cancel := context.WithTimeout(ctx, min(cfg.StepTimeout, 2*sh.lostAfter))
 		defer cancel()
-		if err := l.ring.SendViewTo(tctx, view, to); err != nil {
-			l.r.log.Info("telling a lower rank that this one leads", "generation", view.Gen, "err", err)
+		err := l.ring.SendView(vctx, v)
+		if err != nil {
+			if v.Stop {
+				r.log.Info("telling every rank that training is over", "err", err)
+			} else {
+				r.log.Warn("a member did not take the new view", "generation", v.Gen, "err", err)
+			}
+		}
+		return ringstate.ViewSent{Gen: v.Gen, Failed: err != nil}
+	})
+}
+
+// tell sends view to the lower ranks to, in the background: back, they
+// learn that another rank leads and take the lead back at once.
+func (sh *ringShell) tell(ctx context.Context, view allreduce.View, to []int) {
+	sh.telling.Go(func() {
+		tctx, cancel := context.WithTimeout(ctx, sh.l.r.cfg.StepTimeout)
+		defer cancel()
+		if err := sh.l.ring.SendViewTo(tctx, view, to); err != nil {
+			sh.l.r.log.Info("telling a lower rank that this one leads", "generation", view.Gen, "err", err)
 		}
 	})
 }
 
 // endedElsewhere reports whether another rank ended training while this
-// one was away (the end-of-training marker names the target step): rank 0
-// then takes the model of the final checkpoint, to keep and evaluate; any
-// other rank has nothing left to do (it must not train on alone).
-func (l *ringLoop) endedElsewhere(ctx context.Context) bool {
-	if l.done >= l.steps {
-		return false
-	}
+// one was away (the end-of-training marker names the target step). final
+// (rank 0, leading): it takes the model of the final checkpoint, to keep
+// and evaluate, and trains on if it cannot.
+func (sh *ringShell) endedElsewhere(ctx context.Context, final bool) bool {
+	l := sh.l
 	if _, ok := trainingEnded(l.r.cfg.CheckpointDir, l.steps); !ok {
 		return false
 	}
-	if l.r.index != 0 {
-		l.r.log.Info("training ended while this rank was away; exiting", "task", l.r.cfg.Task.String())
+	if !final {
 		return true
 	}
 	restored, ok, err := l.saver.RestoreLatest(ctx, l.sess)
@@ -468,212 +509,12 @@ func (l *ringLoop) endedElsewhere(ctx context.Context) bool {
 	return true
 }
 
-// serverRetry is how often a leader whose view goes round the ring probes
-// the summation servers, to go through them again once they all answer.
-const serverRetry = 5 * time.Second
-
-// route returns the route of a new view on a ring with summation servers:
-// round the ring (true) while one of them does not answer, through them
-// otherwise. was is the route of the last view: a change is logged.
-func (l *ringLoop) route(ctx context.Context, was bool) bool {
-	down := l.ring.DownServers(ctx)
-	switch {
-	case len(down) > 0:
-		names := make([]string, len(down))
-		for i, d := range down {
-			names[i] = l.ring.PeerName(d)
-		}
-		if !was {
-			l.r.log.Warn("a summation server is down; the ranks go round the ring", "step", l.done+1, "down", names)
-		}
-		return true
-	case was:
-		l.r.log.Info("the summation servers answer again; the ranks sum through them", "step", l.done+1)
-	}
-	return false
-}
-
-// failed handles a step (or the sync of a view) that failed on the
-// leader: the ranks it found down are left out at once; a failure that a
-// member told of (it is alive, and waits for the next view) or one on the
-// summation servers' side (the next view's route says whether they
-// answer) needs no wait; otherwise it waits, at most the lost deadline,
-// for the heartbeats to tell who is lost.
-func (l *ringLoop) failed(ctx context.Context, err error, step int64, lostAfter time.Duration, newer <-chan struct{}) {
-	var pe *allreduce.PeerDownError
-	if errors.As(err, &pe) {
-		l.mu.Lock()
-		for _, d := range pe.Down {
-			l.excluded[d] = time.Now()
-		}
-		l.mu.Unlock()
-		l.r.log.Warn("a step failed: leaving out the ranks that are down", "step", step, "down", pe.Peers, "err", err)
-		return
-	}
-	if errors.Is(err, allreduce.ErrServerFailed) || errors.Is(err, allreduce.ErrViewFailed) {
-		l.r.log.Warn("a step failed; a new view", "step", step, "err", err)
-		return
-	}
-	// The heartbeats count a peer lost lostAfter after its last answer,
-	// which they see within another half of it: wait for that, not less.
-	l.r.log.Warn("a step failed; waiting for the heartbeats to tell who is lost", "step", step, "lost_after", lostAfter, "err", err)
-	select {
-	case <-l.changed:
-	case <-newer: // another rank leads: answer it at once
-	case <-time.After(2 * lostAfter):
-	case <-ctx.Done():
-	}
-}
-
 // maxMismatches bounds the views in a row whose same step fails because
 // the ranks' data do not match (allreduce.ErrMismatch: ranks that build
 // different models, or a peer that sends garbage). A new view does not
 // mend that, and the loop re-formed the ring for ever, which looked like a
 // hang under --quiet.
 const maxMismatches = 3
-
-// disagree counts a failure of step (its sync or the step itself); it
-// returns the error that ends training once the ranks' data did not match
-// in maxMismatches views in a row, else nil.
-func (l *ringLoop) disagree(err error, step int64) error {
-	if !errors.Is(err, allreduce.ErrMismatch) {
-		l.mismatches = 0
-		return nil
-	}
-	if step != l.mismatchAt {
-		l.mismatchAt, l.mismatches = step, 0
-	}
-	if l.mismatches++; l.mismatches < maxMismatches {
-		return nil
-	}
-	return fmt.Errorf("estimator: %s: step %d failed in %d views in a row because the ranks' data do not match; "+
-		"do all ranks run the same model, with the same flags? %w", l.r.cfg.Task, step, l.mismatches, err)
-}
-
-// follow is the loop of the other ranks: take the leader's views and
-// train among their members until the leader says training is over, or
-// until every lower rank is lost (errLeadChanged: this one leads).
-func (l *ringLoop) follow(ctx context.Context) error {
-	r, cfg := l.r, l.r.cfg
-	gen := int64(-1)
-	for {
-		if l.leading() {
-			return errLeadChanged
-		}
-		wctx, cancel := context.WithTimeout(ctx, cfg.WaitTimeout)
-		var view allreduce.View
-		// The leader may have ended training while this rank was away
-		// (it missed the last view): its marker says so (ended.go).
-		err := untilTrainingEnds(wctx, cfg.CheckpointDir, l.steps, endedPoll, func(ctx context.Context) (err error) {
-			view, err = l.nextView(ctx, gen)
-			return err
-		})
-		cancel()
-		if errors.Is(err, errTrainingEnded) {
-			r.log.Info("training ended while this rank was away; exiting", "task", cfg.Task.String(), "err", err)
-			return nil
-		}
-		if errors.Is(err, errLeadChanged) {
-			return err
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("estimator: %s: waiting for the lowest rank alive to say which ranks train (wait timeout %v): %w", cfg.Task, cfg.WaitTimeout, err)
-		}
-		gen = view.Gen
-		if view.Stop {
-			return nil
-		}
-		if !view.Has(r.index) {
-			continue // left out: wait to be let back in
-		}
-		if err := l.followView(ctx, view); err != nil {
-			if errors.Is(err, errHookStopped) {
-				return nil
-			}
-			return err
-		}
-	}
-}
-
-// followView trains among the members of view until a step fails or the
-// last step is done; it returns only the errors that end training.
-func (l *ringLoop) followView(ctx context.Context, view allreduce.View) error {
-	r := l.r
-	group, err := l.ring.Among(view)
-	if err != nil {
-		return err
-	}
-	vctx, stop := context.WithCancel(ctx)
-	defer stop()
-	newer, lead := l.ring.ViewAfter(view.Gen), l.untilLeading(vctx)
-	if view.Sync {
-		if err := l.sync(ctx, group, newer, lead); err != nil {
-			if derr := l.disagree(err, l.done+1); derr != nil {
-				return derr
-			}
-			r.log.Warn("taking the members' model failed; waiting for the next view", "generation", view.Gen, "err", err)
-			return nil
-		}
-	} else {
-		l.done = view.Step - 1
-	}
-	for l.done < l.steps {
-		if err := l.step(ctx, group, l.done+1, newer, lead); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if endsTraining(err) {
-				return err
-			}
-			if derr := l.disagree(err, l.done+1); derr != nil {
-				return derr
-			}
-			r.log.Warn("a step failed; waiting for the next view", "step", l.done+1, "generation", view.Gen, "err", err)
-			return nil
-		}
-		l.done++
-		if l.ms.ShouldStop() && l.done < l.steps {
-			// Training ends where the leader's hooks say; this rank's
-			// leave it, and the ring re-forms without it.
-			r.log.Info("a hook asked to stop: this rank leaves the ring", "step", l.done, "target", l.steps)
-			l.steps = l.done
-			return errHookStopped
-		}
-		if l.done == l.steps {
-			if err := l.st.finish(ctx, l.sess, group); err != nil {
-				r.log.Warn("the last average failed; waiting for the next view", "err", err)
-			}
-		}
-	}
-	return nil
-}
-
-// nextView waits for a view newer than gen; it returns errLeadChanged
-// once this rank should lead.
-func (l *ringLoop) nextView(ctx context.Context, gen int64) (allreduce.View, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	lead := l.untilLeading(ctx)
-	go func() {
-		select {
-		case <-lead:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	v, err := l.ring.NextView(ctx, gen)
-	if err != nil {
-		select {
-		case <-lead:
-			return v, errLeadChanged
-		default:
-		}
-	}
-	return v, err
-}
 
 // sync gives every member of group one state: the model and the input
 // position of the member that has trained the most steps (the leader on
