@@ -120,6 +120,7 @@ func (s *sim) step(i int, ev Event) {
 			}
 		}
 	}
+	s.checkStale(i, acts)
 	if leadingBefore && !s.ms[i].Leading() && !s.ms[i].Ended() {
 		if !slices.ContainsFunc(acts, func(a Action) bool { _, ok := a.(Follow); return ok }) {
 			s.fail("rank %d stopped leading without following", i)
@@ -156,6 +157,29 @@ func (s *sim) sendView(i int, a SendView) {
 	}
 }
 
+// checkStale: a sync or step started in a view older than the newest
+// received is cut at once (but a follower's last step, once a view stops
+// training), as is a follower's that should lead.
+func (s *sim) checkStale(i int, acts []Action) {
+	m := s.ms[i]
+	started, cut := false, false
+	for _, a := range acts {
+		switch a.(type) {
+		case Sync, Train:
+			started, cut = true, false
+		case Cut:
+			cut = true
+		}
+	}
+	if !started || cut || m.Ended() {
+		return
+	}
+	stale := s.got[i] > m.View().Gen || (!m.Leading() && m.leading())
+	if stale && !(m.ph == followStep && m.newest != nil && m.newest.Stop) {
+		s.fail("rank %d runs view %d after receiving %d (or should lead) and does not cut it", i, m.View().Gen, s.got[i])
+	}
+}
+
 // checkLeaders: never two leaders of one generation.
 func (s *sim) checkLeaders() {
 	for i, a := range s.ms {
@@ -172,7 +196,8 @@ func (s *sim) checkLeaders() {
 // unless it was cut short.
 func (s *sim) answer(i int, ok bool) {
 	m := s.ms[i]
-	ok = ok && !s.cut[i]
+	// An operation cut short fails, unless it was done already.
+	ok = ok && (!s.cut[i] || s.rng.IntN(4) == 0)
 	f := s.failure(ok)
 	switch op := s.op[i]; op {
 	case "sent":
