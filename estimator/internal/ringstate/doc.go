@@ -51,8 +51,8 @@
 // back in; otherwise it re-forms the ring among the members and, when the
 // view asks, syncs: every member takes the model and input position of
 // the member that has done the most steps. A newer view cuts the
-// follower's sync or step short (but a view that stops lets its last step
-// finish).
+// follower's sync or step short (but a view that stops lets a step before
+// its own finish).
 //
 // When the lead is handed back. A leader whose sync or step is cut short
 // by a newer view from another rank looks at it at the top of its loop:

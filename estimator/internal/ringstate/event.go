@@ -97,6 +97,10 @@ type Finished struct{ Failed bool }
 // Tick: time passed (a WakeAt came due).
 type Tick struct{}
 
+// ViewsClosed: no view can come any more (the ring was closed): a
+// follower that waits for one ends.
+type ViewsClosed struct{}
+
 func (Start) event()         {}
 func (PeerLost) event()      {}
 func (PeerAlive) event()     {}
@@ -112,6 +116,7 @@ func (Trained) event()       {}
 func (StepFailed) event()    {}
 func (Finished) event()      {}
 func (Tick) event()          {}
+func (ViewsClosed) event()   {}
 
 func (e Start) String() string        { return fmt.Sprintf("start done=%d", e.Done) }
 func (e PeerLost) String() string     { return fmt.Sprintf("lost %d", e.Rank) }
@@ -134,8 +139,9 @@ func (e Trained) String() string {
 func (e StepFailed) String() string {
 	return fmt.Sprintf("step-failed step=%d", e.Step) + e.Failure.String()
 }
-func (e Finished) String() string { return "finished" + flagged(e.Failed, "failed") }
-func (Tick) String() string       { return "tick" }
+func (e Finished) String() string  { return "finished" + flagged(e.Failed, "failed") }
+func (Tick) String() string        { return "tick" }
+func (ViewsClosed) String() string { return "views-closed" }
 
 func (f Failure) String() string {
 	var b strings.Builder
@@ -241,10 +247,12 @@ const (
 	WaitExpired
 	// Stopped: a hook of this follower asked to stop; it leaves the ring.
 	Stopped
+	// Closed: a follower waits for a view, and none can come (ViewsClosed).
+	Closed
 )
 
 func (r Reason) String() string {
-	return [...]string{"done", "away", "mismatch", "fatal", "wait-expired", "stopped"}[r]
+	return [...]string{"done", "away", "mismatch", "fatal", "wait-expired", "stopped", "closed"}[r]
 }
 
 func (Lead) action()         {}

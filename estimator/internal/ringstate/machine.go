@@ -93,6 +93,8 @@ type Machine struct {
 	// changed: a heartbeat changed a rank's state since the leader last
 	// waited for one.
 	changed bool
+	// closed: no view can come any more.
+	closed bool
 
 	newest   *allreduce.View // the newest view received
 	done     int64           // the steps this rank trained, restored or took
@@ -188,6 +190,11 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		m.finished(e.Failed)
 	case Tick:
 		m.tick()
+	case ViewsClosed:
+		m.closed = true
+		if m.ph == followWait {
+			m.end(End{Reason: Closed})
+		}
 	}
 	return m.out
 }
@@ -324,13 +331,14 @@ func (m *Machine) received(v allreduce.View) {
 	}
 }
 
-// cutShort cuts the operation in flight, once. A member's step is not
-// cut by a view that ends training: its last step finishes.
+// cutShort cuts the operation in flight, once. A member's step before
+// the step at which a view ends training is not cut: the last steps
+// finish (a step past it is: the leader's hooks ended training before).
 func (m *Machine) cutShort() {
 	if m.cut {
 		return
 	}
-	if m.ph == followStep && m.newest != nil && m.newest.Stop {
+	if m.ph == followStep && m.newest != nil && m.newest.Stop && m.done+1 < m.newest.Step {
 		return
 	}
 	m.cut = true
@@ -388,6 +396,10 @@ func (m *Machine) followWaitView() {
 	m.ph = followWait
 	if m.newest != nil && m.newest.Gen > m.gen {
 		m.take(*m.newest)
+		return
+	}
+	if m.closed {
+		m.end(End{Reason: Closed})
 		return
 	}
 	if m.cfg.WaitTimeout > 0 {

@@ -224,6 +224,8 @@ func parseEvent(name string, fields []string) (Event, error) {
 		return Finished{Failed: a.flags["failed"]}, nil
 	case "tick":
 		return Tick{}, nil
+	case "views-closed":
+		return ViewsClosed{}, nil
 	}
 	return nil, fmt.Errorf("unknown event %q", name)
 }
