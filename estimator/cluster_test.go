@@ -2,17 +2,15 @@ package estimator_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"math"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/estimator/strategytest"
 )
 
 // loopbackTasks listens on a free loopback port for each task and returns
@@ -48,77 +46,7 @@ func runCluster(t *testing.T, jobs map[string]int, strategy estimator.Strategy, 
 // runClusterModel is runCluster with another model function.
 func runClusterModel(t *testing.T, model estimator.ModelFn, jobs map[string]int, strategy estimator.Strategy, steps int64) (*estimator.Estimator, []*estimator.Result) {
 	t.Helper()
-	return clusterRun{model: model, jobs: jobs, strategy: strategy, steps: steps}.run(t)
-}
-
-// clusterRun is a cluster of goroutines training one model.
-type clusterRun struct {
-	model    estimator.ModelFn
-	jobs     map[string]int
-	strategy estimator.Strategy
-	steps    int64
-	// task, when set, adjusts a task's configuration and returns the
-	// hooks it trains with.
-	task func(task cluster.TaskID, cfg *estimator.RunConfig) []estimator.Hook
-}
-
-// run trains c and returns the chief's estimator and every task's result.
-func (c clusterRun) run(t *testing.T) (*estimator.Estimator, []*estimator.Result) {
-	t.Helper()
-	var tasks []cluster.TaskID
-	for _, job := range []string{"ps", "worker"} {
-		for i := range c.jobs[job] {
-			tasks = append(tasks, cluster.TaskID{Job: job, Index: i})
-		}
-	}
-	spec, lis := loopbackTasks(t, tasks...)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		chief   *estimator.Estimator
-		results []*estimator.Result
-	)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for task, l := range lis {
-		cfg := estimator.RunConfig{
-			Cluster: spec, Task: task, Strategy: c.strategy, Listener: l, Seed: 1,
-			Logger: quiet, Progress: io.Discard, WaitTimeout: 20 * time.Second, StepTimeout: 20 * time.Second,
-		}
-		var hooks []estimator.Hook
-		if c.task != nil {
-			hooks = c.task(task, &cfg)
-		}
-		est, err := estimator.New(c.model, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := est.Train(ctx, linearInput(1000, true), estimator.Stop{MaxSteps: c.steps}, hooks...)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				t.Errorf("%s: %v", task, err)
-				cancel()
-				return
-			}
-			if res.Chief {
-				chief = est
-			}
-			results = append(results, res)
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	if chief == nil {
-		t.Fatal("no task ended as the chief")
-	}
-	return chief, results
+	return strategytest.Cluster{Model: model, Input: linearInput(1000, true), Jobs: jobs, Strategy: strategy, Steps: steps}.Run(t)
 }
 
 // TestEveryStrategyTrainsOnACluster trains the same model with each

@@ -317,6 +317,9 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 	if err != nil {
 		return nil, err
 	}
+	if v, ok := ring.NewestView(); ok && v.Stop && v.Step-1 < l.steps {
+		l.steps = v.Step - 1 // the leader's hooks ended training there
+	}
 	if err := mon.Close(ctx); err != nil { // the hooks' End
 		return nil, err
 	}

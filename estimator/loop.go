@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/summary"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -104,6 +106,9 @@ type loop struct {
 	summaries graph.Output
 	// claims, when set, claims the next batch with each step (claim.go).
 	claims *claimer
+	// stop, when set, is the cluster's signal that the chief's hooks ended
+	// training, read with each step.
+	stop *stopSignal
 	// globalStep reads the global step variable.
 	globalStep graph.Output
 	// batch is the batch size, read from the first batch, and target the
@@ -211,6 +216,9 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 		if l.claims != nil { // the next batch's claim rides on this step
 			fs = append(fs[:len(fs):len(fs)], l.claims.op)
 		}
+		if l.stop != nil {
+			fs = append(fs[:len(fs):len(fs)], l.stop.v.Value())
+		}
 		if l.coord != nil {
 			if err := l.ms.Do(ctx, beforeStep); err != nil {
 				return st, fmt.Errorf("estimator: %s%w", r.who(), err)
@@ -236,6 +244,11 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 			return st, fmt.Errorf("estimator: %slocal step %d: %w", r.who(), st.localSteps+1, err)
 		}
 		rejoins = 0
+		stopped := false
+		if l.stop != nil {
+			stopped = out[len(out)-1].Float64At(0) != 0
+			out = out[:len(out)-1]
+		}
 		if l.claims != nil {
 			l.claims.stepped(out[len(out)-1])
 			out = out[:len(out)-1]
@@ -257,8 +270,17 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 		}
 		st.lastGlobal = gstep
 		r.observeStep(time.Since(stepStart), examplesPerStep, int64(gstep), st.loss)
-		done := int64(gstep) >= target || l.ms.ShouldStop()
-		if done && !l.ms.ShouldStop() && l.shortOfTarget(ctx, target) {
+		if l.ms.ShouldStop() && l.stop != nil && r.chief() {
+			// The chief's hooks end training for every replica.
+			if err := l.stop.signal(ctx, sess); err != nil {
+				return st, err
+			}
+		}
+		if stopped && !l.ms.ShouldStop() {
+			r.log.Info("the chief's hooks ended training", "global_step", gstep, "target", target)
+		}
+		done := int64(gstep) >= target || l.ms.ShouldStop() || stopped
+		if done && !l.ms.ShouldStop() && !stopped && l.shortOfTarget(ctx, target) {
 			done = false
 		}
 		if st.localSteps%cfg.LogEverySteps == 0 || done {
@@ -287,6 +309,29 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 	st.seconds = time.Since(start).Seconds()
 	st.timedSteps = st.localSteps - timedFrom
 	return st, nil
+}
+
+// stopSignal is a flag on the ps tasks that the chief raises when its
+// hooks end training (an early-stopping hook), and that every replica
+// reads with each step, as TensorFlow's early-stopping hooks share one
+// variable: in asynchronous training the other replicas would otherwise
+// train on to the target.
+type stopSignal struct {
+	v     *ops.Variable
+	raise *graph.Node
+}
+
+func newStopSignal(s *graph.Scope) *stopSignal {
+	v := ops.NewVariable(s.SubScope("training_stop"), "requested", tensor.Float32, nil, ops.ZerosInit(), ops.NotTrainable())
+	return &stopSignal{v: v, raise: ops.Assign(s, v.Value(), ops.Scalar(s, tensor.Float32, 1)).Node}
+}
+
+// signal raises the flag.
+func (st *stopSignal) signal(ctx context.Context, sess *session.Session) error {
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{st.raise}); err != nil {
+		return fmt.Errorf("estimator: telling the replicas that a hook ended training: %w", err)
+	}
+	return nil
 }
 
 // atTarget reads the global step before the first step and reports

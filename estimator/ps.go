@@ -168,19 +168,24 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	// cluster once every replica that is still alive has finished.
 	var done []*ops.Variable
 	var markDone, initDone *graph.Node
+	var stop *stopSignal
 	if cfg.Cluster != nil && !plan.inGraph {
 		ds := s.SubScope("replica_done")
 		for _, t := range r.reps {
 			done = append(done, ops.NewVariable(ds, fmt.Sprintf("%s_%d", t.Job, t.Index), tensor.Float32, nil, ops.ZerosInit(), ops.NotTrainable()))
 		}
 		markDone = ops.Assign(s, done[r.index].Value(), ops.Scalar(s, tensor.Float32, 1)).Node
-		initDone = ops.VariablesInitializer(s, done...)
+		stop = newStopSignal(s)
+		initDone = ops.VariablesInitializer(s, append(done, stop.v)...)
 	}
 	var saver *checkpoint.Saver
 	if r.chief() && cfg.CheckpointDir != "" {
 		skip := map[*graph.Node]bool{}
 		for _, v := range done {
 			skip[v.Node()] = true
+		}
+		if stop != nil {
+			skip[stop.v.Node()] = true
 		}
 		var vars []*ops.Variable
 		for _, v := range ops.GlobalVariables(s.Graph()) {
@@ -320,7 +325,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 
 	l := &loop{
 		r: r, ms: ms, towers: towers, ins: ins, trainOp: trainOp, coord: plan.coordinator, claims: claims,
-		perStep: r.cfg.Strategy.Update(r.numReplicas()).Batches, summaries: summaries, globalStep: globalStep.Value(),
+		perStep: r.cfg.Strategy.Update(r.numReplicas()).Batches, summaries: summaries, globalStep: globalStep.Value(), stop: stop,
 	}
 	st, err := l.run(ctx)
 	if err != nil {

@@ -616,8 +616,9 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 			select {
 			case <-cut:
 				// A view that ends training lets a member's last step
-				// finish.
-				if v, ok := l.ring.NewestView(); !ok || !v.Stop || leader {
+				// finish, not a step past the end (the leader's hooks
+				// ended training before it).
+				if v, ok := l.ring.NewestView(); !ok || !v.Stop || leader || step >= v.Step {
 					cancel()
 				}
 			case <-sctx.Done():

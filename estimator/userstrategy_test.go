@@ -8,6 +8,7 @@ import (
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/estimator/strategytest"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
@@ -85,14 +86,14 @@ func TestUserStrategyTrainsThroughTheLoop(t *testing.T) {
 	s := &countingStrategy{coord: map[int]*countingCoordinator{}}
 	var mu sync.Mutex
 	hooks := map[string]*countingHook{}
-	est, results := clusterRun{model: linearModel, jobs: map[string]int{"ps": 1, "worker": 2}, strategy: s, steps: 300,
-		task: func(task cluster.TaskID, _ *estimator.RunConfig) []estimator.Hook {
+	est, results := strategytest.Cluster{Model: linearModel, Jobs: map[string]int{"ps": 1, "worker": 2}, Strategy: s, Steps: 300,
+		Task: func(task cluster.TaskID, _ *estimator.RunConfig) []estimator.Hook {
 			mu.Lock()
 			defer mu.Unlock()
 			h := &countingHook{}
 			hooks[task.String()] = h
 			return []estimator.Hook{h}
-		}}.run(t)
+		}}.Run(t)
 	for _, res := range results {
 		if res.Served {
 			continue
@@ -124,4 +125,9 @@ func TestUserStrategyTrainsThroughTheLoop(t *testing.T) {
 	if m["mae"] > 0.1 {
 		t.Errorf("mean absolute error %.4f after training; want < 0.1", m["mae"])
 	}
+}
+
+// A user's strategy passes the strategies' conformance suite.
+func TestUserStrategyConforms(t *testing.T) {
+	strategytest.Run(t, &countingStrategy{coord: map[int]*countingCoordinator{}}, map[string]int{"ps": 1, "worker": 2})
 }

@@ -1,0 +1,399 @@
+// Package strategytest is the conformance suite of estimator.Strategy:
+// every strategy, built in or a user's, runs Run, which trains a small
+// linear model on a cluster of goroutines over loopback and checks what
+// the one training loop promises under any strategy: the user's hooks see
+// begin, the session, every step and the end, in order; the model
+// directory gets training events; training stops exactly at the target
+// step, or where a hook asks; the final checkpoint is saved, and a run on
+// the finished directory trains nothing.
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distflow/distflow/checkpoint/bundle"
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/data"
+	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/summary"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// Run runs the suite for strategy s on a cluster of jobs ("ps" and
+// "worker" counts; the strategy's Validate must accept it).
+func Run(t *testing.T, s estimator.Strategy, jobs map[string]int) {
+	t.Run("hooks and events", func(t *testing.T) { hooksAndEvents(t, s, jobs) })
+	t.Run("stop at the target and stay stopped", func(t *testing.T) { stopAndStay(t, s, jobs) })
+	t.Run("a hook stops training", func(t *testing.T) { hookStops(t, s, jobs) })
+}
+
+// Cluster is a cluster of goroutines training one model, each task with
+// its own estimator and server on a loopback listener.
+type Cluster struct {
+	// Model and Input are the model and the training input (nil: the
+	// suite's linear model y = 2x + 10 and its input).
+	Model estimator.ModelFn
+	Input estimator.InputFn
+	// Jobs counts the tasks of jobs "ps" and "worker".
+	Jobs     map[string]int
+	Strategy estimator.Strategy
+	// Steps is the global step to train to.
+	Steps int64
+	// Task, when set, adjusts a task's configuration and returns the hooks
+	// it trains with.
+	Task func(task cluster.TaskID, cfg *estimator.RunConfig) []estimator.Hook
+}
+
+// Run trains c and returns the chief's estimator and every task's result;
+// it fails t if a task fails.
+func (c Cluster) Run(t *testing.T) (*estimator.Estimator, []*estimator.Result) {
+	t.Helper()
+	model, input := c.Model, c.Input
+	if model == nil {
+		model = LinearModel
+	}
+	if input == nil {
+		input = LinearInput(1000, true)
+	}
+	addrs := map[string][]string{}
+	lis := map[cluster.TaskID]net.Listener{}
+	for _, job := range []string{"ps", "worker"} {
+		for i := range c.Jobs[job] {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrs[job] = append(addrs[job], l.Addr().String())
+			lis[cluster.TaskID{Job: job, Index: i}] = l
+		}
+	}
+	spec, err := cluster.NewSpec(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		chief   *estimator.Estimator
+		results []*estimator.Result
+	)
+	quiet := slog.New(slog.DiscardHandler)
+	for task, l := range lis {
+		cfg := estimator.RunConfig{
+			Cluster: spec, Task: task, Strategy: c.Strategy, Listener: l, Seed: 1,
+			Logger: quiet, Progress: io.Discard, WaitTimeout: 20 * time.Second, StepTimeout: 20 * time.Second,
+		}
+		var hooks []estimator.Hook
+		if c.Task != nil {
+			hooks = c.Task(task, &cfg)
+		}
+		est, err := estimator.New(model, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			res, err := est.Train(ctx, input, estimator.Stop{MaxSteps: c.Steps}, hooks...)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("%s: %v", task, err)
+				cancel()
+				return
+			}
+			if res.Chief {
+				chief = est
+			}
+			results = append(results, res)
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if chief == nil {
+		t.Fatal("no task ended as the chief")
+	}
+	return chief, results
+}
+
+// LinearModel is y = w x + b, trained by gradient descent on the squared
+// error, with the mean absolute error as its metric and w logged.
+func LinearModel(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
+	w := ops.NewVariable(s, "w", tensor.Float32, []int{1, 1}, ops.ZerosInit())
+	b := ops.NewVariable(s, "b", tensor.Float32, []int{1}, ops.ZerosInit())
+	pred := ops.BiasAdd(s, ops.MatMul(s, f.Get(s, "x"), w.Value(), false, false), b.Value())
+	spec := &estimator.Spec{Predictions: map[string]graph.Output{"y": pred}}
+	if mode == estimator.Predict {
+		return spec, nil
+	}
+	spec.Loss = ops.Mean(s, ops.SquaredDifference(s, pred, labels), nil, false)
+	spec.Optimizer = train.NewGradientDescent(0.05)
+	spec.EvalMetrics = map[string]estimator.Metric{"mae": estimator.MeanMetric(s, ops.Abs(s, ops.Sub(s, pred, labels)))}
+	spec.Log = map[string]graph.Output{"w": w.Value()}
+	return spec, nil
+}
+
+// LinearInput feeds batches of 10 of n examples of y = 2x + 10 (with a
+// little noise): in training each replica its shard, reshuffled, for ever
+// (repeat); otherwise every example once.
+func LinearInput(n int, repeat bool) estimator.InputFn {
+	return func(ic estimator.InputContext) (*estimator.Input, error) {
+		x, y := data.Linear(n, ic.Seed, 2, 10, 0.01)
+		ds, err := data.FromTensors(x, y)
+		if err != nil {
+			return nil, err
+		}
+		ds = ds.Shard(ic.NumReplicas, ic.ReplicaIndex)
+		if repeat {
+			ds = ds.Shuffle(n, ic.Seed).Repeat(-1)
+		}
+		return &estimator.Input{Dataset: ds.Batch(10, repeat), Features: []string{"x"}}, nil
+	}
+}
+
+// orderHook records the calls of a replica's hooks in order, fetches a
+// tensor it adds in Begin, and asks to stop at local step stopAt (0:
+// never).
+type orderHook struct {
+	mu      sync.Mutex
+	calls   []string
+	stopAt  int64
+	extra   graph.Output
+	fetched float64
+}
+
+func (h *orderHook) record(call string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, call)
+}
+
+func (h *orderHook) Begin(s *graph.Scope) error {
+	h.record("begin")
+	h.extra = ops.Scalar(s, tensor.Float32, 42)
+	return nil
+}
+
+func (h *orderHook) AfterCreateSession(context.Context, *session.Session) error {
+	h.record("created")
+	return nil
+}
+
+func (h *orderHook) BeforeRun(context.Context, *train.StepContext) ([]graph.Output, error) {
+	h.record("before")
+	return []graph.Output{h.extra}, nil
+}
+
+func (h *orderHook) AfterRun(_ context.Context, step *train.StepContext, extra []*tensor.Tensor) error {
+	h.record("after")
+	h.fetched = extra[0].Float64At(0)
+	if step.LocalStep == h.stopAt {
+		step.RequestStop()
+	}
+	return nil
+}
+
+func (h *orderHook) End(context.Context, *train.MonitoredSession) error {
+	h.record("end")
+	return nil
+}
+
+// check reports how the calls break the order begin, created, (before,
+// after) per step, end, for a replica that took steps steps.
+func (h *orderHook) check(steps int) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	want := []string{"begin", "created"}
+	for range steps {
+		want = append(want, "before", "after")
+	}
+	want = append(want, "end")
+	calls := h.calls
+	if n := len(calls); n >= 2 && calls[n-2] == "before" && calls[n-1] == "end" {
+		// A step cut short by the end of training (a ring's member whose
+		// leader's hooks ended it) gets no AfterRun, as a failed step.
+		calls = append(calls[:n-2:n-2], "end")
+	}
+	if !slices.Equal(calls, want) {
+		return fmt.Errorf("hook calls %s; want begin, created, before and after %d times, end", summarize(h.calls), steps)
+	}
+	if steps > 0 && h.fetched != 42 {
+		return fmt.Errorf("the hook's extra fetch gave %v, want 42", h.fetched)
+	}
+	return nil
+}
+
+// summarize shortens a list of calls, runs of one call counted.
+func summarize(calls []string) string {
+	var b strings.Builder
+	for i := 0; i < len(calls); {
+		j := i
+		for j < len(calls) && calls[j] == calls[i] {
+			j++
+		}
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		if j-i > 1 {
+			fmt.Fprintf(&b, "%sx%d", calls[i], j-i)
+		} else {
+			b.WriteString(calls[i])
+		}
+		i = j
+	}
+	return b.String()
+}
+
+// withHooks is a Cluster whose tasks share the model directory dir and
+// each get an orderHook, returned by task.
+func withHooks(s estimator.Strategy, jobs map[string]int, steps int64, dir string, stopAt int64) (Cluster, map[string]*orderHook) {
+	var mu sync.Mutex
+	hooks := map[string]*orderHook{}
+	return Cluster{Jobs: jobs, Strategy: s, Steps: steps, Task: func(task cluster.TaskID, cfg *estimator.RunConfig) []estimator.Hook {
+		mu.Lock()
+		defer mu.Unlock()
+		cfg.ModelDir, cfg.LogEverySteps = dir, 10
+		h := &orderHook{}
+		if task.Index == 0 {
+			h.stopAt = stopAt // the chief's, in every strategy
+		}
+		hooks[task.String()] = h
+		return []estimator.Hook{h}
+	}}, hooks
+}
+
+func hooksAndEvents(t *testing.T, s estimator.Strategy, jobs map[string]int) {
+	dir := t.TempDir()
+	c, hooks := withHooks(s, jobs, 60, dir, 0)
+	_, results := c.Run(t)
+	trained := 0
+	for _, res := range results {
+		if res.Served {
+			continue
+		}
+		if err := hooks[res.Task].check(res.LocalSteps); err != nil {
+			t.Errorf("%s: %v", res.Task, err)
+		}
+		if res.LocalSteps < 10 {
+			continue // no progress window ended: no events
+		}
+		trained++
+		task, err := cluster.ParseTaskID(res.Task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEvents(t, dir, fmt.Sprintf("%s-%d", task.Job, task.Index))
+	}
+	if trained == 0 {
+		t.Error("no replica trained a progress window")
+	}
+}
+
+// checkEvents checks that dir holds the event file of one task (named
+// with suffix) with the loss, the throughput, the logged w and a
+// histogram of the weights.
+func checkEvents(t *testing.T, dir, suffix string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"+suffix))
+	if len(files) != 1 {
+		t.Errorf("%s: event files of %s: %v; want one", dir, suffix, files)
+		return
+	}
+	evs, err := summary.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := map[string]int{}
+	for _, e := range evs {
+		for _, v := range e.GetSummary().GetValue() {
+			tags[v.GetTag()]++
+		}
+	}
+	for _, want := range []string{"loss", "examples_per_second", "w", "w_1"} {
+		if tags[want] == 0 && (want != "w_1" || tags["w"] < 2) {
+			t.Errorf("%s: no %q among the events' tags %v", files[0], want, tags)
+		}
+	}
+}
+
+func stopAndStay(t *testing.T, s estimator.Strategy, jobs map[string]int) {
+	dir := t.TempDir()
+	const steps = 80
+	c, _ := withHooks(s, jobs, steps, dir, 0)
+	est, results := c.Run(t)
+	// Replicas that apply their own updates unsynchronised (asynchronous
+	// training) each stop on a global step read with their last step,
+	// which may lag the others' updates: each may take one step past the
+	// target, as in TensorFlow.
+	over := int64(0)
+	if u := s.Update(jobs["worker"]); u.PullsFromPS && u.Averaged == 1 && !u.ChiefOnly {
+		over = int64(jobs["worker"])
+	}
+	var final int64
+	for _, res := range results {
+		if res.Chief {
+			final = res.GlobalStep
+		}
+	}
+	if final < steps || final > steps+over {
+		t.Errorf("the chief ended at global step %d; want the target, %d (+%d)", final, steps, over)
+	}
+	if _, step, err := bundle.Latest(dir); err != nil || step != final {
+		t.Fatalf("the latest checkpoint in %s: step %d (%v); want the final step, %d", dir, step, err, final)
+	}
+	w, err := est.VariableValue("w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Again on the finished directory: nothing trains, and the model is
+	// the one trained.
+	c, hooks := withHooks(s, jobs, steps, dir, 0)
+	est, results = c.Run(t)
+	for task, h := range hooks {
+		if slices.Contains(h.calls, "before") {
+			t.Errorf("%s: hook calls %s on a finished directory; want no step", task, summarize(h.calls))
+		}
+	}
+	for _, res := range results {
+		if res.Chief && res.GlobalStep != final {
+			t.Errorf("the chief's result on the finished directory: global step %d; want the first run's, %d", res.GlobalStep, final)
+		}
+	}
+	again, err := est.VariableValue("w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Float64At(0) != w.Float64At(0) {
+		t.Errorf("w is %v after a run on the finished directory; it was %v", again, w)
+	}
+}
+
+func hookStops(t *testing.T, s estimator.Strategy, jobs map[string]int) {
+	const steps, stopAt = 1000, 20
+	c, _ := withHooks(s, jobs, steps, t.TempDir(), stopAt)
+	_, results := c.Run(t)
+	for _, res := range results {
+		if res.Served {
+			continue
+		}
+		if res.GlobalStep >= steps {
+			t.Errorf("%s: trained to global step %d; the chief's hook asked to stop at its local step %d", res.Task, res.GlobalStep, stopAt)
+		}
+	}
+}
