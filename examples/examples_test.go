@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	}
 	bin = dir
 	code := 1
-	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./logistic", "./autoencoder", "./digitsum", "./warmstart").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./logistic", "./autoencoder", "./digitsum", "./warmstart", "./regression").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the examples: %v\n%s", err, out)
 	} else {
 		code = m.Run()
@@ -43,6 +43,7 @@ type result struct {
 	Strategy   string   `json:"strategy"`
 	Accuracy   *float64 `json:"accuracy"`
 	Loss       *float64 `json:"loss"`
+	MSE        *float64 `json:"mse"`
 	GlobalStep int64    `json:"global_step"`
 	Export     string   `json:"export"`
 }
@@ -70,6 +71,9 @@ func run(t *testing.T, program string, args ...string) result {
 		t.Fatalf("%s: %v: %s", program, err, lines[0])
 	}
 	metric := r.Loss
+	if r.MSE != nil {
+		metric = r.MSE
+	}
 	if r.Accuracy != nil {
 		metric = r.Accuracy
 	}
