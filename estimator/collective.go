@@ -171,23 +171,11 @@ func (a *averagingStep) describe() string { return fmt.Sprintf("  tau %d", a.av.
 // number of steps; rank 0 ends with the trained model.
 func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*Result, error) {
 	cfg := r.cfg
-	lis, err := r.listener()
+	srv, servers, err := startRingServer(r)
 	if err != nil {
-		return nil, err
-	}
-	// The task's server serves the ring (ranks: the training tasks) beside
-	// its master and worker services, on its one address.
-	servers := r.ringServers()
-	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, RingServers: servers, FileRoots: cfg.fileRoots(), RPC: cfg.rpc,
-		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint()})
-	if err != nil {
-		return nil, err
-	}
-	if err := srv.Start(); err != nil {
 		return nil, err
 	}
 	defer srv.Stop()
-	ring := srv.Ring()
 
 	// The ranks' batches: the members of each view read consecutive
 	// blocks of one permutation per epoch from a position that rank 0's
@@ -202,41 +190,11 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 		claims = nil
 	}
 	r.e.rememberInput(in.spec)
-	s := graph.NewScope()
-	ms := s // the model on the task's accelerator, if it has one
-	if gpus := cfg.gpuDevices(); len(gpus) > 0 {
-		ms = s.WithDevice(gpus[0])
-	}
-	t, err := buildTower(ms, r.e.fn, in.spec, Train)
+	g, err := buildRank(r, in, claims != nil, build)
 	if err != nil {
 		return nil, err
 	}
-	modelVars := ops.GlobalVariables(s.Graph())
-	gs := train.CreateGlobalStep(s)
-	if err := train.ScheduleOverRun(t.spec.Optimizer, r.stop.steps(in.first[0].Shape()[0], len(r.reps))); err != nil {
-		return nil, err
-	}
-	st, err := build(s, t.spec.Optimizer, t.spec.Loss, ops.TrainableVariables(s.Graph()), gs)
-	if err != nil {
-		return nil, fmt.Errorf("estimator: building the update: %w", err)
-	}
-	summaries := r.modelSummaries(s, ops.TrainableVariables(s.Graph()))
-	if err := r.beginHooks(s); err != nil {
-		return nil, err
-	}
-	init := ops.GlobalVariablesInitializer(s)
-	// Rank 0 records the steps made as the trained model's global step.
-	stepsMade := ops.Placeholder(s, "steps_made", gs.DType(), tensor.MakeShape())
-	setStep := ops.Assign(s, gs.Value(), stepsMade).Node
-	var pos *inputPosition
-	if claims != nil {
-		pos = newInputPosition(s)
-		init = ops.GlobalVariablesInitializer(s)
-	}
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("estimator: building the training graph: %w", err)
-	}
-	sess, err := session.New(s.Graph(), cfg.sessionOptions()...)
+	sess, err := session.New(g.s.Graph(), cfg.sessionOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -244,18 +202,17 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 	// Every rank initialises its own copy of the model (the members of a
 	// view then take the model of the one furthest on); the session runs
 	// the hooks around each step.
-	mon, err := train.NewMonitoredSession(ctx, train.MonitoredConfig{Session: sess, IsChief: true, InitOp: init,
-		GlobalStep: gs, Hooks: r.trainHooks(), Logger: r.log})
+	mon, err := train.NewMonitoredSession(ctx, train.MonitoredConfig{Session: sess, IsChief: true, InitOp: g.init,
+		GlobalStep: g.gs, Hooks: r.trainHooks(), Logger: r.log})
 	if err != nil {
 		return nil, err
 	}
 
 	batch := in.first[0].Shape()[0]
-	ranks := len(r.reps)
-	steps := r.stop.steps(batch, ranks)
-	l := &ringLoop{r: r, ring: ring, st: st, sess: sess, ms: mon, t: t, in: in, steps: steps, batch: batch,
-		setStep: setStep, stepsMade: stepsMade, gsType: gs.DType(), feeds: map[graph.Output]*tensor.Tensor{},
-		warmup: warmupSteps(steps), claims: claims, position: pos}
+	steps := r.stop.steps(batch, len(r.reps))
+	l := &ringLoop{r: r, ring: srv.Ring(), st: g.st, sess: sess, ms: mon, t: g.t, in: in, steps: steps, batch: batch,
+		setStep: g.setStep, stepsMade: g.stepsMade, gsType: g.gs.DType(), feeds: map[graph.Output]*tensor.Tensor{},
+		warmup: warmupSteps(steps), claims: claims, position: g.pos}
 	if claims != nil {
 		if err := claims.openTrainedLog(r.who()); err != nil {
 			return nil, err
@@ -266,46 +223,17 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 		claims.run = func(context.Context) (int64, error) { return l.pos + int64(l.rank*batch), nil }
 		in.skipFirst = true // read to learn the shapes: not trained
 	}
-	start := int64(1)
-	if cfg.CheckpointDir != "" {
-		// The leader saves (rank 0, or the lowest rank alive while rank 0
-		// is away); every rank restores the latest checkpoint when it
-		// starts, and the members of a view take the model of the one
-		// furthest on.
-		if l.saver, err = checkpoint.NewSaver(s, ops.GlobalVariables(s.Graph()), checkpoint.SaverConfig{Dir: cfg.CheckpointDir, Keep: cfg.KeepCheckpoints, Logger: r.log}); err != nil {
-			return nil, err
-		}
-		l.sched = &checkpoint.Schedule{Steps: cfg.SaveCheckpointsSteps, Every: cfg.SaveCheckpointsSecs}
-		restored, ok, err := l.saver.RestoreLatest(ctx, sess)
-		if err != nil {
-			return nil, fmt.Errorf("estimator: restoring from %s: %w", cfg.CheckpointDir, err)
-		}
-		if ok {
-			r.log.Info("resumed from a checkpoint", "dir", cfg.CheckpointDir, "global_step", restored)
-			start = restored + 1
-			if pos != nil {
-				if l.pos, err = pos.read(ctx, sess); err != nil {
-					return nil, err
-				}
-			}
-		}
-		l.sched.Saved(start-1, time.Now()) // the steps are counted from there
+	start, err := l.restore(ctx, g.s)
+	if err != nil {
+		return nil, err
 	}
-	l.done = start - 1
 	if err := r.sessionCreated(ctx, sess); err != nil {
 		return nil, err
 	}
-	if l.events, err = openEvents(cfg.ModelDir, cfg.eventSuffix()); err != nil {
+	if err := l.openLogs(g.summaries); err != nil {
 		return nil, err
 	}
-	l.logNames = sortedNames(t.spec.Log)
-	for _, n := range l.logNames {
-		l.logFetches = append(l.logFetches, t.spec.Log[n])
-	}
-	if l.events != nil && summaries.Valid() {
-		l.logFetches = append(l.logFetches, summaries)
-	}
-	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", ranks,
+	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", len(r.reps),
 		"summation_servers", len(servers), "steps", steps, "batch", batch, "first_step", start)
 	l.trainStart, l.windowStart = time.Now(), time.Now()
 	err = l.run(ctx)
@@ -317,12 +245,144 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 	if err != nil {
 		return nil, err
 	}
-	if v, ok := ring.NewestView(); ok && v.Stop && v.Step-1 < l.steps {
+	if v, ok := l.ring.NewestView(); ok && v.Stop && v.Step-1 < l.steps {
 		l.steps = v.Step - 1 // the leader's hooks ended training there
 	}
 	if err := mon.Close(ctx); err != nil { // the hooks' End
 		return nil, err
 	}
+	return l.end(ctx, g, len(servers) > 0)
+}
+
+// startRingServer starts the task's server, which serves the ring (ranks:
+// the training tasks) beside its master and worker services, on its one
+// address; it returns the summation servers of the ring too.
+func startRingServer(r *replica) (*server.Server, []cluster.TaskID, error) {
+	cfg := r.cfg
+	lis, err := r.listener()
+	if err != nil {
+		return nil, nil, err
+	}
+	servers := r.ringServers()
+	srv, err := server.New(server.Config{Cluster: cfg.Cluster, Task: cfg.Task, Listener: lis, Logger: cfg.Logger, Ring: r.reps, RingServers: servers, FileRoots: cfg.fileRoots(), RPC: cfg.rpc,
+		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint()})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := srv.Start(); err != nil {
+		return nil, nil, err
+	}
+	return srv, servers, nil
+}
+
+// rankGraph is a rank's training graph.
+type rankGraph struct {
+	s         *graph.Scope
+	t         *tower
+	st        collectiveStep
+	modelVars []*ops.Variable
+	gs        *ops.Variable
+	summaries graph.Output
+	init      *graph.Node
+	// stepsMade/setStep write the global step (the steps made).
+	stepsMade graph.Output
+	setStep   *graph.Node
+	// pos, when the input claims its batches, saves the input position
+	// with the model.
+	pos *inputPosition
+}
+
+// buildRank builds a rank's model (on the task's accelerator, if it has
+// one), the strategy's step, the summaries and the user's hooks' nodes.
+func buildRank(r *replica, in *openInput, claims bool, build collectiveBuild) (*rankGraph, error) {
+	s := graph.NewScope()
+	ms := s
+	if gpus := r.cfg.gpuDevices(); len(gpus) > 0 {
+		ms = s.WithDevice(gpus[0])
+	}
+	t, err := buildTower(ms, r.e.fn, in.spec, Train)
+	if err != nil {
+		return nil, err
+	}
+	g := &rankGraph{s: s, t: t, modelVars: ops.GlobalVariables(s.Graph()), gs: train.CreateGlobalStep(s)}
+	if err := train.ScheduleOverRun(t.spec.Optimizer, r.stop.steps(in.first[0].Shape()[0], len(r.reps))); err != nil {
+		return nil, err
+	}
+	if g.st, err = build(s, t.spec.Optimizer, t.spec.Loss, ops.TrainableVariables(s.Graph()), g.gs); err != nil {
+		return nil, fmt.Errorf("estimator: building the update: %w", err)
+	}
+	g.summaries = r.modelSummaries(s, ops.TrainableVariables(s.Graph()))
+	if err := r.beginHooks(s); err != nil {
+		return nil, err
+	}
+	g.stepsMade = ops.Placeholder(s, "steps_made", g.gs.DType(), tensor.MakeShape())
+	g.setStep = ops.Assign(s, g.gs.Value(), g.stepsMade).Node
+	if claims {
+		g.pos = newInputPosition(s)
+	}
+	g.init = ops.GlobalVariablesInitializer(s)
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("estimator: building the training graph: %w", err)
+	}
+	return g, nil
+}
+
+// restore sets up the checkpoints and restores the latest, if any: the
+// leader saves (rank 0, or the lowest rank alive while rank 0 is away);
+// every rank restores the latest checkpoint when it starts, and the
+// members of a view take the model of the one furthest on. It returns
+// the first step to train.
+func (l *ringLoop) restore(ctx context.Context, s *graph.Scope) (int64, error) {
+	r, cfg := l.r, l.r.cfg
+	start := int64(1)
+	defer func() { l.done = start - 1 }()
+	if cfg.CheckpointDir == "" {
+		return start, nil
+	}
+	var err error
+	if l.saver, err = checkpoint.NewSaver(s, ops.GlobalVariables(s.Graph()), checkpoint.SaverConfig{Dir: cfg.CheckpointDir, Keep: cfg.KeepCheckpoints, Logger: r.log}); err != nil {
+		return 0, err
+	}
+	l.sched = &checkpoint.Schedule{Steps: cfg.SaveCheckpointsSteps, Every: cfg.SaveCheckpointsSecs}
+	restored, ok, err := l.saver.RestoreLatest(ctx, l.sess)
+	if err != nil {
+		return 0, fmt.Errorf("estimator: restoring from %s: %w", cfg.CheckpointDir, err)
+	}
+	if ok {
+		r.log.Info("resumed from a checkpoint", "dir", cfg.CheckpointDir, "global_step", restored)
+		start = restored + 1
+		if l.position != nil {
+			if l.pos, err = l.position.read(ctx, l.sess); err != nil {
+				return 0, err
+			}
+		}
+	}
+	l.sched.Saved(start-1, time.Now()) // the steps are counted from there
+	return start, nil
+}
+
+// openLogs opens the rank's event file and sets what its progress windows
+// fetch: the model's logged tensors, then its summaries.
+func (l *ringLoop) openLogs(summaries graph.Output) error {
+	var err error
+	if l.events, err = openEvents(l.r.cfg.ModelDir, l.r.cfg.eventSuffix()); err != nil {
+		return err
+	}
+	l.logNames = sortedNames(l.t.spec.Log)
+	for _, n := range l.logNames {
+		l.logFetches = append(l.logFetches, l.t.spec.Log[n])
+	}
+	if l.events != nil && summaries.Valid() {
+		l.logFetches = append(l.logFetches, summaries)
+	}
+	return nil
+}
+
+// end ends a rank's training: its result; the final checkpoint and the
+// end-of-training marker (the leader at the end, which stops the
+// summation servers too, when the ring has some); rank 0 keeps the model.
+func (l *ringLoop) end(ctx context.Context, g *rankGraph, servers bool) (*Result, error) {
+	r, cfg, batch := l.r, l.r.cfg, l.batch
 	seconds := time.Since(l.trainStart).Seconds()
 	timed := max(l.localSteps-l.warmup, 0)
 	if l.localSteps < l.warmup {
@@ -335,26 +395,25 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 		ClusterExamplesPerSecond: float64(timed*batch*max(l.lastMembers, 1)) / seconds,
 	}
 	if n := r.stop.ExamplesPerEpoch; n > 0 {
-		res.Epochs = float64(l.steps*int64(batch*ranks)) / float64(n)
+		res.Epochs = float64(l.steps*int64(batch*len(r.reps))) / float64(n)
 	}
+	last := r.chief() || l.ledLast
 	// The ranks hold the same model: the leader at the end saves it, and
 	// rank 0 keeps it (for evaluation and export).
-	if l.saver != nil && (r.chief() || l.ledLast) {
+	if l.saver != nil && last {
 		if err := l.save(ctx, l.steps); err != nil { // the final checkpoint
 			return nil, err
 		}
 	}
 	if r.chief() {
-		made := tensor.New(gs.DType())
-		made.SetFloat64At(0, float64(l.steps))
-		if _, err := sess.Run(ctx, map[graph.Output]*tensor.Tensor{stepsMade: made}, nil, []*graph.Node{setStep}); err != nil {
+		if err := l.setGlobalStep(ctx, l.steps); err != nil {
 			return nil, err
 		}
-		if err := r.e.keepTrained(ctx, sess, modelVars, gs); err != nil {
+		if err := r.e.keepTrained(ctx, l.sess, g.modelVars, g.gs); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.CheckpointDir != "" && (r.chief() || l.ledLast) {
+	if cfg.CheckpointDir != "" && last {
 		res.WallSeconds = time.Since(r.started).Seconds()
 		if err := markTrainingEnded(cfg.CheckpointDir, l.steps, res); err != nil {
 			r.log.Warn("a rank away now will wait for the leader until its wait timeout, and a run on this directory trains again", "err", err)
@@ -362,7 +421,7 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 			r.holdAfterEnded(ctx)
 		}
 	}
-	if len(servers) > 0 && (r.chief() || l.ledLast) {
+	if servers && last {
 		shutdownCluster(ctx, r, false) // the summation servers' work is done
 	}
 	res.WallSeconds = time.Since(r.started).Seconds()

@@ -175,9 +175,10 @@ func (l *loop) run(ctx context.Context) (loopStats, error) {
 	return st, nil
 }
 
+// steps trains until a step reaches target (at least one step), or the
+// hooks or the chief end training.
 func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []graph.Output, logNames []string, events *summary.Writer) (loopStats, error) {
 	r, cfg := l.r, l.r.cfg
-	sess := l.ms.Session()
 	r.log.Info("training", "strategy", cfg.Strategy.String(), "replica", r.index, "replicas", r.numReplicas(),
 		"global_steps", target, "batch", l.batch, "compression", cfg.Compression.String(), "pull_compression", cfg.PullCompression.String())
 	targets := []*graph.Node{l.trainOp}
@@ -187,49 +188,19 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 	// before it is timed whole.
 	warmup, timedFrom := warmupSteps(target), 0
 	start := time.Now()
-	win, windowStart := 0, start
-	examplesPerStep := l.batch * len(l.towers)
+	w := progressWindow{start: start, examplesPerStep: l.batch * len(l.towers)}
 	rejoins := 0 // in a row, since the last step that succeeded
-	// The coordinator's work around a step recovers from a lost task as
-	// the step does.
-	var beforeStep, afterStep func(context.Context) error
-	if l.coord != nil {
-		beforeStep = func(ctx context.Context) error { return l.coord.beforeStep(ctx, sess) }
-		afterStep = func(ctx context.Context) error { return l.coord.afterStep(ctx, sess) }
-	}
-	// At least one step; then until a step reaches the target (done).
 	for {
-		for i, t := range l.towers {
-			b, err := l.ins[i].next()
-			if err != nil {
-				return st, fmt.Errorf("estimator: %sreading a batch: %w", r.who(), err)
-			}
-			if err := t.feeds(feeds, b); err != nil {
-				return st, err
-			}
+		if err := l.feedBatches(feeds); err != nil {
+			return st, err
 		}
-		logging := (st.localSteps+1)%cfg.LogEverySteps == 0
 		fs := fetches
-		if logging {
+		if (st.localSteps+1)%cfg.LogEverySteps == 0 {
 			fs = logFetches
 		}
-		if l.claims != nil { // the next batch's claim rides on this step
-			fs = append(fs[:len(fs):len(fs)], l.claims.op)
-		}
-		if l.stop != nil {
-			fs = append(fs[:len(fs):len(fs)], l.stop.v.Value())
-		}
-		if l.coord != nil {
-			if err := l.ms.Do(ctx, beforeStep); err != nil {
-				return st, fmt.Errorf("estimator: %s%w", r.who(), err)
-			}
-		}
-		if cfg.StepDelay > 0 { // fault injection: a slow worker
-			select {
-			case <-time.After(cfg.StepDelay):
-			case <-ctx.Done():
-				return st, ctx.Err()
-			}
+		fs = l.withSignals(fs)
+		if err := l.beforeStep(ctx); err != nil {
+			return st, err
 		}
 		stepStart := time.Now()
 		out, err := l.ms.Run(ctx, feeds, fs, targets)
@@ -244,22 +215,12 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 			return st, fmt.Errorf("estimator: %slocal step %d: %w", r.who(), st.localSteps+1, err)
 		}
 		rejoins = 0
-		stopped := false
-		if l.stop != nil {
-			stopped = out[len(out)-1].Float64At(0) != 0
-			out = out[:len(out)-1]
-		}
-		if l.claims != nil {
-			l.claims.stepped(out[len(out)-1])
-			out = out[:len(out)-1]
-		}
-		if l.coord != nil {
-			if err := l.ms.Do(ctx, afterStep); err != nil {
-				return st, err
-			}
+		out, stopped := l.takeSignals(out)
+		if err := l.afterStep(ctx); err != nil {
+			return st, err
 		}
 		st.localSteps++
-		win++
+		w.steps++
 		st.loss = out[0].Float64At(0)
 		gstep := int(l.ms.GlobalStep())
 		switch st.localSteps {
@@ -269,38 +230,13 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 			start, timedFrom, st.firstGlobal = time.Now(), warmup, gstep
 		}
 		st.lastGlobal = gstep
-		r.observeStep(time.Since(stepStart), examplesPerStep, int64(gstep), st.loss)
-		if l.ms.ShouldStop() && l.stop != nil && r.chief() {
-			// The chief's hooks end training for every replica.
-			if err := l.stop.signal(ctx, sess); err != nil {
-				return st, err
-			}
-		}
-		if stopped && !l.ms.ShouldStop() {
-			r.log.Info("the chief's hooks ended training", "global_step", gstep, "target", target)
-		}
-		done := int64(gstep) >= target || l.ms.ShouldStop() || stopped
-		if done && !l.ms.ShouldStop() && !stopped && l.shortOfTarget(ctx, target) {
-			done = false
+		r.observeStep(time.Since(stepStart), w.examplesPerStep, int64(gstep), st.loss)
+		done, err := l.ends(ctx, int64(gstep), target, stopped)
+		if err != nil {
+			return st, err
 		}
 		if st.localSteps%cfg.LogEverySteps == 0 || done {
-			now := time.Now()
-			elapsed := now.Sub(windowStart)
-			rate := float64(win*examplesPerStep) / elapsed.Seconds()
-			var line strings.Builder
-			fmt.Fprintf(&line, "%slocal_step %d  global_step %d/%d", r.who(), st.localSteps, gstep, target)
-			if n := r.stop.ExamplesPerEpoch; n > 0 {
-				fmt.Fprintf(&line, "  epoch %.2f", float64(gstep*l.batch*l.perStep)/float64(n))
-			}
-			fmt.Fprintf(&line, "  loss %.4f  avg_step %s  %.0f examples/s", st.loss,
-				(elapsed / time.Duration(win)).Round(time.Microsecond), rate)
-			for i, n := range logNames {
-				fmt.Fprintf(&line, "  %s %.4f", n, out[1+i].Float64At(0))
-			}
-			fmt.Fprintln(cfg.Progress, line.String())
-			writeWindow(events, window{globalStep: int64(gstep), loss: st.loss, examplesPerSec: rate,
-				stepsPerSec: float64(win) / elapsed.Seconds(), logNames: logNames, logged: out[1 : 1+len(logNames)], summaries: out[len(fetches):]})
-			win, windowStart = 0, now
+			l.logWindow(&w, st, gstep, target, out, len(fetches), logNames, events)
 		}
 		if done {
 			break
@@ -309,6 +245,124 @@ func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []gr
 	st.seconds = time.Since(start).Seconds()
 	st.timedSteps = st.localSteps - timedFrom
 	return st, nil
+}
+
+// feedBatches reads each tower's next batch into feeds.
+func (l *loop) feedBatches(feeds map[graph.Output]*tensor.Tensor) error {
+	for i, t := range l.towers {
+		b, err := l.ins[i].next()
+		if err != nil {
+			return fmt.Errorf("estimator: %sreading a batch: %w", l.r.who(), err)
+		}
+		if err := t.feeds(feeds, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// withSignals adds to a step's fetches the next batch's claim, which
+// rides on the step, and the chief's stop flag; takeSignals takes their
+// values off the step's results, and says whether the flag is up.
+func (l *loop) withSignals(fs []graph.Output) []graph.Output {
+	if l.claims != nil {
+		fs = append(fs[:len(fs):len(fs)], l.claims.op)
+	}
+	if l.stop != nil {
+		fs = append(fs[:len(fs):len(fs)], l.stop.v.Value())
+	}
+	return fs
+}
+
+func (l *loop) takeSignals(out []*tensor.Tensor) (rest []*tensor.Tensor, stopped bool) {
+	if l.stop != nil {
+		stopped = out[len(out)-1].Float64At(0) != 0
+		out = out[:len(out)-1]
+	}
+	if l.claims != nil {
+		l.claims.stepped(out[len(out)-1])
+		out = out[:len(out)-1]
+	}
+	return out, stopped
+}
+
+// beforeStep runs the coordinator's work before a step, which recovers
+// from a lost task as the step does, and the injected delay of a slow
+// worker; afterStep the coordinator's work after it.
+func (l *loop) beforeStep(ctx context.Context) error {
+	if l.coord != nil {
+		sess := l.ms.Session()
+		if err := l.ms.Do(ctx, func(ctx context.Context) error { return l.coord.beforeStep(ctx, sess) }); err != nil {
+			return fmt.Errorf("estimator: %s%w", l.r.who(), err)
+		}
+	}
+	if d := l.r.cfg.StepDelay; d > 0 { // fault injection: a slow worker
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (l *loop) afterStep(ctx context.Context) error {
+	if l.coord == nil {
+		return nil
+	}
+	sess := l.ms.Session()
+	return l.ms.Do(ctx, func(ctx context.Context) error { return l.coord.afterStep(ctx, sess) })
+}
+
+// ends reports whether training ends after a step that left the global
+// step at gstep: the target is reached, a hook asked to stop (the chief's
+// hooks stop every replica: it raises the flag), or the flag is up.
+func (l *loop) ends(ctx context.Context, gstep, target int64, stopped bool) (bool, error) {
+	hooked := l.ms.ShouldStop()
+	if hooked && l.stop != nil && l.r.chief() {
+		if err := l.stop.signal(ctx, l.ms.Session()); err != nil {
+			return false, err
+		}
+	}
+	if stopped && !hooked {
+		l.r.log.Info("the chief's hooks ended training", "global_step", gstep, "target", target)
+	}
+	if hooked || stopped {
+		return true, nil
+	}
+	return gstep >= target && !l.shortOfTarget(ctx, target), nil
+}
+
+// progressWindow counts the steps since the last progress line.
+type progressWindow struct {
+	start           time.Time
+	steps           int
+	examplesPerStep int
+}
+
+// logWindow prints the progress line of the window that ends with a step
+// (out: its results, whose first fetches are the loss and the model's
+// logged tensors, then from index summariesFrom the summaries), writes its
+// training events, and starts the next window.
+func (l *loop) logWindow(w *progressWindow, st loopStats, gstep int, target int64, out []*tensor.Tensor, summariesFrom int, logNames []string, events *summary.Writer) {
+	r := l.r
+	now := time.Now()
+	elapsed := now.Sub(w.start)
+	rate := float64(w.steps*w.examplesPerStep) / elapsed.Seconds()
+	var line strings.Builder
+	fmt.Fprintf(&line, "%slocal_step %d  global_step %d/%d", r.who(), st.localSteps, gstep, target)
+	if n := r.stop.ExamplesPerEpoch; n > 0 {
+		fmt.Fprintf(&line, "  epoch %.2f", float64(gstep*l.batch*l.perStep)/float64(n))
+	}
+	fmt.Fprintf(&line, "  loss %.4f  avg_step %s  %.0f examples/s", st.loss,
+		(elapsed / time.Duration(w.steps)).Round(time.Microsecond), rate)
+	for i, n := range logNames {
+		fmt.Fprintf(&line, "  %s %.4f", n, out[1+i].Float64At(0))
+	}
+	fmt.Fprintln(r.cfg.Progress, line.String())
+	writeWindow(events, window{globalStep: int64(gstep), loss: st.loss, examplesPerSec: rate,
+		stepsPerSec: float64(w.steps) / elapsed.Seconds(), logNames: logNames, logged: out[1 : 1+len(logNames)], summaries: out[summariesFrom:]})
+	w.steps, w.start = 0, now
 }
 
 // stopSignal is a flag on the ps tasks that the chief raises when its
