@@ -104,9 +104,9 @@ func TestFirstNoticeAndProgress(t *testing.T) {
 	if _, ok := firstNotice(lines, 4500*time.Millisecond, ps0, ""); ok {
 		t.Error("firstNotice after the only notice found one")
 	}
-	maxStep, lost := progress(lines)
-	if maxStep != 520 || lost != 80+20 {
-		t.Errorf("progress = %d, %d; want 520, 100", maxStep, lost)
+	maxStep, lost, worst := progress(lines)
+	if maxStep != 520 || lost != 80+20 || worst != 80 {
+		t.Errorf("progress = %d, %d, %d; want 520, 100, 80", maxStep, lost, worst)
 	}
 	if got := targetSteps(append(lines,
 		Line{Text: `[worker 0] level=INFO msg=training task=/job:worker/task:0 strategy=async replica=0 replicas=2 global_steps=1600 batch=100`},
@@ -143,7 +143,19 @@ func TestParsePlan(t *testing.T) {
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("ParsePlan = %v, %v; want %v", got, err, want)
 	}
-	for _, bad := range []string{"", "kill:worker1", "crash:worker1@1s", "kill:worker@1s", "stop:ps0@1s", "kill:ps0@1s+1s", "kill:ps0@-1s", "stop:ps0@1s+0s"} {
+	// Events keep the order written: each waits for the one before.
+	got, err = ParsePlan("stop:worker0@step:300+5s,kill:ps0@step:900,kill:worker0@file:training_ended,kill:worker1@1s")
+	want = []Fault{
+		{AtStep: 300, Kind: Stop, Target: Task{"worker", 0}, Pause: 5 * time.Second},
+		{AtStep: 900, Kind: Kill, Target: Task{"ps", 0}},
+		{OnFile: "training_ended", Kind: Kill, Target: Task{"worker", 0}},
+		{At: time.Second, Kind: Kill, Target: Task{"worker", 1}},
+	}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("ParsePlan with events = %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range []string{"", "kill:worker1", "crash:worker1@1s", "kill:worker@1s", "stop:ps0@1s", "kill:ps0@1s+1s", "kill:ps0@-1s", "stop:ps0@1s+0s",
+		"kill:ps0@step:0", "kill:ps0@step:x", "kill:ps0@file:", "kill:ps0@file:[", "stop:ps0@step:10"} {
 		if _, err := ParsePlan(bad); err == nil || !strings.Contains(err.Error(), "want kill:TASK@AT") {
 			t.Errorf("ParsePlan(%q): err = %v, want one showing the form", bad, err)
 		}
@@ -200,6 +212,22 @@ func TestTimeBoundLimit(t *testing.T) {
 	} {
 		if got := tc.b.Limit(tc.clean, tc.faults); got != tc.want {
 			t.Errorf("%+v.Limit(%v, %d faults) = %v, want %v", tc.b, tc.clean, len(tc.faults), got, tc.want)
+		}
+	}
+}
+
+func TestCheckpointInterval(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, 0},
+		{[]string{"--save-checkpoint-steps", "100"}, 100},
+		{[]string{"--save-checkpoint-steps", "100", "--save-checkpoint-steps=50"}, 50},
+		{[]string{"--save-checkpoint-steps"}, 0},
+	} {
+		if got := checkpointInterval(tc.args); got != tc.want {
+			t.Errorf("checkpointInterval(%q) = %d; want %d", tc.args, got, tc.want)
 		}
 	}
 }

@@ -70,12 +70,13 @@ var (
 
 // progress returns the highest global step the lines show, and the steps
 // lost: on each restore from a checkpoint, how far below the highest step
-// seen so far it went back.
-func progress(lines []Line) (maxStep, lost int64) {
+// seen so far it went back (in all, and the most by one restore).
+func progress(lines []Line) (maxStep, lost, worst int64) {
 	for _, l := range lines {
 		if m := restoredRe.FindStringSubmatch(l.Text); m != nil {
 			if s, err := strconv.ParseInt(m[1], 10, 64); err == nil && s < maxStep {
 				lost += maxStep - s
+				worst = max(worst, maxStep-s)
 			}
 			continue
 		}
@@ -85,7 +86,7 @@ func progress(lines []Line) (maxStep, lost int64) {
 			}
 		}
 	}
-	return maxStep, lost
+	return maxStep, lost, worst
 }
 
 // targetRe finds the steps a run trains to in a task's "training" record:

@@ -122,3 +122,18 @@ func launcherAttr() *syscall.SysProcAttr {
 }
 
 func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
+
+// stillRuns reports whether p's process is still the one found, and not a
+// zombie or stopped.
+func stillRuns(p proc) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 20 {
+		return false
+	}
+	start, _ := strconv.ParseUint(f[19], 10, 64)
+	return start == p.start && f[0][0] != 'Z' && f[0][0] != 'X' && f[0][0] != 'T'
+}

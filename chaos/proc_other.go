@@ -37,3 +37,5 @@ const (
 func launcherAttr() *syscall.SysProcAttr { return nil }
 
 func killGroup(int) {}
+
+func stillRuns(proc) bool { return false }

@@ -138,14 +138,20 @@ func WriteRows(w io.Writer, results []*Result) error { return writeTable(w, resu
 func writeTable(w io.Writer, results []*Result, header bool) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	if header {
-		fmt.Fprintln(tw, "strategy\tseed\toutcome\taccuracy\tvs clean\tstep\tlost\tfaults (noticed after)\tckpts\tcorrupt\tleft behind\twall")
+		fmt.Fprintln(tw, "strategy\tseed\toutcome\taccuracy\tvs clean\tstep\tlost (max/interval)\tfaults (noticed after)\tckpts\tcorrupt\tleft behind\twall")
 	}
 	for _, r := range results {
 		faults := "clean run"
 		if len(r.Faults) > 0 {
 			var fs []string
 			for _, f := range r.Faults {
-				fs = append(fs, fmt.Sprintf("%s %s@%.1fs (%s)", f.Kind, strings.ReplaceAll(f.Target.String(), " ", ""), f.At.Seconds(), f.NoticeString()))
+				at := fmt.Sprintf("%.1fs", f.At.Seconds())
+				if f.OnFile != "" {
+					at = "file:" + f.OnFile + "=" + at
+				} else if f.AtStep > 0 {
+					at = fmt.Sprintf("step:%d=%s", f.AtStep, at)
+				}
+				fs = append(fs, fmt.Sprintf("%s %s@%s (%s)", f.Kind, strings.ReplaceAll(f.Target.String(), " ", ""), at, f.NoticeString()))
 			}
 			faults = strings.Join(fs, ", ")
 		}
@@ -161,31 +167,42 @@ func writeTable(w io.Writer, results []*Result, header bool) error {
 		if r.WallLimit > 0 {
 			wall += fmt.Sprintf(" (limit %.1fs)", r.WallLimit.Seconds())
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", r.Strategy, r.Seed, r.outcome(), acc, vs,
-			r.GlobalStep, r.LostSteps, faults, r.Checkpoints, len(r.Corrupt), len(r.LeftBehind), wall)
+		lost := fmt.Sprint(r.LostSteps)
+		if r.Interval > 0 {
+			lost += fmt.Sprintf(" (%d/%d)", r.LostMax, r.Interval)
+		}
+		if r.LostTooMuch {
+			lost += " over"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", r.Strategy, r.Seed, r.outcome(), acc, vs,
+			r.GlobalStep, lost, faults, r.Checkpoints, len(r.Corrupt), len(r.LeftBehind), wall)
 	}
 	return tw.Flush()
 }
 
 // Summary is the per-strategy aggregate of the fault runs of a matrix.
 type Summary struct {
-	Strategy    string        `json:"strategy"`
-	Runs        int           `json:"runs"`
-	Finished    int           `json:"finished"`
-	Slow        int           `json:"slow"` // finished past the wall-time bound
-	Hung        int           `json:"hung"`
-	WithinPoint int           `json:"within_1pt"` // finished within 1 point of the clean run
-	MeanDeltaPt float64       `json:"mean_delta_pt"`
-	LostSteps   int64         `json:"lost_steps"` // total
-	Faults      int           `json:"faults_applied"`
-	Noticed     int           `json:"faults_noticed"`
-	MaxNotice   time.Duration `json:"max_notice"`
-	Corrupt     int           `json:"corrupt_checkpoints"`
-	LeftBehind  int           `json:"left_behind"`
-	CleanAcc    float64       `json:"clean_accuracy"` // mean of the clean runs
-	CleanRuns   int           `json:"clean_runs"`
-	CleanMin    float64       `json:"clean_min"`
-	CleanMax    float64       `json:"clean_max"`
+	Strategy    string  `json:"strategy"`
+	Runs        int     `json:"runs"`
+	Finished    int     `json:"finished"`
+	Slow        int     `json:"slow"` // finished past the wall-time bound
+	Hung        int     `json:"hung"`
+	WithinPoint int     `json:"within_1pt"` // finished within 1 point of the clean run
+	MeanDeltaPt float64 `json:"mean_delta_pt"`
+	LostSteps   int64   `json:"lost_steps"` // total
+	// LostMax is the most steps one restore undid; LostOver counts the
+	// runs where that was more than their checkpoint interval.
+	LostMax    int64         `json:"lost_max"`
+	LostOver   int           `json:"lost_over"`
+	Faults     int           `json:"faults_applied"`
+	Noticed    int           `json:"faults_noticed"`
+	MaxNotice  time.Duration `json:"max_notice"`
+	Corrupt    int           `json:"corrupt_checkpoints"`
+	LeftBehind int           `json:"left_behind"`
+	CleanAcc   float64       `json:"clean_accuracy"` // mean of the clean runs
+	CleanRuns  int           `json:"clean_runs"`
+	CleanMin   float64       `json:"clean_min"`
+	CleanMax   float64       `json:"clean_max"`
 }
 
 // Summarize aggregates the fault runs of results (clean runs are skipped)
@@ -234,6 +251,10 @@ func Summarize(results []*Result) []Summary {
 			s.Slow++
 		}
 		s.LostSteps += r.LostSteps
+		s.LostMax = max(s.LostMax, r.LostMax)
+		if r.LostTooMuch {
+			s.LostOver++
+		}
 		for _, f := range r.Faults {
 			if f.Applied {
 				s.Faults++
@@ -260,10 +281,10 @@ func Summarize(results []*Result) []Summary {
 // WriteSummary writes Summarize's figures as a table.
 func WriteSummary(w io.Writer, sums []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "strategy\truns\tfinished\tslow\thung\twithin 1pt\tmean Δacc\tclean acc (runs: min-max)\tlost steps\tfaults noticed\tslowest notice\tcorrupt ckpts\tleft behind")
+	fmt.Fprintln(tw, "strategy\truns\tfinished\tslow\thung\twithin 1pt\tmean Δacc\tclean acc (runs: min-max)\tlost steps (max, runs over)\tfaults noticed\tslowest notice\tcorrupt ckpts\tleft behind")
 	for _, s := range sums {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%+.2f pt\t%.4f (%d: %.4f-%.4f)\t%d\t%d/%d\t%.1fs\t%d\t%d\n", s.Strategy, s.Runs, s.Finished, s.Slow, s.Hung, s.WithinPoint,
-			s.MeanDeltaPt, s.CleanAcc, s.CleanRuns, s.CleanMin, s.CleanMax, s.LostSteps, s.Noticed, s.Faults, s.MaxNotice.Seconds(), s.Corrupt, s.LeftBehind)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%+.2f pt\t%.4f (%d: %.4f-%.4f)\t%d (%d, %d)\t%d/%d\t%.1fs\t%d\t%d\n", s.Strategy, s.Runs, s.Finished, s.Slow, s.Hung, s.WithinPoint,
+			s.MeanDeltaPt, s.CleanAcc, s.CleanRuns, s.CleanMin, s.CleanMax, s.LostSteps, s.LostMax, s.LostOver, s.Noticed, s.Faults, s.MaxNotice.Seconds(), s.Corrupt, s.LeftBehind)
 	}
 	return tw.Flush()
 }

@@ -143,6 +143,13 @@ type Result struct {
 	// the output showed); LostSteps, how many steps restores undid.
 	GlobalStep int64 `json:"global_step"`
 	LostSteps  int64 `json:"lost_steps"`
+	// LostMax is the most steps one restore undid; Interval the run's
+	// checkpoint interval (--save-checkpoint-steps). LostTooMuch: a
+	// restore undid more than one interval, which checkpoints every
+	// Interval steps are there to prevent (a lower bound, as LostSteps).
+	LostMax     int64 `json:"lost_max"`
+	Interval    int64 `json:"interval"`
+	LostTooMuch bool  `json:"lost_too_much,omitempty"`
 	// TargetSteps is the global step the tasks said they train to (0 if
 	// none said); a run whose result stops short of it did not finish.
 	TargetSteps int64 `json:"target_steps"`
@@ -174,10 +181,11 @@ type Result struct {
 }
 
 // OK reports whether the run met the chaos matrix's bar: finished within its
-// wall-time bound (when known), accuracy within tolerance of the clean run
+// wall-time bound (when known), no restore undoing more than one
+// checkpoint interval, accuracy within tolerance of the clean run
 // (when known), no corrupt checkpoint, nothing left behind.
 func (r *Result) OK(tolerance float64) bool {
-	return r.Finished && !r.Hung && !r.Slow && len(r.Corrupt) == 0 && len(r.LeftBehind) == 0 &&
+	return r.Finished && !r.Hung && !r.Slow && !r.LostTooMuch && len(r.Corrupt) == 0 && len(r.LeftBehind) == 0 &&
 		(r.CleanAccuracy == 0 || r.Accuracy >= r.CleanAccuracy-tolerance)
 }
 
@@ -215,6 +223,22 @@ func (b TimeBound) Limit(clean time.Duration, faults []FaultResult) time.Duratio
 		}
 	}
 	return limit
+}
+
+// checkpointInterval returns the last --save-checkpoint-steps of a train
+// command line (either form), or 0.
+func checkpointInterval(args []string) int64 {
+	var n int64
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, "--save-checkpoint-steps=")
+		if !ok && a == "--save-checkpoint-steps" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok {
+			n, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return n
 }
 
 // judge sets r's wall-time bound after a clean run of clean, and whether r
@@ -279,7 +303,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
-	r := &runner{cfg: cfg, id: id, log: logFile, addrs: map[Task]string{}}
+	r := &runner{cfg: cfg, id: id, log: logFile, addrs: map[Task]string{}, ckptDir: ckptDir}
 	fmt.Fprintf(logFile, "# %s %s\n", cfg.Binary, strings.Join(args, " "))
 	r.start = time.Now()
 	if err := cmd.Start(); err != nil {
@@ -328,8 +352,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.ExitError = waitErr.Error()
 	}
 	tr, ok := lastResult(lines)
-	maxStep, lost := progress(lines)
-	res.GlobalStep, res.LostSteps = max(maxStep, tr.GlobalStep), lost
+	maxStep, lost, worst := progress(lines)
+	res.GlobalStep, res.LostSteps, res.LostMax = max(maxStep, tr.GlobalStep), lost, worst
+	res.Interval = checkpointInterval(args)
+	res.LostTooMuch = res.Interval > 0 && res.LostMax > res.Interval
 	res.TargetSteps = targetSteps(lines)
 	// A chief that exits 0 early (told training ended when it had not) is
 	// not a finished run.
@@ -374,6 +400,8 @@ type runner struct {
 	lines   []Line
 	addrs   map[Task]string // learnt from TF_CONFIG
 	stopped map[int]bool    // pids stopped and not yet continued
+	maxStep int64           // the highest global step the output showed
+	ckptDir string
 }
 
 func (r *runner) read(rd io.Reader, isStderr bool, wg *sync.WaitGroup) {
@@ -384,6 +412,11 @@ func (r *runner) read(rd io.Reader, isStderr bool, wg *sync.WaitGroup) {
 		l := Line{At: time.Since(r.start), Stderr: isStderr, Text: sc.Text()}
 		r.mu.Lock()
 		r.lines = append(r.lines, l)
+		if m := globalStepRe.FindStringSubmatch(l.Text); m != nil {
+			if s, err := strconv.ParseInt(m[1]+m[2], 10, 64); err == nil {
+				r.maxStep = max(r.maxStep, s)
+			}
+		}
 		fmt.Fprintf(r.log, "%8.3f %s\n", l.At.Seconds(), l.Text)
 		if r.cfg.Verbose != nil {
 			fmt.Fprintf(r.cfg.Verbose, "[%s %6.2fs] %s\n", r.cfg.Strategy.Name, l.At.Seconds(), l.Text)
@@ -424,15 +457,37 @@ func (r *runner) inject(ctx context.Context, faults []Fault, results []FaultResu
 	defer pauses.Wait()
 	for i, f := range faults {
 		results[i].Fault = f
-		t := time.NewTimer(time.Until(r.start.Add(f.At)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			results[i].Skipped = "the run ended first"
-			continue
-		case <-t.C:
+		// For a file event the target is looked up beforehand and kept
+		// up to date while waiting: walking /proc after the event takes
+		// longer than a chief takes to exit after marking the end.
+		var ready chan proc
+		wctx, stopLooking := context.WithCancel(ctx)
+		if f.OnFile != "" {
+			ready = make(chan proc, 1)
+			go r.track(wctx, f.Target, ready)
 		}
-		p, err := r.find(f.Target)
+		err := r.await(ctx, f)
+		stopLooking()
+		if err != nil {
+			results[i].Skipped = "the run ended first"
+			if ctx.Err() == nil {
+				results[i].Skipped = err.Error()
+				r.notef("%s: skipped: %v", f, err)
+			}
+			continue
+		}
+		if f.AtStep > 0 || f.OnFile != "" {
+			// When it fired, for the time to notice.
+			f.At = time.Since(r.start)
+			results[i].At = f.At
+		}
+		var p proc
+		if ready != nil {
+			p = <-ready
+		}
+		if p.pid == 0 || !stillRuns(p) {
+			p, err = r.find(f.Target)
+		}
 		if err != nil {
 			results[i].Skipped = err.Error()
 			r.notef("%s: skipped: %v", f, err)
@@ -476,6 +531,69 @@ func (r *runner) inject(ctx context.Context, faults []Fault, results []FaultResu
 		}
 	}
 }
+
+// stepPoll is how often a fault waiting for a global step looks at the
+// output.
+const stepPoll = 5 * time.Millisecond
+
+// await returns when fault f is due: at its time, at its global step, or
+// when its file appears; or with ctx's error.
+func (r *runner) await(ctx context.Context, f Fault) error {
+	switch {
+	case f.OnFile != "":
+		name, err := awaitFile(ctx, r.ckptDir, f.OnFile)
+		if err == nil {
+			r.notef("%s appeared in the checkpoint directory", name)
+		}
+		return err
+	case f.AtStep > 0:
+		tick := time.NewTicker(stepPoll)
+		defer tick.Stop()
+		for {
+			r.mu.Lock()
+			at := r.maxStep
+			r.mu.Unlock()
+			if at >= f.AtStep {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+		}
+	}
+	t := time.NewTimer(time.Until(r.start.Add(f.At)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// track looks up task t's newest live process every trackPoll until ctx
+// ends, then sends the last one found (or none) on ready.
+func (r *runner) track(ctx context.Context, t Task, ready chan<- proc) {
+	var last proc
+	defer func() { ready <- last }()
+	tick := time.NewTicker(trackPoll)
+	defer tick.Stop()
+	for {
+		if p, err := r.find(t); err == nil {
+			last = p
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// trackPoll is how often track looks the target up.
+const trackPoll = 50 * time.Millisecond
 
 // find returns the newest live process of task t.
 func (r *runner) find(t Task) (proc, error) {
@@ -607,6 +725,16 @@ func (r *runner) checkCheckpoints(dir string, res *Result) (int, error) {
 	}
 	n := 0
 	for _, e := range ents {
+		if e.IsDir() {
+			// A directory of another saver's checkpoints (an async
+			// replica standing in for the chief): checked as well.
+			k, err := r.checkCheckpoints(filepath.Join(dir, e.Name()), res)
+			if err != nil {
+				return 0, err
+			}
+			n += k
+			continue
+		}
 		prefix, ok := strings.CutSuffix(e.Name(), ".index")
 		if !ok {
 			continue

@@ -242,7 +242,7 @@ func TestChaosShort(t *testing.T) {
 	cfg := Config{Binary: bin, Strategy: MustStrategy("async"), Dir: dir, Deadline: 60 * time.Second,
 		// Steps enough to outlast the last fault with room to spare: 1200
 		// steps once ended at 3.1 s, before the kill at 3.2 s.
-		Args: []string{"--steps", "4000", "--step-timeout", "10s"},
+		Args: []string{"--steps", "4000"},
 		Plan: []Fault{
 			{At: 1200 * time.Millisecond, Kind: Kill, Target: Task{"worker", 1}},
 			{At: 1700 * time.Millisecond, Kind: Stop, Target: Task{"ps", 0}, Pause: time.Second},
@@ -289,4 +289,154 @@ func TestFaultWindow(t *testing.T) {
 			t.Errorf("faultWindow(1s, 0.8, %v, %v) = %+v; want %+v", tc.wall, tc.finished, got, tc.want)
 		}
 	}
+}
+
+// TestAwaitFile: a file created in the directory, or in a directory made
+// in it after the watch began, fires the wait when its path relative to
+// the directory matches the pattern; a file there before does not, nor
+// one of the same name in a subdirectory ("*.tmp*" is the directory's).
+func TestAwaitFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "training_ended"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for k, tc := range []struct {
+		pattern, write, want string
+		noise                string // written before write, each time, not to match
+	}{
+		{"*/training_ended", "other/training_ended", "other/training_ended", "ended-%d"},
+		{"*/*.tmp*", "replica-1/model.ckpt-100.index.tmp123", "replica-1/model.ckpt-100.index.tmp123", "replica-1/x-%d.index"},
+		{"*.tmp*", "model.ckpt-200.index.tmp9", "model.ckpt-200.index.tmp9", "sub/x-%d.tmp1"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		got := make(chan string, 1)
+		errs := make(chan error, 1)
+		go func() {
+			name, err := awaitFile(ctx, dir, tc.pattern)
+			got <- name
+			errs <- err
+		}()
+		// Files that do not match (the right name in a subdirectory, when
+		// the pattern is the directory's), then the one that does, written until
+		// the watch (which starts asynchronously) sees it.
+		var name string
+		tick := time.NewTicker(20 * time.Millisecond)
+	loop:
+		for i := 0; ; i++ {
+			path := filepath.Join(dir, tc.write)
+			os.MkdirAll(filepath.Dir(path), 0o755)
+			noise := filepath.Join(dir, fmt.Sprintf(tc.noise, 1000*k+i))
+			os.MkdirAll(filepath.Dir(noise), 0o755)
+			os.WriteFile(noise, nil, 0o644)
+			os.Remove(path)
+			if err := os.WriteFile(path, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case name = <-got:
+				break loop
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
+		if err := <-errs; err != nil || name != tc.want {
+			t.Errorf("awaitFile(%q) = %q, %v; want %q", tc.pattern, name, err, tc.want)
+		}
+		cancel()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if name, err := awaitFile(ctx, dir, "never"); err == nil {
+		t.Errorf("awaitFile of a file never written = %q, nil; want the context's error", name)
+	}
+}
+
+// TestChiefStoppedLosesAtMostOneInterval: in async training the chief is
+// stopped (SIGSTOP) for several checkpoint intervals while worker 1 trains
+// on, and the ps is killed while the chief is still stopped; the launcher
+// restarts the ps and, once the chief is continued, the model is restored
+// from a checkpoint. The restore must undo at most one checkpoint interval
+// (100 steps): with the chief as the only saver it went back to the
+// chief's last checkpoint before its pause (1,200 steps here).
+func TestChiefStoppedLosesAtMostOneInterval(t *testing.T) {
+	bin := distflowBinary(t)
+	plan, err := ParsePlan("stop:worker0@step:300+6s,kill:ps0@step:1500")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Binary: bin, Strategy: MustStrategy("async"), Dir: t.TempDir(), Deadline: 60 * time.Second,
+		Args: []string{"--steps", "4000"}, Plan: plan}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tbl strings.Builder
+	WriteTable(&tbl, []*Result{res})
+	t.Logf("\n%s(output in %s)", tbl.String(), res.Dir)
+	for _, f := range res.Faults {
+		if !f.Applied {
+			t.Fatalf("%s was not applied (%s): the run says nothing of a restore", f.Fault, f.Skipped)
+		}
+	}
+	if stop, kill := res.Faults[0], res.Faults[1]; kill.At > stop.At+stop.Pause {
+		t.Fatalf("the ps was killed at %v, after the chief's pause (%v + %v): the test needs it killed during the pause", kill.At, stop.At, stop.Pause)
+	}
+	if !res.Finished {
+		t.Errorf("the run did not finish (hung %v, exit %q, waiting for %q)", res.Hung, res.ExitError, res.WaitingFor)
+	}
+	if !restored(t, res) {
+		t.Error("no restore from a checkpoint after the ps was killed")
+	}
+	if res.Interval != 100 || res.LostMax > res.Interval || res.LostTooMuch {
+		t.Errorf("a restore undid %d steps (interval %d, over: %v); want at most one interval", res.LostMax, res.Interval, res.LostTooMuch)
+	}
+	if len(res.Corrupt) > 0 || len(res.LeftBehind) > 0 {
+		t.Errorf("corrupt checkpoints %v, processes left behind %v", res.Corrupt, res.LeftBehind)
+	}
+	checkNoneLeft(t, res)
+}
+
+// restored reports whether the run's output shows a restore from a
+// checkpoint.
+func restored(t *testing.T, res *Result) bool {
+	t.Helper()
+	out, err := os.ReadFile(filepath.Join(res.Dir, "output.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return restoredRe.Match(out)
+}
+
+// TestFaultsAtFileEvents stops the chief the moment its first checkpoint's
+// index is being written (its temporary file appears) and kills it the
+// moment it has marked the end of training: the two points where a fault
+// drawn at a random time seldom lands. The run must finish at its last
+// step, restore no more than one interval back, and leave nothing corrupt.
+func TestFaultsAtFileEvents(t *testing.T) {
+	bin := distflowBinary(t)
+	plan, err := ParsePlan("stop:worker0@file:model.ckpt-*.index.tmp*+2s,kill:worker0@file:training_ended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Binary: bin, Strategy: MustStrategy("async"), Dir: t.TempDir(), Deadline: 60 * time.Second,
+		Args: []string{"--steps", "2000"}, Plan: plan}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tbl strings.Builder
+	WriteTable(&tbl, []*Result{res})
+	t.Logf("\n%s(output in %s)", tbl.String(), res.Dir)
+	for _, f := range res.Faults {
+		if !f.Applied {
+			t.Errorf("%s was not applied: %s", f.Fault, f.Skipped)
+		}
+	}
+	if !res.Finished {
+		t.Errorf("the run did not finish (hung %v, exit %q, waiting for %q)", res.Hung, res.ExitError, res.WaitingFor)
+	}
+	if res.LostTooMuch || len(res.Corrupt) > 0 || len(res.LeftBehind) > 0 {
+		t.Errorf("lost %d steps in one restore (interval %d), corrupt checkpoints %v, processes left behind %v", res.LostMax, res.Interval, res.Corrupt, res.LeftBehind)
+	}
+	checkNoneLeft(t, res)
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,20 +30,44 @@ type Window struct {
 	To   time.Duration `json:"to"`
 }
 
-// Fault is one planned fault.
+// Fault is one planned fault. It fires at At, or, when set, on an event:
+// once the run's output shows global step AtStep, or once a file whose
+// name matches OnFile appears in the checkpoint directory or a directory
+// in it (the moment a checkpoint is written, training ends: the events
+// that a fault drawn at a random time seldom hits).
 type Fault struct {
 	At     time.Duration `json:"at"`     // from the launcher's start
 	Kind   Kind          `json:"kind"`   // kill or stop
 	Target Task          `json:"target"` // the task hit
 	// Pause is how long a stopped task stays stopped (Stop only).
 	Pause time.Duration `json:"pause,omitempty"`
+	// AtStep, if not 0, fires the fault when a line of the output shows a
+	// global step at or past it (progress lines are every 20 local steps).
+	AtStep int64 `json:"at_step,omitempty"`
+	// OnFile, if set, is a filepath.Match pattern of a path relative to
+	// the checkpoint directory ("training_ended", "model.ckpt-*.tmp*", or
+	// "replica-1/*.tmp*" in a directory in it): the fault fires when such
+	// a file is created or renamed into place (inotify). Files there
+	// before the fault's turn do not count.
+	OnFile string `json:"on_file,omitempty"`
+}
+
+// event is when f fires, in words.
+func (f Fault) event() string {
+	switch {
+	case f.OnFile != "":
+		return "when " + f.OnFile + " appears"
+	case f.AtStep > 0:
+		return fmt.Sprintf("at global step %d", f.AtStep)
+	}
+	return fmt.Sprintf("at %.1fs", f.At.Seconds())
 }
 
 func (f Fault) String() string {
 	if f.Kind == Stop {
-		return fmt.Sprintf("%s %s at %.1fs for %.1fs", f.Kind, f.Target, f.At.Seconds(), f.Pause.Seconds())
+		return fmt.Sprintf("%s %s %s for %.1fs", f.Kind, f.Target, f.event(), f.Pause.Seconds())
 	}
-	return fmt.Sprintf("%s %s at %.1fs", f.Kind, f.Target, f.At.Seconds())
+	return fmt.Sprintf("%s %s %s", f.Kind, f.Target, f.event())
 }
 
 // Schedule draws n faults for a run of cluster from seed: times uniform in
@@ -86,8 +111,14 @@ func Schedule(seed uint64, cluster string, n int, w Window, pauseMin, pauseMax t
 // ParsePlan reads a fault schedule written by hand: comma-separated
 // "kill:TASK@AT" or "stop:TASK@AT+PAUSE", TASK as "worker1", "ps0" or
 // "chief0", AT and PAUSE as Go durations: "kill:worker1@2s,stop:ps0@3.5s+2s".
+// AT may be an event instead: "step:N" (the output shows global step N)
+// or "file:PATTERN" (a file of the checkpoint directory matches PATTERN):
+// "stop:worker0@step:300+5s,kill:ps0@step:900",
+// "kill:worker0@file:training_ended". A plan with events keeps its order
+// (each fault waits for the one before it); one of times alone is sorted.
 func ParsePlan(s string) ([]Fault, error) {
 	var out []Fault
+	events := false
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		bad := func(why string) error {
@@ -111,8 +142,22 @@ func ParsePlan(s string) ([]Fault, error) {
 		}
 		f := Fault{Kind: Kind(kind), Target: Task{Job: task[:i], Index: idx}}
 		at, pause, hasPause := strings.Cut(when, "+")
-		if f.At, err = time.ParseDuration(at); err != nil || f.At < 0 {
-			return nil, bad("bad time")
+		switch {
+		case strings.HasPrefix(at, "step:"):
+			events = true
+			if f.AtStep, err = strconv.ParseInt(at[len("step:"):], 10, 64); err != nil || f.AtStep <= 0 {
+				return nil, bad("bad step")
+			}
+		case strings.HasPrefix(at, "file:"):
+			events = true
+			f.OnFile = at[len("file:"):]
+			if _, err := filepath.Match(f.OnFile, ""); err != nil || f.OnFile == "" {
+				return nil, bad("bad file pattern")
+			}
+		default:
+			if f.At, err = time.ParseDuration(at); err != nil || f.At < 0 {
+				return nil, bad("bad time")
+			}
 		}
 		if hasPause != (f.Kind == Stop) {
 			return nil, bad("a stop needs a pause, a kill has none")
@@ -124,6 +169,8 @@ func ParsePlan(s string) ([]Fault, error) {
 		}
 		out = append(out, f)
 	}
-	slices.SortStableFunc(out, func(a, b Fault) int { return cmp.Compare(a.At, b.At) })
+	if !events {
+		slices.SortStableFunc(out, func(a, b Fault) int { return cmp.Compare(a.At, b.At) })
+	}
 	return out, nil
 }

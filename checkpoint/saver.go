@@ -39,6 +39,12 @@ type SaverConfig struct {
 	// Logger receives a record per checkpoint saved or restored and the
 	// warnings about invalid checkpoints; nil means slog.Default().
 	Logger *slog.Logger
+	// Also are more directories whose checkpoints (of Basename)
+	// RestoreLatest considers: it restores the newest valid one of Dir and
+	// of these, so that checkpoints another task saved into a directory of
+	// its own (a worker standing in for an absent chief) are restored.
+	// Save writes to Dir only, and retention never touches these.
+	Also []string
 }
 
 func (c *SaverConfig) validate() error {
@@ -77,9 +83,18 @@ type Saver struct {
 	step         graph.Output
 	saves        []graph.Output
 	restore      *graph.Node
+	// also are the restore nodes of SaverConfig.Also, in its order.
+	also []savedIn
 	// verified spares retention reading again, at every save, the
 	// checkpoints it has already found valid.
 	verified VerifyCache
+}
+
+// savedIn restores the Saver's variables from one more directory.
+type savedIn struct {
+	dir     string
+	rows    []graph.Output
+	restore *graph.Node
 }
 
 // NewSaver adds to the scope's graph the nodes that save and restore vars
@@ -153,6 +168,20 @@ func NewSaver(s *graph.Scope, vars []*ops.Variable, cfg SaverConfig) (*Saver, er
 		restores = append(restores, rows.Node)
 	}
 	sv.restore = ops.Group(ss, "restore_all", restores...)
+	for k, dir := range cfg.Also {
+		in := savedIn{dir: dir}
+		var nodes []*graph.Node
+		for _, d := range sv.devices {
+			nodes = append(nodes, ops.RestoreVariables(ss.WithDevice(d), sv.step, groups[d], dir, cfg.Basename))
+		}
+		for _, h := range tables {
+			rows := ops.RestoreHashTable(ss.WithDevice(h.Device), sv.step, h, dir, cfg.Basename)
+			in.rows = append(in.rows, rows)
+			nodes = append(nodes, rows.Node)
+		}
+		in.restore = ops.Group(ss, fmt.Sprintf("restore_all_also_%d", k), nodes...)
+		sv.also = append(sv.also, in)
+	}
 	if err := ss.Err(); err != nil {
 		return nil, fmt.Errorf("checkpoint: NewSaver: %w", err)
 	}
@@ -218,15 +247,19 @@ func (sv *Saver) Save(ctx context.Context, r Runner, step int64) (string, error)
 // them (the checkpoint may come from a cluster with another number of ps
 // tasks). It verifies the checkpoint first (see Verify).
 func (sv *Saver) Restore(ctx context.Context, r Runner, step int64) error {
+	return sv.restoreFrom(ctx, r, savedIn{dir: sv.cfg.Dir, rows: sv.restoredRows, restore: sv.restore}, step)
+}
+
+func (sv *Saver) restoreFrom(ctx context.Context, r Runner, in savedIn, step int64) error {
 	prefix := Prefix(sv.cfg.Basename, step)
-	if err := Verify(sv.cfg.Dir, prefix); err != nil {
+	if err := Verify(in.dir, prefix); err != nil {
 		return err
 	}
-	out, err := r.Run(ctx, map[graph.Output]*tensor.Tensor{sv.step: tensor.Scalar(step)}, sv.restoredRows, []*graph.Node{sv.restore})
+	out, err := r.Run(ctx, map[graph.Output]*tensor.Tensor{sv.step: tensor.Scalar(step)}, in.rows, []*graph.Node{in.restore})
 	if err != nil {
-		return fmt.Errorf("checkpoint: restoring %s from %s: %w", prefix, sv.cfg.Dir, err)
+		return fmt.Errorf("checkpoint: restoring %s from %s: %w", prefix, in.dir, err)
 	}
-	attrs := []any{"dir", sv.cfg.Dir, "prefix", prefix}
+	attrs := []any{"dir", in.dir, "prefix", prefix}
 	if len(out) > 0 {
 		// "wide/emb: 1290+1310 rows": each shard's, so that a log shows
 		// that a restarted ps got its rows back.
@@ -246,18 +279,36 @@ func (sv *Saver) Restore(ctx context.Context, r Runner, step int64) error {
 }
 
 // RestoreLatest restores the newest complete and valid checkpoint of the
-// Saver's basename (see FindLatest, which skips bad ones with a warning).
-// ok is false, with no error, when there is none: initialise the variables
+// Saver's basename (see FindLatest, which skips bad ones with a warning) in
+// Dir and the directories of SaverConfig.Also (Dir's on a tie). ok is
+// false, with no error, when there is none: initialise the variables
 // instead.
 func (sv *Saver) RestoreLatest(ctx context.Context, r Runner) (step int64, ok bool, err error) {
+	from := savedIn{dir: sv.cfg.Dir, rows: sv.restoredRows, restore: sv.restore}
 	_, step, err = FindLatest(sv.cfg.Dir, sv.cfg.Basename, sv.cfg.Logger)
-	if errors.Is(err, ErrNoCheckpoint) {
-		return 0, false, nil
-	}
-	if err != nil {
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrNoCheckpoint) {
 		return 0, false, err
 	}
-	if err := sv.Restore(ctx, r, step); err != nil {
+	for _, in := range sv.also {
+		_, s, err := FindLatest(in.dir, sv.cfg.Basename, sv.cfg.Logger)
+		if errors.Is(err, ErrNoCheckpoint) {
+			continue
+		}
+		if err != nil {
+			// Another task's directory is a fallback: one that cannot be
+			// read does not stop a restore from Dir.
+			sv.cfg.Logger.Warn("checkpoint: could not look for checkpoints; skipping the directory", "dir", in.dir, "err", err)
+			continue
+		}
+		if !found || s > step {
+			from, step, found = in, s, true
+		}
+	}
+	if !found {
+		return 0, false, nil
+	}
+	if err := sv.restoreFrom(ctx, r, from, step); err != nil {
 		return 0, false, err
 	}
 	return step, true, nil

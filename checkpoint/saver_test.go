@@ -389,3 +389,61 @@ func TestOpsRejectBadInputs(t *testing.T) {
 		}
 	}
 }
+
+// TestSaverRestoresFromAlso: RestoreLatest takes the newest checkpoint of
+// Dir and of the directories of SaverConfig.Also (another task's saves),
+// Dir's on a tie, and skips an Also directory that does not exist yet;
+// Save and retention keep to Dir.
+func TestSaverRestoresFromAlso(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	deputy := filepath.Join(dir, "replica-1")
+	s := graph.NewScope()
+	m := buildModel(t, s)
+	main, err := checkpoint.NewSaver(s, nil, checkpoint.SaverConfig{Dir: dir, Keep: 1, Logger: quiet,
+		Also: []string{deputy, filepath.Join(dir, "replica-2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := checkpoint.NewSaver(s, nil, checkpoint.SaverConfig{Dir: deputy, Keep: 1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := session.New(s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{m.init}); err != nil {
+		t.Fatal(err)
+	}
+	save := func(sv *checkpoint.Saver, step int64) map[string]*tensor.Tensor {
+		vals := m.setValues(t, s, sess, float64(step))
+		if _, err := sv.Save(ctx, sess, step); err != nil {
+			t.Fatal(err)
+		}
+		return vals
+	}
+	restore := func(wantStep int64, want map[string]*tensor.Tensor) {
+		t.Helper()
+		m.setValues(t, s, sess, -1)
+		step, ok, err := main.RestoreLatest(ctx, sess)
+		if step != wantStep || !ok || err != nil {
+			t.Fatalf("RestoreLatest = %d, %v, %v; want %d, true, nil", step, ok, err, wantStep)
+		}
+		checkValues(t, m.values(t, sess), want)
+	}
+	save(main, 100)
+	atDeputy := save(other, 250)
+	restore(250, atDeputy)
+	atMain := save(main, 300)
+	restore(300, atMain)
+	save(other, 300) // a tie: Dir's
+	restore(300, atMain)
+	if all, _, _ := checkpoint.ReadState(dir); !slices.Equal(all, []string{"model.ckpt-300"}) {
+		t.Errorf("Dir keeps %v, want [model.ckpt-300]", all)
+	}
+	if all, _, _ := checkpoint.ReadState(deputy); !slices.Equal(all, []string{"model.ckpt-300"}) {
+		t.Errorf("the other directory keeps %v, want its own [model.ckpt-300]", all)
+	}
+}

@@ -179,7 +179,11 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		initDone = ops.VariablesInitializer(s, append(done, stop.v)...)
 	}
 	var saver *checkpoint.Saver
-	if r.chief() && cfg.CheckpointDir != "" {
+	// Asynchronous replicas train on while the chief is away: a deputy
+	// saves too (deputy.go).
+	deputies := cfg.Cluster != nil && cfg.CheckpointDir != "" && plan.recoverable && plan.coordinator == nil && !plan.inGraph && len(r.reps) > 1
+	var deputy *deputyHook
+	if cfg.CheckpointDir != "" && (r.chief() || deputies) {
 		skip := map[*graph.Node]bool{}
 		for _, v := range done {
 			skip[v.Node()] = true
@@ -193,7 +197,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 				vars = append(vars, v)
 			}
 		}
-		if saver, err = checkpoint.NewSaver(s, vars, checkpoint.SaverConfig{Dir: cfg.CheckpointDir, Keep: cfg.KeepCheckpoints, Logger: log}); err != nil {
+		if saver, deputy, err = newSavers(s, r, vars, deputies); err != nil {
 			return nil, err
 		}
 	}
@@ -242,6 +246,10 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 			}
 		}
 		mcfg.Hooks = append(mcfg.Hooks, periodicSaves{h})
+	}
+	if deputy != nil {
+		mcfg.Hooks = append(mcfg.Hooks, deputy)
+		defer deputy.elect(ctx, r)()
 	}
 	mcfg.Hooks = append(mcfg.Hooks, r.trainHooks()...)
 	if srv != nil {

@@ -46,15 +46,22 @@ with --faults faults each, for each strategy. A fault is SIGKILL or SIGSTOP (the
 Each run reports: finished or not (or hung past --deadline, with what it waited for, or slow:
 finished after --slow-factor times the longest clean run plus --slow-slack plus the pauses of
 its stops), the test
-accuracy against the clean run, the global step and the steps lost to restores, for each fault
+accuracy against the clean run, the global step and the steps lost to restores (in all, and the
+most one restore undid against the checkpoint interval), for each fault
 how long until a warning or a launcher line named the task, how many checkpoints are left and
 whether each validates, and the processes left alive after the launcher ended (killed).
 
-The exit status is 1 when a fault run did not finish, finished slow, lost more than --tolerance
-of accuracy, left a corrupt checkpoint or left a process behind.`,
+--plan applies faults written by hand instead, at times or on events: at a global step
+("kill:ps0@step:900") or when a file appears in the checkpoint directory
+("stop:worker0@file:*.tmp*+3s", "kill:worker0@file:training_ended").
+
+The exit status is 1 when a fault run did not finish, finished slow, had a restore undo more
+than one checkpoint interval, lost more than --tolerance of accuracy, left a corrupt checkpoint
+or left a process behind.`,
 		Example: `  distflow chaos --strategy sync --runs 3 --faults 3 --seed 1
   distflow chaos --strategy all --runs 20 --faults 3 --json > chaos.json
-  distflow chaos --strategy async --train-args "--steps=600 --step-timeout=10s" -v`,
+  distflow chaos --strategy async --train-args "--steps=600" -v
+  distflow chaos --strategy async --runs 1 --train-args "--steps=4000" --plan "stop:worker0@step:300+6s,kill:ps0@step:1500"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if fromJSON != "" {
@@ -154,10 +161,10 @@ of accuracy, left a corrupt checkpoint or left a process behind.`,
 	f.Float64Var(&windowFraction, "window-fraction", 0.8, "no fault after this fraction of the clean run's time")
 	f.StringVar(&dir, "dir", "", "directory for the runs' checkpoints and output.log files (default: a new temporary directory)")
 	f.StringVar(&binary, "binary", "", "distflow binary to run (default: this one)")
-	f.StringVar(&trainAs, "train-args", "", `more flags for every distflow train run, e.g. "--steps=600 --step-timeout=10s"`)
+	f.StringVar(&trainAs, "train-args", "", `more flags for every distflow train run, e.g. "--steps=600"`)
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (results and summary) instead of tables")
 	f.BoolVarP(&verbose, "verbose", "v", false, "show every line of every run, and the faults as they are sent")
-	f.StringVar(&plan, "plan", "", `a fault schedule instead of drawn ones, e.g. "kill:worker1@2s,stop:ps0@3.5s+2s" (every fault run uses it)`)
+	f.StringVar(&plan, "plan", "", `a fault schedule instead of drawn ones, e.g. "kill:worker1@2s,stop:ps0@3.5s+2s", or on events: "kill:ps0@step:900", "kill:worker0@file:training_ended" (every fault run uses it)`)
 	f.StringVar(&clusterShape, "cluster", "", `--local-cluster of every run instead of the strategy's own, e.g. "ps=1,worker=3"`)
 	f.StringVar(&fromJSON, "from-json", "", "print the tables of a --json output file instead of running anything")
 	f.Float64Var(&tolerance, "tolerance", 0.01, "accuracy a fault run may lose against the clean run and still count as good")
