@@ -17,10 +17,11 @@ type Line struct {
 }
 
 // noticeLine reports whether line is one that tells of a failure: the
-// launcher's own lines ("local cluster: ...") and slog warnings and errors
+// launcher's own lines ("local cluster: ...", or a hand-started cluster's
+// supervisor's, "supervisor: ...") and slog warnings and errors
 // of any task. Progress lines and informational records are not.
 func noticeLine(text string) bool {
-	return strings.HasPrefix(text, "local cluster: ") || strings.Contains(text, "level=WARN") || strings.Contains(text, "level=ERROR")
+	return strings.HasPrefix(text, "local cluster: ") || strings.HasPrefix(text, "supervisor: ") || strings.Contains(text, "level=WARN") || strings.Contains(text, "level=ERROR")
 }
 
 // namesTask reports whether text names task t: "worker 1", "/job:worker/task:1",

@@ -69,6 +69,12 @@ type Config struct {
 	// Verbose, if not nil, receives every line of the run's output as it
 	// comes, and the harness's own notes.
 	Verbose io.Writer
+	// HandStarted starts each task of the cluster by itself (TF_CONFIG
+	// naming it, the same train flags) under a supervisor that restarts it
+	// with the same flags whenever it dies, as Kubernetes would, instead
+	// of through the --local-cluster launcher, whose restarts follow the
+	// strategy's Recovery (see handStarted).
+	HandStarted bool
 }
 
 func (c *Config) validate() error {
@@ -279,8 +285,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer logFile.Close()
 
-	args := []string{"train", "--model", "mlp", "--data", "embedded",
-		"--local-cluster", cfg.Strategy.Cluster, "--checkpoint-dir", ckptDir,
+	args := []string{"train", "--model", "mlp", "--data", "embedded", "--checkpoint-dir", ckptDir,
 		"--save-checkpoint-steps", "100", "--seed", strconv.Itoa(cfg.TrainSeed), "--json", "--verbose",
 		// Progress lines every 20 local steps: the resolution of LostSteps.
 		"--log-every", "20",
@@ -290,34 +295,28 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// noise that a fault's shift of the data order showed as a loss;
 		// docs/RELIABILITY.md). Args may say otherwise (--lr-decay=none).
 		"--lr-decay", "linear"}
+	if !cfg.HandStarted { // else each task is started by itself
+		args = append(args, "--local-cluster", cfg.Strategy.Cluster)
+	}
 	args = append(append(args, cfg.Strategy.Args...), cfg.Args...)
-	cmd := exec.Command(cfg.Binary, args...)
-	cmd.Env = append(os.Environ(), EnvMarker+"="+id)
-	cmd.Dir = dir
-	cmd.SysProcAttr = launcherAttr()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("chaos: %w", err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, fmt.Errorf("chaos: %w", err)
-	}
-	r := &runner{cfg: cfg, id: id, log: logFile, addrs: map[Task]string{}, ckptDir: ckptDir}
+	r := &runner{cfg: cfg, id: id, log: logFile, addrs: map[Task]string{}, ckptDir: ckptDir, dir: dir}
 	fmt.Fprintf(logFile, "# %s %s\n", cfg.Binary, strings.Join(args, " "))
 	r.start = time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("chaos: starting %s: %w", cfg.Binary, err)
+	// kill ends whatever still runs of the launcher (or the supervisor).
+	var exited <-chan error
+	var kill func()
+	if cfg.HandStarted {
+		sctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		if exited, err = r.handStarted(sctx, args); err != nil {
+			return nil, err
+		}
+		kill = stop
+	} else {
+		if exited, kill, err = r.launch(args); err != nil {
+			return nil, err
+		}
 	}
-	var readers sync.WaitGroup
-	readers.Add(2)
-	go r.read(stdout, false, &readers)
-	go r.read(stderr, true, &readers)
-	exited := make(chan error, 1)
-	go func() {
-		readers.Wait() // Wait closes the pipes: read them to the end first
-		exited <- cmd.Wait()
-	}()
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancel()
@@ -337,7 +336,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Hung = ctx.Err() == nil // else the caller cancelled
 		r.notef("deadline %v reached (or cancelled): stopping every process of the run", cfg.Deadline)
 		res.WaitingFor = append(waitingFor(r.snapshot(), 5), "alive at the deadline: "+r.describeMarked())
-		killGroup(cmd.Process.Pid)
+		kill()
 		r.killMarked()
 		waitErr = <-exited
 	}
@@ -375,8 +374,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Faults = results
 	for _, l := range lines {
-		if strings.HasPrefix(l.Text, "local cluster: ") && strings.Contains(l.Text, "restart") {
-			res.Restarts = append(res.Restarts, strings.TrimPrefix(l.Text, "local cluster: "))
+		for _, who := range []string{"local cluster: ", "supervisor: "} {
+			if strings.HasPrefix(l.Text, who) && strings.Contains(l.Text, "restart") {
+				res.Restarts = append(res.Restarts, strings.TrimPrefix(l.Text, who))
+			}
 		}
 		if strings.Contains(l.Text, "deleting an invalid checkpoint") {
 			res.Corrupt = append(res.Corrupt, "deleted during the run: "+l.Text)
@@ -387,6 +388,35 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// launch starts the launcher (distflow train --local-cluster) with args.
+func (r *runner) launch(args []string) (exited <-chan error, kill func(), err error) {
+	cmd := exec.Command(r.cfg.Binary, args...)
+	cmd.Env = append(os.Environ(), EnvMarker+"="+r.id)
+	cmd.Dir = r.dir
+	cmd.SysProcAttr = launcherAttr()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("chaos: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("chaos: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("chaos: starting %s: %w", r.cfg.Binary, err)
+	}
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go r.read(stdout, false, &readers)
+	go r.read(stderr, true, &readers)
+	done := make(chan error, 1)
+	go func() {
+		readers.Wait() // Wait closes the pipes: read them to the end first
+		done <- cmd.Wait()
+	}()
+	return done, func() { killGroup(cmd.Process.Pid) }, nil
 }
 
 // runner is the state of one Run.
@@ -402,30 +432,47 @@ type runner struct {
 	stopped map[int]bool    // pids stopped and not yet continued
 	maxStep int64           // the highest global step the output showed
 	ckptDir string
+	dir     string // the run's directory, where its processes run
 }
 
 func (r *runner) read(rd io.Reader, isStderr bool, wg *sync.WaitGroup) {
+	r.readPrefixed(rd, isStderr, "", wg)
+}
+
+// readPrefixed is read, each line prefixed (a hand-started task's lines
+// named as the launcher names its tasks' lines: "[worker 1] ").
+func (r *runner) readPrefixed(rd io.Reader, isStderr bool, prefix string, wg *sync.WaitGroup) {
 	defer wg.Done()
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
-		l := Line{At: time.Since(r.start), Stderr: isStderr, Text: sc.Text()}
-		r.mu.Lock()
-		r.lines = append(r.lines, l)
-		if m := globalStepRe.FindStringSubmatch(l.Text); m != nil {
-			if s, err := strconv.ParseInt(m[1]+m[2], 10, 64); err == nil {
-				r.maxStep = max(r.maxStep, s)
-			}
-		}
-		fmt.Fprintf(r.log, "%8.3f %s\n", l.At.Seconds(), l.Text)
-		if r.cfg.Verbose != nil {
-			fmt.Fprintf(r.cfg.Verbose, "[%s %6.2fs] %s\n", r.cfg.Strategy.Name, l.At.Seconds(), l.Text)
-		}
-		r.mu.Unlock()
+		r.addLine(Line{At: time.Since(r.start), Stderr: isStderr, Text: prefix + sc.Text()})
 	}
 	// A line longer than the buffer ends the scan: drain the rest so the
 	// launcher never blocks on a full pipe.
 	_, _ = io.Copy(io.Discard, rd)
+}
+
+// linef adds a line of the supervisor's to the run's output, as a
+// launcher's line would be.
+func (r *runner) linef(format string, args ...any) {
+	r.addLine(Line{At: time.Since(r.start), Stderr: true, Text: fmt.Sprintf(format, args...)})
+}
+
+// addLine records one line of the run's output.
+func (r *runner) addLine(l Line) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, l)
+	if m := globalStepRe.FindStringSubmatch(l.Text); m != nil {
+		if s, err := strconv.ParseInt(m[1]+m[2], 10, 64); err == nil {
+			r.maxStep = max(r.maxStep, s)
+		}
+	}
+	fmt.Fprintf(r.log, "%8.3f %s\n", l.At.Seconds(), l.Text)
+	if r.cfg.Verbose != nil {
+		fmt.Fprintf(r.cfg.Verbose, "[%s %6.2fs] %s\n", r.cfg.Strategy.Name, l.At.Seconds(), l.Text)
+	}
 }
 
 func (r *runner) snapshot() []Line {

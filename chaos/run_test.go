@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -434,6 +435,49 @@ func TestFaultsAtFileEvents(t *testing.T) {
 	}
 	if !res.Finished {
 		t.Errorf("the run did not finish (hung %v, exit %q, waiting for %q)", res.Hung, res.ExitError, res.WaitingFor)
+	}
+	if res.LostTooMuch || len(res.Corrupt) > 0 || len(res.LeftBehind) > 0 {
+		t.Errorf("lost %d steps in one restore (interval %d), corrupt checkpoints %v, processes left behind %v", res.LostMax, res.Interval, res.Corrupt, res.LeftBehind)
+	}
+	checkNoneLeft(t, res)
+}
+
+// TestHandStartedShort runs a cluster started task by task (TF_CONFIG)
+// under the harness's restarting supervisor, as Kubernetes would run it,
+// rather than the launcher: the ps and a worker are killed and started
+// again with the same flags, the chief is stopped for a while. The run must
+// finish, the supervisor must have restarted both, each kill must be
+// noticed, no restore may undo more than one interval, and nothing may be
+// corrupt or left behind.
+func TestHandStartedShort(t *testing.T) {
+	bin := distflowBinary(t)
+	plan, err := ParsePlan("kill:ps0@step:500,kill:worker1@step:800,stop:worker0@step:1000+2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Binary: bin, Strategy: MustStrategy("async"), Dir: t.TempDir(), Deadline: 60 * time.Second,
+		Args: []string{"--steps", "2000"}, Plan: plan, HandStarted: true}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tbl strings.Builder
+	WriteTable(&tbl, []*Result{res})
+	t.Logf("\n%s(output in %s)\nrestarts: %q", tbl.String(), res.Dir, res.Restarts)
+	if !res.Finished {
+		t.Errorf("the run did not finish (hung %v, exit %q, waiting for %q)", res.Hung, res.ExitError, res.WaitingFor)
+	}
+	for _, f := range res.Faults {
+		if !f.Applied {
+			t.Errorf("%s was not applied: %s", f.Fault, f.Skipped)
+		} else if f.Kind == Kill && !f.Noticed {
+			t.Errorf("%s was not noticed", f.Fault)
+		}
+	}
+	for _, who := range []string{"ps 0 died", "worker 1 died"} {
+		if !slices.ContainsFunc(res.Restarts, func(l string) bool { return strings.HasPrefix(l, who) }) {
+			t.Errorf("the supervisor did not restart %s: restarts %q", strings.TrimSuffix(who, " died"), res.Restarts)
+		}
 	}
 	if res.LostTooMuch || len(res.Corrupt) > 0 || len(res.LeftBehind) > 0 {
 		t.Errorf("lost %d steps in one restore (interval %d), corrupt checkpoints %v, processes left behind %v", res.LostMax, res.Interval, res.Corrupt, res.LeftBehind)

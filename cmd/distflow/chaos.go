@@ -31,6 +31,7 @@ func newChaosCommand() *cobra.Command {
 		asJSON, verbose      bool
 		tolerance            float64
 		slowFactor           float64
+		handStarted          bool
 		slowSlack            time.Duration
 		fromJSON, plan       string
 		clusterShape         string
@@ -108,7 +109,7 @@ or left a process behind.`,
 				dir = d
 			}
 			base := chaos.Config{Binary: binary, Deadline: deadline, PauseMin: pauseMin, PauseMax: pauseMax,
-				Args: strings.Fields(trainAs), Dir: dir}
+				Args: strings.Fields(trainAs), Dir: dir, HandStarted: handStarted}
 			if plan != "" {
 				p, err := chaos.ParsePlan(plan)
 				if err != nil {
@@ -166,6 +167,7 @@ or left a process behind.`,
 	f.BoolVarP(&verbose, "verbose", "v", false, "show every line of every run, and the faults as they are sent")
 	f.StringVar(&plan, "plan", "", `a fault schedule instead of drawn ones, e.g. "kill:worker1@2s,stop:ps0@3.5s+2s", or on events: "kill:ps0@step:900", "kill:worker0@file:training_ended" (every fault run uses it)`)
 	f.StringVar(&clusterShape, "cluster", "", `--local-cluster of every run instead of the strategy's own, e.g. "ps=1,worker=3"`)
+	f.BoolVar(&handStarted, "hand-started", false, "start each task by itself (TF_CONFIG) under a supervisor that restarts it with the same flags whenever it dies, as Kubernetes would, instead of --local-cluster")
 	f.StringVar(&fromJSON, "from-json", "", "print the tables of a --json output file instead of running anything")
 	f.Float64Var(&tolerance, "tolerance", 0.01, "accuracy a fault run may lose against the clean run and still count as good")
 	f.Float64Var(&slowFactor, "slow-factor", chaos.DefaultSlowFactor, "a fault run that takes longer than this many times the longest clean run (plus --slow-slack and its stops' pauses) is slow, and fails; negative: no bound")
