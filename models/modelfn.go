@@ -6,6 +6,7 @@ import (
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/losses"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -43,16 +44,14 @@ func ModelFn(name string, c Config, opt train.Optimizer) (estimator.ModelFn, err
 			spec.Predictions = map[string]graph.Output{"y": out}
 			spec.Log = map[string]graph.Output{"W": p.value("W"), "b": p.value("b")}
 			if mode != estimator.Predict {
-				spec.Loss = ops.Mean(s, ops.SquaredDifference(s, out, labels), nil, false)
+				spec.Loss = losses.MeanSquaredError(s, labels, out)
 			}
 			return spec, nil
 		}
 		classes := ops.Cast(s, ops.ArgMax(s, out, 1), tensor.Int32)
 		spec.Predictions = map[string]graph.Output{"classes": classes, "probabilities": ops.Softmax(s, out)}
 		if mode != estimator.Predict {
-			ls := s.SubScope("loss")
-			loss, _ := ops.SparseSoftmaxCrossEntropyWithLogits(ls, out, labels)
-			spec.Loss = ops.Mean(ls, loss, nil, false)
+			spec.Loss = losses.SparseSoftmaxCrossEntropy(s, labels, out)
 			spec.EvalMetrics = map[string]estimator.Metric{"accuracy": estimator.Accuracy(s, labels, classes)}
 		}
 		return spec, nil

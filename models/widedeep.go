@@ -6,6 +6,7 @@ import (
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/layers"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -136,26 +137,15 @@ func wideDeepModelFn(c Config, opt train.Optimizer) (estimator.ModelFn, error) {
 		}
 		denseW := ops.NewVariable(ws, "dense_W", dt, []int{nd, 1}, ops.ZerosInit())
 		bias := ops.NewVariable(ws, "b", dt, []int{1}, ops.ZerosInit())
-		in := nc*w.Dim + nd
-		var layers [][2]*ops.Variable
-		for i, h := range append(append([]int{}, w.Hidden...), 1) {
-			ls := ds.SubScope(fmt.Sprintf("layer%d", i))
-			layers = append(layers, [2]*ops.Variable{
-				ops.NewVariable(ls, "W", dt, []int{in, h}, ops.GlorotUniformInit(c.Seed+1+i)),
-				ops.NewVariable(ls, "b", dt, []int{h}, ops.ZerosInit()),
-			})
-			in = h
-		}
-
 		wideIDs := ops.ReshapeTo(ws, wideRows, -1, nc)
 		wide := ops.Add(ws, ops.Sum(ws, wideIDs, []int{1}, true), ops.MatMul(ws, dense, denseW.Value(), false, false))
-		emb := ops.ReshapeTo(ds, deepRows, -1, nc*w.Dim)
-		h := ops.Concat(ds, 1, emb, dense)
-		for i, l := range layers {
-			h = ops.BiasAdd(ds, ops.MatMul(ds, h, l[0].Value(), false, false), l[1].Value())
-			if i < len(layers)-1 {
-				h = ops.Relu(ds, h)
+		h := ops.Concat(ds, 1, ops.ReshapeTo(ds, deepRows, -1, nc*w.Dim), dense)
+		for i, units := range append(append([]int{}, w.Hidden...), 1) {
+			l := layers.Dense{Units: units, KernelInit: ops.GlorotUniformInit(c.Seed + 1 + i), Name: fmt.Sprintf("layer%d", i)}
+			if i < len(w.Hidden) {
+				l.Activation = ops.Relu
 			}
+			h = l.Apply(ds, h, false)
 		}
 		logit := ops.ReshapeTo(s, ops.BiasAdd(s, ops.Add(s, wide, h), bias.Value()), -1)
 		spec := &estimator.Spec{Optimizer: opt}

@@ -15,6 +15,8 @@ import (
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/layers"
+	"github.com/distflow/distflow/losses"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -47,17 +49,14 @@ func model(trainX *tensor.Tensor, classes int) estimator.ModelFn {
 		mean[i%d], meanSq[i%d] = mean[i%d]+v/n, meanSq[i%d]+v*v/n
 	}
 	return func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
-		w := ops.NewVariable(s, "w", tensor.Float32, []int{d, classes}, ops.ZerosInit())
-		b := ops.NewVariable(s, "b", tensor.Float32, []int{classes}, ops.ZerosInit())
 		m := ops.Const(s, mean)
 		x := ops.Mul(s, ops.Sub(s, f.Get(s, "x"), m), ops.Rsqrt(s, ops.Sub(s, ops.Const(s, meanSq), ops.Square(s, m))))
-		logits := ops.BiasAdd(s, ops.MatMul(s, x, w.Value(), false, false), b.Value())
+		logits := layers.Dense{Units: classes, KernelInit: ops.ZerosInit(), KernelRegularizer: layers.L2(2e-3)}.Apply(s, x, false)
 		class := ops.Cast(s, ops.ArgMax(s, logits, 1), tensor.Int32)
 		spec := &estimator.Spec{Predictions: map[string]graph.Output{"class": class, "probabilities": ops.Softmax(s, logits)}}
 		if mode != estimator.Predict { // labels are fed in Train and Eval
-			xent, _ := ops.SparseSoftmaxCrossEntropyWithLogits(s, logits, labels)
-			l2 := ops.Mul(s, ops.Scalar(s, tensor.Float32, 1e-3), ops.Sum(s, ops.Square(s, w.Value()), nil, false))
-			spec.Loss, spec.Optimizer = ops.Add(s, ops.Mean(s, xent, nil, false), l2), train.NewGradientDescent(0.5)
+			spec.Loss = ops.Add(s, losses.SparseSoftmaxCrossEntropy(s, labels, logits), losses.RegularizationLoss(s))
+			spec.Optimizer = train.NewGradientDescent(0.5)
 			spec.EvalMetrics = map[string]estimator.Metric{"accuracy": estimator.Accuracy(s, labels, class)}
 		}
 		return spec, nil
