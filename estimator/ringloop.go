@@ -135,6 +135,12 @@ func (l *ringLoop) run(ctx context.Context) error {
 		for gen := int64(-1); ; {
 			v, err := l.ring.NextView(wctx, gen)
 			if err != nil {
+				if wctx.Err() == nil { // the ring was closed
+					sh.mu.Lock()
+					sh.viewsErr = err
+					sh.mu.Unlock()
+					sh.push(ringstate.ViewsClosed{})
+				}
 				return
 			}
 			gen = v.Gen
@@ -184,6 +190,8 @@ type ringShell struct {
 	mu    sync.Mutex
 	inbox []ringstate.Event
 	ready chan struct{} // poked when inbox fills
+	// viewsErr is why no view can come any more (the ring was closed).
+	viewsErr error
 
 	// The operation in flight (one at a time): cutOff cuts it short.
 	ops    sync.WaitGroup
@@ -315,11 +323,11 @@ func (sh *ringShell) do(ctx context.Context, a ringstate.Action) (answer ringsta
 		sh.group = group
 	case ringstate.Sync:
 		l.done = sh.m.Done()
-		gen, leader := sh.m.View().Gen, l.leader
+		gen, leader, step := sh.m.View().Gen, l.leader, sh.m.Done()+1
 		sh.start(ctx, func(ctx context.Context, cut <-chan struct{}) ringstate.Event {
 			if err := l.sync(ctx, sh.group, cut); err != nil {
 				sh.lastErr = err
-				sh.failed(leader, "taking the members' model failed; waiting for the next view", gen, sh.m.Done()+1, err)
+				sh.failed(leader, "taking the members' model failed; waiting for the next view", gen, step, err)
 				return ringstate.SyncFailed{Failure: failure(err)}
 			}
 			return ringstate.Synced{Done: l.done}
@@ -419,6 +427,11 @@ func (sh *ringShell) end(a ringstate.End) error {
 		return sh.lastErr
 	case ringstate.WaitExpired:
 		return fmt.Errorf("estimator: %s: waiting for the lowest rank alive to say which ranks train (wait timeout %v): %w", cfg.Task, cfg.WaitTimeout, context.DeadlineExceeded)
+	case ringstate.Closed:
+		sh.mu.Lock()
+		err := sh.viewsErr
+		sh.mu.Unlock()
+		return fmt.Errorf("estimator: %s: waiting for the lowest rank alive to say which ranks train (wait timeout %v): %w", cfg.Task, cfg.WaitTimeout, err)
 	}
 	return nil
 }
