@@ -2,7 +2,6 @@ package estimator_test
 
 import (
 	"context"
-	"github.com/distflow/distflow/internal/race"
 	"io"
 	"math"
 	"path/filepath"
@@ -21,10 +20,17 @@ import (
 )
 
 // normalizedLinear is linearModel built with layers: batch normalisation
-// then a dense unit, with streaming metrics built in evaluation only.
+// then a dense unit, with streaming metrics built in evaluation only. The
+// dense layer scales and shifts: a beta as well would only duplicate its
+// bias, multiplied by its kernel, and that product of two parameters,
+// driven by the large first errors (the targets are about 10), makes
+// gradient descent at this rate unstable once gradients are a step or two
+// stale: asynchronous training diverged to an infinite loss in some runs
+// (most with a staleness bound of 2; 2 in 5 under the race detector, whose
+// slower steps leave more gradients stale).
 func normalizedLinear(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 	pred := layers.Sequential{
-		layers.BatchNormalization{NoScale: true}, // the dense layer scales
+		layers.BatchNormalization{NoScale: true, NoCenter: true},
 		layers.Dense{Units: 1},
 	}.Apply(s, f["x"], mode == estimator.Train)
 	spec := &estimator.Spec{Predictions: map[string]graph.Output{"y": pred}}
@@ -126,13 +132,6 @@ func TestBatchNormalizationOnEveryStrategy(t *testing.T) {
 		{estimator.AllReduce{}, ring},
 	} {
 		t.Run(tc.strategy.String(), func(t *testing.T) {
-			if _, async := tc.strategy.(estimator.Async); async && race.Enabled {
-				// Under the race detector two asynchronous replicas
-				// diverge within their first 25 steps in about two runs
-				// of five (an infinite gradient, refused at the ps); never
-				// in 15 runs without it. Not understood yet.
-				t.Skip("asynchronous batch normalisation diverges under the race detector: an open bug")
-			}
 			est, _ := runClusterModel(t, normalizedLinear, tc.jobs, tc.strategy, 400)
 			mv, err := est.VariableValue("batch_normalization/moving_variance")
 			if err != nil {
@@ -199,10 +198,10 @@ func TestBatchNormalizationExport(t *testing.T) {
 		}
 		return v.Float64At(0)
 	}
-	mean, variance, beta := value("batch_normalization/moving_mean"), value("batch_normalization/moving_variance"), value("batch_normalization/beta")
+	mean, variance := value("batch_normalization/moving_mean"), value("batch_normalization/moving_variance")
 	kernel, bias := value("dense/kernel"), value("dense/bias")
 	x := tensor.MustFromSlice([]float32{0.5}, 1, 1)
-	want := kernel*((0.5-mean)/math.Sqrt(variance+1e-3)+beta) + bias
+	want := kernel*(0.5-mean)/math.Sqrt(variance+1e-3) + bias
 
 	path, err := est.Export(ctx, filepath.Join(dir, "export"))
 	if err != nil {
