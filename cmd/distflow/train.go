@@ -11,7 +11,6 @@ import (
 	"os"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -246,115 +245,6 @@ type result struct {
 	SIMD string `json:"simd"`
 }
 
-// check validates every flag before anything is loaded or started, and
-// fills in the model's defaults. Errors name the flag and what is allowed.
-func (f *trainFlags) check(fl *pflag.FlagSet) error {
-	d, ok := modelDefaults[f.model]
-	if !ok {
-		return fmt.Errorf("--model %q: want one of %v", f.model, models.Names)
-	}
-	set := fl.Changed
-	var errs []error
-	bad := func(cond bool, format string, args ...any) {
-		if cond {
-			errs = append(errs, fmt.Errorf(format, args...))
-		}
-	}
-	strategy, err := f.parseStrategy()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	bad(set("steps") && f.steps <= 0, "--steps %d: must be positive", f.steps)
-	errs = append(errs, f.trace.check(fl, f.logdir)...)
-	errs = append(errs, f.gpu.check(fl)...)
-	bad(set("epochs") && !(f.epochs > 0 && !math.IsInf(f.epochs, 0)), "--epochs %v: must be a positive number", f.epochs)
-	bad(set("batch") && f.batch <= 0, "--batch %d: must be positive", f.batch)
-	bad(set("lr") && !(f.lr > 0 && !math.IsInf(f.lr, 0)), "--lr %v: must be a positive number", f.lr)
-	bad(f.exportBest && f.export == "", "--export-best exports to --export: give it")
-	bad(set("weight-decay") && !(f.weightDecay >= 0 && !math.IsInf(f.weightDecay, 0)), "--weight-decay %v: must be a positive number (0: none)", f.weightDecay)
-	bad(f.weightDecay > 0 && f.model == "widedeep", "--weight-decay: the wide-and-deep model's embeddings train by rows, which weight decay does not apply to")
-	bad(set("clip-global-norm") && !(f.clipNorm >= 0 && !math.IsInf(f.clipNorm, 0)), "--clip-global-norm %v: must be a positive number (0: no clipping)", f.clipNorm)
-	bad(set("log-every") && f.logEvery <= 0, "--log-every %d: must be positive", f.logEvery)
-	bad(f.stepTimeout <= 0, "--step-timeout %v: must be positive (a step without a deadline could wait for ever)", f.stepTimeout)
-	bad(f.waitTimeout <= 0, "--wait-timeout %v: must be positive", f.waitTimeout)
-	bad(f.saveSteps < 0, "--save-checkpoint-steps %d: must not be negative (0: only at the end)", f.saveSteps)
-	bad(f.saveSecs < 0, "--save-checkpoint-secs %d: must not be negative (0: off)", f.saveSecs)
-	bad(f.keepCkpts < 1, "--keep-checkpoints %d: must be at least 1", f.keepCkpts)
-	bad(set("staleness") && f.staleness < 0, "--staleness %d: must not be negative (leave it out for unbounded)", f.staleness)
-	bad(f.replicasToAggregate < 0, "--replicas-to-aggregate %d: must not be negative", f.replicasToAggregate)
-	bad(f.replicasToAggregate > 0 && !f.sync, "--replicas-to-aggregate goes with --sync")
-	bad(set("average-every") && f.averageEvery < 0, "--average-every %d: must not be negative (0 adapts it)", f.averageEvery)
-	bad(f.averageEvery >= 0 && !f.allReduce, "--average-every goes with --allreduce")
-	if _, err := train.ParseSchedule(f.lrDecay); err != nil {
-		errs = append(errs, fmt.Errorf("--lr-decay: %w", err))
-	}
-	if c, err := estimator.ParseCompression(f.compression); err != nil {
-		errs = append(errs, fmt.Errorf("--%w", err))
-	} else {
-		bad(c.Kind != estimator.NoCompression && strategy != nil && !strategy.Update(1).Compresses, "--compression %s: the %s strategy does not compress gradients", f.compression, strategy)
-	}
-	if k, err := estimator.ParsePullCompression(f.pullCompress); err != nil {
-		errs = append(errs, fmt.Errorf("--%w", err))
-	} else {
-		bad(k != estimator.NoCompression && strategy != nil && !strategy.Update(1).PullsFromPS, "--pull-compression %s: under the %s strategy the workers hold the variables and pull nothing: drop it, or train through the ps tasks", f.pullCompress, strategy)
-	}
-	bad(f.mlpHidden < 1 || f.mlpHidden > 1<<16, "--mlp-hidden %d: want 1 to 65536", f.mlpHidden)
-	bad(set("mlp-hidden") && f.model != "mlp", "--mlp-hidden goes with --model mlp")
-	bad(f.minSlice < 0, "--ps-min-slice-bytes %d: want 0 (whole variables) or more", f.minSlice)
-	bad(f.minSlice > 0 && f.model != "mlp" && f.model != "cnn", "--ps-min-slice-bytes goes with --model mlp or cnn (widedeep partitions its tables with --embedding-shards)")
-	bad(f.verbose && f.quiet, "--verbose and --quiet: choose one")
-	errs = append(errs, f.checkHashFlags(set)...)
-	bad(f.localCluster != "" && f.metricsPort != 0, "--metrics-port %d with --local-cluster: every task gets a free loopback port of its own; leave the flag out (or 0 for none)", f.metricsPort)
-	if f.optimizer != "" {
-		if _, err := train.NewOptimizer(f.optimizer, 0.1); err != nil {
-			errs = append(errs, fmt.Errorf("--optimizer %q: want sgd, momentum, adagrad, rmsprop, adam or ftrl", f.optimizer))
-		}
-	}
-	switch f.lrScaling {
-	case "none", "linear", "sqrt":
-	default:
-		errs = append(errs, fmt.Errorf("--lr-scaling %q: want none, linear or sqrt", f.lrScaling))
-	}
-	switch f.psStrategy {
-	case "round-robin", "greedy":
-	default:
-		errs = append(errs, fmt.Errorf("--ps-strategy %q: want round-robin or greedy", f.psStrategy))
-	}
-	hosts := f.psHosts != "" || f.workerHosts != "" || f.chiefHosts != "" || f.jobName != ""
-	bad(f.localCluster != "" && hosts, "--local-cluster chooses the cluster itself: drop --ps_hosts/--worker_hosts/--chief_hosts/--job_name")
-	if f.localCluster != "" {
-		if _, err := localcluster.Parse(f.localCluster, f.psRule()...); err != nil {
-			errs = append(errs, fmt.Errorf("--local-cluster: %w", err))
-		}
-	} else if !hosts && os.Getenv(cluster.EnvVar) == "" && strategy != nil {
-		// One process: the strategy says whether it needs a cluster.
-		if err := strategy.Validate(nil); err != nil {
-			errs = append(errs, fmt.Errorf("--strategy %s: %w: add --local-cluster (e.g. worker=2) or the cluster flags", strategy, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if !set("steps") && !set("epochs") {
-		f.steps, f.epochs = d.steps, d.epochs
-		f.wideDeepSteps()
-	}
-	if !set("batch") {
-		f.batch = d.batch
-	}
-	if f.optimizer == "" {
-		f.optimizer = d.optimizer
-	}
-	f.optimizer = strings.ToLower(strings.TrimSpace(f.optimizer))
-	if !set("lr") {
-		f.lr = defaultLRs[f.model][f.optimizer]
-	}
-	if !set("log-every") {
-		f.logEvery = d.logEvery
-	}
-	return nil
-}
-
 // strategy is the estimator strategy the flags choose (check has
 // refused flags that choose none).
 func (f trainFlags) strategy() estimator.Strategy {
@@ -426,6 +316,9 @@ func (f trainFlags) logger(stderr io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 }
 
+// runTrain trains as the flags say: a local cluster of processes, or this
+// process as one task (or the whole of a one-process run), and prints the
+// result.
 func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stderr io.Writer) error {
 	stopProfiles, err := startProfiles(f.cpuProfile, f.memProfile, stderr)
 	if err != nil {
@@ -439,17 +332,73 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 	if err != nil {
 		return err
 	}
-	if self.Job == cluster.EvaluatorJob {
-		switch {
-		case f.ckptDir == "" && f.logdir == "":
-			return errors.New("an evaluator task evaluates the chief's checkpoints: give --checkpoint-dir, the directory the chief saves them in (or --logdir, if it saves them there)")
-		case f.wideDeep.HashEmbedding:
-			return errors.New("--hash-embedding: the tables live on the ps tasks, which an evaluator task does not reach; the chief evaluates the model at the end")
-		}
+	if err := f.checkEvaluatorTask(self); err != nil {
+		return err
 	}
 	if f.listenFD != 0 { // a socket handed down, as a local cluster does
 		os.Setenv(localcluster.EnvListenFD, strconv.Itoa(f.listenFD))
 	}
+	cfg, closeDevs, err := f.runConfig(fl, spec, self, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeDevs()
+	f.lr = f.scaledLR(cfg.AveragedBatches())
+	opt, err := f.newOptimizer()
+	if err != nil {
+		return err
+	}
+	fn, err := f.modelFn(spec, opt)
+	if err != nil {
+		return err
+	}
+	est, err := estimator.New(fn, cfg)
+	if err != nil {
+		return err
+	}
+	s, err := f.specs(cfg, fn)
+	if err != nil {
+		return err
+	}
+	dashHooks, stopDash, err := f.dash.taskHooks(ctx, f, spec, self, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer stopDash()
+	s.train.Hooks = append(s.train.Hooks, dashHooks...)
+	res, err := estimator.TrainAndEvaluate(ctx, est, s.train, s.eval)
+	if err != nil {
+		return err
+	}
+	if res.Served {
+		return nil
+	}
+	r, err := f.resultOf(ctx, est, cfg, s, res)
+	if err != nil {
+		return err
+	}
+	return report(stdout, r, f.jsonOut)
+}
+
+// checkEvaluatorTask refuses an evaluator task that could not evaluate:
+// without the chief's checkpoint directory, or with the hash embeddings.
+func (f trainFlags) checkEvaluatorTask(self cluster.TaskID) error {
+	if self.Job != cluster.EvaluatorJob {
+		return nil
+	}
+	switch {
+	case f.ckptDir == "" && f.logdir == "":
+		return errors.New("an evaluator task evaluates the chief's checkpoints: give --checkpoint-dir, the directory the chief saves them in (or --logdir, if it saves them there)")
+	case f.wideDeep.HashEmbedding:
+		return errors.New("--hash-embedding: the tables live on the ps tasks, which an evaluator task does not reach; the chief evaluates the model at the end")
+	}
+	return nil
+}
+
+// runConfig is the estimator's configuration of task self of spec (nil:
+// one process). A training task's accelerators are opened: the returned
+// function closes them.
+func (f trainFlags) runConfig(fl *pflag.FlagSet, spec *cluster.Spec, self cluster.TaskID, stderr io.Writer) (estimator.RunConfig, func(), error) {
 	progress := progressOutput(stderr) // a bar on a terminal (progress.go)
 	if f.quiet {
 		progress = io.Discard
@@ -461,131 +410,154 @@ func runTrain(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdout, stde
 		LogEverySteps: f.logEvery, Seed: int64(f.seed), StepTimeout: f.stepTimeout, WaitTimeout: f.waitTimeout,
 		Logger: f.logger(stderr), Progress: progress, StepDelay: f.stepDelay, Security: f.security,
 	}
+	closeDevs := func() {}
 	if self.Job != "ps" && self.Job != cluster.EvaluatorJob {
-		devs, closeDevs, err := f.gpu.open()
+		devs, closeOpened, err := f.gpu.open()
 		if err != nil {
-			return err
+			return cfg, nil, err
 		}
-		defer closeDevs()
-		cfg.Devices = devs
+		cfg.Devices, closeDevs = devs, closeOpened
 	}
+	var err error
 	if cfg.Compression, err = estimator.ParseCompression(f.compression); err != nil {
-		return fmt.Errorf("--%w", err)
+		closeDevs()
+		return cfg, nil, fmt.Errorf("--%w", err)
 	}
 	if cfg.PullCompression, err = estimator.ParsePullCompression(f.pullCompress); err != nil {
-		return fmt.Errorf("--%w", err)
+		closeDevs()
+		return cfg, nil, fmt.Errorf("--%w", err)
 	}
 	if f.psStrategy == "greedy" {
 		cfg.PSPlacement = placement.GreedyBySize
 	}
 	if cfg.MetricsAddress, err = trainMetricsAddress(f, fl, spec, self); err != nil {
-		return err
+		closeDevs()
+		return cfg, nil, err
 	}
-	f.lr = f.scaledLR(cfg.AveragedBatches())
+	return cfg, closeDevs, nil
+}
+
+// newOptimizer is the optimizer the flags choose, at --lr (already
+// scaled), with its schedule, weight decay and clipping.
+func (f trainFlags) newOptimizer() (train.Optimizer, error) {
 	opt, err := train.NewOptimizer(f.optimizer, float32(f.lr))
 	if err != nil {
-		return fmt.Errorf("--optimizer: %w", err)
+		return nil, fmt.Errorf("--optimizer: %w", err)
 	}
 	schedule, err := train.ParseSchedule(f.lrDecay)
 	if err == nil {
 		err = train.SetSchedule(opt, schedule)
 	}
 	if err != nil {
-		return fmt.Errorf("--lr-decay: %w", err)
+		return nil, fmt.Errorf("--lr-decay: %w", err)
 	}
 	if err := train.SetWeightDecay(opt, float32(f.weightDecay)); err != nil {
-		return fmt.Errorf("--weight-decay: %w", err)
+		return nil, fmt.Errorf("--weight-decay: %w", err)
 	}
 	if f.clipNorm > 0 {
 		opt = train.ClipByGlobalNorm{Optimizer: opt, MaxNorm: float32(f.clipNorm)}
 	}
+	return opt, nil
+}
+
+// modelFn is the model function of --model trained with opt, its
+// variables sliced over the ps tasks of spec (nil: one process) as the
+// flags say. It readies the hash embeddings' placement in f first.
+func (f *trainFlags) modelFn(spec *cluster.Spec, opt train.Optimizer) (estimator.ModelFn, error) {
 	f.hashSetup(spec)
 	mc := models.Config{Seed: f.seed, WideDeep: f.wideDeep, MLPHidden: f.mlpHidden, MinShardBytes: f.minSlice}
 	if spec != nil { // nil: one process, no ps to slice over
 		mc.MaxShards = spec.NumTasks("ps")
 	}
-	fn, err := models.ModelFn(f.model, mc, opt)
-	if err != nil {
-		return err
-	}
-	est, err := estimator.New(fn, cfg)
-	if err != nil {
-		return err
-	}
-	// A task that only serves (a ps; the other workers of in-graph
-	// replication) needs no data.
-	var ex models.Data
-	var ts estimator.TrainSpec
-	var es estimator.EvalSpec
-	var clickHook *models.ClickEvalHook
-	if self.Job != "ps" && (!f.strategy().Update(1).ChiefOnly || cfg.IsChief() || cfg.IsEvaluator()) {
-		if ex, err = loadData(f); err != nil {
-			return err
-		}
-		feature := models.Feature(f.model)
-		ts = estimator.TrainSpec{Input: ex.TrainInput(feature, f.batch),
-			Stop: estimator.Stop{MaxSteps: int64(f.steps), Epochs: f.epochs, ExamplesPerEpoch: ex.Examples()}}
-		ts.Hooks = append(ts.Hooks, f.trace.hooks(cfg, f.logdir, cfg.Logger)...)
-		es = estimator.EvalSpec{Input: ex.TestInput(feature, 1000), ExportDir: f.export, ExportBest: f.exportBest}
-		if f.exportBest && !cfg.IsEvaluator() {
-			es.ExportDir = "" // the evaluator exports
-		}
-		if clickHook = f.clickEvalHook(fn, ex); clickHook != nil {
-			ts.Hooks = append(ts.Hooks, clickHook)
-			es.Input = nil // the hook evaluates, where the tables are
-		}
-	} else {
-		ts = estimator.TrainSpec{Input: func(estimator.InputContext) (*estimator.Input, error) {
+	return models.ModelFn(f.model, mc, opt)
+}
+
+// taskSpecs are what a task trains and evaluates.
+type taskSpecs struct {
+	data  models.Data // none for a task that only serves
+	train estimator.TrainSpec
+	eval  estimator.EvalSpec
+	// click evaluates the hash embedding model in the training session
+	// (nil for other models).
+	click *models.ClickEvalHook
+}
+
+// specs loads the data and makes the training and evaluation specs of the
+// task of cfg. A task that only serves (a ps; the other workers of
+// in-graph replication) needs no data: its training input is never read.
+func (f trainFlags) specs(cfg estimator.RunConfig, fn estimator.ModelFn) (taskSpecs, error) {
+	var s taskSpecs
+	if cfg.Task.Job == "ps" || (cfg.Strategy.Update(1).ChiefOnly && !cfg.IsChief() && !cfg.IsEvaluator()) {
+		s.train = estimator.TrainSpec{Input: func(estimator.InputContext) (*estimator.Input, error) {
 			return nil, errors.New("a serving task reads no input")
 		}, Stop: estimator.Stop{MaxSteps: 1}}
+		return s, nil
 	}
-	dashHooks, stopDash, err := f.dash.taskHooks(ctx, f, spec, self, cfg, stderr)
-	if err != nil {
-		return err
+	var err error
+	if s.data, err = loadData(f); err != nil {
+		return s, err
 	}
-	defer stopDash()
-	ts.Hooks = append(ts.Hooks, dashHooks...)
-	res, err := estimator.TrainAndEvaluate(ctx, est, ts, es)
-	if err != nil {
-		return err
+	feature := models.Feature(f.model)
+	s.train = estimator.TrainSpec{Input: s.data.TrainInput(feature, f.batch),
+		Stop: estimator.Stop{MaxSteps: int64(f.steps), Epochs: f.epochs, ExamplesPerEpoch: s.data.Examples()}}
+	s.train.Hooks = append(s.train.Hooks, f.trace.hooks(cfg, f.logdir, cfg.Logger)...)
+	s.eval = estimator.EvalSpec{Input: s.data.TestInput(feature, 1000), ExportDir: f.export, ExportBest: f.exportBest}
+	if f.exportBest && !cfg.IsEvaluator() {
+		s.eval.ExportDir = "" // the evaluator exports
 	}
-	if res.Served {
-		return nil
+	if s.click = f.clickEvalHook(fn, s.data); s.click != nil {
+		s.train.Hooks = append(s.train.Hooks, s.click)
+		s.eval.Input = nil // the hook evaluates, where the tables are
 	}
+	return s, nil
+}
+
+// resultOf is what runTrain reports of res, the training (or evaluation) of
+// the task of cfg with specs s: the model's own figures for linreg's and
+// widedeep's chief.
+func (f trainFlags) resultOf(ctx context.Context, est *estimator.Estimator, cfg estimator.RunConfig, s taskSpecs, res *estimator.Result) (result, error) {
 	r := result{
 		Model: f.model, Strategy: res.Strategy, Optimizer: f.optimizer, LearningRate: f.lr, Batch: f.batch,
 		Task: res.Task, GlobalStep: res.GlobalStep, LocalSteps: res.LocalSteps, Epochs: res.Epochs, Loss: res.Loss,
-		Data: ex.Source, TrainExamples: ex.Examples(), ExamplesPerSecond: res.ExamplesPerSecond,
+		Data: s.data.Source, TrainExamples: s.data.Examples(), ExamplesPerSecond: res.ExamplesPerSecond,
 		ClusterExamplesPerSecond: res.ClusterExamplesPerSecond, PSVariables: res.PSVariables, Export: res.Export,
 		Evaluations: res.Evaluations,
 	}
 	if acc, ok := res.Metrics["accuracy"]; ok {
 		loss := res.Metrics["loss"]
-		r.TestAccuracy, r.TestLoss, r.TestExamples = &acc, &loss, ex.TestX.Shape()[0]
+		r.TestAccuracy, r.TestLoss, r.TestExamples = &acc, &loss, s.data.TestX.Shape()[0]
 	} else if loss, ok := res.Metrics["loss"]; ok && cfg.IsEvaluator() {
 		r.TestLoss = &loss
 	}
 	if f.model == "linreg" && res.Chief {
-		w, err := est.VariableValue("linear/W")
-		if err != nil {
-			return err
+		if err := linearResult(est, &r); err != nil {
+			return r, err
 		}
-		b, err := est.VariableValue("linear/b")
-		if err != nil {
-			return err
-		}
-		wv, bv := w.Float64At(0), b.Float64At(0)
-		r.W, r.B = &wv, &bv
 	}
 	if f.model == "widedeep" && res.Chief {
-		if err := clickResult(ctx, est, ex, clickHook, &r); err != nil {
-			return err
+		if err := clickResult(ctx, est, s.data, s.click, &r); err != nil {
+			return r, err
 		}
 	}
 	r.WallSeconds = res.WallSeconds
 	r.Devices = deviceResults(cfg.Devices)
 	r.SIMD = linalg.Path()
-	return report(stdout, r, f.jsonOut)
+	return r, nil
+}
+
+// linearResult records the trained linreg model's weight and bias in r.
+func linearResult(est *estimator.Estimator, r *result) error {
+	w, err := est.VariableValue("linear/W")
+	if err != nil {
+		return err
+	}
+	b, err := est.VariableValue("linear/b")
+	if err != nil {
+		return err
+	}
+	wv, bv := w.Float64At(0), b.Float64At(0)
+	r.W, r.B = &wv, &bv
+	return nil
 }
 
 // startProfiles starts the CPU profile and returns what writes the profiles
