@@ -212,7 +212,10 @@ func (sv *Saver) shardName(i int) string {
 // (each device writes its shard, in parallel), writes the index from the
 // caller's process, then deletes the checkpoints beyond Keep. It returns
 // the checkpoint's prefix ("model.ckpt-100"). If it fails before the index
-// is written the checkpoint stays incomplete and Latest ignores it.
+// is written the checkpoint stays incomplete and Latest ignores it. When
+// another saver of the directory wrote a newer checkpoint meanwhile and
+// removed this one's files, Save warns and returns the newer prefix with a
+// nil error (see superseded).
 //
 // Each variable is read atomically, but training steps that run during
 // Save may update some variables before and others after they are read.
@@ -223,7 +226,7 @@ func (sv *Saver) Save(ctx context.Context, r Runner, step int64) (string, error)
 	prefix := Prefix(sv.cfg.Basename, step)
 	out, err := r.Run(ctx, map[graph.Output]*tensor.Tensor{sv.step: tensor.Scalar(step)}, sv.saves, nil)
 	if err != nil {
-		return "", fmt.Errorf("checkpoint: saving %s in %s: %w", prefix, sv.cfg.Dir, err)
+		return sv.superseded(prefix, step, fmt.Errorf("checkpoint: saving %s in %s: %w", prefix, sv.cfg.Dir, err))
 	}
 	shards := make([]ShardInfo, len(out))
 	for i, t := range out {
@@ -232,7 +235,7 @@ func (sv *Saver) Save(ctx context.Context, r Runner, step int64) (string, error)
 		}
 	}
 	if err := WriteIndex(sv.cfg.Dir, prefix, step, shards); err != nil {
-		return "", err
+		return sv.superseded(prefix, step, err)
 	}
 	if err := RetainCached(sv.cfg.Dir, sv.cfg.Keep, sv.cfg.Logger, &sv.verified); err != nil {
 		// The checkpoint itself is complete; old files are only wasted space.
@@ -240,6 +243,26 @@ func (sv *Saver) Save(ctx context.Context, r Runner, step int64) (string, error)
 	}
 	sv.cfg.Logger.Info("checkpoint: saved", "dir", sv.cfg.Dir, "prefix", prefix, "shards", len(shards))
 	return prefix, nil
+}
+
+// superseded handles a save of step that failed with err: when the
+// directory holds a valid checkpoint newer than step, another saver wrote
+// it while this save ran (a ring's leader stopped mid-save while another
+// rank led, then resumed) and its retention removed this save's finished
+// files as an incomplete older checkpoint. The directory is then as a
+// successful save would have left it, or newer: Save logs a warning and
+// returns the newer checkpoint's prefix, not an error that would end
+// training. Otherwise it returns err. With one saver per directory no
+// checkpoint is newer than the step being saved, so a real failure is
+// never hidden.
+func (sv *Saver) superseded(prefix string, step int64, err error) (string, error) {
+	newer, at, ferr := FindLatest(sv.cfg.Dir, sv.cfg.Basename, sv.cfg.Logger)
+	if ferr != nil || at <= step {
+		return "", err
+	}
+	sv.cfg.Logger.Warn("checkpoint: a newer checkpoint was saved by another task while this one was written, and its retention removed this one's files; keeping the newer",
+		"dir", sv.cfg.Dir, "prefix", prefix, "newer", newer, "err", err)
+	return newer, nil
 }
 
 // Restore assigns every variable of the Saver its value in the checkpoint

@@ -70,6 +70,14 @@ func atPoint(point string) {
 // writeAtomic writes dir/name through a temporary file in dir, synced and
 // renamed into place, then syncs dir: after a crash the file is either
 // absent (or its previous version) or complete.
+//
+// The temporary file is locked (flock) from its creation until it is
+// renamed, so that retention (of this process or another writing in the
+// same directory) leaves it alone while its writer lives, however long
+// the writer is stopped: a writer paused mid-save (SIGSTOP) whose
+// temporary file another saver deleted as debris failed on resuming
+// (rename ...tmp...: no such file or directory). A killed writer's lock
+// goes with it, and its debris is deleted as before.
 func writeAtomic(dir, name string, write func(io.Writer) error) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -79,13 +87,19 @@ func writeAtomic(dir, name string, write func(io.Writer) error) (err error) {
 		return err
 	}
 	tmp := f.Name()
-	atPoint("created " + tmp)
+	closed := false
 	defer func() {
-		if err != nil {
+		if !closed {
 			f.Close()
+		}
+		if err != nil {
 			os.Remove(tmp)
 		}
 	}()
+	if err = lockFile(f); err != nil {
+		return err
+	}
+	atPoint("created " + tmp)
 	bw := bufio.NewWriterSize(f, 1<<16)
 	if err = write(bw); err != nil {
 		return err
@@ -97,15 +111,29 @@ func writeAtomic(dir, name string, write func(io.Writer) error) (err error) {
 	if err = f.Sync(); err != nil {
 		return err
 	}
-	if err = f.Close(); err != nil {
+	atPoint("synced " + tmp)
+	// Renamed while open, so still locked: closing first would unlock it
+	// before it has its name.
+	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	atPoint("synced " + tmp)
-	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+	closed = true
+	if err = f.Close(); err != nil {
 		return err
 	}
 	atPoint("renamed " + name)
 	return syncDir(dir)
+}
+
+// inUse reports whether path is a temporary file that a live writer holds
+// locked (see writeAtomic); retention leaves such a file alone.
+func inUse(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return !tryLock(f)
 }
 
 // syncDir makes a rename in dir durable.
@@ -368,7 +396,9 @@ func RetainCached(dir string, keep int, log *slog.Logger, cache *VerifyCache) er
 	// state file has one writer (the chief, here or in WriteIndex).
 	if stale, _ := filepath.Glob(filepath.Join(dir, StateFile+".tmp*")); len(stale) > 0 {
 		for _, f := range stale {
-			os.Remove(f)
+			if !inUse(f) { // another saver's, being written
+				os.Remove(f)
+			}
 		}
 	}
 	if err := writeState(dir, kept); err != nil {
@@ -385,6 +415,9 @@ func RetainCached(dir string, keep int, log *slog.Logger, cache *VerifyCache) er
 		isIndex := func(f string) bool { return strings.HasSuffix(f, ".index") }
 		sort.SliceStable(c.files, func(i, j int) bool { return isIndex(c.files[i]) && !isIndex(c.files[j]) })
 		for _, f := range c.files {
+			if inUse(filepath.Join(dir, f)) {
+				continue // a temporary file its writer still holds
+			}
 			if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}

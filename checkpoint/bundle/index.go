@@ -97,6 +97,16 @@ func WriteIndex(dir, prefix string, step int64, shards []ShardInfo) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: writing %s: %w", filepath.Join(dir, IndexFile(prefix)), err)
 	}
+	// Another saver in the directory (a ring's acting leader) may have
+	// deleted the shards as an incomplete older checkpoint while the index
+	// was being written (its writer stopped): an index without its shards
+	// would be a corrupt checkpoint, so it goes again.
+	for _, sh := range ix.Shards {
+		if _, err := os.Stat(filepath.Join(dir, sh.File)); err != nil {
+			os.Remove(filepath.Join(dir, IndexFile(prefix)))
+			return fmt.Errorf("checkpoint: index of %s: %w: a shard went while the index was written: %v", prefix, ErrIncomplete, err)
+		}
+	}
 	cks, err := scan(dir)
 	if err != nil {
 		return err
