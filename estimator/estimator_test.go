@@ -6,44 +6,16 @@ import (
 	"math"
 	"testing"
 
-	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
-	"github.com/distflow/distflow/graph"
-	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/estimator/strategytest"
 	"github.com/distflow/distflow/tensor"
-	"github.com/distflow/distflow/train"
 )
 
-// linearModel is y = x·w + b with a squared loss.
-func linearModel(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
-	w := ops.NewVariable(s, "w", tensor.Float32, []int{1, 1}, ops.ZerosInit())
-	b := ops.NewVariable(s, "b", tensor.Float32, []int{1}, ops.ZerosInit())
-	pred := ops.BiasAdd(s, ops.MatMul(s, f["x"], w.Value(), false, false), b.Value())
-	spec := &estimator.Spec{Predictions: map[string]graph.Output{"y": pred}}
-	if mode == estimator.Predict {
-		return spec, nil
-	}
-	spec.Loss = ops.Mean(s, ops.SquaredDifference(s, pred, labels), nil, false)
-	spec.Optimizer = train.NewGradientDescent(0.05)
-	spec.EvalMetrics = map[string]estimator.Metric{"mae": estimator.MeanMetric(s, ops.Abs(s, ops.Sub(s, pred, labels)))}
-	spec.Log = map[string]graph.Output{"w": w.Value()}
-	return spec, nil
-}
+// linearModel is y = x·w + b with a squared loss, and linearInput its
+// data: the strategies' conformance suite's.
+var linearModel estimator.ModelFn = strategytest.LinearModel
 
-func linearInput(n int, repeat bool) estimator.InputFn {
-	return func(ic estimator.InputContext) (*estimator.Input, error) {
-		x, y := data.Linear(n, ic.Seed, 2, 10, 0.01)
-		ds, err := data.FromTensors(x, y)
-		if err != nil {
-			return nil, err
-		}
-		ds = ds.Shard(ic.NumReplicas, ic.ReplicaIndex)
-		if repeat {
-			ds = ds.Shuffle(n, ic.Seed).Repeat(-1)
-		}
-		return &estimator.Input{Dataset: ds.Batch(10, repeat), Features: []string{"x"}}, nil
-	}
-}
+func linearInput(n int, repeat bool) estimator.InputFn { return strategytest.LinearInput(n, repeat) }
 
 func TestTrainEvaluatePredictInProcess(t *testing.T) {
 	ctx := context.Background()
