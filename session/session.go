@@ -27,6 +27,9 @@ var ErrClosed = errors.New("session is closed")
 type Session struct {
 	g   *graph.Graph
 	res *kernel.Resources
+	// ownsRes: res is the session's own (not WithResources'), and its
+	// device variables end with the session.
+	ownsRes bool
 
 	mu        sync.Mutex
 	closed    bool
@@ -92,7 +95,7 @@ func New(g *graph.Graph, opts ...Option) (*Session, error) {
 		o(s)
 	}
 	if s.res == nil {
-		s.res = kernel.NewResources()
+		s.res, s.ownsRes = kernel.NewResources(), true
 	}
 	return s, nil
 }
@@ -116,6 +119,13 @@ func (s *Session) Close() error {
 	for _, e := range execs {
 		if c, ok := e.(io.Closer); ok {
 			c.Close() // the memory its captured steps hold on a device, once a running one ends
+		}
+	}
+	if s.ownsRes && s.devices != nil && !wasClosed {
+		// The variables its steps kept in device memory
+		// (taskgraph.Config.VariablesOnDevice); shared resources keep theirs.
+		if err := taskgraph.ReleaseVariables(s.res); err != nil && s.remote == nil {
+			return fmt.Errorf("session: close: %w", err)
 		}
 	}
 	if s.remote != nil && !wasClosed {

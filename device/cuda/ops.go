@@ -88,7 +88,7 @@ var updates = map[string]struct {
 }
 
 // registerKernels registers a kernel for each op of device.Ops,
-// device.Random and device.Updates, no more, so that soft placement sends
+// device.Random, device.Updates and device.VariableOps, no more, so that soft placement sends
 // the same ops to the CPU as on the simulator.
 func registerKernels() {
 	for _, name := range device.Random {
@@ -102,6 +102,7 @@ func registerKernels() {
 		device.RegisterKernel(Name, name, device.KernelDef{DTypes: f32,
 			Factory: factory(name, opDef{f32, updateOp(u.kernel, u.refs, u.gradIdx)})})
 	}
+	device.RegisterKernel(Name, "Assign", device.KernelDef{Factory: device.AssignFactory})
 	for _, name := range device.Ops {
 		def := device.KernelDef{HostInputs: device.HostInputs(name), HostOutputs: device.HostOutputs(name)}
 		if len(def.HostOutputs) > 0 {

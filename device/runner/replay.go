@@ -59,6 +59,9 @@ func replayable(nodes []*step) bool {
 			if sent {
 				return false
 			}
+		case initialized, save, restore:
+			// Their work is on the host, at the time the step runs.
+			return false
 		case launch:
 			for i, slot := range st.inputs {
 				if !st.def.IsHostInput(i) {
@@ -180,7 +183,7 @@ func (s *run) capture(key []inputSig) (out []*tensor.Tensor, captured bool, err 
 	// each replay first copies the new values in.
 	for _, st := range r.nodes {
 		switch st.kind {
-		case recv, feed, constant:
+		case recv, feed, constant, variable:
 			if err := s.node(st); err != nil {
 				return nil, false, nil
 			}
@@ -193,14 +196,14 @@ func (s *run) capture(key []inputSig) (out []*tensor.Tensor, captured bool, err 
 		}
 		for i, slot := range st.inputs {
 			p := r.producer[slot]
-			if st.def.IsHostInput(i) || uploaded[slot] || p.kind == launch {
+			if st.def.IsHostInput(i) || uploaded[slot] || p.kind == launch || p.kind == variable {
 				continue
 			}
 			v := s.vals[slot]
 			if v == nil || v.Host == nil {
 				return nil, false, nil
 			}
-			up, err := device.Upload(d, v.Host)
+			up, err := s.upload(v.Host)
 			if err != nil {
 				s.abandon(g)
 				return nil, false, nil
@@ -245,6 +248,7 @@ func (s *run) capture(key []inputSig) (out []*tensor.Tensor, captured bool, err 
 				s.abandon(g)
 				return nil, false, nil
 			}
+			r.copies.in(int64(len(raw)))
 		}
 		g.fixed = append(g.fixed, p.host)
 	}
@@ -300,6 +304,7 @@ func (s *run) replay(g *replay) ([]*tensor.Tensor, error) {
 			if err := d.Stream().CopyIn(in.buf.Buf.Ptr, raw); err != nil {
 				return nil, fmt.Errorf("runner: %s: %w", name, err)
 			}
+			r.copies.in(int64(len(raw)))
 		}
 		s.hold = append(s.hold, t)
 	}
@@ -314,7 +319,7 @@ func (s *run) replay(g *replay) ([]*tensor.Tensor, error) {
 		if v == nil {
 			return nil, fmt.Errorf("runner: %s: node %s has no value in the replayed step", name, r.producer[slot].n)
 		}
-		return device.Download(d, v)
+		return s.download(v)
 	}
 	type sent struct {
 		key string
@@ -352,7 +357,8 @@ func (s *run) replay(g *replay) ([]*tensor.Tensor, error) {
 
 // Close frees the graphs the runner captured and the memory they hold,
 // and what its kernels hold from step to step (device.Releaser: a random
-// op's count of runs), once a step running ends; later Runs fail.
+// op's count of runs), once a step running ends; later Runs fail. The
+// variables stay in their store (Options.Variables), whose owner closes it.
 func (r *Runner) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -47,6 +47,14 @@ type Options struct {
 	// Eager turns whole-step replay off: every step launches its kernels
 	// one by one (see the package doc).
 	Eager bool
+	// Variables is the device's store of variables, which the partition's
+	// Variable nodes live in (see the package doc); nil for a partition
+	// without variables.
+	Variables *device.Variables
+	// Resources is the task's resource container, whose policy the
+	// checkpoint ops of device variables obey (the directories they may
+	// write); nil: no confinement.
+	Resources *kernel.Resources
 }
 
 // Runner runs a partition on a device.
@@ -69,6 +77,13 @@ type Runner struct {
 	keyBuf     []inputSig
 	stepsRun   int
 	closed     bool
+
+	// pinned marks the slots of Variable nodes: their values are the
+	// store's buffers, which a step never frees.
+	pinned []bool
+	vars   *device.Variables
+	res    *kernel.Resources
+	copies transfers
 }
 
 // step is one node as the runner runs it.
@@ -82,6 +97,9 @@ type step struct {
 	key     string
 	value   *tensor.Tensor // a Const's
 	feed    int            // a fed Placeholder's index in Run's feeds
+	v       *device.Variable
+	// host is the CPU kernel of a checkpoint op of device variables.
+	host kernel.Kernel
 }
 
 type kind int
@@ -93,12 +111,16 @@ const (
 	constant
 	feed
 	noop
+	variable    // a Variable node: the store's buffer (variables.go)
+	initialized // IsVariableInitialized, on the host
+	save        // SaveVariables, through the host
+	restore     // RestoreVariables, through the host
 )
 
 // New prepares g, a partition whose nodes all run on dev, for Run.
 func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 	platform := dev.Info().Platform
-	r := &Runner{dev: dev, feeds: map[string]int{}}
+	r := &Runner{dev: dev, feeds: map[string]int{}, vars: opts.Variables, res: opts.Resources}
 	for i, name := range opts.Feeds {
 		r.feeds[name] = i
 	}
@@ -110,11 +132,12 @@ func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 	}
 	r.consumers = make([]int, nslots)
 	r.producer = make([]*step, nslots)
+	r.pinned = make([]bool, nslots)
 	for _, n := range g.Nodes() {
 		st := &step{n: n, outputs: first[n]}
 		for i, in := range n.Inputs() {
-			if n.IsRefInput(i) {
-				return nil, fmt.Errorf("runner: node %s on %s takes variable %s by reference: variables live on the host", n, dev.Info().Name, in.Node)
+			if n.IsRefInput(i) && (in.Node.Op() != "Variable" || r.vars == nil) {
+				return nil, fmt.Errorf("runner: node %s on %s takes %s by reference, which is not a variable of the device", n, dev.Info().Name, in.Node)
 			}
 			slot := first[in.Node] + in.Index
 			st.inputs = append(st.inputs, slot)
@@ -131,6 +154,10 @@ func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 			st.kind, st.value = constant, n.AttrTensor("value")
 		case "NoOp":
 			st.kind = noop
+		case "Variable", "IsVariableInitialized", "SaveVariables", "RestoreVariables":
+			if err := r.prepareVariableOp(st); err != nil {
+				return nil, err
+			}
 		case "Placeholder":
 			i, ok := r.feeds[n.Name()]
 			if !ok {
@@ -222,7 +249,10 @@ func (s *run) eager() ([]*tensor.Tensor, error) {
 	}
 	out := make([]*tensor.Tensor, len(r.fetches))
 	for i, slot := range r.fetches {
-		t, err := device.Download(r.dev, s.vals[slot])
+		if err := s.readable(slot); err != nil {
+			return nil, fmt.Errorf("runner: fetch %d: %w", i, err)
+		}
+		t, err := s.download(s.vals[slot])
 		if err != nil {
 			return nil, fmt.Errorf("runner: fetch %d: %w", i, err)
 		}
@@ -273,6 +303,8 @@ func (s *run) node(st *step) error {
 	switch st.kind {
 	case noop:
 		return nil
+	case variable, initialized, save, restore:
+		return s.variableOp(st)
 	case constant:
 		s.vals[st.outputs] = host(st.value)
 		return nil
@@ -296,6 +328,9 @@ func (s *run) node(st *step) error {
 		s.vals[st.outputs] = host(t)
 		return nil
 	case send:
+		if err := s.readable(st.inputs[0]); err != nil {
+			return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
+		}
 		t, err := s.toHost(s.vals[st.inputs[0]])
 		if err != nil {
 			return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
@@ -313,6 +348,12 @@ func (s *run) node(st *step) error {
 		v := s.vals[slot]
 		if v == nil {
 			return fmt.Errorf("runner: node %s on %s: input %d has no value", st.n, d.Info().Name, i)
+		}
+		// Every read of a variable needs a value; Assign's ref gives one.
+		if !(st.n.Op() == "Assign" && i == 0) {
+			if err := s.readable(slot); err != nil {
+				return fmt.Errorf("runner: node %s on %s: input %d: %w", st.n, d.Info().Name, i, err)
+			}
 		}
 		switch {
 		case st.def.IsHostInput(i) && v.Host == nil:
@@ -336,7 +377,7 @@ func (s *run) node(st *step) error {
 			}
 			v = up
 		case !st.def.IsHostInput(i) && v.Host != nil:
-			up, err := device.Upload(d, v.Host)
+			up, err := s.upload(v.Host)
 			if err != nil {
 				return fmt.Errorf("runner: node %s on %s: copying input %d in: %w", st.n, d.Info().Name, i, err)
 			}
@@ -352,6 +393,12 @@ func (s *run) node(st *step) error {
 	}
 	if err := device.Launch(c, st.def, st.k); err != nil {
 		return err
+	}
+	if st.n.Op() == "Assign" {
+		// Queued: every later read of the variable is queued after it.
+		if v := s.r.variableOf(st.inputs[0]); v != nil {
+			v.SetInitialized()
+		}
 	}
 	for i, o := range c.Outputs {
 		s.vals[st.outputs+i] = o
@@ -375,7 +422,7 @@ func (s *run) toHost(v *device.Tensor) (*tensor.Tensor, error) {
 	if v.Host != nil {
 		return v.Host, nil
 	}
-	t, err := device.Download(s.r.dev, v)
+	t, err := s.download(v)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +439,7 @@ func (s *run) release(slot int) {
 	if s.left[slot] > 0 {
 		return
 	}
-	if v := s.vals[slot]; v != nil && v.Host == nil && !s.holding {
+	if v := s.vals[slot]; v != nil && v.Host == nil && !s.holding && !s.r.pinned[slot] {
 		s.r.dev.Allocator().Free(v.Buf)
 	}
 	s.vals[slot] = nil
@@ -405,7 +452,7 @@ func (s *run) freeAll() {
 	a := s.r.dev.Allocator()
 	device.FreeAll(a, s.temps)
 	for i, v := range s.vals {
-		if v != nil && v.Host == nil {
+		if v != nil && v.Host == nil && !s.r.pinned[i] {
 			a.Free(v.Buf)
 		}
 		s.vals[i] = nil

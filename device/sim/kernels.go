@@ -31,6 +31,7 @@ func registerKernels() {
 	for _, op := range device.Updates {
 		device.RegisterKernel(Name, op, device.KernelDef{DTypes: []tensor.DType{tensor.Float32, tensor.Float64}, Factory: updateFactory(op)})
 	}
+	device.RegisterKernel(Name, "Assign", device.KernelDef{Factory: device.AssignFactory})
 }
 
 // updateFactory builds the adapter of the CPU kernel of an optimizer's

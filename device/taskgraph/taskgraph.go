@@ -69,6 +69,14 @@ type Config struct {
 	// numbers wherever its compute is placed, as it did before the devices
 	// had random kernels.
 	RandomOnDevice bool
+	// VariablesOnDevice keeps a Variable placed on an accelerator in that
+	// device's memory (device.Variables, one store per device in the
+	// task's resources), with the ops that take it by ref: its Assign, its
+	// optimizer's update, IsVariableInitialized and the checkpoint ops
+	// (see variables.go); DISTFLOW_GPU_VARIABLES=1 in the environment sets
+	// it for every task graph of the process. Off, variables live on the
+	// host and a device step reads them from there at every step.
+	VariablesOnDevice bool
 }
 
 // loggedFallback holds the task and op of every node soft-placed on the
@@ -102,7 +110,16 @@ func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources, cfg Config)
 		return nil, err
 	}
 	hostDev := cfg.Task + "/cpu:0"
-	devices, fellBack, fellWhy, err := place(sub, hostDev, cfg)
+	var dv *deviceVariables
+	var varDev map[*graph.Node]int
+	if len(cfg.Devices) > 0 && (cfg.VariablesOnDevice || os.Getenv("DISTFLOW_GPU_VARIABLES") == "1") {
+		dv = variablesOf(res)
+		varDev = placeVariables(g, cfg)
+		if err := dv.settle(sub, varDev, cfg); err != nil {
+			return nil, err
+		}
+	}
+	devices, fellBack, fellWhy, err := place(sub, hostDev, cfg, varDev)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +221,12 @@ func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources, cfg Config)
 			}
 		}
 		opts.Eager = cfg.Eager || os.Getenv("DISTFLOW_GPU_REPLAY") == "0"
+		if dv != nil {
+			if opts.Variables, err = dv.store(cfg.Devices[d.Index]); err != nil {
+				return nil, fmt.Errorf("taskgraph: %w", err)
+			}
+			opts.Resources = res
+		}
 		if p.r, err = runner.New(pg, cfg.Devices[d.Index], opts); err != nil {
 			return nil, fmt.Errorf("taskgraph: %w", err)
 		}
@@ -228,13 +251,20 @@ func cpuRoute(n int) []source {
 // asks for when that has a kernel for it, else the host. It also returns
 // the ops that asked for an accelerator and run on the host, and the first
 // reason.
-func place(sub *graph.Subgraph, hostDev string, cfg Config) (map[*graph.Node]string, []string, string, error) {
+func place(sub *graph.Subgraph, hostDev string, cfg Config, varDev map[*graph.Node]int) (map[*graph.Node]string, []string, string, error) {
 	devices := make(map[*graph.Node]string, len(sub.Nodes)+len(sub.Vars))
 	fell := map[string]bool{}
 	firstWhy := ""
 	randomOnDevice := cfg.RandomOnDevice || os.Getenv("DISTFLOW_GPU_RANDOM") == "1"
 	for _, n := range sub.AllNodes() {
 		devices[n] = hostDev
+		// A device variable and the ops that take it by ref go together.
+		if idx, ok := colocated(n, varDev); ok {
+			if idx >= 0 {
+				devices[n] = cfg.Task + "/gpu:" + strconv.Itoa(idx)
+			}
+			continue
+		}
 		d, err := placement.ParseDevice(n.Device())
 		if err != nil {
 			return nil, nil, "", fmt.Errorf("taskgraph: node %s: %w", n, err)
@@ -317,6 +347,16 @@ func (e *Executor) Close() error {
 		p.r.Close()
 	}
 	return nil
+}
+
+// Transfers returns the copies between host and device memory that the
+// executor's device partitions have queued so far (package device/runner).
+func (e *Executor) Transfers() runner.Transfers {
+	var t runner.Transfers
+	for _, p := range e.runners {
+		t = t.Add(p.r.Transfers())
+	}
+	return t
 }
 
 // Accelerated reports whether a step runs on an accelerator.

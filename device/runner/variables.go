@@ -1,0 +1,203 @@
+package runner
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/tensor"
+)
+
+// Variables on the device. A Variable node of the partition is a variable
+// of the device's store (Options.Variables), made when the runner is built:
+// its value is the store's buffer, which kernels read in place and the
+// updates (device.Updates) and Assign take by ref and write in place. The
+// stream orders them: a read queued before an update sees the old value,
+// one queued after it the new, as TensorFlow's reads of a ref variable on
+// a GPU. A captured step reads and writes the same buffers at every
+// replay. IsVariableInitialized and the checkpoint ops run on the host:
+// SaveVariables copies its variables out and writes them with the CPU's
+// kernel, RestoreVariables reads them with it and copies them in; a step
+// with either, or with IsVariableInitialized, is never captured.
+
+// prepareVariableOp sets up st, a Variable node or an op the runner runs
+// on its variables.
+func (r *Runner) prepareVariableOp(st *step) error {
+	n, name := st.n, r.dev.Info().Name
+	if r.vars == nil {
+		return fmt.Errorf("runner: node %s (%s) on %s: the runner has no store of device variables (Options.Variables)", n, n.Op(), name)
+	}
+	switch n.Op() {
+	case "Variable":
+		v, err := r.vars.Get(n.Name(), n.AttrDType("dtype"), n.AttrShape("shape").Dims())
+		if err != nil {
+			return fmt.Errorf("runner: node %s: %w", n, err)
+		}
+		st.kind, st.v = variable, v
+		r.pinned[st.outputs] = true
+		return nil
+	case "IsVariableInitialized":
+		st.kind = initialized
+		return nil
+	case "SaveVariables":
+		st.kind = save
+	case "RestoreVariables":
+		st.kind = restore
+	}
+	f, err := kernel.Lookup(n.Op(), kernel.CPU)
+	if err != nil {
+		return fmt.Errorf("runner: node %s on %s: %w", n, name, err)
+	}
+	if st.host, err = f(n); err != nil {
+		return fmt.Errorf("runner: node %s on %s: %w", n, name, err)
+	}
+	return nil
+}
+
+// variableOf returns the device variable behind slot, or nil.
+func (r *Runner) variableOf(slot int) *device.Variable {
+	if p := r.producer[slot]; p != nil && p.kind == variable {
+		return p.v
+	}
+	return nil
+}
+
+// readable returns an error if slot is an uninitialized variable's.
+func (s *run) readable(slot int) error {
+	if v := s.r.variableOf(slot); v != nil {
+		return v.CheckInitialized()
+	}
+	return nil
+}
+
+// variableOp runs a Variable node, IsVariableInitialized or a checkpoint
+// op.
+func (s *run) variableOp(st *step) error {
+	r, d := s.r, s.r.dev
+	switch st.kind {
+	case variable:
+		s.vals[st.outputs] = st.v.Tensor()
+		return nil
+	case initialized:
+		v := r.variableOf(st.inputs[0])
+		t := tensor.New(tensor.Bool)
+		t.Bools()[0] = v.Initialized()
+		s.vals[st.outputs] = host(t)
+		return nil
+	}
+	// A checkpoint op: the CPU kernel, on host copies of the variables.
+	step, err := s.toHost(s.vals[st.inputs[0]])
+	if err != nil {
+		return fmt.Errorf("runner: node %s on %s: the step: %w", st.n, d.Info().Name, err)
+	}
+	tmp := kernel.NewResources()
+	kc := &kernel.Context{Ctx: s.ctx, Node: st.n, Resources: r.res,
+		Inputs: make([]*tensor.Tensor, len(st.inputs)), Refs: make([]*kernel.Variable, len(st.inputs)),
+		Outputs: make([]*tensor.Tensor, st.n.NumOutputs())}
+	kc.Inputs[0] = step
+	vars := make([]*device.Variable, len(st.inputs))
+	var values []*tensor.Tensor
+	for i, slot := range st.inputs[1:] {
+		v := r.variableOf(slot)
+		if v == nil {
+			return fmt.Errorf("runner: node %s on %s: input %d is not a device variable", st.n, d.Info().Name, i+1)
+		}
+		dv := v.Tensor()
+		hv, err := tmp.Variable(v.Name(), dv.DType, tensor.MakeShape(dv.Shape...))
+		if err != nil {
+			return fmt.Errorf("runner: node %s: %w", st.n, err)
+		}
+		kc.Refs[i+1], vars[i+1] = hv, v
+		if st.kind == save {
+			if err := v.CheckInitialized(); err != nil {
+				return fmt.Errorf("runner: node %s: saving: %w", st.n, err)
+			}
+			t, err := s.download(dv)
+			if err != nil {
+				return fmt.Errorf("runner: node %s: saving %s: %w", st.n, v.Name(), err)
+			}
+			values = append(values, t)
+		}
+	}
+	if st.kind == save {
+		if err := d.Stream().Synchronize(s.ctx); err != nil {
+			return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
+		}
+		for i, t := range values {
+			if err := kc.Refs[i+1].Assign(t); err != nil {
+				return fmt.Errorf("runner: node %s: %w", st.n, err)
+			}
+		}
+	}
+	if err := st.host.Compute(kc); err != nil {
+		return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
+	}
+	if st.kind == save {
+		s.vals[st.outputs] = host(kc.Outputs[0])
+		return nil
+	}
+	for i := 1; i < len(vars); i++ {
+		t, err := kc.Refs[i].Read()
+		if err != nil {
+			return fmt.Errorf("runner: node %s: %w", st.n, err)
+		}
+		dv := vars[i].Tensor()
+		if raw := t.RawBytes(); len(raw) > 0 {
+			if err := d.Stream().CopyIn(dv.Buf.Ptr, raw); err != nil {
+				return fmt.Errorf("runner: node %s: restoring %s: %w", st.n, vars[i].Name(), err)
+			}
+			r.copies.in(int64(len(raw)))
+		}
+		s.hold = append(s.hold, t)
+		vars[i].SetInitialized()
+	}
+	return nil
+}
+
+// upload copies a host value into new device memory, counted.
+func (s *run) upload(t *tensor.Tensor) (*device.Tensor, error) {
+	up, err := device.Upload(s.r.dev, t)
+	if err == nil && len(t.RawBytes()) > 0 {
+		s.r.copies.in(int64(len(t.RawBytes())))
+	}
+	return up, err
+}
+
+// download is device.Download, counted when it copies.
+func (s *run) download(v *device.Tensor) (*tensor.Tensor, error) {
+	t, err := device.Download(s.r.dev, v)
+	if err == nil && v.Host == nil && v.Bytes() > 0 {
+		s.r.copies.out(v.Bytes())
+	}
+	return t, err
+}
+
+// Transfers counts the copies between host and device memory a runner
+// has queued since it was built: values copied in (received, fed or
+// restored), and out (sent, fetched, read on the host or saved).
+type Transfers struct {
+	In, Out           int64 // copies
+	InBytes, OutBytes int64
+}
+
+// Add returns the sum of t and u.
+func (t Transfers) Add(u Transfers) Transfers {
+	return Transfers{t.In + u.In, t.Out + u.Out, t.InBytes + u.InBytes, t.OutBytes + u.OutBytes}
+}
+
+// Sub returns t less u: the copies between two readings.
+func (t Transfers) Sub(u Transfers) Transfers {
+	return Transfers{t.In - u.In, t.Out - u.Out, t.InBytes - u.InBytes, t.OutBytes - u.OutBytes}
+}
+
+type transfers struct{ nIn, nOut, bIn, bOut atomic.Int64 }
+
+func (c *transfers) in(n int64)  { c.nIn.Add(1); c.bIn.Add(n) }
+func (c *transfers) out(n int64) { c.nOut.Add(1); c.bOut.Add(n) }
+
+// Transfers returns the copies the runner has queued so far.
+func (r *Runner) Transfers() Transfers {
+	c := &r.copies
+	return Transfers{In: c.nIn.Load(), Out: c.nOut.Load(), InBytes: c.bIn.Load(), OutBytes: c.bOut.Load()}
+}

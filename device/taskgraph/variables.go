@@ -1,0 +1,254 @@
+package taskgraph
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/placement"
+)
+
+// Device-resident variables (Config.VariablesOnDevice). A Variable that
+// asks for an accelerator lives in that device's memory when every op of
+// the graph that takes it by ref can run there: Assign, the optimizers'
+// updates (device.Updates, for the variable's dtype), IsVariableInitialized
+// and the checkpoint ops, which the runner runs through the host. Those
+// ops then run on the variable's device whatever device they ask for,
+// as TensorFlow colocates the users of a ref with their variable, so that
+// no ref crosses devices; a read of the variable by the host (a fetch, a
+// summary, a loss's input there) crosses as a value, through a Send and
+// Recv pair. An op that takes several variables by ref (a checkpoint op,
+// an update with its slots) needs them on one device: if one of them
+// cannot live there, none does. The decision is made over the whole
+// graph, not one step's nodes, so that every step of a task finds a
+// variable in the same place; the task's resources remember where each
+// one went, and a step built later (after the graph grew) that would put
+// it elsewhere is refused by name rather than reading a fresh variable.
+
+// variablesKey is the key of the task's device variables in its
+// kernel.Resources.
+const variablesKey = "device/taskgraph.variables"
+
+// deviceVariables are a task's stores of device variables, one per
+// device, and where each variable was placed.
+type deviceVariables struct {
+	mu     sync.Mutex
+	stores map[device.Device]*device.Variables
+	order  []device.Device
+	where  map[string]int // variable name -> device index, -1 for the host
+	closed bool
+}
+
+func variablesOf(res *kernel.Resources) *deviceVariables {
+	return res.Resource(variablesKey, func() any {
+		return &deviceVariables{stores: map[device.Device]*device.Variables{}, where: map[string]int{}}
+	}).(*deviceVariables)
+}
+
+// store returns d's store, made on first use.
+func (dv *deviceVariables) store(d device.Device) (*device.Variables, error) {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	if dv.closed {
+		return nil, fmt.Errorf("the device variables of %s were released: %w", d.Info().Name, device.ErrClosed)
+	}
+	s, ok := dv.stores[d]
+	if !ok {
+		s = device.NewVariables(d)
+		dv.stores[d], dv.order = s, append(dv.order, d)
+	}
+	return s, nil
+}
+
+// settle records where the variables of sub go, and refuses a variable
+// that an earlier step placed elsewhere.
+func (dv *deviceVariables) settle(sub *graph.Subgraph, varDev map[*graph.Node]int, cfg Config) error {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	for _, n := range sub.AllNodes() {
+		if n.Op() != "Variable" {
+			continue
+		}
+		idx, ok := varDev[n]
+		if !ok {
+			idx = -1
+		}
+		was, seen := dv.where[n.Name()]
+		if !seen {
+			dv.where[n.Name()] = idx
+			continue
+		}
+		if was != idx {
+			return fmt.Errorf("taskgraph: variable %s lives on %s since an earlier step, and this step would put it on %s (an op added since takes it by ref and cannot run there)",
+				n, where(cfg, was), where(cfg, idx))
+		}
+	}
+	return nil
+}
+
+func where(cfg Config, idx int) string {
+	if idx < 0 {
+		return cfg.Task + "/cpu:0"
+	}
+	return cfg.Task + "/gpu:" + strconv.Itoa(idx)
+}
+
+// release closes every store.
+func (dv *deviceVariables) release() error {
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	dv.closed = true
+	var errs []error
+	for _, d := range dv.order {
+		errs = append(errs, dv.stores[d].Close())
+	}
+	dv.stores, dv.order = nil, nil
+	return errors.Join(errs...)
+}
+
+// ReleaseVariables frees the device variables kept in res (see
+// Config.VariablesOnDevice), once the executors that read them are
+// closed; steps built on res afterwards fail. The owner of res calls it
+// when its state ends (a session's Close).
+func ReleaseVariables(res *kernel.Resources) error {
+	if res == nil {
+		return nil
+	}
+	return variablesOf(res).release()
+}
+
+// VariableDevices returns the names of the variables kept in device memory
+// in res, by device name ("GPU:0").
+func VariableDevices(res *kernel.Resources) map[string][]string {
+	dv := variablesOf(res)
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
+	out := map[string][]string{}
+	for _, d := range dv.order {
+		out[d.Info().Name] = dv.stores[d].Names()
+	}
+	return out
+}
+
+// refOps are the ops other than device.Updates that may take a device
+// variable by ref: the runner's own, and Assign (a copy in device memory).
+var refOps = []string{"Assign", "IsVariableInitialized", "SaveVariables", "RestoreVariables"}
+
+// placeVariables returns the device index of each Variable of g that lives
+// on an accelerator.
+func placeVariables(g *graph.Graph, cfg Config) map[*graph.Node]int {
+	users := map[*graph.Node][]*graph.Node{}
+	var refUsers []*graph.Node
+	for _, n := range g.Nodes() {
+		has := false
+		for i, in := range n.Inputs() {
+			if n.IsRefInput(i) {
+				users[in.Node] = append(users[in.Node], n)
+				has = true
+			}
+		}
+		if has {
+			refUsers = append(refUsers, n)
+		}
+	}
+	at := map[*graph.Node]int{}
+	for _, n := range g.Nodes() {
+		if n.Op() != "Variable" {
+			continue
+		}
+		d, err := placement.ParseDevice(n.Device())
+		if err != nil || d.Type != "gpu" {
+			continue
+		}
+		idx := max(d.Index, 0)
+		if idx >= len(cfg.Devices) {
+			continue
+		}
+		platform := cfg.Devices[idx].Info().Platform
+		ok := true
+		for _, u := range users[n] {
+			ok = ok && refSupported(u, n, platform)
+		}
+		if ok {
+			at[n] = idx
+		}
+	}
+	// An op's refs all live on one device, or all on the host.
+	for changed := true; changed; {
+		changed = false
+		for _, u := range refUsers {
+			idx, one := -2, true
+			for i, in := range u.Inputs() {
+				if !u.IsRefInput(i) {
+					continue
+				}
+				j, ok := at[in.Node]
+				if !ok || idx != -2 && j != idx {
+					one = false
+				}
+				idx = j
+			}
+			if one {
+				continue
+			}
+			for i, in := range u.Inputs() {
+				if _, ok := at[in.Node]; ok && u.IsRefInput(i) {
+					delete(at, in.Node)
+					changed = true
+				}
+			}
+		}
+	}
+	return at
+}
+
+// refSupported reports whether u, which takes variable v by ref, can run
+// next to it on platform.
+func refSupported(u, v *graph.Node, platform string) bool {
+	for i, in := range u.Inputs() {
+		if u.IsRefInput(i) && in.Node.Op() != "Variable" {
+			return false
+		}
+	}
+	if slices.Contains(refOps, u.Op()) {
+		if u.Op() != "Assign" {
+			return true
+		}
+		_, err := device.LookupKernel(platform, "Assign")
+		return err == nil
+	}
+	if !slices.Contains(device.Updates, u.Op()) {
+		return false
+	}
+	def, err := device.LookupKernel(platform, u.Op())
+	return err == nil && def.Supports(v.AttrDType("dtype"))
+}
+
+// colocated reports whether n is a Variable or takes one by ref (when
+// variables may live on devices), and then its device index: the
+// variable's, or -1 for the host.
+func colocated(n *graph.Node, varDev map[*graph.Node]int) (int, bool) {
+	if varDev == nil {
+		return 0, false
+	}
+	if n.Op() == "Variable" {
+		if idx, ok := varDev[n]; ok {
+			return idx, true
+		}
+		return -1, true
+	}
+	for i, in := range n.Inputs() {
+		if n.IsRefInput(i) {
+			if idx, ok := varDev[in.Node]; ok {
+				return idx, true
+			}
+			return -1, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,251 @@
+package taskgraph_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/distflow/distflow/checkpoint"
+	"github.com/distflow/distflow/checkpoint/bundle"
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/runner"
+	"github.com/distflow/distflow/device/taskgraph"
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/tensor"
+)
+
+// deviceRun is a training of a trainer on a session, with the executor
+// of its training step for the placement and the copies.
+type deviceRun struct {
+	losses []float32
+	// perStep are the copies of the last step, a replayed one.
+	perStep runner.Transfers
+	onGPU   map[string]bool
+	saved   string // the checkpoint's prefix
+}
+
+// trainSession trains tr for steps on a session over devs (the CPU alone
+// when devs is empty) with cfg's variables placement, saves a checkpoint
+// in dir at the end, and returns what it saw.
+func trainSession(t *testing.T, tr *trainer, sv *checkpoint.Saver, devs []device.Device, onDevice bool, steps, batchSize int) deviceRun {
+	t.Helper()
+	ctx := context.Background()
+	var opts []session.Option
+	if len(devs) > 0 {
+		opts = append(opts, session.WithDevices(taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true,
+			RandomOnDevice: true, VariablesOnDevice: onDevice}))
+	}
+	sess, err := session.New(tr.g, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if _, err := sess.Run(ctx, nil, nil, []*graph.Node{tr.init}); err != nil {
+		t.Fatal(err)
+	}
+	// The step's own executor, on the session's resources, for the
+	// placement and the count of copies.
+	cfg := taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true, RandomOnDevice: true, VariablesOnDevice: onDevice}
+	e, err := taskgraph.New(tr.g, graph.Signature{Feeds: []graph.Output{tr.m.Input, tr.m.Label},
+		Fetches: []graph.Output{tr.m.Loss}, Targets: []*graph.Node{tr.trainOp}}, sess.Resources(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	out := deviceRun{onGPU: map[string]bool{}}
+	for name, d := range e.Placement() {
+		if strings.HasSuffix(d, "/gpu:0") {
+			out.onGPU[tr.g.Node(name).Op()] = true
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range steps {
+		n := batchSize
+		if i%5 == 4 {
+			n = batchSize/2 + 1
+		}
+		x, y := batch(r, n)
+		before := e.Transfers()
+		v, err := e.Run(ctx, []*tensor.Tensor{x, y})
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		out.perStep = e.Transfers().Sub(before)
+		out.losses = append(out.losses, v[0].Float32s()[0])
+	}
+	if out.saved, err = sv.Save(ctx, sess, int64(steps)); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestVariablesOnDeviceTrainAsOnTheCPU trains the reference models with
+// their variables in the simulated GPU's memory, updated there in place,
+// and checks every step's loss and the saved checkpoint against the same
+// training on the CPU alone; the checkpoint restores into a fresh session
+// on the device bit for bit; a replayed step copies in the batch alone.
+func TestVariablesOnDeviceTrainAsOnTheCPU(t *testing.T) {
+	for _, c := range []struct {
+		model        string
+		steps, batch int
+	}{{"mlp", 20, 32}, {"cnn", 7, 4}} {
+		t.Run(c.model, func(t *testing.T) {
+			devs := openSim(t, device.Options{Count: 1})
+			ref := reference(build(t, c.model))
+			refDir, dir := t.TempDir(), t.TempDir()
+			refSaver := newSaver(t, ref, refDir)
+			want := trainSession(t, ref, refSaver, devs, false, c.steps, c.batch)
+
+			tr := build(t, c.model)
+			sv := newSaver(t, tr, dir)
+			host := trainSession(t, tr, sv, devs, false, c.steps, c.batch)
+			got := trainSession(t, tr, sv, devs, true, c.steps, c.batch)
+			for _, op := range []string{"Variable", "ApplyGradientDescent", "MatMul"} {
+				if !got.onGPU[op] {
+					t.Errorf("no %s on the GPU with the variables there (on it: %v)", op, got.onGPU)
+				}
+			}
+			for i := range want.losses {
+				if d := math.Abs(float64(got.losses[i] - want.losses[i])); d > tolerance()*max(1, math.Abs(float64(want.losses[i]))) {
+					t.Fatalf("step %d: loss %g with the variables on the GPU, %g on the CPU", i, got.losses[i], want.losses[i])
+				}
+			}
+			nvars := len(ops.TrainableVariables(tr.g))
+			t.Logf("%s: copies per replayed step: variables on the host %+v, on the device %+v (%d trainable variables)",
+				c.model, host.perStep, got.perStep, nvars)
+			// In: the batch's two tensors; out: the loss.
+			if got.perStep.In != 2 || got.perStep.Out != 1 {
+				t.Errorf("a step with the variables on the device copies %+v, want 2 in and 1 out", got.perStep)
+			}
+			if host.perStep.In < got.perStep.In+int64(nvars) {
+				t.Errorf("a step with the variables on the host copies %d in, want at least %d", host.perStep.In, got.perStep.In+int64(nvars))
+			}
+			// The checkpoints: the device's against the CPU's.
+			names := variableNames(tr.g)
+			wantVals, err := bundle.ReadVariables(refDir, want.saved, names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotVals, err := bundle.ReadVariables(dir, got.saved, names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range names {
+				if msg := differ(gotVals[name], wantVals[name]); msg != "" {
+					t.Errorf("variable %s saved from the GPU: %s", name, msg)
+				}
+			}
+			restoreOnDevice(t, tr, sv, devs, int64(c.steps), gotVals)
+			if st := devs[0].Allocator().Stats(); st.Live != 0 {
+				t.Errorf("after the sessions closed: %d allocations live", st.Live)
+			}
+		})
+	}
+}
+
+func newSaver(t *testing.T, tr *trainer, dir string) *checkpoint.Saver {
+	t.Helper()
+	sv, err := checkpoint.NewSaver(graph.NewScopeWithGraph(tr.g), nil, checkpoint.SaverConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sv
+}
+
+func variableNames(g *graph.Graph) []string {
+	var names []string
+	for _, v := range ops.GlobalVariables(g) {
+		names = append(names, v.Name())
+	}
+	return names
+}
+
+// differ says how a differs from b, bit for bit on the simulator and
+// within tolerance() on a real device; "" when they agree.
+func differ(a, b *tensor.Tensor) string {
+	if a == nil || b == nil {
+		return "missing"
+	}
+	if a.DType() != b.DType() || !slicesEqual(a.Shape(), b.Shape()) {
+		return "another dtype or shape"
+	}
+	if a.DType() != tensor.Float32 {
+		if string(a.RawBytes()) != string(b.RawBytes()) {
+			return "other bytes"
+		}
+		return ""
+	}
+	x, y := a.Float32s(), b.Float32s()
+	for i := range x {
+		if tolerance() < 1e-5 && math.Float32bits(x[i]) != math.Float32bits(y[i]) ||
+			math.Abs(float64(x[i]-y[i])) > tolerance()*max(1, math.Abs(float64(y[i]))) {
+			return "element " + itoa(i) + " differs"
+		}
+	}
+	return ""
+}
+
+func slicesEqual(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func itoa(i int) string {
+	const digits = "0123456789"
+	if i < 10 {
+		return digits[i : i+1]
+	}
+	return itoa(i/10) + digits[i%10:i%10+1]
+}
+
+// restoreOnDevice restores the checkpoint of step into a fresh session
+// with the variables on devs and checks their values against want,
+// fetched back through the host.
+func restoreOnDevice(t *testing.T, tr *trainer, sv *checkpoint.Saver, devs []device.Device, step int64, want map[string]*tensor.Tensor) {
+	t.Helper()
+	ctx := context.Background()
+	sess, err := session.New(tr.g, session.WithDevices(taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true,
+		RandomOnDevice: true, VariablesOnDevice: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	vars := ops.GlobalVariables(tr.g)
+	_, err = sess.Run(ctx, nil, []graph.Output{vars[len(vars)-1].Value()}, nil)
+	if !errors.Is(err, kernel.ErrUninitialized) {
+		t.Errorf("a read before the restore: %v, want kernel.ErrUninitialized", err)
+	}
+	if err := sv.Restore(ctx, sess, step); err != nil {
+		t.Fatal(err)
+	}
+	var fetches []graph.Output
+	for _, v := range vars {
+		fetches = append(fetches, v.Value())
+	}
+	got, err := sess.Run(ctx, nil, fetches, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vars {
+		if string(got[i].RawBytes()) != string(want[v.Name()].RawBytes()) {
+			t.Errorf("variable %s restored on the GPU differs from the checkpoint", v.Name())
+		}
+	}
+	onDevice := taskgraph.VariableDevices(sess.Resources())[devs[0].Info().Name]
+	if len(onDevice) < len(ops.TrainableVariables(tr.g)) {
+		t.Errorf("the restored session keeps %v on %s, want the trainable variables", onDevice, devs[0].Info().Name)
+	}
+}
