@@ -95,4 +95,18 @@
 // Wait are operations: exactly one is in flight at a time, and its answer
 // comes when it is done (a Cut makes it fail sooner). WakeAt asks for a
 // Tick at a time. After End, the machine ignores every event.
+//
+// # Tests
+//
+// testdata/*.trace are traces of events (a config line, then one event a
+// line, at a time in milliseconds); testdata/*.golden hold each trace with
+// the actions the machine emitted, and are rewritten with
+//
+//	go test ./estimator/internal/ringstate -run TestTraces -update
+//
+// A randomized test runs rings of machines through random worlds and
+// checks their promises (generations only grow, a rank leads only once
+// every lower rank is lost to it, the lead goes only to a lower rank, no
+// two ranks lead one generation, a stale operation is cut, and a healed
+// world settles with rank 0 leading every rank, or ends on every rank).
 package ringstate
