@@ -484,3 +484,60 @@ func TestHandStartedShort(t *testing.T) {
 	}
 	checkNoneLeft(t, res)
 }
+
+// TestRingLeaderStoppedMidSave stops the all-reduce leader (rank 0) the
+// moment a temporary file of its first checkpoint appears, for longer than
+// the lost deadline (2 s with --step-timeout=8s), so that rank 1 leads
+// and saves newer checkpoints in the same directory meanwhile. Resumed,
+// rank 0 must go on: it exited 1 with "rename ...tmp...: no such file or
+// directory" (rank 1's retention had deleted its temporary file as
+// debris) and was restarted, in 3 runs of 3.
+func TestRingLeaderStoppedMidSave(t *testing.T) {
+	bin := distflowBinary(t)
+	plan, err := ParsePlan("stop:worker0@file:model.ckpt-*.tmp*+6s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Binary: bin, Strategy: MustStrategy("allreduce"), Dir: t.TempDir(), Deadline: 90 * time.Second,
+		Args: []string{"--steps", "2000", "--step-timeout", "8s"}, Plan: plan}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tbl strings.Builder
+	WriteTable(&tbl, []*Result{res})
+	t.Logf("\n%s(output in %s)\nrestarts: %q", tbl.String(), res.Dir, res.Restarts)
+	if f := res.Faults[0]; !f.Applied {
+		t.Fatalf("%s was not applied: %s", f.Fault, f.Skipped)
+	}
+	out, err := os.ReadFile(filepath.Join(res.Dir, "output.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "this rank leads the ring") {
+		t.Fatal("rank 1 never led while rank 0 was stopped: the test needs it to save meanwhile")
+	}
+	if !res.Finished {
+		t.Errorf("the run did not finish (hung %v, exit %q, waiting for %q)", res.Hung, res.ExitError, res.WaitingFor)
+	}
+	// The failure it had: "distflow: estimator: saving a checkpoint at step
+	// 100: ... rename ...: no such file or directory", then a restart.
+	if fatal := grepLines(string(out), "distflow: estimator: saving a checkpoint"); len(res.Restarts) > 0 || fatal != "" {
+		t.Errorf("a task failed (restarts %q):\n%s", res.Restarts, fatal)
+	}
+	if len(res.Corrupt) > 0 || len(res.LeftBehind) > 0 {
+		t.Errorf("corrupt checkpoints %v, processes left behind %v", res.Corrupt, res.LeftBehind)
+	}
+	checkNoneLeft(t, res)
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
