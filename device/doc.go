@@ -58,4 +58,14 @@
 // are the random ops they run, from one counter-based stream (Philox,
 // PhiloxUniform) that every platform draws bit for bit; Updates the
 // optimizers' update rules, in place, for variables in device memory.
+//
+// # Variables
+//
+// Variables is a device's store of variables: buffers of its allocator
+// that outlive steps, made by the first run of a Variable node and freed
+// only when the store closes, so that a model's weights stay in device
+// memory from step to step and a captured step updates them in place at
+// every replay. Package device/runner runs a partition's Variable nodes on
+// the store, Assign (VariableOps) and the updates take them by ref, and
+// the checkpoint ops reach them through copies to and from the host.
 package device

@@ -151,8 +151,9 @@ func Kernels(platform string) []string {
 // Ops are the ops every GPU platform has a kernel for: the forward and
 // backward passes of the reference models (linear regression, the MLP, the
 // CNN) and the element-wise arithmetic around them. Ops not listed
-// (variables, queues, summaries, and the random ops not in Random) run on
-// the CPU under soft placement. The conformance suite (package
+// (queues, summaries, the random ops not in Random, and variables with
+// the ops that take them by ref unless they are kept in device memory:
+// Updates, VariableOps) run on the CPU under soft placement. The conformance suite (package
 // device/devicetest) checks a platform's kernels of these against the
 // CPU's.
 var Ops = []string{
@@ -185,10 +186,11 @@ type Releaser interface {
 // updates the variable and its slots, its ref inputs, in place in their
 // device memory, reading the gradient and the hyper-parameters (device
 // scalars) from the others; the ops have no outputs. They are not in Ops,
-// and Runs is false for them: a variable lives on the host (kernel.Variable
-// in the task's resources, which the runner cannot hand a kernel), so its
-// updates run there. The conformance suite checks these kernels against
-// the CPU's rules, for the time variables can live in device memory.
+// and Runs is false for them: they run on a device only next to variables
+// kept in its memory (Variables; package device/taskgraph's
+// Config.VariablesOnDevice), else with their variables on the host. The
+// conformance suite checks these kernels against the CPU's rules, on
+// buffers and on variables of a store.
 var Updates = []string{"ApplyAdagrad", "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "ApplyRMSProp"}
 
 // hostArgs are the arguments of Ops that live in host memory on every

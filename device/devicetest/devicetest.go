@@ -1,7 +1,9 @@
 // Package devicetest is the conformance suite of device platforms: every
 // platform (the simulator, CUDA) runs Run, which checks its memory,
-// streams, allocator and out-of-memory errors, logical devices, and each
-// kernel of device.Ops against the CPU kernel on the same inputs.
+// streams, allocator and out-of-memory errors, logical devices, each
+// kernel of device.Ops against the CPU kernel on the same inputs, and
+// variables kept in device memory (device.Variables, as package
+// device/runner runs them) updated in place by device.Updates.
 //
 //	func TestConformance(t *testing.T) { devicetest.Run(t, sim.New(sim.Config{})) }
 package devicetest
@@ -44,6 +46,7 @@ func Run(t *testing.T, p device.Platform) {
 	t.Run("Kernels", func(t *testing.T) { testKernels(t, p) })
 	t.Run("Updates", func(t *testing.T) { testUpdates(t, p) })
 	t.Run("Random", func(t *testing.T) { testRandom(t, p) })
+	t.Run("Variables", func(t *testing.T) { testVariables(t, p) })
 }
 
 // open opens one device of p with opts, closed at the test's end.
