@@ -292,23 +292,11 @@ func (sh *ringShell) do(ctx context.Context, a ringstate.Action) (answer ringsta
 			r.log.Warn("every lower rank is lost: this rank leads the ring", "rank", r.index, "step", sh.m.Done()+1, "lost", sh.hb.lost())
 		}
 	case ringstate.Follow:
-		l.leader = false
-		if a.Leader >= 0 {
-			gen := int64(0)
-			if nv, ok := l.ring.NewestView(); ok {
-				gen = nv.Gen
-			}
-			r.log.Info("a lower rank leads the ring again; following it", "leader", r.reps[a.Leader].String(), "generation", gen)
-		}
+		sh.follow(a)
 	case ringstate.CheckEnded:
 		return ringstate.Ended{Yes: sh.endedElsewhere(ctx, a.Final)}, false, nil
 	case ringstate.ProbeServers:
-		down := l.ring.DownServers(ctx)
-		sh.downServers = sh.downServers[:0]
-		for _, d := range down {
-			sh.downServers = append(sh.downServers, l.ring.PeerName(d))
-		}
-		return ringstate.ServersProbed{Down: len(down) > 0}, false, nil
+		return sh.probeServers(ctx), false, nil
 	case ringstate.SendView:
 		if !a.Wait {
 			sh.tell(ctx, a.View, a.To)
@@ -322,58 +310,15 @@ func (sh *ringShell) do(ctx context.Context, a ringstate.Action) (answer ringsta
 		}
 		sh.group = group
 	case ringstate.Sync:
-		l.done = sh.m.Done()
-		gen, leader, step := sh.m.View().Gen, l.leader, sh.m.Done()+1
-		sh.start(ctx, func(ctx context.Context, cut <-chan struct{}) ringstate.Event {
-			if err := l.sync(ctx, sh.group, cut); err != nil {
-				sh.lastErr = err
-				sh.failed(leader, "taking the members' model failed; waiting for the next view", gen, step, err)
-				return ringstate.SyncFailed{Failure: failure(err)}
-			}
-			return ringstate.Synced{Done: l.done}
-		})
+		sh.startSync(ctx)
 	case ringstate.Train:
-		l.done = sh.m.Done()
-		gen, leader := sh.m.View().Gen, l.leader
-		sh.start(ctx, func(ctx context.Context, cut <-chan struct{}) ringstate.Event {
-			if err := l.step(ctx, sh.group, a.Step, cut); err != nil {
-				sh.lastErr = err
-				if !endsTraining(err) {
-					sh.failed(leader, "a step failed; waiting for the next view", gen, a.Step, err)
-				}
-				return ringstate.StepFailed{Step: a.Step, Failure: failure(err)}
-			}
-			stop := l.ms.ShouldStop() && a.Step < l.steps
-			if stop {
-				if leader {
-					r.log.Info("a hook asked to stop: training ends at this step", "step", a.Step, "target", l.steps)
-				} else {
-					r.log.Info("a hook asked to stop: this rank leaves the ring", "step", a.Step, "target", l.steps)
-				}
-			}
-			return ringstate.Trained{Step: a.Step, Stop: stop}
-		})
+		sh.startStep(ctx, a.Step)
 	case ringstate.Finish:
-		l.done = sh.m.Done()
-		leader := l.leader
-		sh.start(ctx, func(ctx context.Context, _ <-chan struct{}) ringstate.Event {
-			if err := l.st.finish(ctx, l.sess, sh.group); err != nil {
-				sh.lastErr = err
-				if !leader {
-					r.log.Warn("the last average failed; waiting for the next view", "err", err)
-				}
-				return ringstate.Finished{Failed: true}
-			}
-			return ringstate.Finished{}
-		})
+		sh.startFinish(ctx)
 	case ringstate.Cut:
 		sh.cancelOp()
 	case ringstate.Exclude:
-		names := make([]string, len(a.Ranks))
-		for i, k := range a.Ranks {
-			names[i] = l.ring.PeerName(k)
-		}
-		r.log.Warn("a step failed: leaving out the ranks that are down", "step", sh.m.Done()+1, "down", names, "err", sh.lastErr)
+		sh.exclude(a.Ranks)
 	case ringstate.Readmit:
 	case ringstate.Checkpoint:
 		l.done, l.steps = a.Step, sh.m.Steps()
@@ -383,19 +328,118 @@ func (sh *ringShell) do(ctx context.Context, a ringstate.Action) (answer ringsta
 			}
 		}
 	case ringstate.WakeAt:
-		if sh.timer != nil {
-			sh.timer.Stop()
-		}
-		if l.leader {
-			// The heartbeats count a peer lost lostAfter after its last
-			// answer, which they see within another half of it.
-			r.log.Warn("a step failed; waiting for the heartbeats to tell who is lost", "step", sh.m.Done()+1, "lost_after", sh.lostAfter, "err", sh.lastErr)
-		}
-		sh.timer = time.AfterFunc(time.Until(a.At), func() { sh.push(ringstate.Tick{}) })
+		sh.wakeAt(a.At)
 	case ringstate.End:
 		return nil, true, sh.end(a)
 	}
 	return nil, false, nil
+}
+
+// follow makes this rank a member; a lower rank that leads again is logged.
+func (sh *ringShell) follow(a ringstate.Follow) {
+	l, r := sh.l, sh.l.r
+	l.leader = false
+	if a.Leader >= 0 {
+		gen := int64(0)
+		if nv, ok := l.ring.NewestView(); ok {
+			gen = nv.Gen
+		}
+		r.log.Info("a lower rank leads the ring again; following it", "leader", r.reps[a.Leader].String(), "generation", gen)
+	}
+}
+
+// probeServers asks the summation servers whether they answer.
+func (sh *ringShell) probeServers(ctx context.Context) ringstate.Event {
+	down := sh.l.ring.DownServers(ctx)
+	sh.downServers = sh.downServers[:0]
+	for _, d := range down {
+		sh.downServers = append(sh.downServers, sh.l.ring.PeerName(d))
+	}
+	return ringstate.ServersProbed{Down: len(down) > 0}
+}
+
+// startSync starts the sync of the view's members: one model, that of the
+// member furthest on.
+func (sh *ringShell) startSync(ctx context.Context) {
+	l := sh.l
+	l.done = sh.m.Done()
+	gen, leader, step := sh.m.View().Gen, l.leader, sh.m.Done()+1
+	sh.start(ctx, func(ctx context.Context, cut <-chan struct{}) ringstate.Event {
+		if err := l.sync(ctx, sh.group, cut); err != nil {
+			sh.lastErr = err
+			sh.failed(leader, "taking the members' model failed; waiting for the next view", gen, step, err)
+			return ringstate.SyncFailed{Failure: failure(err)}
+		}
+		return ringstate.Synced{Done: l.done}
+	})
+}
+
+// startStep starts the training step step among the view's members; a
+// hook that asks to stop ends training there (the leader) or takes this
+// rank out of the ring.
+func (sh *ringShell) startStep(ctx context.Context, step int64) {
+	l, r := sh.l, sh.l.r
+	l.done = sh.m.Done()
+	gen, leader := sh.m.View().Gen, l.leader
+	sh.start(ctx, func(ctx context.Context, cut <-chan struct{}) ringstate.Event {
+		if err := l.step(ctx, sh.group, step, cut); err != nil {
+			sh.lastErr = err
+			if !endsTraining(err) {
+				sh.failed(leader, "a step failed; waiting for the next view", gen, step, err)
+			}
+			return ringstate.StepFailed{Step: step, Failure: failure(err)}
+		}
+		stop := l.ms.ShouldStop() && step < l.steps
+		if stop {
+			if leader {
+				r.log.Info("a hook asked to stop: training ends at this step", "step", step, "target", l.steps)
+			} else {
+				r.log.Info("a hook asked to stop: this rank leaves the ring", "step", step, "target", l.steps)
+			}
+		}
+		return ringstate.Trained{Step: step, Stop: stop}
+	})
+}
+
+// startFinish starts the strategy's work after the last step (a last
+// average).
+func (sh *ringShell) startFinish(ctx context.Context) {
+	l, r := sh.l, sh.l.r
+	l.done = sh.m.Done()
+	leader := l.leader
+	sh.start(ctx, func(ctx context.Context, _ <-chan struct{}) ringstate.Event {
+		if err := l.st.finish(ctx, l.sess, sh.group); err != nil {
+			sh.lastErr = err
+			if !leader {
+				r.log.Warn("the last average failed; waiting for the next view", "err", err)
+			}
+			return ringstate.Finished{Failed: true}
+		}
+		return ringstate.Finished{}
+	})
+}
+
+// exclude logs the ranks a failed step found down, which the next view
+// leaves out.
+func (sh *ringShell) exclude(ranks []int) {
+	names := make([]string, len(ranks))
+	for i, k := range ranks {
+		names[i] = sh.l.ring.PeerName(k)
+	}
+	sh.l.r.log.Warn("a step failed: leaving out the ranks that are down", "step", sh.m.Done()+1, "down", names, "err", sh.lastErr)
+}
+
+// wakeAt sets the machine's timer to at.
+func (sh *ringShell) wakeAt(at time.Time) {
+	if sh.timer != nil {
+		sh.timer.Stop()
+	}
+	if sh.l.leader {
+		// The heartbeats count a peer lost lostAfter after its last
+		// answer, which they see within another half of it.
+		sh.l.r.log.Warn("a step failed; waiting for the heartbeats to tell who is lost", "step", sh.m.Done()+1, "lost_after", sh.lostAfter, "err", sh.lastErr)
+	}
+	sh.timer = time.AfterFunc(time.Until(at), func() { sh.push(ringstate.Tick{}) })
 }
 
 // failed logs a failed operation of view gen: a follower's with msg; the
