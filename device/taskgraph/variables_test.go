@@ -15,9 +15,11 @@ import (
 	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
 )
 
 // deviceRun is a training of a trainer on a session, with the executor
@@ -247,5 +249,75 @@ func restoreOnDevice(t *testing.T, tr *trainer, sv *checkpoint.Saver, devs []dev
 	onDevice := taskgraph.VariableDevices(sess.Resources())[devs[0].Info().Name]
 	if len(onDevice) < len(ops.TrainableVariables(tr.g)) {
 		t.Errorf("the restored session keeps %v on %s, want the trainable variables", onDevice, devs[0].Info().Name)
+	}
+}
+
+// buildWith is build with another optimizer than SGD.
+func buildWith(t *testing.T, model, optimizer string, lr float32) *trainer {
+	t.Helper()
+	root := graph.NewScope()
+	s := root.WithDevice("/gpu:0")
+	m, err := models.Build(s, model, models.Config{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := train.NewOptimizer(optimizer, lr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := train.Minimize(s, opt, m.Loss, train.CreateGlobalStep(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ginit := ops.GlobalVariablesInitializer(root)
+	if err := root.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return &trainer{g: root.Graph(), m: m, init: ginit, trainOp: op}
+}
+
+// TestVariablesOnDeviceOptimizers trains the MLP with each optimizer whose
+// update has a device kernel, its variables and slots (Adam's powers too)
+// in the simulated GPU's memory, to the CPU's losses and checkpoint.
+func TestVariablesOnDeviceOptimizers(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lr   float32
+		op   string
+	}{{"momentum", 0.05, "ApplyMomentum"}, {"adagrad", 0.1, "ApplyAdagrad"}, {"rmsprop", 0.001, "ApplyRMSProp"}, {"adam", 0.001, "ApplyAdam"}} {
+		t.Run(c.name, func(t *testing.T) {
+			const steps, batchSize = 8, 16
+			devs := openSim(t, device.Options{Count: 1})
+			ref := reference(buildWith(t, "mlp", c.name, c.lr))
+			refDir, dir := t.TempDir(), t.TempDir()
+			want := trainSession(t, ref, newSaver(t, ref, refDir), devs, false, steps, batchSize)
+			tr := buildWith(t, "mlp", c.name, c.lr)
+			got := trainSession(t, tr, newSaver(t, tr, dir), devs, true, steps, batchSize)
+			if !got.onGPU[c.op] || !got.onGPU["Variable"] {
+				t.Errorf("%s or Variable not on the GPU (on it: %v)", c.op, got.onGPU)
+			}
+			for i := range want.losses {
+				if d := math.Abs(float64(got.losses[i] - want.losses[i])); d > tolerance()*max(1, math.Abs(float64(want.losses[i]))) {
+					t.Fatalf("step %d: loss %g with the variables on the GPU, %g on the CPU", i, got.losses[i], want.losses[i])
+				}
+			}
+			if got.perStep.In != 2 || got.perStep.Out != 1 {
+				t.Errorf("a step copies %+v, want 2 in and 1 out", got.perStep)
+			}
+			names := variableNames(tr.g)
+			wantVals, err := bundle.ReadVariables(refDir, want.saved, names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotVals, err := bundle.ReadVariables(dir, got.saved, names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range names {
+				if msg := differ(gotVals[name], wantVals[name]); msg != "" {
+					t.Errorf("variable %s saved from the GPU: %s", name, msg)
+				}
+			}
+		})
 	}
 }
