@@ -11,14 +11,19 @@
 # --build it prints the GPU (nvidia-smi) and the CUDA libraries it finds,
 # runs the test binaries verbosely (the conformance suite on the GPU: its
 # kernels and the optimizers' update kernels against the CPU's, the random
-# kernels against the Go Philox stream, once with cuBLAS and MatMul and the
-# convolutions once more with the package's own GEMM kernel; the products
-# and convolutions with TF32; the convolutions' benchmark), runs
-# `distflow devices`, trains linreg, mlp and cnn on the CPU and on one GPU
-# and compares their results (the cnn once more with its dropout drawn on
-# the GPU, DISTFLOW_GPU_RANDOM=1), times BenchmarkTrainStep on the GPU beside
-# bench/torch_gpu.py (PyTorch eager on the same card), and ends with one
-# summary block. Every step runs under
+# kernels against the Go Philox stream, variables kept in device memory
+# and updated there in place, in replayed CUDA graphs too, once with cuBLAS
+# and MatMul and the convolutions once more with the package's own GEMM
+# kernel; the products and convolutions with TF32; the convolutions'
+# benchmark; device/taskgraph's trainings of the MLP and CNN with their
+# variables on the GPU against the CPU's losses and checkpoint, with the
+# host<->device copies per step), runs `distflow devices`, trains linreg,
+# mlp and cnn on the CPU and on one GPU and compares their results (the cnn
+# once more with its dropout drawn on the GPU, DISTFLOW_GPU_RANDOM=1; mlp
+# and cnn once more with their variables in GPU memory,
+# DISTFLOW_GPU_VARIABLES=1), times BenchmarkTrainStep on the GPU (with the
+# variables on the host and on the device) beside bench/torch_gpu.py
+# (PyTorch eager on the same card), and ends with one summary block. Every step runs under
 # `timeout`; a missing piece prints a line and the script goes on. The exit
 # status is 0 when every part that ran passed.
 
@@ -228,10 +233,28 @@ print(f"test_accuracy: cpu {cpu['test_accuracy']:.4f}, gpu with device random {g
       f"examples/s: gpu with device random {gpu['examples_per_second']:.0f}, with host random {host_random['examples_per_second']:.0f}")
 sys.exit(0 if abs(cpu["test_accuracy"] - gpu["test_accuracy"]) <= 0.03 else 1)
 PY
+		# The variables (and the optimizer's slots) in GPU memory, updated
+		# there: the same numbers as with them on the host, within the
+		# GPU's rounding (the accuracy within a point of the CPU's), and
+		# the step no longer copies them in and the gradients out.
+		for m in mlp cnn; do
+			steps=600
+			[ "$m" = cnn ] && steps=100
+			step "distflow train $m on a GPU, variables on the device" 240 bash -c "DISTFLOW_GPU_VARIABLES=1 '$WORK/distflow' train --model $m --steps $steps --json --quiet --gpus 1 | tail -1 >'$WORK/$m.gpuvars.json'"
+			step "$m with device variables: the CPU's result" 10 python3 - "$WORK/$m.cpu.json" "$WORK/$m.gpuvars.json" "$WORK/$m.gpu.json" <<'PY'
+import json, sys
+cpu, gpu, host_vars = (json.load(open(f)) for f in sys.argv[1:4])
+print(f"test_accuracy: cpu {cpu['test_accuracy']:.4f}, gpu with device variables {gpu['test_accuracy']:.4f}; "
+      f"examples/s: gpu with device variables {gpu['examples_per_second']:.0f}, with host variables {host_vars['examples_per_second']:.0f}")
+sys.exit(0 if abs(cpu["test_accuracy"] - gpu["test_accuracy"]) <= 0.01 else 1)
+PY
+		done
 		# Speed, side by side on the card: distflow's step (replayed and
-		# kernel by kernel) and PyTorch eager at its own best settings.
+		# kernel by kernel; the variables on the host, then on the device)
+		# and PyTorch eager at its own best settings.
 		if [ -x "$WORK/device_taskgraph.test" ]; then
 			step "BenchmarkTrainStep on the GPU" 240 bash -c "cd device/taskgraph && DISTFLOW_BENCH_PLATFORM=cuda '$WORK/device_taskgraph.test' -test.run '^$' -test.bench TrainStep -test.benchtime 200x -test.timeout=230s"
+			step "BenchmarkTrainStep on the GPU, variables on the device" 240 bash -c "cd device/taskgraph && DISTFLOW_GPU_VARIABLES=1 DISTFLOW_BENCH_PLATFORM=cuda '$WORK/device_taskgraph.test' -test.run '^$' -test.bench TrainStep -test.benchtime 200x -test.timeout=230s"
 		fi
 		if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 			step "PyTorch on the GPU (bench/torch_gpu.py)" 240 python3 bench/torch_gpu.py --steps 300

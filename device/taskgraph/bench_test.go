@@ -70,11 +70,13 @@ func BenchmarkTrainStep(b *testing.B) {
 			init := ops.GlobalVariablesInitializer(root)
 			ctx := context.Background()
 			res := kernel.NewResources()
+			defer taskgraph.ReleaseVariables(res) // DISTFLOW_GPU_VARIABLES=1's, after the executors
 			cfg := taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true, Eager: c.eager, RandomOnDevice: c.random}
 			ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
+			defer ie.Close()
 			if _, err := ie.Run(ctx, nil); err != nil {
 				b.Fatal(err)
 			}
@@ -92,6 +94,7 @@ func BenchmarkTrainStep(b *testing.B) {
 				}
 			}
 			b.ResetTimer()
+			before := e.Transfers()
 			for range b.N {
 				if _, err := e.Run(ctx, feeds); err != nil {
 					b.Fatal(err)
@@ -99,6 +102,8 @@ func BenchmarkTrainStep(b *testing.B) {
 			}
 			b.ReportMetric(float64(c.batch)*float64(b.N)/b.Elapsed().Seconds(), "examples/s")
 			b.ReportMetric(float64(e.Replays()), "replayed")
+			copies := e.Transfers().Sub(before)
+			b.ReportMetric(float64(copies.In+copies.Out)/float64(b.N), "copies/step")
 			b.Logf("%s on %s (%s): batch %s", c.name, devs[0].Info().Model, platform, strconv.Itoa(c.batch))
 		})
 	}
