@@ -96,6 +96,19 @@ func TestFirstNoticeAndProgress(t *testing.T) {
 		{At: 7 * time.Second, Text: `[worker 1] level=WARN msg="lost a task" err="master: step 8845343541833870390 in session \"s3v\""`},
 		{At: 8 * time.Second, Text: `{"global_step":1600,"test_accuracy":0.85}`},
 	}
+	for _, l := range []struct {
+		text string
+		want bool
+	}{
+		{"supervisor: ps 0 died (signal: killed); restarting it with the same flags (1 of 5)", true},
+		{"supervisor: worker 1 still runs 10s after the chief ended training; stopping it", true},
+		{"supervisor: started ps 0 (pid 12)", false},
+		{"supervisor: ps 0 exited 0", false},
+	} {
+		if got := noticeLine(l.text); got != l.want {
+			t.Errorf("noticeLine(%q) = %v, want %v", l.text, got, l.want)
+		}
+	}
 	ps0 := Task{Job: "ps", Index: 0}
 	l, ok := firstNotice(lines, 1500*time.Millisecond, ps0, "")
 	if !ok || l.At != 4*time.Second {

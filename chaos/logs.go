@@ -21,7 +21,12 @@ type Line struct {
 // supervisor's, "supervisor: ...") and slog warnings and errors
 // of any task. Progress lines and informational records are not.
 func noticeLine(text string) bool {
-	return strings.HasPrefix(text, "local cluster: ") || strings.HasPrefix(text, "supervisor: ") || strings.Contains(text, "level=WARN") || strings.Contains(text, "level=ERROR")
+	if rest, ok := strings.CutPrefix(text, "supervisor: "); ok {
+		// The supervisor's news of a start or a clean exit tells of no
+		// failure.
+		return !strings.HasPrefix(rest, "started ") && !strings.HasSuffix(rest, " exited 0")
+	}
+	return strings.HasPrefix(text, "local cluster: ") || strings.Contains(text, "level=WARN") || strings.Contains(text, "level=ERROR")
 }
 
 // namesTask reports whether text names task t: "worker 1", "/job:worker/task:1",
