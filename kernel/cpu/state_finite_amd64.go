@@ -3,6 +3,7 @@
 package cpu
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -110,6 +111,9 @@ func stateAdamFinite32(v, m, vv, g []float32, lrT, beta1, beta2, epsilon float32
 		return false, false
 	}
 	m, vv, g = m[:len(v)], vv[:len(v)], g[:len(v)]
+	if adamBoundedFinite(v, m, vv, g, lrT, 1-beta1, 1-beta2, epsilon) {
+		return true, true
+	}
 	n := len(v) &^ 7
 	if n > 0 {
 		j, _ := adamCheckJobs.Get().(*adamCheckJob)
@@ -151,3 +155,107 @@ func (j *adamCheckJob) Range(lo, hi int) {
 }
 
 var adamCheckJobs sync.Pool
+
+//go:noescape
+func stateMaxBitsAVX2(x *float32, n int, mask uint32) uint32
+
+// stateMaxBits returns the largest of the bits of x[i] & mask, compared as
+// unsigned integers (0 for an empty x).
+func stateMaxBits(x []float32, mask uint32) uint32 {
+	var most uint32
+	if n := len(x) &^ 7; n > 0 && nnHasAVX2 {
+		most = stateMaxBitsAVX2(&x[0], n, mask)
+		x = x[n:]
+	}
+	for _, f := range x {
+		most = max(most, math.Float32bits(f)&mask)
+	}
+	return most
+}
+
+// adamBoundedFinite reports, from the largest magnitudes of the inputs
+// alone, that the float32 Adam update (adamAVX, from v, the old value;
+// c1 = 1-beta1 and c2 = 1-beta2 as it takes them) leaves every element of
+// v, m and vv finite; false means that it cannot tell, and the update is
+// then computed without storing (adamFiniteAVX). The scan reads the four
+// arrays once, with no square root or division, so that a guarded step
+// of a sane model costs about one pass of loads more than an unguarded one.
+//
+// With G, M, X the largest |g|, |m|, |v|, V the largest vv (every vv not
+// negative), c1 and c2 in [0, 1], eps > 0 and u the unit roundoff, in
+// float32 arithmetic rounded to nearest:
+//   - new m = m + (g-m)*c1 has |new m| <= (M + (G+M)(1+u))(1+u) <= 3(G+M);
+//   - new vv = vv + (g*g-vv)*c2 is at least 0 (g*g-vv rounds to at least
+//     -vv, times c2 <= 1 to at least -vv, so the sum rounds to at least
+//     0) and at most 3(G*G+V);
+//   - sqrt(new vv)+eps is at least eps, so the step lrT*new m/(...) is at
+//     most |lrT|*3(G+M)(1+u)^2/eps, and |new v| at most X plus that, with
+//     a rounding.
+//
+// Each bound is computed in float64 and must stay below a quarter of the
+// largest float32, which leaves room for every rounding above. A NaN or
+// an infinity in any input makes a bound NaN or infinite, and the answer
+// false.
+func adamBoundedFinite(v, m, vv, g []float32, lrT, c1, c2, eps float32) bool {
+	if !nnHasAVX2 || !(c1 >= 0 && c1 <= 1 && c2 >= 0 && c2 <= 1 && eps > 0 && eps <= math.MaxFloat32 && lrT-lrT == 0) {
+		return false
+	}
+	j, _ := adamBoundJobs.Get().(*adamBoundJob)
+	if j == nil {
+		j = new(adamBoundJob)
+	}
+	*j = adamBoundJob{x: [4][]float32{g, m, vv, v}}
+	if blocks := len(v) / 8; blocks > 0 {
+		kernel.ParallelRange(blocks, 8, j)
+	}
+	j.Range(len(v)/8, len(v)/8) // the tail
+	bits := [4]uint32{j.most[0].Load(), j.most[1].Load(), j.most[2].Load(), j.most[3].Load()}
+	*j = adamBoundJob{}
+	adamBoundJobs.Put(j)
+	// vv's bits, sign included: below 0x80000000, none is negative (nor
+	// -0), and the largest is the largest magnitude.
+	if bits[2] >= 0x80000000 {
+		return false
+	}
+	f := func(b uint32) float64 { return float64(math.Float32frombits(b)) }
+	G, M, V, X := f(bits[0]), f(bits[1]), f(bits[2]), f(bits[3])
+	const limit = math.MaxFloat32 / 4
+	mNew := 3 * (G + M)
+	vvNew := 3 * (G*G + V)
+	lr := math.Abs(float64(lrT))
+	num := lr * mNew * 1.01
+	step := num / float64(eps) * 1.01
+	return G+M <= limit && G*G <= limit && mNew <= limit && vvNew <= limit && num <= limit && step <= limit && X+step <= limit
+}
+
+// adamBoundJob is adamBoundedFinite's scan of g, m, vv and v, split across
+// cores, pooled; its ranges count blocks of 8 elements, and Range(k, k)
+// with k the number of whole blocks scans the tail. most holds each
+// array's largest bits: of the magnitude for g, m and v, sign included
+// for vv.
+type adamBoundJob struct {
+	x    [4][]float32
+	most [4]atomic.Uint32
+}
+
+func (j *adamBoundJob) Range(lo, hi int) {
+	end := 8 * hi
+	if lo == hi {
+		end = len(j.x[0])
+	}
+	for i, x := range j.x {
+		mask := uint32(0x7fffffff)
+		if i == 2 {
+			mask = 0xffffffff
+		}
+		b := stateMaxBits(x[8*lo:end], mask)
+		for {
+			old := j.most[i].Load()
+			if b <= old || j.most[i].CompareAndSwap(old, b) {
+				break
+			}
+		}
+	}
+}
+
+var adamBoundJobs sync.Pool

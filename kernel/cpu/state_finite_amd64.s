@@ -178,3 +178,52 @@ afdone:
 	SETEQ        ret+56(FP)
 	VZEROUPPER
 	RET
+
+// func stateMaxBitsAVX2(x *float32, n int, mask uint32) uint32
+//
+// Returns the largest of the bits of x[i] & mask, compared as unsigned
+// integers, over n (a positive multiple of 8) elements: with mask
+// 0x7fffffff the bits of the largest magnitude (finite values order as
+// their bits do; an infinity or a NaN is above 0x7f7fffff), with mask
+// 0xffffffff 0x80000000 or more when any element has its sign bit set.
+TEXT ·stateMaxBitsAVX2(SB), NOSPLIT, $0-28
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	MOVL         mask+16(FP), AX
+	VMOVD        AX, X2
+	VPBROADCASTD X2, Y2
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+
+mb16:
+	CMPQ    CX, $16
+	JB      mb8
+	VPAND   (SI), Y2, Y3
+	VPAND   32(SI), Y2, Y4
+	VPMAXUD Y3, Y0, Y0
+	VPMAXUD Y4, Y1, Y1
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	JMP     mb16
+
+mb8:
+	CMPQ    CX, $8
+	JB      mbdone
+	VPAND   (SI), Y2, Y3
+	VPMAXUD Y3, Y0, Y0
+	ADDQ    $32, SI
+	SUBQ    $8, CX
+	JMP     mb8
+
+mbdone:
+	VPMAXUD      Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPMAXUD      X1, X0, X0
+	VMOVD        X0, AX
+	MOVL         AX, ret+24(FP)
+	VZEROUPPER
+	RET
