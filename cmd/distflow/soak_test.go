@@ -23,6 +23,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/distflow/distflow/cluster"
@@ -111,6 +112,7 @@ func TestSoakHostileMember(t *testing.T) {
 
 			clean := soakRun(t, train, nil)
 			flood := &soakFlood{dir: dir, ring: tc.ring, nanDevice: tc.nanDevice, workers: tc.workers}
+			flood.prepare()
 			hostile := soakRun(t, train, flood)
 
 			t.Logf("clean:   global step %d, test accuracy %.4f, max heap %s (%s), refusal lines %d, %.1f s",
@@ -335,6 +337,16 @@ type soakFlood struct {
 	nanDevice string
 	workers   int
 
+	// The graphs it sends, built before the run (prepare): building
+	// 20,000 nodes takes seconds in a race-instrumented test.
+	large, nan *pb.GraphDef
+	nanTarget  string
+
+	mu sync.Mutex
+	// otherCodes counts the codes of forged chunks refused for another
+	// reason than their rank (a ring not yet started or closed).
+	otherCodes map[string]int
+
 	// Counts of what was sent and how it was answered.
 	recvNeverRun, runGraphNeverRun, sessions, sessionBytes atomic.Int64
 	nanRefused, nanOther, nanAccepted                      atomic.Int64
@@ -342,12 +354,24 @@ type soakFlood struct {
 	earlyOps, refusedConns, sessionNanos, forgedNamed      atomic.Int64
 }
 
+func (f *soakFlood) note(code string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.otherCodes == nil {
+		f.otherCodes = map[string]int{}
+	}
+	f.otherCodes[code]++
+}
+
 func (f *soakFlood) summary() string {
+	f.mu.Lock()
+	other := fmt.Sprint(f.otherCodes)
+	f.mu.Unlock()
 	return fmt.Sprintf("%d RecvTensor and %d RunGraph for steps that never run, %d CreateSession of %s in all, "+
-		"%.0f ms each on average, %d NaN writes refused (%d other errors, %d accepted), %d chunks with forged ranks (%d accepted, %d refused naming the rank), "+
+		"%.0f ms each on average, %d NaN writes refused (%d other errors, %d accepted), %d chunks with forged ranks (%d accepted, %d refused naming the rank, others %s), "+
 		"%d malformed chunks (%d accepted), %d chunks of operations that never start, %d refused connections (log flood)",
 		f.recvNeverRun.Load(), f.runGraphNeverRun.Load(), f.sessions.Load(), mib(float64(f.sessionBytes.Load())),
-		float64(f.sessionNanos.Load())/float64(max(1, f.sessions.Load()))/1e6, f.nanRefused.Load(), f.nanOther.Load(), f.nanAccepted.Load(), f.forged.Load(), f.forgedAccepted.Load(), f.forgedNamed.Load(),
+		float64(f.sessionNanos.Load())/float64(max(1, f.sessions.Load()))/1e6, f.nanRefused.Load(), f.nanOther.Load(), f.nanAccepted.Load(), f.forged.Load(), f.forgedAccepted.Load(), f.forgedNamed.Load(), other,
 		f.malformed.Load(), f.malformedAccepted.Load(), f.earlyOps.Load(), f.refusedConns.Load())
 }
 
@@ -502,7 +526,7 @@ func soakLargeGraph(n int) *pb.GraphDef {
 // createSessions creates sessions of large graphs on a master and closes
 // each, several at a time.
 func (f *soakFlood) createSessions(ctx context.Context, m rpcpb.MasterServiceClient) {
-	g := soakLargeGraph(20000)
+	g := f.large
 	size := int64(proto.Size(g))
 	next := pace(ctx, soakSessionRate)
 	for next() {
@@ -519,9 +543,10 @@ func (f *soakFlood) createSessions(ctx context.Context, m rpcpb.MasterServiceCli
 	}
 }
 
-// nanWrites assigns NaN to the model's first weight matrix, as a tool
-// through the master: the variable's kernel must refuse every one.
-func (f *soakFlood) nanWrites(ctx context.Context, m rpcpb.MasterServiceClient) {
+// prepare builds the flood's graphs: a large one of small constants, and
+// one that assigns NaN to the model's first weight matrix.
+func (f *soakFlood) prepare() {
+	f.large = soakLargeGraph(20000)
 	s := graph.NewScope()
 	d := s.WithDevice(f.nanDevice)
 	v := ops.NewVariable(d.SubScope("hidden"), "W", tensor.Float32, []int{784, 100}, ops.ZerosInit())
@@ -534,12 +559,18 @@ func (f *soakFlood) nanWrites(ctx context.Context, m rpcpb.MasterServiceClient) 
 	if err := s.Err(); err != nil {
 		panic(err)
 	}
+	f.nan, f.nanTarget = s.Graph().ToProto(), a.Node.Name()
+}
+
+// nanWrites assigns NaN to the model's first weight matrix, as a tool
+// through the master: the variable's kernel must refuse every one.
+func (f *soakFlood) nanWrites(ctx context.Context, m rpcpb.MasterServiceClient) {
 	next := pace(ctx, 5)
 	for next() {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		r, err := m.CreateSession(cctx, &pb.CreateSessionRequest{Graph: s.Graph().ToProto()})
+		r, err := m.CreateSession(cctx, &pb.CreateSessionRequest{Graph: f.nan})
 		if err == nil {
-			_, err = m.RunStep(cctx, &pb.RunStepRequest{SessionHandle: r.GetSessionHandle(), Targets: []string{a.Node.Name()}})
+			_, err = m.RunStep(cctx, &pb.RunStepRequest{SessionHandle: r.GetSessionHandle(), Targets: []string{f.nanTarget}})
 			switch {
 			case err == nil:
 				f.nanAccepted.Add(1)
@@ -585,6 +616,8 @@ func (f *soakFlood) chunks(ctx context.Context, r rpcpb.RingClient) {
 			f.forgedAccepted.Add(1)
 		} else if strings.Contains(err.Error(), "claims to come from rank") {
 			f.forgedNamed.Add(1)
+		} else {
+			f.note(status.Code(err).String())
 		}
 		malformed := &pb.RingChunk{Name: "hostile/malformed", Round: n, From: self, Size: self + 1, Length: 256, Data: data}
 		switch n % 3 {

@@ -182,8 +182,8 @@ func (s *run) capture(key []inputSig) (out []*tensor.Tensor, captured bool, err 
 	// there, made before the capture: the graph reads them in place, and
 	// each replay first copies the new values in.
 	for _, st := range r.nodes {
-		switch st.kind {
-		case recv, feed, constant, variable:
+		switch {
+		case st.kind == recv || st.kind == feed || st.kind == constant || st.kind == variable && !st.snapshot:
 			if err := s.node(st); err != nil {
 				return nil, false, nil
 			}
@@ -223,7 +223,10 @@ func (s *run) capture(key []inputSig) (out []*tensor.Tensor, captured bool, err 
 	s.holding = true
 	for _, st := range r.nodes {
 		switch st.kind {
-		case launch:
+		case launch, variable:
+			if st.kind == variable && !st.snapshot {
+				continue
+			}
 			if err := s.node(st); err != nil {
 				c.EndCapture()
 				s.abandon(g)

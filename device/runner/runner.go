@@ -78,9 +78,6 @@ type Runner struct {
 	stepsRun   int
 	closed     bool
 
-	// pinned marks the slots of Variable nodes: their values are the
-	// store's buffers, which a step never frees.
-	pinned []bool
 	vars   *device.Variables
 	res    *kernel.Resources
 	copies transfers
@@ -98,6 +95,9 @@ type step struct {
 	value   *tensor.Tensor // a Const's
 	feed    int            // a fed Placeholder's index in Run's feeds
 	v       *device.Variable
+	// snapshot: a Variable whose value is read after the step updates it
+	// in place (variables.go).
+	snapshot bool
 	// host is the CPU kernel of a checkpoint op of device variables.
 	host kernel.Kernel
 }
@@ -132,7 +132,6 @@ func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 	}
 	r.consumers = make([]int, nslots)
 	r.producer = make([]*step, nslots)
-	r.pinned = make([]bool, nslots)
 	for _, n := range g.Nodes() {
 		st := &step{n: n, outputs: first[n]}
 		for i, in := range n.Inputs() {
@@ -189,6 +188,7 @@ func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 		r.fetches = append(r.fetches, slot)
 		r.consumers[slot]++ // kept to the end of the step
 	}
+	r.markSnapshots()
 	_, capturer := dev.Stream().(device.Capturer)
 	r.replayable = capturer && !opts.Eager && replayable(r.nodes)
 	return r, nil
@@ -355,6 +355,9 @@ func (s *run) node(st *step) error {
 				return fmt.Errorf("runner: node %s on %s: input %d: %w", st.n, d.Info().Name, i, err)
 			}
 		}
+		if st.n.IsRefInput(i) {
+			v = s.r.variableOf(slot).Tensor() // the variable itself, not a snapshot
+		}
 		switch {
 		case st.def.IsHostInput(i) && v.Host == nil:
 			t, err := s.toHost(v)
@@ -439,7 +442,7 @@ func (s *run) release(slot int) {
 	if s.left[slot] > 0 {
 		return
 	}
-	if v := s.vals[slot]; v != nil && v.Host == nil && !s.holding && !s.r.pinned[slot] {
+	if v := s.vals[slot]; v != nil && v.Host == nil && !s.holding && !s.stored(slot, v) {
 		s.r.dev.Allocator().Free(v.Buf)
 	}
 	s.vals[slot] = nil
@@ -452,7 +455,7 @@ func (s *run) freeAll() {
 	a := s.r.dev.Allocator()
 	device.FreeAll(a, s.temps)
 	for i, v := range s.vals {
-		if v != nil && v.Host == nil && !s.r.pinned[i] {
+		if v != nil && v.Host == nil && !s.stored(i, v) {
 			a.Free(v.Buf)
 		}
 		s.vals[i] = nil

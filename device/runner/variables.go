@@ -12,11 +12,12 @@ import (
 // Variables on the device. A Variable node of the partition is a variable
 // of the device's store (Options.Variables), made when the runner is built:
 // its value is the store's buffer, which kernels read in place and the
-// updates (device.Updates) and Assign take by ref and write in place. The
-// stream orders them: a read queued before an update sees the old value,
-// one queued after it the new, as TensorFlow's reads of a ref variable on
-// a GPU. A captured step reads and writes the same buffers at every
-// replay. IsVariableInitialized and the checkpoint ops run on the host:
+// updates (device.Updates) and Assign take by ref and write in place, the
+// stream ordering them. A read queued after an update of the variable in
+// the same step (a fetch of a weight beside the train op) reads a device
+// copy made as the step starts instead, the value the host's Variable
+// kernel gives (markSnapshots). A captured step reads and writes the same
+// buffers at every replay. IsVariableInitialized and the checkpoint ops run on the host:
 // SaveVariables copies its variables out and writes them with the CPU's
 // kernel, RestoreVariables reads them with it and copies them in; a step
 // with either, or with IsVariableInitialized, is never captured.
@@ -35,7 +36,6 @@ func (r *Runner) prepareVariableOp(st *step) error {
 			return fmt.Errorf("runner: node %s: %w", n, err)
 		}
 		st.kind, st.v = variable, v
-		r.pinned[st.outputs] = true
 		return nil
 	case "IsVariableInitialized":
 		st.kind = initialized
@@ -53,6 +53,49 @@ func (r *Runner) prepareVariableOp(st *step) error {
 		return fmt.Errorf("runner: node %s on %s: %w", n, name, err)
 	}
 	return nil
+}
+
+// markSnapshots marks the Variables whose value a node reads after a node
+// that writes the variable in place (a fetch or Send queued after its
+// update): they read a copy made as the step starts, the value a Variable
+// node gives on the host. Reads queued before the writes (the forward and
+// backward passes of a training step) read the variable itself.
+func (r *Runner) markSnapshots() {
+	firstWrite := map[int]int{} // slot -> index of its first writer
+	for i, st := range r.nodes {
+		if st.kind != launch && st.kind != restore {
+			continue
+		}
+		for j, slot := range st.inputs {
+			if st.n.IsRefInput(j) && r.variableOf(slot) != nil {
+				if _, ok := firstWrite[slot]; !ok {
+					firstWrite[slot] = i
+				}
+			}
+		}
+	}
+	later := func(slot, i int) {
+		if w, ok := firstWrite[slot]; ok && i > w {
+			r.producer[slot].snapshot = true
+		}
+	}
+	for i, st := range r.nodes {
+		for j, slot := range st.inputs {
+			if !st.n.IsRefInput(j) && r.variableOf(slot) != nil {
+				later(slot, i)
+			}
+		}
+	}
+	for _, slot := range r.fetches {
+		later(slot, len(r.nodes))
+	}
+}
+
+// stored reports whether v, the value of slot, is a variable's own
+// buffer, which the store owns.
+func (s *run) stored(slot int, v *device.Tensor) bool {
+	x := s.r.variableOf(slot)
+	return x != nil && v.Buf.Ptr == x.Tensor().Buf.Ptr
 }
 
 // variableOf returns the device variable behind slot, or nil.
@@ -77,7 +120,26 @@ func (s *run) variableOp(st *step) error {
 	r, d := s.r, s.r.dev
 	switch st.kind {
 	case variable:
-		s.vals[st.outputs] = st.v.Tensor()
+		v := st.v.Tensor()
+		if !st.snapshot || !st.v.Initialized() {
+			s.vals[st.outputs] = v
+			return nil
+		}
+		// The value as the step starts, for reads queued after its update.
+		buf, err := d.Allocator().Alloc(max(v.Bytes(), 1))
+		if err != nil {
+			return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
+		}
+		snap := &device.Tensor{DType: v.DType, Shape: v.Shape, Buf: buf}
+		s.vals[st.outputs] = snap
+		if s.holding {
+			s.captured = append(s.captured, buf)
+		}
+		if v.Bytes() > 0 {
+			if err := d.Stream().Copy(buf.Ptr, v.Buf.Ptr, v.Bytes()); err != nil {
+				return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
+			}
+		}
 		return nil
 	case initialized:
 		v := r.variableOf(st.inputs[0])

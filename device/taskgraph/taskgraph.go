@@ -258,11 +258,11 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config, varDev map[*graph.No
 	randomOnDevice := cfg.RandomOnDevice || os.Getenv("DISTFLOW_GPU_RANDOM") == "1"
 	for _, n := range sub.AllNodes() {
 		devices[n] = hostDev
-		// A device variable and the ops that take it by ref go together.
-		if idx, ok := colocated(n, varDev); ok {
-			if idx >= 0 {
-				devices[n] = cfg.Task + "/gpu:" + strconv.Itoa(idx)
-			}
+		// A device variable and the ops that take it by ref go together;
+		// those of a variable on the host are placed as before, refused
+		// on an accelerator without soft placement.
+		if idx, ok := colocated(n, varDev); ok && idx >= 0 {
+			devices[n] = cfg.Task + "/gpu:" + strconv.Itoa(idx)
 			continue
 		}
 		d, err := placement.ParseDevice(n.Device())
@@ -282,6 +282,8 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config, varDev map[*graph.No
 			why = fmt.Sprintf("the task has %d GPUs", len(cfg.Devices))
 		case !randomOnDevice && slices.Contains(device.Random, n.Op()):
 			why = "random ops draw on the host unless taskgraph.Config.RandomOnDevice (or DISTFLOW_GPU_RANDOM=1)"
+		case varDev != nil && n.Op() == "Variable":
+			why = "an op that takes the variable by ref cannot run there (or takes it with a variable that cannot), so it lives on the host"
 		default:
 			why = supported(n, cfg.Devices[idx].Info().Platform)
 		}
@@ -313,7 +315,7 @@ func supported(n *graph.Node, platform string) string {
 	}
 	for i := range n.NumInputs() {
 		if n.IsRefInput(i) {
-			return n.Op() + " updates a variable, and variables live on the host"
+			return n.Op() + " takes a variable by ref, and the variable lives on the host (taskgraph.Config.VariablesOnDevice keeps it on its GPU when every op that takes it by ref runs there)"
 		}
 	}
 	if n.NumOutputs() > 0 && !def.Supports(n.Output(0).DType()) {

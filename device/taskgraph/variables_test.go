@@ -321,3 +321,159 @@ func TestVariablesOnDeviceOptimizers(t *testing.T) {
 		})
 	}
 }
+
+// TestDeviceVariablePlacement: a variable on /gpu:0 stays there with the
+// ops that take it by ref, whatever device they ask for, and a read by
+// the host crosses as a value; one that an op without a device kernel
+// (AssignAdd) takes by ref stays on the host; an op that takes both by
+// ref (a checkpoint's) keeps both there; a step built after the graph grew
+// that would move a variable is refused by name.
+func TestDeviceVariablePlacement(t *testing.T) {
+	devs := openSim(t, device.Options{Count: 1})
+	ctx := context.Background()
+	cfg := taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true, VariablesOnDevice: true}
+	type model struct {
+		root         *graph.Scope
+		w, c         *ops.Variable
+		step         *graph.Node
+		exp, counted graph.Output
+	}
+	build := func() model {
+		root := graph.NewScope()
+		g := root.WithDevice("/gpu:0")
+		m := model{root: root}
+		m.w = ops.NewVariable(g, "w", tensor.Float32, []int{3}, ops.ConstantInit(1))
+		m.c = ops.NewVariable(g, "c", tensor.Float32, []int{3}, ops.ConstantInit(2))
+		m.counted = ops.AssignAdd(g, m.c.Value(), ops.Const(root, []float32{1, 1, 1}))
+		// An update asked for on the host runs next to its variable.
+		m.step = ops.ApplyGradientDescent(root.WithDevice("/cpu:0"), m.w.Value(), ops.Const(root, float32(0.5)), ops.Const(root, []float32{1, 2, 3}))
+		m.exp = ops.Exp(root, m.w.Value()) // read on the host: no device kernel for Exp
+		return m
+	}
+	run := func(t *testing.T, m model, res *kernel.Resources) *taskgraph.Executor {
+		t.Helper()
+		init := ops.GlobalVariablesInitializer(m.root)
+		if err := m.root.Err(); err != nil {
+			t.Fatal(err)
+		}
+		ie, err := taskgraph.New(m.root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ie.Close()
+		if _, err := ie.Run(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		e, err := taskgraph.New(m.root.Graph(), graph.Signature{Fetches: []graph.Output{m.exp, m.w.Value(), m.counted},
+			Targets: []*graph.Node{m.step}}, res, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	checkPlaced := func(t *testing.T, e *taskgraph.Executor, want map[string]string) {
+		t.Helper()
+		for name, dev := range want {
+			if got := e.Placement()[name]; !strings.HasSuffix(got, dev) {
+				t.Errorf("%s placed on %q, want %s", name, got, dev)
+			}
+		}
+	}
+
+	t.Run("colocated", func(t *testing.T) {
+		m := build()
+		res := kernel.NewResources()
+		defer taskgraph.ReleaseVariables(res)
+		e := run(t, m, res)
+		checkPlaced(t, e, map[string]string{"w": "/gpu:0", m.step.Name(): "/gpu:0", "c": "/cpu:0",
+			m.counted.Node.Name(): "/cpu:0", m.exp.Node.Name(): "/cpu:0"})
+		for i := range 3 {
+			out, err := e.Run(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The host's reads see the value before the step's update,
+			// as they would of a variable on the host: a copy made as
+			// the step starts (the second step is captured, the third
+			// replays it).
+			k := float32(i) * 0.5
+			want := []float32{1 - k, 1 - 2*k, 1 - 3*k}
+			if got := out[1].Float32s(); !slicesEqualF(got, want) {
+				t.Errorf("step %d: w read %v, want %v", i, got, want)
+			}
+			if got := out[0].Float32s()[0]; math.Abs(float64(got)-math.Exp(float64(want[0]))) > 1e-5 {
+				t.Errorf("step %d: exp(w)[0] = %g on the host, want %g", i, got, math.Exp(float64(want[0])))
+			}
+			if got := out[2].Float32s()[0]; got != float32(3+i) {
+				t.Errorf("step %d: c counted %g on the host, want %d", i, got, 3+i)
+			}
+		}
+		if e.Replays() != 1 {
+			t.Errorf("the step with an update and reads after it does not replay")
+		}
+		if got := taskgraph.VariableDevices(res)[devs[0].Info().Name]; !slicesEqualS(got, []string{"w"}) {
+			t.Errorf("variables in GPU:0's memory: %v, want [w]", got)
+		}
+	})
+	t.Run("checkpoint with a host variable", func(t *testing.T) {
+		m := build()
+		newSaver(t, &trainer{g: m.root.Graph()}, t.TempDir()) // saves w and c in one shard
+		res := kernel.NewResources()
+		defer taskgraph.ReleaseVariables(res)
+		e := run(t, m, res)
+		if e.Accelerated() {
+			t.Errorf("w, c and their ops placed on the GPU: %v", e.Placement())
+		}
+		if got := taskgraph.VariableDevices(res)[devs[0].Info().Name]; len(got) != 0 {
+			t.Errorf("variables in GPU:0's memory: %v, want none", got)
+		}
+	})
+	t.Run("moved by a later op", func(t *testing.T) {
+		m := build()
+		res := kernel.NewResources()
+		defer taskgraph.ReleaseVariables(res)
+		run(t, m, res)
+		late := ops.AssignAdd(m.root, m.w.Value(), ops.Const(m.root, []float32{1, 1, 1}))
+		_, err := taskgraph.New(m.root.Graph(), graph.Signature{Fetches: []graph.Output{late}}, res, cfg)
+		if err == nil || !strings.Contains(err.Error(), "lives on /job:localhost/task:0/gpu:0 since an earlier step") {
+			t.Errorf("a step that would move w to the host: %v", err)
+		}
+	})
+	t.Run("strict placement", func(t *testing.T) {
+		m := build()
+		strict := cfg
+		strict.SoftPlacement = false
+		_, err := taskgraph.New(m.root.Graph(), graph.Signature{Fetches: []graph.Output{m.counted}}, kernel.NewResources(), strict)
+		if err == nil || !strings.Contains(err.Error(), "node c ") || !strings.Contains(err.Error(), "lives on the host") {
+			t.Errorf("c's AssignAdd asked for on the GPU without soft placement: %v", err)
+		}
+	})
+	if st := devs[0].Allocator().Stats(); st.Live != 0 {
+		t.Errorf("%d allocations live after the variables were released", st.Live)
+	}
+}
+
+func slicesEqualS(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func slicesEqualF(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
