@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/runner"
 	"github.com/distflow/distflow/device/sim"
 	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/graph"
@@ -40,8 +41,8 @@ func TestFakeTrainCNN(t *testing.T) {
 	}
 	defer simDevs[0].Close()
 	const steps = 5
-	want := trainCNN(t, simDevs, steps, true)
-	got := trainCNN(t, devs, steps, false)
+	want := trainCNN(t, simDevs, steps, true, false)
+	got := trainCNN(t, devs, steps, false, false)
 	t.Logf("losses on the GPU %v, on the CPU %v", got, want)
 	for i := range want {
 		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*max(1, math.Abs(float64(want[i]))) {
@@ -53,9 +54,40 @@ func TestFakeTrainCNN(t *testing.T) {
 	}
 }
 
+// TestFakeTrainCNNDeviceVariables is TestFakeTrainCNN with the variables
+// in the fake GPU's memory, updated there in place by the update kernels
+// (in the replayed CUDA graphs too): the same losses as the CPU's, and a
+// step copies in the batch alone.
+func TestFakeTrainCNNDeviceVariables(t *testing.T) {
+	t.Setenv("DISTFLOW_CUDA_LIB_PATH", fakeDir(t))
+	devs, err := (&Platform{}).Open(device.Options{Count: 1, MemoryLimit: 512 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devs[0].Close()
+	simDevs, err := sim.New(sim.Config{Cards: 1}).Open(device.Options{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer simDevs[0].Close()
+	const steps = 5
+	want := trainCNN(t, simDevs, steps, true, false)
+	got := trainCNN(t, devs, steps, false, true)
+	t.Logf("losses with the variables on the GPU %v, on the CPU %v", got, want)
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*max(1, math.Abs(float64(want[i]))) {
+			t.Errorf("step %d: loss %g on the GPU, %g on the CPU", i, got[i], want[i])
+		}
+	}
+	if st := devs[0].Allocator().Stats(); st.Live != 0 {
+		t.Errorf("%d allocations live after training and the variables' release", st.Live)
+	}
+}
+
 // trainCNN trains the CNN for steps on devs, with every node but the
-// random ops on the host if reference, and returns the losses.
-func trainCNN(t *testing.T, devs []device.Device, steps int, reference bool) []float32 {
+// random ops on the host if reference, and the variables in device memory
+// if vars, and returns the losses.
+func trainCNN(t *testing.T, devs []device.Device, steps int, reference, vars bool) []float32 {
 	t.Helper()
 	root := graph.NewScope()
 	s := root.WithDevice("/gpu:0")
@@ -81,7 +113,8 @@ func trainCNN(t *testing.T, devs []device.Device, steps int, reference bool) []f
 	}
 	ctx := context.Background()
 	res := kernel.NewResources()
-	cfg := taskgraph.Config{Task: "/job:localhost/task:0", Devices: devs, SoftPlacement: true, RandomOnDevice: true}
+	defer taskgraph.ReleaseVariables(res) // after the executors
+	cfg := taskgraph.Config{Task: "/job:localhost/task:0", Devices: devs, SoftPlacement: true, RandomOnDevice: true, VariablesOnDevice: vars}
 	ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +131,7 @@ func trainCNN(t *testing.T, devs []device.Device, steps int, reference bool) []f
 	defer e.Close()
 	r := rand.New(rand.NewPCG(5, 6))
 	var out []float32
+	var copies runner.Transfers
 	for range steps {
 		x, y := tensor.New(tensor.Float32, 4, 784), tensor.New(tensor.Int32, 4)
 		for i := range x.Float32s() {
@@ -106,11 +140,16 @@ func trainCNN(t *testing.T, devs []device.Device, steps int, reference bool) []f
 		for i := range y.Int32s() {
 			y.Int32s()[i] = int32(r.IntN(10))
 		}
+		before := e.Transfers()
 		v, err := e.Run(ctx, []*tensor.Tensor{x, y})
 		if err != nil {
 			t.Fatal(err)
 		}
+		copies = e.Transfers().Sub(before)
 		out = append(out, v[0].Float32s()[0])
+	}
+	if vars && (copies.In != 2 || copies.Out != 1) {
+		t.Errorf("a replayed step with the variables on the GPU copies %+v, want the batch in and the loss out", copies)
 	}
 	if !reference && e.Replays() != 1 {
 		t.Errorf("the CNN's steps on the GPU: %d partitions replay, want 1", e.Replays())
