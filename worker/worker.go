@@ -307,7 +307,7 @@ func (w *Worker) errorf(format string, args ...any) error {
 }
 
 // GetStatus reports the task, its incarnation, its devices and the
-// variables it holds.
+// variables it holds, on the host and then in its GPUs' memory.
 func (w *Worker) GetStatus(ctx context.Context, req *pb.GetStatusRequest) (*pb.GetStatusResponse, error) {
 	resp := &pb.GetStatusResponse{Task: w.cfg.Task, Devices: w.Devices(), Incarnation: w.incarnation}
 	for _, name := range w.res.VariableNames() {
@@ -326,6 +326,17 @@ func (w *Worker) GetStatus(ctx context.Context, req *pb.GetStatusRequest) (*pb.G
 		if n >= 0 {
 			vs.Bytes = n * int64(v.DType().Size())
 		}
+		resp.Variables = append(resp.Variables, vs)
+	}
+	// Those kept in a GPU's memory (taskgraph.Config.VariablesOnDevice).
+	for _, v := range taskgraph.DeviceVariables(w.res) {
+		vs := &pb.VariableStatus{Name: v.Name, Dtype: pb.DataType(v.DType), Initialized: v.Initialized}
+		n := int64(1)
+		for _, d := range v.Shape {
+			vs.Dims = append(vs.Dims, int64(d))
+			n *= int64(d)
+		}
+		vs.Bytes = n * int64(v.DType.Size())
 		resp.Variables = append(resp.Variables, vs)
 	}
 	return resp, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/placement"
+	"github.com/distflow/distflow/tensor"
 )
 
 // Device-resident variables (Config.VariablesOnDevice). A Variable that
@@ -122,15 +123,34 @@ func ReleaseVariables(res *kernel.Resources) error {
 	return variablesOf(res).release()
 }
 
-// VariableDevices returns the names of the variables kept in device memory
-// in res, by device name ("GPU:0").
-func VariableDevices(res *kernel.Resources) map[string][]string {
+// DeviceVariable describes a variable kept in a device's memory.
+type DeviceVariable struct {
+	// Device is the device's local name ("GPU:0").
+	Device      string
+	Name        string
+	DType       tensor.DType
+	Shape       []int
+	Initialized bool
+}
+
+// DeviceVariables returns the variables kept in device memory in res (see
+// Config.VariablesOnDevice), by device and then name: a task's status
+// lists them beside its host variables.
+func DeviceVariables(res *kernel.Resources) []DeviceVariable {
 	dv := variablesOf(res)
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
-	out := map[string][]string{}
+	var out []DeviceVariable
 	for _, d := range dv.order {
-		out[d.Info().Name] = dv.stores[d].Names()
+		st := dv.stores[d]
+		for _, name := range st.Names() {
+			v, ok := st.Lookup(name)
+			if !ok {
+				continue
+			}
+			t := v.Tensor()
+			out = append(out, DeviceVariable{Device: d.Info().Name, Name: name, DType: t.DType, Shape: t.Shape, Initialized: v.Initialized()})
+		}
 	}
 	return out
 }
