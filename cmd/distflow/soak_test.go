@@ -81,7 +81,7 @@ const soakRefusalLines = 55
 // chunk refused, and the refusals' log lines bounded. By default it runs
 // the all-reduce ring (worker=3) for 200 steps (about 30 s); DISTFLOW_SOAK=1
 // runs it and the sync ps cluster (ps=1,worker=2) for 1,000 steps each
-// (tens of minutes on two loaded cores: go test -timeout 60m).
+// (3 minutes on two cores, more when they are busy: go test -timeout 60m).
 func TestSoakHostileMember(t *testing.T) {
 	steps, long := 200, os.Getenv("DISTFLOW_SOAK") != ""
 	if long {
