@@ -10,9 +10,11 @@
 // the device, except that a Recv takes a host tensor from the step's
 // rendezvous and copies it in, a Send copies its input out and leaves it
 // there, a Const is a host value, and a fed Placeholder (partition.FeedName)
-// takes its value from the caller's feeds. Values move to the device only
-// when a device kernel reads them, and to the host only when a Send, a
-// fetch or a kernel's host input does.
+// takes its value from the caller's feeds, and a Variable is a variable of
+// the device's store (Options.Variables: see variables.go), which kernels
+// read and update in place from step to step. Values move to the device
+// only when a device kernel reads them, and to the host only when a Send,
+// a fetch or a kernel's host input does; Transfers counts the copies.
 //
 // Output shapes are inferred on the host before each launch
 // (device.Launch), the outputs allocated from the device's caching
