@@ -81,6 +81,10 @@ func Subgraph(sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*
 // the cut within a task between its CPU and its accelerators, whose pairs
 // meet in the task's own rendezvous. Added nodes are named as by Subgraph,
 // with the device in place of the task ("_recv/x_0/from/job_worker/task_0/cpu_0").
+// A checkpoint op (SaveVariables, RestoreVariables) on an accelerator may
+// take variables of its task's CPU by ref: its partition gets a copy of
+// each such Variable node, still on the CPU, which the accelerator's runner
+// finds by name in the task's resources; no other ref crosses devices.
 func SubgraphByDevice(sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
 	return partition(sub.AllNodes(), sub, devices, DeviceOf)
 }
@@ -155,6 +159,39 @@ func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node
 		out[task] = pt.g
 	}
 	return out, nil
+}
+
+// hostVariable returns, for a checkpoint op n (SaveVariables,
+// RestoreVariables) on an accelerator that takes by ref a Variable v of
+// its own task's CPU, a copy of v in n's partition, on v's device, made
+// once: the partitions of one task run in one process over one resource
+// container, where the accelerator's runner finds the host's variable by
+// name, so that one checkpoint shard may hold variables of the host and
+// of the device (package device/taskgraph). It returns nil for any other
+// ref edge, which may not cross.
+func (p *partitioner) hostVariable(n, v *graph.Node, key string) *graph.Node {
+	if n.Op() != "SaveVariables" && n.Op() != "RestoreVariables" || v.Op() != "Variable" {
+		return nil
+	}
+	vd, err1 := placement.ParseDevice(p.devices[v])
+	nd, err2 := placement.ParseDevice(p.devices[n])
+	if err1 != nil || err2 != nil || vd.Type != "cpu" || nd.Type == "cpu" || vd.TaskName() != nd.TaskName() || vd.TaskName() == "" {
+		return nil
+	}
+	pt := p.parts[key]
+	if c := pt.copies[v]; c != nil {
+		return c
+	}
+	spec := graph.NodeSpec{Op: "Variable", Name: v.Name(), Device: p.devices[v], Attrs: map[string]any{}}
+	for _, a := range v.AttrNames() {
+		spec.Attrs[a], _ = v.Attr(a)
+	}
+	c, err := pt.g.AddNode(spec)
+	if err != nil {
+		return nil
+	}
+	pt.copies[v] = c
+	return c
 }
 
 // Sends returns the Send nodes of a partition, in creation order. They have
@@ -308,6 +345,10 @@ func (p *partitioner) add(n *graph.Node) error {
 			continue
 		}
 		if n.IsRefInput(i) {
+			if v := p.hostVariable(n, in.Node, task); v != nil {
+				spec.Inputs = append(spec.Inputs, v.Output(in.Index))
+				continue
+			}
 			return fmt.Errorf("partition: node %s on %s takes ref input %d from %s on %s: %w",
 				n, dev, i, in.Node, p.devices[in.Node], ErrRefCrossesTasks)
 		}

@@ -541,3 +541,49 @@ func TestSubgraphByDevice(t *testing.T) {
 		t.Errorf("DeviceOf a task: %v, want ErrNoDevice", err)
 	}
 }
+
+// TestSubgraphByDeviceCheckpointRefs: a checkpoint op on a task's GPU
+// takes a variable of the same task's CPU by ref as a copy of the
+// Variable node in the GPU's partition, still on the CPU (the runner
+// finds it in the task's resources); a ref from another task, or to any
+// other op, still may not cross.
+func TestSubgraphByDeviceCheckpointRefs(t *testing.T) {
+	s := graph.NewScope()
+	cpu, gpu := "/job:w/task:0/cpu:0", "/job:w/task:0/gpu:0"
+	step := ops.Placeholder(s.WithDevice(cpu), "step", tensor.Int64, tensor.ScalarShape())
+	w := ops.NewVariable(s.WithDevice(gpu), "w", tensor.Float32, []int{2}, ops.ZerosInit())
+	c := ops.NewVariable(s.WithDevice(cpu), "c", tensor.Float32, []int{2}, ops.ZerosInit())
+	save := ops.SaveVariables(s.WithDevice(gpu), step, []graph.Output{w.Value(), c.Value()}, "/tmp/ckpt", "model.ckpt", 0, 1)
+	assign := ops.Assign(s.WithDevice(gpu), c.Value(), ops.Const(s.WithDevice(gpu), []float32{1, 2}))
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	cut := func(fetch graph.Output, keyOf func(string) (string, error)) (map[string]*graph.Graph, error) {
+		sub, err := graph.NewSubgraph(s.Graph(), graph.Signature{Feeds: []graph.Output{step}, Fetches: []graph.Output{fetch}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devices := map[*graph.Node]string{}
+		for _, n := range sub.AllNodes() {
+			devices[n] = n.Device()
+		}
+		return partition(sub.AllNodes(), sub, devices, keyOf)
+	}
+	parts, err := cut(save, DeviceOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := parts[gpu].Node("c")
+	if v == nil || v.Op() != "Variable" || v.Device() != cpu {
+		t.Fatalf("the GPU's partition has no copy of c on %s:\n%s", cpu, Format(parts))
+	}
+	if in := parts[gpu].Node("SaveVariables").Input(2); in.Node != v {
+		t.Errorf("SaveVariables takes %s, want the copy of c", in)
+	}
+	if _, err := cut(assign, DeviceOf); !errors.Is(err, ErrRefCrossesTasks) {
+		t.Errorf("an Assign on the GPU of the CPU's variable: %v, want ErrRefCrossesTasks", err)
+	}
+	if _, err := cut(save, TaskOf); err != nil {
+		t.Errorf("the task's one partition: %v", err)
+	}
+}

@@ -117,6 +117,7 @@ const (
 	initialized // IsVariableInitialized, on the host
 	save        // SaveVariables, through the host
 	restore     // RestoreVariables, through the host
+	hostVar     // a variable of the host, taken by a checkpoint op by ref
 )
 
 // New prepares g, a partition whose nodes all run on dev, for Run.
@@ -137,8 +138,11 @@ func New(g *graph.Graph, dev device.Device, opts Options) (*Runner, error) {
 	for _, n := range g.Nodes() {
 		st := &step{n: n, outputs: first[n]}
 		for i, in := range n.Inputs() {
-			if n.IsRefInput(i) && (in.Node.Op() != "Variable" || r.vars == nil) {
+			if n.IsRefInput(i) && (in.Node.Op() != "Variable" || r.vars == nil && !onHost(in.Node)) {
 				return nil, fmt.Errorf("runner: node %s on %s takes %s by reference, which is not a variable of the device", n, dev.Info().Name, in.Node)
+			}
+			if n.IsRefInput(i) && onHost(in.Node) && n.Op() != "SaveVariables" && n.Op() != "RestoreVariables" {
+				return nil, fmt.Errorf("runner: node %s on %s takes the host's variable %s by reference: only a checkpoint op may", n, dev.Info().Name, in.Node)
 			}
 			slot := first[in.Node] + in.Index
 			st.inputs = append(st.inputs, slot)
@@ -305,7 +309,7 @@ func (s *run) node(st *step) error {
 	switch st.kind {
 	case noop:
 		return nil
-	case variable, initialized, save, restore:
+	case variable, initialized, save, restore, hostVar:
 		return s.variableOp(st)
 	case constant:
 		s.vals[st.outputs] = host(st.value)

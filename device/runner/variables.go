@@ -5,7 +5,9 @@ import (
 	"sync/atomic"
 
 	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
+	"github.com/distflow/distflow/placement"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -26,6 +28,14 @@ import (
 // on its variables.
 func (r *Runner) prepareVariableOp(st *step) error {
 	n, name := st.n, r.dev.Info().Name
+	if n.Op() == "Variable" && onHost(n) {
+		// Its checkpoint ops find it by name in the task's resources.
+		if r.res == nil {
+			return fmt.Errorf("runner: node %s on %s: the host's variable needs the task's resources (Options.Resources)", n, name)
+		}
+		st.kind = hostVar
+		return nil
+	}
 	if r.vars == nil {
 		return fmt.Errorf("runner: node %s (%s) on %s: the runner has no store of device variables (Options.Variables)", n, n.Op(), name)
 	}
@@ -119,6 +129,8 @@ func (s *run) readable(slot int) error {
 func (s *run) variableOp(st *step) error {
 	r, d := s.r, s.r.dev
 	switch st.kind {
+	case hostVar:
+		return nil // read or written by name by its checkpoint op
 	case variable:
 		v := st.v.Tensor()
 		if !st.snapshot || !st.v.Initialized() {
@@ -159,11 +171,20 @@ func (s *run) variableOp(st *step) error {
 		Outputs: make([]*tensor.Tensor, st.n.NumOutputs())}
 	kc.Inputs[0] = step
 	vars := make([]*device.Variable, len(st.inputs))
-	var values []*tensor.Tensor
+	values := make([]*tensor.Tensor, len(st.inputs))
 	for i, slot := range st.inputs[1:] {
+		if p := r.producer[slot]; p != nil && p.kind == hostVar {
+			// The host's own variable: the CPU kernel reads or writes it.
+			hv, err := r.res.Variable(p.n.Name(), p.n.AttrDType("dtype"), p.n.AttrShape("shape"))
+			if err != nil {
+				return fmt.Errorf("runner: node %s: %w", st.n, err)
+			}
+			kc.Refs[i+1] = hv
+			continue
+		}
 		v := r.variableOf(slot)
 		if v == nil {
-			return fmt.Errorf("runner: node %s on %s: input %d is not a device variable", st.n, d.Info().Name, i+1)
+			return fmt.Errorf("runner: node %s on %s: input %d is not a variable", st.n, d.Info().Name, i+1)
 		}
 		dv := v.Tensor()
 		hv, err := tmp.Variable(v.Name(), dv.DType, tensor.MakeShape(dv.Shape...))
@@ -179,7 +200,7 @@ func (s *run) variableOp(st *step) error {
 			if err != nil {
 				return fmt.Errorf("runner: node %s: saving %s: %w", st.n, v.Name(), err)
 			}
-			values = append(values, t)
+			values[i+1] = t
 		}
 	}
 	if st.kind == save {
@@ -187,7 +208,10 @@ func (s *run) variableOp(st *step) error {
 			return fmt.Errorf("runner: node %s on %s: %w", st.n, d.Info().Name, err)
 		}
 		for i, t := range values {
-			if err := kc.Refs[i+1].Assign(t); err != nil {
+			if t == nil {
+				continue
+			}
+			if err := kc.Refs[i].Assign(t); err != nil {
 				return fmt.Errorf("runner: node %s: %w", st.n, err)
 			}
 		}
@@ -200,6 +224,9 @@ func (s *run) variableOp(st *step) error {
 		return nil
 	}
 	for i := 1; i < len(vars); i++ {
+		if vars[i] == nil {
+			continue // the host's, restored in place
+		}
 		t, err := kc.Refs[i].Read()
 		if err != nil {
 			return fmt.Errorf("runner: node %s: %w", st.n, err)
@@ -215,6 +242,14 @@ func (s *run) variableOp(st *step) error {
 		vars[i].SetInitialized()
 	}
 	return nil
+}
+
+// onHost reports whether a Variable node asks for the host's CPU: a
+// variable of the task's resources that a checkpoint op here takes by ref
+// (partition.SubgraphByDevice).
+func onHost(n *graph.Node) bool {
+	d, err := placement.ParseDevice(n.Device())
+	return err == nil && d.Type == "cpu"
 }
 
 // upload copies a host value into new device memory, counted.

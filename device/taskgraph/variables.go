@@ -23,9 +23,12 @@ import (
 // as TensorFlow colocates the users of a ref with their variable, so that
 // no ref crosses devices; a read of the variable by the host (a fetch, a
 // summary, a loss's input there) crosses as a value, through a Send and
-// Recv pair. An op that takes several variables by ref (a checkpoint op,
-// an update with its slots) needs them on one device: if one of them
-// cannot live there, none does. The decision is made over the whole
+// Recv pair. An op that takes several variables by ref (an update with its
+// slots) needs them on one device: if one of them cannot live there, none
+// does. A checkpoint op (SaveVariables, RestoreVariables) goes with its
+// device variables, which must share one device, and reaches those of
+// the host by name in the task's resources: a shard of a checkpoint may
+// hold both (partition.SubgraphByDevice). The decision is made over the whole
 // graph, not one step's nodes, so that every step of a task finds a
 // variable in the same place; the task's resources remember where each
 // one went, and a step built later (after the graph grew) that would put
@@ -198,16 +201,22 @@ func placeVariables(g *graph.Graph, cfg Config) map[*graph.Node]int {
 			at[n] = idx
 		}
 	}
-	// An op's refs all live on one device, or all on the host.
+	// An op's refs all live on one device, or all on the host; but a
+	// checkpoint op's device variables need only share their device, the
+	// host's ones being found by name (partition.SubgraphByDevice).
 	for changed := true; changed; {
 		changed = false
 		for _, u := range refUsers {
+			checkpoint := u.Op() == "SaveVariables" || u.Op() == "RestoreVariables"
 			idx, one := -2, true
 			for i, in := range u.Inputs() {
 				if !u.IsRefInput(i) {
 					continue
 				}
 				j, ok := at[in.Node]
+				if !ok && checkpoint {
+					continue
+				}
 				if !ok || idx != -2 && j != idx {
 					one = false
 				}
@@ -262,13 +271,17 @@ func colocated(n *graph.Node, varDev map[*graph.Node]int) (int, bool) {
 		}
 		return -1, true
 	}
+	refs := false
 	for i, in := range n.Inputs() {
 		if n.IsRefInput(i) {
 			if idx, ok := varDev[in.Node]; ok {
 				return idx, true
 			}
-			return -1, true
+			refs = true
 		}
+	}
+	if refs {
+		return -1, true
 	}
 	return 0, false
 }

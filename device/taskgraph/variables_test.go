@@ -417,16 +417,47 @@ func TestDeviceVariablePlacement(t *testing.T) {
 		}
 	})
 	t.Run("checkpoint with a host variable", func(t *testing.T) {
+		// One shard holds w, on the GPU, and c, on the host: the checkpoint
+		// ops run on the GPU, reaching c in the task's resources.
 		m := build()
-		newSaver(t, &trainer{g: m.root.Graph()}, t.TempDir()) // saves w and c in one shard
+		sv := newSaver(t, &trainer{g: m.root.Graph()}, t.TempDir())
 		res := kernel.NewResources()
 		defer taskgraph.ReleaseVariables(res)
 		e := run(t, m, res)
-		if e.Accelerated() {
-			t.Errorf("w, c and their ops placed on the GPU: %v", e.Placement())
+		checkPlaced(t, e, map[string]string{"w": "/gpu:0", m.step.Name(): "/gpu:0", "c": "/cpu:0"})
+		sess, err := session.New(m.root.Graph(), session.WithResources(res), session.WithDevices(cfg))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if got := onGPU0(res); len(got) != 0 {
-			t.Errorf("variables in GPU:0's memory: %v, want none", got)
+		defer sess.Close()
+		for range 2 {
+			if _, err := e.Run(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		read := func() []*tensor.Tensor {
+			out, err := sess.Run(ctx, nil, []graph.Output{m.w.Value(), m.c.Value()}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		saved := read()
+		if _, err := sv.Save(ctx, sess, 2); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, err := e.Run(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := sv.Restore(ctx, sess, 2); err != nil {
+			t.Fatal(err)
+		}
+		for i, got := range read() {
+			if string(got.RawBytes()) != string(saved[i].RawBytes()) {
+				t.Errorf("variable %d restored as %v, saved as %v", i, got.Float32s(), saved[i].Float32s())
+			}
 		}
 	})
 	t.Run("moved by a later op", func(t *testing.T) {
