@@ -76,6 +76,7 @@ func testVariables(t *testing.T, p device.Platform) {
 			t.Errorf("a Variable of another shape than the stored one was accepted")
 		}
 	})
+	t.Run("ReadAfterUpdate", func(t *testing.T) { testReadAfterUpdate(t, d) })
 	for _, c := range UpdateCases() {
 		t.Run(c.Op, func(t *testing.T) {
 			want, err := cpuUpdate(c, variableUpdateSteps)
@@ -212,4 +213,51 @@ func storeUpdate(d device.Device, c Case, steps int) (_ []*tensor.Tensor, replay
 	defer rr.Close()
 	out, err := runOnce(rr, nil)
 	return out, ur.Replays(), err
+}
+
+// testReadAfterUpdate: a step that updates a variable in place and then
+// fetches it returns the value the step started from, as the host's
+// Variable kernel gives, while a kernel queued before the update reads
+// the variable itself; the step captured and replayed where the stream
+// captures.
+func testReadAfterUpdate(t *testing.T, d device.Device) {
+	store := device.NewVariables(d)
+	defer store.Close()
+	x := tensor.MustFromSlice([]float32{1, 2, 3, 4}, 4)
+	assign(t, d, store, "w", x)
+	s := graph.NewScope()
+	w := variable(s, "w", x)
+	s.Out("Neg", "before", []graph.Output{w}, nil)
+	s.AddNode("ApplyGradientDescent", "update", []graph.Output{w, placeholder(s, "alpha", tensor.Scalar(float32(0))),
+		placeholder(s, "delta", x)}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(s.Graph(), d, runner.Options{Feeds: []string{"alpha", "delta"}, Fetches: []string{"w:0", "before:0"}, Variables: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want := slices.Clone(x.Float32s())
+	for step := range 4 {
+		out, err := runOnce(r, []*tensor.Tensor{tensor.Scalar(float32(0.5)), x})
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if got := out[0].Float32s(); !slices.Equal(got, want) {
+			t.Errorf("step %d: w fetched after its update %v, want the step's first value %v", step, got, want)
+		}
+		for i, v := range out[1].Float32s() {
+			if v != -want[i] {
+				t.Errorf("step %d: Neg before the update read %v, want the negated %v", step, out[1].Float32s(), want)
+				break
+			}
+		}
+		for i := range want {
+			want[i] -= 0.5 * x.Float32s()[i]
+		}
+	}
+	if _, ok := d.Stream().(device.Capturer); ok && r.Replays() != 1 {
+		t.Errorf("the step was not captured and replayed")
+	}
 }
