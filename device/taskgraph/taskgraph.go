@@ -16,6 +16,11 @@
 // Feeds arrive on the host and go to a device only when a device kernel
 // reads them; fetches come back to the host. A step none of whose nodes
 // runs on an accelerator is the CPU executor alone, with nothing added.
+//
+// Variables live on the host unless Config.VariablesOnDevice (or
+// DISTFLOW_GPU_VARIABLES=1) keeps those placed on an accelerator in its
+// memory, updated there in place by their optimizer (variables.go); then a
+// training step copies in its batch and out its fetches, and nothing else.
 package taskgraph
 
 import (
