@@ -12,7 +12,8 @@ import (
 // summation server sends to the other members of an operation it failed,
 // so that they end the operation at once, for the same reason, instead of
 // waiting for chunks that will not come until their deadline. Its Index
-// says why (a notice from a build before causes has 0).
+// says why (0, noticeFailed, is also what a sender that names no cause
+// sends).
 const (
 	noticeFailed    = 0 // any failure (a summation server's)
 	noticeMismatch  = 1 // the ranks' data do not match: ErrMismatch

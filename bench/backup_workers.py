@@ -3,8 +3,8 @@
 
 Runs the linear regression, 1 ps + 3 workers, --sync --replicas-to-aggregate 2,
 alternately without and with worker 2 slowed tenfold (--step-delay), and
-prints global steps per second of each and their ratio (issue 5: the slowed
-run should keep at least 80% of the throughput), with the work wasted: the
+prints global steps per second of each and their ratio (the goal: the slowed
+run keeps at least 80% of the throughput), with the work wasted: the
 stale gradients dropped (the chief's count) and the local steps of the
 fast workers beyond one per global step. From the repository root:
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """PyTorch DistributedDataParallel reference: 2 processes on localhost.
 
-The reference of issue 5's distributed throughput table: the MLP (or CNN)
+The reference for distflow's distributed throughput (docs/BENCHMARKS.md, the
+modes on loopback beside PyTorch DDP): the MLP (or CNN)
 trained data-parallel by N processes (default 2) with the gloo backend on
 127.0.0.1, one thread each (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1), each on
 its shard of Fashion-MNIST with the per-process batch of the reference

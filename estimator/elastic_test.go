@@ -466,11 +466,11 @@ func TestStalenessBoundIgnoresALostWorker(t *testing.T) {
 
 // TestRingEndsWhenTheRanksDisagree: a rank that builds another model
 // than the others' cannot take part in their all-reduce, whichever view
-// the ring re-forms in: training ends with an error that says so, where
-// the ring loop re-formed the ring for ever. It ends on every rank: the
-// rank that finds the mismatch tells the others (allreduce's failure
-// notices), where the leader used to wait for its step deadline at every
-// view, and then train on alone.
+// the ring re-forms in: training ends with an error that says so, rather
+// than the ring re-forming for ever. It ends on every rank: the rank that
+// finds the mismatch tells the others (allreduce's failure notices), so
+// that the leader does not wait for its step deadline at every view and
+// then train on alone.
 func TestRingEndsWhenTheRanksDisagree(t *testing.T) {
 	c := newElasticCluster(t, map[string]int{"worker": 2}, estimator.RunConfig{
 		Strategy: estimator.AllReduce{}, StepTimeout: 2 * time.Second, WaitTimeout: 20 * time.Second, LostAfter: time.Second,

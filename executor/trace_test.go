@@ -143,8 +143,8 @@ func TestRunTracedMarksTheFailedNode(t *testing.T) {
 
 // BenchmarkTrace runs a step of tiny nodes (BenchmarkChain's: per-node
 // overhead dominates) untraced and traced: "off" is RunStep, which pays one
-// branch per node for tracing; compare it with BenchmarkChain before
-// tracing existed (docs/BENCHMARKS.md, "Step traces").
+// branch per node for tracing; compare it with BenchmarkChain built without
+// the tracing code (docs/BENCHMARKS.md, "Step traces").
 func BenchmarkTrace(b *testing.B) {
 	const n = 20
 	s := graph.NewScope()

@@ -45,10 +45,10 @@ func dirState(t *testing.T, dir string) map[string]string {
 // every strategy: the second run trains nothing, changes nothing in the
 // directory, and exits 0 within rerunWithin with the first run's result
 // (its global step and loss, and the same evaluation of the same model).
-// Before, one process trained a step past --steps on each run, a cluster's
-// chief failed on the marker its first run left ("the chief has ended
-// training") until the launcher gave up, and the ring waited for its
-// ranks' heartbeats to run out.
+// Without the end marker, one process would train a step past --steps on
+// each run, a cluster's chief would fail on the marker its first run left
+// ("the chief has ended training") until the launcher gave up, and the
+// ring would wait for its ranks' heartbeats to run out.
 func TestRerunOnAFinishedDirectory(t *testing.T) {
 	tests := []struct {
 		name string
@@ -113,8 +113,8 @@ const endMarkerHold = "DISTFLOW_HOLD_AFTER_END_MARKER=1"
 // cluster once it has marked the end of training and before it has told
 // the ps tasks: the launcher restarts it, and the new chief finds the
 // marker, tells the serving tasks to stop, and exits 0 with the result;
-// the run ends 0, nothing left behind. Before, every restarted chief
-// exited 1 ("the chief has ended training") until the launcher gave up.
+// the run ends 0, nothing left behind (a chief that took the marker as an
+// error would exit 1 at every restart until the launcher gave up).
 func TestChiefKilledAfterTheEndMarker(t *testing.T) {
 	tests := []struct {
 		name string
@@ -164,8 +164,8 @@ func TestChiefKilledAfterTheEndMarker(t *testing.T) {
 // TestHandStartedPSStoppedByTheRestartedChief: in a cluster started by
 // hand, the chief is killed once it has marked the end of training: the ps
 // still serves, waiting to be told. The chief started again finds the
-// marker, tells the ps to stop, and exits 0; the ps exits 0. Before, the
-// restarted chief exited 1 and the ps waited for ever.
+// marker, tells the ps to stop, and exits 0; the ps exits 0 (otherwise the
+// restarted chief exits 1 and the ps waits for ever).
 func TestHandStartedPSStoppedByTheRestartedChief(t *testing.T) {
 	name, value, _ := strings.Cut(endMarkerHold, "=")
 	t.Setenv(name, value) // the hold is the chief's alone: only it marks the end
@@ -207,9 +207,10 @@ func TestHandStartedPSStoppedByTheRestartedChief(t *testing.T) {
 
 // TestRestartAtTheLastStepWithoutTheMarker: a checkpoint at the last step
 // without the marker (the chief died between its final checkpoint and the
-// marker; or a directory an older build trained) is finished too: the run
-// takes no step, saves no checkpoint, writes the marker and reports the
-// checkpoint's model. Before, every run took at least one step (41 of 40).
+// marker; or a directory trained by a build that wrote no marker) is
+// finished too: the run takes no step, saves no checkpoint, writes the
+// marker and reports the checkpoint's model (a run that always takes a
+// step would train to 41 of 40).
 func TestRestartAtTheLastStepWithoutTheMarker(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"train", "--model", "mlp", "--data", "embedded", "--steps", "40", "--checkpoint-dir", dir, "--json"}

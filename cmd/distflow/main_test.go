@@ -96,7 +96,7 @@ func TestTrainMLPOnEmbeddedData(t *testing.T) {
 		res["test_accuracy"], res["examples_per_second"], res["wall_seconds"])
 }
 
-// TestTrainFullFashionMNIST checks the accuracy targets on the full
+// TestTrainFullFashionMNIST checks the accuracy targets of docs/BENCHMARKS.md on the full
 // data set. It takes about two minutes, so it runs only with DISTFLOW_LONG=1.
 func TestTrainFullFashionMNIST(t *testing.T) {
 	if os.Getenv("DISTFLOW_LONG") == "" {

@@ -578,9 +578,9 @@ func TestSyncWorkerStoppedPastTheDeadlineRejoins(t *testing.T) {
 	noTasksLeft(t, ps)
 }
 
-// TestStoppedChiefAndPSAreNamed: the defects "a lost chief gives 60 s of
-// silence and then a deadline error that names no task" (sync mode) and
-// "a task stopped with SIGSTOP is never reported": SIGSTOP the chief of a
+// TestStoppedChiefAndPSAreNamed: a lost sync chief and a task stopped with
+// SIGSTOP are named, not met with silence and a deadline error that names
+// no task: SIGSTOP the chief of a
 // synchronous run, or the ps of an asynchronous one; a worker (the chief,
 // for the ps) names it, lost, within twice its lost deadline (a quarter
 // of the 8 s step deadline); after SIGCONT the run finishes.

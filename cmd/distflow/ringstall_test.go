@@ -16,9 +16,9 @@ import (
 // TestRingLeaderPausedUntilTheOthersExitEndsAtOnce: SIGSTOP rank 0 of an
 // all-reduce run of 3 (the chief, the ring's leader) until ranks 1 and 2
 // have finished training without it and exited; after SIGCONT rank 0,
-// whose peers now refuse connections, ends within a few seconds. It used
-// to send its views and "training is over" to the ranks that had exited
-// and wait on each its whole deadline (twice the lost deadline: 10 s here;
+// whose peers refuse connections, ends within a few seconds rather than
+// send its views and "training is over" to the ranks that have exited and
+// wait on each its whole deadline (twice the lost deadline: 10 s here;
 // 30 s with the default step deadline).
 func TestRingLeaderPausedUntilTheOthersExitEndsAtOnce(t *testing.T) {
 	dir := t.TempDir()
@@ -73,12 +73,12 @@ func TestRingLeaderPausedUntilTheOthersExitEndsAtOnce(t *testing.T) {
 // TestAllReduceThroughThePSAgreesAfterAPSRestart: with --allreduce through
 // two ps tasks, SIGSTOP worker 1, SIGKILL ps 0 and let the launcher start
 // it again, then SIGCONT worker 1. Worker 0 saw the ps die, worker 1 did
-// not; they used to take different routes for the same operation (the ring
-// and the servers) or finish it differently (one had every sum before the
-// ps died, the other none), and each waited for the other until its
-// deadline (about a minute with the default step deadline). Now the
-// operation fails on both, the leader sends a new view with the route both
-// take, and the run ends within seconds of the SIGCONT.
+// not; ranks that chose their routes alone would take different routes for
+// the same operation (the ring and the servers) or finish it differently
+// (one had every sum before the ps died, the other none), and each wait for
+// the other until its deadline (about a minute with the default step
+// deadline). The operation fails on both, the leader sends a new view with
+// the route both take, and the run ends within seconds of the SIGCONT.
 func TestAllReduceThroughThePSAgreesAfterAPSRestart(t *testing.T) {
 	cmd, addr, lines, stdout := recoveryRun(t, "train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "300",
 		"--local-cluster", "ps=2,worker=2", "--allreduce", "--log-every", "50")

@@ -76,8 +76,8 @@ func grow[T float](s []T, n int) []T {
 
 // parallelMin is the m*n*k below which a product runs on the calling goroutine.
 // Measured on the 2-vCPU reference VM, waking a sleeping thread costs 50-200 us,
-// which once made the MLP shapes (7.8M multiply-adds, 230 us serial) slower
-// split in two. Parts now run on the persistent pool (pool.go), whose
+// which makes the MLP shapes (7.8M multiply-adds, 230 us serial) slower
+// split in two on fresh goroutines. Parts run on the persistent pool (pool.go), whose
 // workers stay awake between the kernels of a step, and split at 2^20 the
 // MLP training step ran about 8% faster than at 2^23 (models'
 // BenchmarkTrainStep/mlp, A B A B).
