@@ -507,11 +507,11 @@ func (r *runner) inject(ctx context.Context, faults []Fault, results []FaultResu
 		// For a file event the target is looked up beforehand and kept
 		// up to date while waiting: walking /proc after the event takes
 		// longer than a chief takes to exit after marking the end.
-		var ready chan proc
+		var tr *tracker
 		wctx, stopLooking := context.WithCancel(ctx)
 		if f.OnFile != "" {
-			ready = make(chan proc, 1)
-			go r.track(wctx, f.Target, ready)
+			tr = &tracker{}
+			go tr.run(wctx, r, f.Target)
 		}
 		err := r.await(ctx, f)
 		stopLooking()
@@ -529,8 +529,8 @@ func (r *runner) inject(ctx context.Context, faults []Fault, results []FaultResu
 			results[i].At = f.At
 		}
 		var p proc
-		if ready != nil {
-			p = <-ready
+		if tr != nil {
+			p = tr.last()
 		}
 		if p.pid == 0 || !stillRuns(p) {
 			p, err = r.find(f.Target)
@@ -620,16 +620,22 @@ func (r *runner) await(ctx context.Context, f Fault) error {
 	}
 }
 
-// track looks up task t's newest live process every trackPoll until ctx
-// ends, then sends the last one found (or none) on ready.
-func (r *runner) track(ctx context.Context, t Task, ready chan<- proc) {
-	var last proc
-	defer func() { ready <- last }()
+// tracker keeps the newest live process of a task found so far, so that a
+// fault on an event signals it without walking /proc after the event.
+type tracker struct {
+	mu sync.Mutex
+	p  proc
+}
+
+// run looks up task t every trackPoll until ctx ends.
+func (tr *tracker) run(ctx context.Context, r *runner, t Task) {
 	tick := time.NewTicker(trackPoll)
 	defer tick.Stop()
 	for {
 		if p, err := r.find(t); err == nil {
-			last = p
+			tr.mu.Lock()
+			tr.p = p
+			tr.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
@@ -637,6 +643,14 @@ func (r *runner) track(ctx context.Context, t Task, ready chan<- proc) {
 		case <-tick.C:
 		}
 	}
+}
+
+// last returns the process found last (none: pid 0); it may have exited
+// since (see stillRuns).
+func (tr *tracker) last() proc {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.p
 }
 
 // trackPoll is how often track looks the target up.
