@@ -413,8 +413,9 @@ func restored(t *testing.T, res *Result) bool {
 // moment it writes the index of a checkpoint at the end of training (step
 // 2000 to 2009: the last periodic one or the final one): points where a
 // fault drawn at a random time seldom lands. (Not the end-of-training
-// marker: the chief writes it last and exits within a millisecond or so,
-// often before a signal can follow the event.) The restarted chief must
+// marker: the chief writes it at the very end and exits within
+// milliseconds, in about 1 run of 4 before a signal could follow the
+// event.) The restarted chief must
 // finish the run at its last step, no restore may go back more than one
 // interval, and nothing may be corrupt.
 func TestFaultsAtFileEvents(t *testing.T) {
