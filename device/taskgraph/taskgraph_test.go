@@ -114,7 +114,7 @@ func losses(t *testing.T, tr *trainer, devs []device.Device, steps, batchSize in
 		}
 		for _, op := range []string{"Variable", "ApplyGradientDescent"} {
 			if onGPU[op] {
-				t.Errorf("%s ran on the GPU: variables live on the host", op)
+				t.Errorf("%s ran on the GPU: without Config.VariablesOnDevice the variables live on the host", op)
 			}
 		}
 	}
@@ -179,8 +179,9 @@ func tolerance() float64 {
 }
 
 // TestTrainsAsOnTheCPU trains the reference models with their compute on a
-// simulated GPU and the variables on the host, and checks every step's
-// loss against the same training on the CPU alone.
+// simulated GPU and the variables on the host (Config.VariablesOnDevice
+// off; TestVariablesOnDeviceTrainAsOnTheCPU keeps them on the GPU), and
+// checks every step's loss against the same training on the CPU alone.
 func TestTrainsAsOnTheCPU(t *testing.T) {
 	for _, c := range []struct {
 		model        string
