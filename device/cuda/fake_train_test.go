@@ -28,7 +28,17 @@ import (
 // the same training on the CPU whose random ops alone run on the
 // simulator, which draws the same Philox stream in Go: the same dropout
 // masks, step after step, if the CUDA kernels draw them right.
-func TestFakeTrainCNN(t *testing.T) {
+func TestFakeTrainCNN(t *testing.T) { fakeTrainCNN(t, false) }
+
+// TestFakeTrainCNNDeviceVariables is TestFakeTrainCNN with the variables
+// in the fake GPU's memory, updated there in place by the update kernels
+// (in the replayed CUDA graphs too): the same losses as the CPU's, and a
+// step copies in the batch alone.
+func TestFakeTrainCNNDeviceVariables(t *testing.T) { fakeTrainCNN(t, true) }
+
+// fakeTrainCNN trains the CNN over the fake libraries, with its variables
+// in the GPU's memory if vars, and compares its losses with the CPU's.
+func fakeTrainCNN(t *testing.T, vars bool) {
 	t.Setenv("DISTFLOW_CUDA_LIB_PATH", fakeDir(t))
 	devs, err := (&Platform{}).Open(device.Options{Count: 1, MemoryLimit: 512 << 20})
 	if err != nil {
@@ -42,8 +52,8 @@ func TestFakeTrainCNN(t *testing.T) {
 	defer simDevs[0].Close()
 	const steps = 5
 	want := trainCNN(t, simDevs, steps, true, false)
-	got := trainCNN(t, devs, steps, false, false)
-	t.Logf("losses on the GPU %v, on the CPU %v", got, want)
+	got := trainCNN(t, devs, steps, false, vars)
+	t.Logf("losses on the GPU %v (variables in its memory: %v), on the CPU %v", got, vars, want)
 	for i := range want {
 		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*max(1, math.Abs(float64(want[i]))) {
 			t.Errorf("step %d: loss %g on the GPU, %g on the CPU", i, got[i], want[i])
@@ -51,36 +61,6 @@ func TestFakeTrainCNN(t *testing.T) {
 	}
 	if st := devs[0].Allocator().Stats(); st.Live != 0 {
 		t.Errorf("%d allocations live after training", st.Live)
-	}
-}
-
-// TestFakeTrainCNNDeviceVariables is TestFakeTrainCNN with the variables
-// in the fake GPU's memory, updated there in place by the update kernels
-// (in the replayed CUDA graphs too): the same losses as the CPU's, and a
-// step copies in the batch alone.
-func TestFakeTrainCNNDeviceVariables(t *testing.T) {
-	t.Setenv("DISTFLOW_CUDA_LIB_PATH", fakeDir(t))
-	devs, err := (&Platform{}).Open(device.Options{Count: 1, MemoryLimit: 512 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer devs[0].Close()
-	simDevs, err := sim.New(sim.Config{Cards: 1}).Open(device.Options{Count: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer simDevs[0].Close()
-	const steps = 5
-	want := trainCNN(t, simDevs, steps, true, false)
-	got := trainCNN(t, devs, steps, false, true)
-	t.Logf("losses with the variables on the GPU %v, on the CPU %v", got, want)
-	for i := range want {
-		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*max(1, math.Abs(float64(want[i]))) {
-			t.Errorf("step %d: loss %g on the GPU, %g on the CPU", i, got[i], want[i])
-		}
-	}
-	if st := devs[0].Allocator().Stats(); st.Live != 0 {
-		t.Errorf("%d allocations live after training and the variables' release", st.Live)
 	}
 }
 
