@@ -138,3 +138,77 @@ func (m *Master) expireLocked(s *session, now time.Time) {
 		}
 	}()
 }
+
+// buildBudget is the graph-building time a caller may still spend at
+// once: it grows by Config.BuildShare of the time that passes, up to
+// Config.BuildBurst, and shrinks by the time its graphs take to decode.
+// A caller's graphs are built one at a time (turn): concurrent requests
+// would otherwise all pass the check before any is charged.
+type buildBudget struct {
+	credit time.Duration
+	at     time.Time
+	turn   chan struct{}
+}
+
+// buildTurn waits for caller's turn to build a graph, within ctx, and
+// reports an error when caller has spent its share of the master's
+// graph-building time; otherwise the caller builds, then calls done with
+// the time it took.
+func (m *Master) buildTurn(ctx context.Context, caller string) (done func(took time.Duration), err error) {
+	if m.cfg.BuildShare < 0 {
+		return func(time.Duration) {}, nil
+	}
+	m.mu.Lock()
+	b := m.buildLocked(caller)
+	m.mu.Unlock()
+	select {
+	case b.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the graphs %s is building already: %w", callerName(caller), ctx.Err())
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b.refill(m.cfg.Now(), m.cfg.BuildShare, m.cfg.BuildBurst)
+	if b.credit <= 0 {
+		<-b.turn
+		wait := time.Duration(float64(-b.credit)/m.cfg.BuildShare) + time.Millisecond
+		return nil, fmt.Errorf("%w: %s has spent its share of this master's time to build graphs (%.0f%% of a core, %v at once: master.Config.BuildShare); retry in %v",
+			ErrTooManySessions, callerName(caller), 100*m.cfg.BuildShare, m.cfg.BuildBurst, wait.Round(time.Millisecond))
+	}
+	return func(took time.Duration) {
+		m.mu.Lock()
+		b.credit -= took
+		m.mu.Unlock()
+		<-b.turn
+	}, nil
+}
+
+// refill brings b's credit up to now.
+func (b *buildBudget) refill(now time.Time, share float64, burst time.Duration) {
+	b.credit = min(burst, b.credit+time.Duration(float64(now.Sub(b.at))*share))
+	b.at = now
+}
+
+// buildLocked returns caller's budget. Budgets back at their burst, with
+// no graph building, are forgotten once there are many, so that the map
+// holds only the callers that spent some lately.
+func (m *Master) buildLocked(caller string) *buildBudget {
+	now := m.cfg.Now()
+	if b := m.builds[caller]; b != nil {
+		return b
+	}
+	if len(m.builds) >= maxBuildBudgets {
+		for c, o := range m.builds {
+			if o.refill(now, m.cfg.BuildShare, m.cfg.BuildBurst); len(o.turn) == 0 && o.credit >= m.cfg.BuildBurst {
+				delete(m.builds, c)
+			}
+		}
+	}
+	b := &buildBudget{credit: m.cfg.BuildBurst, at: now, turn: make(chan struct{}, 1)}
+	m.builds[caller] = b
+	return b
+}
+
+// maxBuildBudgets is how many callers' budgets the master keeps before it
+// forgets those back at their burst.
+const maxBuildBudgets = 1024

@@ -214,3 +214,45 @@ func TestPartitionsRegisteredAsTheMaster(t *testing.T) {
 		t.Errorf("a step of another caller in the session: %v", err)
 	}
 }
+
+// TestGraphBuildingTimePerCaller: a caller spends at most its share of the
+// master's time building graphs (Config.BuildShare, BuildBurst at once);
+// past it, it is refused until its share has come back, while another
+// caller is not; a caller's concurrent sessions are built one at a time.
+func TestGraphBuildingTimePerCaller(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m := limitedMaster(master.Config{BuildShare: 0.5, BuildBurst: time.Microsecond, Now: func() time.Time { return now }})
+	a := service.WithCaller(context.Background(), "client:a")
+	b := service.WithCaller(context.Background(), "client:b")
+	big := chain(t, 5000) // takes more than the burst to decode
+	if _, err := m.CreateSession(a, &pb.CreateSessionRequest{Graph: big}); err != nil {
+		t.Fatalf("the first session: %v", err)
+	}
+	_, err := m.CreateSession(a, &pb.CreateSessionRequest{Graph: chain(t, 2)})
+	if !errors.Is(err, master.ErrTooManySessions) || !strings.Contains(err.Error(), "master.Config.BuildShare") || !strings.Contains(err.Error(), "client:a") || !strings.Contains(err.Error(), "retry in") {
+		t.Errorf("a session past the caller's building time: %v, want master.ErrTooManySessions naming the caller, BuildShare and when to retry", err)
+	}
+	if _, err := m.CreateSession(b, &pb.CreateSessionRequest{Graph: chain(t, 2)}); err != nil {
+		t.Errorf("another caller is not limited by the first: %v", err)
+	}
+	now = now.Add(time.Minute) // the share has come back
+	if _, err := m.CreateSession(a, &pb.CreateSessionRequest{Graph: chain(t, 2)}); err != nil {
+		t.Errorf("a session once the share has come back: %v", err)
+	}
+
+	// Concurrent sessions of one caller with its share to spend: built
+	// one at a time, none refused.
+	m = limitedMaster(master.Config{BuildShare: 0.5, BuildBurst: time.Hour})
+	errs, gd := make(chan error, 8), chain(t, 200)
+	for range cap(errs) {
+		go func() {
+			_, err := m.CreateSession(a, &pb.CreateSessionRequest{Graph: gd})
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Errorf("a concurrent session: %v", err)
+		}
+	}
+}

@@ -70,7 +70,15 @@ type Config struct {
 	// extension before the master closes it (as CloseSession would, on
 	// the tasks too); 0 means DefaultSessionIdle, a negative value never.
 	SessionIdle time.Duration
-	// Now is the clock of SessionIdle; nil means time.Now.
+	// BuildShare bounds the time the master spends decoding one caller's
+	// graphs (CreateSession): at most this share of one core over time,
+	// and BuildBurst of it at once, so that a caller sending large graphs
+	// cannot take the task's CPU from its training; a caller past it is
+	// refused until its share has come back. 0 means DefaultBuildShare and
+	// DefaultBuildBurst, a negative BuildShare no bound.
+	BuildShare float64
+	BuildBurst time.Duration
+	// Now is the clock of SessionIdle and BuildShare; nil means time.Now.
 	Now func() time.Time
 }
 
@@ -79,6 +87,8 @@ const (
 	DefaultMaxSessions   = 256
 	DefaultMaxGraphBytes = 2 << 30 // 2 GiB held in memory
 	DefaultSessionIdle   = 24 * time.Hour
+	DefaultBuildShare    = 0.25
+	DefaultBuildBurst    = 10 * time.Second
 )
 
 // withDefaults returns c with its zero limits replaced by the defaults.
@@ -91,6 +101,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SessionIdle == 0 {
 		c.SessionIdle = DefaultSessionIdle
+	}
+	if c.BuildShare == 0 {
+		c.BuildShare = DefaultBuildShare
+	}
+	if c.BuildBurst == 0 {
+		c.BuildBurst = DefaultBuildBurst
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -108,6 +124,9 @@ type Master struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	callers  map[string]*callerUse // by service.Caller, while it holds sessions
+	// builds is each caller's budget of graph-building time (BuildShare),
+	// by service.Caller, while it is spent in part.
+	builds map[string]*buildBudget
 	// gen counts, per task, how often the task was found lost (unreachable,
 	// or restarted without the graphs registered on it). A partition
 	// registered under an older generation is stale: its plan is dropped,
@@ -133,7 +152,7 @@ func New(cfg Config) *Master {
 		}
 	}
 	return &Master{cfg: cfg, log: log.With("task", cfg.Task), sessions: map[string]*session{},
-		callers: map[string]*callerUse{}, gen: map[string]uint64{}, inc: map[string]uint64{}}
+		callers: map[string]*callerUse{}, builds: map[string]*buildBudget{}, gen: map[string]uint64{}, inc: map[string]uint64{}}
 }
 
 // session is a client's graph and the plans of the signatures it ran.
@@ -278,7 +297,13 @@ func (m *Master) CreateSession(ctx context.Context, req *pb.CreateSessionRequest
 	if err != nil {
 		return nil, m.errorf("create session: %w", err)
 	}
+	built, err := m.buildTurn(ctx, caller)
+	if err != nil {
+		return nil, m.errorf("create session: %w", err)
+	}
+	start := time.Now()
 	g, err := graph.FromProto(gd)
+	built(time.Since(start))
 	if err != nil {
 		return nil, m.errorf("create session: %w", err)
 	}
