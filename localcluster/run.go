@@ -465,25 +465,15 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 		l.stopAll(procs)
 		return ctx.Err()
 	}
-	restarts := map[taskID]int{}
-	// ended is when the chief exited 0; endGrace fires EndGrace after.
-	var ended time.Time
-	var endGrace <-chan time.Time
-	for training := l.cfg.Jobs.training(); training > 0; {
+	sv := &supervision{restarts: map[taskID]int{}, training: l.cfg.Jobs.training()}
+	for sv.training > 0 {
 		var p *proc
 		select {
 		case <-ctx.Done():
 			return interrupted()
-		case <-endGrace:
-			endGrace = nil
-			var left []*proc
-			for _, q := range procs {
-				if !q.handled && q.id.job != "ps" {
-					l.out.logf("%s still runs %v after the chief ended training; stopping it", q.id, time.Since(ended).Round(time.Millisecond))
-					left = append(left, q)
-				}
-			}
-			l.stopAll(left) // their exits arrive in l.exited
+		case <-sv.endGrace:
+			sv.endGrace = nil
+			l.stopLeftAfterEnd(procs, sv.ended)
 			continue
 		case p = <-l.exited:
 		}
@@ -493,53 +483,90 @@ func (l *launcher) supervise(ctx context.Context, procs []*proc) error {
 			return interrupted()
 		}
 		if p.id.job != "ps" && p.id.job != cluster.EvaluatorJob {
-			training--
+			sv.training--
 		}
-		switch {
-		case p.id.job == cluster.EvaluatorJob && p.err != nil:
-			l.out.logf("%s failed (%v); training goes on without it", p.id, p.err)
-			l.showTail(p)
-		case p.err == nil:
-			// A ps exiting 0 was told to by the chief; no task that exits
-			// 0 is restarted: refuse its peers' connections from now on.
-			l.closeFiles(func(id taskID) bool { return id == p.id })
-			if p.id == l.chief {
-				ended, endGrace = time.Now(), time.After(l.cfg.EndGrace)
-			}
-		case !ended.IsZero():
-			l.out.logf("%s exited after the chief ended training (%v); not restarting it", p.id, p.err)
-			l.showTail(p)
-			l.closeFiles(func(id taskID) bool { return id == p.id })
-		case l.restartable(p.id) && restarts[p.id] < l.maxRestarts(p.id):
-			restarts[p.id]++
-			l.out.logf("%s died (%v); restarting it on its address (%d of %d)", p.id, p.err, restarts[p.id], l.maxRestarts(p.id))
-			l.showTail(p)
-			np, err := l.start(p.id)
-			if err != nil {
-				l.stopAll(procs)
-				return err
-			}
-			procs[slices.Index(procs, p)] = np
-			if p.id.job != "ps" {
-				training++
-			}
-		case p.id != l.chief && p.id.job == "worker" && l.cfg.TolerateWorkerLoss:
-			l.out.logf("%s failed (%v); the others go on", p.id, p.err)
-			l.showTail(p)
-			// Nothing will serve its address again: its peers' connections
-			// are refused from now on rather than queued unanswered.
-			l.closeFiles(func(id taskID) bool { return id == p.id })
-		default:
-			l.out.logf("%s failed (%v); stopping every task", p.id, p.err)
-			l.showTail(p)
-			l.stopAll(procs)
-			return &TaskError{Job: p.id.job, Index: p.id.index, Err: p.err}
+		if err := l.exitedDuringTraining(p, procs, sv); err != nil {
+			return err
 		}
 	}
+	return l.awaitServers(ctx, procs, interrupted)
+}
 
-	// Every training task has exited, the chief with 0. The ps tasks exit
-	// when the chief tells them, the evaluator after the final checkpoint;
-	// give them a moment.
+// supervision is what supervise keeps while the training tasks run.
+type supervision struct {
+	restarts map[taskID]int
+	// training counts the training tasks still running.
+	training int
+	// ended is when the chief exited 0; endGrace fires EndGrace after.
+	ended    time.Time
+	endGrace <-chan time.Time
+}
+
+// stopLeftAfterEnd stops the training tasks still running EndGrace after
+// the chief ended training (their exits arrive in l.exited).
+func (l *launcher) stopLeftAfterEnd(procs []*proc, ended time.Time) {
+	var left []*proc
+	for _, q := range procs {
+		if !q.handled && q.id.job != "ps" {
+			l.out.logf("%s still runs %v after the chief ended training; stopping it", q.id, time.Since(ended).Round(time.Millisecond))
+			left = append(left, q)
+		}
+	}
+	l.stopAll(left)
+}
+
+// exitedDuringTraining acts on the exit of p while training tasks run: an
+// evaluator that failed is left out, a task that exited 0 is done, one
+// that failed is restarted (within its restarts), left out (a worker the
+// others go on without), or ends the run with its error.
+func (l *launcher) exitedDuringTraining(p *proc, procs []*proc, sv *supervision) error {
+	switch {
+	case p.id.job == cluster.EvaluatorJob && p.err != nil:
+		l.out.logf("%s failed (%v); training goes on without it", p.id, p.err)
+		l.showTail(p)
+	case p.err == nil:
+		// A ps exiting 0 was told to by the chief; no task that exits
+		// 0 is restarted: refuse its peers' connections from now on.
+		l.closeFiles(func(id taskID) bool { return id == p.id })
+		if p.id == l.chief {
+			sv.ended, sv.endGrace = time.Now(), time.After(l.cfg.EndGrace)
+		}
+	case !sv.ended.IsZero():
+		l.out.logf("%s exited after the chief ended training (%v); not restarting it", p.id, p.err)
+		l.showTail(p)
+		l.closeFiles(func(id taskID) bool { return id == p.id })
+	case l.restartable(p.id) && sv.restarts[p.id] < l.maxRestarts(p.id):
+		sv.restarts[p.id]++
+		l.out.logf("%s died (%v); restarting it on its address (%d of %d)", p.id, p.err, sv.restarts[p.id], l.maxRestarts(p.id))
+		l.showTail(p)
+		np, err := l.start(p.id)
+		if err != nil {
+			l.stopAll(procs)
+			return err
+		}
+		procs[slices.Index(procs, p)] = np
+		if p.id.job != "ps" {
+			sv.training++
+		}
+	case p.id != l.chief && p.id.job == "worker" && l.cfg.TolerateWorkerLoss:
+		l.out.logf("%s failed (%v); the others go on", p.id, p.err)
+		l.showTail(p)
+		// Nothing will serve its address again: its peers' connections
+		// are refused from now on rather than queued unanswered.
+		l.closeFiles(func(id taskID) bool { return id == p.id })
+	default:
+		l.out.logf("%s failed (%v); stopping every task", p.id, p.err)
+		l.showTail(p)
+		l.stopAll(procs)
+		return &TaskError{Job: p.id.job, Index: p.id.index, Err: p.err}
+	}
+	return nil
+}
+
+// awaitServers waits, once every training task has exited (the chief
+// with 0), for the ps tasks, which exit when the chief tells them, and the
+// evaluator, after the final checkpoint: a moment, then they are stopped.
+func (l *launcher) awaitServers(ctx context.Context, procs []*proc, interrupted func() error) error {
 	waiting, wait := 0, l.cfg.PSExitGrace
 	for _, p := range procs {
 		if !p.handled {
