@@ -87,6 +87,47 @@ func fakeTask(args []string) int {
 	}
 	name := self.Job + " " + strconv.Itoa(self.Index)
 	isChief := self.Job == "chief" || self.Job == "worker" && self.Index == 0 && !spec.HasJob("chief")
+	onSigterm(mode, name, spec)
+	lis, err := localcluster.Listener()
+	if err != nil || lis == nil {
+		return fail("Listener() = %v, %v", lis, err)
+	}
+	if addr, _ := spec.Address(self); lis.Addr().String() != addr {
+		return fail("listening on %s, TF_CONFIG says %s", lis.Addr(), addr)
+	}
+	start := 1
+	if dir := os.Getenv("LCTEST_DIR"); dir != "" {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fail("%v", err)
+		}
+		f.Write([]byte{'.'})
+		fi, _ := f.Stat()
+		f.Close()
+		start = int(fi.Size())
+	}
+	fmt.Println("hello from", name)
+	fmt.Fprintln(os.Stderr, "hello from", name)
+	code, done := 0, false
+	switch {
+	case mode == "chatty":
+		code, done = chatty(name), true
+	case isChief:
+		code, done = chiefActs(mode, spec, start)
+	default:
+		code, done = otherActs(mode, name, start)
+	}
+	if done {
+		return code
+	}
+	serve(lis, fmt.Sprintf("%s %d %d", name, runtime.GOMAXPROCS(0), start))
+	return 0
+}
+
+// onSigterm sets how the task answers SIGTERM: it exits 0, or ignores it
+// (stubborn's worker 1), or reports whether ps 0 refuses connections and
+// exits 5 (worker-lingers' worker 1).
+func onSigterm(mode, name string, spec *cluster.Spec) {
 	switch {
 	case mode == "stubborn" && name == "worker 1":
 		signal.Ignore(syscall.SIGTERM)
@@ -110,100 +151,96 @@ func fakeTask(args []string) int {
 			os.Exit(0)
 		}()
 	}
-	lis, err := localcluster.Listener()
-	if err != nil || lis == nil {
-		return fail("Listener() = %v, %v", lis, err)
-	}
-	if addr, _ := spec.Address(self); lis.Addr().String() != addr {
-		return fail("listening on %s, TF_CONFIG says %s", lis.Addr(), addr)
-	}
-	start := 1
-	if dir := os.Getenv("LCTEST_DIR"); dir != "" {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return fail("%v", err)
-		}
-		f.Write([]byte{'.'})
-		fi, _ := f.Stat()
-		f.Close()
-		start = int(fi.Size())
-	}
-	fmt.Println("hello from", name)
-	fmt.Fprintln(os.Stderr, "hello from", name)
+}
 
-	switch {
-	case mode == "chief-fails" && isChief:
+// chiefActs is what the chief does in mode before it serves; done says
+// that it exits with code instead.
+func chiefActs(mode string, spec *cluster.Spec, start int) (code int, done bool) {
+	switch mode {
+	case "chief-fails":
 		fmt.Println("the chief's result")
 		fmt.Fprintln(os.Stderr, "about to fail")
-		return 3
-	case mode == "ps-crashes" && name == "ps 0":
-		crashes, _ := strconv.Atoi(os.Getenv("LCTEST_CRASHES"))
-		if start <= crashes {
-			fmt.Printf("ps 0 crashing (start %d)\n", start)
-			return 1
-		}
-	case mode == "ps-crashes" && isChief:
+		return 3, true
+	case "ps-crashes":
 		ps := spec.Addresses("ps")[0]
 		fmt.Println("ps answered:", ask(ps, "who"))
 		ask(ps, "quit")
-		return 0
-	case mode == "chief-crashes" && isChief:
+		return 0, true
+	case "chief-crashes":
 		// The chief dies in its first life; in its second it ends the run,
 		// as a chief resumed from its checkpoint does.
 		if start == 1 {
 			fmt.Println("chief crashing (start 1)")
-			return 1
+			return 1, true
 		}
 		fmt.Printf("chief again (start %d); worker 1 is %s\n", start, ask(spec.Addresses("worker")[1], "who"))
 		ask(spec.Addresses("worker")[1], "quit")
 		ask(spec.Addresses("ps")[0], "quit")
-		return 0
-	case mode == "worker-crashes" && name == "worker 1" && start == 1:
-		fmt.Println("worker 1 crashing (start 1)")
-		return 1
-	case mode == "worker-crashes" && isChief:
+		return 0, true
+	case "worker-crashes":
 		// The chief asks until worker 1 answers in its second life.
 		for !strings.HasSuffix(ask(spec.Addresses("worker")[1], "who"), " 2") {
 			time.Sleep(10 * time.Millisecond) // a client's back-off
 		}
 		fmt.Println("worker 1 is back")
 		ask(spec.Addresses("worker")[1], "quit")
-		return 0
-	case mode == "worker-lost" && isChief:
+		return 0, true
+	case "worker-lost":
 		ask(spec.Addresses("worker")[1], "die")
 		fmt.Println("worker 1 is gone")
 		ask(spec.Addresses("ps")[0], "quit")
-		return 0
-	case mode == "worker-lost-chief-waits" && isChief:
+		return 0, true
+	case "worker-lost-chief-waits":
 		// As worker-lost, but the chief goes on serving until it is
 		// stopped: the launcher has handled worker 1's exit before any
 		// of the chief's.
 		ask(spec.Addresses("worker")[1], "die")
 		fmt.Println("worker 1 is gone")
-	case mode == "ps-lingers" && isChief:
-		return 0
-	case mode == "worker-lingers" && isChief:
+	case "ps-lingers":
+		return 0, true
+	case "worker-lingers":
 		ask(spec.Addresses("ps")[0], "quit")
-		return 0
-	case mode == "chatty":
-		var wg sync.WaitGroup
-		for _, f := range []*os.File{os.Stdout, os.Stderr} {
-			wg.Go(func() {
-				w := bufio.NewWriterSize(f, 100) // many writes, some cutting lines
-				for i := range 500 {
-					fmt.Fprintf(w, "%s says %d on %s %s\n", name, i, f.Name(), strings.Repeat("=", i%70))
-				}
-				w.Flush()
-			})
-		}
-		wg.Wait()
-		return 0
-	case mode == "long" && isChief:
+		return 0, true
+	case "long":
 		os.Stderr.WriteString(strings.Repeat("e", 3<<20) + "\n")
 		os.Stdout.WriteString(strings.Repeat("o", 512<<10) + "\nend\nno newline")
-		return 0
+		return 0, true
 	}
-	serve(lis, fmt.Sprintf("%s %d %d", name, runtime.GOMAXPROCS(0), start))
+	return 0, false
+}
+
+// otherActs is what a task other than the chief does in mode before it
+// serves: ps 0 crashes in its first LCTEST_CRASHES lives (ps-crashes),
+// worker 1 in its first (worker-crashes).
+func otherActs(mode, name string, start int) (code int, done bool) {
+	switch {
+	case mode == "ps-crashes" && name == "ps 0":
+		crashes, _ := strconv.Atoi(os.Getenv("LCTEST_CRASHES"))
+		if start <= crashes {
+			fmt.Printf("ps 0 crashing (start %d)\n", start)
+			return 1, true
+		}
+	case mode == "worker-crashes" && name == "worker 1" && start == 1:
+		fmt.Println("worker 1 crashing (start 1)")
+		return 1, true
+	}
+	return 0, false
+}
+
+// chatty writes 500 lines on stdout and on stderr at once, in many writes
+// that cut lines.
+func chatty(name string) int {
+	var wg sync.WaitGroup
+	for _, f := range []*os.File{os.Stdout, os.Stderr} {
+		wg.Go(func() {
+			w := bufio.NewWriterSize(f, 100)
+			for i := range 500 {
+				fmt.Fprintf(w, "%s says %d on %s %s\n", name, i, f.Name(), strings.Repeat("=", i%70))
+			}
+			w.Flush()
+		})
+	}
+	wg.Wait()
 	return 0
 }
 
