@@ -353,6 +353,8 @@ type soakFlood struct {
 	nanRefused, nanOther, nanAccepted                      atomic.Int64
 	forged, forgedAccepted, malformed, malformedAccepted   atomic.Int64
 	earlyOps, refusedConns, sessionNanos, forgedNamed      atomic.Int64
+	// forgedStops are views that end training, sent as the leader (rank 0).
+	forgedStops, forgedStopsAccepted atomic.Int64
 }
 
 func (f *soakFlood) note(code string) {
@@ -370,10 +372,10 @@ func (f *soakFlood) summary() string {
 	f.mu.Unlock()
 	return fmt.Sprintf("%d RecvTensor and %d RunGraph for steps that never run, %d CreateSession of %s in all, "+
 		"%.0f ms each on average, %d NaN writes refused (%d other errors, %d accepted), %d chunks with forged ranks (%d accepted, %d refused naming the rank, others %s), "+
-		"%d malformed chunks (%d accepted), %d chunks of operations that never start, %d refused connections (log flood)",
+		"%d malformed chunks (%d accepted), %d chunks of operations that never start, %d views ending training in the leader's name (%d accepted), %d refused connections (log flood)",
 		f.recvNeverRun.Load(), f.runGraphNeverRun.Load(), f.sessions.Load(), mib(float64(f.sessionBytes.Load())),
 		float64(f.sessionNanos.Load())/float64(max(1, f.sessions.Load()))/1e6, f.nanRefused.Load(), f.nanOther.Load(), f.nanAccepted.Load(), f.forged.Load(), f.forgedAccepted.Load(), f.forgedNamed.Load(), other,
-		f.malformed.Load(), f.malformedAccepted.Load(), f.earlyOps.Load(), f.refusedConns.Load())
+		f.malformed.Load(), f.malformedAccepted.Load(), f.earlyOps.Load(), f.forgedStops.Load(), f.forgedStopsAccepted.Load(), f.refusedConns.Load())
 }
 
 // check fails the test unless the flood reached the tasks and was refused
@@ -391,6 +393,9 @@ func (f *soakFlood) check(t *testing.T) {
 		// has not started or has closed refuses them as unavailable.
 		if f.forgedNamed.Load() == 0 || f.forgedAccepted.Load() != 0 {
 			t.Errorf("chunks with forged ranks: %d sent, %d accepted, %d refused for their rank", f.forged.Load(), f.forgedAccepted.Load(), f.forgedNamed.Load())
+		}
+		if f.forgedStops.Load() == 0 || f.forgedStopsAccepted.Load() != 0 {
+			t.Errorf("views ending training in the leader's name: %d sent, %d accepted", f.forgedStops.Load(), f.forgedStopsAccepted.Load())
 		}
 		if f.malformed.Load() == 0 || f.malformedAccepted.Load() != 0 {
 			t.Errorf("malformed chunks: %d sent, %d accepted", f.malformed.Load(), f.malformedAccepted.Load())
@@ -640,6 +645,18 @@ func (f *soakFlood) chunks(ctx context.Context, r rpcpb.RingClient) {
 		early := &pb.RingChunk{Name: "hostile/" + strconv.FormatInt(n, 10), Round: n, From: self, Size: self + 1, Length: 256, Data: data}
 		if send(early) == nil {
 			f.earlyOps.Add(1)
+		}
+		// A view of a later generation that ends training, in the
+		// leader's name (the ring's views are operations named "\x00view",
+		// their round the generation).
+		stop := &pb.RingChunk{Name: "\x00view", Round: math.MaxInt64 / 2, From: 0, Size: self + 1, Length: 4, Data: data[:16]}
+		err = send(stop)
+		if ctx.Err() != nil {
+			return
+		}
+		f.forgedStops.Add(1)
+		if err == nil {
+			f.forgedStopsAccepted.Add(1)
 		}
 	}
 }
