@@ -342,13 +342,20 @@ func (c Case) String() string {
 	return fmt.Sprintf("%s(%s)%v", c.Op, strings.Join(shapes, ","), c.Attrs)
 }
 
-func testKernels(t *testing.T, p device.Platform) {
+// requireKernels fails t for each op of list (named listName) that p has
+// no kernel for.
+func requireKernels(t *testing.T, p device.Platform, list []string, listName string) {
+	t.Helper()
 	have := device.Kernels(p.Name())
-	for _, op := range device.Ops {
+	for _, op := range list {
 		if !slices.Contains(have, op) {
-			t.Errorf("platform %s has no kernel for %s (device.Ops)", p.Name(), op)
+			t.Errorf("platform %s has no kernel for %s (%s)", p.Name(), op, listName)
 		}
 	}
+}
+
+func testKernels(t *testing.T, p device.Platform) {
+	requireKernels(t, p, device.Ops, "device.Ops")
 	d := open(t, p, device.Options{Count: 1, MemoryLimit: 256 << 20})[0]
 	covered := map[string]bool{}
 	for _, c := range Cases() {
@@ -606,12 +613,7 @@ func values(t *tensor.Tensor) []float64 {
 const updateSteps = 2
 
 func testUpdates(t *testing.T, p device.Platform) {
-	have := device.Kernels(p.Name())
-	for _, op := range device.Updates {
-		if !slices.Contains(have, op) {
-			t.Errorf("platform %s has no kernel for %s (device.Updates)", p.Name(), op)
-		}
-	}
+	requireKernels(t, p, device.Updates, "device.Updates")
 	d := open(t, p, device.Options{Count: 1, MemoryLimit: 64 << 20})[0]
 	covered := map[string]bool{}
 	for _, c := range UpdateCases() {
@@ -723,12 +725,7 @@ const randomRuns = 3
 // platform draws the same numbers), and where the stream captures, each
 // replay of a captured run draws the run after the last.
 func testRandom(t *testing.T, p device.Platform) {
-	have := device.Kernels(p.Name())
-	for _, op := range device.Random {
-		if !slices.Contains(have, op) {
-			t.Errorf("platform %s has no kernel for %s (device.Random)", p.Name(), op)
-		}
-	}
+	requireKernels(t, p, device.Random, "device.Random")
 	d := open(t, p, device.Options{Count: 1, MemoryLimit: 64 << 20})[0]
 	for _, c := range RandomCases() {
 		t.Run(c.Op, func(t *testing.T) {

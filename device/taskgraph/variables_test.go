@@ -129,20 +129,7 @@ func TestVariablesOnDeviceTrainAsOnTheCPU(t *testing.T) {
 				t.Errorf("a step with the variables on the host copies %d in, want at least %d", host.perStep.In, got.perStep.In+int64(nvars))
 			}
 			// The checkpoints: the device's against the CPU's.
-			names := variableNames(tr.g)
-			wantVals, err := bundle.ReadVariables(refDir, want.saved, names)
-			if err != nil {
-				t.Fatal(err)
-			}
-			gotVals, err := bundle.ReadVariables(dir, got.saved, names)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, name := range names {
-				if msg := differ(gotVals[name], wantVals[name]); msg != "" {
-					t.Errorf("variable %s saved from the GPU: %s", name, msg)
-				}
-			}
+			gotVals := savedAlike(t, tr.g, refDir, want.saved, dir, got.saved)
 			restoreOnDevice(t, tr, sv, devs, int64(c.steps), gotVals)
 			if st := devs[0].Allocator().Stats(); st.Live != 0 {
 				t.Errorf("after the sessions closed: %d allocations live", st.Live)
@@ -158,6 +145,28 @@ func newSaver(t *testing.T, tr *trainer, dir string) *checkpoint.Saver {
 		t.Fatal(err)
 	}
 	return sv
+}
+
+// savedAlike checks that the checkpoint gotPrefix in dir holds every
+// variable of g as the CPU's, wantPrefix in refDir, does, and returns its
+// values.
+func savedAlike(t *testing.T, g *graph.Graph, refDir, wantPrefix, dir, gotPrefix string) map[string]*tensor.Tensor {
+	t.Helper()
+	names := variableNames(g)
+	wantVals, err := bundle.ReadVariables(refDir, wantPrefix, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotVals, err := bundle.ReadVariables(dir, gotPrefix, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if msg := differ(gotVals[name], wantVals[name]); msg != "" {
+			t.Errorf("variable %s saved from the GPU: %s", name, msg)
+		}
+	}
+	return gotVals
 }
 
 func variableNames(g *graph.Graph) []string {
@@ -304,20 +313,7 @@ func TestVariablesOnDeviceOptimizers(t *testing.T) {
 			if got.perStep.In != 2 || got.perStep.Out != 1 {
 				t.Errorf("a step copies %+v, want 2 in and 1 out", got.perStep)
 			}
-			names := variableNames(tr.g)
-			wantVals, err := bundle.ReadVariables(refDir, want.saved, names)
-			if err != nil {
-				t.Fatal(err)
-			}
-			gotVals, err := bundle.ReadVariables(dir, got.saved, names)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, name := range names {
-				if msg := differ(gotVals[name], wantVals[name]); msg != "" {
-					t.Errorf("variable %s saved from the GPU: %s", name, msg)
-				}
-			}
+			savedAlike(t, tr.g, refDir, want.saved, dir, got.saved)
 		})
 	}
 }
