@@ -185,6 +185,16 @@ func TestRunReportsHang(t *testing.T) {
 }
 
 // checkNoneLeft fails if a process of res's run is still alive.
+// checkSound fails t if a restore of res undid more than one checkpoint
+// interval, or it left a corrupt checkpoint or a process behind.
+func checkSound(t *testing.T, res *Result) {
+	t.Helper()
+	if res.LostTooMuch || len(res.Corrupt) > 0 || len(res.LeftBehind) > 0 {
+		t.Errorf("lost %d steps in one restore (interval %d), corrupt checkpoints %v, processes left behind %v", res.LostMax, res.Interval, res.Corrupt, res.LeftBehind)
+	}
+	checkNoneLeft(t, res)
+}
+
 func checkNoneLeft(t *testing.T, res *Result) {
 	t.Helper()
 	ps, err := marked(filepath.Base(res.Dir))
@@ -412,10 +422,11 @@ func restored(t *testing.T, res *Result) bool {
 // index is being written (its temporary file appears) and kills it the
 // moment it writes the index of a checkpoint at the end of training (step
 // 2000 to 2009: the last periodic one or the final one): points where a
-// fault drawn at a random time seldom lands. (Not the end-of-training
-// marker: the chief writes it at the very end and exits within
-// milliseconds, in about 1 run of 4 before a signal could follow the
-// event.) The restarted chief must
+// fault drawn at a random time seldom lands. The chief writes its final
+// checkpoint and the marker and exits within milliseconds, so in about one
+// run of five the kill finds it gone; that run still checks the stop. (A
+// checkpoint halfway is no better: the other worker trains on while the
+// chief is stopped, and the run may pass it.) The restarted chief must
 // finish the run at its last step, no restore may go back more than one
 // interval, and nothing may be corrupt.
 func TestFaultsAtFileEvents(t *testing.T) {
@@ -433,18 +444,19 @@ func TestFaultsAtFileEvents(t *testing.T) {
 	var tbl strings.Builder
 	WriteTable(&tbl, []*Result{res})
 	t.Logf("\n%s(output in %s)", tbl.String(), res.Dir)
-	for _, f := range res.Faults {
-		if !f.Applied {
+	for i, f := range res.Faults {
+		switch {
+		case f.Applied:
+		case i == 1 && f.Kind == Kill:
+			t.Logf("%s was not applied (%s): the chief ended first", f.Fault, f.Skipped)
+		default:
 			t.Errorf("%s was not applied: %s", f.Fault, f.Skipped)
 		}
 	}
 	if !res.Finished {
 		t.Errorf("the run did not finish (hung %v, exit %q, waiting for %q)", res.Hung, res.ExitError, res.WaitingFor)
 	}
-	if res.LostTooMuch || len(res.Corrupt) > 0 || len(res.LeftBehind) > 0 {
-		t.Errorf("lost %d steps in one restore (interval %d), corrupt checkpoints %v, processes left behind %v", res.LostMax, res.Interval, res.Corrupt, res.LeftBehind)
-	}
-	checkNoneLeft(t, res)
+	checkSound(t, res)
 }
 
 // TestHandStartedShort runs a cluster started task by task (TF_CONFIG)
@@ -484,10 +496,7 @@ func TestHandStartedShort(t *testing.T) {
 			t.Errorf("the supervisor did not restart %s: restarts %q", strings.TrimSuffix(who, " died"), res.Restarts)
 		}
 	}
-	if res.LostTooMuch || len(res.Corrupt) > 0 || len(res.LeftBehind) > 0 {
-		t.Errorf("lost %d steps in one restore (interval %d), corrupt checkpoints %v, processes left behind %v", res.LostMax, res.Interval, res.Corrupt, res.LeftBehind)
-	}
-	checkNoneLeft(t, res)
+	checkSound(t, res)
 }
 
 // TestRingLeaderStoppedMidSave stops the all-reduce leader (rank 0) the
