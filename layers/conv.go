@@ -31,8 +31,13 @@ type Conv2D struct {
 	KernelInit, BiasInit ops.Initializer
 	// KernelRegularizer is as Dense's.
 	KernelRegularizer Regularizer
+	// Partitioner splits the kernel into shards along its height (nil:
+	// whole), as Dense's.
+	Partitioner Partitioner
 	// Name names the layer's scope (default "conv2d", made unique).
 	Name string
+	// KernelName and BiasName are as Dense's.
+	KernelName, BiasName string
 }
 
 // Apply implements Layer.
@@ -50,10 +55,10 @@ func (c Conv2D) Apply(s *graph.Scope, x graph.Output, _ bool) graph.Output {
 		return graph.Output{}
 	}
 	ls := layerScope(s, c.Name, "conv2d")
-	kernel := variable(ls, "kernel", dt, []int{c.KernelSize[0], c.KernelSize[1], in, c.Filters}, c.KernelInit, c.KernelRegularizer)
-	y := ops.Conv2D(ls, x, kernel.Value(), strides, padding)
+	kernel := weight(ls, or(c.KernelName, "kernel"), dt, []int{c.KernelSize[0], c.KernelSize[1], in, c.Filters}, c.KernelInit, c.KernelRegularizer, c.Partitioner)
+	y := ops.Conv2D(ls, x, kernel, strides, padding)
 	if !c.NoBias {
-		bias := variable(ls, "bias", dt, []int{c.Filters}, orZeros(c.BiasInit), nil)
+		bias := variable(ls, or(c.BiasName, "bias"), dt, []int{c.Filters}, orZeros(c.BiasInit), nil)
 		y = ops.BiasAdd(ls, y, bias.Value())
 	}
 	return activate(ls, c.Activation, y)

@@ -26,8 +26,15 @@ type Dense struct {
 	// KernelRegularizer adds a penalty of the kernel to the regularization
 	// losses (nil: none), for instance L2(1e-4).
 	KernelRegularizer Regularizer
+	// Partitioner splits the kernel by rows into shards (nil: whole), for
+	// instance MinMaxPartitioner(psTasks, 64<<10).
+	Partitioner Partitioner
 	// Name names the layer's scope (default "dense", made unique).
 	Name string
+	// KernelName and BiasName name its variables within the scope
+	// (default "kernel" and "bias"): a model whose checkpoints already
+	// name them otherwise ("W", "b") keeps its names.
+	KernelName, BiasName string
 }
 
 // Apply implements Layer.
@@ -41,19 +48,15 @@ func (d Dense) Apply(s *graph.Scope, x graph.Output, _ bool) graph.Output {
 		return graph.Output{}
 	}
 	ls := layerScope(s, d.Name, "dense")
-	kernel := variable(ls, "kernel", dt, []int{in, d.Units}, d.KernelInit, d.KernelRegularizer)
-	var bias *ops.Variable
-	if !d.NoBias {
-		bias = variable(ls, "bias", dt, []int{d.Units}, orZeros(d.BiasInit), nil)
-	}
+	kernel := weight(ls, or(d.KernelName, "kernel"), dt, []int{in, d.Units}, d.KernelInit, d.KernelRegularizer, d.Partitioner)
 	rank := x.Shape().Rank()
 	flat := x
 	if rank > 2 {
 		flat = ops.ReshapeTo(ls, x, -1, in)
 	}
-	y := ops.MatMul(ls, flat, kernel.Value(), false, false)
-	if bias != nil {
-		y = ops.BiasAdd(ls, y, bias.Value())
+	y := ops.MatMul(ls, flat, kernel, false, false)
+	if !d.NoBias {
+		y = ops.BiasAdd(ls, y, variable(ls, or(d.BiasName, "bias"), dt, []int{d.Units}, orZeros(d.BiasInit), nil).Value())
 	}
 	if rank > 2 {
 		// The leading dimensions of x, then Units: known or not at build time.

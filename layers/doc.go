@@ -21,6 +21,16 @@
 // exactly ("hidden/kernel"), so that a layer built again in a scope that
 // reuses variables (graph.Scope.ReuseVariables) shares them.
 //
+// For training on parameter servers, a Partitioner splits a large kernel
+// by rows into shards that a replica device setter spreads over the ps
+// tasks (Dense{Partitioner: MinMaxPartitioner(psTasks, 64<<10)}), and
+// Towers builds a model once per device over one set of variables
+// (in-graph replication):
+//
+//	layers.Towers(s, []string{"/job:worker/task:0", "/job:worker/task:1"}, func(ts *graph.Scope, i int) {
+//		logits[i] = model.Apply(ts, images[i], true)
+//	})
+//
 // Two collections of the graph carry what a training step needs besides
 // the loss's gradients: the regularization losses (ops.
 // RegularizationLossesCollection; losses.RegularizationLoss sums them, to

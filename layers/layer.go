@@ -113,28 +113,74 @@ func seedFor(s *graph.Scope, fullName string) int {
 // penalty is added once, when the variable is created.
 func variable(ls *graph.Scope, name string, dt tensor.DType, shape []int, init ops.Initializer, reg Regularizer, opts ...ops.VariableOption) *ops.Variable {
 	full := ls.VariablePrefix() + name
-	if !ls.Reusing() && ops.LookupVariable(ls.Graph(), full) != nil {
-		// The graph would rename the new one ("_1") and the layer would
-		// silently not share it, as tf.get_variable refuses too.
-		ls.SetErr(fmt.Errorf("layers: variable %q already exists: a layer of that name is built twice; build it again in a scope that reuses variables (graph.Scope.ReuseVariables) to share it, or give it another name", full))
+	if !unique(ls, full, full) {
 		return nil
 	}
+	v := ops.NewVariable(ls, name, dt, shape, orGlorot(ls, full, init), opts...)
+	if v == nil || !regularize(ls, name, v.Value(), reg) {
+		return nil
+	}
+	return v
+}
+
+// weight is variable for a layer's kernel, split into shards by part
+// (nil: whole): an ops.PartitionedVariable "<name>/part_<i>" whose value is
+// the shards' concatenation, initialised as the whole variable would be.
+func weight(ls *graph.Scope, name string, dt tensor.DType, shape []int, init ops.Initializer, reg Regularizer, part Partitioner) graph.Output {
+	n := 1
+	if part != nil {
+		n = part(shape, dt)
+	}
+	if n <= 1 {
+		return variable(ls, name, dt, shape, init, reg).Value()
+	}
+	full := ls.VariablePrefix() + name
+	if !unique(ls, full, full+"/part_0") {
+		return graph.Output{}
+	}
+	pv, err := ops.NewPartitionedVariable(ls, name, dt, shape, orGlorot(ls, full, init), n)
+	if err != nil || !regularize(ls, name, pv.Value(), reg) {
+		return graph.Output{}
+	}
+	return pv.Value()
+}
+
+// unique checks, unless ls reuses variables, that the variable node first
+// (of the variable full) does not exist yet: the graph would rename the new
+// one ("_1") and the layer would silently not share it, as
+// tf.get_variable refuses too.
+func unique(ls *graph.Scope, full, first string) bool {
+	if ls.Err() != nil || ls.Reusing() || ops.LookupVariable(ls.Graph(), first) == nil {
+		return ls.Err() == nil
+	}
+	ls.SetErr(fmt.Errorf("layers: variable %q already exists: a layer of that name is built twice; build it again in a scope that reuses variables (graph.Scope.ReuseVariables) to share it, or give it another name", full))
+	return false
+}
+
+// orGlorot is init, or Glorot uniform seeded for the variable full when nil.
+func orGlorot(ls *graph.Scope, full string, init ops.Initializer) ops.Initializer {
 	if init == nil {
-		init = ops.GlorotUniformInit(seedFor(ls, full))
+		return ops.GlorotUniformInit(seedFor(ls, full))
 	}
-	v := ops.NewVariable(ls, name, dt, shape, init, opts...)
-	if v == nil || reg == nil || ls.Reusing() {
-		return v
+	return init
+}
+
+// regularize adds reg's penalty of w, the variable name of ls, to the
+// regularization losses, unless ls reuses the variable (the first build
+// added it). It reports whether the build may go on.
+func regularize(ls *graph.Scope, name string, w graph.Output, reg Regularizer) bool {
+	if reg == nil || ls.Reusing() {
+		return ls.Err() == nil
 	}
-	penalty := reg(ls.SubScope(name+"_regularizer"), v.Value())
+	penalty := reg(ls.SubScope(name+"_regularizer"), w)
 	if penalty.Valid() {
 		if !penalty.Shape().Equal(tensor.ScalarShape()) {
-			ls.SetErr(fmt.Errorf("layers: the regularizer of %s returned shape %v; want a scalar", v.Name(), penalty.Shape()))
-			return nil
+			ls.SetErr(fmt.Errorf("layers: the regularizer of %s returned shape %v; want a scalar", ls.VariablePrefix()+name, penalty.Shape()))
+			return false
 		}
 		ls.Graph().AddToCollection(ops.RegularizationLossesCollection, penalty.Node)
 	}
-	return v
+	return ls.Err() == nil
 }
 
 // activate applies a (nil: the identity).

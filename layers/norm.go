@@ -138,8 +138,9 @@ func normalize(s *graph.Scope, x, mean, variance graph.Output, gamma, beta *ops.
 }
 
 // or is v, or def when v is zero.
-func or(v, def float64) float64 {
-	if v == 0 {
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
 		return def
 	}
 	return v
