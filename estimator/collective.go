@@ -40,9 +40,10 @@ func (AllReduce) Update(n int) Update {
 }
 
 // Recovery: a rank that dies rejoins when restarted (the others go on
-// without it meanwhile); a summation server holds nothing to restore.
+// without it meanwhile, or for good); a summation server holds nothing to
+// restore.
 func (AllReduce) Recovery() Recovery {
-	return Recovery{RestartPS: true, RestartWorkers: true}
+	return Recovery{RestartPS: true, RestartWorkers: true, ToleratesWorkerLoss: true}
 }
 
 func (AllReduce) Replica(ReplicaInfo) (Replica, error) {
@@ -75,8 +76,9 @@ func (a Averaging) Validate(c *cluster.Spec) error {
 
 func (Averaging) Update(n int) Update { return Update{Batches: n, Averaged: 1} }
 
-// Recovery: a rank that dies rejoins when restarted.
-func (Averaging) Recovery() Recovery { return Recovery{RestartWorkers: true} }
+// Recovery: a rank that dies rejoins when restarted (the others go on
+// without it meanwhile, or for good).
+func (Averaging) Recovery() Recovery { return Recovery{RestartWorkers: true, ToleratesWorkerLoss: true} }
 
 func (a Averaging) Replica(ReplicaInfo) (Replica, error) {
 	return ringReplica(func(r *replica) collectiveBuild {

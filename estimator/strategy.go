@@ -199,9 +199,10 @@ func (s Sync) Update(n int) Update {
 }
 
 // Recovery: a lost ps is restored from the latest checkpoint, with the
-// synchronisation state it held; a lost worker rejoins.
+// synchronisation state it held; a lost worker rejoins, and the rounds
+// aggregate the live replicas without it meanwhile (or for good).
 func (Sync) Recovery() Recovery {
-	return Recovery{RestartPS: true, PSNeedsCheckpoints: true, RestartWorkers: true}
+	return Recovery{RestartPS: true, PSNeedsCheckpoints: true, RestartWorkers: true, ToleratesWorkerLoss: true}
 }
 
 func (s Sync) Replica(ReplicaInfo) (Replica, error) {
@@ -244,9 +245,10 @@ func (Staleness) Update(int) Update {
 }
 
 // Recovery: a lost ps is restored from the latest checkpoint, the step
-// counters with it; a lost worker rejoins at the others' step.
+// counters with it; a lost worker rejoins at the others' step, and the
+// bound holds among the live ones without it meanwhile (or for good).
 func (Staleness) Recovery() Recovery {
-	return Recovery{RestartPS: true, PSNeedsCheckpoints: true, RestartWorkers: true}
+	return Recovery{RestartPS: true, PSNeedsCheckpoints: true, RestartWorkers: true, ToleratesWorkerLoss: true}
 }
 
 func (s Staleness) Replica(ReplicaInfo) (Replica, error) {

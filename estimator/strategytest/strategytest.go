@@ -5,7 +5,11 @@
 // begin, the session, every step and the end, in order; the model
 // directory gets training events; training stops exactly at the target
 // step, or where a hook asks; the final checkpoint is saved, and a run on
-// the finished directory trains nothing.
+// the finished directory trains nothing; a worker lost as a crash loses
+// it (its connections cut mid-step), for good or restarted on its
+// address, costs what the strategy's Recovery says it survives: the
+// others reach the target without waiting out a step deadline, and a
+// restarted worker trains again.
 package strategytest
 
 import (
@@ -39,6 +43,8 @@ func Run(t *testing.T, s estimator.Strategy, jobs map[string]int) {
 	t.Run("hooks and events", func(t *testing.T) { hooksAndEvents(t, s, jobs) })
 	t.Run("stop at the target and stay stopped", func(t *testing.T) { stopAndStay(t, s, jobs) })
 	t.Run("a hook stops training", func(t *testing.T) { hookStops(t, s, jobs) })
+	t.Run("a worker lost for good", func(t *testing.T) { lostWorker(t, s, jobs, false) })
+	t.Run("a worker lost and restarted", func(t *testing.T) { lostWorker(t, s, jobs, true) })
 }
 
 // Cluster is a cluster of goroutines training one model, each task with
@@ -56,18 +62,32 @@ type Cluster struct {
 	// Task, when set, adjusts a task's configuration and returns the hooks
 	// it trains with.
 	Task func(task cluster.TaskID, cfg *estimator.RunConfig) []estimator.Hook
+	// Lose, when set, loses a task while the cluster trains.
+	Lose *Loss
 }
 
-// Run trains c and returns the chief's estimator and every task's result;
-// it fails t if a task fails.
+// Loss is a task lost while the cluster trains, as a crash loses it:
+// the connections to it are cut and it stops mid-step, with no goodbye.
+type Loss struct {
+	Task cluster.TaskID
+	// AfterChiefStep is the chief's local step after which the task is
+	// lost.
+	AfterChiefStep int64
+	// Restart starts the task again on its address, with a new estimator,
+	// as a supervisor restarts a process with the same flags.
+	Restart bool
+}
+
+// Run trains c and returns the chief's estimator and every task's result
+// (of a restarted task, its last run's); it fails t if a task fails,
+// other than a lost one as it is lost.
 func (c Cluster) Run(t *testing.T) (*estimator.Estimator, []*estimator.Result) {
 	t.Helper()
-	model, input := c.Model, c.Input
-	if model == nil {
-		model = LinearModel
+	if c.Model == nil {
+		c.Model = LinearModel
 	}
-	if input == nil {
-		input = LinearInput(1000, true)
+	if c.Input == nil {
+		c.Input = LinearInput(1000, true)
 	}
 	addrs := map[string][]string{}
 	lis := map[cluster.TaskID]net.Listener{}
@@ -87,49 +107,164 @@ func (c Cluster) Run(t *testing.T) (*estimator.Estimator, []*estimator.Result) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		chief   *estimator.Estimator
-		results []*estimator.Result
-	)
-	quiet := slog.New(slog.DiscardHandler)
+	r := &run{c: c, t: t, spec: spec, ctx: ctx, cancel: cancel, lost: make(chan struct{})}
 	for task, l := range lis {
-		cfg := estimator.RunConfig{
-			Cluster: spec, Task: task, Strategy: c.Strategy, Listener: l, Seed: 1,
-			Logger: quiet, Progress: io.Discard, WaitTimeout: 20 * time.Second, StepTimeout: 20 * time.Second,
-		}
-		var hooks []estimator.Hook
-		if c.Task != nil {
-			hooks = c.Task(task, &cfg)
-		}
-		est, err := estimator.New(model, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			res, err := est.Train(ctx, input, estimator.Stop{MaxSteps: c.Steps}, hooks...)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				t.Errorf("%s: %v", task, err)
-				cancel()
-				return
-			}
-			if res.Chief {
-				chief = est
-			}
-			results = append(results, res)
-		})
+		r.start(task, l, false)
 	}
-	wg.Wait()
+	r.wg.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
-	if chief == nil {
+	if r.chief == nil {
 		t.Fatal("no task ended as the chief")
 	}
-	return chief, results
+	if c.Lose != nil && !r.isLost() {
+		t.Fatalf("the chief trained no local step %d: %s was not lost", c.Lose.AfterChiefStep, c.Lose.Task)
+	}
+	return r.chief, r.results
+}
+
+// stepTimeout is the step deadline, and the wait timeout, of the tasks.
+const stepTimeout = 20 * time.Second
+
+// run is one Cluster.Run in progress.
+type run struct {
+	c      Cluster
+	t      *testing.T
+	spec   *cluster.Spec
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// lost is closed once the lost task is to be lost.
+	lost     chan struct{}
+	loseOnce sync.Once
+
+	mu      sync.Mutex
+	chief   *estimator.Estimator
+	results []*estimator.Result
+}
+
+// isLost reports whether the lost task has been lost.
+func (r *run) isLost() bool {
+	select {
+	case <-r.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// start trains task on l in a goroutine (restarted: again, after it was
+// lost).
+func (r *run) start(task cluster.TaskID, l net.Listener, restarted bool) {
+	c, t := r.c, r.t
+	cl := &cutListener{Listener: l}
+	tctx, tcancel := context.WithCancel(r.ctx)
+	cfg := estimator.RunConfig{
+		Cluster: r.spec, Task: task, Strategy: c.Strategy, Listener: cl, Seed: 1,
+		Logger: slog.New(slog.DiscardHandler), Progress: io.Discard, WaitTimeout: stepTimeout, StepTimeout: stepTimeout,
+	}
+	var hooks []estimator.Hook
+	if c.Task != nil {
+		hooks = c.Task(task, &cfg)
+	}
+	losing := c.Lose != nil && c.Lose.Task == task && !restarted
+	if c.Lose != nil && task == r.chiefTask() {
+		hooks = append(hooks, &loseHook{at: c.Lose.AfterChiefStep, lose: func() { r.loseOnce.Do(func() { close(r.lost) }) }})
+	}
+	est, err := estimator.New(c.Model, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.wg.Go(func() {
+		if losing {
+			go func() {
+				select {
+				case <-r.lost:
+					cl.cut()
+					tcancel()
+				case <-tctx.Done():
+				}
+			}()
+		}
+		res, err := est.Train(tctx, c.Input, estimator.Stop{MaxSteps: c.Steps}, hooks...)
+		tcancel()
+		if losing && r.isLost() {
+			if c.Lose.Restart {
+				l, lerr := net.Listen("tcp", cl.Addr().String())
+				if lerr != nil {
+					t.Errorf("restarting %s: %v", task, lerr)
+					r.cancel()
+					return
+				}
+				r.start(task, l, true)
+			}
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err != nil {
+			t.Errorf("%s: %v", task, err)
+			r.cancel()
+			return
+		}
+		if res.Chief {
+			r.chief = est
+		}
+		r.results = append(r.results, res)
+	})
+}
+
+// chiefTask is the task that trains as the chief: worker 0.
+func (r *run) chiefTask() cluster.TaskID { return cluster.TaskID{Job: "worker", Index: 0} }
+
+// loseHook calls lose after the chief's local step at.
+type loseHook struct {
+	estimator.BaseHook
+	at   int64
+	lose func()
+}
+
+func (h *loseHook) AfterRun(_ context.Context, step *train.StepContext, _ []*tensor.Tensor) error {
+	if step.LocalStep == h.at {
+		h.lose()
+	}
+	return nil
+}
+
+// cutListener is a task's listener whose connections can be cut at once,
+// as a crashed process's are.
+type cutListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	isCut bool
+}
+
+func (l *cutListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isCut {
+		conn.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns = append(l.conns, conn)
+	return conn, nil
+}
+
+// cut closes the listener and every connection it accepted.
+func (l *cutListener) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.isCut = true
+	l.Listener.Close()
+	for _, c := range l.conns {
+		c.Close()
+	}
 }
 
 // LinearModel is y = w x + b, trained by gradient descent on the squared
@@ -395,5 +530,61 @@ func hookStops(t *testing.T, s estimator.Strategy, jobs map[string]int) {
 		if res.GlobalStep >= steps {
 			t.Errorf("%s: trained to global step %d; the chief's hook asked to stop at its local step %d", res.Task, res.GlobalStep, stopAt)
 		}
+	}
+}
+
+// lostWorker loses the last worker (not the chief) mid-training, for good
+// or restarted on its address, where the strategy's Recovery says that it
+// survives that: the chief still ends at the target, with the final
+// checkpoint, and without waiting out a step deadline.
+func lostWorker(t *testing.T, s estimator.Strategy, jobs map[string]int, restart bool) {
+	rec := s.Recovery()
+	switch {
+	case jobs["worker"] < 2:
+		t.Skip("no worker other than the chief")
+	case restart && !rec.RestartWorkers:
+		t.Skipf("%s does not restart a lost worker (Recovery)", s)
+	case !restart && !rec.ToleratesWorkerLoss:
+		t.Skipf("%s does not tolerate a worker lost for good (Recovery)", s)
+	}
+	const steps = 300
+	dir := t.TempDir()
+	c, _ := withHooks(s, jobs, steps, dir, 0)
+	lost := cluster.TaskID{Job: "worker", Index: jobs["worker"] - 1}
+	c.Lose = &Loss{Task: lost, AfterChiefStep: 30, Restart: restart}
+	// Steps of a few milliseconds leave the restarted worker time to
+	// rejoin before the others reach the target.
+	withHook := c.Task
+	c.Task = func(task cluster.TaskID, cfg *estimator.RunConfig) []estimator.Hook {
+		cfg.StepDelay = 5 * time.Millisecond
+		return withHook(task, cfg)
+	}
+	start := time.Now()
+	_, results := c.Run(t)
+	took := time.Since(start)
+	var final int64 = -1
+	for _, res := range results {
+		t.Logf("%s: %d local steps to global step %d", res.Task, res.LocalSteps, res.GlobalStep)
+		if res.Task == lost.String() && !res.Served && res.LocalSteps == 0 {
+			t.Errorf("%s, restarted, trained no step: it was not let back in", lost)
+		}
+		if res.Chief {
+			final = res.GlobalStep
+		}
+	}
+	over := int64(0)
+	if u := s.Update(jobs["worker"]); u.PullsFromPS && u.Averaged == 1 && !u.ChiefOnly {
+		over = int64(jobs["worker"])
+	}
+	if final < steps || final > steps+over {
+		t.Errorf("the chief ended at global step %d; want the target, %d (+%d)", final, steps, over)
+	}
+	if _, step, err := bundle.Latest(dir); err != nil || step != final {
+		t.Errorf("the latest checkpoint in %s: step %d (%v); want the final step, %d", dir, step, err, final)
+	}
+	// A run that waited out a step deadline for the lost worker took
+	// longer than one.
+	if took >= stepTimeout {
+		t.Errorf("training took %s with %s lost: waiting out a deadline?", took.Round(time.Millisecond), c.Lose.Task)
 	}
 }
