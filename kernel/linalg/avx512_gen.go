@@ -1,9 +1,10 @@
 //go:build ignore
 
 // avx512_gen writes avx512_amd64.s, the AVX-512 micro-kernels: an mr x 32
-// float32 tile (sgemmZ32), its direct-A form (sgemmZ32da), and the mr x 16
-// halves of both (sgemmZ16, sgemmZ16da), with avx512_mr_amd64.go, which
-// holds mr for the Go side. They are long straight-line code whose shape
+// float32 tile (sgemmZ32), its direct-A form (sgemmZ32da), the mr x 16
+// halves of both (sgemmZ16, sgemmZ16da) and the convolutions' tile, which
+// gathers A in place (sgemmZ32conv), with avx512_mr_amd64.go, which holds
+// the heights for the Go side. They are long straight-line code whose shape
 // was chosen by measuring several mr, so they are generated rather than
 // written out by hand.
 //
@@ -198,12 +199,17 @@ func (g *gen) kernel(direct, half bool) {
 // masks mlo (lanes 0-15) and mhi (16-31): an edge tile goes straight to C,
 // and masked-off lanes are neither read nor written.
 func (g *gen) store(half, beta bool, betaOff int, done string) {
+	g.storeRows(*mr, half, beta, betaOff, done)
+}
+
+// storeRows is store for a tile of m rows.
+func (g *gen) storeRows(m int, half, beta bool, betaOff int, done string) {
 	g.p("\tMOVQ mm+%d(FP), R9", betaOff+8)
 	g.p("\tKMOVW mlo+%d(FP), K1", betaOff+16)
 	if !half {
 		g.p("\tKMOVW mhi+%d(FP), K2", betaOff+18)
 	}
-	for r := range *mr {
+	for r := range m {
 		regs := []string{acc(2 * r), acc(2*r + 1)}
 		if half {
 			regs = []string{acc(r)}
@@ -216,7 +222,7 @@ func (g *gen) store(half, beta bool, betaOff int, done string) {
 			}
 			g.p("\tVMOVUPS %s, %s, %d(DX)", z, k, 64*j)
 		}
-		if r < *mr-1 {
+		if r < m-1 {
 			g.p("\tDECQ R9")
 			g.p("\tJZ   %s", done)
 			g.p("\tADDQ R8, DX")
@@ -226,6 +232,113 @@ func (g *gen) store(half, beta bool, betaOff int, done string) {
 	g.p("%s:", done)
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
+}
+
+// convRows hold the row pointers of the convolution tile: its rows are
+// gathered at arbitrary offsets, so each needs a register of its own. DI
+// walks B, BX is the k offset from every row pointer, R14 its step (csa in
+// bytes) and CX counts k steps; the segment count and stride stay in the
+// argument frame. BP, the frame pointer, is left alone, which caps the
+// tile at len(convRows) rows.
+var convRows = []string{"AX", "DX", "SI", "R8", "R9", "R10", "R11", "R12", "R13", "R15"}
+
+// convMR returns the height of the convolution tile: the GEMM tile's, up
+// to the registers left for row pointers.
+func convMR() int { return min(*mr, len(convRows)) }
+
+// convStep writes one k step of the convolution tile: B from boff(DI),
+// row r of A at (row pointer r)+BX.
+func (g *gen) convStep(m, boff int) {
+	g.p("\tVMOVUPS %d(DI), %s", boff, bLo)
+	g.p("\tVMOVUPS %d(DI), %s", boff+64, bHi)
+	for r := range m {
+		g.p("\tVBROADCASTSS (%s)(BX*1), %s", convRows[r], bcast(r))
+		g.p("\tVFMADD231PS %s, %s, %s", bLo, bcast(r), acc(2*r))
+		g.p("\tVFMADD231PS %s, %s, %s", bHi, bcast(r), acc(2*r+1))
+	}
+	g.p("\tADDQ R14, BX")
+}
+
+// convKernel writes sgemmZ32conv, the tile whose A is a convolution's patch
+// matrix gathered in place: its k steps come in nseg segments of seglen,
+// and element (r, s, l) of A is a[rows[r] + s*segstride + l*csa].
+func (g *gen) convKernel() {
+	m := convMR()
+	const betaOff = 72
+	g.p("// func sgemmZ32conv(a *float32, rows *[%d]int, csa, seglen, nseg, segstride int, b *float32, c *float32, ldc int, beta float32, mm int, mlo, mhi uint16)", m)
+	g.p("TEXT ·sgemmZ32conv(SB), NOSPLIT, $0-%d", betaOff+20)
+	g.p("\tMOVQ c+56(FP), DX")
+	g.p("\tMOVQ ldc+64(FP), R8")
+	g.p("\tSHLQ $2, R8")
+	g.p("\tMOVQ DX, R10")
+	for r := range m {
+		g.p("\tPREFETCHT0 (R10)")
+		g.p("\tPREFETCHT0 124(R10)")
+		if r < m-1 {
+			g.p("\tADDQ R8, R10")
+		}
+	}
+	g.p("")
+	g.p("\tMOVQ a+0(FP), CX")
+	g.p("\tMOVQ rows+8(FP), BX")
+	for r := range m {
+		g.p("\tMOVQ %d(BX), %s", 8*r, convRows[r])
+		g.p("\tLEAQ (CX)(%s*4), %s", convRows[r], convRows[r])
+	}
+	g.p("\tMOVQ csa+16(FP), R14")
+	g.p("\tSHLQ $2, R14")
+	g.p("\tSHLQ $2, segstride+40(FP)")
+	g.p("\tMOVQ b+48(FP), DI")
+	for i := range 2 * m {
+		g.p("\tVPXORD %s, %s, %s", acc(i), acc(i), acc(i))
+	}
+	g.p("")
+	g.p("sgemmz32conv_seg:")
+	g.p("\tXORQ BX, BX")
+	g.p("\tMOVQ seglen+24(FP), CX")
+	g.p("\tSHRQ $2, CX")
+	g.p("\tJZ   sgemmz32conv_tail")
+	g.p("")
+	g.p("sgemmz32conv_loop4:")
+	for u := range 4 {
+		g.convStep(m, 128*u)
+	}
+	g.p("\tADDQ $512, DI")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ  sgemmz32conv_loop4")
+	g.p("")
+	g.p("sgemmz32conv_tail:")
+	g.p("\tMOVQ seglen+24(FP), CX")
+	g.p("\tANDQ $3, CX")
+	g.p("\tJZ   sgemmz32conv_segend")
+	g.p("")
+	g.p("sgemmz32conv_loop1:")
+	g.convStep(m, 0)
+	g.p("\tADDQ $128, DI")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ  sgemmz32conv_loop1")
+	g.p("")
+	g.p("sgemmz32conv_segend:")
+	g.p("\tMOVQ segstride+40(FP), CX")
+	for r := range m {
+		g.p("\tADDQ CX, %s", convRows[r])
+	}
+	g.p("\tDECQ nseg+32(FP)")
+	g.p("\tJNZ  sgemmz32conv_seg")
+	g.p("")
+	g.p("\tMOVQ c+56(FP), DX")
+	g.p("\tMOVQ ldc+64(FP), R8")
+	g.p("\tSHLQ $2, R8")
+	g.p("\t// beta == +0 or -0: overwrite C without reading it (NaNs must not leak).")
+	g.p("\tMOVL  beta+%d(FP), AX", betaOff)
+	g.p("\tTESTL $0x7fffffff, AX")
+	g.p("\tJNZ   sgemmz32conv_beta")
+	g.storeRows(m, false, false, betaOff, "sgemmz32conv_done")
+	g.p("")
+	g.p("sgemmz32conv_beta:")
+	g.p("\tVBROADCASTSS beta+%d(FP), Z30", betaOff)
+	g.storeRows(m, false, true, betaOff, "sgemmz32conv_betadone")
+	g.p("")
 }
 
 func main() {
@@ -252,6 +365,11 @@ func main() {
 			g.kernel(direct, half)
 		}
 	}
+	g.p("// The %dx32 convolution tile (sgemmZ32conv): the same k step with", convMR())
+	g.p("// A gathered in place, row r read at a + 4*(rows[r] + s*segstride + l*csa)")
+	g.p("// in k step l of segment s; stored as the others.")
+	g.p("")
+	g.convKernel()
 	if err := os.WriteFile(*out+".s", g.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
@@ -261,9 +379,13 @@ func main() {
 
 package linalg
 
-// avx512MR is the number of rows of the AVX-512 tiles in avx512_amd64.s.
-const avx512MR = %d
-`, *mr, *mr)
+// avx512MR is the number of rows of the AVX-512 tiles in avx512_amd64.s,
+// avx512ConvMR that of its convolution tile.
+const (
+	avx512MR     = %d
+	avx512ConvMR = %d
+)
+`, *mr, *mr, convMR())
 	name := strings.Replace(*out, "_amd64", "_mr_amd64", 1) + ".go"
 	if err := os.WriteFile(name, []byte(goFile), 0o644); err != nil {
 		log.Fatal(err)

@@ -4,5 +4,9 @@
 
 package linalg
 
-// avx512MR is the number of rows of the AVX-512 tiles in avx512_amd64.s.
-const avx512MR = 10
+// avx512MR is the number of rows of the AVX-512 tiles in avx512_amd64.s,
+// avx512ConvMR that of its convolution tile.
+const (
+	avx512MR     = 10
+	avx512ConvMR = 10
+)

@@ -108,8 +108,8 @@ func conv2D(be Backend, p ConvParams, input, filter, output []float32) {
 		be.Sgemm(false, false, p.N*rowsPer, p.Cout, kkc, 1, input, kkc, filter, p.Cout, 0, output, p.Cout)
 		return
 	}
-	if p.direct(be, false) {
-		convForwardDirect(p, input, filter, output)
+	if kn := p.direct(be, false); kn != nil {
+		convForwardDirect(kn, p, input, filter, output)
 		return
 	}
 	chunk := p.chunk()
@@ -133,8 +133,8 @@ func conv2DBackpropInput(be Backend, p ConvParams, filter, dOut, dInput []float3
 		be.Sgemm(false, true, p.N*rowsPer, kkc, p.Cout, 1, dOut, p.Cout, filter, p.Cout, 0, dInput, kkc)
 		return
 	}
-	if p.direct(be, true) {
-		convBackpropInputDirect(p, filter, dOut, dInput)
+	if kn := p.direct(be, true); kn != nil {
+		convBackpropInputDirect(kn, p, filter, dOut, dInput)
 		return
 	}
 	chunk := p.chunk()
@@ -162,8 +162,8 @@ func conv2DBackpropFilter(be Backend, p ConvParams, input, dOut, dFilter []float
 		be.Sgemm(true, false, kkc, p.Cout, p.N*rowsPer, 1, input, kkc, dOut, p.Cout, 0, dFilter, p.Cout)
 		return
 	}
-	if p.direct(be, false) {
-		convBackpropFilterDirect(p, input, dOut, dFilter)
+	if kn := p.direct(be, false); kn != nil {
+		convBackpropFilterDirect(kn, p, input, dOut, dFilter)
 		return
 	}
 	chunk := p.chunk()

@@ -154,6 +154,14 @@ var convCases = []convCase{
 	{2, 6, 5, 17, 3, 2, 33, 1, 1, false},
 	{2, 9, 9, 16, 3, 3, 16, 2, 2, true},
 	{2, 14, 14, 32, 5, 5, 64, 1, 1, true}, // the reference CNN's second layer
+	// Around the avx512 path's 10x32 tiles: column slivers one short of
+	// and one past 32 and 64, rows (output positions, filter taps) that
+	// leave partial row tiles, and input gradients 31 and 33 channels wide.
+	{1, 3, 7, 16, 3, 3, 31, 1, 1, true},
+	{3, 5, 5, 31, 3, 3, 33, 1, 1, false},
+	{2, 7, 3, 33, 2, 3, 65, 1, 1, true},
+	{1, 11, 9, 16, 3, 2, 63, 1, 1, false},
+	{2, 6, 7, 3, 3, 3, 40, 2, 1, true},
 }
 
 func TestConv(t *testing.T) {
@@ -209,25 +217,29 @@ func TestConvChunked(t *testing.T) {
 }
 
 // TestConvDirectChunked forces the implicit-GEMM forward pass and input
-// gradient to pad the batch in several chunks.
+// gradient of every SIMD path to pad the batch in several chunks.
 func TestConvDirectChunked(t *testing.T) {
-	be, ok := Get("avx2")
-	if !ok {
-		t.Skip("no avx2 backend on this CPU")
+	for _, name := range []string{"avx2", "avx512"} {
+		t.Run(name, func(t *testing.T) {
+			be, ok := Get(name)
+			if !ok {
+				t.Skipf("no %s backend on this CPU or build", name)
+			}
+			p, _ := NewConvParams(5, 9, 8, 16, 3, 3, 20, 1, 1, true)
+			if p.direct(be, true) == nil {
+				t.Fatalf("%+v does not take the direct path", p)
+			}
+			defer func(n int) { convPadElems = n }(convPadElems)
+			convPadElems = 2 * 11 * 10 * 20 // two padded images of the input gradient's problem
+			rng := rand.New(rand.NewPCG(7, 8))
+			in := randF32(rng, p.N*p.H*p.W*p.C)
+			f := randF32(rng, p.KH*p.KW*p.C*p.Cout)
+			g := randF32(rng, p.N*p.OH*p.OW*p.Cout)
+			out, dIn := nanF32(len(g)), nanF32(len(in))
+			conv2D(be, p, in, f, out)
+			conv2DBackpropInput(be, p, f, g, dIn)
+			compare(t, "output", out, refConv(p, in, f), p.KH*p.KW*p.C)
+			compare(t, "dInput", dIn, refBackpropInput(p, f, g), p.KH*p.KW*p.Cout)
+		})
 	}
-	p, _ := NewConvParams(5, 9, 8, 16, 3, 3, 20, 1, 1, true)
-	if !p.direct(be, true) {
-		t.Fatalf("%+v does not take the direct path", p)
-	}
-	defer func(n int) { convPadElems = n }(convPadElems)
-	convPadElems = 2 * 11 * 10 * 20 // two padded images of the input gradient's problem
-	rng := rand.New(rand.NewPCG(7, 8))
-	in := randF32(rng, p.N*p.H*p.W*p.C)
-	f := randF32(rng, p.KH*p.KW*p.C*p.Cout)
-	g := randF32(rng, p.N*p.OH*p.OW*p.Cout)
-	out, dIn := nanF32(len(g)), nanF32(len(in))
-	conv2D(be, p, in, f, out)
-	conv2DBackpropInput(be, p, f, g, dIn)
-	compare(t, "output", out, refConv(p, in, f), p.KH*p.KW*p.C)
-	compare(t, "dInput", dIn, refBackpropInput(p, f, g), p.KH*p.KW*p.Cout)
 }

@@ -56,8 +56,8 @@ func TestScratchBounded(t *testing.T) {
 // buffers across garbage collections (a sync.Pool is emptied by them) and
 // across layers of different sizes.
 func TestConvScratchReused(t *testing.T) {
-	be, ok := Get("avx2")
-	if !ok || convMicro == nil {
+	be, ok := Get(Path())
+	if !ok || convKernelOf(be) == nil {
 		t.Skip("no implicit-GEMM convolution on this machine")
 	}
 	type layer struct {
