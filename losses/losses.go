@@ -175,8 +175,10 @@ func SparseSoftmaxCrossEntropy(s *graph.Scope, labels, logits graph.Output, opts
 		ls.SetErr(fmt.Errorf("losses: %s: labels %s of shape %v do not index logits %s of shape %v: want labels of shape %v (one class index per row of logits), refusing to broadcast", c.name, labels, ln, logits, lg, want))
 		return graph.Output{}
 	}
-	if !ln.FullyDefined() || !want.FullyDefined() {
-		// Run-time check: labels must have logits' shape without its last axis.
+	if (!ln.FullyDefined() || !want.FullyDefined()) && lg.Rank() != 2 {
+		// Run-time check: labels must have logits' shape without its last
+		// axis. (Of rank 2, the op itself refuses labels that are not one
+		// per row: no host-side shape ops in a device's step.)
 		rows := ops.Slice(ls, ops.Shape(ls, logits), []int{0}, []int{lg.Rank() - 1})
 		labels = checkedTo(ls, labels, rows)
 	}
