@@ -37,12 +37,11 @@ func ModelFn(name string, c Config, opt train.Optimizer) (estimator.ModelFn, err
 		if !ok {
 			return nil, fmt.Errorf("models: %s reads feature %q; the input has %v", name, a.feature, featureNames(f))
 		}
-		p := a.variables(s, c)
-		out := a.forward(s, c, p, x, mode == estimator.Train)
+		out := a.forward(s, c, x, mode == estimator.Train)
 		spec := &estimator.Spec{Optimizer: opt}
 		if a.classes == 0 {
 			spec.Predictions = map[string]graph.Output{"y": out}
-			spec.Log = map[string]graph.Output{"W": p.value("W"), "b": p.value("b")}
+			spec.Log = map[string]graph.Output{"W": variable(s, "linear/W"), "b": variable(s, "linear/b")}
 			if mode != estimator.Predict {
 				spec.Loss = losses.MeanSquaredError(s, labels, out)
 			}
