@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // An elastic ring runs its operations among the members of a View, a
@@ -96,11 +97,52 @@ func decodeView(d []float32) (View, error) {
 	return v, nil
 }
 
-// views holds the newest view received and wakes those that wait for one.
+// views holds the newest view received and wakes those that wait for one,
+// and the newest view that a member said it left.
 type views struct {
 	mu      sync.Mutex
 	newest  *View
 	changed chan struct{}
+
+	left        *Departure
+	leftChanged chan struct{}
+}
+
+// A Departure says that a member left a view: an operation of the view
+// failed on it (or was given up), and it waits for the next view.
+type Departure struct {
+	// Gen is the view's generation; Rank is the member that left it.
+	Gen  int64
+	Rank int
+}
+
+// depart files d if its view is newer than that of the last departure.
+func (vs *views) depart(d Departure) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	if vs.left != nil && vs.left.Gen >= d.Gen {
+		return
+	}
+	vs.left = &d
+	if vs.leftChanged != nil {
+		close(vs.leftChanged)
+		vs.leftChanged = nil
+	}
+}
+
+// departedAfter returns the last departure if its view is newer than gen,
+// and otherwise a channel closed when one arrives.
+func (vs *views) departedAfter(gen int64) (*Departure, <-chan struct{}) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	if vs.left != nil && vs.left.Gen > gen {
+		d := *vs.left
+		return &d, nil
+	}
+	if vs.leftChanged == nil {
+		vs.leftChanged = make(chan struct{})
+	}
+	return nil, vs.leftChanged
 }
 
 func (vs *views) put(v View) {
@@ -166,9 +208,10 @@ func (r *Ring) SendViewTo(ctx context.Context, v View, to []int) error {
 	data := v.encode()
 	op := Op{Name: viewOp, Round: v.Gen}
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		errs   []error
+		missed []int
 	)
 	for _, m := range to {
 		if m < 0 || m >= r.size {
@@ -184,13 +227,31 @@ func (r *Ring) SendViewTo(ctx context.Context, v View, to []int) error {
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("allreduce: sending view %d to %s: %w", v.Gen, r.peer(m), err))
+				missed = append(missed, m)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if len(missed) == 0 {
+		return nil
+	}
+	slices.Sort(missed)
+	return &ViewNotTakenError{Gen: v.Gen, Ranks: missed, Err: errors.Join(errs...)}
 }
+
+// ViewNotTakenError is SendView's error when some ranks did not take the
+// view: they cannot take part in its operations, and the other members
+// would wait for them until their deadline, so the leader leaves them out
+// of its next view.
+type ViewNotTakenError struct {
+	Gen   int64
+	Ranks []int // in increasing order
+	Err   error // each rank's failure, joined
+}
+
+func (e *ViewNotTakenError) Error() string { return e.Err.Error() }
+func (e *ViewNotTakenError) Unwrap() error { return e.Err }
 
 func (r *Ring) sendView(ctx context.Context, to int, op Op, data []float32) error {
 	st, err := r.tr.Open(ctx, to, op)
@@ -218,26 +279,75 @@ func (r *Ring) sendView(ctx context.Context, to int, op Op, data []float32) erro
 func (r *Ring) tellViewFailed(tp topology, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), noticeTimeout)
 	defer cancel()
-	op := Op{Name: viewFailedOp, Round: tp.gen}
+	r.tellLeft(ctx, tp.gen, tp.members)
+	r.log.Debug("allreduce: told the members that an operation of the view failed", "rank", r.rank, "generation", tp.gen, "err", err)
+}
+
+// leaveRetry is how often a notice that this rank left a view is sent
+// again to a member that did not take it.
+const leaveRetry = 100 * time.Millisecond
+
+// LeaveView tells every other member of v that this rank left v: an
+// operation of v failed here or was given up, and this rank waits for the
+// next view. Their operations of v fail at once (ErrViewFailed), and the
+// leader learns of it (NextDeparture), rather than each waiting for this
+// rank's chunks until its deadline. A member that does not take the
+// notice (one that cannot be reached yet, a connection that is failing)
+// is sent it again every leaveRetry until it does, ctx ends, or a view
+// newer than v arrives here (the leader has moved on). It returns nil once
+// every member took it, and otherwise the error of one that did not.
+func (r *Ring) LeaveView(ctx context.Context, v View) error {
+	if !v.Has(r.rank) {
+		return fmt.Errorf("allreduce: rank %d is not a member of view %d %v", r.rank, v.Gen, v.Members)
+	}
+	return r.tellLeft(ctx, v.Gen, v.Members)
+}
+
+// tellLeft sends the notice that this rank left view gen to each of
+// members but this rank, as LeaveView says.
+func (r *Ring) tellLeft(ctx context.Context, gen int64, members []int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	newer := r.ViewAfter(gen)
+	op := Op{Name: viewFailedOp, Round: gen}
+	errs := make([]error, len(members))
 	var wg sync.WaitGroup
-	for _, m := range tp.members {
+	for i, m := range members {
 		if m == r.rank {
 			continue
 		}
 		wg.Go(func() {
-			st, err := r.tr.Open(ctx, m, op)
-			if err != nil {
-				return // a member that cannot be reached is not waited for
+			for {
+				err := r.sendLeft(ctx, m, op, len(members))
+				if err == nil || errors.Is(err, ErrClosed) {
+					errs[i] = err
+					return
+				}
+				select {
+				case <-time.After(leaveRetry):
+				case <-newer:
+					return
+				case <-ctx.Done():
+					errs[i] = fmt.Errorf("allreduce: telling %s that rank %d left view %d: %w", r.peer(m), r.rank, gen, err)
+					return
+				}
 			}
-			if err := st.Send(&Chunk{Op: op, From: r.rank, Size: len(tp.members)}); err != nil {
-				st.Abort()
-				return
-			}
-			st.Close()
 		})
 	}
 	wg.Wait()
-	r.log.Debug("allreduce: told the members that an operation of the view failed", "rank", r.rank, "generation", tp.gen, "err", err)
+	return errors.Join(errs...)
+}
+
+func (r *Ring) sendLeft(ctx context.Context, to int, op Op, members int) error {
+	st, err := r.tr.Open(ctx, to, op)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&Chunk{Op: op, From: r.rank, Size: members}); err != nil {
+		st.Abort()
+		return err
+	}
+	return st.Close()
 }
 
 // deliverViewFailed fails the operations of the view that c names: an
@@ -251,7 +361,28 @@ func (r *Ring) deliverViewFailed(c *Chunk) error {
 		return err
 	}
 	r.box.failView(c.Op.Round, &noticeError{fmt.Errorf("%w: rank %d: an operation of view %d failed on %s", ErrViewFailed, r.rank, c.Op.Round, r.peer(c.From))})
+	r.views.depart(Departure{Gen: c.Op.Round, Rank: c.From})
 	return nil
+}
+
+// NextDeparture waits for a member's notice that it left a view newer
+// than generation gen (-1: any) and returns the newest such departure
+// (only the first member to leave a view is reported). A leader cuts its
+// operations of that view short and sends a new one at once.
+func (r *Ring) NextDeparture(ctx context.Context, gen int64) (Departure, error) {
+	for {
+		d, changed := r.views.departedAfter(gen)
+		if d != nil {
+			return *d, nil
+		}
+		select {
+		case <-changed:
+		case <-r.box.closed:
+			return Departure{}, ErrClosed
+		case <-ctx.Done():
+			return Departure{}, ctx.Err()
+		}
+	}
 }
 
 // NextView waits for a view newer than generation gen (-1: any) and

@@ -3,6 +3,7 @@ package allreduce_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -135,4 +136,130 @@ func threeRings(t *testing.T) ([]*allreduce.Ring, context.Context) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return rings, ctx
+}
+
+// refusing is a transport whose Open to rank to fails, as a connection
+// that waits out a backoff after its peer restarted does, until heal is
+// closed.
+type refusing struct {
+	allreduce.Transport
+	to   int
+	heal chan struct{}
+}
+
+func (t *refusing) Open(ctx context.Context, to int, op allreduce.Op) (allreduce.Stream, error) {
+	select {
+	case <-t.heal:
+	default:
+		if to == t.to {
+			return nil, fmt.Errorf("rank %d refuses: %w", to, allreduce.ErrPeerUnreachable)
+		}
+	}
+	return t.Transport.Open(ctx, to, op)
+}
+
+// TestLeaveViewIsTakenOnceTheMemberAnswers: rank 2 leaves view 7 while
+// its connection to rank 0 refuses; it tells the members again until
+// they take it, and then rank 0's operation of the view fails at once
+// (ErrViewFailed), well within its deadline, and rank 0 learns which
+// member left which view. A departure of an older view is not reported
+// after a newer one; a notice to a member that cannot be reached stops
+// once a newer view arrives.
+func TestLeaveViewIsTakenOnceTheMemberAnswers(t *testing.T) {
+	recv := make([]allreduce.Receiver, 3) // the network's: filled as the rings are made
+	net := allreduce.NewMemNetwork(recv, 0)
+	peers := []string{"memory:0", "memory:1", "memory:2"}
+	heal := make(chan struct{})
+	rings := make([]*allreduce.Ring, 3)
+	for i := range rings {
+		var tr allreduce.Transport = net.Transport(i)
+		if i == 2 {
+			tr = &refusing{Transport: tr, to: 0, heal: heal}
+		}
+		r, err := allreduce.NewRing(allreduce.Config{Rank: i, Peers: peers}, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rings[i] = r
+		recv[i] = r
+		t.Cleanup(func() { r.Close() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v := allreduce.View{Gen: 7, Step: 1, Members: []int{0, 1, 2}, Sync: true}
+	g0, err := rings[0].Among(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opErr := make(chan error, 1)
+	go func() { opErr <- g0.AllReduce(ctx, "steps_done", -1, make([]float32, 6)) }()
+
+	left := make(chan error, 1)
+	go func() { left <- rings[2].LeaveView(ctx, v) }()
+	time.AfterFunc(300*time.Millisecond, func() { close(heal) })
+	start := time.Now()
+	if err := <-left; err != nil {
+		t.Fatalf("LeaveView: %v", err)
+	}
+	if err := <-opErr; !errors.Is(err, allreduce.ErrViewFailed) {
+		t.Errorf("rank 0's operation of the view left: %v; want ErrViewFailed", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("rank 0's operation failed %v after the notice could be taken; want at once", d)
+	}
+	d, err := rings[0].NextDeparture(ctx, -1)
+	if err != nil || d != (allreduce.Departure{Gen: 7, Rank: 2}) {
+		t.Errorf("NextDeparture: %+v, %v; want rank 2 left view 7", d, err)
+	}
+	if err := rings[1].LeaveView(ctx, allreduce.View{Gen: 5, Members: []int{0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer scancel()
+	if d, err := rings[0].NextDeparture(sctx, 7); err == nil {
+		t.Errorf("NextDeparture after view 7: %+v; want none (view 5 is older)", d)
+	}
+
+	// Rank 1 cannot reach rank 0 (cut); its notice stops at rank 0's
+	// newer view.
+	net.Cut(0)
+	done := make(chan error, 1)
+	go func() { done <- rings[1].LeaveView(ctx, allreduce.View{Gen: 8, Members: []int{0, 1, 2}}) }()
+	if err := rings[2].SendView(ctx, allreduce.View{Gen: 9, Members: []int{2, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("LeaveView still sends to a member that cannot be reached after a newer view")
+	}
+}
+
+// TestSendViewNamesTheRanksThatDidNotTakeIt: a view sent to a rank that
+// is cut fails with a ViewNotTakenError that names that rank alone.
+func TestSendViewNamesTheRanksThatDidNotTakeIt(t *testing.T) {
+	recv := make([]allreduce.Receiver, 3) // the network's: filled as the rings are made
+	net := allreduce.NewMemNetwork(recv, 0)
+	peers := []string{"memory:0", "memory:1", "memory:2"}
+	rings := make([]*allreduce.Ring, 3)
+	for i := range rings {
+		r, err := allreduce.NewRing(allreduce.Config{Rank: i, Peers: peers}, net.Transport(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rings[i] = r
+		recv[i] = r
+		t.Cleanup(func() { r.Close() })
+	}
+	net.Cut(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := rings[0].SendView(ctx, allreduce.View{Gen: 3, Members: []int{0, 1, 2}})
+	var nt *allreduce.ViewNotTakenError
+	if !errors.As(err, &nt) || nt.Gen != 3 || !slices.Equal(nt.Ranks, []int{2}) || !errors.Is(err, allreduce.ErrPeerUnreachable) {
+		t.Fatalf("SendView to a cut rank: %v; want a ViewNotTakenError naming rank 2", err)
+	}
+	if v, err := rings[1].NextView(ctx, -1); err != nil || v.Gen != 3 {
+		t.Errorf("rank 1: %+v, %v; want view 3", v, err)
+	}
 }
