@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -223,7 +225,10 @@ func (g *ringTransport) Open(ctx context.Context, to int, op allreduce.Op) (allr
 // answered may be starting: it is waited for until ctx ends, as
 // WaitForReady would. One that answered before and now refuses connections
 // has exited (its port is closed), and is not waited for: the error, at
-// once, wraps allreduce.ErrPeerUnreachable. A peer that accepts
+// once, wraps allreduce.ErrPeerUnreachable. A refusal counts when a
+// connection made then is refused too, not only the connection's last
+// attempt, which may predate a restart (a new process on the address is
+// connected to at once). A peer that accepts
 // connections but does not answer (a stopped process, or one restarting
 // on a socket that its supervisor holds) is waited for, as one that is
 // starting.
@@ -241,12 +246,32 @@ func (g *ringTransport) chunks(ctx context.Context, c *grpc.ClientConn, to int) 
 			return nil, err
 		}
 		if refused(err) && g.hasAnswered(to) {
-			return nil, fmt.Errorf("%w: %s refuses connections (its process has exited): %w", allreduce.ErrPeerUnreachable, g.peers[to], err)
+			if !listens(ctx, g.peers[to]) {
+				return nil, fmt.Errorf("%w: %s refuses connections (its process has exited): %w", allreduce.ErrPeerUnreachable, g.peers[to], err)
+			}
+			// The refusal is that of the connection's last attempt, made
+			// before the peer restarted on its address: the connection
+			// waits out its backoff, and a call fails meanwhile with that
+			// refusal. It connects again now.
+			c.ResetConnectBackoff()
 		}
 		// Not reachable yet: try again when the connection changes (its
 		// next attempt, after the backoff).
 		c.WaitForStateChange(ctx, c.GetState())
 	}
+}
+
+// listens reports whether a connection to addr is accepted now, or at
+// least not refused (a refusal that a gRPC connection reports may be that
+// of an attempt made before its backoff).
+func listens(ctx context.Context, addr string) bool {
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return !errors.Is(err, syscall.ECONNREFUSED)
+	}
+	conn.Close()
+	return true
 }
 
 // refused reports whether err is a call's failure to connect because the

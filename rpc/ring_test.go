@@ -219,3 +219,62 @@ func BenchmarkAllReduceMLP(b *testing.B) {
 		b.Run(fmt.Sprintf("servers=%d", servers), func(b *testing.B) { benchmarkAllReduce(b, 79510, servers) })
 	}
 }
+
+// TestRingReachesAPeerRestartedOnItsAddress: rank 1's process exits (a
+// view sent to it fails at once: it answered before, and its port refuses
+// connections), and a new process serves on the same address at once. A
+// view sent to it then is taken, although the connection to it still
+// waits out the backoff of its refused attempt (about a second), during
+// which a call fails with that old refusal.
+func TestRingReachesAPeerRestartedOnItsAddress(t *testing.T) {
+	lis := make([]net.Listener, 2)
+	addrs := make([]string, 2)
+	for i := range lis {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis[i], addrs[i] = l, l.Addr().String()
+	}
+	serve := func(rank int, l net.Listener) (*allreduce.Ring, *rpc.Server) {
+		s := rpc.NewServer(rpc.Options{Logger: quiet})
+		r, err := rpc.RegisterRing(s, allreduce.Config{Rank: rank, Peers: addrs, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Serve(l)
+		t.Cleanup(s.Stop)
+		t.Cleanup(func() { r.Close() })
+		return r, s
+	}
+	leader, _ := serve(0, lis[0])
+	_, old := serve(1, lis[1])
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := leader.SendView(ctx, allreduce.View{Gen: 1, Members: []int{0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	old.Stop()
+	// The first send may meet the connection's end; the next, a refusal.
+	gen := int64(2)
+	for err := error(nil); !errors.Is(err, allreduce.ErrPeerUnreachable); gen++ {
+		if err = leader.SendView(ctx, allreduce.View{Gen: gen, Members: []int{0, 1}}); err == nil || gen > 5 {
+			t.Fatalf("view %d sent to a rank that exited: %v; want ErrPeerUnreachable at once", gen, err)
+		}
+	}
+	l, err := net.Listen("tcp", addrs[1])
+	if err != nil {
+		t.Skipf("the address of the rank that exited is taken: %v", err)
+	}
+	restarted, _ := serve(1, l)
+	start := time.Now()
+	if err := leader.SendView(ctx, allreduce.View{Gen: gen, Members: []int{0, 1}}); err != nil {
+		t.Fatalf("a view sent to the rank restarted on its address: %v; want it taken", err)
+	}
+	if v, ok := restarted.NewestView(); !ok || v.Gen != gen {
+		t.Errorf("the restarted rank has view %+v (%v); want %d", v, ok, gen)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the view took %v to reach the restarted rank; want well under the backoff's growth", took)
+	}
+}
