@@ -71,6 +71,17 @@
 // the same step, ends training with an error; any other failure starts
 // the count again. A NaN loss ends it at once.
 //
+// Departures. A member whose sync or step of a view fails, for a cause
+// the others were not told of, tells them that it left the view (Leave):
+// it waits for the next view, and they would otherwise wait for its part
+// until their step deadline. The leader, told (MemberLeft), cuts its sync
+// or step of that view short and sends a new view at once, and does not
+// train in a view that a member left even when its own operation
+// succeeded. A member that leaves two views in a row at the same step is
+// left out until it answers a heartbeat again. Ranks that did not take
+// the leader's view (ViewSent.Missing) cannot take part in it: they are
+// left out of a new view at once, until they answer a heartbeat again.
+//
 // Routes. On a ring with summation servers, every view after the first
 // asks whether a server is down: the view then goes round the ring, and
 // the leader asks again every ServerRetry, making a new view through the

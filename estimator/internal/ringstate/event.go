@@ -36,10 +36,19 @@ type Answered struct{ Rank int }
 type ViewReceived struct{ View allreduce.View }
 
 // ViewSent answers a SendView that waits: every addressee took the view,
-// or (Failed) one did not within the deadline.
+// or (Failed) one did not within the deadline; Missing names those known
+// not to have taken it (they cannot take part in its operations).
 type ViewSent struct {
-	Gen    int64
-	Failed bool
+	Gen     int64
+	Failed  bool
+	Missing []int
+}
+
+// MemberLeft: Rank told that it left view Gen (an operation of the view
+// failed on it, or was given up, and it waits for the next view).
+type MemberLeft struct {
+	Gen  int64
+	Rank int
 }
 
 // Ended answers CheckEnded: training has ended elsewhere (the marker names
@@ -107,6 +116,7 @@ func (PeerAlive) event()     {}
 func (Answered) event()      {}
 func (ViewReceived) event()  {}
 func (ViewSent) event()      {}
+func (MemberLeft) event()    {}
 func (Ended) event()         {}
 func (MarkerSeen) event()    {}
 func (ServersProbed) event() {}
@@ -124,10 +134,15 @@ func (e PeerAlive) String() string    { return fmt.Sprintf("alive %d", e.Rank) }
 func (e Answered) String() string     { return fmt.Sprintf("answered %d", e.Rank) }
 func (e ViewReceived) String() string { return "view " + FormatView(e.View) }
 func (e ViewSent) String() string {
-	return fmt.Sprintf("sent gen=%d", e.Gen) + flagged(e.Failed, "failed")
+	s := fmt.Sprintf("sent gen=%d", e.Gen) + flagged(e.Failed, "failed")
+	if len(e.Missing) > 0 {
+		s += " missing=" + ranks(e.Missing)
+	}
+	return s
 }
-func (e Ended) String() string    { return "ended " + yesNo(e.Yes) }
-func (MarkerSeen) String() string { return "marker" }
+func (e MemberLeft) String() string { return fmt.Sprintf("left %d gen=%d", e.Rank, e.Gen) }
+func (e Ended) String() string      { return "ended " + yesNo(e.Yes) }
+func (MarkerSeen) String() string   { return "marker" }
 func (e ServersProbed) String() string {
 	return "servers " + map[bool]string{true: "down", false: "up"}[e.Down]
 }
@@ -200,9 +215,30 @@ type Train struct{ Step int64 }
 // follows as usual.
 type Cut struct{}
 
-// Exclude leaves Ranks out of the leader's next views: a step found them
-// down. They are let back in once they answer a heartbeat.
-type Exclude struct{ Ranks []int }
+// Exclude leaves Ranks out of the leader's next views, for Cause. They
+// are let back in once they answer a heartbeat.
+type Exclude struct {
+	Ranks []int
+	Cause ExcludeCause
+}
+
+// ExcludeCause says why ranks are left out of the next views.
+type ExcludeCause int
+
+const (
+	// FoundDown: a failed operation found them down.
+	FoundDown ExcludeCause = iota
+	// NotTaken: they did not take the leader's view.
+	NotTaken
+	// LeftAgain: a member left two views in a row at the same step.
+	LeftAgain
+)
+
+// Leave tells the other members of View that this rank left it: an
+// operation of the view failed here (for a cause they were not told of),
+// and this rank waits for the next view. The leader then sends one at
+// once, and the others stop waiting for this rank's part.
+type Leave struct{ View allreduce.View }
 
 // Readmit: Rank, left out after a failed step, answered since and is let
 // back in.
@@ -265,6 +301,7 @@ func (Sync) action()         {}
 func (Train) action()        {}
 func (Cut) action()          {}
 func (Exclude) action()      {}
+func (Leave) action()        {}
 func (Readmit) action()      {}
 func (Checkpoint) action()   {}
 func (Finish) action()       {}
@@ -279,7 +316,10 @@ func (a Join) String() string       { return "join " + FormatView(a.View) }
 func (Sync) String() string         { return "sync" }
 func (a Train) String() string      { return fmt.Sprintf("train step=%d", a.Step) }
 func (Cut) String() string          { return "cut" }
-func (a Exclude) String() string    { return "exclude " + ranks(a.Ranks) }
+func (a Exclude) String() string {
+	return "exclude " + ranks(a.Ranks) + [...]string{"", " not-taken", " left-again"}[a.Cause]
+}
+func (a Leave) String() string      { return "leave " + FormatView(a.View) }
 func (a Readmit) String() string    { return fmt.Sprintf("readmit %d", a.Rank) }
 func (a Checkpoint) String() string { return fmt.Sprintf("checkpoint step=%d", a.Step) }
 func (Finish) String() string       { return "finish" }

@@ -121,6 +121,11 @@ type Machine struct {
 	probeFor int
 	deadline time.Time
 	failure  Failure // the failure being handled
+	// leftGen is the leader's view that a member said it left (0: none);
+	// leaves counts, by rank, the views each member left since the last
+	// step trained.
+	leftGen int64
+	leaves  map[int]int
 }
 
 // New returns a machine for cfg; it starts with a Start event.
@@ -170,6 +175,8 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		m.received(e.View)
 	case ViewSent:
 		m.sent(e)
+	case MemberLeft:
+		m.memberLeft(e.Gen, e.Rank)
 	case Ended:
 		m.ended(e.Yes)
 	case MarkerSeen:
@@ -449,13 +456,19 @@ func (m *Machine) lead() {
 	m.view = allreduce.View{}
 	m.fresh, m.joined, m.ringOnly, m.probed = true, false, false, time.Time{}
 	m.told = map[int]int64{}
+	m.leaves = map[int]int{}
 	m.deadline = time.Time{}
 	m.top()
 }
 
-// top is the top of the leader's loop: a view, then a step.
+// top is the top of the leader's loop: a view, then a step. A view that a
+// member left is not trained in again, even if the leader's own operation
+// succeeded: that member waits for the next view.
 func (m *Machine) top() {
 	m.deadline = time.Time{}
+	if m.leftView() {
+		m.fresh = true
+	}
 	if m.done >= m.cfg.Steps {
 		m.finale()
 		return
@@ -605,8 +618,23 @@ func (m *Machine) send() {
 func (m *Machine) sent(e ViewSent) {
 	switch {
 	case m.ph == leadSend && e.Gen == m.view.Gen:
-		if e.Failed && !slices.Equal(m.members(), m.want) {
-			m.top() // the heartbeats have seen more meanwhile: a new view
+		var missing []int
+		for _, r := range e.Missing {
+			if r != m.cfg.Rank && m.view.Has(r) && !slices.Contains(missing, r) {
+				missing = append(missing, r)
+			}
+		}
+		if len(missing) > 0 {
+			// The members that took the view would wait for these in its
+			// operations until their deadline: a view without them.
+			m.exclude(missing, NotTaken)
+			m.top()
+			return
+		}
+		if (e.Failed && !slices.Equal(m.members(), m.want)) || m.leftView() {
+			// The heartbeats have seen more meanwhile, or a member has
+			// left the view already: a new view.
+			m.top()
 			return
 		}
 		m.joined, m.cut = true, false
@@ -646,7 +674,12 @@ func (m *Machine) synced(done int64) {
 		m.done = done
 		m.followTrain()
 	case leadSync:
-		m.done, m.fresh = done, false
+		m.done = done
+		if m.leftView() {
+			m.top()
+			return
+		}
+		m.fresh = false
 		m.train()
 	}
 }
@@ -657,6 +690,7 @@ func (m *Machine) syncFailed(f Failure) {
 		if m.disagree(f, m.done+1) {
 			return
 		}
+		m.leave(f)
 		m.followTop()
 	case leadSync:
 		m.failure = f
@@ -669,6 +703,51 @@ func (m *Machine) train() {
 	m.ph, m.cut = leadStep, false
 	m.emit(Train{Step: m.done + 1})
 	m.cutIfStale()
+}
+
+// leave tells the other members of the follower's view that this rank
+// left it after failure f: they would otherwise wait for its part of the
+// view's operations until their deadline. Not when they were told
+// already (a notice, a mismatch: whoever found the cause told them), nor
+// when a newer
+// view came (the leader has moved on), nor when this rank is to lead (its
+// own view follows at once).
+func (m *Machine) leave(f Failure) {
+	if f.Notice || f.Mismatch || m.closed || m.foreign(m.view.Gen) || m.leading() {
+		return
+	}
+	m.emit(Leave{View: m.view})
+}
+
+// memberLeft handles a member's word that it left view gen: the leader
+// cuts short the view's sync or step, which would wait for that member's
+// part until the deadline, and sends a new view at once.
+func (m *Machine) memberLeft(gen int64, rank int) {
+	if !m.Leading() || m.view.Stop || gen != m.view.Gen || rank == m.cfg.Rank || !m.view.Has(rank) || m.leftGen == gen {
+		return
+	}
+	m.leftGen = gen
+	m.leaves[rank]++
+	switch m.ph {
+	case leadSync, leadStep:
+		m.cutShort()
+	case leadWait:
+		m.top()
+	}
+	// leadSend: the view is not joined once sent (see sent).
+}
+
+// leftView reports whether a member left the leader's view.
+func (m *Machine) leftView() bool { return m.leftGen != 0 && m.leftGen == m.view.Gen }
+
+// exclude leaves ranks out of the next views until they answer a
+// heartbeat again.
+func (m *Machine) exclude(ranks []int, cause ExcludeCause) {
+	for _, d := range ranks {
+		m.excluded[d] = true
+		delete(m.answered, d)
+	}
+	m.emit(Exclude{Ranks: slices.Clone(ranks), Cause: cause})
 }
 
 func (m *Machine) trained(step int64, stop bool) {
@@ -691,6 +770,7 @@ func (m *Machine) trained(step int64, stop bool) {
 		m.followTrain()
 	case m.ph == leadStep && step == m.done+1:
 		m.done++
+		clear(m.leaves)
 		if stop {
 			m.cfg.Steps = m.done // a hook asked to stop: training ends here
 		}
@@ -711,6 +791,7 @@ func (m *Machine) stepFailed(step int64, f Failure) {
 		return
 	}
 	if m.ph == followStep {
+		m.leave(f)
 		m.followTop()
 		return
 	}
@@ -728,13 +809,26 @@ func (m *Machine) stepFailed(step int64, f Failure) {
 // the summation servers, needs no wait; otherwise the leader waits, twice
 // the lost deadline at most, for the heartbeats to tell who is lost.
 func (m *Machine) failed(f Failure) {
+	left := m.leftView()
 	switch {
 	case f.PeerDown:
-		for _, d := range f.Down {
-			m.excluded[d] = true
-			delete(m.answered, d)
+		m.exclude(f.Down, FoundDown)
+		m.top()
+	case left:
+		// A member left the view: it is alive and waits for the next.
+		// One that left two views in a row at this step is left out
+		// until it answers a heartbeat again, rather than making views
+		// as fast as it leaves them.
+		var again []int
+		for r, n := range m.leaves {
+			if n >= 2 && !m.excluded[r] {
+				again = append(again, r)
+			}
 		}
-		m.emit(Exclude{Ranks: slices.Clone(f.Down)})
+		if len(again) > 0 {
+			slices.Sort(again)
+			m.exclude(again, LeftAgain)
+		}
 		m.top()
 	case f.Notice:
 		m.top()

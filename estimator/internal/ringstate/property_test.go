@@ -36,9 +36,11 @@ type sim struct {
 	trace   []string
 }
 
+// msg is a view, or a member's word that it left a view (left).
 type msg struct {
 	to   int
 	view allreduce.View
+	left *MemberLeft
 }
 
 func newSim(t *testing.T, seed uint64, ranks int, steps int64) *sim {
@@ -73,7 +75,16 @@ func (s *sim) step(i int, ev Event) {
 		s.wake[i] = time.Time{} // due: a machine asks again if it still waits
 	}
 	leadingBefore := s.ms[i].Leading()
+	mustCut := false
+	if e, ok := ev.(MemberLeft); ok {
+		m := s.ms[i]
+		// A leader whose view a member left does not wait for it.
+		mustCut = m.Leading() && e.Gen == m.View().Gen && m.View().Has(e.Rank) && (s.op[i] == "sync" || s.op[i] == "step") && !s.cut[i]
+	}
 	acts := s.ms[i].Step(s.now, ev)
+	if mustCut && !slices.ContainsFunc(acts, func(a Action) bool { _, ok := a.(Cut); return ok }) {
+		s.fail("rank %d leads view %d, which rank %d left, and does not cut its %s short", i, s.ms[i].View().Gen, ev.(MemberLeft).Rank, s.op[i])
+	}
 	s.trace = append(s.trace, fmt.Sprintf("\n%d@%d %v -> %v", i, s.now.UnixMilli(), ev, acts))
 	var answers []Event
 	for _, a := range acts {
@@ -90,6 +101,15 @@ func (s *sim) step(i int, ev Event) {
 			}
 		case SendView:
 			s.sendView(i, a)
+		case Leave:
+			if !a.View.Has(i) {
+				s.fail("rank %d leaves view %s, of which it is not a member", i, FormatView(a.View))
+			}
+			for _, to := range a.View.Members {
+				if to != i {
+					s.msgs = append(s.msgs, msg{to: to, left: &MemberLeft{Gen: a.View.Gen, Rank: i}})
+				}
+			}
 		case CheckEnded:
 			answers = append(answers, Ended{Yes: s.marker && s.rng.IntN(2) == 0})
 		case ProbeServers:
@@ -150,7 +170,7 @@ func (s *sim) sendView(i int, a SendView) {
 		s.senders[v.Gen], s.sent[i] = i, v.Gen
 	}
 	for _, to := range a.To {
-		s.msgs = append(s.msgs, msg{to, v})
+		s.msgs = append(s.msgs, msg{to: to, view: v})
 	}
 	if a.Wait {
 		s.op[i], s.opGen[i] = "sent", v.Gen
@@ -202,7 +222,15 @@ func (s *sim) answer(i int, ok bool) {
 	switch op := s.op[i]; op {
 	case "sent":
 		s.op[i] = ""
-		s.step(i, ViewSent{Gen: s.opGen[i], Failed: !ok})
+		var missing []int
+		if !ok && s.rng.IntN(2) == 0 {
+			for j := range s.ms {
+				if s.rng.IntN(3) == 0 {
+					missing = append(missing, j)
+				}
+			}
+		}
+		s.step(i, ViewSent{Gen: s.opGen[i], Failed: !ok, Missing: missing})
 	case "sync":
 		s.op[i] = ""
 		if ok {
@@ -248,6 +276,10 @@ func (s *sim) failure(ok bool) Failure {
 func (s *sim) deliver(k int) {
 	m := s.msgs[k]
 	s.msgs = slices.Delete(s.msgs, k, k+1)
+	if m.left != nil {
+		s.step(m.to, *m.left)
+		return
+	}
 	s.step(m.to, ViewReceived{View: m.view})
 }
 

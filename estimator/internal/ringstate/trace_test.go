@@ -205,7 +205,9 @@ func parseEvent(name string, fields []string) (Event, error) {
 		return ViewReceived{View: allreduce.View{Gen: a.int("gen"), Step: a.int("step"), Members: parseRanks(a.kv["members"]),
 			Sync: a.flags["sync"], Stop: a.flags["stop"], RingOnly: a.flags["ringonly"]}}, nil
 	case "sent":
-		return ViewSent{Gen: a.int("gen"), Failed: a.flags["failed"]}, nil
+		return ViewSent{Gen: a.int("gen"), Failed: a.flags["failed"], Missing: parseRanks(a.kv["missing"])}, nil
+	case "left":
+		return MemberLeft{Gen: a.int("gen"), Rank: a.rank()}, nil
 	case "ended":
 		return Ended{Yes: a.flags["yes"]}, nil
 	case "marker":
