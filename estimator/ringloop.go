@@ -117,6 +117,7 @@ func (l *ringLoop) run(ctx context.Context) error {
 	sh.hb = &membership{cfg: cfg, log: r.log, peers: peers, onChange: sh.onChange, onAnswer: sh.onAnswer,
 		waiting: "nothing: the ring re-forms without it (the lowest rank alive leads)"}
 	wctx, stop := context.WithCancel(ctx)
+	sh.bg = wctx
 	var bg sync.WaitGroup
 	watched := sh.hb.watch(wctx)
 	defer func() {
@@ -126,6 +127,7 @@ func (l *ringLoop) run(ctx context.Context) error {
 		bg.Wait()
 		sh.ops.Wait()
 		sh.telling.Wait()
+		sh.leaving.Wait()
 		if sh.timer != nil {
 			sh.timer.Stop()
 		}
@@ -145,6 +147,18 @@ func (l *ringLoop) run(ctx context.Context) error {
 			}
 			gen = v.Gen
 			sh.push(ringstate.ViewReceived{View: v})
+		}
+	})
+	// The members' word that they left a view: the leader does not wait
+	// for their part of its operations.
+	bg.Go(func() {
+		for gen := int64(-1); ; {
+			d, err := l.ring.NextDeparture(wctx, gen)
+			if err != nil {
+				return
+			}
+			gen = d.Gen
+			sh.push(ringstate.MemberLeft{Gen: d.Gen, Rank: d.Rank})
 		}
 	})
 	// The end-of-training marker: a follower waiting for a view that
@@ -208,6 +222,10 @@ type ringShell struct {
 	first   bool
 	telling sync.WaitGroup
 	timer   *time.Timer
+	// bg ends when run returns: the notices that this rank left a view
+	// (leaving) go on in the background until then at most.
+	bg      context.Context
+	leaving sync.WaitGroup
 	// downServers names the summation servers the last probe found down.
 	downServers []string
 }
@@ -318,7 +336,9 @@ func (sh *ringShell) do(ctx context.Context, a ringstate.Action) (answer ringsta
 	case ringstate.Cut:
 		sh.cancelOp()
 	case ringstate.Exclude:
-		sh.exclude(a.Ranks)
+		sh.exclude(a)
+	case ringstate.Leave:
+		sh.leave(a.View)
 	case ringstate.Readmit:
 	case ringstate.Checkpoint:
 		l.done, l.steps = a.Step, sh.m.Steps()
@@ -419,14 +439,37 @@ func (sh *ringShell) startFinish(ctx context.Context) {
 	})
 }
 
-// exclude logs the ranks a failed step found down, which the next view
-// leaves out.
-func (sh *ringShell) exclude(ranks []int) {
-	names := make([]string, len(ranks))
-	for i, k := range ranks {
+// exclude logs the ranks that the next view leaves out, and why.
+func (sh *ringShell) exclude(a ringstate.Exclude) {
+	names := make([]string, len(a.Ranks))
+	for i, k := range a.Ranks {
 		names[i] = sh.l.ring.PeerName(k)
 	}
-	sh.l.r.log.Warn("a step failed: leaving out the ranks that are down", "step", sh.m.Done()+1, "down", names, "err", sh.lastErr)
+	log, step := sh.l.r.log, sh.m.Done()+1
+	switch a.Cause {
+	case ringstate.NotTaken:
+		log.Warn("members did not take the new view: leaving them out until they answer again", "step", step, "ranks", names)
+	case ringstate.LeftAgain:
+		log.Warn("members left two views in a row: leaving them out until they answer again", "step", step, "ranks", names)
+	default:
+		log.Warn("a step failed: leaving out the ranks that are down", "step", step, "down", names, "err", sh.lastErr)
+	}
+}
+
+// leave tells the other members of view v, in the background, that this
+// rank left it: an operation of v failed here, and they would wait for
+// this rank's part until their step deadline. The notice is sent again
+// to a member that does not take it (one whose connection still fails)
+// until it does, a newer view comes, or twice the lost deadline passes.
+func (sh *ringShell) leave(v allreduce.View) {
+	l, cfg := sh.l, sh.l.r.cfg
+	sh.leaving.Go(func() {
+		ctx, cancel := context.WithTimeout(sh.bg, min(cfg.StepTimeout, 2*sh.lostAfter))
+		defer cancel()
+		if err := l.ring.LeaveView(ctx, v); err != nil && sh.bg.Err() == nil {
+			l.r.log.Info("telling the members that this rank left the view", "generation", v.Gen, "err", err)
+		}
+	})
 }
 
 // wakeAt sets the machine's timer to at.
@@ -522,14 +565,19 @@ func (sh *ringShell) sendView(ctx context.Context, v allreduce.View) {
 		vctx, cancel := context.WithTimeout(ctx, min(cfg.StepTimeout, 2*sh.lostAfter))
 		defer cancel()
 		err := l.ring.SendView(vctx, v)
+		var missing []int
 		if err != nil {
 			if v.Stop {
 				r.log.Info("telling every rank that training is over", "err", err)
 			} else {
 				r.log.Warn("a member did not take the new view", "generation", v.Gen, "err", err)
 			}
+			var nt *allreduce.ViewNotTakenError
+			if errors.As(err, &nt) {
+				missing = nt.Ranks
+			}
 		}
-		return ringstate.ViewSent{Gen: v.Gen, Failed: err != nil}
+		return ringstate.ViewSent{Gen: v.Gen, Failed: err != nil, Missing: missing}
 	})
 }
 
