@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -164,8 +165,27 @@ var convCases = []convCase{
 	{2, 6, 7, 3, 3, 3, 40, 2, 1, true},
 }
 
+// TestConv checks the three passes of every backend against float64
+// references: the built-in SIMD paths (each with its own implicit-GEMM
+// tile), skipped by name where the CPU or build lacks one, and any other
+// registered backend (im2col over its Sgemm).
 func TestConv(t *testing.T) {
+	var names []string
+	for _, p := range Paths() {
+		if p.Missing != "" {
+			t.Run(p.Name, func(t *testing.T) {
+				t.Skipf("%s path skipped: needs %s, which this CPU or build lacks", p.Name, p.Missing)
+			})
+			continue
+		}
+		names = append(names, p.Name)
+	}
 	for _, name := range List() {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
 		be, _ := Get(name)
 		for _, cc := range convCases {
 			t.Run(fmt.Sprintf("%s/%+v", name, cc), func(t *testing.T) {
@@ -241,5 +261,34 @@ func TestConvDirectChunked(t *testing.T) {
 			compare(t, "output", out, refConv(p, in, f), p.KH*p.KW*p.C)
 			compare(t, "dInput", dIn, refBackpropInput(p, f, g), p.KH*p.KW*p.Cout)
 		})
+	}
+}
+
+// TestPackB checks packB's float32 packing (assembly where there is one)
+// against its float64 instantiation (always the Go loop) for sliver widths
+// of both SIMD paths, with partial last slivers, row strides wider than
+// the block and blocks that start inside the matrix.
+func TestPackB(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, nr := range []int{16, 32} {
+		for _, sz := range []struct{ ldb, p0, kb, j0, nb int }{
+			{16, 0, 1, 0, 16}, {35, 2, 7, 1, 33}, {100, 3, 17, 5, 95}, {1024, 1, 300, 64, 960}, {64, 0, 5, 0, 64},
+		} {
+			rows := sz.p0 + sz.kb
+			b32 := randF32(rng, rows*sz.ldb)
+			b64 := make([]float64, len(b32))
+			for i, v := range b32 {
+				b64[i] = float64(v)
+			}
+			slivers := ceilDiv(sz.nb, nr)
+			got, want := nanF32(slivers*nr*sz.kb), make([]float64, slivers*nr*sz.kb)
+			packB(nr, false, b32, sz.ldb, sz.p0, sz.kb, sz.j0, sz.nb, got)
+			packB(nr, false, b64, sz.ldb, sz.p0, sz.kb, sz.j0, sz.nb, want)
+			for i := range want {
+				if float64(got[i]) != want[i] {
+					t.Fatalf("nr=%d %+v: packed[%d] = %g, want %g", nr, sz, i, got[i], want[i])
+				}
+			}
+		}
 	}
 }

@@ -6,7 +6,8 @@
 //
 // For each of kb rows of src (row stride ldb), copies slivers runs of nr
 // values (nr a multiple of 16) to dst, run s of row l at dst + s*kb*nr +
-// l*nr, and prefetches the same columns of the row ahead bytes further on.
+// l*nr, and prefetches the same columns ahead bytes further on (rows to
+// come; prefetches never fault, so they may point past the end of src).
 TEXT ·packRowsAVX(SB), NOSPLIT, $0-56
 	MOVQ src+0(FP), SI
 	MOVQ ldb+8(FP), R8
