@@ -555,3 +555,41 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestRingRestartsAreNotWaitedOutForAStepDeadline kills all-reduce ranks
+// 0 and 1 together, twice, on a hand-started ring of 3 (the supervisor
+// restarts each within a second, on its address), with the default step
+// deadline (1 min). Rank 2's connections to them keep the refusal of
+// their last attempt for the backoff that follows (a second or more), so
+// its exchange of steps in the restarted rank 0's first view failed at
+// once, and its notice that the view had failed, sent once, was lost the
+// same way: ranks 0 and 1 waited for its part until their step deadline
+// (the first run of three by hand). The run must finish well within the
+// step deadline (the harness's deadline, 45 s, against 12-25 s), and lose
+// at most an interval and leave nothing corrupt or behind.
+func TestRingRestartsAreNotWaitedOutForAStepDeadline(t *testing.T) {
+	bin := distflowBinary(t)
+	plan, err := ParsePlan("kill:worker0@step:300,kill:worker1@step:300,kill:worker0@step:1200,kill:worker1@step:1200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Binary: bin, Strategy: MustStrategy("allreduce"), Dir: t.TempDir(), Deadline: 45 * time.Second,
+		Args: []string{"--steps", "2000"}, Plan: plan, HandStarted: true}
+	start := time.Now()
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tbl strings.Builder
+	WriteTable(&tbl, []*Result{res})
+	t.Logf("\n%s(output in %s, %v)\nrestarts: %q", tbl.String(), res.Dir, time.Since(start).Round(time.Millisecond), res.Restarts)
+	if !res.Finished {
+		t.Errorf("the run did not finish within %v, well under the step deadline (hung %v, exit %q, waiting for %q)", cfg.Deadline, res.Hung, res.ExitError, res.WaitingFor)
+	}
+	for _, f := range res.Faults {
+		if !f.Applied {
+			t.Errorf("%s was not applied: %s", f.Fault, f.Skipped)
+		}
+	}
+	checkSound(t, res)
+}
