@@ -65,9 +65,9 @@ func (p ConvParams) check(name string, in, filter, out int) {
 // Conv2D computes output = conv(input, filter); output is overwritten.
 // It is the product of the patch matrix [images*OH*OW, KH*KW*C] and the
 // filter seen as [KH*KW*C, Cout], which is exactly the HWIO layout: an
-// implicit GEMM on the avx2 backend, else one Sgemm per chunk of images
-// (im2col). Slices are borrowed for the call only; safe for concurrent use
-// on distinct outputs.
+// implicit GEMM on the avx2 and avx512 backends, else one Sgemm per chunk
+// of images (im2col). Slices are borrowed for the call only; safe for
+// concurrent use on distinct outputs.
 func Conv2D(p ConvParams, input, filter, output []float32) {
 	conv2D(Default(), p, input, filter, output)
 }

@@ -74,14 +74,16 @@
 //
 // # Convolution
 //
-// On the avx2 and avx512 paths, Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter
-// run as implicit GEMMs (conv_direct.go): a micro-kernel gathers the patch
-// matrix straight from a zero-padded copy of the input, so the patches are
-// never written out. It is the path's GEMM tile with A gathered in place:
-// 10x32 in zmm registers with masked edge stores on avx512 (generated with
-// the GEMM's), 6x16 on avx2, so DISTFLOW_SIMD chooses it with the GEMM's. The input gradient takes this path for stride 1 and at
-// least 16 input channels. Otherwise, and on every other backend, they lower
-// to Sgemm via im2col/col2im over chunks of the batch (the patch buffer is
-// bounded at 8 MiB), copying patches in parallel across images. A 1x1,
-// stride-1, unpadded convolution multiplies the input directly with no copy.
+// On the avx2 and avx512 paths, Conv2D, Conv2DBackpropInput and
+// Conv2DBackpropFilter run as implicit GEMMs (conv_direct.go): a
+// micro-kernel gathers the patch matrix straight from a zero-padded copy of
+// the input, so the patches are never written out. It is the path's GEMM
+// tile with A gathered in place: 10x32 in zmm registers with masked edge
+// stores on avx512 (generated with the GEMM's), 6x16 on avx2, so
+// DISTFLOW_SIMD chooses it with the GEMM's. The input gradient takes this
+// path for stride 1 and at least 16 input channels. Otherwise, and on
+// every other backend, they lower to Sgemm via im2col/col2im over chunks of
+// the batch (the patch buffer is bounded at 8 MiB), copying patches in
+// parallel across images. A 1x1, stride-1, unpadded convolution multiplies
+// the input directly with no copy.
 package linalg
