@@ -2,7 +2,12 @@ package estimator
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 )
 
 // Flags are the command-line flags of a training program, as `distflow
@@ -12,6 +17,10 @@ import (
 //	f.Register(flag.CommandLine)
 //	flag.Parse()
 //	res, err := f.TrainAndEvaluate(ctx, model, trainInput, evalInput)
+//
+// or, for a program that only prints the chief's result, end with Run:
+//
+//	f.Run(ctx, model, trainInput, evalInput, "accuracy")
 type Flags struct {
 	Strategy     string // --strategy: see ParseStrategy (default "async")
 	LocalCluster string // --local-cluster: run as a local cluster, e.g. "ps=1,worker=2"
@@ -63,4 +72,40 @@ func (f *Flags) TrainAndEvaluate(ctx context.Context, fn ModelFn, train, eval In
 		return nil, err
 	}
 	return TrainAndEvaluate(ctx, est, TrainSpec{Input: train, Stop: Stop{MaxSteps: f.Steps}}, EvalSpec{Input: eval, ExportDir: f.Export})
+}
+
+// Run ends a training program's main: it does what the flags ask
+// (TrainAndEvaluate), and on the chief, or the only process, prints one
+// line of JSON to standard output: the "strategy", the "global_step", the
+// "export" directory ("" without --export) and each of the named
+// evaluation metrics under its name, e.g.
+//
+//	{"accuracy":0.98,"export":"/tmp/m/1","global_step":1000,"strategy":"sync"}
+//
+// The launcher of a local cluster, the ps and the other workers print
+// nothing. On an error (a metric the evaluation lacks among them) Run
+// prints it to standard error, after the program's name, and exits with
+// status 1.
+func (f *Flags) Run(ctx context.Context, fn ModelFn, train, eval InputFn, metrics ...string) {
+	if err := f.run(ctx, os.Stdout, fn, train, eval, metrics); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", filepath.Base(os.Args[0]), err)
+		os.Exit(1)
+	}
+}
+
+// run is Run writing the chief's line to w and returning its error.
+func (f *Flags) run(ctx context.Context, w io.Writer, fn ModelFn, train, eval InputFn, metrics []string) error {
+	res, err := f.TrainAndEvaluate(ctx, fn, train, eval)
+	if err != nil || res == nil || !res.Chief {
+		return err
+	}
+	out := map[string]any{"strategy": res.Strategy, "global_step": res.GlobalStep, "export": res.Export}
+	for _, name := range metrics {
+		v, ok := res.Metrics[name]
+		if !ok {
+			return fmt.Errorf("estimator: the evaluation has no metric %q (it has %s)", name, quoteNames(sortedNames(res.Metrics)))
+		}
+		out[name] = v
+	}
+	return json.NewEncoder(w).Encode(out)
 }

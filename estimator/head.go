@@ -1,0 +1,145 @@
+package estimator
+
+import (
+	"fmt"
+
+	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/losses"
+	"github.com/distflow/distflow/ops"
+	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
+)
+
+// ClassificationHead is the head of a classifier of one class per example
+// among several (tf.estimator's multi_class_head). A head is what every
+// model function of a kind repeats: from the network's output, the labels
+// and the mode, the Spec, with its predictions, loss, optimizer and
+// evaluation metrics. A model function builds its network and returns the
+// head's spec:
+//
+//	logits := layers.Dense{Units: 10}.Apply(s, f.Get(s, "images"), mode == estimator.Train)
+//	return estimator.ClassificationHead{Optimizer: train.NewGradientDescent(0.5)}.Spec(s, logits, labels, mode)
+//
+// A model that needs more (another prediction, a logged tensor) adds it to
+// the spec the head returns.
+type ClassificationHead struct {
+	// Optimizer turns the loss into updates; required in Train.
+	Optimizer train.Optimizer
+	// ClassKey names the predicted class in the predictions ("class" when
+	// empty).
+	ClassKey string
+}
+
+// Spec returns the spec of mode for logits [batch, classes] and, in Train
+// and Eval, labels: class indices, int32 or int64, of shape [batch] (or
+// [batch, 1]). The spec has
+//
+//   - Predictions: ClassKey, the most likely class (int32 [batch]), and
+//     "probabilities", the softmax of the logits;
+//   - Loss: the mean softmax cross-entropy (losses.SparseSoftmaxCrossEntropy),
+//     plus the graph's regularization losses (losses.RegularizationLoss)
+//     when its layers collected any;
+//   - Optimizer: h.Optimizer;
+//   - EvalMetrics (Eval): "accuracy" (Accuracy).
+//
+// Logits that are not of rank 2, or labels that do not index them, are
+// refused with an error that names them and their shapes.
+func (h ClassificationHead) Spec(s *graph.Scope, logits, labels graph.Output, mode Mode) (*Spec, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	if !logits.Valid() {
+		return nil, fmt.Errorf("estimator: the classification head (%s): no logits", mode)
+	}
+	if sh := logits.Shape(); !sh.KnownRank() || sh.Rank() != 2 {
+		return nil, fmt.Errorf("estimator: the classification head (%s): logits %s of shape %v; want [batch, classes]", mode, logits, sh)
+	}
+	key := h.ClassKey
+	if key == "" {
+		key = "class"
+	}
+	class := ops.Cast(s, ops.ArgMax(s, logits, 1), tensor.Int32)
+	spec := &Spec{Optimizer: h.Optimizer, Predictions: map[string]graph.Output{key: class, "probabilities": ops.Softmax(s, logits)}}
+	if mode == Predict { // the labels are fed in Train and Eval only
+		return spec, s.Err()
+	}
+	if labels.Valid() && labels.Shape().KnownRank() && labels.Shape().Rank() == 2 && labels.Shape().Dim(1) == 1 {
+		labels = ops.ReshapeTo(s, labels, -1)
+	}
+	spec.Loss = withRegularization(s, losses.SparseSoftmaxCrossEntropy(s, labels, logits))
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("estimator: the classification head (%s): %w", mode, err)
+	}
+	if mode != Eval {
+		return spec, s.Err()
+	}
+	predicted := class
+	if labels.DType() != class.DType() { // int64 labels
+		predicted = ops.Cast(s, class, labels.DType())
+	}
+	spec.EvalMetrics = map[string]Metric{"accuracy": Accuracy(s, labels, predicted)}
+	return spec, s.Err()
+}
+
+// RegressionHead is the head of a model that predicts real values
+// (tf.estimator's regression_head).
+type RegressionHead struct {
+	// Optimizer turns the loss into updates; required in Train.
+	Optimizer train.Optimizer
+	// Key names the predictions in the spec ("predictions" when empty).
+	Key string
+}
+
+// Spec returns the spec of mode for predictions (float, [batch, ...]) and,
+// in Train and Eval, labels of the same shape (of any numeric dtype). The
+// spec has
+//
+//   - Predictions: Key, the predictions;
+//   - Loss: their mean squared error (losses.MeanSquaredError), plus the
+//     graph's regularization losses (losses.RegularizationLoss) when its
+//     layers collected any;
+//   - Optimizer: h.Optimizer;
+//   - EvalMetrics (Eval): "mse" and "mae", the mean squared and absolute
+//     error per element (without the regularization losses).
+//
+// Labels whose shape differs from the predictions' are refused (never
+// broadcast) with an error that names both and their shapes.
+func (h RegressionHead) Spec(s *graph.Scope, predictions, labels graph.Output, mode Mode) (*Spec, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	if !predictions.Valid() {
+		return nil, fmt.Errorf("estimator: the regression head (%s): no predictions", mode)
+	}
+	key := h.Key
+	if key == "" {
+		key = "predictions"
+	}
+	spec := &Spec{Optimizer: h.Optimizer, Predictions: map[string]graph.Output{key: predictions}}
+	if mode == Predict { // the labels are fed in Train and Eval only
+		return spec, nil
+	}
+	spec.Loss = withRegularization(s, losses.MeanSquaredError(s, labels, predictions))
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("estimator: the regression head (%s): %w", mode, err)
+	}
+	if mode != Eval {
+		return spec, s.Err()
+	}
+	diff := ops.Sub(s, predictions, ops.Cast(s, labels, predictions.DType()))
+	spec.EvalMetrics = map[string]Metric{
+		"mse": MeanMetric(s, ops.Square(s, diff)),
+		"mae": MeanMetric(s, ops.Abs(s, diff)),
+	}
+	return spec, s.Err()
+}
+
+// withRegularization is loss plus the graph's regularization losses, or
+// loss itself when there are none (the same graph as a model without
+// penalties builds by hand).
+func withRegularization(s *graph.Scope, loss graph.Output) graph.Output {
+	if !loss.Valid() || len(s.Graph().Collection(ops.RegularizationLossesCollection)) == 0 {
+		return loss
+	}
+	return ops.Add(s, loss, losses.RegularizationLoss(s))
+}
