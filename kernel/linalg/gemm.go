@@ -46,6 +46,15 @@ type kernel[T float] struct {
 // channels) have 2 to 7 slivers and spent as long packing A as computing.
 const directSlivers = 8
 
+// transKCElems bounds the packed B panel (kc x its width) of a product
+// computed as its transpose, whose kc is raised to fit it: the reference
+// CNN's fc1 input gradient (C^T = W*dY^T, k = 1024, 64 packed columns) then
+// runs in one kc block instead of four, with a quarter of the transposed
+// merges and each row of W streamed whole; 25-30% less CPU time on one
+// core (A B A B, caches flushed between calls). 2^16 values are 256 KiB,
+// half of the smallest L2 of the machines measured.
+const transKCElems = 1 << 16
+
 // workspace holds one goroutine's packing buffers; pooled so that steady-state
 // calls do not allocate.
 type workspace[T float] struct {
@@ -224,17 +233,24 @@ type gemmArgs[T float] struct {
 func (g *gemmArgs[T]) run(ws *workspace[T], m0, m1, n0, n1 int) {
 	kn := g.kn
 	mr, nr := kn.mr, kn.nr
-	kcMax := min(kn.kc, g.k)
+	direct := kn.microDA != nil && g.alpha == 1 && ceilDiv(n1-n0, nr) <= directSlivers
+	kc := kn.kc
+	if direct && g.transC {
+		// Every kc block of a transposed product is merged into C from
+		// a scratch tile, element by element; its few columns of packed
+		// B allow longer blocks in L2 (see transKCElems).
+		kc = max(kc, min(g.k, transKCElems/(ceilDiv(n1-n0, nr)*nr)))
+	}
+	kcMax := min(kc, g.k)
 	ncMax := min(kn.nc, ceilDiv(n1-n0, nr)*nr)
 	mcMax := min(kn.mc, ceilDiv(m1-m0, mr)*mr)
 	ws.b = grow(ws.b, kcMax*ncMax)
 	ws.a = grow(ws.a, kcMax*mcMax)
 	ws.tile = grow(ws.tile, mr*nr)
-	direct := kn.microDA != nil && g.alpha == 1 && ceilDiv(n1-n0, nr) <= directSlivers
 	for jc := n0; jc < n1; jc += kn.nc {
 		nb := min(kn.nc, n1-jc)
-		for pc := 0; pc < g.k; pc += kn.kc {
-			kb := min(kn.kc, g.k-pc)
+		for pc := 0; pc < g.k; pc += kc {
+			kb := min(kc, g.k-pc)
 			packB(nr, g.transB, g.b, g.ldb, pc, kb, jc, nb, ws.b)
 			beta := g.beta
 			if pc > 0 {

@@ -70,6 +70,10 @@ func Cases(short bool) []Case {
 		// Few rows, many columns: computed as C^T (swapOperands), split,
 		// over more than one kc block.
 		cs = append(cs, Case{TransA: tr[0], TransB: tr[1], M: 50, N: 1024, K: 300, Alpha: 1, Beta: 0.5, PadA: 1, PadB: 2, PadC: 3})
+		// The same with k past the longer kc blocks of such a product,
+		// and with more rows than two slivers.
+		cs = append(cs, Case{TransA: tr[0], TransB: tr[1], M: 21, N: 700, K: 1500, Alpha: 1, Beta: 0.5, PadA: 2, PadB: 1, PadC: 5})
+		cs = append(cs, Case{TransA: tr[0], TransB: tr[1], M: 97, N: 600, K: 700, Alpha: 1, Beta: 0, PadA: 0, PadB: 3, PadC: 1})
 		if short {
 			continue
 		}
