@@ -78,7 +78,9 @@ func (Averaging) Update(n int) Update { return Update{Batches: n, Averaged: 1} }
 
 // Recovery: a rank that dies rejoins when restarted (the others go on
 // without it meanwhile, or for good).
-func (Averaging) Recovery() Recovery { return Recovery{RestartWorkers: true, ToleratesWorkerLoss: true} }
+func (Averaging) Recovery() Recovery {
+	return Recovery{RestartWorkers: true, ToleratesWorkerLoss: true}
+}
 
 func (a Averaging) Replica(ReplicaInfo) (Replica, error) {
 	return ringReplica(func(r *replica) collectiveBuild {
@@ -214,7 +216,7 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 	steps := r.stop.steps(batch, len(r.reps))
 	l := &ringLoop{r: r, ring: srv.Ring(), st: g.st, sess: sess, ms: mon, t: g.t, in: in, steps: steps, batch: batch,
 		setStep: g.setStep, stepsMade: g.stepsMade, gsType: g.gs.DType(), feeds: map[graph.Output]*tensor.Tensor{},
-		warmup: warmupSteps(steps), claims: claims, position: g.pos}
+		claims: claims, position: g.pos}
 	if claims != nil {
 		if err := claims.openTrainedLog(r.who()); err != nil {
 			return nil, err
@@ -232,17 +234,14 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 	if err := r.sessionCreated(ctx, sess); err != nil {
 		return nil, err
 	}
-	if err := l.openLogs(g.summaries); err != nil {
+	if l.prog, err = newProgress(r, g.t.spec, g.summaries, batch, len(r.reps), 1, steps); err != nil {
 		return nil, err
 	}
 	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", len(r.reps),
 		"summation_servers", len(servers), "steps", steps, "batch", batch, "first_step", start)
-	l.trainStart, l.windowStart = time.Now(), time.Now()
 	err = l.run(ctx)
-	if l.events != nil {
-		if cerr := l.events.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("estimator: event file: %w", cerr)
-		}
+	if cerr := l.prog.close(); cerr != nil && err == nil {
+		err = cerr
 	}
 	if err != nil {
 		return nil, err
@@ -363,42 +362,16 @@ func (l *ringLoop) restore(ctx context.Context, s *graph.Scope) (int64, error) {
 	return start, nil
 }
 
-// openLogs opens the rank's event file and sets what its progress windows
-// fetch: the model's logged tensors, then its summaries.
-func (l *ringLoop) openLogs(summaries graph.Output) error {
-	var err error
-	if l.events, err = openEvents(l.r.cfg.ModelDir, l.r.cfg.eventSuffix()); err != nil {
-		return err
-	}
-	l.logNames = sortedNames(l.t.spec.Log)
-	for _, n := range l.logNames {
-		l.logFetches = append(l.logFetches, l.t.spec.Log[n])
-	}
-	if l.events != nil && summaries.Valid() {
-		l.logFetches = append(l.logFetches, summaries)
-	}
-	return nil
-}
-
 // end ends a rank's training: its result; the final checkpoint and the
 // end-of-training marker (the leader at the end, which stops the
 // summation servers too, when the ring has some); rank 0 keeps the model.
 func (l *ringLoop) end(ctx context.Context, g *rankGraph, servers bool) (*Result, error) {
-	r, cfg, batch := l.r, l.r.cfg, l.batch
-	seconds := time.Since(l.trainStart).Seconds()
-	timed := max(l.localSteps-l.warmup, 0)
-	if l.localSteps < l.warmup {
-		timed = l.localSteps
-	}
-	res := &Result{
-		Task: cfg.Task.String(), Strategy: cfg.Strategy.String(), Chief: r.chief(),
-		GlobalStep: l.steps, LocalSteps: l.localSteps, Loss: l.loss, BatchSize: batch,
-		ExamplesPerSecond:        float64(timed*batch) / seconds,
-		ClusterExamplesPerSecond: float64(timed*batch*max(l.lastMembers, 1)) / seconds,
-	}
-	if n := r.stop.ExamplesPerEpoch; n > 0 {
-		res.Epochs = float64(l.steps*int64(batch*len(r.reps))) / float64(n)
-	}
+	r := l.r
+	st := l.prog.stats()
+	st.lastGlobal = int(l.steps)
+	res := r.result(st, l.batch)
+	// Each step of the ring trains a batch on each of its members.
+	res.ClusterExamplesPerSecond = st.examplesPerSecond(l.batch * max(l.lastMembers, 1))
 	last := r.chief() || l.ledLast
 	// The ranks hold the same model: the leader at the end saves it, and
 	// rank 0 keeps it (for evaluation and export).
@@ -415,13 +388,8 @@ func (l *ringLoop) end(ctx context.Context, g *rankGraph, servers bool) (*Result
 			return nil, err
 		}
 	}
-	if cfg.CheckpointDir != "" && last {
-		res.WallSeconds = time.Since(r.started).Seconds()
-		if err := markTrainingEnded(cfg.CheckpointDir, l.steps, res); err != nil {
-			r.log.Warn("a rank away now will wait for the leader until its wait timeout, and a run on this directory trains again", "err", err)
-		} else {
-			r.holdAfterEnded(ctx)
-		}
+	if last {
+		r.markEnded(ctx, res)
 	}
 	if servers && last {
 		shutdownCluster(ctx, r, false) // the summation servers' work is done

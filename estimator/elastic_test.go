@@ -336,7 +336,7 @@ func TestRingLosesAWorkerAndGrowsBack(t *testing.T) {
 			c.start(cluster.TaskID{Job: "worker", Index: 0}, steps)
 			c.start(cluster.TaskID{Job: "worker", Index: 1}, steps)
 			c.start(victim, steps)
-			off := c.waitLog(0, "/job:worker/task:0: step 50/")
+			off := c.waitLog(0, "/job:worker/task:0: local_step 50 ")
 			c.kill(victim)
 			killed := time.Now()
 			off = c.waitLog(off, "(2 ranks)")
@@ -527,7 +527,7 @@ func TestRingTakesARestartedRankAtOnce(t *testing.T) {
 	c.start(cluster.TaskID{Job: "worker", Index: 0}, steps)
 	c.start(cluster.TaskID{Job: "worker", Index: 1}, steps)
 	c.start(victim, steps)
-	off := c.waitLog(0, "/job:worker/task:0: step 50/")
+	off := c.waitLog(0, "/job:worker/task:0: local_step 50 ")
 	c.killAndWait(victim)
 	killed := time.Now()
 	c.start(victim, steps)
@@ -568,7 +568,7 @@ func TestRingGoesOnWithoutRankZero(t *testing.T) {
 			for i := range 3 {
 				c.start(cluster.TaskID{Job: "worker", Index: i}, steps)
 			}
-			off := c.waitLog(0, "/job:worker/task:0: step 100/")
+			off := c.waitLog(0, "/job:worker/task:0: local_step 100 ")
 			c.killAndWait(chief)
 			killed := time.Now()
 			off = c.waitLog(off, "every lower rank is lost: this rank leads the ring")
@@ -577,11 +577,11 @@ func TestRingGoesOnWithoutRankZero(t *testing.T) {
 				t.Errorf("the 2 others went on %v after rank 0 was killed; want within the step deadline %v", d, stepTimeout)
 			}
 			if restart == "during" {
-				c.waitLog(off, "/job:worker/task:1: step 300/")
+				c.waitLog(off, "/job:worker/task:1: local_step 300 ")
 				c.start(chief, steps)
 				c.waitLog(off, "a lower rank leads the ring again; following it")
 				c.waitLog(off, "took the model of the member furthest on")
-				c.waitLog(off, "/job:worker/task:0: step ")
+				c.waitLog(off, "/job:worker/task:0: local_step ")
 			} else {
 				// Rank 1 ends training: the others return.
 				for _, i := range []int{1, 2} {

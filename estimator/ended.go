@@ -159,6 +159,22 @@ func untilTrainingEnds(ctx context.Context, dir string, target int64, poll time.
 // end-of-training marker: a stat and a read of a few bytes.
 const endedPoll = 500 * time.Millisecond
 
+// markEnded marks the end of training in the checkpoint directory, if
+// any, with the run's result, after the final checkpoint and before the
+// cluster stops: a replica that cannot reach the cluster then knows why,
+// and a run started again on the directory ends at once.
+func (r *replica) markEnded(ctx context.Context, res *Result) {
+	if r.cfg.CheckpointDir == "" {
+		return
+	}
+	res.WallSeconds = time.Since(r.started).Seconds()
+	if err := markTrainingEnded(r.cfg.CheckpointDir, res.GlobalStep, res); err != nil {
+		r.log.Warn("a replica away now waits for the cluster until its wait timeout, and a run on this directory trains again", "err", err)
+		return
+	}
+	r.holdAfterEnded(ctx)
+}
+
 // envHoldAfterEnded, when set, makes the chief wait after it has marked
 // the end of training, before it stops the ps tasks, until it is killed:
 // a test hook for a chief that dies there.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/distflow/distflow/graph"
@@ -137,26 +136,13 @@ func (l *loop) run(ctx context.Context) (loopStats, error) {
 		}
 		return st, nil
 	}
-	spec := l.towers[0].spec
-	logNames := sortedNames(spec.Log)
-	fetches := []graph.Output{spec.Loss}
-	for _, n := range logNames {
-		fetches = append(fetches, spec.Log[n])
-	}
-	// On logging steps the merged summaries are fetched too.
-	logFetches := fetches
-	events, err := openEvents(cfg.ModelDir, cfg.eventSuffix())
+	prog, err := newProgress(r, l.towers[0].spec, l.summaries, l.batch, l.perStep, len(l.towers), target)
 	if err != nil {
 		return loopStats{}, err
 	}
-	if events != nil && l.summaries.Valid() {
-		logFetches = append(fetches[:len(fetches):len(fetches)], l.summaries)
-	}
-	st, err := l.steps(ctx, target, fetches, logFetches, logNames, events)
-	if events != nil {
-		if cerr := events.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("estimator: event file: %w", cerr)
-		}
+	st, err := l.steps(ctx, prog)
+	if cerr := prog.close(); cerr != nil && err == nil {
+		err = cerr
 	}
 	if err != nil {
 		if step, ok := trainingEnded(cfg.CheckpointDir, target); ok && !r.chief() {
@@ -175,76 +161,54 @@ func (l *loop) run(ctx context.Context) (loopStats, error) {
 	return st, nil
 }
 
-// steps trains until a step reaches target (at least one step), or the
-// hooks or the chief end training.
-func (l *loop) steps(ctx context.Context, target int64, fetches, logFetches []graph.Output, logNames []string, events *summary.Writer) (loopStats, error) {
-	r, cfg := l.r, l.r.cfg
+// steps trains until a step reaches the target (at least one step), or
+// the hooks or the chief end training.
+func (l *loop) steps(ctx context.Context, prog *progress) (loopStats, error) {
+	r, cfg, target := l.r, l.r.cfg, prog.target
 	r.log.Info("training", "strategy", cfg.Strategy.String(), "replica", r.index, "replicas", r.numReplicas(),
 		"global_steps", target, "batch", l.batch, "compression", cfg.Compression.String(), "pull_compression", cfg.PullCompression.String())
 	targets := []*graph.Node{l.trainOp}
 	feeds := map[graph.Output]*tensor.Tensor{}
-	st := loopStats{towers: len(l.towers)}
-	// The throughput is timed from the end of the warm-up; a run that ends
-	// before it is timed whole.
-	warmup, timedFrom := warmupSteps(target), 0
-	start := time.Now()
-	w := progressWindow{start: start, examplesPerStep: l.batch * len(l.towers)}
+	loss := []graph.Output{l.towers[0].spec.Loss}
 	rejoins := 0 // in a row, since the last step that succeeded
 	for {
 		if err := l.feedBatches(feeds); err != nil {
-			return st, err
+			return prog.stats(), err
 		}
-		fs := fetches
-		if (st.localSteps+1)%cfg.LogEverySteps == 0 {
-			fs = logFetches
-		}
-		fs = l.withSignals(fs)
+		fs := l.withSignals(append(loss[:1:1], prog.fetches(prog.due())...))
 		if err := l.beforeStep(ctx); err != nil {
-			return st, err
+			return prog.stats(), err
 		}
 		stepStart := time.Now()
 		out, err := l.ms.Run(ctx, feeds, fs, targets)
 		if l.coord != nil && l.coord.finished(err) {
-			r.log.Info("the chief finished synchronous training", "local_step", st.localSteps)
+			r.log.Info("the chief finished synchronous training", "local_step", prog.st.localSteps)
 			break
 		}
 		if err != nil {
 			if l.rejoinAfter(ctx, err, &rejoins) {
 				continue
 			}
-			return st, fmt.Errorf("estimator: %slocal step %d: %w", r.who(), st.localSteps+1, err)
+			return prog.stats(), fmt.Errorf("estimator: %slocal step %d: %w", r.who(), prog.st.localSteps+1, err)
 		}
 		rejoins = 0
 		out, stopped := l.takeSignals(out)
 		if err := l.afterStep(ctx); err != nil {
-			return st, err
+			return prog.stats(), err
 		}
-		st.localSteps++
-		w.steps++
-		st.loss = out[0].Float64At(0)
-		gstep := int(l.ms.GlobalStep())
-		switch st.localSteps {
-		case 1:
-			st.firstGlobal = gstep - 1
-		case warmup:
-			start, timedFrom, st.firstGlobal = time.Now(), warmup, gstep
-		}
-		st.lastGlobal = gstep
-		r.observeStep(time.Since(stepStart), w.examplesPerStep, int64(gstep), st.loss)
-		done, err := l.ends(ctx, int64(gstep), target, stopped)
+		took := time.Since(stepStart)
+		gstep := l.ms.GlobalStep()
+		done, err := l.ends(ctx, gstep, target, stopped)
 		if err != nil {
-			return st, err
+			return prog.stats(), err
 		}
-		if st.localSteps%cfg.LogEverySteps == 0 || done {
-			l.logWindow(&w, st, gstep, target, out, len(fetches), logNames, events)
-		}
+		prog.stepped(trained{global: gstep, loss: out[0].Float64At(0), examples: l.batch * len(l.towers), took: took,
+			logged: out[1:], last: done})
 		if done {
 			break
 		}
 	}
-	st.seconds = time.Since(start).Seconds()
-	st.timedSteps = st.localSteps - timedFrom
-	return st, nil
+	return prog.stats(), nil
 }
 
 // feedBatches reads each tower's next batch into feeds.
@@ -331,38 +295,6 @@ func (l *loop) ends(ctx context.Context, gstep, target int64, stopped bool) (boo
 		return true, nil
 	}
 	return gstep >= target && !l.shortOfTarget(ctx, target), nil
-}
-
-// progressWindow counts the steps since the last progress line.
-type progressWindow struct {
-	start           time.Time
-	steps           int
-	examplesPerStep int
-}
-
-// logWindow prints the progress line of the window that ends with a step
-// (out: its results, whose first fetches are the loss and the model's
-// logged tensors, then from index summariesFrom the summaries), writes its
-// training events, and starts the next window.
-func (l *loop) logWindow(w *progressWindow, st loopStats, gstep int, target int64, out []*tensor.Tensor, summariesFrom int, logNames []string, events *summary.Writer) {
-	r := l.r
-	now := time.Now()
-	elapsed := now.Sub(w.start)
-	rate := float64(w.steps*w.examplesPerStep) / elapsed.Seconds()
-	var line strings.Builder
-	fmt.Fprintf(&line, "%slocal_step %d  global_step %d/%d", r.who(), st.localSteps, gstep, target)
-	if n := r.stop.ExamplesPerEpoch; n > 0 {
-		fmt.Fprintf(&line, "  epoch %.2f", float64(gstep*l.batch*l.perStep)/float64(n))
-	}
-	fmt.Fprintf(&line, "  loss %.4f  avg_step %s  %.0f examples/s", st.loss,
-		(elapsed / time.Duration(w.steps)).Round(time.Microsecond), rate)
-	for i, n := range logNames {
-		fmt.Fprintf(&line, "  %s %.4f", n, out[1+i].Float64At(0))
-	}
-	fmt.Fprintln(r.cfg.Progress, line.String())
-	writeWindow(events, window{globalStep: int64(gstep), loss: st.loss, examplesPerSec: rate,
-		stepsPerSec: float64(w.steps) / elapsed.Seconds(), logNames: logNames, logged: out[1 : 1+len(logNames)], summaries: out[summariesFrom:]})
-	w.steps, w.start = 0, now
 }
 
 // stopSignal is a flag on the ps tasks that the chief raises when its

@@ -526,16 +526,7 @@ func (p *psRun) end(ctx context.Context, st loopStats, l *loop) (*Result, error)
 		sess.Close() // while every task still answers
 		res.PSVariables = psVariables(ctx, r)
 	}
-	if cfg.CheckpointDir != "" {
-		// After the final checkpoint and before the ps tasks go: a replica
-		// that cannot reach them then knows why, and a chief started again
-		// on the directory finishes here (ended.go).
-		if err := markTrainingEnded(cfg.CheckpointDir, res.GlobalStep, res); err != nil {
-			log.Warn("a replica away now will wait for the ps tasks until its wait timeout, and a run on this directory trains again", "err", err)
-		} else {
-			r.holdAfterEnded(ctx)
-		}
-	}
+	r.markEnded(ctx, res)
 	if cfg.Cluster != nil {
 		shutdownCluster(ctx, r, p.plan.inGraph)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/distflow/distflow/estimator/internal/ringstate"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/session"
-	"github.com/distflow/distflow/summary"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
@@ -60,25 +58,11 @@ type ringLoop struct {
 	// (it saves the final checkpoint and marks the end).
 	leader, ledLast bool
 
-	// what the loop did
-	loss         float64
-	localSteps   int
-	timedSteps   int
-	seconds      float64
-	feeds        map[graph.Output]*tensor.Tensor
-	window       int
-	windowStart  time.Time
-	lastMembers  int
-	trainStart   time.Time
-	warmup       int
-	stepsInRound int64
-
-	// events receives the training events of each progress window (nil:
-	// none); logFetches are fetched on the steps that end a window: the
-	// model's logged tensors (logNames), then the merged summaries.
-	events     *summary.Writer
-	logNames   []string
-	logFetches []graph.Output
+	feeds map[graph.Output]*tensor.Tensor
+	// prog counts the steps, prints the progress lines and writes the
+	// training events; lastMembers is the size of the last step's ring.
+	prog        *progress
+	lastMembers int
 
 	// claims, when set, reads the batch at the input position pos plus
 	// this rank's place in the view (rank); position saves pos with the
@@ -730,10 +714,9 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 			}
 		}()
 	}
-	logging := step%int64(cfg.LogEverySteps) == 0 || step == l.steps
 	var own []graph.Output
-	if logging {
-		own = l.logFetches
+	if l.prog.due() || step == l.steps {
+		own = l.prog.fetches(true)
 	}
 	stepStart := time.Now()
 	var loss float64
@@ -748,7 +731,6 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 		if stepErr != nil {
 			return 0, nil, stepErr
 		}
-		r.observeStep(time.Since(stepStart), l.batch, step, loss)
 		logged = vals[:len(own)]
 		return step, vals[len(own):], nil
 	})
@@ -762,32 +744,9 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 		l.claims.logTrained()
 		l.pos += int64(group.Size() * l.batch)
 	}
-	l.loss = loss
-	l.localSteps++
-	l.window++
-	if l.localSteps == l.warmup {
-		l.trainStart = time.Now()
-	}
-	ranks := group.Size()
-	if logging {
-		now := time.Now()
-		elapsed := now.Sub(l.windowStart).Seconds()
-		rate := float64(l.window*l.batch*ranks) / elapsed
-		var line strings.Builder
-		fmt.Fprintf(&line, "%sstep %d/%d", r.who(), step, l.steps)
-		if n := r.stop.ExamplesPerEpoch; n > 0 {
-			fmt.Fprintf(&line, "  epoch %.2f", float64(step*int64(l.batch*len(r.reps)))/float64(n))
-		}
-		fmt.Fprintf(&line, "  loss %.4f  %.0f examples/s (%d ranks)%s", loss, rate, ranks, l.st.describe())
-		for i, n := range l.logNames {
-			fmt.Fprintf(&line, "  %s %.4f", n, logged[i].Float64At(0))
-		}
-		fmt.Fprintln(cfg.Progress, line.String())
-		writeWindow(l.events, window{globalStep: step, loss: loss, examplesPerSec: rate, stepsPerSec: float64(l.window) / elapsed,
-			logNames: l.logNames, logged: logged, summaries: logged[len(l.logNames):]})
-		l.window, l.windowStart = 0, now
-	}
-	l.lastMembers = ranks
+	l.lastMembers = group.Size()
+	l.prog.stepped(trained{global: step, loss: loss, examples: l.batch, shown: l.batch * l.lastMembers, took: time.Since(stepStart),
+		logged: logged, last: step == l.steps, note: fmt.Sprintf(" (%d ranks)%s", l.lastMembers, l.st.describe())})
 	return nil
 }
 

@@ -467,7 +467,7 @@ func TestRingGoesOnWhileRankZeroIsStopped(t *testing.T) {
 	const stepTimeout = 8 * time.Second
 	dir := t.TempDir()
 	_, missing := trainBlocks(t, func(lines <-chan string, ps string) {
-		waitFor(t, lines, "[worker 0] /job:worker/task:0: step 50/")
+		waitFor(t, lines, "[worker 0] /job:worker/task:0: local_step 50 ")
 		signalTask(t, ps, "worker", 0, syscall.SIGSTOP)
 		stopped := time.Now()
 		waitFor(t, lines, "every lower rank is lost: this rank leads the ring")
@@ -475,7 +475,7 @@ func TestRingGoesOnWhileRankZeroIsStopped(t *testing.T) {
 		if d := time.Since(stopped); d > 2*stepTimeout {
 			t.Errorf("the ring went on with 2 ranks %v after rank 0 was stopped; want within twice the step deadline, %v", d, 2*stepTimeout)
 		}
-		waitFor(t, lines, "[worker 1] /job:worker/task:1: step 200/")
+		waitFor(t, lines, "[worker 1] /job:worker/task:1: local_step 200 ")
 		signalTask(t, ps, "worker", 0, syscall.SIGCONT)
 		resumed := time.Now()
 		waitFor(t, lines, "a lower rank leads the ring again; following it")
@@ -505,7 +505,7 @@ func TestRingRankZeroKilledKeepsTheRingsProgress(t *testing.T) {
 	dir := t.TempDir()
 	recovers(t, func(lines <-chan string, ps string) {
 		waitFor(t, lines, "checkpoint: saved")
-		waitFor(t, lines, "[worker 1] /job:worker/task:1: step 150/")
+		waitFor(t, lines, "[worker 1] /job:worker/task:1: local_step 150 ")
 		killTask(t, ps, "worker", 0)
 		waitFor(t, lines, "local cluster: worker 0 died (signal: killed); restarting it on its address (1 of 3)")
 		l := waitFor(t, lines, `msg="took the model of the member furthest on" task=/job:worker/task:0`)

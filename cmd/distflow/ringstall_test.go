@@ -25,7 +25,7 @@ func TestRingLeaderPausedUntilTheOthersExitEndsAtOnce(t *testing.T) {
 	cmd, addr, lines, stdout := recoveryRun(t, "train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "600",
 		"--local-cluster", "worker=3", "--allreduce", "--checkpoint-dir", dir, "--save-checkpoint-steps", "100",
 		"--step-timeout", "20s", "--log-every", "50")
-	waitFor(t, lines, "[worker 0] /job:worker/task:0: step 150/")
+	waitFor(t, lines, "[worker 0] /job:worker/task:0: local_step 150 ")
 	signalTask(t, addr, "worker", 0, syscall.SIGSTOP)
 	waitForEach(t, lines, "", "[worker 1] /job:worker/task:1 mlp: global step 600", "[worker 2] /job:worker/task:2 mlp: global step 600")
 	// Ranks 1 and 2 have exited once rank 0 is the only task left.
@@ -82,7 +82,7 @@ func TestRingLeaderPausedUntilTheOthersExitEndsAtOnce(t *testing.T) {
 func TestAllReduceThroughThePSAgreesAfterAPSRestart(t *testing.T) {
 	cmd, addr, lines, stdout := recoveryRun(t, "train", "-v", "--model", "mlp", "--data", "embedded", "--steps", "300",
 		"--local-cluster", "ps=2,worker=2", "--allreduce", "--log-every", "50")
-	waitFor(t, lines, "[worker 0] /job:worker/task:0: step 100/")
+	waitFor(t, lines, "[worker 0] /job:worker/task:0: local_step 100 ")
 	signalTask(t, addr, "worker", 1, syscall.SIGSTOP)
 	killTask(t, addr, "ps", 0)
 	waitFor(t, lines, "local cluster: ps 0 died (signal: killed); restarting it on its address (1 of 3)")

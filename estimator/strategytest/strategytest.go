@@ -19,7 +19,9 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -306,6 +308,9 @@ func LinearInput(n int, repeat bool) estimator.InputFn {
 // tensor it adds in Begin, and asks to stop at local step stopAt (0:
 // never).
 type orderHook struct {
+	// progress is the replica's progress lines.
+	progress syncBuffer
+
 	mu      sync.Mutex
 	calls   []string
 	stopAt  int64
@@ -403,8 +408,8 @@ func withHooks(s estimator.Strategy, jobs map[string]int, steps int64, dir strin
 	return Cluster{Jobs: jobs, Strategy: s, Steps: steps, Task: func(task cluster.TaskID, cfg *estimator.RunConfig) []estimator.Hook {
 		mu.Lock()
 		defer mu.Unlock()
-		cfg.ModelDir, cfg.LogEverySteps = dir, 10
 		h := &orderHook{}
+		cfg.ModelDir, cfg.LogEverySteps, cfg.Progress = dir, 10, &h.progress
 		if task.Index == 0 {
 			h.stopAt = stopAt // the chief's, in every strategy
 		}
@@ -429,6 +434,7 @@ func hooksAndEvents(t *testing.T, s estimator.Strategy, jobs map[string]int) {
 			continue // no progress window ended: no events
 		}
 		trained++
+		checkProgress(t, res, hooks[res.Task].progress.String(), 60)
 		task, err := cluster.ParseTaskID(res.Task)
 		if err != nil {
 			t.Fatal(err)
@@ -438,6 +444,49 @@ func hooksAndEvents(t *testing.T, s estimator.Strategy, jobs map[string]int) {
 	if trained == 0 {
 		t.Error("no replica trained a progress window")
 	}
+}
+
+// progressLine is a progress line, in one format whatever the strategy;
+// a ring's adds its size after the throughput.
+var progressLine = regexp.MustCompile(`^\S+: local_step (\d+)  global_step (\d+)/(\d+)  loss [-+.\deE]+  avg_step \S+  \d+ examples/s.*  w [-+.\deE]+$`)
+
+// checkProgress checks the progress lines of a replica's training of
+// target steps, one every 10 local steps (and at the last), that res
+// describes.
+func checkProgress(t *testing.T, res *estimator.Result, out string, target int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < res.LocalSteps/10 {
+		t.Errorf("%s: %d progress lines for %d local steps, want one every 10:\n%s", res.Task, len(lines), res.LocalSteps, out)
+	}
+	for _, l := range lines {
+		m := progressLine.FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("%s: progress line %q is not local_step N  global_step G/%d  loss L  avg_step D  R examples/s ...  w V", res.Task, l, target)
+			continue
+		}
+		if m[3] != strconv.Itoa(target) {
+			t.Errorf("%s: progress line %q: target %s, want %d", res.Task, l, m[3], target)
+		}
+	}
+}
+
+// syncBuffer is a buffer that a replica writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // checkEvents checks that dir holds the event file of one task (named
