@@ -295,7 +295,8 @@ const leaveRetry = 100 * time.Millisecond
 // notice (one that cannot be reached yet, a connection that is failing)
 // is sent it again every leaveRetry until it does, ctx ends, or a view
 // newer than v arrives here (the leader has moved on). It returns nil once
-// every member took it, and otherwise the error of one that did not.
+// every member took it or a newer view came, and otherwise the errors of
+// those that did not take it.
 func (r *Ring) LeaveView(ctx context.Context, v View) error {
 	if !v.Has(r.rank) {
 		return fmt.Errorf("allreduce: rank %d is not a member of view %d %v", r.rank, v.Gen, v.Members)
