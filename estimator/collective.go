@@ -48,7 +48,7 @@ func (AllReduce) Recovery() Recovery {
 
 func (AllReduce) Replica(ReplicaInfo) (Replica, error) {
 	return ringReplica(func(r *replica) collectiveBuild {
-		return func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, _ *ops.Variable) (collectiveStep, error) {
+		return func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, _ *ops.Variable) (RingStep, error) {
 			t, err := train.NewAllReduceTrainer(s, opt, loss, vars)
 			if err != nil {
 				return nil, err
@@ -84,7 +84,7 @@ func (Averaging) Recovery() Recovery {
 
 func (a Averaging) Replica(ReplicaInfo) (Replica, error) {
 	return ringReplica(func(r *replica) collectiveBuild {
-		return func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (collectiveStep, error) {
+		return func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (RingStep, error) {
 			op, err := train.Minimize(s, opt, loss, gs)
 			if err != nil {
 				return nil, err
@@ -98,31 +98,57 @@ func (a Averaging) Replica(ReplicaInfo) (Replica, error) {
 	}), nil
 }
 
-// collectiveBuild builds a collective strategy's step into a rank's graph.
-type collectiveBuild func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (collectiveStep, error)
+// RingReplica is the part in training of a replica of a collective
+// strategy: every worker holds the whole model in its own session, and
+// the workers form an elastic ring (the lowest rank alive leads, views,
+// rejoins, the leader's checkpoints) over which the strategy's step
+// communicates, through the shared training loop (hooks, summaries,
+// progress, the stop condition). What a user's collective strategy
+// returns from Strategy.Replica.
+type RingReplica struct {
+	// Build builds the strategy's step into a rank's graph, from the
+	// model's optimizer, loss and trainable variables, and the global
+	// step (which the ring sets; the step need not update it).
+	Build func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, globalStep *ops.Variable) (RingStep, error)
+}
 
-// ringReplica trains as a rank of the ring, with the step that a
-// collective strategy builds.
+func (b *RingReplica) train(ctx context.Context, r *replica) (*Result, error) {
+	if b.Build == nil {
+		return nil, fmt.Errorf("estimator: %s: RingReplica.Build is nil: it builds the strategy's step", r.cfg.Strategy)
+	}
+	return trainCollective(ctx, r, b.Build)
+}
+
+// RingStep is one step of a collective strategy on one rank of the ring.
+// The ring calls its methods from one goroutine; a step cut short (a
+// member lost, a newer view) sees its context cancelled, and the step is
+// then taken again in the next view.
+type RingStep interface {
+	// Broadcast makes every member of a new view start from the values
+	// of the ring's root (the member furthest on).
+	Broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error
+	// Restart starts the strategy's own schedule afresh, on every member
+	// at once, after a new view of the ring.
+	Restart()
+	// Step trains on the batch in feeds and communicates over ring; it
+	// returns the batch loss and the values of extra (the hooks' and the
+	// progress line's fetches), fetched with the batch's forward pass.
+	Step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64, extra []graph.Output) (float64, []*tensor.Tensor, error)
+	// Finish runs after the last step.
+	Finish(ctx context.Context, sess *session.Session, ring train.AllReducer) error
+	// Describe adds to a progress line ("": nothing).
+	Describe() string
+}
+
+// collectiveBuild builds a collective strategy's step into a rank's graph.
+type collectiveBuild func(s *graph.Scope, opt train.Optimizer, loss graph.Output, vars []*ops.Variable, gs *ops.Variable) (RingStep, error)
+
+// ringReplica is a built-in collective strategy's RingReplica, which
+// reads the run's configuration (its compression, its logger).
 type ringReplica func(r *replica) collectiveBuild
 
 func (b ringReplica) train(ctx context.Context, r *replica) (*Result, error) {
 	return trainCollective(ctx, r, b(r))
-}
-
-// collectiveStep is one step of a collective strategy on one rank.
-type collectiveStep interface {
-	// broadcast makes every rank start from rank 0's values.
-	broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error
-	// restart starts the strategy's own schedule afresh, on every member
-	// at once, after a new view of the ring.
-	restart()
-	// step trains on a batch and communicates; it returns the batch loss
-	// and the values of extra, fetched with the batch's forward pass.
-	step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64, extra []graph.Output) (float64, []*tensor.Tensor, error)
-	// finish runs after the last step.
-	finish(ctx context.Context, sess *session.Session, ring train.AllReducer) error
-	// describe adds to a progress line.
-	describe() string
 }
 
 type allReduceStep struct {
@@ -130,17 +156,17 @@ type allReduceStep struct {
 	comp *gradCompressor // nil: float32 gradients
 }
 
-func (a *allReduceStep) broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
+func (a *allReduceStep) Broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
 	return a.t.Broadcast(ctx, sess, ring, -1)
 }
 
-func (a *allReduceStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64, extra []graph.Output) (float64, []*tensor.Tensor, error) {
+func (a *allReduceStep) Step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, step int64, extra []graph.Output) (float64, []*tensor.Tensor, error) {
 	return a.t.StepFetching(ctx, sess, feeds, extra, a.comp.wrap(ring), step)
 }
 
-func (a *allReduceStep) finish(context.Context, *session.Session, train.AllReducer) error { return nil }
-func (a *allReduceStep) describe() string                                                 { return "" }
-func (a *allReduceStep) restart()                                                         {}
+func (a *allReduceStep) Finish(context.Context, *session.Session, train.AllReducer) error { return nil }
+func (a *allReduceStep) Describe() string                                                 { return "" }
+func (a *allReduceStep) Restart()                                                         {}
 
 type averagingStep struct {
 	op   *graph.Node
@@ -148,11 +174,11 @@ type averagingStep struct {
 	av   *train.PeriodicAverager
 }
 
-func (a *averagingStep) broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
+func (a *averagingStep) Broadcast(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
 	return a.av.Broadcast(ctx, sess, ring)
 }
 
-func (a *averagingStep) step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, _ int64, extra []graph.Output) (float64, []*tensor.Tensor, error) {
+func (a *averagingStep) Step(ctx context.Context, sess *session.Session, feeds map[graph.Output]*tensor.Tensor, ring train.AllReducer, _ int64, extra []graph.Output) (float64, []*tensor.Tensor, error) {
 	out, err := sess.Run(ctx, feeds, append([]graph.Output{a.loss}, extra...), []*graph.Node{a.op})
 	if err != nil {
 		return 0, nil, err
@@ -161,13 +187,13 @@ func (a *averagingStep) step(ctx context.Context, sess *session.Session, feeds m
 	return out[0].Float64At(0), out[1:], err
 }
 
-func (a *averagingStep) restart() { a.av.Restart() }
+func (a *averagingStep) Restart() { a.av.Restart() }
 
-func (a *averagingStep) finish(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
+func (a *averagingStep) Finish(ctx context.Context, sess *session.Session, ring train.AllReducer) error {
 	return a.av.Average(ctx, sess, ring)
 }
 
-func (a *averagingStep) describe() string { return fmt.Sprintf("  tau %d", a.av.Tau()) }
+func (a *averagingStep) Describe() string { return fmt.Sprintf("  tau %d", a.av.Tau()) }
 
 // trainCollective trains as one rank of a ring of workers with no
 // parameter server, on the task's own address: every rank holds the model
@@ -280,7 +306,7 @@ func startRingServer(r *replica) (*server.Server, []cluster.TaskID, error) {
 type rankGraph struct {
 	s         *graph.Scope
 	t         *tower
-	st        collectiveStep
+	st        RingStep
 	modelVars []*ops.Variable
 	gs        *ops.Variable
 	summaries graph.Output

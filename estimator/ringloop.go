@@ -36,7 +36,7 @@ import (
 type ringLoop struct {
 	r    *replica
 	ring *allreduce.Ring
-	st   collectiveStep
+	st   RingStep
 	sess *session.Session
 	// ms runs the user's hooks around each step.
 	ms    *train.MonitoredSession
@@ -412,7 +412,7 @@ func (sh *ringShell) startFinish(ctx context.Context) {
 	l.done = sh.m.Done()
 	leader := l.leader
 	sh.start(ctx, func(ctx context.Context, _ <-chan struct{}) ringstate.Event {
-		if err := l.st.finish(ctx, l.sess, sh.group); err != nil {
+		if err := l.st.Finish(ctx, l.sess, sh.group); err != nil {
 			sh.lastErr = err
 			if !leader {
 				r.log.Warn("the last average failed; waiting for the next view", "err", err)
@@ -634,7 +634,7 @@ func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group, cuts ...<-c
 			root, most = i, d
 		}
 	}
-	if err := l.st.broadcast(bctx, l.sess, rooted{group, root}); err != nil {
+	if err := l.st.Broadcast(bctx, l.sess, rooted{group, root}); err != nil {
 		return fmt.Errorf("estimator: %s: taking the model of the member at %d steps (%s): %w", l.r.cfg.Task, most, l.r.reps[group.Members()[root]], err)
 	}
 	if l.claims != nil {
@@ -655,7 +655,7 @@ func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group, cuts ...<-c
 	if err := l.setGlobalStep(bctx, most); err != nil {
 		return fmt.Errorf("estimator: %s: setting the global step to the member's %d: %w", l.r.cfg.Task, most, err)
 	}
-	l.st.restart()
+	l.st.Restart()
 	return nil
 }
 
@@ -724,7 +724,7 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 	var stepErr error
 	err = l.ms.RunStep(sctx, func(ctx context.Context, extra []graph.Output) (int64, []*tensor.Tensor, error) {
 		var vals []*tensor.Tensor
-		loss, vals, stepErr = l.st.step(ctx, l.sess, l.feeds, group, step, append(own[:len(own):len(own)], extra...))
+		loss, vals, stepErr = l.st.Step(ctx, l.sess, l.feeds, group, step, append(own[:len(own):len(own)], extra...))
 		if stepErr == nil && (math.IsNaN(loss) || math.IsInf(loss, 0)) { // as the NaN guard of the ps strategies
 			stepErr = fmt.Errorf("%w (%v): lower the learning rate", train.ErrNaNLoss, loss)
 		}
@@ -746,7 +746,7 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 	}
 	l.lastMembers = group.Size()
 	l.prog.stepped(trained{global: step, loss: loss, examples: l.batch, shown: l.batch * l.lastMembers, took: time.Since(stepStart),
-		logged: logged, last: step == l.steps, note: fmt.Sprintf(" (%d ranks)%s", l.lastMembers, l.st.describe())})
+		logged: logged, last: step == l.steps, note: fmt.Sprintf(" (%d ranks)%s", l.lastMembers, l.st.Describe())})
 	return nil
 }
 

@@ -96,9 +96,10 @@ type ReplicaInfo struct {
 	Logger *slog.Logger
 }
 
-// Replica is a replica's part in training under a strategy. The
-// collective strategies build their own; a user's strategy returns a
-// *PSReplica.
+// Replica is a replica's part in training under a strategy: a
+// *PSReplica (on parameter servers) or a *RingReplica (a collective
+// strategy over the workers' ring), whose fields a user's strategy fills;
+// either trains through the shared training loop.
 type Replica interface {
 	train(ctx context.Context, r *replica) (*Result, error)
 }
