@@ -6,8 +6,6 @@ import (
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
-	"github.com/distflow/distflow/losses"
-	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
@@ -16,7 +14,8 @@ import (
 // function trained with opt. The regression reads feature "x" and predicts
 // "y" (and logs W and b); the classifiers read "images" (flattened 28x28)
 // and int32 class labels, predict "classes" and "probabilities", and
-// report "accuracy".
+// report "accuracy" (estimator.ClassificationHead); the regression reports
+// "mse" and "mae" (estimator.RegressionHead).
 func ModelFn(name string, c Config, opt train.Optimizer) (estimator.ModelFn, error) {
 	if name == "widedeep" {
 		if opt == nil {
@@ -38,22 +37,14 @@ func ModelFn(name string, c Config, opt train.Optimizer) (estimator.ModelFn, err
 			return nil, fmt.Errorf("models: %s reads feature %q; the input has %v", name, a.feature, featureNames(f))
 		}
 		out := a.forward(s, c, x, mode == estimator.Train)
-		spec := &estimator.Spec{Optimizer: opt}
-		if a.classes == 0 {
-			spec.Predictions = map[string]graph.Output{"y": out}
+		if a.classes > 0 {
+			return estimator.ClassificationHead{Optimizer: opt, ClassKey: "classes"}.Spec(s, out, labels, mode)
+		}
+		spec, err := estimator.RegressionHead{Optimizer: opt, Key: "y"}.Spec(s, out, labels, mode)
+		if err == nil {
 			spec.Log = map[string]graph.Output{"W": variable(s, "linear/W"), "b": variable(s, "linear/b")}
-			if mode != estimator.Predict {
-				spec.Loss = losses.MeanSquaredError(s, labels, out)
-			}
-			return spec, nil
 		}
-		classes := ops.Cast(s, ops.ArgMax(s, out, 1), tensor.Int32)
-		spec.Predictions = map[string]graph.Output{"classes": classes, "probabilities": ops.Softmax(s, out)}
-		if mode != estimator.Predict {
-			spec.Loss = losses.SparseSoftmaxCrossEntropy(s, labels, out)
-			spec.EvalMetrics = map[string]estimator.Metric{"accuracy": estimator.Accuracy(s, labels, classes)}
-		}
-		return spec, nil
+		return spec, err
 	}, nil
 }
 

@@ -8,16 +8,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"log"
-	"os"
 
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/layers"
-	"github.com/distflow/distflow/losses"
 	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/train"
@@ -32,22 +29,18 @@ func main() {
 		log.Fatal(err)
 	}
 	d := models.Data{TrainX: tr.Images, TrainY: tr.Images, TestX: te.Images, TestY: te.Images} // the images are their own labels
-	res, err := f.TrainAndEvaluate(context.Background(), model, d.TrainInput("images", 64), d.TestInput("images", 64))
-	if err != nil {
-		log.Fatal(err)
-	}
-	if res != nil && res.Chief { // the launcher, the ps and the other workers print nothing
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"strategy": res.Strategy, "loss": res.Metrics["loss"], "global_step": res.GlobalStep, "export": res.Export})
-	}
+	// On the chief, one JSON line; the launcher, the ps and the other workers print nothing.
+	f.Run(context.Background(), model, d.TrainInput("images", 64), d.TestInput("images", 64), "loss")
 }
 
 // model encodes an image into 64 numbers and decodes it back.
 func model(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 	code := layers.Dense{Units: 64, Activation: ops.Relu, Name: "encoder"}.Apply(s, f.Get(s, "images"), false)
 	reconstruction := layers.Dense{Units: data.ImageSize, Activation: ops.Sigmoid, Name: "decoder"}.Apply(s, code, false)
-	spec := &estimator.Spec{Predictions: map[string]graph.Output{"code": code, "reconstruction": reconstruction}}
-	if mode != estimator.Predict { // the labels are fed in Train and Eval
-		spec.Loss, spec.Optimizer = losses.MeanSquaredError(s, labels, reconstruction), train.NewAdam(0.001, 0.9, 0.999, 1e-7)
+	// The loss is the mean squared error per pixel.
+	spec, err := estimator.RegressionHead{Key: "reconstruction", Optimizer: train.NewAdam(0.001, 0.9, 0.999, 1e-7)}.Spec(s, reconstruction, labels, mode)
+	if err == nil {
+		spec.Predictions["code"] = code // served beside the reconstruction
 	}
-	return spec, nil
+	return spec, err
 }

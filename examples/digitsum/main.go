@@ -13,17 +13,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
-	"log"
 	"math/rand"
-	"os"
 
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/layers"
-	"github.com/distflow/distflow/losses"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -46,13 +42,8 @@ func main() {
 	flag.Parse()
 	x, y := Sequences(1, 8000)
 	testX, testY := Sequences(2, 2000)
-	res, err := f.TrainAndEvaluate(context.Background(), model, input(x, y, true), input(testX, testY, false))
-	if err != nil {
-		log.Fatal(err)
-	}
-	if res != nil && res.Chief { // the launcher, the ps and the other workers print nothing
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"strategy": res.Strategy, "accuracy": res.Metrics["accuracy"], "global_step": res.GlobalStep, "export": res.Export})
-	}
+	// On the chief, one JSON line; the launcher, the ps and the other workers print nothing.
+	f.Run(context.Background(), model, input(x, y, true), input(testX, testY, false), "accuracy")
 }
 
 // Sequences draws n sequences of Length digits (int32 [n, Length]) from
@@ -77,24 +68,18 @@ func Sequences(seed int64, n int) (digits, labels *tensor.Tensor) {
 }
 
 // model reads the digits [batch, Length] one-hot through an LSTM and
-// classifies its last output.
+// classifies its last output: it predicts the "class" and its
+// "probabilities".
 func model(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 	training := mode == estimator.Train
 	onehot := ops.OneHot(s, f.Get(s, "digits"), 10, 1, 0, tensor.Float32) // [batch, Length, 10]
 	h := layers.LSTM{Units: 16, Name: "lstm", Dynamic: dynamic}.Apply(s, onehot, training)
 	logits := layers.Dense{Units: 2, Name: "logits"}.Apply(s, h, training)
-	class := ops.Cast(s, ops.ArgMax(s, logits, 1), tensor.Int32)
-	spec := &estimator.Spec{Predictions: map[string]graph.Output{"class": class, "probabilities": ops.Softmax(s, logits)}}
-	if mode != estimator.Predict { // labels are fed in Train and Eval
-		spec.Loss = losses.SparseSoftmaxCrossEntropy(s, labels, logits)
-		// A rate that decays to nothing by the last step ends on an average
-		// of the last steps' models, not on one step's jump.
-		opt := train.NewAdam(0.01, 0.9, 0.999, 1e-7)
-		opt.Schedule = train.LinearDecay{}
-		spec.Optimizer = opt
-		spec.EvalMetrics = map[string]estimator.Metric{"accuracy": estimator.Accuracy(s, labels, class)}
-	}
-	return spec, nil
+	// A rate that decays to nothing by the last step ends on an average
+	// of the last steps' models, not on one step's jump.
+	opt := train.NewAdam(0.01, 0.9, 0.999, 1e-7)
+	opt.Schedule = train.LinearDecay{}
+	return estimator.ClassificationHead{Optimizer: opt}.Spec(s, logits, labels, mode)
 }
 
 // input feeds batches of 64: in training, each replica its own shard,

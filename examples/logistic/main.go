@@ -7,16 +7,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"log"
-	"os"
 
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/layers"
-	"github.com/distflow/distflow/losses"
 	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
@@ -35,25 +32,15 @@ func main() {
 		log.Fatal(err, err2, err3)
 	}
 	d := models.Data{TrainX: x, TrainY: y, TestX: testX, TestY: testY}
-	res, err := f.TrainAndEvaluate(context.Background(), model(norm), d.TrainInput("x", 128), d.TestInput("x", 128))
-	if err != nil {
-		log.Fatal(err)
-	}
-	if res != nil && res.Chief { // the launcher, the ps and the other workers print nothing
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"strategy": res.Strategy, "accuracy": res.Metrics["accuracy"], "global_step": res.GlobalStep, "export": res.Export})
-	}
+	// On the chief, one JSON line; the launcher, the ps and the other workers print nothing.
+	f.Run(context.Background(), model(norm), d.TrainInput("x", 128), d.TestInput("x", 128), "accuracy")
 }
 
 // model is softmax regression of two classes; a little L2 gives one optimum.
 func model(norm layers.Normalization) estimator.ModelFn {
 	return func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 		logits := layers.Sequential{norm, layers.Dense{Units: 2, KernelInit: ops.ZerosInit(), KernelRegularizer: layers.L2(2e-3)}}.Apply(s, f.Get(s, "x"), false)
-		class := ops.Cast(s, ops.ArgMax(s, logits, 1), tensor.Int32)
-		spec := &estimator.Spec{Predictions: map[string]graph.Output{"class": class, "probabilities": ops.Softmax(s, logits)}}
-		if mode != estimator.Predict { // labels are fed in Train and Eval
-			spec.Loss, spec.Optimizer = ops.Add(s, losses.SparseSoftmaxCrossEntropy(s, labels, logits), losses.RegularizationLoss(s)), train.NewGradientDescent(0.5)
-			spec.EvalMetrics = map[string]estimator.Metric{"accuracy": estimator.Accuracy(s, labels, class)}
-		}
-		return spec, nil
+		// Predicts "class" and "probabilities"; the loss is the cross-entropy plus the L2 penalty.
+		return estimator.ClassificationHead{Optimizer: train.NewGradientDescent(0.5)}.Spec(s, logits, labels, mode)
 	}
 }

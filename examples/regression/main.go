@@ -5,16 +5,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"log"
-	"os"
 
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/layers"
-	"github.com/distflow/distflow/losses"
+	"github.com/distflow/distflow/models"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -28,33 +26,17 @@ func main() {
 	opts := data.CSVOptions{Header: true, Labels: tensor.Float32, LabelNames: []string{"y1", "y2"}}
 	x, y, err := data.ReadCSVFileWith(*dir+"/train.csv", opts)
 	testX, testY, err2 := data.ReadCSVFileWith(*dir+"/test.csv", opts)
-	test, err3 := data.FromTensors(testX, testY)
-	if err != nil || err2 != nil || err3 != nil {
-		log.Fatal(err, err2, err3)
+	if err != nil || err2 != nil {
+		log.Fatal(err, err2)
 	}
-	trainInput := func(ic estimator.InputContext) (*estimator.Input, error) { // shuffled, sharded over the replicas, for ever
-		ds, err := ic.Examples(32, x, y)
-		return &estimator.Input{Dataset: ds, Features: []string{"x"}}, err
-	}
-	testInput := func(estimator.InputContext) (*estimator.Input, error) {
-		return &estimator.Input{Dataset: test.Batch(32, false), Features: []string{"x"}}, nil
-	}
-	res, err := f.TrainAndEvaluate(context.Background(), model, trainInput, testInput)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if res != nil && res.Chief { // the launcher, the ps and the other workers print nothing
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"strategy": res.Strategy, "mse": res.Metrics["loss"], "global_step": res.GlobalStep, "export": res.Export})
-	}
+	d := models.Data{TrainX: x, TrainY: y, TestX: testX, TestY: testY} // training batches shuffled, sharded over the replicas, for ever
+	// On the chief, one JSON line; the launcher, the ps and the other workers print nothing.
+	f.Run(context.Background(), model, d.TrainInput("x", 32), d.TestInput("x", 32), "mse")
 }
 
 func model(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 	y := layers.Sequential{
 		layers.Dense{Units: 32, Activation: ops.Relu}, layers.Dense{Units: 16, Activation: ops.Relu}, layers.Dense{Units: 2},
 	}.Apply(s, f.Get(s, "x"), mode == estimator.Train)
-	spec := &estimator.Spec{Predictions: map[string]graph.Output{"y": y}}
-	if mode != estimator.Predict { // labels are fed in Train and Eval
-		spec.Loss, spec.Optimizer = losses.MeanSquaredError(s, labels, y), train.NewAdam(0.01, 0.9, 0.999, 1e-7)
-	}
-	return spec, nil
+	return estimator.RegressionHead{Key: "y", Optimizer: train.NewAdam(0.01, 0.9, 0.999, 1e-7)}.Spec(s, y, labels, mode)
 }

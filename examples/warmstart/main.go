@@ -14,12 +14,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/distflow/distflow/cluster"
@@ -27,10 +25,7 @@ import (
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/layers"
-	"github.com/distflow/distflow/losses"
-	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
-	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 )
 
@@ -109,26 +104,14 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := f.TrainAndEvaluate(context.Background(), model, input(trainSet, true), input(testSet, false))
-	if err != nil {
-		log.Fatal(err)
-	}
-	if res != nil && res.Chief { // the launcher, the ps and the other workers print nothing
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"strategy": res.Strategy, "accuracy": res.Metrics["accuracy"], "global_step": res.GlobalStep, "export": res.Export})
-	}
+	// On the chief, one JSON line; the launcher, the ps and the other workers print nothing.
+	f.Run(context.Background(), model, input(trainSet, true), input(testSet, false), "accuracy")
 }
 
 // model is softmax regression of the 784 pixels into 10 classes.
 func model(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 	logits := layers.Dense{Units: 10, Name: "softmax"}.Apply(s, f.Get(s, "images"), mode == estimator.Train)
-	class := ops.Cast(s, ops.ArgMax(s, logits, 1), tensor.Int32)
-	spec := &estimator.Spec{Predictions: map[string]graph.Output{"class": class}}
-	if mode != estimator.Predict { // labels are fed in Train and Eval
-		spec.Loss = losses.SparseSoftmaxCrossEntropy(s, labels, logits)
-		spec.Optimizer = train.NewGradientDescent(0.5)
-		spec.EvalMetrics = map[string]estimator.Metric{"accuracy": estimator.Accuracy(s, labels, class)}
-	}
-	return spec, nil
+	return estimator.ClassificationHead{Optimizer: train.NewGradientDescent(0.5)}.Spec(s, logits, labels, mode)
 }
 
 // input feeds batches of 100 images and labels: in training, each replica
