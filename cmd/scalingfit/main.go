@@ -5,9 +5,12 @@
 //	sudo scripts/netbed_scaling.sh > runs.csv
 //	go run ./cmd/scalingfit --bandwidth 780 --rtt 650us --fit-tasks 2,4 < runs.csv
 //
-// The input is netbed_scaling.sh's CSV: mode,tasks,workers,ps,rate,rtt,
-// steps,examples_per_second (repeated runs of a configuration are
-// averaged).
+// The input is netbed_scaling.sh's CSV: strategy,tasks,workers,ps,rate,
+// rtt,steps,examples_per_second. The strategy is spelt as distflow train
+// --strategy spells it, sync or allreduce (through the ps tasks when the ps
+// column has some), or is local for the runs of one process without a
+// cluster. A configuration is its strategy, workers and ps; its repeated
+// runs are averaged.
 package main
 
 import (
@@ -55,7 +58,7 @@ func main() {
 	var runs []run
 	tc := compute.Seconds()
 	for _, r := range all {
-		if r.pt.Cluster.Mode == "local" {
+		if r.local {
 			if tc <= 0 {
 				tc = float64(*batch) / r.pt.ExamplesPerSecond
 				fmt.Printf("Compute per step: %.2f ms (%d local runs, %.0f examples/s).\n\n", tc*1e3, r.n, r.pt.ExamplesPerSecond)
@@ -77,9 +80,9 @@ func main() {
 	}
 	p, err := scaling.Fit(fit, scaling.Params{Cores: *cores, CPUPerByte: *perByte})
 	fail(err)
-	fmt.Printf("Fitted on %d configurations (tasks %s), with %.0f cores and %.2f ns of CPU per byte: overhead %.2f ms/step (sync ps), %.2f ms/step (ring), %.2f ms/step (sum), CPU %.0f us/message, %.1f messages per worker per sync-ps step.\n\n",
+	fmt.Printf("Fitted on %d configurations (tasks %s), with %.0f cores and %.2f ns of CPU per byte: overhead %.2f ms/step (sync), %.2f ms/step (allreduce, ring), %.2f ms/step (allreduce through ps), CPU %.0f us/message, %.1f messages per worker per sync step.\n\n",
 		len(fit), *fitTasks, p.Cores, p.CPUPerByte*1e9, p.PSOverhead*1e3, p.RingOverhead*1e3, p.SumOverhead*1e3, p.CPUPerMessage*1e6, p.PSMessages)
-	fmt.Println("| mode | tasks | workers | ps | measured ex/s | predicted ex/s | error | predicted step ms = CPU + transfer + latency + overhead | fitted on |")
+	fmt.Println("| strategy | tasks | workers | ps | measured ex/s | predicted ex/s | error | predicted step ms = CPU + transfer + latency + overhead | fitted on |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	var worst float64
 	for _, r := range runs {
@@ -94,7 +97,7 @@ func main() {
 			used = "no"
 			worst = math.Max(worst, math.Abs(e))
 		}
-		fmt.Printf("| %s | %d | %d | %d | %.0f (%d runs) | %.0f | %+.1f%% | %.1f = %.1f + %.1f + %.1f + %.1f | %s |\n", c.Mode, r.tasks, c.Workers, c.PS,
+		fmt.Printf("| %s | %d | %d | %d | %.0f (%d runs) | %.0f | %+.1f%% | %.1f = %.1f + %.1f + %.1f + %.1f | %s |\n", c.Strategy, r.tasks, c.Workers, c.PS,
 			r.pt.ExamplesPerSecond, r.n, x, 100*e, b.Step*1e3, b.CPU*1e3, b.Transfer*1e3, b.Latency*1e3, b.Overhead*1e3, used)
 	}
 	fmt.Printf("\nLargest error on configurations not fitted: %.1f%%.\n\n", 100*worst)
@@ -111,29 +114,44 @@ func main() {
 		{"mlp (318 KB, measured compute)", w},
 		{"100 MB model, 250 ms compute (ResNet-50-sized, assumed)", scaling.Workload{Batch: 32, ParamBytes: 102e6, Compute: 0.25}},
 	}
-	fmt.Println("| workload | link | RTT | mode | workers | ps | step ms = CPU (of which compute) + transfer + latency + overhead | ex/s | speed-up over 1 worker |")
+	fmt.Println("| workload | link | RTT | strategy | workers | ps | step ms = CPU (of which compute) + transfer + latency + overhead | ex/s | speed-up over 1 worker |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, l := range loads {
 		for _, gbit := range []float64{10, 100} {
 			net := scaling.Network{Bandwidth: gbit * 1e9 / 8, RTT: 50e-6}
-			one, _ := scaling.Throughput(l.w, net, scaling.Cluster{Mode: scaling.AllReduce, Workers: 1}, p)
-			for _, c := range []scaling.Cluster{{Mode: scaling.SyncPS, Workers: 64, PS: 16}, {Mode: scaling.AllReduce, Workers: 64},
-				{Mode: scaling.SumPS, Workers: 64, PS: 16}, {Mode: scaling.SumPS, Workers: 64, PS: 64}} {
+			one, _ := scaling.Throughput(l.w, net, scaling.Cluster{Strategy: "allreduce", Workers: 1}, p)
+			for _, c := range []scaling.Cluster{{Strategy: "sync", Workers: 64, PS: 16}, {Strategy: "allreduce", Workers: 64},
+				{Strategy: "allreduce", Workers: 64, PS: 16}, {Strategy: "allreduce", Workers: 64, PS: 64}} {
 				b, err := scaling.StepTime(l.w, net, c, p)
 				fail(err)
 				x := float64(c.Workers*l.w.Batch) / b.Step
 				fmt.Printf("| %s | %.0f Gbit/s | 50 us | %s | %d | %d | %.2f = %.2f (%.2f) + %.2f + %.2f + %.2f | %.0f | %.1fx |\n",
-					l.name, gbit, c.Mode, c.Workers, c.PS, b.Step*1e3, b.CPU*1e3, b.Compute*1e3, b.Transfer*1e3, b.Latency*1e3, b.Overhead*1e3, x, x/one)
+					l.name, gbit, c.Strategy, c.Workers, c.PS, b.Step*1e3, b.CPU*1e3, b.Compute*1e3, b.Transfer*1e3, b.Latency*1e3, b.Overhead*1e3, x, x/one)
 			}
 		}
 	}
 }
 
+// run is a configuration's runs: their geometric mean.
 type run struct {
 	tasks int
 	n     int
+	// local: runs of one process without a cluster, whose Cluster is
+	// unset.
+	local bool
 	pt    scaling.Point
 }
+
+// The CSV's header, and the one it had when its first column named the
+// scaling model's modes rather than the strategies.
+const (
+	header    = "strategy,tasks,workers,ps,rate,rtt,steps,examples_per_second"
+	oldHeader = "mode,tasks,workers,ps,rate,rtt,steps,examples_per_second"
+)
+
+// renamed are the strategies that the CSV's old modes name: "sum" was
+// allreduce through the row's ps tasks.
+var renamed = map[string]string{"ps": "sync", "sum": "allreduce"}
 
 // readRuns reads netbed_scaling.sh's CSV and averages the repeats of each
 // configuration, in the order first seen, and the bed's configured rate in
@@ -143,8 +161,12 @@ func readRuns(r io.Reader) ([]run, float64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the runs: %w", err)
 	}
-	if len(rows) < 2 || strings.Join(rows[0], ",") != "mode,tasks,workers,ps,rate,rtt,steps,examples_per_second" {
-		return nil, 0, fmt.Errorf("want netbed_scaling.sh's CSV with its header and at least one run")
+	if len(rows) > 0 && strings.Join(rows[0], ",") == oldHeader {
+		return nil, 0, fmt.Errorf("header %s: the first column is the strategy now, as distflow train --strategy spells it: "+
+			"header %s, ps rows as sync, sum rows as allreduce (their ps column says that they sum through the ps tasks)", oldHeader, header)
+	}
+	if len(rows) < 2 || strings.Join(rows[0], ",") != header {
+		return nil, 0, fmt.Errorf("want netbed_scaling.sh's CSV with its header (%s) and at least one run", header)
 	}
 	var rate float64
 	for i, row := range rows[1:] {
@@ -167,14 +189,27 @@ func readRuns(r io.Reader) ([]run, float64, error) {
 		if e1 != nil || e2 != nil || e3 != nil || e4 != nil {
 			return nil, 0, fmt.Errorf("line %d: %q: want numbers in tasks, workers, ps and examples_per_second", i+2, row)
 		}
+		local := row[0] == "local"
+		c := scaling.Cluster{Strategy: row[0], Workers: workers, PS: ps}
+		if s, old := renamed[row[0]]; old {
+			return nil, 0, fmt.Errorf("line %d: strategy %q: write %s, as distflow train --strategy spells it (the ps column says whether allreduce sums through ps tasks)", i+2, row[0], s)
+		}
+		if err := c.Validate(); err != nil && !local {
+			return nil, 0, fmt.Errorf("line %d: %w", i+2, err)
+		}
 		if math.IsNaN(x) || x <= 0 {
 			fmt.Fprintf(os.Stderr, "scalingfit: line %d: a failed run, left out\n", i+2)
 			continue
 		}
-		key := row[0] + "/" + row[1]
+		// The ring and the summation servers are told apart by their ps
+		// tasks, as on the command line.
+		key := fmt.Sprintf("%s/%d/%d", row[0], workers, ps)
 		rn, ok := byKey[key]
 		if !ok {
-			rn = &run{tasks: tasks, pt: scaling.Point{Cluster: scaling.Cluster{Mode: scaling.Mode(row[0]), Workers: workers, PS: ps}}}
+			rn = &run{tasks: tasks, local: local}
+			if !local {
+				rn.pt.Cluster = c
+			}
 			byKey[key] = rn
 			order = append(order, key)
 		}

@@ -1,12 +1,13 @@
 // Package scaling is an analytic model of data-parallel training
-// throughput: N workers with P parameter servers (synchronous) or a ring
-// all-reduce, on links of a given bandwidth and round-trip time. Its free
-// parameters are fitted to runs measured on the shaped-network test bed
-// (scripts/netbed.sh); docs/SCALING.md has the model's assumptions, the
-// fit and its predictions.
+// throughput: N workers with P parameter servers (the sync strategy), a
+// ring all-reduce, or an all-reduce through P summation servers, on links
+// of a given bandwidth and round-trip time. Its free parameters are fitted
+// to runs measured on the shaped-network test bed (scripts/netbed.sh);
+// docs/SCALING.md has the model's assumptions, the fit and its
+// predictions.
 //
 //	p, err := scaling.Fit(runs, scaling.Params{})        // runs: measured Points
-//	x := scaling.Throughput(w, net, scaling.Cluster{Mode: scaling.SyncPS, Workers: 64, PS: 16}, p)
+//	x := scaling.Throughput(w, net, scaling.Cluster{Strategy: "sync", Workers: 64, PS: 16}, p)
 package scaling
 
 import (
@@ -15,28 +16,31 @@ import (
 	"math"
 
 	"github.com/distflow/distflow/allreduce"
+	"github.com/distflow/distflow/estimator"
 )
 
-// Mode is how the workers combine their gradients.
-type Mode string
+// protocol is how the workers of a Cluster combine their gradients: its
+// strategy and whether it has ps tasks.
+type protocol int
 
 const (
-	// SyncPS: each step every worker pulls the parameters from the ps
-	// tasks and pushes its gradients to them; the ps tasks aggregate the
-	// N gradients and apply one update.
-	SyncPS Mode = "ps"
-	// AllReduce: the workers average their gradients with a ring
-	// all-reduce (reduce-scatter then all-gather) and each applies it.
-	AllReduce Mode = "allreduce"
-	// SumPS: the all-reduce through the ps tasks (BytePS's design,
-	// --allreduce with ps tasks): each worker streams a slice of its
+	// syncPS is the sync strategy: each step every worker pulls the
+	// parameters from the ps tasks and pushes its gradients to them; the
+	// ps tasks aggregate the N gradients and apply one update.
+	syncPS protocol = iota + 1
+	// ring is the allreduce strategy without ps tasks: the workers average
+	// their gradients with a ring all-reduce (reduce-scatter then
+	// all-gather) and each applies it.
+	ring
+	// sumPS is the allreduce strategy with ps tasks, which are summation
+	// servers (BytePS's design): each worker streams a slice of its
 	// gradients to each ps, which sums the workers' chunks and streams the
 	// sums back, in pipelined chunks; each worker applies the update.
-	SumPS Mode = "sum"
+	sumPS
 )
 
-// The chunks the modes send as messages, as distflow cuts them; SumPS's
-// pipeline fills with one.
+// The chunks the protocols send as messages, as distflow cuts them; the
+// summation servers' pipeline fills with one.
 const (
 	ringChunk = allreduce.DefaultChunkBytes
 	sumChunk  = allreduce.DefaultServerChunkBytes
@@ -76,10 +80,15 @@ func (n Network) sendTime(bytes, idle float64) float64 {
 
 // Cluster is a configuration to predict.
 type Cluster struct {
-	Mode    Mode
-	Workers int
-	// PS is the number of ps tasks (SyncPS), each on a host of its own;
-	// the model's bytes are spread evenly over them.
+	// Strategy is the training strategy, spelt as estimator.ParseStrategy
+	// and distflow train --strategy spell it. The model covers "sync"
+	// (every worker's gradients in each update: "sync:K" only with K the
+	// number of workers) and "allreduce": a ring without ps tasks, through
+	// the ps tasks (summation servers) with them, as on the command line.
+	Strategy string
+	Workers  int
+	// PS is the number of ps tasks (at least 1 for sync), each on a host
+	// of its own; the model's bytes are spread evenly over them.
 	PS int
 	// SharedCores, when positive, is the number of cores every task of
 	// the cluster shares (the test bed: one machine); zero means each
@@ -91,8 +100,9 @@ type Cluster struct {
 type Params struct {
 	// PSOverhead, RingOverhead and SumOverhead are the fixed software
 	// cost of one step on its critical path (RPC set-up, graph
-	// execution, the coordination of a synchronous step), seconds, by
-	// mode.
+	// execution, the coordination of a synchronous step), seconds, of
+	// sync on ps tasks, of allreduce round a ring and of allreduce
+	// through summation ps tasks.
 	PSOverhead, RingOverhead, SumOverhead float64
 	// CPUPerByte is the processor time spent per byte moved between
 	// tasks (serialisation, TLS, copies; both ends), seconds. Fit keeps
@@ -102,7 +112,7 @@ type Params struct {
 	// ring chunk: system calls, wake-ups, scheduling), seconds.
 	CPUPerMessage float64
 	// PSMessages is the number of messages one worker exchanges with the
-	// ps tasks per SyncPS step (a ring exchanges 2(N-1) per worker).
+	// ps tasks per sync step (a ring exchanges 2(N-1) per worker).
 	PSMessages float64
 	// Cores is the number of cores that carry the CPU work: per host for
 	// a cluster of hosts (default 1), or of the one machine when
@@ -111,7 +121,7 @@ type Params struct {
 }
 
 // The round trips a step waits for in series, fixed by the protocols
-// rather than fitted: a SyncPS step pulls the parameters, pushes the
+// rather than fitted: a sync step pulls the parameters, pushes the
 // gradients and takes a token from the sync queue; a ring step passes
 // 2(N-1) chunks, each one hop (half a round trip) after the previous.
 const (
@@ -119,16 +129,48 @@ const (
 	ringHopRounds = 0.5
 )
 
-func (c Cluster) validate() error {
-	switch {
-	case c.Workers < 1:
-		return fmt.Errorf("scaling: %d workers: want at least 1", c.Workers)
-	case (c.Mode == SyncPS || c.Mode == SumPS) && c.PS < 1:
-		return fmt.Errorf("scaling: %s mode with %d ps tasks: want at least 1", c.Mode, c.PS)
-	case c.Mode != SyncPS && c.Mode != AllReduce && c.Mode != SumPS:
-		return fmt.Errorf("scaling: mode %q: want %q, %q or %q", c.Mode, SyncPS, AllReduce, SumPS)
+// ErrStrategy is returned, wrapped, for a strategy that the model does not
+// cover.
+var ErrStrategy = errors.New("scaling: the model covers the strategies sync and allreduce")
+
+// Validate checks that the model covers the cluster: a strategy that
+// estimator.ParseStrategy takes and the model covers (errors.Is
+// ErrStrategy otherwise), at least one worker, and ps tasks where the
+// strategy needs them.
+func (c Cluster) Validate() error {
+	_, err := c.protocol()
+	return err
+}
+
+// protocol returns the cluster's protocol, or why the model does not
+// cover the cluster.
+func (c Cluster) protocol() (protocol, error) {
+	if c.Workers < 1 {
+		return 0, fmt.Errorf("scaling: %d workers: want at least 1", c.Workers)
 	}
-	return nil
+	if c.PS < 0 {
+		return 0, fmt.Errorf("scaling: %d ps tasks: want none or more", c.PS)
+	}
+	s, err := estimator.ParseStrategy(c.Strategy)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrStrategy, err)
+	}
+	switch s := s.(type) {
+	case estimator.Sync:
+		if k := s.ReplicasToAggregate; k != 0 && k != c.Workers {
+			return 0, fmt.Errorf("%w: strategy %q aggregates %d of %d workers' gradients: the model has no backup workers (want sync)", ErrStrategy, c.Strategy, k, c.Workers)
+		}
+		if c.PS < 1 {
+			return 0, fmt.Errorf("scaling: strategy %q with %d ps tasks: want at least 1", c.Strategy, c.PS)
+		}
+		return syncPS, nil
+	case estimator.AllReduce:
+		if c.PS > 0 {
+			return sumPS, nil
+		}
+		return ring, nil
+	}
+	return 0, fmt.Errorf("%w: strategy %q", ErrStrategy, c.Strategy)
 }
 
 // Breakdown is a step's predicted time by part, in seconds. The parts do
@@ -145,16 +187,17 @@ type Breakdown struct {
 // StepTime returns the predicted time of one synchronous step.
 //
 // Compute is one worker's compute. Transfer is the bytes on the
-// busiest link at Bandwidth. SyncPS: the pull moves ParamBytes*Workers/PS
+// busiest link at Bandwidth. Sync: the pull moves ParamBytes*Workers/PS
 // out of each ps link (or ParamBytes into a worker's, if more), and the
 // pushes go the other way: a ps link serves the pulls one after another,
 // so each worker pushes while the later ones still pull, and only the
 // last worker's push (ParamBytes, on its own link) follows the pull
-// phase. The ring: each worker sends and receives 2*(N-1)/N*ParamBytes.
-// SumPS: the pushes and the returned sums overlap, on the two directions of
-// every link, so the busiest link carries max(ParamBytes,
-// ParamBytes*Workers/PS) each way once, and a chunk more while the
-// pipeline fills; one round trip (a push hop and a return hop). Each
+// phase. Allreduce round the ring: each worker sends and receives
+// 2*(N-1)/N*ParamBytes. Allreduce through summation ps tasks: the pushes
+// and the returned sums overlap, on the two directions of every link, so
+// the busiest link carries max(ParamBytes, ParamBytes*Workers/PS) each way
+// once, and a chunk more while the pipeline fills; one round trip (a push
+// hop and a return hop). Each
 // of these phases finds its direction of the link idle since its previous
 // step's phase, so with a Burst its first bytes go at once: the step is
 // then the fixed point of Step = CPU + Transfer(Step) + Latency + Overhead.
@@ -165,7 +208,8 @@ type Breakdown struct {
 // workers' bytes and messages over Params.Cores); on one shared machine
 // (SharedCores), all the tasks' work, compute included, over Params.Cores.
 func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
-	if err := c.validate(); err != nil {
+	proto, err := c.protocol()
+	if err != nil {
 		return Breakdown{}, err
 	}
 	if w.Batch < 1 || w.ParamBytes < 0 || w.Compute < 0 || n.Bandwidth <= 0 || n.RTT < 0 {
@@ -177,8 +221,8 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 	var bytes, msgs float64                  // the whole cluster's, per step
 	var hostBytes, hostMsgs, psShare float64 // the busiest host's
 	var phases []float64                     // the busiest link's bytes per phase, each in series
-	switch c.Mode {
-	case SyncPS:
+	switch proto {
+	case syncPS:
 		perPS := w.ParamBytes * nw / float64(c.PS)
 		phases = []float64{math.Max(perPS, w.ParamBytes), w.ParamBytes}
 		b.Latency = psRounds * n.RTT
@@ -186,7 +230,7 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 		bytes, msgs = 2*nw*w.ParamBytes, nw*p.PSMessages
 		hostBytes, hostMsgs = 2*w.ParamBytes, p.PSMessages
 		psShare = (p.CPUPerByte*bytes + p.CPUPerMessage*msgs) / float64(c.PS)
-	case AllReduce:
+	case ring:
 		if c.Workers > 1 {
 			phases = []float64{2 * (nw - 1) / nw * w.ParamBytes}
 			b.Latency = ringHopRounds * 2 * (nw - 1) * n.RTT
@@ -196,7 +240,7 @@ func StepTime(w Workload, n Network, c Cluster, p Params) (Breakdown, error) {
 			hostMsgs = 2 * 2 * (nw - 1) * math.Ceil(w.ParamBytes/nw/ringChunk)
 			bytes, msgs = nw*hostBytes/2, nw*hostMsgs/2
 		}
-	case SumPS:
+	case sumPS:
 		if c.Workers > 1 {
 			np := float64(c.PS)
 			phases = []float64{math.Max(w.ParamBytes, w.ParamBytes*nw/np) + sumChunk}
@@ -277,14 +321,14 @@ type Point struct {
 // logarithms) of the predicted throughput over the points, starting from
 // init (zero fields start from defaults). It fits PSOverhead,
 // RingOverhead, SumOverhead, CPUPerMessage and PSMessages, which stay
-// positive, and keeps init's CPUPerByte and Cores. (An overhead of a mode
-// without points stays where it starts.)
+// positive, and keeps init's CPUPerByte and Cores. (An overhead of a
+// protocol without points stays where it starts.)
 func Fit(points []Point, init Params) (Params, error) {
 	if len(points) == 0 {
 		return Params{}, errors.New("scaling: no points to fit")
 	}
 	for i, pt := range points {
-		if err := pt.Cluster.validate(); err != nil {
+		if err := pt.Cluster.Validate(); err != nil {
 			return Params{}, fmt.Errorf("point %d: %w", i, err)
 		}
 		if !(pt.ExamplesPerSecond > 0) {

@@ -1,6 +1,7 @@
 package scaling
 
 import (
+	"errors"
 	"math"
 	"testing"
 )
@@ -22,23 +23,23 @@ func TestStepTime(t *testing.T) {
 		// One ps link carries 4 workers' pulls, then the last worker's
 		// push (the others' pushes went while it pulled); the ps host
 		// handles all of them.
-		{Cluster{Mode: SyncPS, Workers: 4, PS: 1}, (4*S + S) / B, 3 * rtt, math.Max(tc+1e-9*2*S+8e-4, 1e-9*2*4*S+4*8e-4)},
+		{Cluster{Strategy: "sync", Workers: 4, PS: 1}, (4*S + S) / B, 3 * rtt, math.Max(tc+1e-9*2*S+8e-4, 1e-9*2*4*S+4*8e-4)},
 		// More ps tasks than workers: the worker's link is the bottleneck.
-		{Cluster{Mode: SyncPS, Workers: 2, PS: 4}, 2 * S / B, 3 * rtt, tc + 1e-9*2*S + 8e-4},
+		{Cluster{Strategy: "sync", Workers: 2, PS: 4}, 2 * S / B, 3 * rtt, tc + 1e-9*2*S + 8e-4},
 		// The ring: 2(N-1)/N of the model each way, 2(N-1) one-way hops,
 		// 2(N-1) chunks sent and received.
-		{Cluster{Mode: AllReduce, Workers: 4}, 2 * 3.0 / 4 * S / B, 3 * rtt, tc + 1e-9*4*3.0/4*S + 1e-4*12},
-		{Cluster{Mode: AllReduce, Workers: 1}, 0, 0, tc},
+		{Cluster{Strategy: "allreduce", Workers: 4}, 2 * 3.0 / 4 * S / B, 3 * rtt, tc + 1e-9*4*3.0/4*S + 1e-4*12},
+		{Cluster{Strategy: "allreduce", Workers: 1}, 0, 0, tc},
 		// Through the ps tasks, as many as workers: each link carries
 		// the model once each way, pushes and sums overlapping, plus a
 		// chunk; one round trip; a worker's 3 chunks to each ps and
 		// their sums back.
-		{Cluster{Mode: SumPS, Workers: 2, PS: 2}, (S + sumChunk) / B, rtt, tc + 1e-9*2*S + 1e-4*2*3*2},
+		{Cluster{Strategy: "allreduce", Workers: 2, PS: 2}, (S + sumChunk) / B, rtt, tc + 1e-9*2*S + 1e-4*2*3*2},
 		// Fewer ps than workers: the ps link carries N/P models.
-		{Cluster{Mode: SumPS, Workers: 4, PS: 1}, (4*S + sumChunk) / B, rtt, math.Max(tc+1e-9*2*S+1e-4*2*5, 1e-9*2*4*S+1e-4*4*2*5)},
-		{Cluster{Mode: SumPS, Workers: 1, PS: 1}, 0, 0, tc},
+		{Cluster{Strategy: "allreduce", Workers: 4, PS: 1}, (4*S + sumChunk) / B, rtt, math.Max(tc+1e-9*2*S+1e-4*2*5, 1e-9*2*4*S+1e-4*4*2*5)},
+		{Cluster{Strategy: "allreduce", Workers: 1, PS: 1}, 0, 0, tc},
 		// Eight workers sharing the machine: everybody's work on its cores.
-		{Cluster{Mode: AllReduce, Workers: 8, SharedCores: 1}, 2 * 7.0 / 8 * S / B, 7 * rtt, 8*tc + 1e-9*8*2*7.0/8*S + 1e-4*8*14},
+		{Cluster{Strategy: "allreduce", Workers: 8, SharedCores: 1}, 2 * 7.0 / 8 * S / B, 7 * rtt, 8*tc + 1e-9*8*2*7.0/8*S + 1e-4*8*14},
 	} {
 		b, err := StepTime(mlp, gig, tc.c, p)
 		if err != nil {
@@ -49,9 +50,45 @@ func TestStepTime(t *testing.T) {
 			t.Errorf("%+v: %+v, want transfer %g latency %g cpu %g", tc.c, b, tc.transfer, tc.latency, tc.cpu)
 		}
 	}
-	for _, bad := range []Cluster{{Mode: SyncPS, Workers: 2}, {Mode: AllReduce}, {Mode: "gossip", Workers: 2}} {
+	for _, bad := range []Cluster{{Strategy: "sync", Workers: 2}, {Strategy: "allreduce"}, {Strategy: "gossip", Workers: 2}} {
 		if _, err := StepTime(mlp, gig, bad, p); err == nil {
 			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+// TestValidate: a cluster's strategy is spelt as distflow train --strategy
+// spells it; the model takes sync on ps tasks and allreduce with or
+// without them, and says which strategies it does not cover.
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		c          Cluster
+		proto      protocol // 0: refused
+		notCovered bool     // refused with ErrStrategy
+	}{
+		{Cluster{Strategy: "sync", Workers: 3, PS: 1}, syncPS, false},
+		{Cluster{Strategy: "sync:3", Workers: 3, PS: 1}, syncPS, false},
+		{Cluster{Strategy: "allreduce", Workers: 4}, ring, false},
+		{Cluster{Strategy: "allreduce", Workers: 2, PS: 2}, sumPS, false},
+		{Cluster{Strategy: "sync", Workers: 3}, 0, false},
+		{Cluster{Strategy: "allreduce", Workers: 0}, 0, false},
+		{Cluster{Strategy: "allreduce", Workers: 2, PS: -1}, 0, false},
+		// Backup workers, and strategies the model has no formulas for.
+		{Cluster{Strategy: "sync:2", Workers: 3, PS: 1}, 0, true},
+		{Cluster{Strategy: "async", Workers: 3, PS: 1}, 0, true},
+		{Cluster{Strategy: "averaging:4", Workers: 4}, 0, true},
+		{Cluster{Strategy: "in-graph", Workers: 3, PS: 1}, 0, true},
+		// The model's names before it took the strategies'.
+		{Cluster{Strategy: "ps", Workers: 3, PS: 1}, 0, true},
+		{Cluster{Strategy: "sum", Workers: 2, PS: 2}, 0, true},
+		{Cluster{Workers: 2}, 0, true},
+	} {
+		got, err := tc.c.protocol()
+		if got != tc.proto || (err == nil) != (tc.proto != 0) || errors.Is(err, ErrStrategy) != tc.notCovered {
+			t.Errorf("%+v: protocol %d, %v; want %d (not covered: %v)", tc.c, got, err, tc.proto, tc.notCovered)
+		}
+		if err := tc.c.Validate(); (err == nil) != (tc.proto != 0) {
+			t.Errorf("%+v: Validate() = %v", tc.c, err)
 		}
 	}
 }
@@ -62,7 +99,7 @@ func TestStepTime(t *testing.T) {
 func TestStepTimeBurst(t *testing.T) {
 	const S, B = 318040.0, 125e6
 	p := Params{PSOverhead: 10e-3, Cores: 1}
-	c := Cluster{Mode: SyncPS, Workers: 1, PS: 1}
+	c := Cluster{Strategy: "sync", Workers: 1, PS: 1}
 	// A 10 ms overhead refills a 2 ms bucket: each phase sends S-Burst at
 	// the rate.
 	bursty := gig
@@ -98,8 +135,8 @@ func TestFitRecovers(t *testing.T) {
 	truth := Params{PSOverhead: 2e-3, RingOverhead: 1e-3, CPUPerByte: 5e-9, CPUPerMessage: 1e-3, PSMessages: 10, Cores: 1}
 	var pts []Point
 	for _, c := range []Cluster{
-		{Mode: SyncPS, Workers: 1, PS: 1, SharedCores: 1}, {Mode: SyncPS, Workers: 3, PS: 1, SharedCores: 1},
-		{Mode: AllReduce, Workers: 2, SharedCores: 1}, {Mode: AllReduce, Workers: 4, SharedCores: 1},
+		{Strategy: "sync", Workers: 1, PS: 1, SharedCores: 1}, {Strategy: "sync", Workers: 3, PS: 1, SharedCores: 1},
+		{Strategy: "allreduce", Workers: 2, SharedCores: 1}, {Strategy: "allreduce", Workers: 4, SharedCores: 1},
 	} {
 		x, err := Throughput(mlp, gig, c, truth)
 		if err != nil {
@@ -111,7 +148,7 @@ func TestFitRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, eight := range []Cluster{{Mode: AllReduce, Workers: 8, SharedCores: 1}, {Mode: SyncPS, Workers: 7, PS: 1, SharedCores: 1}} {
+	for _, eight := range []Cluster{{Strategy: "allreduce", Workers: 8, SharedCores: 1}, {Strategy: "sync", Workers: 7, PS: 1, SharedCores: 1}} {
 		want, _ := Throughput(mlp, gig, eight, truth)
 		pred, _ := Throughput(mlp, gig, eight, got)
 		t.Logf("fitted %+v (truth %+v); %+v: %.0f, truth %.0f", got, truth, eight, pred, want)
@@ -122,7 +159,7 @@ func TestFitRecovers(t *testing.T) {
 	if _, err := Fit(nil, Params{}); err == nil {
 		t.Error("no points: no error")
 	}
-	if _, err := Fit([]Point{{Cluster: Cluster{Mode: AllReduce, Workers: 2}, Network: gig, Workload: mlp}}, Params{}); err == nil {
+	if _, err := Fit([]Point{{Cluster: Cluster{Strategy: "allreduce", Workers: 2}, Network: gig, Workload: mlp}}, Params{}); err == nil {
 		t.Error("a point without a measurement: no error")
 	}
 }
