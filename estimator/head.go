@@ -61,24 +61,21 @@ func (h ClassificationHead) Spec(s *graph.Scope, logits, labels graph.Output, mo
 	class := ops.Cast(s, ops.ArgMax(s, logits, 1), tensor.Int32)
 	spec := &Spec{Optimizer: h.Optimizer, Predictions: map[string]graph.Output{key: class, "probabilities": ops.Softmax(s, logits)}}
 	if mode == Predict { // the labels are fed in Train and Eval only
-		return spec, s.Err()
+		return done(s, "classification", mode, spec)
 	}
-	if labels.Valid() && labels.Shape().KnownRank() && labels.Shape().Rank() == 2 && labels.Shape().Dim(1) == 1 {
+	if ls := labels.Shape(); labels.Valid() && ls.KnownRank() && ls.Rank() == 2 && ls.Dim(1) == 1 {
 		labels = ops.ReshapeTo(s, labels, -1)
 	}
 	spec.Loss = withRegularization(s, losses.SparseSoftmaxCrossEntropy(s, labels, logits))
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("estimator: the classification head (%s): %w", mode, err)
-	}
-	if mode != Eval {
-		return spec, s.Err()
+	if mode != Eval || s.Err() != nil {
+		return done(s, "classification", mode, spec)
 	}
 	predicted := class
 	if labels.DType() != class.DType() { // int64 labels
 		predicted = ops.Cast(s, class, labels.DType())
 	}
 	spec.EvalMetrics = map[string]Metric{"accuracy": Accuracy(s, labels, predicted)}
-	return spec, s.Err()
+	return done(s, "classification", mode, spec)
 }
 
 // RegressionHead is the head of a model that predicts real values
@@ -120,18 +117,24 @@ func (h RegressionHead) Spec(s *graph.Scope, predictions, labels graph.Output, m
 		return spec, nil
 	}
 	spec.Loss = withRegularization(s, losses.MeanSquaredError(s, labels, predictions))
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("estimator: the regression head (%s): %w", mode, err)
-	}
-	if mode != Eval {
-		return spec, s.Err()
+	if mode != Eval || s.Err() != nil {
+		return done(s, "regression", mode, spec)
 	}
 	diff := ops.Sub(s, predictions, ops.Cast(s, labels, predictions.DType()))
 	spec.EvalMetrics = map[string]Metric{
 		"mse": MeanMetric(s, ops.Square(s, diff)),
 		"mae": MeanMetric(s, ops.Abs(s, diff)),
 	}
-	return spec, s.Err()
+	return done(s, "regression", mode, spec)
+}
+
+// done returns spec, or else the error the head left in s, named after the
+// head and the mode.
+func done(s *graph.Scope, head string, mode Mode, spec *Spec) (*Spec, error) {
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("estimator: the %s head (%s): %w", head, mode, err)
+	}
+	return spec, nil
 }
 
 // withRegularization is loss plus the graph's regularization losses, or
