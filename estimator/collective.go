@@ -209,18 +209,25 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 
 	// The ranks' batches: the members of each view read consecutive
 	// blocks of one permutation per epoch from a position that rank 0's
-	// views carry (ringloop.go), when the input uses Examples.
-	claims := &claimer{towers: 1}
-	in, err := openTrainInput(ctx, r.input, InputContext{NumReplicas: len(r.reps), ReplicaIndex: r.index, Seed: cfg.Seed, claims: claims})
-	if err != nil {
-		return nil, err
+	// views carry (ringloop.go), when the input uses Examples; a rank
+	// with several GPUs reads a block per tower.
+	towers := max(len(cfg.gpuDevices()), 1)
+	claims := &claimer{towers: int64(towers)}
+	ins := make([]*openInput, towers)
+	for i := range ins {
+		ic := InputContext{NumReplicas: len(r.reps) * towers, ReplicaIndex: r.index*towers + i, Seed: cfg.Seed, claims: claims, tower: i}
+		in, err := openTrainInput(ctx, r.input, ic)
+		if err != nil {
+			return nil, err
+		}
+		defer in.close()
+		ins[i] = in
 	}
-	defer in.close()
 	if claims.block == 0 {
 		claims = nil
 	}
-	r.e.rememberInput(in.spec)
-	g, err := buildRank(r, in, claims != nil, build)
+	r.e.rememberInput(ins[0].spec)
+	g, err := buildRank(r, ins[0], claims != nil, build)
 	if err != nil {
 		return nil, err
 	}
@@ -238,9 +245,9 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 		return nil, err
 	}
 
-	batch := in.first[0].Shape()[0]
-	steps := r.stop.steps(batch, len(r.reps))
-	l := &ringLoop{r: r, ring: srv.Ring(), st: g.st, sess: sess, ms: mon, t: g.t, in: in, steps: steps, batch: batch,
+	batch := ins[0].first[0].Shape()[0]
+	steps := r.stop.steps(batch, len(r.reps)*towers)
+	l := &ringLoop{r: r, ring: srv.Ring(), st: g.st, sess: sess, ms: mon, towers: g.towers, ins: ins, steps: steps, batch: batch,
 		setStep: g.setStep, stepsMade: g.stepsMade, gsType: g.gs.DType(), feeds: map[graph.Output]*tensor.Tensor{},
 		claims: claims, position: g.pos}
 	if claims != nil {
@@ -250,8 +257,10 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 		if claims.trained != nil {
 			defer claims.trained.Close()
 		}
-		claims.run = func(context.Context) (int64, error) { return l.pos + int64(l.rank*batch), nil }
-		in.skipFirst = true // read to learn the shapes: not trained
+		claims.run = func(context.Context) (int64, error) { return l.pos + int64(l.rank*batch*towers), nil }
+		for _, in := range ins {
+			in.skipFirst = true // read to learn the shapes: not trained
+		}
 	}
 	start, err := l.restore(ctx, g.s)
 	if err != nil {
@@ -260,7 +269,7 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 	if err := r.sessionCreated(ctx, sess); err != nil {
 		return nil, err
 	}
-	if l.prog, err = newProgress(r, g.t.spec, g.summaries, batch, len(r.reps), 1, steps); err != nil {
+	if l.prog, err = newProgress(r, g.towers[0].spec, g.summaries, batch, len(r.reps)*towers, towers, steps); err != nil {
 		return nil, err
 	}
 	r.log.Info("training", "strategy", cfg.Strategy.String(), "compression", cfg.Compression.String(), "rank", r.index, "ranks", len(r.reps),
@@ -304,8 +313,9 @@ func startRingServer(r *replica) (*server.Server, []cluster.TaskID, error) {
 
 // rankGraph is a rank's training graph.
 type rankGraph struct {
-	s         *graph.Scope
-	t         *tower
+	s *graph.Scope
+	// towers are the model's, one per GPU of the task (one without).
+	towers    []*tower
 	st        RingStep
 	modelVars []*ops.Variable
 	gs        *ops.Variable
@@ -319,23 +329,48 @@ type rankGraph struct {
 	pos *inputPosition
 }
 
-// buildRank builds a rank's model (on the task's accelerator, if it has
-// one), the strategy's step, the summaries and the user's hooks' nodes.
+// buildRank builds a rank's model (a tower on each of the task's GPUs,
+// if it has some, the first holding the variables), the strategy's step
+// on the towers' mean loss (so the mean of their gradients), the
+// summaries and the user's hooks' nodes.
 func buildRank(r *replica, in *openInput, claims bool, build collectiveBuild) (*rankGraph, error) {
 	s := graph.NewScope()
-	ms := s
-	if gpus := r.cfg.gpuDevices(); len(gpus) > 0 {
-		ms = s.WithDevice(gpus[0])
+	devices := r.cfg.gpuDevices()
+	if len(devices) == 0 {
+		devices = []string{""}
 	}
-	t, err := buildTower(ms, r.e.fn, in.spec, Train)
-	if err != nil {
+	g := &rankGraph{s: s}
+	losses := make([]graph.Output, len(devices))
+	for i, d := range devices {
+		ts := s
+		if len(devices) > 1 {
+			ts = s.NameScope(fmt.Sprintf("tower_%d", i))
+			if i > 0 {
+				ts = ts.ReuseVariables()
+			}
+		}
+		if d != "" {
+			ts = ts.WithDevice(d)
+		}
+		t, err := buildTower(ts, r.e.fn, in.spec, Train)
+		if err != nil {
+			return nil, err
+		}
+		g.towers = append(g.towers, t)
+		losses[i] = t.spec.Loss
+	}
+	g.modelVars, g.gs = ops.GlobalVariables(s.Graph()), train.CreateGlobalStep(s)
+	spec := g.towers[0].spec
+	if err := train.ScheduleOverRun(spec.Optimizer, r.stop.steps(in.first[0].Shape()[0], len(r.reps)*len(devices))); err != nil {
 		return nil, err
 	}
-	g := &rankGraph{s: s, t: t, modelVars: ops.GlobalVariables(s.Graph()), gs: train.CreateGlobalStep(s)}
-	if err := train.ScheduleOverRun(t.spec.Optimizer, r.stop.steps(in.first[0].Shape()[0], len(r.reps))); err != nil {
-		return nil, err
+	loss := losses[0]
+	if len(losses) > 1 {
+		ls := s.SubScope("mean_tower_loss")
+		loss = ops.Mul(ls, ops.AddN(ls, losses...), ops.Scalar(ls, loss.DType(), 1/float64(len(losses))))
 	}
-	if g.st, err = build(s, t.spec.Optimizer, t.spec.Loss, ops.TrainableVariables(s.Graph()), g.gs); err != nil {
+	var err error
+	if g.st, err = build(s, spec.Optimizer, loss, ops.TrainableVariables(s.Graph()), g.gs); err != nil {
 		return nil, fmt.Errorf("estimator: building the update: %w", err)
 	}
 	g.summaries = r.modelSummaries(s, ops.TrainableVariables(s.Graph()))
@@ -396,8 +431,11 @@ func (l *ringLoop) end(ctx context.Context, g *rankGraph, servers bool) (*Result
 	st := l.prog.stats()
 	st.lastGlobal = int(l.steps)
 	res := r.result(st, l.batch)
-	// Each step of the ring trains a batch on each of its members.
-	res.ClusterExamplesPerSecond = st.examplesPerSecond(l.batch * max(l.lastMembers, 1))
+	// Each step of the ring trains a batch on each tower of its members.
+	res.ClusterExamplesPerSecond = st.examplesPerSecond(l.batch * len(l.towers) * max(l.lastMembers, 1))
+	if n := r.stop.ExamplesPerEpoch; n > 0 {
+		res.Epochs = float64(l.steps*int64(l.batch*len(l.towers)*len(r.reps))) / float64(n)
+	}
 	last := r.chief() || l.ledLast
 	// The ranks hold the same model: the leader at the end saves it, and
 	// rank 0 keeps it (for evaluation and export).

@@ -39,11 +39,12 @@ type ringLoop struct {
 	st   RingStep
 	sess *session.Session
 	// ms runs the user's hooks around each step.
-	ms    *train.MonitoredSession
-	t     *tower
-	in    *openInput
-	steps int64
-	batch int
+	ms *train.MonitoredSession
+	// towers are the rank's model, one per GPU, each reading its input.
+	towers []*tower
+	ins    []*openInput
+	steps  int64
+	batch  int
 	// setStep/stepsMade write the global step (the leader, for checkpoints).
 	setStep   *graph.Node
 	stepsMade graph.Output
@@ -683,12 +684,14 @@ func (g rooted) Broadcast(ctx context.Context, name string, round int64, _ int, 
 func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64, cuts ...<-chan struct{}) error {
 	r, cfg := l.r, l.r.cfg
 	l.rank = group.Rank()
-	b, err := l.in.next()
-	if err != nil {
-		return fmt.Errorf("estimator: %sreading a batch: %w", r.who(), err)
-	}
-	if err := l.t.feeds(l.feeds, b); err != nil {
-		return err
+	for i, t := range l.towers {
+		b, err := l.ins[i].next()
+		if err != nil {
+			return fmt.Errorf("estimator: %sreading a batch: %w", r.who(), err)
+		}
+		if err := t.feeds(l.feeds, b); err != nil {
+			return err
+		}
 	}
 	if cfg.StepDelay > 0 {
 		select {
@@ -722,7 +725,7 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 	var loss float64
 	var logged []*tensor.Tensor
 	var stepErr error
-	err = l.ms.RunStep(sctx, func(ctx context.Context, extra []graph.Output) (int64, []*tensor.Tensor, error) {
+	err := l.ms.RunStep(sctx, func(ctx context.Context, extra []graph.Output) (int64, []*tensor.Tensor, error) {
 		var vals []*tensor.Tensor
 		loss, vals, stepErr = l.st.Step(ctx, l.sess, l.feeds, group, step, append(own[:len(own):len(own)], extra...))
 		if stepErr == nil && (math.IsNaN(loss) || math.IsInf(loss, 0)) { // as the NaN guard of the ps strategies
@@ -742,10 +745,10 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 	}
 	if l.claims != nil {
 		l.claims.logTrained()
-		l.pos += int64(group.Size() * l.batch)
+		l.pos += int64(group.Size() * l.batch * len(l.towers))
 	}
 	l.lastMembers = group.Size()
-	l.prog.stepped(trained{global: step, loss: loss, examples: l.batch, shown: l.batch * l.lastMembers, took: time.Since(stepStart),
+	l.prog.stepped(trained{global: step, loss: loss, examples: l.batch * len(l.towers), shown: l.batch * len(l.towers) * l.lastMembers, took: time.Since(stepStart),
 		logged: logged, last: step == l.steps, note: fmt.Sprintf(" (%d ranks)%s", l.lastMembers, l.st.Describe())})
 	return nil
 }

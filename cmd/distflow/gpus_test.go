@@ -88,6 +88,31 @@ func TestLocalClusterOnSimulatedGPUs(t *testing.T) {
 	if acc := res["test_accuracy"].(float64); acc < cpu-0.01 {
 		t.Errorf("in-graph with 2 towers a worker: test accuracy %.4f, sync on CPUs %.4f", acc, cpu)
 	}
+	// All-reduce (through the ps) with 2 towers a rank: the towers' mean
+	// gradient goes round.
+	stdout, stderr, err = run(t, append(base, "--allreduce", "--gpus", "2", "--logical-gpus", "2", "--gpu-platform", "sim")...)
+	if err != nil {
+		t.Fatalf("all-reduce on GPUs: %v\n%s", err, stderr)
+	}
+	res = lastJSON(t, stdout)
+	gpuPeak(t, res)
+	if devs := res["devices"].([]any); len(devs) != 2 {
+		t.Errorf("all-reduce with 2 towers a rank on %d devices", len(devs))
+	}
+	if acc := res["test_accuracy"].(float64); acc < cpu-0.01 {
+		t.Errorf("all-reduce with 2 towers a rank: test accuracy %.4f, sync on CPUs %.4f", acc, cpu)
+	}
+}
+
+// TestRingTowersReadEveryBlockOnce: the ranks of a ring with 2 towers
+// each on logical GPUs read a block per tower from the view's input
+// position: every block of the run once, none skipped.
+func TestRingTowersReadEveryBlockOnce(t *testing.T) {
+	blocks, missing := trainBlocks(t, nil, "--model", "mlp", "--data", "embedded", "--steps", "150", "--local-cluster", "worker=2",
+		"--allreduce", "--gpus", "2", "--logical-gpus", "2", "--gpu-platform", "sim")
+	if blocks != 600 || missing != 0 {
+		t.Errorf("%d blocks trained, %d skipped; want 600 (150 steps of 2 ranks of 2 towers), none skipped", blocks, missing)
+	}
 }
 
 // TestNoCUDAHere: on a machine without the NVIDIA driver, --gpus is
