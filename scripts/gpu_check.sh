@@ -249,6 +249,21 @@ print(f"test_accuracy: cpu {cpu['test_accuracy']:.4f}, gpu with device variables
 sys.exit(0 if abs(cpu["test_accuracy"] - gpu["test_accuracy"]) <= 0.01 else 1)
 PY
 		done
+		# A cluster on two logical GPUs of the card: 1 ps on the CPU and 2
+		# synchronous workers on a GPU each; 2 towers on 2 GPUs under
+		# in-graph replication and under all-reduce; each within a point
+		# of the mlp's accuracy on one GPU above.
+		for c in "sync ps=1,worker=2 1" "in-graph ps=1,worker=2 2" "allreduce worker=2 2"; do
+			set -- $c
+			step "distflow train mlp on 2 logical GPUs: $1, $2, $3 GPU(s) a worker" 240 bash -c "'$WORK/distflow' train --model mlp --steps 600 --json --quiet --local-cluster $2 --strategy $1 --gpus $3 --logical-gpus 2 | tail -1 >'$WORK/mlp.$1.json'"
+			step "mlp on 2 logical GPUs, $1: one GPU's result" 10 python3 - "$WORK/mlp.gpu.json" "$WORK/mlp.$1.json" <<'PY'
+import json, sys
+one, cl = (json.load(open(f)) for f in sys.argv[1:3])
+print(f"test_accuracy: one GPU {one['test_accuracy']:.4f}, cluster {cl['test_accuracy']:.4f}; "
+      f"cluster examples/s {cl.get('cluster_examples_per_second', 0):.0f}, devices {cl.get('devices')}")
+sys.exit(0 if cl["test_accuracy"] >= one["test_accuracy"] - 0.01 else 1)
+PY
+		done
 		# Speed, side by side on the card: distflow's step (replayed and
 		# kernel by kernel; the variables on the host, then on the device)
 		# and PyTorch eager at its own best settings.
