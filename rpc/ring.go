@@ -41,6 +41,7 @@ import (
 // lets the peers' last streams finish.
 func RegisterRing(s *Server, cfg allreduce.Config) (*allreduce.Ring, error) {
 	tr := newRingTransport(cfg.Peers, s.opts)
+	tr.names, tr.servers = cfg.Names, cfg.Servers
 	r, err := allreduce.NewRing(cfg, tr)
 	if err != nil {
 		return nil, err
@@ -163,17 +164,58 @@ func (s *ringServer) Chunks(st grpc.ClientStreamingServer[pb.RingChunk, pb.RingA
 type ringTransport struct {
 	peers []string
 	opts  Options
+	// names are the ranks' tasks (allreduce.Config.Names; may be nil), and
+	// the last servers of the peers are summation servers.
+	names   []string
+	servers int
 
 	mu    sync.Mutex
 	conns map[int]*grpc.ClientConn
 	// answered holds the ranks that have answered a stream or a probe:
 	// their process was up, so a refused connection means it has exited.
 	answered map[int]bool
+	// unserved holds the ranks found not to serve the Ring service (an
+	// error logged once for each).
+	unserved map[int]bool
 	closed   bool
 }
 
 func newRingTransport(peers []string, opts Options) *ringTransport {
-	return &ringTransport{peers: peers, opts: opts, conns: make(map[int]*grpc.ClientConn), answered: make(map[int]bool)}
+	return &ringTransport{peers: peers, opts: opts, conns: make(map[int]*grpc.ClientConn), answered: make(map[int]bool), unserved: make(map[int]bool)}
+}
+
+// peerName names rank to as the logs do: its task and address.
+func (g *ringTransport) peerName(to int) string {
+	if to >= 0 && to < len(g.names) && g.names[to] != "" {
+		return fmt.Sprintf("%s (%s)", g.names[to], g.peers[to])
+	}
+	return g.peers[to]
+}
+
+// noRing turns a peer's answer that it serves no Ring service (a task
+// started without one: `distflow server` before it served the summation
+// service, or a task of another strategy) into an error that names the
+// task and says what to do, and logs it once per peer as an error: the
+// ring goes on without that peer (round the ring, without a summation
+// server), which a warning among the ring's own would hide. Other errors
+// are returned as they are.
+func (g *ringTransport) noRing(to int, err error) error {
+	if status.Code(err) != codes.Unimplemented || to < 0 || to >= len(g.peers) {
+		return err
+	}
+	what, fix := "rank", "start every training task with the same strategy flags (--allreduce or --strategy)"
+	if to >= len(g.peers)-g.servers {
+		what, fix = "summation server", "start the ps tasks with `distflow server` of this version or `distflow train` with the workers' flags; until they serve it, the ranks go round the ring without them"
+	}
+	err = fmt.Errorf("rpc: ring: %s %s does not serve the all-reduce service (distflow.Ring): %s: %w", what, g.peerName(to), fix, err)
+	g.mu.Lock()
+	first := !g.unserved[to]
+	g.unserved[to] = true
+	g.mu.Unlock()
+	if first {
+		g.opts.logger().Error("rpc: ring: a task does not serve the all-reduce service", "peer", g.peerName(to), "role", what, "fix", fix)
+	}
+	return err
 }
 
 func (g *ringTransport) conn(to int) (*grpc.ClientConn, error) {
@@ -211,7 +253,7 @@ func (g *ringTransport) Open(ctx context.Context, to int, op allreduce.Op) (allr
 		}
 		return nil, err
 	}
-	gs := &ringStream{ctx: ctx, st: st, cancel: cancel, done: make(chan struct{})}
+	gs := &ringStream{ctx: ctx, st: st, cancel: cancel, done: make(chan struct{}), g: g, to: to}
 	// The ack (or the failure) is awaited from the start, so that a peer
 	// that dies while this side has nothing to send is noticed at once.
 	go func() {
@@ -311,7 +353,7 @@ func (g *ringTransport) Probe(ctx context.Context, to int) error {
 	if err := st.CloseSend(); err != nil {
 		return err
 	}
-	err = st.RecvMsg(new(pb.RingAck))
+	err = g.noRing(to, st.RecvMsg(new(pb.RingAck)))
 	if status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), allreduce.ErrClosed.Error()) {
 		g.answeredBy(to)
 		return allreduce.ErrPeerLeft
@@ -340,6 +382,8 @@ type ringStream struct {
 	err    error         // of the ack, set before done is closed
 	st     grpc.ClientStreamingClient[pb.RingChunk, pb.RingAck]
 	cancel context.CancelFunc
+	g      *ringTransport
+	to     int // the peer's rank
 }
 
 func (s *ringStream) Send(c *allreduce.Chunk) error {
@@ -368,6 +412,8 @@ func (s *ringStream) why(err error) error {
 	}
 	// The server's copy of the deadline may expire first.
 	switch status.Code(err) {
+	case codes.Unimplemented:
+		return s.g.noRing(s.to, err)
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	case codes.Canceled:

@@ -106,3 +106,39 @@ func TestRingConfig(t *testing.T) {
 		t.Error("a server without Config.Ring has a ring")
 	}
 }
+
+// TestSummationRing: a ps task serves the ring of the training tasks
+// (the chief, then the workers) as a summation server beside the other ps
+// tasks, as `distflow train --allreduce` sets it up; a training task, or
+// a cluster of ps tasks alone, gets none.
+func TestSummationRing(t *testing.T) {
+	spec, err := cluster.NewSpec(map[string][]string{
+		"chief": {"127.0.0.1:1"}, "worker": {"127.0.0.1:2", "127.0.0.1:3"}, "ps": {"127.0.0.1:4", "127.0.0.1:5"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyPS, err := cluster.NewSpec(map[string][]string{"ps": {"127.0.0.1:4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		spec          *cluster.Spec
+		task          cluster.TaskID
+		ranks, server string
+	}{
+		{spec, cluster.TaskID{Job: "ps", Index: 1}, "[/job:chief/task:0 /job:worker/task:0 /job:worker/task:1]", "[/job:ps/task:0 /job:ps/task:1]"},
+		{spec, cluster.TaskID{Job: "worker", Index: 0}, "[]", "[]"},
+		{onlyPS, cluster.TaskID{Job: "ps"}, "[]", "[]"},
+	}
+	for _, tt := range tests {
+		ranks, servers := server.SummationRing(tt.spec, tt.task)
+		if fmt.Sprint(ranks) != tt.ranks || fmt.Sprint(servers) != tt.server {
+			t.Errorf("SummationRing(%v, %v) = %v, %v; want %s, %s", tt.spec, tt.task, ranks, servers, tt.ranks, tt.server)
+		}
+	}
+	ranks, servers := server.SummationRing(spec, cluster.TaskID{Job: "ps"})
+	if _, err := server.New(server.Config{Cluster: spec, Task: cluster.TaskID{Job: "ps"}, Logger: quiet, Ring: ranks, RingServers: servers}); err != nil {
+		t.Errorf("a ps serving its summation ring: %v", err)
+	}
+}

@@ -146,6 +146,33 @@ func (c *Config) ringConfig(log *slog.Logger) (allreduce.Config, error) {
 	return rc, nil
 }
 
+// SummationRing is the all-reduce ring that a ps task of spec serves as
+// a summation server, as `distflow train --allreduce` sets it up: the
+// ring's ranks are the training tasks (the chief, then the workers, in
+// index order) and its summation servers the ps tasks. It returns nils
+// when task is not a ps or spec has no training task. A ps started on its
+// own (`distflow server --job_name=ps`) does not know the workers'
+// strategy, so it serves the ring whenever there are ranks to serve: the
+// service only sums what ranks send it, and costs nothing otherwise.
+func SummationRing(spec *cluster.Spec, task cluster.TaskID) (ranks, servers []cluster.TaskID) {
+	if task.Job != "ps" || !spec.Contains(task) {
+		return nil, nil
+	}
+	for _, job := range []string{"chief", "worker", "ps"} {
+		for i := range spec.NumTasks(job) {
+			if job == "ps" {
+				servers = append(servers, cluster.TaskID{Job: job, Index: i})
+			} else {
+				ranks = append(ranks, cluster.TaskID{Job: job, Index: i})
+			}
+		}
+	}
+	if len(ranks) == 0 {
+		return nil, nil
+	}
+	return ranks, servers
+}
+
 // Server runs one task of a cluster: a master service and a worker service
 // on one rpc.Server (gRPC, and the tensor channel for tensors, on the
 // task's one address). Tasks start in any order: Start does not wait for

@@ -35,6 +35,10 @@ The cluster comes from the flags, as in TensorFlow 1.x programs:
 or, when no host flag is given, from the TF_CONFIG environment variable
 ({"cluster": {...}, "task": {"type": "ps", "index": 0}}).
 
+A ps task also serves the all-reduce summation service, so that workers
+that train with --allreduce sum their gradients through it (as the ps tasks
+of distflow train --local-cluster ps=N,... --allreduce do).
+
 The server exits cleanly (status 0) when a client sends it a Shutdown request
 or on SIGTERM or SIGINT. Flags accept underscores and dashes.
 
@@ -65,7 +69,11 @@ a cluster with an address that is not loopback does not start without it,
 			if err != nil {
 				return err
 			}
-			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: base, RPC: opts, FileRoots: roots, MetricsAddress: maddr})
+			// A ps sums for workers that all-reduce through it (--allreduce
+			// with ps tasks), as a ps that `distflow train` starts does.
+			ring, ringServers := server.SummationRing(spec, self)
+			srv, err := server.New(server.Config{Cluster: spec, Task: self, Logger: base, RPC: opts, FileRoots: roots, MetricsAddress: maddr,
+				Ring: ring, RingServers: ringServers})
 			if err != nil {
 				return err
 			}
