@@ -57,7 +57,9 @@
 // platform's kernels against the CPU kernels on the same inputs. Random
 // are the random ops they run, from one counter-based stream (Philox,
 // PhiloxUniform) that every platform draws bit for bit; Updates the
-// optimizers' update rules, in place, for variables in device memory.
+// optimizers' update rules, in place, for variables in device memory, and
+// SparseUpdates their row-wise rules for an embedding's sparse gradient,
+// whose indices the device checks (ErrIndexOutOfRange).
 //
 // # Variables
 //
@@ -66,6 +68,7 @@
 // only when the store closes, so that a model's weights stay in device
 // memory from step to step and a captured step updates them in place at
 // every replay. Package device/runner runs a partition's Variable nodes on
-// the store, Assign (VariableOps) and the updates take them by ref, and
-// the checkpoint ops reach them through copies to and from the host.
+// the store, Assign, AssignAdd, AssignSub (VariableOps) and the updates
+// take them by ref, and the checkpoint ops reach them through copies to
+// and from the host.
 package device

@@ -2,12 +2,14 @@ package device
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"sync"
 
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/op"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -193,6 +195,26 @@ type Releaser interface {
 // buffers and on variables of a store.
 var Updates = []string{"ApplyAdagrad", "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "ApplyRMSProp"}
 
+// SparseUpdates are the optimizers' row-wise update rules (train's sparse
+// updates of an embedding, whose gradient is the indexed slices of a
+// Gather's) that every GPU platform has a kernel for. As Updates, they
+// update the variable and its slots, their ref inputs, in place, and run
+// on a device only next to variables kept in its memory. The gradient's
+// rows of a repeated index are summed first, in the order they come (as
+// the CPU's rules do), so that an update with duplicates is the dense
+// update of the scattered gradient; then each distinct row is updated
+// once. The indices are checked on the device: an index outside the
+// variable's rows updates nothing, and the launch's stream fails with an
+// error wrapping ErrIndexOutOfRange that names the node, the position and
+// the index (at the stream's next Synchronize), never writing outside the
+// variable. The conformance suite checks them against the CPU's rules,
+// with duplicate and out-of-range indices.
+var SparseUpdates = []string{"SparseApplyAdagrad", "SparseApplyAdam", "SparseApplyGradientDescent", "SparseApplyMomentum"}
+
+// ErrIndexOutOfRange is wrapped by the error of a kernel given an index
+// outside the tensor it indexes (a sparse update's row).
+var ErrIndexOutOfRange = errors.New("index out of range")
+
 // hostArgs are the arguments of Ops that live in host memory on every
 // platform: the shapes and values the runtime needs to infer output shapes
 // before a launch, and the results computed from shapes alone.
@@ -260,4 +282,26 @@ func Runs(op string) bool {
 		return true
 	}
 	return slices.Contains(Ops, op) || slices.Contains(Random, op)
+}
+
+// SparseIndices returns the position of the indices input of op, a sparse
+// update (SparseUpdates), or -1 if it has none.
+func SparseIndices(name string) int {
+	d, ok := op.Lookup(name)
+	if !ok {
+		return -1
+	}
+	for i, in := range d.Inputs {
+		if in.Name == "indices" {
+			return i
+		}
+	}
+	return -1
+}
+
+// IndexError is the error of a sparse update of node n given
+// indices[pos] = index, outside a variable of rows rows: it wraps
+// ErrIndexOutOfRange.
+func IndexError(n *graph.Node, pos, index, rows int64) error {
+	return fmt.Errorf("device: node %s (%s): indices[%d] = %d is out of range [0, %d): %w", n, n.Op(), pos, index, rows, ErrIndexOutOfRange)
 }

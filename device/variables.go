@@ -159,13 +159,21 @@ func (v *Variable) CheckInitialized() error {
 }
 
 // VariableOps are the ops that take a variable by ref which every GPU
-// platform runs next to a device variable: Assign (AssignFactory, a copy
-// within the device) and the updates of Updates; the runner itself runs
-// the Variable node, IsVariableInitialized and the checkpoint ops
+// platform runs next to a device variable, besides the updates of Updates
+// and SparseUpdates: Assign (AssignFactory, a copy within the device), and
+// AssignAdd and AssignSub (a global step's increment, a metric's sums),
+// which add the value to the variable in place and give its new value, for
+// float32, int32 and int64 variables (AssignDTypes). The runner itself
+// runs the Variable node, IsVariableInitialized and the checkpoint ops
 // (SaveVariables, RestoreVariables, through the host). A variable placed
 // on an accelerator stays there only if every op that takes it by ref is
-// one of these or of the runner's (package device/taskgraph).
-var VariableOps = []string{"Assign"}
+// one of these or of the runner's (package device/taskgraph). The
+// conformance suite checks AssignAdd and AssignSub against the CPU's.
+var VariableOps = []string{"Assign", "AssignAdd", "AssignSub"}
+
+// AssignDTypes are the variable dtypes of every platform's AssignAdd and
+// AssignSub.
+var AssignDTypes = []tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64}
 
 // AssignFactory is the kernel of Assign on every platform: the value is
 // copied within the device into the variable's memory (the ref input) and

@@ -392,13 +392,13 @@ func TestRegistered(t *testing.T) {
 			t.Errorf("no CUDA kernel for %s", op)
 		}
 	}
-	for _, op := range slices.Concat(device.Random, device.Updates, device.VariableOps) {
+	for _, op := range slices.Concat(device.Random, device.Updates, device.SparseUpdates, device.VariableOps) {
 		if !slices.Contains(have, op) {
 			t.Errorf("no CUDA kernel for %s", op)
 		}
 	}
-	if len(have) != len(device.Ops)+len(device.Random)+len(device.Updates)+len(device.VariableOps) {
-		t.Errorf("CUDA kernels %v, want exactly device.Ops %v, device.Random %v, device.Updates %v and device.VariableOps %v",
-			have, device.Ops, device.Random, device.Updates, device.VariableOps)
+	if len(have) != len(device.Ops)+len(device.Random)+len(device.Updates)+len(device.SparseUpdates)+len(device.VariableOps) {
+		t.Errorf("CUDA kernels %v, want exactly device.Ops %v, device.Random %v, device.Updates %v, device.SparseUpdates %v and device.VariableOps %v",
+			have, device.Ops, device.Random, device.Updates, device.SparseUpdates, device.VariableOps)
 	}
 }

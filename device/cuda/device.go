@@ -20,6 +20,7 @@ type Device struct {
 	mem    *memory
 	alloc  *device.Allocator
 	stream *stream
+	faults faults // the kernels' faults found on the device (faults.go)
 
 	blasMu sync.Mutex
 	blas   uintptr // cuBLAS handle bound to the stream, made on first use
@@ -37,6 +38,7 @@ func newDevice(p *Platform, c *card, name string, limit int64, tf32 bool) (*Devi
 		Capability: fmt.Sprintf("%d.%d", c.info.major, c.info.minor),
 	}}
 	d.mem = &memory{d: d}
+	d.faults.mem = d.mem
 	var h uintptr
 	err := c.do(name, func() error {
 		return c.drv.check(name, "cuStreamCreate", ccall(c.drv.cuStreamCreate, uintptr(unsafe.Pointer(&h)), cuStreamNonBlocking))
@@ -67,6 +69,9 @@ func (d *Device) Close() error {
 		err := d.stream.close()
 		if aerr := d.alloc.Close(); err == nil {
 			err = aerr
+		}
+		if ferr := d.faults.release(); err == nil {
+			err = ferr
 		}
 		d.blasMu.Lock()
 		if d.blas != 0 {
@@ -300,7 +305,10 @@ func (s *stream) Synchronize(ctx context.Context) error {
 			return s.failed()
 		}
 		if r == cudaSuccess {
-			return s.failed()
+			if err := s.failed(); err != nil {
+				return err
+			}
+			return s.d.faults.check(s.readFault, s.Zero)
 		}
 		// A small model's step ends within tens of microseconds of its
 		// last launch, sooner than a timer fires: poll at once for a
@@ -325,6 +333,15 @@ func (s *stream) Synchronize(ctx context.Context) error {
 		}
 		wait = min(2*wait, time.Millisecond)
 	}
+}
+
+// readFault copies the fault record to the host, done when it returns
+// (pageable memory), the stream being idle.
+func (s *stream) readFault(dst []byte, src device.Ptr) error {
+	c, name := s.d.card, s.d.info.Name
+	return c.do(name, func() error {
+		return c.drv.check(name, "cuMemcpyDtoHAsync_v2", ccall(c.drv.cuMemcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.h))
+	})
 }
 
 func (s *stream) failed() error {

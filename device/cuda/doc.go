@@ -87,7 +87,20 @@
 // Pooling is direct, and MaxPoolGrad and col2im gather rather than
 // scatter, so results do not depend on scheduling. The optimizers'
 // updates (device.Updates) are element-wise kernels that write the
-// variable and its slots in place, in float32 as the CPU's rules.
+// variable and its slots in place, in float32 as the CPU's rules, and
+// AssignAdd and AssignSub (device.VariableOps) add in place. The sparse
+// updates (device.SparseUpdates) run in two launches: one thread per index
+// checks it against the variable's rows and links the positions of each
+// index, then one thread per gradient element of an index's first position
+// sums that index's rows in order and updates the row, in double as the
+// CPU's sparse rules, without atomics. An index out of range is written,
+// with its position and a tag naming the node, to the device's fault
+// record (32 bytes of device memory outside the allocator, reserved by
+// the first launch that may report to it); the update then writes
+// nothing, and the device's Synchronize, once the stream is idle, reads
+// the record, clears it and returns an error wrapping
+// device.ErrIndexOutOfRange, without failing the stream: a copy of 32
+// bytes per Synchronize, on devices that run sparse updates only.
 // RandomUniform (device.Random) draws from Philox4x32-10 as
 // device.PhiloxUniform does, bit for bit; its count of runs lives in eight
 // bytes of device memory that a kernel queued after each run increments,

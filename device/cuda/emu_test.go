@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -161,6 +162,8 @@ func (p *emuPlatform) Open(opts device.Options) ([]device.Device, error) {
 			Name: name, Platform: Name, Model: "emulated", TotalBytes: total, LimitBytes: opts.Limit(total, per)}}
 		d.alloc = device.NewAllocator(name, d.mem, d.info.LimitBytes)
 		d.stream = &emuStream{mem: d.mem}
+		d.faults.mem = d.mem
+		d.stream.faults = &d.faults
 		devs[i] = d
 	}
 	return devs, nil
@@ -172,12 +175,14 @@ type emuDevice struct {
 	mem    *emuMemory
 	alloc  *device.Allocator
 	stream *emuStream
+	faults faults
 }
 
 func (d *emuDevice) Info() device.Info            { return d.info }
 func (d *emuDevice) Allocator() *device.Allocator { return d.alloc }
 func (d *emuDevice) Stream() device.Stream        { return d.stream }
-func (d *emuDevice) Close() error                 { return d.alloc.Close() }
+func (d *emuDevice) Close() error                 { return errors.Join(d.alloc.Close(), d.faults.release()) }
+func (d *emuDevice) faultLog() *faults            { return &d.faults }
 
 func (d *emuDevice) sgemm(gemm) (bool, error) { return false, nil }
 
@@ -236,8 +241,9 @@ func (m *emuMemory) bytes(p device.Ptr, n int64) []byte {
 
 // emuStream runs everything at once, in order.
 type emuStream struct {
-	mem *emuMemory
-	mu  sync.Mutex
+	mem    *emuMemory
+	faults *faults
+	mu     sync.Mutex
 }
 
 func (s *emuStream) CopyIn(dst device.Ptr, src []byte) error {
@@ -268,7 +274,12 @@ func (s *emuStream) Zero(dst device.Ptr, n int64) error {
 	return nil
 }
 
-func (s *emuStream) Synchronize(ctx context.Context) error { return ctx.Err() }
+func (s *emuStream) Synchronize(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.faults.check(s.CopyOut, s.Zero)
+}
 
 // TestEmulatedConformance runs the conformance suite on the package's
 // kernels and host code compiled for the CPU.

@@ -18,6 +18,9 @@ type launcher interface {
 	// sgemm enqueues g through cuBLAS and reports true, or reports false if
 	// cuBLAS is not available.
 	sgemm(g gemm) (bool, error)
+	// faultLog is the device's record of faults found by its kernels,
+	// which its Synchronize reports (faults.go).
+	faultLog() *faults
 }
 
 // threads is the block size of the one-dimensional kernels (THREADS in
@@ -56,6 +59,8 @@ func (d *Device) launch(name string, grid, block [3]uint32, args ...any) error {
 	keepAlive(k, ptrs)
 	return err
 }
+
+func (d *Device) faultLog() *faults { return &d.faults }
 
 func (d *Device) sgemm(g gemm) (bool, error) {
 	b, h, ok := d.cublasHandle()

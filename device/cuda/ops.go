@@ -87,9 +87,23 @@ var updates = map[string]struct {
 	"ApplyAdam":            {"apply_adam_f32", 3, 9},
 }
 
+// sparseUpdates are the kernels of device.SparseUpdates: the kernel's
+// name (suffixed by the indices' type) and the number of ref inputs (the
+// variable, then its slots).
+var sparseUpdates = map[string]struct {
+	kernel string
+	refs   int
+}{
+	"SparseApplyGradientDescent": {"sparse_apply_gradient_descent_f32", 1},
+	"SparseApplyMomentum":        {"sparse_apply_momentum_f32", 2},
+	"SparseApplyAdagrad":         {"sparse_apply_adagrad_f32", 2},
+	"SparseApplyAdam":            {"sparse_apply_adam_f32", 3},
+}
+
 // registerKernels registers a kernel for each op of device.Ops,
-// device.Random, device.Updates and device.VariableOps, no more, so that soft placement sends
-// the same ops to the CPU as on the simulator.
+// device.Random, device.Updates, device.SparseUpdates and
+// device.VariableOps, no more, so that soft placement sends the same ops to
+// the CPU as on the simulator.
 func registerKernels() {
 	for _, name := range device.Random {
 		device.RegisterKernel(Name, name, device.KernelDef{DTypes: f32, HostInputs: device.HostInputs(name), Factory: newRandom})
@@ -102,7 +116,19 @@ func registerKernels() {
 		device.RegisterKernel(Name, name, device.KernelDef{DTypes: f32,
 			Factory: factory(name, opDef{f32, updateOp(u.kernel, u.refs, u.gradIdx)})})
 	}
+	for _, name := range device.SparseUpdates {
+		u, ok := sparseUpdates[name]
+		if !ok {
+			panic(fmt.Sprintf("cuda: no kernel for %s of device.SparseUpdates", name))
+		}
+		device.RegisterKernel(Name, name, device.KernelDef{DTypes: f32,
+			Factory: factory(name, opDef{f32, sparseUpdateOp(u.kernel, u.refs)})})
+	}
 	device.RegisterKernel(Name, "Assign", device.KernelDef{Factory: device.AssignFactory})
+	for _, name := range []string{"AssignAdd", "AssignSub"} {
+		device.RegisterKernel(Name, name, device.KernelDef{DTypes: device.AssignDTypes,
+			Factory: factory(name, opDef{device.AssignDTypes, simple(assignAdd(name == "AssignSub"))})})
+	}
 	for _, name := range device.Ops {
 		def := device.KernelDef{HostInputs: device.HostInputs(name), HostOutputs: device.HostOutputs(name)}
 		if len(def.HostOutputs) > 0 {
@@ -924,4 +950,126 @@ func sparseXent(c *device.Context, l launcher) error {
 	}
 	return l.launch("sparse_xent_f32_"+suffix(labels.DType), gridRows(rows), block1,
 		logits.Buf.Ptr, labels.Buf.Ptr, loss.Buf.Ptr, bp.Buf.Ptr, rows, cols)
+}
+
+// assignAdd is AssignAdd (AssignSub with sub): the value added to the
+// variable in place, and the new value in the output.
+func assignAdd(sub bool) launchFunc {
+	return func(c *device.Context, l launcher) error {
+		ref, val, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
+		if ref.DType != val.DType || !slices.Equal(ref.Shape, val.Shape) {
+			return fmt.Errorf("cannot add %v%v to a variable of %v%v", val.DType, val.Shape, ref.DType, ref.Shape)
+		}
+		if !slices.Contains(device.AssignDTypes, ref.DType) {
+			return unsupported("variable", ref.DType, device.AssignDTypes)
+		}
+		if err := checkOut(out, ref.Shape); err != nil {
+			return err
+		}
+		n := n64(ref)
+		if n == 0 {
+			return nil
+		}
+		s := int32(0)
+		if sub {
+			s = 1
+		}
+		return l.launch("assign_add_"+suffix(ref.DType), grid1(n), block1, ref.Buf.Ptr, val.Buf.Ptr, out.Buf.Ptr, n, s)
+	}
+}
+
+// sparseUpdateOp is a sparse update (device.SparseUpdates) of a variable
+// with rows and its refs-1 slots, in place, in two launches (see
+// kernels/optim.cu): sparse_rows_<index type> checks the indices on the
+// device, reporting one out of range to the device's fault record, and
+// links the positions of each index in scratch memory; the rule's kernel
+// then sums each index's gradient rows and updates its row, unless an
+// index was out of range. The rule's kernel takes every input's address
+// in the op's order, then the links, the number of indices and the row's
+// width (and SparseApplyMomentum its use_nesterov).
+func sparseUpdateOp(kernel string, refs int) func(n *graph.Node) (launchFunc, error) {
+	return func(n *graph.Node) (launchFunc, error) {
+		gradIdx, idxIdx := -1, device.SparseIndices(n.Op())
+		if d, ok := op.Lookup(n.Op()); ok {
+			for i, in := range d.Inputs {
+				if in.Name == "grad" {
+					gradIdx = i
+				}
+			}
+		}
+		if gradIdx < 0 || idxIdx < 0 {
+			return nil, fmt.Errorf("%s has no grad or indices input", n.Op())
+		}
+		var extra []any
+		if n.Op() == "SparseApplyMomentum" {
+			nesterov := int32(0)
+			if n.AttrBool("use_nesterov") {
+				nesterov = 1
+			}
+			extra = append(extra, nesterov)
+		}
+		return func(c *device.Context, l launcher) error {
+			v, g, idx := c.Inputs[0], c.Inputs[gradIdx], c.Inputs[idxIdx]
+			if len(v.Shape) < 1 {
+				return fmt.Errorf("the variable must have rows, got shape %v", v.Shape)
+			}
+			if idx.DType != tensor.Int32 && idx.DType != tensor.Int64 {
+				return unsupported("indices", idx.DType, indexOut)
+			}
+			rows, width, count := int64(v.Shape[0]), int64(tensor.NumElements(v.Shape[1:])), n64(idx)
+			if len(g.Shape) < 1 || int64(g.Shape[0]) != count || n64(g) != count*width {
+				return fmt.Errorf("gradient %v does not match %d indices into a variable of %v", g.Shape, count, v.Shape)
+			}
+			if count > 1<<31-1 {
+				return fmt.Errorf("%d indices: the kernel links at most 2^31-1", count)
+			}
+			args := make([]any, 0, len(c.Inputs)+6+len(extra))
+			for i, in := range c.Inputs {
+				switch {
+				case i == idxIdx:
+				case in.DType != tensor.Float32:
+					return unsupported(fmt.Sprintf("input %d", i), in.DType, f32)
+				case i < refs:
+					if !slices.Equal(in.Shape, v.Shape) {
+						return fmt.Errorf("input %d has shape %v, the variable %v", i, in.Shape, v.Shape)
+					}
+					for j := range i {
+						if c.Inputs[j].Buf.Ptr == in.Buf.Ptr {
+							return fmt.Errorf("inputs %d and %d are the same variable", j, i)
+						}
+					}
+				case i != gradIdx && in.NumElements() != 1:
+					return fmt.Errorf("input %d must be a scalar, got shape %v", i, in.Shape)
+				}
+				args = append(args, in.Buf.Ptr)
+			}
+			if count == 0 {
+				return nil
+			}
+			if c.Scratch == nil {
+				return fmt.Errorf("the launch has no scratch memory for the indices' links")
+			}
+			links, err := c.Scratch(4 * (2*count + 1))
+			if err != nil {
+				return err
+			}
+			next, lead, bad := links, links.Add(4*count), links.Add(8*count)
+			rec, tag, err := l.faultLog().record(l.Stream(), c.Node)
+			if err != nil {
+				return err
+			}
+			if err := l.Stream().Zero(bad, 4); err != nil {
+				return err
+			}
+			sfx := suffix(idx.DType)
+			if err := l.launch("sparse_rows_"+sfx, grid1(count), block1, idx.Buf.Ptr, count, rows, next, lead, bad, rec, tag); err != nil {
+				return err
+			}
+			if width == 0 {
+				return nil
+			}
+			args = append(append(args, next, lead, bad, count, width), extra...)
+			return l.launch(kernel+"_"+sfx, grid1(count*width), block1, args...)
+		}, nil
+	}
 }

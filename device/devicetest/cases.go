@@ -273,3 +273,89 @@ func RandomCases() []Case {
 		{Op: "RandomUniform", Attrs: seeds(9, 9), Inputs: []*tensor.Tensor{shape(2, 0)}},
 	}
 }
+
+// SparseUpdateCases returns the checks of the sparse updates
+// (device.SparseUpdates): variables of odd row widths and counts, their
+// slots positive where a rule takes a square root of them, int32 and int64
+// indices that repeat (each index's gradient rows summed first) and skip
+// rows, a variable of rows of one element, and enough indices and rows for
+// several blocks.
+func SparseUpdateCases() []Case {
+	r := rand.New(rand.NewPCG(9, 10))
+	f := func(shape ...int) *tensor.Tensor { return randFloats(r, shape...) }
+	pos := func(shape ...int) *tensor.Tensor {
+		t := randFloats(r, shape...)
+		for i, v := range t.Float32s() {
+			t.Float32s()[i] = 0.1 + abs(v)
+		}
+		return t
+	}
+	// idx draws n indices below rows, repeating some: the first twice,
+	// and every third one of a few rows.
+	idx := func(dt tensor.DType, n, rows int) *tensor.Tensor {
+		v := make([]int64, n)
+		for i := range v {
+			v[i] = int64(r.IntN(rows))
+			if i%3 == 2 {
+				v[i] = int64(r.IntN(min(rows, 4)))
+			}
+		}
+		if n > 3 {
+			v[n-1] = v[0]
+		}
+		t := tensor.New(dt, n)
+		for i, x := range v {
+			if dt == tensor.Int32 {
+				t.Int32s()[i] = int32(x)
+			} else {
+				t.Int64s()[i] = x
+			}
+		}
+		return t
+	}
+	sc := func(v float32) *tensor.Tensor { return tensor.Scalar(v) }
+	const rows, width, n = 37, 33, 50
+	return []Case{
+		{Op: "SparseApplyGradientDescent", Inputs: []*tensor.Tensor{f(rows, width), sc(0.1), f(n, width), idx(tensor.Int32, n, rows)}},
+		{Op: "SparseApplyGradientDescent", Inputs: []*tensor.Tensor{f(101), sc(0.5), f(7), idx(tensor.Int64, 7, 101)}},
+		{Op: "SparseApplyGradientDescent", Inputs: []*tensor.Tensor{f(1000, 3, 5), sc(0.01), f(300, 3, 5), idx(tensor.Int64, 300, 1000)}},
+		{Op: "SparseApplyMomentum", Inputs: []*tensor.Tensor{f(rows, width), f(rows, width), sc(0.01), f(n, width), idx(tensor.Int64, n, rows), sc(0.9)}},
+		{Op: "SparseApplyMomentum", Attrs: map[string]any{"use_nesterov": true},
+			Inputs: []*tensor.Tensor{f(rows, 7), f(rows, 7), sc(0.01), f(n, 7), idx(tensor.Int32, n, rows), sc(0.9)}},
+		{Op: "SparseApplyAdagrad", Inputs: []*tensor.Tensor{f(rows, width), pos(rows, width), sc(0.1), f(n, width), idx(tensor.Int32, n, rows)}},
+		{Op: "SparseApplyAdagrad", Inputs: []*tensor.Tensor{f(1000, 17), pos(1000, 17), sc(0.1), f(400, 17), idx(tensor.Int64, 400, 1000)}},
+		{Op: "SparseApplyAdam", Inputs: []*tensor.Tensor{f(rows, width), f(rows, width), pos(rows, width), sc(0.9), sc(0.999), sc(0.001),
+			sc(0.9), sc(0.999), sc(1e-8), f(n, width), idx(tensor.Int64, n, rows)}},
+		{Op: "SparseApplyAdam", Inputs: []*tensor.Tensor{f(13), f(13), pos(13), sc(0.729), sc(0.997), sc(0.01),
+			sc(0.9), sc(0.999), sc(1e-7), f(20), idx(tensor.Int32, 20, 13)}},
+	}
+}
+
+// AssignCases returns the checks of AssignAdd and AssignSub: each dtype of
+// device.AssignDTypes, an odd size over several blocks, and an int64
+// scalar as a global step's increment.
+func AssignCases() []Case {
+	r := rand.New(rand.NewPCG(11, 12))
+	const n = 1000 + 37
+	f := func(shape ...int) *tensor.Tensor { return randFloats(r, shape...) }
+	ints := func(dt tensor.DType, shape ...int) *tensor.Tensor {
+		t := tensor.New(dt, shape...)
+		for i := range t.NumElements() {
+			v := r.Int64N(1<<20) - 1<<19
+			if dt == tensor.Int32 {
+				t.Int32s()[i] = int32(v)
+			} else {
+				t.Int64s()[i] = v
+			}
+		}
+		return t
+	}
+	return []Case{
+		{Op: "AssignAdd", Inputs: []*tensor.Tensor{f(n), f(n)}},
+		{Op: "AssignAdd", Inputs: []*tensor.Tensor{ints(tensor.Int32, 5, 3, 7), ints(tensor.Int32, 5, 3, 7)}},
+		{Op: "AssignAdd", Inputs: []*tensor.Tensor{tensor.Scalar(int64(41)), tensor.Scalar(int64(1))}},
+		{Op: "AssignSub", Inputs: []*tensor.Tensor{f(33, 31), f(33, 31)}},
+		{Op: "AssignSub", Inputs: []*tensor.Tensor{ints(tensor.Int64, n), ints(tensor.Int64, n)}},
+		{Op: "AssignSub", Inputs: []*tensor.Tensor{ints(tensor.Int32, 3), ints(tensor.Int32, 3)}},
+	}
+}

@@ -612,18 +612,31 @@ func values(t *tensor.Tensor) []float64 {
 // second step starts from the slots the first wrote.
 const updateSteps = 2
 
+// refCases are the cases of the ops that update variables in place:
+// device.Updates, device.SparseUpdates, AssignAdd and AssignSub.
+func refCases() []Case {
+	return slices.Concat(UpdateCases(), SparseUpdateCases(), AssignCases())
+}
+
+// testUpdates checks the ops that update their ref inputs in place
+// (device.Updates, device.SparseUpdates, and AssignAdd and AssignSub of
+// device.VariableOps) against the CPU's kernels: the refs after two steps,
+// and the outputs of the second; and that a sparse update given an index
+// out of range reports it and writes nothing.
 func testUpdates(t *testing.T, p device.Platform) {
 	requireKernels(t, p, device.Updates, "device.Updates")
+	requireKernels(t, p, device.SparseUpdates, "device.SparseUpdates")
+	requireKernels(t, p, device.VariableOps, "device.VariableOps")
 	d := open(t, p, device.Options{Count: 1, MemoryLimit: 64 << 20})[0]
 	covered := map[string]bool{}
-	for _, c := range UpdateCases() {
+	for _, c := range refCases() {
 		covered[c.Op] = true
 		t.Run(c.Op, func(t *testing.T) {
-			want, err := cpuUpdate(c, updateSteps)
+			want, wantOuts, err := cpuUpdate(c, updateSteps)
 			if err != nil {
 				t.Fatalf("%v on the CPU: %v", c, err)
 			}
-			got, err := deviceUpdate(d, c, updateSteps)
+			got, gotOuts, err := deviceUpdate(d, c, updateSteps)
 			if err != nil {
 				t.Fatalf("%v on %s: %v", c, d.Info().Name, err)
 			}
@@ -632,32 +645,39 @@ func testUpdates(t *testing.T, p device.Platform) {
 					t.Errorf("%v after %d steps, variable input %d: %s", c, updateSteps, i, msg)
 				}
 			}
+			for i := range wantOuts {
+				if msg := compare(gotOuts[i], wantOuts[i], forwardTol); msg != "" {
+					t.Errorf("%v step %d, output %d: %s", c, updateSteps, i, msg)
+				}
+			}
 		})
 	}
-	for _, op := range device.Updates {
-		if !covered[op] {
-			t.Errorf("no case of %s in devicetest.UpdateCases", op)
+	for _, op := range slices.Concat(device.Updates, device.SparseUpdates, device.VariableOps) {
+		if !covered[op] && op != "Assign" { // Assign: testVariables
+			t.Errorf("no case of %s in devicetest.UpdateCases, SparseUpdateCases or AssignCases", op)
 		}
 	}
+	t.Run("IndexOutOfRange", func(t *testing.T) { testIndexOutOfRange(t, d) })
 	if st := d.Allocator().Stats(); st.Live != 0 {
 		t.Errorf("the update cases left %d allocations (%d bytes) live", st.Live, st.InUse)
 	}
 }
 
 // cpuUpdate applies c's update steps times with the CPU kernel to
-// variables holding c's ref inputs, and returns their values.
-func cpuUpdate(c Case, steps int) ([]*tensor.Tensor, error) {
+// variables holding c's ref inputs, and returns their values and the last
+// step's outputs.
+func cpuUpdate(c Case, steps int) (_, outs []*tensor.Tensor, _ error) {
 	n, err := Node(c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f, err := kernel.Lookup(c.Op, kernel.CPU)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	k, err := f(n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	res := kernel.NewResources()
 	kc := &kernel.Context{Ctx: context.Background(), Node: n, Resources: res,
@@ -672,13 +692,14 @@ func cpuUpdate(c Case, steps int) ([]*tensor.Tensor, error) {
 			err = v.Assign(in)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		kc.Refs[i] = v
 	}
 	for range steps {
+		kc.Outputs = make([]*tensor.Tensor, n.NumOutputs())
 		if err := k.Compute(kc); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var out []*tensor.Tensor
@@ -688,25 +709,29 @@ func cpuUpdate(c Case, steps int) ([]*tensor.Tensor, error) {
 		}
 		t, err := v.Read()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, t)
 	}
-	return out, nil
+	return out, kc.Outputs, nil
 }
 
 // deviceUpdate applies c's update steps times on d to c's inputs copied
-// into device memory, and returns the ref inputs' values.
-func deviceUpdate(d device.Device, c Case, steps int) (_ []*tensor.Tensor, err error) {
+// into device memory, and returns the ref inputs' values and the last
+// step's outputs.
+func deviceUpdate(d device.Device, c Case, steps int) (_, outs []*tensor.Tensor, err error) {
 	run, err := Prepare(d, c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer run.Close()
-	for range steps {
+	for range steps - 1 {
 		if err := run.Launch(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+	}
+	if outs, err = run.Run(); err != nil {
+		return nil, nil, err
 	}
 	var refs []*device.Tensor
 	for i, in := range run.ins {
@@ -714,7 +739,83 @@ func deviceUpdate(d device.Device, c Case, steps int) (_ []*tensor.Tensor, err e
 			refs = append(refs, in)
 		}
 	}
-	return download(d, refs)
+	got, err := download(d, refs)
+	return got, outs, err
+}
+
+// testIndexOutOfRange gives each sparse update (device.SparseUpdates) an
+// index past the variable's rows, then a negative one: the launch is
+// queued, the stream's next Synchronize returns an error wrapping
+// device.ErrIndexOutOfRange that names the node, the index and its
+// position, the variable and its slots keep their values, and the stream
+// goes on: the same update with the indices in range then runs as the
+// CPU's.
+func testIndexOutOfRange(t *testing.T, d device.Device) {
+	covered := map[string]bool{}
+	for _, c := range SparseUpdateCases() {
+		if covered[c.Op] {
+			continue
+		}
+		covered[c.Op] = true
+		at := device.SparseIndices(c.Op)
+		rows := c.Inputs[0].Shape()[0]
+		for _, bad := range []int64{int64(rows), -1} {
+			t.Run(fmt.Sprintf("%s/%d", c.Op, bad), func(t *testing.T) {
+				bc := c
+				bc.Inputs = slices.Clone(c.Inputs)
+				idx := c.Inputs[at].Clone()
+				const pos = 2
+				if idx.DType() == tensor.Int32 {
+					idx.Int32s()[pos] = int32(bad)
+				} else {
+					idx.Int64s()[pos] = bad
+				}
+				bc.Inputs[at] = idx
+				run, err := Prepare(d, bc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer run.Close()
+				if err := run.Launch(); err != nil {
+					t.Fatalf("the launch: %v, want the error at Synchronize", err)
+				}
+				err = d.Stream().Synchronize(context.Background())
+				want := fmt.Sprintf("indices[%d] = %d is out of range [0, %d)", pos, bad, rows)
+				if !errors.Is(err, device.ErrIndexOutOfRange) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), run.node.Name()) {
+					t.Fatalf("%v: Synchronize: %v, want device.ErrIndexOutOfRange naming the node and %q", bc, err, want)
+				}
+				var refs []*device.Tensor
+				for i, in := range run.ins {
+					if run.node.IsRefInput(i) {
+						refs = append(refs, in)
+					}
+				}
+				got, err := download(d, refs)
+				if err != nil {
+					t.Fatalf("after the fault: %v", err)
+				}
+				for i, g := range got {
+					if !equal(g, c.Inputs[i]) {
+						t.Errorf("%v: variable input %d changed", bc, i)
+					}
+				}
+				// The stream goes on; the next Synchronize reports nothing.
+				wantVals, _, err := cpuUpdate(c, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _, err = deviceUpdate(d, c, 1)
+				if err != nil {
+					t.Fatalf("the update in range after the fault: %v", err)
+				}
+				for i := range wantVals {
+					if msg := compare(got[i], wantVals[i], forwardTol); msg != "" {
+						t.Errorf("%v after the fault, variable input %d: %s", c, i, msg)
+					}
+				}
+			})
+		}
+	}
 }
 
 // randomRuns is how many runs of each random case testRandom draws.

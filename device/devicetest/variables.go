@@ -23,8 +23,9 @@ const variableUpdateSteps = 3
 // testVariables checks device variables (device.Variables) as the runner
 // keeps them: uninitialized until assigned, read in place by kernels and
 // fetches, assigned, kept from runner to runner, updated in place by each
-// rule of device.Updates as the CPU's rules update a host variable, in
-// captured and replayed steps too, and freed when the store closes.
+// rule of device.Updates and device.SparseUpdates and by AssignAdd and
+// AssignSub as the CPU's kernels update a host variable, in captured and
+// replayed steps too, and freed when the store closes.
 func testVariables(t *testing.T, p device.Platform) {
 	d := open(t, p, device.Options{Count: 1, MemoryLimit: 64 << 20})[0]
 	t.Run("Assign", func(t *testing.T) {
@@ -77,9 +78,9 @@ func testVariables(t *testing.T, p device.Platform) {
 		}
 	})
 	t.Run("ReadAfterUpdate", func(t *testing.T) { testReadAfterUpdate(t, d) })
-	for _, c := range UpdateCases() {
+	for _, c := range refCases() {
 		t.Run(c.Op, func(t *testing.T) {
-			want, err := cpuUpdate(c, variableUpdateSteps)
+			want, _, err := cpuUpdate(c, variableUpdateSteps)
 			if err != nil {
 				t.Fatalf("%v on the CPU: %v", c, err)
 			}

@@ -13,14 +13,20 @@
 // copies, and a device pointer is not a Go address. Each device has one
 // stream, a goroutine that runs the copies and kernels queued on it in
 // order while the host goes on; an error of queued work is sticky and
-// surfaces at Synchronize, as CUDA's do. Kernels run the CPU kernels
+// surfaces at Synchronize, as CUDA's do; a fault a kernel reports instead
+// of doing its work (a sparse update's index out of range,
+// device.ErrIndexOutOfRange) surfaces at the next Synchronize once, and the
+// stream goes on, as on CUDA. Kernels run the CPU kernels
 // (package kernel/cpu) on the stream, reading their inputs where they lie
 // in device memory and copying their results into the outputs the runtime
 // allocated, after checking their shapes against the ones inferred before
 // the launch. The platform registers a kernel for each op of device.Ops,
-// device.Random and device.Updates, no more, so that soft placement sends the same ops
-// to the CPU as on a real GPU; an update runs the CPU's rule on variables
-// holding copies of its ref inputs' device memory, and copies them back;
+// device.Random, device.Updates, device.SparseUpdates and
+// device.VariableOps, no more, so that soft placement sends the same ops to
+// the CPU as on a real GPU; an update (AssignAdd and AssignSub too) runs
+// the CPU's rule on variables holding copies of its ref inputs' device
+// memory, and copies them back, a sparse update's out-of-range index
+// failing the stream with the CPU kernel's error;
 // a random op draws device.PhiloxUniform's stream, as CUDA's kernel does,
 // counting its runs on the stream, so that replays draw fresh numbers.
 //

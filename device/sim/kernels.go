@@ -28,17 +28,22 @@ func registerKernels() {
 		device.RegisterKernel(Name, op, device.KernelDef{HostInputs: device.HostInputs(op),
 			DTypes: []tensor.DType{tensor.Float32}, Factory: randomFactory(op)})
 	}
-	for _, op := range device.Updates {
+	for _, op := range append(slices.Clone(device.Updates), device.SparseUpdates...) {
 		device.RegisterKernel(Name, op, device.KernelDef{DTypes: []tensor.DType{tensor.Float32, tensor.Float64}, Factory: updateFactory(op)})
 	}
 	device.RegisterKernel(Name, "Assign", device.KernelDef{Factory: device.AssignFactory})
+	for _, op := range []string{"AssignAdd", "AssignSub"} {
+		device.RegisterKernel(Name, op, device.KernelDef{DTypes: device.AssignDTypes, Factory: updateFactory(op)})
+	}
 }
 
-// updateFactory builds the adapter of the CPU kernel of an optimizer's
-// update (device.Updates), which updates its ref inputs in place: on the
-// stream, each ref's device memory becomes the value of a variable of a
-// resource container of its own, the CPU kernel updates the variables,
-// and their values are copied back.
+// updateFactory builds the adapter of the CPU kernel of an op that
+// updates its ref inputs in place (device.Updates, device.SparseUpdates,
+// AssignAdd and AssignSub): on the stream, each ref's device memory
+// becomes the value of a variable of a resource container of its own, the
+// CPU kernel updates the variables (checking a sparse update's indices,
+// whose error fails the stream), their values are copied back, and so are
+// the kernel's outputs (AssignAdd's new value).
 func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
 	return func(n *graph.Node) (device.Kernel, error) {
 		f, err := kernel.Lookup(op, kernel.CPU)
@@ -54,11 +59,13 @@ func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
 			if !ok {
 				return fmt.Errorf("sim: node %s: a simulated kernel launched on a %T", c.Node, c.Stream)
 			}
-			ins := slices.Clone(c.Inputs)
+			ins, outs := slices.Clone(c.Inputs), slices.Clone(c.Outputs)
+			at := device.SparseIndices(op)
 			return st.launch(func() error {
 				res := kernel.NewResources()
 				kc := &kernel.Context{Ctx: context.Background(), Node: n, Resources: res,
-					Inputs: make([]*tensor.Tensor, len(ins)), Refs: make([]*kernel.Variable, len(ins))}
+					Inputs: make([]*tensor.Tensor, len(ins)), Refs: make([]*kernel.Variable, len(ins)),
+					Outputs: make([]*tensor.Tensor, len(outs))}
 				views := make([]*tensor.Tensor, len(ins))
 				for i, in := range ins {
 					if n.IsRefInput(i) && in.Host != nil {
@@ -88,6 +95,11 @@ func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
 					}
 					kc.Refs[i] = v
 				}
+				if at >= 0 {
+					if err := checkIndices(n, views[at], ins[0].Shape); err != nil {
+						return err
+					}
+				}
 				if err := k.Compute(kc); err != nil {
 					return fmt.Errorf("sim: node %s (%s): %w", n, n.Op(), err)
 				}
@@ -99,10 +111,42 @@ func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
 						return fmt.Errorf("sim: node %s: input %d: %w", n, i, err)
 					}
 				}
-				return nil
+				return copyOutputs(st, n, kc.Outputs, outs)
 			})
 		}), nil
 	}
+}
+
+// checkIndices checks a sparse update's indices against the rows of its
+// variable, of shape, as a device does: an error wrapping
+// device.ErrIndexOutOfRange. A variable without rows is left to the CPU
+// kernel's checks.
+func checkIndices(n *graph.Node, idx *tensor.Tensor, shape []int) error {
+	if len(shape) < 1 {
+		return nil
+	}
+	rows := int64(shape[0])
+	check := func(pos int, v int64) error {
+		if v < 0 || v >= rows {
+			return device.IndexError(n, int64(pos), v, rows)
+		}
+		return nil
+	}
+	switch d := idx.Data().(type) {
+	case []int32:
+		for i, v := range d {
+			if err := check(i, int64(v)); err != nil {
+				return err
+			}
+		}
+	case []int64:
+		for i, v := range d {
+			if err := check(i, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // cpuFactory builds the adapter of op's CPU kernel.
@@ -155,20 +199,27 @@ func (k *cpuKernel) Launch(c *device.Context) error {
 		if err := k.k.Compute(kc); err != nil {
 			return fmt.Errorf("sim: node %s (%s): %w", node, node.Op(), err)
 		}
-		for i, out := range outs {
-			got := kc.Outputs[i]
-			if got == nil || got.DType() != out.DType || !slices.Equal(got.Shape(), out.Shape) {
-				return fmt.Errorf("sim: node %s (%s): output %d is %v, the shape function said %v%v",
-					node, node.Op(), i, describe(got), out.DType, out.Shape)
-			}
-			raw, err := st.mem.bytes(out.Buf.Ptr, out.Bytes())
-			if err != nil {
-				return fmt.Errorf("sim: node %s: output %d: %w", node, i, err)
-			}
-			copy(raw, got.RawBytes())
-		}
-		return nil
+		return copyOutputs(st, node, kc.Outputs, outs)
 	})
+}
+
+// copyOutputs copies a CPU kernel's outputs got into the device outputs
+// outs, after checking them against the shapes inferred before the launch.
+// It runs on the stream.
+func copyOutputs(st *stream, node *graph.Node, got []*tensor.Tensor, outs []*device.Tensor) error {
+	for i, out := range outs {
+		g := got[i]
+		if g == nil || g.DType() != out.DType || !slices.Equal(g.Shape(), out.Shape) {
+			return fmt.Errorf("sim: node %s (%s): output %d is %v, the shape function said %v%v",
+				node, node.Op(), i, describe(g), out.DType, out.Shape)
+		}
+		raw, err := st.mem.bytes(out.Buf.Ptr, out.Bytes())
+		if err != nil {
+			return fmt.Errorf("sim: node %s: output %d: %w", node, i, err)
+		}
+		copy(raw, g.RawBytes())
+	}
+	return nil
 }
 
 func describe(t *tensor.Tensor) string {

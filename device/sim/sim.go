@@ -235,6 +235,7 @@ type stream struct {
 
 	errMu sync.Mutex
 	err   error // the first error of queued work: sticky
+	fault error // the first fault (device.ErrIndexOutOfRange) since the last Synchronize
 }
 
 // item is queued work, or a mark that Synchronize waits for.
@@ -260,13 +261,38 @@ func (s *stream) run() {
 			continue // a failed stream runs nothing more, as CUDA's
 		}
 		if err := it.f(); err != nil {
-			s.errMu.Lock()
-			if s.err == nil {
-				s.err = err
-			}
-			s.errMu.Unlock()
+			s.record(err)
 		}
 	}
+}
+
+// isFault reports whether err is a fault that a kernel found on the
+// device and reported instead of doing its work (an index out of range),
+// which does not fail the stream, as on CUDA (device.SparseUpdates).
+func isFault(err error) bool { return errors.Is(err, device.ErrIndexOutOfRange) }
+
+// record keeps err: a fault until the next Synchronize, any other error
+// for good.
+func (s *stream) record(err error) {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	switch {
+	case isFault(err):
+		if s.fault == nil {
+			s.fault = err
+		}
+	case s.err == nil:
+		s.err = err
+	}
+}
+
+// takeFault returns the fault recorded since the last call, and clears it.
+func (s *stream) takeFault() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	err := s.fault
+	s.fault = nil
+	return err
 }
 
 func (s *stream) failed() error {
@@ -354,7 +380,10 @@ func (g *recording) Launch() error {
 	return g.s.launch(func() error {
 		for _, f := range g.work {
 			if err := f(); err != nil {
-				return err
+				if !isFault(err) {
+					return err
+				}
+				g.s.record(err) // the replay goes on, as the stream would
 			}
 		}
 		return nil
@@ -432,7 +461,10 @@ func (s *stream) Synchronize(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("sim: synchronize: %w", ctx.Err())
 	}
-	return s.failed()
+	if err := s.failed(); err != nil {
+		return err
+	}
+	return s.takeFault()
 }
 
 // close waits for the queued work and stops the goroutine.

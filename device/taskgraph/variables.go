@@ -16,9 +16,11 @@ import (
 
 // Device-resident variables (Config.VariablesOnDevice). A Variable that
 // asks for an accelerator lives in that device's memory when every op of
-// the graph that takes it by ref can run there: Assign, the optimizers'
-// updates (device.Updates, for the variable's dtype), IsVariableInitialized
-// and the checkpoint ops, which the runner runs through the host. Those
+// the graph that takes it by ref can run there: Assign, AssignAdd and
+// AssignSub (device.VariableOps), the optimizers' updates (device.Updates,
+// and device.SparseUpdates for an embedding's sparse gradient), each for
+// the variable's dtype, IsVariableInitialized and the checkpoint ops, which
+// the runner runs through the host. Those
 // ops then run on the variable's device whatever device they ask for,
 // as TensorFlow colocates the users of a ref with their variable, so that
 // no ref crosses devices; a read of the variable by the host (a fetch, a
@@ -158,9 +160,10 @@ func DeviceVariables(res *kernel.Resources) []DeviceVariable {
 	return out
 }
 
-// refOps are the ops other than device.Updates that may take a device
-// variable by ref: the runner's own, and Assign (a copy in device memory).
-var refOps = []string{"Assign", "IsVariableInitialized", "SaveVariables", "RestoreVariables"}
+// refOps are the runner's own ops that may take a device variable by ref;
+// the others are those of device.VariableOps, device.Updates and
+// device.SparseUpdates that the platform runs for the variable's dtype.
+var refOps = []string{"IsVariableInitialized", "SaveVariables", "RestoreVariables"}
 
 // placeVariables returns the device index of each Variable of g that lives
 // on an accelerator.
@@ -245,13 +248,10 @@ func refSupported(u, v *graph.Node, platform string) bool {
 		}
 	}
 	if slices.Contains(refOps, u.Op()) {
-		if u.Op() != "Assign" {
-			return true
-		}
-		_, err := device.LookupKernel(platform, "Assign")
-		return err == nil
+		return true // the runner's own
 	}
-	if !slices.Contains(device.Updates, u.Op()) {
+	if !slices.Contains(device.VariableOps, u.Op()) && !slices.Contains(device.Updates, u.Op()) &&
+		!slices.Contains(device.SparseUpdates, u.Op()) {
 		return false
 	}
 	def, err := device.LookupKernel(platform, u.Op())

@@ -321,7 +321,7 @@ func TestVariablesOnDeviceOptimizers(t *testing.T) {
 // TestDeviceVariablePlacement: a variable on /gpu:0 stays there with the
 // ops that take it by ref, whatever device they ask for, and a read by
 // the host crosses as a value; one that an op without a device kernel
-// (AssignAdd) takes by ref stays on the host; an op that takes both by
+// for its dtype (AssignAdd of a float64) takes by ref stays on the host; an op that takes both by
 // ref (a checkpoint's) keeps both there; a step built after the graph grew
 // that would move a variable is refused by name.
 func TestDeviceVariablePlacement(t *testing.T) {
@@ -339,8 +339,8 @@ func TestDeviceVariablePlacement(t *testing.T) {
 		g := root.WithDevice("/gpu:0")
 		m := model{root: root}
 		m.w = ops.NewVariable(g, "w", tensor.Float32, []int{3}, ops.ConstantInit(1))
-		m.c = ops.NewVariable(g, "c", tensor.Float32, []int{3}, ops.ConstantInit(2))
-		m.counted = ops.AssignAdd(g, m.c.Value(), ops.Const(root, []float32{1, 1, 1}))
+		m.c = ops.NewVariable(g, "c", tensor.Float64, []int{3}, ops.ConstantInit(2))
+		m.counted = ops.AssignAdd(g, m.c.Value(), ops.Const(root, []float64{1, 1, 1}))
 		// An update asked for on the host runs next to its variable.
 		m.step = ops.ApplyGradientDescent(root.WithDevice("/cpu:0"), m.w.Value(), ops.Const(root, float32(0.5)), ops.Const(root, []float32{1, 2, 3}))
 		m.exp = ops.Exp(root, m.w.Value()) // read on the host: no device kernel for Exp
@@ -401,7 +401,7 @@ func TestDeviceVariablePlacement(t *testing.T) {
 			if got := out[0].Float32s()[0]; math.Abs(float64(got)-math.Exp(float64(want[0]))) > 1e-5 {
 				t.Errorf("step %d: exp(w)[0] = %g on the host, want %g", i, got, math.Exp(float64(want[0])))
 			}
-			if got := out[2].Float32s()[0]; got != float32(3+i) {
+			if got := out[2].Float64s()[0]; got != float64(3+i) {
 				t.Errorf("step %d: c counted %g on the host, want %d", i, got, 3+i)
 			}
 		}
@@ -461,8 +461,17 @@ func TestDeviceVariablePlacement(t *testing.T) {
 		res := kernel.NewResources()
 		defer taskgraph.ReleaseVariables(res)
 		run(t, m, res)
-		late := ops.AssignAdd(m.root, m.w.Value(), ops.Const(m.root, []float32{1, 1, 1}))
-		_, err := taskgraph.New(m.root.Graph(), graph.Signature{Fetches: []graph.Output{late}}, res, cfg)
+		// FTRL's dense update has no device kernel.
+		slot := func(name string) graph.Output {
+			return ops.NewVariable(m.root, name, tensor.Float32, []int{3}, ops.ConstantInit(0.1)).Value()
+		}
+		sc := func(v float32) graph.Output { return ops.Const(m.root, v) }
+		late := ops.ApplyFtrl(m.root, m.w.Value(), slot("accum"), slot("linear"), ops.Const(m.root, []float32{1, 1, 1}),
+			sc(0.1), sc(0), sc(0), sc(-0.5))
+		if err := m.root.Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := taskgraph.New(m.root.Graph(), graph.Signature{Targets: []*graph.Node{late}}, res, cfg)
 		if err == nil || !strings.Contains(err.Error(), "lives on /job:localhost/task:0/gpu:0 since an earlier step") {
 			t.Errorf("a step that would move w to the host: %v", err)
 		}

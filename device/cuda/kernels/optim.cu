@@ -67,3 +67,188 @@ extern "C" __global__ void apply_adam_f32(float* var, float* m, float* v, const 
     var[i] -= lr_t * a / (sqrtf(b) + e);
   }
 }
+
+// AssignAdd and AssignSub: ref += value (ref -= value with sub) in place,
+// and out, the op's output, the new value.
+#define ASSIGN_ADD(name, T)                                                                  \
+  extern "C" __global__ void name(T* ref, const T* val, T* out, i64 n, int sub) {            \
+    GRID_LOOP(i, n) {                                                                        \
+      T v = sub ? (T)(ref[i] - val[i]) : (T)(ref[i] + val[i]);                               \
+      ref[i] = v;                                                                            \
+      out[i] = v;                                                                            \
+    }                                                                                        \
+  }
+ASSIGN_ADD(assign_add_f32, float)
+ASSIGN_ADD(assign_add_i32, i32)
+ASSIGN_ADD(assign_add_i64, i64)
+
+// Fault is a device's record of the first fault its kernels found (see
+// faults.go): tag names the launch's node (0: no fault), pos and index the
+// offending index and its position, rows the bound it broke.
+struct Fault {
+  int tag;
+  int pad;
+  i64 pos;
+  i64 index;
+  i64 rows;
+};
+
+__device__ __forceinline__ void report_fault(Fault* f, int tag, i64 pos, i64 index, i64 rows) {
+  if (atomicCAS(&f->tag, 0, tag) == 0) {
+    f->pos = pos;
+    f->index = index;
+    f->rows = rows;
+  }
+}
+
+// Sparse updates (device.SparseUpdates) run in two launches. The first,
+// sparse_rows_<index type>, takes a thread per position j of the n indices:
+// it checks idx[j] against the variable's rows (out of range: *bad is set
+// and the fault reported, and the second launch updates nothing), and
+// links the positions of each index: lead[j] is 1 at its first position,
+// next[j] is its next position or -1. The second, the rule's, takes a
+// thread per element of the gradient: at a lead position it sums the
+// gradient's rows of that index in their order (as the CPU's sparseDedup,
+// from 0 when there are several) and updates the element of the row, in
+// double as the CPU's sparse rules. Distinct rows, distinct threads: no
+// atomics, and the result does not depend on scheduling. Finding the
+// links is quadratic in n, which a batch's ids keep small.
+#define SPARSE_ROWS(name, I)                                                                                    \
+  extern "C" __global__ void name(const I* idx, i64 n, i64 rows, i32* next, i32* lead, i32* bad, Fault* fault, \
+                                  int tag) {                                                                    \
+    GRID_LOOP(j, n) {                                                                                           \
+      I v = idx[j];                                                                                             \
+      if (v < 0 || (i64)v >= rows) {                                                                            \
+        *bad = 1;                                                                                               \
+        report_fault(fault, tag, j, (i64)v, rows);                                                              \
+      }                                                                                                         \
+      int first = 1;                                                                                            \
+      for (i64 k = 0; k < j; ++k) {                                                                             \
+        if (idx[k] == v) {                                                                                      \
+          first = 0;                                                                                            \
+          break;                                                                                                \
+        }                                                                                                       \
+      }                                                                                                         \
+      lead[j] = first;                                                                                          \
+      i32 nx = -1;                                                                                              \
+      for (i64 k = j + 1; k < n; ++k) {                                                                         \
+        if (idx[k] == v) {                                                                                      \
+          nx = (i32)k;                                                                                          \
+          break;                                                                                                \
+        }                                                                                                       \
+      }                                                                                                         \
+      next[j] = nx;                                                                                             \
+    }                                                                                                           \
+  }
+SPARSE_ROWS(sparse_rows_i32, i32)
+SPARSE_ROWS(sparse_rows_i64, i64)
+
+// sparse_elem finds gradient element t's place: false unless its position
+// leads its index; else *at is the variable's element and *g the summed
+// gradient.
+template <class I>
+__device__ __forceinline__ bool sparse_elem(i64 t, const I* idx, const i32* next, const i32* lead, const float* grad,
+                                            i64 width, i64* at, double* g) {
+  i64 j = t / width, e = t - j * width;
+  if (!lead[j]) return false;
+  float s = grad[t];
+  i32 k = next[j];
+  if (k >= 0) {
+    s = 0.0f + s;
+    for (; k >= 0; k = next[k]) s += grad[(i64)k * width + e];
+  }
+  *at = (i64)idx[j] * width + e;
+  *g = (double)s;
+  return true;
+}
+
+// SPARSE_ARGS are the links' and the sizes' parameters of every rule;
+// SPARSE_LOOP opens the loop over the gradient's elements, which the
+// rule's body and one more brace close.
+#define SPARSE_ARGS const i32 *next, const i32 *lead, const i32 *bad, i64 n, i64 width
+#define SPARSE_LOOP(t, at, g)                                   \
+  if (*bad) return;                                             \
+  GRID_LOOP(t, n * width) {                                     \
+    i64 at;                                                     \
+    double g;                                                   \
+    if (!sparse_elem(t, idx, next, lead, grad, width, &at, &g)) \
+      continue;
+
+// var -= alpha*grad.
+template <class I>
+__device__ void sparse_sgd(float* var, const float* alpha, const float* grad, const I* idx, SPARSE_ARGS) {
+  double a = *alpha;
+  SPARSE_LOOP(t, at, g)
+  var[at] = (float)((double)var[at] - a * g);
+}
+}
+
+// accum = accum*momentum + grad; var -= lr*accum, or with Nesterov
+// var -= grad*lr + accum*momentum*lr.
+template <class I>
+__device__ void sparse_momentum(float* var, float* accum, const float* lr, const float* grad, const I* idx,
+                                const float* momentum, SPARSE_ARGS, int nesterov) {
+  double l = *lr, mo = *momentum;
+  SPARSE_LOOP(t, at, g)
+  double a = (double)accum[at] * mo + g;
+  accum[at] = (float)a;
+  if (nesterov) {
+    var[at] = (float)((double)var[at] - (g * l + a * mo * l));
+  } else {
+    var[at] = (float)((double)var[at] - l * a);
+  }
+}
+}
+
+// accum += grad^2; var -= lr*grad/sqrt(accum).
+template <class I>
+__device__ void sparse_adagrad(float* var, float* accum, const float* lr, const float* grad, const I* idx, SPARSE_ARGS) {
+  double l = *lr;
+  SPARSE_LOOP(t, at, g)
+  double a = (double)accum[at] + g * g;
+  accum[at] = (float)a;
+  var[at] = (float)((double)var[at] - l * g / sqrt(a));
+}
+}
+
+// Lazy Adam: lr_t = lr*sqrt(1-beta2_power)/(1-beta1_power);
+// m += (grad-m)*(1-beta1); v += (grad^2-v)*(1-beta2);
+// var -= lr_t*m/(sqrt(v)+epsilon), on the rows named only.
+template <class I>
+__device__ void sparse_adam(float* var, float* m, float* v, const float* beta1_power, const float* beta2_power,
+                            const float* lr, const float* beta1, const float* beta2, const float* epsilon,
+                            const float* grad, const I* idx, SPARSE_ARGS) {
+  double b1p = *beta1_power, b2p = *beta2_power, b1 = *beta1, b2 = *beta2, eps = *epsilon;
+  double lr_t = (double)*lr * sqrt(1.0 - b2p) / (1.0 - b1p);
+  SPARSE_LOOP(t, at, g)
+  double mm = (double)m[at], vv = (double)v[at];
+  double a = mm + (g - mm) * (1.0 - b1);
+  double b = vv + (g * g - vv) * (1.0 - b2);
+  m[at] = (float)a;
+  v[at] = (float)b;
+  var[at] = (float)((double)var[at] - lr_t * a / (sqrt(b) + eps));
+}
+}
+
+#define SPARSE_KERNELS(sfx, I)                                                                                        \
+  extern "C" __global__ void sparse_apply_gradient_descent_f32_##sfx(float* var, const float* alpha,                  \
+                                                                     const float* grad, const I* idx, SPARSE_ARGS) {  \
+    sparse_sgd<I>(var, alpha, grad, idx, next, lead, bad, n, width);                                                  \
+  }                                                                                                                   \
+  extern "C" __global__ void sparse_apply_momentum_f32_##sfx(float* var, float* accum, const float* lr,               \
+                                                             const float* grad, const I* idx, const float* momentum,  \
+                                                             SPARSE_ARGS, int nesterov) {                             \
+    sparse_momentum<I>(var, accum, lr, grad, idx, momentum, next, lead, bad, n, width, nesterov);                     \
+  }                                                                                                                   \
+  extern "C" __global__ void sparse_apply_adagrad_f32_##sfx(float* var, float* accum, const float* lr,                \
+                                                            const float* grad, const I* idx, SPARSE_ARGS) {           \
+    sparse_adagrad<I>(var, accum, lr, grad, idx, next, lead, bad, n, width);                                          \
+  }                                                                                                                   \
+  extern "C" __global__ void sparse_apply_adam_f32_##sfx(                                                             \
+      float* var, float* m, float* v, const float* beta1_power, const float* beta2_power, const float* lr,            \
+      const float* beta1, const float* beta2, const float* epsilon, const float* grad, const I* idx, SPARSE_ARGS) {   \
+    sparse_adam<I>(var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, idx, next, lead, bad, n,     \
+                   width);                                                                                            \
+  }
+SPARSE_KERNELS(i32, i32)
+SPARSE_KERNELS(i64, i64)

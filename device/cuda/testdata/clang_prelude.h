@@ -14,3 +14,4 @@ __device__ float sqrtf(float);
 __device__ float fmaf(float, float, float);
 __device__ float __int_as_float(int);
 __device__ void __syncthreads();
+__device__ int atomicCAS(int*, int, int);

@@ -45,6 +45,13 @@ static inline void __syncthreads() {
   }
   threadIdx = emu_thread(me);
 }
+// One fiber runs at a time and switches only at __syncthreads: an atomic
+// is a plain read and write.
+static inline int atomicCAS(int* a, int cmp, int val) {
+  int old = *a;
+  if (old == cmp) *a = val;
+  return old;
+}
 static inline float __int_as_float(int i) {
   float f;
   std::memcpy(&f, &i, 4);
