@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/cluster"
+	pb "github.com/distflow/distflow/proto/distflowpb"
+	"github.com/distflow/distflow/rpc"
 )
 
 // peerState is what a replica's heartbeats say of a peer.
@@ -42,8 +44,10 @@ func (c RunConfig) heartbeats() (interval, lostAfter time.Duration) {
 // membership watches peers with heartbeats (GetStatus calls, each on a
 // fresh connection so that a peer restarted on its address is seen as
 // soon as it listens) and reports every change of a peer between live
-// and lost. A peer that dies is refused at once and lost after lostAfter;
-// one that stops answering (stopped, partitioned) the same. Every change
+// and lost. A peer that has answered and now refuses connections has
+// exited (rpc.Exited) and is lost at once; one that stops answering
+// (stopped, partitioned, or a dead task whose address a supervisor still
+// holds) is lost after lostAfter. Every change
 // is logged, naming the task, since when it has not answered and what
 // the cluster does about it.
 type membership struct {
@@ -59,6 +63,9 @@ type membership struct {
 	state  map[int]peerState
 	since  map[int]time.Time // last heartbeat answered
 	warned map[int]bool      // a suspect's silence was logged as a warning
+	// answered holds the peers that have answered a heartbeat: a refusal
+	// from one of them may mean its process exited.
+	answered map[int]bool
 	// incarnation is each peer's process as its last answer gave it.
 	incarnation map[int]uint64
 	// observed is when each peer's last heartbeat ended, and counted
@@ -71,7 +78,7 @@ type membership struct {
 // function waits for that.
 func (m *membership) watch(ctx context.Context) (wait func()) {
 	m.state, m.since, m.warned, m.incarnation = map[int]peerState{}, map[int]time.Time{}, map[int]bool{}, map[int]uint64{}
-	m.observed, m.counted = map[int]time.Time{}, map[int]time.Time{}
+	m.observed, m.counted, m.answered = map[int]time.Time{}, map[int]time.Time{}, map[int]bool{}
 	var wg sync.WaitGroup
 	interval, lostAfter := m.cfg.heartbeats()
 	m.mu.Lock()
@@ -99,10 +106,12 @@ func (m *membership) beat(ctx context.Context, i int, t cluster.TaskID, interval
 	for {
 		// A generous timeout: a loaded machine answers late, and late is
 		// not lost; a dead peer refuses at once.
-		st, err := TaskStatus(ctx, addr, max(lostAfter/2, 500*time.Millisecond), m.cfg.rpc)
+		known := m.hasAnswered(i)
+		st, err := m.status(ctx, addr, known, max(lostAfter/2, 500*time.Millisecond))
 		if ctx.Err() != nil {
 			return
 		}
+		exited := err != nil && known && rpc.Exited(ctx, addr, err)
 		if err == nil && m.restarted(i, st.GetIncarnation()) {
 			// A new process answers on the address before the old one's
 			// silence could count: it is lost and back at once, so that
@@ -111,7 +120,7 @@ func (m *membership) beat(ctx context.Context, i int, t cluster.TaskID, interval
 			m.onChange(i, false)
 			m.onChange(i, true)
 		}
-		m.observe(i, t, err)
+		m.observe(i, t, err, exited)
 		select {
 		case <-ctx.Done():
 			return
@@ -120,9 +129,36 @@ func (m *membership) beat(ctx context.Context, i int, t cluster.TaskID, interval
 	}
 }
 
+// status asks the peer at addr for its status, waiting at most timeout.
+// A peer that has answered before (known) is not waited for while it
+// refuses connections: the refusal comes back at once, for rpc.Exited.
+func (m *membership) status(ctx context.Context, addr string, known bool, timeout time.Duration) (*pb.GetStatusResponse, error) {
+	if !known {
+		return TaskStatus(ctx, addr, timeout, m.cfg.rpc)
+	}
+	w, closer, err := rpc.DialKnownWorker(addr, m.cfg.rpc)
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return w.GetStatus(ctx, &pb.GetStatusRequest{})
+}
+
+// hasAnswered reports whether peer i has answered a heartbeat.
+func (m *membership) hasAnswered(i int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.answered[i]
+}
+
 // observe moves peer i through its states after a heartbeat that failed
-// with err (nil: answered).
-func (m *membership) observe(i int, t cluster.TaskID, err error) {
+// with err (nil: answered); exited says that the peer's process has
+// exited (a peer that answered before refuses connections), which needs
+// no lost deadline: nothing will answer on its behalf until it is
+// restarted.
+func (m *membership) observe(i int, t cluster.TaskID, err error, exited bool) {
 	_, lostAfter := m.cfg.heartbeats()
 	m.mu.Lock()
 	now, prev, since := time.Now(), m.state[i], m.since[i]
@@ -141,8 +177,8 @@ func (m *membership) observe(i int, t cluster.TaskID, err error) {
 	next := prev
 	switch {
 	case err == nil:
-		next, m.since[i] = peerAlive, now
-	case now.Sub(silent) >= lostAfter:
+		next, m.since[i], m.answered[i] = peerAlive, now, true
+	case exited, now.Sub(silent) >= lostAfter:
 		next = peerLost
 	case prev == peerAlive:
 		next = peerSuspect
@@ -172,7 +208,11 @@ func (m *membership) observe(i int, t cluster.TaskID, err error) {
 	case next == peerSuspect:
 		m.log.Info("a replica does not answer", "peer", t.String(), "since", since.Format(time.RFC3339Nano), "lost_after", lostAfter, "err", err)
 	case next == peerLost:
-		m.log.Warn("a replica is lost; going on without it", "peer", t.String(), "no_answer_since", since.Format(time.RFC3339Nano),
+		why := "no answer for the lost deadline"
+		if exited {
+			why = "its process has exited (its address refuses connections)"
+		}
+		m.log.Warn("a replica is lost; going on without it", "peer", t.String(), "why", why, "no_answer_since", since.Format(time.RFC3339Nano),
 			"for", now.Sub(since).Round(time.Millisecond), "waiting_for", m.waiting, "err", err)
 		m.onChange(i, false)
 	case prev == peerLost:

@@ -288,7 +288,7 @@ func (g *ringTransport) chunks(ctx context.Context, c *grpc.ClientConn, to int) 
 			return nil, err
 		}
 		if refused(err) && g.hasAnswered(to) {
-			if !listens(ctx, g.peers[to]) {
+			if Exited(ctx, g.peers[to], err) {
 				return nil, fmt.Errorf("%w: %s refuses connections (its process has exited): %w", allreduce.ErrPeerUnreachable, g.peers[to], err)
 			}
 			// The refusal is that of the connection's last attempt, made
@@ -301,6 +301,19 @@ func (g *ringTransport) chunks(ctx context.Context, c *grpc.ClientConn, to int) 
 		// next attempt, after the backoff).
 		c.WaitForStateChange(ctx, c.GetState())
 	}
+}
+
+// Exited reports whether err, a call's failure to reach the task at addr,
+// means that the task's process has exited: the call's connection was
+// refused, and a TCP connection made now (waiting at most a second) is
+// refused too. A refusal alone is not enough: a gRPC connection reports
+// that of its last attempt, which may predate a new process serving on the
+// address. A stopped or busy process, or a listening socket that a
+// supervisor holds, accepts connections: none of these counts as exited.
+// Callers apply it to peers that have answered before: one that has not
+// may be starting.
+func Exited(ctx context.Context, addr string, err error) bool {
+	return refused(err) && !listens(ctx, addr)
 }
 
 // listens reports whether a connection to addr is accepted now, or at
@@ -319,6 +332,9 @@ func listens(ctx context.Context, addr string) bool {
 // refused reports whether err is a call's failure to connect because the
 // peer's port refused the connection.
 func refused(err error) bool {
+	if re := (*RemoteError)(nil); errors.As(err, &re) {
+		return re.Code == codes.Unavailable && strings.Contains(re.Msg, "connection refused")
+	}
 	return status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), "connection refused")
 }
 

@@ -3,6 +3,7 @@ package rpc_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/allreduce"
+	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
 )
 
@@ -101,5 +103,42 @@ func TestRingNamesASummationServerWithoutTheService(t *testing.T) {
 	}
 	if logged == 0 {
 		t.Error("no rank logged the missing service as an error")
+	}
+}
+
+// TestKnownWorkerExited: a call of DialKnownWorker's client to a task
+// whose port refuses connections fails at once (a DialWorker's waits until
+// its deadline), and Exited tells that the process there has exited; a
+// task that serves is not taken for one.
+func TestKnownWorkerExited(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	w, closer, err := rpc.DialKnownWorker(addr, rpc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = w.GetStatus(ctx, &pb.GetStatusRequest{})
+	if took := time.Since(start); err == nil || took > 5*time.Second {
+		t.Fatalf("GetStatus of a refused task: %v after %v; want a failure at once", err, took)
+	}
+	if !errors.Is(err, rpc.ErrUnavailable) || !rpc.Exited(ctx, addr, err) {
+		t.Errorf("GetStatus of a refused task: %v; want ErrUnavailable and Exited", err)
+	}
+	// Something listens on the address again: the old refusal is no exit.
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the address is taken: %v", err)
+	}
+	defer l.Close()
+	if rpc.Exited(ctx, addr, err) {
+		t.Error("Exited with a listener on the address")
 	}
 }

@@ -105,6 +105,24 @@ func DialWorker(target string, opts Options) (worker.Service, io.Closer, error) 
 	return c, closerFunc(func() error { c.tensors.close(); return cc.Close() }), nil
 }
 
+// DialKnownWorker is DialWorker for a task that has answered before (a
+// heartbeat's peer): its calls do not wait for a task that refuses
+// connections but fail at once, with an error wrapping ErrUnavailable
+// that Exited tells apart, so that a task whose process has exited is
+// known as soon as it is asked. A connection still being made (a stopped
+// process accepts it) is waited for until the call's deadline, as
+// DialWorker's are.
+func DialKnownWorker(target string, opts Options) (worker.Service, io.Closer, error) {
+	w, closer, err := DialWorker(target, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	answered := new(atomic.Bool)
+	answered.Store(true)
+	w.(*workerClient).answered = answered
+	return w, closer, nil
+}
+
 type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
