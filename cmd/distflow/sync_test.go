@@ -206,12 +206,18 @@ func TestAllReduceGoesOnWithoutTheDeadWorker(t *testing.T) {
 	// The message itself: the loss warning's waiting_for also says "the
 	// ring re-forms", before the ring has.
 	ws[0].waitLine(t, `msg="the ring re-forms"`, 2*stepTimeout)
+	ws[0].waitLine(t, "(2 ranks)", 2*stepTimeout)
 	if took := time.Since(killed); took > 2*stepTimeout {
-		t.Errorf("the ring re-formed %v after worker 2 died: more than twice the step deadline %v", took, stepTimeout)
+		t.Errorf("the ring went on with 2 ranks %v after worker 2 died: more than twice the step deadline %v", took, stepTimeout)
 	}
-	reform := regexp.MustCompile(`the ring re-forms.*members="\[([^\]]*)\]"`).FindStringSubmatch(ws[0].logs())
-	if reform == nil || strings.Contains(reform[1], "task:2") || !strings.Contains(reform[1], "task:1") {
-		t.Errorf("rank 0 did not re-form the ring among workers 0 and 1: %v\n%s", reform, tail(ws[0].logs(), 10))
+	// A member's word that it left the view may re-form the ring before
+	// worker 2 is known to be gone; the view it did not take then leaves
+	// it out.
+	without := false
+	for _, m := range regexp.MustCompile(`the ring re-forms.*members="\[([^\]]*)\]"`).FindAllStringSubmatch(ws[0].logs(), -1) {
+		without = without || !strings.Contains(m[1], "task:2") && strings.Contains(m[1], "task:1")
 	}
-	ws[0].waitLine(t, "(2 ranks)", 30*time.Second)
+	if !without {
+		t.Errorf("rank 0 did not re-form the ring among workers 0 and 1:\n%s", tail(ws[0].logs(), 10))
+	}
 }
