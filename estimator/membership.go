@@ -2,6 +2,7 @@ package estimator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -212,13 +213,33 @@ func (m *membership) observe(i int, t cluster.TaskID, err error, exited bool) {
 		if exited {
 			why = "its process has exited (its address refuses connections)"
 		}
-		m.log.Warn("a replica is lost; going on without it", "peer", t.String(), "why", why, "no_answer_since", since.Format(time.RFC3339Nano),
-			"for", now.Sub(since).Round(time.Millisecond), "waiting_for", m.waiting, "err", err)
+		msg, waiting := "a replica is lost; going on without it", m.waiting
+		if t.Job == "ps" {
+			msg, waiting = "a ps task is lost: the variables it holds are gone until it is restarted", m.psRecovery()
+		}
+		m.log.Warn(msg, "peer", t.String(), "why", why, "no_answer_since", since.Format(time.RFC3339Nano),
+			"for", now.Sub(since).Round(time.Millisecond), "waiting_for", waiting, "err", err)
 		m.onChange(i, false)
 	case prev == peerLost:
-		m.log.Warn("a lost replica answers again; letting it back in", "peer", t.String(), "lost_for", now.Sub(since).Round(time.Millisecond))
+		msg := "a lost replica answers again; letting it back in"
+		if t.Job == "ps" {
+			msg = "a lost ps task answers again; the next step finds its variables restored or initialised"
+		}
+		m.log.Warn(msg, "peer", t.String(), "lost_for", now.Sub(since).Round(time.Millisecond))
 		m.onChange(i, true)
 	}
+}
+
+// psRecovery says what training does about a lost ps task: the steps
+// that need it fail, the replicas wait for the cluster (up to the wait
+// timeout), and the chief readies the model again, restoring the ps's
+// variables from the latest checkpoint, or initialising them without
+// one (train.MonitoredSession's recovery).
+func (m *membership) psRecovery() string {
+	if m.cfg.CheckpointDir == "" {
+		return fmt.Sprintf("its restart, for up to %v; then the chief initialises its variables again (no checkpoint directory: their training is lost)", m.cfg.WaitTimeout)
+	}
+	return fmt.Sprintf("its restart, for up to %v; then the chief restores its variables from the latest checkpoint in %s", m.cfg.WaitTimeout, m.cfg.CheckpointDir)
 }
 
 // restarted records peer i's incarnation and reports whether it changed

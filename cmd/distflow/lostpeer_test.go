@@ -90,3 +90,44 @@ func TestSyncWorkerKilledForGoodIsDroppedAtOnce(t *testing.T) {
 		t.Errorf("the chief's result is not at global step 2500: %q", out)
 	}
 }
+
+// TestLostPSIsNamedAsAPS: in an asynchronous cluster started by hand with
+// checkpoints, the ps is SIGKILLed and started again with the same flags
+// (as a supervisor would): the chief names what it lost, a ps task, and
+// what happens next (the wait for its restart, then a restore from the
+// checkpoint directory), not "a replica is lost; going on without it";
+// it names its return too, and the run finishes.
+func TestLostPSIsNamedAsAPS(t *testing.T) {
+	dir := t.TempDir()
+	addrs := rpcFreePorts(t, 3)
+	cl := fmt.Sprintf(`"cluster": {"ps": [%q], "worker": [%q, %q]}`, addrs[0], addrs[1], addrs[2])
+	train := []string{"train", "--model", "linreg", "--steps", "3000", "--log-every", "100", "--step-delay", "2ms",
+		"--checkpoint-dir", dir, "--save-checkpoint-steps", "100"}
+	ps := startBoundTask(t, "ps", cl, "ps", 0, train...)
+	ws := make([]*task, 2)
+	for i := range ws {
+		ws[i] = startBoundTask(t, fmt.Sprintf("worker %d", i), cl, "worker", i, train...)
+	}
+	ws[0].waitLine(t, "saved a checkpoint", 60*time.Second)
+	if err := ps.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ps.wait(t, 10*time.Second)
+	ws[0].waitLine(t, `msg="a ps task is lost: the variables it holds are gone until it is restarted" task=/job:worker/task:0 peer=/job:ps/task:0`, 30*time.Second)
+	if want := "then the chief restores its variables from the latest checkpoint in " + dir; !strings.Contains(ws[0].logs(), want) {
+		t.Errorf("the chief does not say what happens next (%q):\n%s", want, tail(ws[0].logs(), 20))
+	}
+	ps = startBoundTask(t, "restarted ps", cl, "ps", 0, train...)
+	ws[0].waitLine(t, "a lost ps task answers again", 30*time.Second)
+	for i, w := range ws {
+		if err := w.wait(t, 90*time.Second); err != nil {
+			t.Fatalf("worker %d: %v\n%s", i, err, tail(w.logs(), 20))
+		}
+	}
+	if err := ps.wait(t, 30*time.Second); err != nil {
+		t.Errorf("ps: %v\n%s", err, tail(ps.logs(), 10))
+	}
+	if strings.Contains(ws[0].logs(), "peer=/job:ps/task:0") && strings.Contains(ws[0].logs(), `msg="a replica is lost`) {
+		t.Errorf("the chief calls the lost ps a replica:\n%s", tail(ws[0].logs(), 30))
+	}
+}

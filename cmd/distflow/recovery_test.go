@@ -586,11 +586,11 @@ func TestSyncWorkerStoppedPastTheDeadlineRejoins(t *testing.T) {
 // of the 8 s step deadline); after SIGCONT the run finishes.
 func TestStoppedChiefAndPSAreNamed(t *testing.T) {
 	for _, tc := range []struct {
-		name, job, watcher, peer string
-		args                     []string
+		name, job, watcher, peer, lost string
+		args                           []string
 	}{
-		{"sync chief", "worker", "/job:worker/task:1", "/job:worker/task:0", []string{"--sync"}},
-		{"async ps", "ps", "/job:worker/task:0", "/job:ps/task:0", nil},
+		{"sync chief", "worker", "/job:worker/task:1", "/job:worker/task:0", "a replica is lost; going on without it", []string{"--sync"}},
+		{"async ps", "ps", "/job:worker/task:0", "/job:ps/task:0", "a ps task is lost: the variables it holds are gone until it is restarted", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			recovers(t, func(lines <-chan string, ps string) {
@@ -599,7 +599,7 @@ func TestStoppedChiefAndPSAreNamed(t *testing.T) {
 				waitFor(t, lines, "/job:worker/task:0: local_step 100 ")
 				signalTask(t, ps, tc.job, 0, syscall.SIGSTOP)
 				stopped := time.Now()
-				l := waitFor(t, lines, `msg="a replica is lost; going on without it" task=`+tc.watcher+` peer=`+tc.peer)
+				l := waitFor(t, lines, `msg="`+tc.lost+`" task=`+tc.watcher+` peer=`+tc.peer)
 				if d := time.Since(stopped); d > 4*time.Second {
 					t.Errorf("the stopped %s was reported after %v; want within twice its lost deadline, 4 s", tc.peer, d)
 				}
