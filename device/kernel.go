@@ -152,7 +152,10 @@ func Kernels(platform string) []string {
 
 // Ops are the ops every GPU platform has a kernel for: the forward and
 // backward passes of the reference models (linear regression, the MLP, the
-// CNN) and the element-wise arithmetic around them. Ops not listed
+// CNN) and the element-wise arithmetic around them, and Gather (an
+// embedding's lookup), whose indices the device checks as SparseUpdates
+// do: an index out of range gives zeros and a fault, ErrIndexOutOfRange,
+// at the stream's next Synchronize. Ops not listed
 // (queues, summaries, the random ops not in Random, and variables with
 // the ops that take them by ref unless they are kept in device memory:
 // Updates, VariableOps) run on the CPU under soft placement. The conformance suite (package
@@ -161,7 +164,7 @@ func Kernels(platform string) []string {
 var Ops = []string{
 	"Add", "ArgMax", "BiasAdd", "BiasAddGrad", "BroadcastTo", "Cast", "Conv2D",
 	"Conv2DBackpropFilter", "Conv2DBackpropInput", "Div", "Equal", "ExpandDims", "Fill",
-	"GreaterEqual", "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Mean", "Mul", "Neg",
+	"Gather", "GreaterEqual", "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Mean", "Mul", "Neg",
 	"OnesLike", "Relu", "ReluGrad", "Reshape", "Shape", "Sigmoid", "SigmoidGrad", "Size",
 	"SparseSoftmaxCrossEntropyWithLogits", "SquaredDifference", "Sub", "Sum", "SumToShape",
 	"ZerosLike",
@@ -207,8 +210,12 @@ var Updates = []string{"ApplyAdagrad", "ApplyAdam", "ApplyGradientDescent", "App
 // variable's rows updates nothing, and the launch's stream fails with an
 // error wrapping ErrIndexOutOfRange that names the node, the position and
 // the index (at the stream's next Synchronize), never writing outside the
-// variable. The conformance suite checks them against the CPU's rules,
-// with duplicate and out-of-range indices.
+// variable. Until that Synchronize the kernels that write variables on the
+// stream (Updates, SparseUpdates, Assign, AssignAdd, AssignSub) write
+// nothing, so that a step that failed on a device changes no variable
+// after its fault, as a failed step on the CPU changes none. The
+// conformance suite checks them against the CPU's rules, with duplicate
+// and out-of-range indices.
 var SparseUpdates = []string{"SparseApplyAdagrad", "SparseApplyAdam", "SparseApplyGradientDescent", "SparseApplyMomentum"}
 
 // ErrIndexOutOfRange is wrapped by the error of a kernel given an index
@@ -299,9 +306,9 @@ func SparseIndices(name string) int {
 	return -1
 }
 
-// IndexError is the error of a sparse update of node n given
-// indices[pos] = index, outside a variable of rows rows: it wraps
+// IndexError is the error of node n (a sparse update, a Gather) given
+// indices[pos] = index, outside the rows rows it indexes: it wraps
 // ErrIndexOutOfRange.
 func IndexError(n *graph.Node, pos, index, rows int64) error {
-	return fmt.Errorf("device: node %s (%s): indices[%d] = %d is out of range [0, %d): %w", n, n.Op(), pos, index, rows, ErrIndexOutOfRange)
+	return fmt.Errorf("device: node %s: indices[%d] = %d is out of range [0, %d): %w", n, pos, index, rows, ErrIndexOutOfRange)
 }

@@ -93,14 +93,18 @@
 // checks it against the variable's rows and links the positions of each
 // index, then one thread per gradient element of an index's first position
 // sums that index's rows in order and updates the row, in double as the
-// CPU's sparse rules, without atomics. An index out of range is written,
-// with its position and a tag naming the node, to the device's fault
-// record (32 bytes of device memory outside the allocator, reserved by
-// the first launch that may report to it); the update then writes
-// nothing, and the device's Synchronize, once the stream is idle, reads
-// the record, clears it and returns an error wrapping
-// device.ErrIndexOutOfRange, without failing the stream: a copy of 32
-// bytes per Synchronize, on devices that run sparse updates only.
+// CPU's sparse rules, without atomics. Gather checks its indices too. An
+// index out of range is written, with its position and a tag naming the
+// node, to the device's fault record (32 bytes of device memory outside
+// the allocator, reserved by the first launch that reads or writes it);
+// the update writes nothing (Gather gives zeros for that index), every
+// kernel that writes a variable (the updates, Assign, AssignAdd and
+// AssignSub, which is why Assign is a kernel here rather than a copy)
+// writes nothing while the record holds a fault, and the device's
+// Synchronize, once the stream is idle, reads the record, clears it and
+// returns an error wrapping device.ErrIndexOutOfRange, without failing
+// the stream: a copy of 32 bytes per Synchronize, on devices that have
+// run such kernels only.
 // RandomUniform (device.Random) draws from Philox4x32-10 as
 // device.PhiloxUniform does, bit for bit; its count of runs lives in eight
 // bytes of device memory that a kernel queued after each run increments,

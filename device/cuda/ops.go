@@ -70,6 +70,7 @@ var ops = map[string]opDef{
 	"MaxPool":                             {f32, pool("MaxPool")},
 	"MaxPoolGrad":                         {f32, pool("MaxPoolGrad")},
 	"SparseSoftmaxCrossEntropyWithLogits": {f32, simple(sparseXent)},
+	"Gather":                              {nil, gather},
 }
 
 // updates are the kernels of device.Updates: the kernel's name, the
@@ -124,7 +125,7 @@ func registerKernels() {
 		device.RegisterKernel(Name, name, device.KernelDef{DTypes: f32,
 			Factory: factory(name, opDef{f32, sparseUpdateOp(u.kernel, u.refs)})})
 	}
-	device.RegisterKernel(Name, "Assign", device.KernelDef{Factory: device.AssignFactory})
+	device.RegisterKernel(Name, "Assign", device.KernelDef{Factory: factory("Assign", opDef{nil, simple(assignCopy)})})
 	for _, name := range []string{"AssignAdd", "AssignSub"} {
 		device.RegisterKernel(Name, name, device.KernelDef{DTypes: device.AssignDTypes,
 			Factory: factory(name, opDef{device.AssignDTypes, simple(assignAdd(name == "AssignSub"))})})
@@ -882,7 +883,11 @@ func updateOp(kernel string, refs, gradIdx int) func(n *graph.Node) (launchFunc,
 			if n == 0 {
 				return nil
 			}
-			args = append(append(args, n), extra...)
+			rec, _, err := l.faultLog().record(l.Stream(), c.Node)
+			if err != nil {
+				return err
+			}
+			args = append(append(append(args, n), extra...), rec)
 			return l.launch(kernel, grid1(n), block1, args...)
 		}, nil
 	}
@@ -974,8 +979,34 @@ func assignAdd(sub bool) launchFunc {
 		if sub {
 			s = 1
 		}
-		return l.launch("assign_add_"+suffix(ref.DType), grid1(n), block1, ref.Buf.Ptr, val.Buf.Ptr, out.Buf.Ptr, n, s)
+		rec, _, err := l.faultLog().record(l.Stream(), c.Node)
+		if err != nil {
+			return err
+		}
+		return l.launch("assign_add_"+suffix(ref.DType), grid1(n), block1, ref.Buf.Ptr, val.Buf.Ptr, out.Buf.Ptr, n, s, rec)
 	}
+}
+
+// assignCopy is Assign: the value copied into the variable and the output
+// by a kernel rather than device.AssignFactory's copies, so that it
+// writes nothing while the fault record holds a fault, as the updates.
+func assignCopy(c *device.Context, l launcher) error {
+	ref, val, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
+	if ref.DType != val.DType || !slices.Equal(ref.Shape, val.Shape) {
+		return fmt.Errorf("cannot assign %v%v to a variable of %v%v", val.DType, val.Shape, ref.DType, ref.Shape)
+	}
+	if ref.Host != nil || val.Host != nil {
+		return fmt.Errorf("the variable and the value must be in device memory")
+	}
+	n := ref.Bytes()
+	if n == 0 {
+		return nil
+	}
+	rec, _, err := l.faultLog().record(l.Stream(), c.Node)
+	if err != nil {
+		return err
+	}
+	return l.launch("assign_copy", grid1((n+3)/4), block1, ref.Buf.Ptr, val.Buf.Ptr, out.Buf.Ptr, n, rec)
 }
 
 // sparseUpdateOp is a sparse update (device.SparseUpdates) of a variable
@@ -1068,8 +1099,44 @@ func sparseUpdateOp(kernel string, refs int) func(n *graph.Node) (launchFunc, er
 			if width == 0 {
 				return nil
 			}
-			args = append(append(args, next, lead, bad, count, width), extra...)
+			args = append(append(append(args, next, lead, bad, count, width), extra...), rec)
 			return l.launch(kernel+"_"+sfx, grid1(count*width), block1, args...)
 		}, nil
 	}
+}
+
+// gather is Gather: gather_b<element size>_<index type> (kernels/
+// elementwise.cu), which checks each index on the device, reporting one
+// out of range to the device's fault record and giving 0 for its slice.
+func gather(n *graph.Node) (launchFunc, error) {
+	attr := n.AttrInt("axis")
+	return func(c *device.Context, l launcher) error {
+		params, idx, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
+		if idx.DType != tensor.Int32 && idx.DType != tensor.Int64 {
+			return unsupported("indices", idx.DType, indexOut)
+		}
+		axis, err := op.ArrayNormAxis(attr, tensor.MakeShape(params.Shape...))
+		if err != nil {
+			return err
+		}
+		p := params.Shape
+		if err := checkOut(out, slices.Concat(p[:axis], idx.Shape, p[axis+1:])); err != nil {
+			return err
+		}
+		size := params.DType.Size()
+		if size != 1 && size != 2 && size != 4 && size != 8 {
+			return fmt.Errorf("%w: Gather of %v (elements of %d bytes)", device.ErrNoKernel, params.DType, size)
+		}
+		total, count := n64(out), n64(idx)
+		if total == 0 {
+			return nil
+		}
+		inner, dim := int64(tensor.NumElements(p[axis+1:])), int64(p[axis])
+		rec, tag, err := l.faultLog().record(l.Stream(), c.Node)
+		if err != nil {
+			return err
+		}
+		return l.launch(fmt.Sprintf("gather_b%d_%s", size, suffix(idx.DType)), grid1(total), block1,
+			params.Buf.Ptr, idx.Buf.Ptr, out.Buf.Ptr, total, count, inner, dim, rec, tag)
+	}, nil
 }

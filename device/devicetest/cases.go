@@ -86,6 +86,16 @@ func Cases() []Case {
 		Case{Op: "Reshape", Inputs: []*tensor.Tensor{f(3, 4), i32(2, -1)}},
 		Case{Op: "ExpandDims", Attrs: map[string]any{"axis": 1}, Inputs: []*tensor.Tensor{f(3, 4)}},
 		Case{Op: "Fill", Inputs: []*tensor.Tensor{i32(2, 3), tensor.Scalar(float32(1.5))}},
+		// An embedding's lookup: repeated ids, each element size, an axis
+		// inside, indices of rank 2, none, and several blocks.
+		Case{Op: "Gather", Inputs: []*tensor.Tensor{f(37, 33), ints(50, 37)}},
+		Case{Op: "Gather", Attrs: map[string]any{"axis": 1}, Inputs: []*tensor.Tensor{f(3, 10, 2), idx64(r, 10, 2, 3)}},
+		Case{Op: "Gather", Attrs: map[string]any{"axis": -1}, Inputs: []*tensor.Tensor{f(4, 6), ints(3, 6)}},
+		Case{Op: "Gather", Inputs: []*tensor.Tensor{ints(20, 1000), idx64(r, 20, 5)}},
+		Case{Op: "Gather", Inputs: []*tensor.Tensor{bools(9), ints(4, 9)}},
+		Case{Op: "Gather", Inputs: []*tensor.Tensor{idx64(r, 1<<40, 7, 2), ints(11, 7)}},
+		Case{Op: "Gather", Inputs: []*tensor.Tensor{f(5, 3), tensor.New(tensor.Int32, 0)}},
+		Case{Op: "Gather", Inputs: []*tensor.Tensor{f(1000, 64), idx64(r, 1000, 300)}},
 		Case{Op: "BroadcastTo", Inputs: []*tensor.Tensor{f(3), i32(2, 3)}},
 		Case{Op: "BroadcastTo", Inputs: []*tensor.Tensor{f(4, 1), i32(2, 4, 3)}},
 		Case{Op: "SumToShape", Inputs: []*tensor.Tensor{f(2, 3), i32(3)}, Gradient: true},
@@ -358,4 +368,13 @@ func AssignCases() []Case {
 		{Op: "AssignSub", Inputs: []*tensor.Tensor{ints(tensor.Int64, n), ints(tensor.Int64, n)}},
 		{Op: "AssignSub", Inputs: []*tensor.Tensor{ints(tensor.Int32, 3), ints(tensor.Int32, 3)}},
 	}
+}
+
+// idx64 returns int64 values below hi of shape.
+func idx64(r *rand.Rand, hi int64, shape ...int) *tensor.Tensor {
+	t := tensor.New(tensor.Int64, shape...)
+	for i := range t.Int64s() {
+		t.Int64s()[i] = r.Int64N(hi)
+	}
+	return t
 }

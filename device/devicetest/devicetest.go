@@ -375,6 +375,8 @@ func testKernels(t *testing.T, p device.Platform) {
 			t.Errorf("no case of %s in devicetest.Cases", op)
 		}
 	}
+	t.Run("GatherIndexOutOfRange", func(t *testing.T) { testGatherIndexOutOfRange(t, d) })
+	t.Run("NoWritesAfterAFault", func(t *testing.T) { testNoWritesAfterAFault(t, d) })
 	if st := d.Allocator().Stats(); st.Live != 0 {
 		t.Errorf("the kernel cases left %d allocations (%d bytes) live", st.Live, st.InUse)
 	}
@@ -741,6 +743,115 @@ func deviceUpdate(d device.Device, c Case, steps int) (_, outs []*tensor.Tensor,
 	}
 	got, err := download(d, refs)
 	return got, outs, err
+}
+
+// testGatherIndexOutOfRange gives Gather an index past the axis, then a
+// negative one: the stream's next Synchronize returns an error wrapping
+// device.ErrIndexOutOfRange that names the node, the index and its
+// position, and the stream goes on: the next Gather runs as the CPU's.
+func testGatherIndexOutOfRange(t *testing.T, d device.Device) {
+	params := tensor.MustFromSlice([]float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 7, 2)
+	for _, c := range []struct {
+		idx  *tensor.Tensor
+		want string
+	}{
+		{tensor.MustFromSlice([]int32{0, 7, 2}, 3), "indices[1] = 7 is out of range [0, 7)"},
+		{tensor.MustFromSlice([]int64{6, 1, 1, -3}, 2, 2), "indices[3] = -3 is out of range [0, 7)"},
+	} {
+		bad := Case{Op: "Gather", Inputs: []*tensor.Tensor{params, c.idx}}
+		run, err := Prepare(d, bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = run.Run()
+		if !errors.Is(err, device.ErrIndexOutOfRange) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), run.node.Name()) {
+			t.Errorf("%v: %v, want device.ErrIndexOutOfRange naming the node and %q", bad, err, c.want)
+		}
+		if err := run.Close(); err != nil {
+			t.Errorf("%v: Close after the fault: %v", bad, err)
+		}
+		good := Case{Op: "Gather", Inputs: []*tensor.Tensor{params, tensor.MustFromSlice([]int32{6, 0, 6}, 3)}}
+		if msg, err := Check(d, good); err != nil || msg != "" {
+			t.Errorf("%v after the fault: %v %s", good, err, msg)
+		}
+	}
+}
+
+// testNoWritesAfterAFault queues a Gather with an index out of range and
+// then an update, an AssignAdd and an Assign: until the stream's next
+// Synchronize, which reports the fault, the kernels that write variables
+// write nothing, so that a step failed on a device changes no variable
+// after its fault (a failed step on the CPU changes none); after it, they
+// run again as the CPU's.
+func testNoWritesAfterAFault(t *testing.T, d device.Device) {
+	params := tensor.MustFromSlice([]float32{1, 2, 3, 4, 5, 6}, 3, 2)
+	bad, err := Prepare(d, Case{Op: "Gather", Inputs: []*tensor.Tensor{params, tensor.MustFromSlice([]int32{1, 3}, 2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	x := tensor.MustFromSlice([]float32{1, -2, 3, -4, 5}, 5)
+	writes := []Case{
+		{Op: "ApplyGradientDescent", Inputs: []*tensor.Tensor{x, tensor.Scalar(float32(0.5)), x}},
+		{Op: "AssignAdd", Inputs: []*tensor.Tensor{x, x}},
+		{Op: "Assign", Inputs: []*tensor.Tensor{x, tensor.MustFromSlice([]float32{9, 9, 9, 9, 9}, 5)}},
+		{Op: "AssignSub", Inputs: []*tensor.Tensor{tensor.Scalar(int64(7)), tensor.Scalar(int64(1))}},
+	}
+	var runs []*Prepared
+	for _, c := range writes {
+		run, err := Prepare(d, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer run.Close()
+		runs = append(runs, run)
+	}
+	refs := func(run *Prepared) []*device.Tensor {
+		var out []*device.Tensor
+		for i, in := range run.ins {
+			if run.node.IsRefInput(i) {
+				out = append(out, in)
+			}
+		}
+		return out
+	}
+	if err := bad.Launch(); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range runs {
+		if err := run.Launch(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Stream().Synchronize(context.Background()); !errors.Is(err, device.ErrIndexOutOfRange) {
+		t.Fatalf("Synchronize after a Gather out of range: %v, want device.ErrIndexOutOfRange", err)
+	}
+	for i, run := range runs {
+		got, err := download(d, refs(run))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equal(got[0], writes[i].Inputs[0]) {
+			t.Errorf("%v queued after a fault wrote the variable: %v", writes[i], values(got[0]))
+		}
+	}
+	// The fault reported, the writes run again.
+	for i, run := range runs {
+		if err := run.Launch(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := download(d, refs(run))
+		if err != nil {
+			t.Fatalf("%v after the fault: %v", writes[i], err)
+		}
+		want, _, err := cpuUpdate(writes[i], 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg := compare(got[0], want[0], forwardTol); msg != "" {
+			t.Errorf("%v after the fault: %s", writes[i], msg)
+		}
+	}
 }
 
 // testIndexOutOfRange gives each sparse update (device.SparseUpdates) an

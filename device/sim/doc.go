@@ -15,8 +15,9 @@
 // order while the host goes on; an error of queued work is sticky and
 // surfaces at Synchronize, as CUDA's do; a fault a kernel reports instead
 // of doing its work (a sparse update's index out of range,
-// device.ErrIndexOutOfRange) surfaces at the next Synchronize once, and the
-// stream goes on, as on CUDA. Kernels run the CPU kernels
+// device.ErrIndexOutOfRange) surfaces at the next Synchronize once, the
+// kernels that write variables writing nothing until then, and the stream
+// goes on, as on CUDA. Kernels run the CPU kernels
 // (package kernel/cpu) on the stream, reading their inputs where they lie
 // in device memory and copying their results into the outputs the runtime
 // allocated, after checking their shapes against the ones inferred before

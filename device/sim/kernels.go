@@ -9,6 +9,7 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 	_ "github.com/distflow/distflow/kernel/cpu" // the kernels the simulator computes with
+	"github.com/distflow/distflow/op"
 	"github.com/distflow/distflow/tensor"
 )
 
@@ -31,7 +32,7 @@ func registerKernels() {
 	for _, op := range append(slices.Clone(device.Updates), device.SparseUpdates...) {
 		device.RegisterKernel(Name, op, device.KernelDef{DTypes: []tensor.DType{tensor.Float32, tensor.Float64}, Factory: updateFactory(op)})
 	}
-	device.RegisterKernel(Name, "Assign", device.KernelDef{Factory: device.AssignFactory})
+	device.RegisterKernel(Name, "Assign", device.KernelDef{Factory: assignFactory})
 	for _, op := range []string{"AssignAdd", "AssignSub"} {
 		device.RegisterKernel(Name, op, device.KernelDef{DTypes: device.AssignDTypes, Factory: updateFactory(op)})
 	}
@@ -62,6 +63,9 @@ func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
 			ins, outs := slices.Clone(c.Inputs), slices.Clone(c.Outputs)
 			at := device.SparseIndices(op)
 			return st.launch(func() error {
+				if st.faulted() {
+					return nil // as a device: no variable written after a fault
+				}
 				res := kernel.NewResources()
 				kc := &kernel.Context{Ctx: context.Background(), Node: n, Resources: res,
 					Inputs: make([]*tensor.Tensor, len(ins)), Refs: make([]*kernel.Variable, len(ins)),
@@ -95,8 +99,8 @@ func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
 					}
 					kc.Refs[i] = v
 				}
-				if at >= 0 {
-					if err := checkIndices(n, views[at], ins[0].Shape); err != nil {
+				if at >= 0 && len(ins[0].Shape) > 0 { // no rows: the CPU kernel's error
+					if err := checkIndices(n, views[at], int64(ins[0].Shape[0])); err != nil {
 						return err
 					}
 				}
@@ -117,15 +121,10 @@ func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
 	}
 }
 
-// checkIndices checks a sparse update's indices against the rows of its
-// variable, of shape, as a device does: an error wrapping
-// device.ErrIndexOutOfRange. A variable without rows is left to the CPU
-// kernel's checks.
-func checkIndices(n *graph.Node, idx *tensor.Tensor, shape []int) error {
-	if len(shape) < 1 {
-		return nil
-	}
-	rows := int64(shape[0])
+// checkIndices checks the indices of n (a sparse update, a Gather)
+// against the rows they index, as a device does: a fault wrapping
+// device.ErrIndexOutOfRange, which does not fail the stream.
+func checkIndices(n *graph.Node, idx *tensor.Tensor, rows int64) error {
 	check := func(pos int, v int64) error {
 		if v < 0 || v >= rows {
 			return device.IndexError(n, int64(pos), v, rows)
@@ -147,6 +146,51 @@ func checkIndices(n *graph.Node, idx *tensor.Tensor, shape []int) error {
 		}
 	}
 	return nil
+}
+
+// assignFactory is Assign's kernel: device.AssignFactory's copies, in one
+// launch that writes nothing while the stream holds a fault, as the
+// updates.
+func assignFactory(n *graph.Node) (device.Kernel, error) {
+	if _, err := device.AssignFactory(n); err != nil {
+		return nil, err
+	}
+	node := n
+	return device.KernelFunc(func(c *device.Context) error {
+		st, ok := c.Stream.(*stream)
+		if !ok {
+			return fmt.Errorf("sim: node %s: a simulated kernel launched on a %T", c.Node, c.Stream)
+		}
+		ref, val, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
+		if ref.DType != val.DType || !slices.Equal(ref.Shape, val.Shape) {
+			return fmt.Errorf("cannot assign %v%v to a variable of %v%v", val.DType, val.Shape, ref.DType, ref.Shape)
+		}
+		if ref.Host != nil || val.Host != nil {
+			return fmt.Errorf("the variable and the value must be in device memory")
+		}
+		n := ref.Bytes()
+		if n == 0 {
+			return nil
+		}
+		dst, src, res := ref.Buf.Ptr, val.Buf.Ptr, out.Buf.Ptr
+		return st.launch(func() error {
+			if st.faulted() {
+				return nil
+			}
+			v, err := st.mem.bytes(src, n)
+			if err != nil {
+				return fmt.Errorf("sim: node %s: the value: %w", node, err)
+			}
+			for _, p := range []device.Ptr{dst, res} {
+				d, err := st.mem.bytes(p, n)
+				if err != nil {
+					return fmt.Errorf("sim: node %s: %w", node, err)
+				}
+				copy(d, v)
+			}
+			return nil
+		})
+	}), nil
 }
 
 // cpuFactory builds the adapter of op's CPU kernel.
@@ -194,6 +238,18 @@ func (k *cpuKernel) Launch(c *device.Context) error {
 			// A view of device memory: CPU kernels never write their inputs.
 			if kc.Inputs[i], err = tensor.ViewRawBytes(in.DType, in.Shape, raw); err != nil {
 				return fmt.Errorf("sim: node %s: input %d: %w", node, i, err)
+			}
+		}
+		if node.Op() == "Gather" {
+			// As a device: a fault, the stream going on, and no output.
+			params := kc.Inputs[0]
+			if axis, err := op.ArrayNormAxis(node.AttrInt("axis"), params.StaticShape()); err == nil {
+				if err := checkIndices(node, kc.Inputs[1], int64(params.Shape()[axis])); err != nil {
+					if raw, berr := st.mem.bytes(outs[0].Buf.Ptr, outs[0].Bytes()); berr == nil {
+						clear(raw) // a device's zeros
+					}
+					return err
+				}
 			}
 		}
 		if err := k.k.Compute(kc); err != nil {

@@ -286,6 +286,14 @@ func (s *stream) record(err error) {
 	}
 }
 
+// faulted reports whether a fault was recorded since the last Synchronize:
+// the kernels that write variables then write nothing, as CUDA's.
+func (s *stream) faulted() bool {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.fault != nil
+}
+
 // takeFault returns the fault recorded since the last call, and clears it.
 func (s *stream) takeFault() error {
 	s.errMu.Lock()

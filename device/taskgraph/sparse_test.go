@@ -78,6 +78,7 @@ func embeddingBatch(r *rand.Rand, n int) (*tensor.Tensor, *tensor.Tensor) {
 type embeddingRun struct {
 	losses  []float32
 	table   *tensor.Tensor
+	step    int64 // the global step at the end
 	perStep runner.Transfers
 	onGPU   map[string]bool
 	badStep error
@@ -128,7 +129,7 @@ func trainEmbedding(t *testing.T, e *embedding, devs []device.Device, onDevice b
 		out.perStep = ex.Transfers().Sub(before)
 		out.losses = append(out.losses, v[0].Float32s()[0])
 	}
-	re, err := taskgraph.New(e.g, graph.Signature{Fetches: []graph.Output{e.table.Value()}}, res, cfg)
+	re, err := taskgraph.New(e.g, graph.Signature{Fetches: []graph.Output{e.table.Value(), train.GlobalStep(e.g).Value()}}, res, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func trainEmbedding(t *testing.T, e *embedding, devs []device.Device, onDevice b
 	if err != nil {
 		t.Fatal(err)
 	}
-	out.table = tv[0]
+	out.table, out.step = tv[0], tv[1].Int64s()[0]
 	return out
 }
 
@@ -155,18 +156,22 @@ func TestSparseUpdatesOnDevice(t *testing.T) {
 			const steps = 6
 			want := trainEmbedding(t, buildEmbedding(t, c.optimizer, false), nil, false, steps, -1)
 			got := trainEmbedding(t, buildEmbedding(t, c.optimizer, true), devs, true, steps, -1)
-			for _, op := range []string{c.op, "Variable", "AssignAdd"} {
+			for _, op := range []string{c.op, "Variable", "AssignAdd", "Gather"} {
 				if !got.onGPU[op] {
 					t.Errorf("no %s on the GPU (on it: %v)", op, got.onGPU)
 				}
 			}
 			for i := range want.losses {
-				if d := math.Abs(float64(got.losses[i] - want.losses[i])); d > 1e-5*max(1, math.Abs(float64(want.losses[i]))) {
+				if d := math.Abs(float64(got.losses[i] - want.losses[i])); d > tolerance()*max(1, math.Abs(float64(want.losses[i]))) {
 					t.Fatalf("step %d: loss %g with the table on the GPU, %g on the CPU", i, got.losses[i], want.losses[i])
 				}
 			}
 			if msg := differ(got.table, want.table); msg != "" {
 				t.Errorf("the trained table: %s", msg)
+			}
+			// In: the ids and the labels; out: the loss. The table stays.
+			if got.perStep.In != 2 || got.perStep.Out != 1 {
+				t.Errorf("a replayed step copies %+v, want 2 in and 1 out", got.perStep)
 			}
 			t.Logf("%s: copies per replayed step %+v; on the GPU: %v", c.optimizer, got.perStep, got.onGPU)
 		})
@@ -174,20 +179,26 @@ func TestSparseUpdatesOnDevice(t *testing.T) {
 }
 
 // TestSparseUpdateIndexOutOfRange: a step fed an id outside the table
-// fails with an error wrapping an out-of-range index, and the training
-// goes on from where it was, as on the CPU.
+// fails with an error wrapping device.ErrIndexOutOfRange (the device's
+// Gather finds it), changes no variable (nor the global step), and the
+// training goes on from where it was, as on the CPU.
 func TestSparseUpdateIndexOutOfRange(t *testing.T) {
 	devs := openSim(t, device.Options{Count: 1})
 	const steps = 4
 	want := trainEmbedding(t, buildEmbedding(t, "adagrad", false), nil, false, steps, -1)
 	got := trainEmbedding(t, buildEmbedding(t, "adagrad", true), devs, true, steps, 2)
-	if got.badStep == nil || !strings.Contains(got.badStep.Error(), "out of range") {
-		t.Errorf("a step with id %d of a table of %d rows: %v, want an error naming the index out of range", vocab+7, vocab, got.badStep)
-	}
-	if errors.Is(got.badStep, device.ErrIndexOutOfRange) {
-		t.Logf("the step's error: %v", got.badStep)
+	if !errors.Is(got.badStep, device.ErrIndexOutOfRange) || !strings.Contains(got.badStep.Error(), "indices[5] = 57") {
+		t.Errorf("a step with id %d of a table of %d rows: %v, want device.ErrIndexOutOfRange naming it", vocab+7, vocab, got.badStep)
 	}
 	if msg := differ(got.table, want.table); msg != "" {
 		t.Errorf("the table trained around the failed step: %s", msg)
+	}
+	for i := range want.losses {
+		if d := math.Abs(float64(got.losses[i] - want.losses[i])); d > tolerance()*max(1, math.Abs(float64(want.losses[i]))) {
+			t.Errorf("step %d: loss %g after the failed step, %g without it", i, got.losses[i], want.losses[i])
+		}
+	}
+	if got.step != steps {
+		t.Errorf("the global step is %d after %d steps and a failed one, want %d", got.step, steps, steps)
 	}
 }

@@ -86,3 +86,22 @@ __device__ A block_sum(A v, A* sh) {
   __syncthreads();
   return r;
 }
+
+// Fault is a device's record of the first fault its kernels found (see
+// faults.go): tag names the launch's node (0: no fault), pos and index the
+// offending index and its position, rows the bound it broke.
+struct Fault {
+  int tag;
+  int pad;
+  i64 pos;
+  i64 index;
+  i64 rows;
+};
+
+__device__ __forceinline__ void report_fault(Fault* f, int tag, i64 pos, i64 index, i64 rows) {
+  if (atomicCAS(&f->tag, 0, tag) == 0) {
+    f->pos = pos;
+    f->index = index;
+    f->rows = rows;
+  }
+}

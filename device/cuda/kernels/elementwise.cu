@@ -107,3 +107,31 @@ BCAST_COPY(bcast_b1, u8)
 BCAST_COPY(bcast_b2, unsigned short)
 BCAST_COPY(bcast_b4, unsigned int)
 BCAST_COPY(bcast_b8, unsigned long long)
+
+// Gather along an axis of dim elements, by element size: output element o
+// is [a, j, e] of outer x n x inner, and reads params[a, idx[j], e]. An
+// index out of range is reported to the fault record (faults.go), and its
+// elements are 0: nothing is read outside params.
+#define GATHER(name, T, I)                                                                                   \
+  extern "C" __global__ void name(const T* params, const I* idx, T* out, i64 total, i64 n, i64 inner, i64 dim, \
+                                  Fault* fault, int tag) {                                                   \
+    GRID_LOOP(o, total) {                                                                                    \
+      i64 e = o % inner, r = o / inner;                                                                      \
+      i64 j = r % n, a = r / n;                                                                              \
+      i64 v = (i64)idx[j];                                                                                   \
+      if (v < 0 || v >= dim) {                                                                               \
+        report_fault(fault, tag, j, v, dim);                                                                 \
+        out[o] = (T)0;                                                                                       \
+      } else {                                                                                               \
+        out[o] = params[(a * dim + v) * inner + e];                                                          \
+      }                                                                                                      \
+    }                                                                                                        \
+  }
+GATHER(gather_b1_i32, u8, i32)
+GATHER(gather_b1_i64, u8, i64)
+GATHER(gather_b2_i32, unsigned short, i32)
+GATHER(gather_b2_i64, unsigned short, i64)
+GATHER(gather_b4_i32, u32, i32)
+GATHER(gather_b4_i64, u32, i64)
+GATHER(gather_b8_i32, u64, i32)
+GATHER(gather_b8_i64, u64, i64)

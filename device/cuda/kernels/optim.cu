@@ -1,8 +1,14 @@
 // Optimizer updates: a variable and its slots updated in place,
 // element-wise, with the hyper-parameters read from device scalars, in
 // float32 as the CPU's update rules compute them (kernel/cpu/state.go).
+// Every kernel that writes a variable takes the device's fault record
+// (faults.go) and writes nothing while it holds a fault: a step that
+// failed on the device (an index out of range) changes no variable after
+// the fault, as a failed step on the CPU changes none.
 
-extern "C" __global__ void apply_gradient_descent_f32(float* var, const float* alpha, const float* delta, i64 n) {
+extern "C" __global__ void apply_gradient_descent_f32(float* var, const float* alpha, const float* delta, i64 n,
+                                                      const Fault* fault) {
+  if (fault->tag) return;
   float a = *alpha;
   GRID_LOOP(i, n) { var[i] -= a * delta[i]; }
 }
@@ -10,7 +16,8 @@ extern "C" __global__ void apply_gradient_descent_f32(float* var, const float* a
 // accum = accum*momentum + grad; var -= lr*accum, or with Nesterov
 // var -= grad*lr + accum*momentum*lr.
 extern "C" __global__ void apply_momentum_f32(float* var, float* accum, const float* lr, const float* grad,
-                                              const float* momentum, i64 n, int nesterov) {
+                                              const float* momentum, i64 n, int nesterov, const Fault* fault) {
+  if (fault->tag) return;
   float l = *lr, mo = *momentum;
   GRID_LOOP(i, n) {
     float g = grad[i];
@@ -25,7 +32,9 @@ extern "C" __global__ void apply_momentum_f32(float* var, float* accum, const fl
 }
 
 // accum += grad^2; var -= lr * grad / sqrt(accum).
-extern "C" __global__ void apply_adagrad_f32(float* var, float* accum, const float* lr, const float* grad, i64 n) {
+extern "C" __global__ void apply_adagrad_f32(float* var, float* accum, const float* lr, const float* grad, i64 n,
+                                             const Fault* fault) {
+  if (fault->tag) return;
   float l = *lr;
   GRID_LOOP(i, n) {
     float g = grad[i];
@@ -38,7 +47,9 @@ extern "C" __global__ void apply_adagrad_f32(float* var, float* accum, const flo
 // ms = rho*ms + (1-rho)*grad^2; mom = momentum*mom + lr*grad/sqrt(ms+epsilon);
 // var -= mom.
 extern "C" __global__ void apply_rms_prop_f32(float* var, float* ms, float* mom, const float* lr, const float* rho,
-                                              const float* momentum, const float* epsilon, const float* grad, i64 n) {
+                                              const float* momentum, const float* epsilon, const float* grad, i64 n,
+                                              const Fault* fault) {
+  if (fault->tag) return;
   float l = *lr, r = *rho, mo = *momentum, e = *epsilon;
   GRID_LOOP(i, n) {
     float g = grad[i];
@@ -55,7 +66,9 @@ extern "C" __global__ void apply_rms_prop_f32(float* var, float* ms, float* mom,
 // var -= lr_t*m/(sqrt(v)+epsilon).
 extern "C" __global__ void apply_adam_f32(float* var, float* m, float* v, const float* beta1_power,
                                           const float* beta2_power, const float* lr, const float* beta1,
-                                          const float* beta2, const float* epsilon, const float* grad, i64 n) {
+                                          const float* beta2, const float* epsilon, const float* grad, i64 n,
+                                          const Fault* fault) {
+  if (fault->tag) return;
   float lr_t = (float)((double)*lr * sqrt(1.0 - (double)*beta2_power) / (1.0 - (double)*beta1_power));
   float b1 = 1.0f - *beta1, b2 = 1.0f - *beta2, e = *epsilon;
   GRID_LOOP(i, n) {
@@ -71,7 +84,8 @@ extern "C" __global__ void apply_adam_f32(float* var, float* m, float* v, const 
 // AssignAdd and AssignSub: ref += value (ref -= value with sub) in place,
 // and out, the op's output, the new value.
 #define ASSIGN_ADD(name, T)                                                                  \
-  extern "C" __global__ void name(T* ref, const T* val, T* out, i64 n, int sub) {            \
+  extern "C" __global__ void name(T* ref, const T* val, T* out, i64 n, int sub, const Fault* fault) { \
+    if (fault->tag) return;                                                                  \
     GRID_LOOP(i, n) {                                                                        \
       T v = sub ? (T)(ref[i] - val[i]) : (T)(ref[i] + val[i]);                               \
       ref[i] = v;                                                                            \
@@ -81,25 +95,6 @@ extern "C" __global__ void apply_adam_f32(float* var, float* m, float* v, const 
 ASSIGN_ADD(assign_add_f32, float)
 ASSIGN_ADD(assign_add_i32, i32)
 ASSIGN_ADD(assign_add_i64, i64)
-
-// Fault is a device's record of the first fault its kernels found (see
-// faults.go): tag names the launch's node (0: no fault), pos and index the
-// offending index and its position, rows the bound it broke.
-struct Fault {
-  int tag;
-  int pad;
-  i64 pos;
-  i64 index;
-  i64 rows;
-};
-
-__device__ __forceinline__ void report_fault(Fault* f, int tag, i64 pos, i64 index, i64 rows) {
-  if (atomicCAS(&f->tag, 0, tag) == 0) {
-    f->pos = pos;
-    f->index = index;
-    f->rows = rows;
-  }
-}
 
 // Sparse updates (device.SparseUpdates) run in two launches. The first,
 // sparse_rows_<index type>, takes a thread per position j of the n indices:
@@ -167,7 +162,7 @@ __device__ __forceinline__ bool sparse_elem(i64 t, const I* idx, const i32* next
 // rule's body and one more brace close.
 #define SPARSE_ARGS const i32 *next, const i32 *lead, const i32 *bad, i64 n, i64 width
 #define SPARSE_LOOP(t, at, g)                                   \
-  if (*bad) return;                                             \
+  if (*bad || fault->tag) return;                               \
   GRID_LOOP(t, n * width) {                                     \
     i64 at;                                                     \
     double g;                                                   \
@@ -176,7 +171,8 @@ __device__ __forceinline__ bool sparse_elem(i64 t, const I* idx, const i32* next
 
 // var -= alpha*grad.
 template <class I>
-__device__ void sparse_sgd(float* var, const float* alpha, const float* grad, const I* idx, SPARSE_ARGS) {
+__device__ void sparse_sgd(float* var, const float* alpha, const float* grad, const I* idx, SPARSE_ARGS,
+                           const Fault* fault) {
   double a = *alpha;
   SPARSE_LOOP(t, at, g)
   var[at] = (float)((double)var[at] - a * g);
@@ -187,7 +183,7 @@ __device__ void sparse_sgd(float* var, const float* alpha, const float* grad, co
 // var -= grad*lr + accum*momentum*lr.
 template <class I>
 __device__ void sparse_momentum(float* var, float* accum, const float* lr, const float* grad, const I* idx,
-                                const float* momentum, SPARSE_ARGS, int nesterov) {
+                                const float* momentum, SPARSE_ARGS, int nesterov, const Fault* fault) {
   double l = *lr, mo = *momentum;
   SPARSE_LOOP(t, at, g)
   double a = (double)accum[at] * mo + g;
@@ -202,7 +198,8 @@ __device__ void sparse_momentum(float* var, float* accum, const float* lr, const
 
 // accum += grad^2; var -= lr*grad/sqrt(accum).
 template <class I>
-__device__ void sparse_adagrad(float* var, float* accum, const float* lr, const float* grad, const I* idx, SPARSE_ARGS) {
+__device__ void sparse_adagrad(float* var, float* accum, const float* lr, const float* grad, const I* idx, SPARSE_ARGS,
+                               const Fault* fault) {
   double l = *lr;
   SPARSE_LOOP(t, at, g)
   double a = (double)accum[at] + g * g;
@@ -217,7 +214,7 @@ __device__ void sparse_adagrad(float* var, float* accum, const float* lr, const 
 template <class I>
 __device__ void sparse_adam(float* var, float* m, float* v, const float* beta1_power, const float* beta2_power,
                             const float* lr, const float* beta1, const float* beta2, const float* epsilon,
-                            const float* grad, const I* idx, SPARSE_ARGS) {
+                            const float* grad, const I* idx, SPARSE_ARGS, const Fault* fault) {
   double b1p = *beta1_power, b2p = *beta2_power, b1 = *beta1, b2 = *beta2, eps = *epsilon;
   double lr_t = (double)*lr * sqrt(1.0 - b2p) / (1.0 - b1p);
   SPARSE_LOOP(t, at, g)
@@ -231,24 +228,44 @@ __device__ void sparse_adam(float* var, float* m, float* v, const float* beta1_p
 }
 
 #define SPARSE_KERNELS(sfx, I)                                                                                        \
-  extern "C" __global__ void sparse_apply_gradient_descent_f32_##sfx(float* var, const float* alpha,                  \
-                                                                     const float* grad, const I* idx, SPARSE_ARGS) {  \
-    sparse_sgd<I>(var, alpha, grad, idx, next, lead, bad, n, width);                                                  \
+  extern "C" __global__ void sparse_apply_gradient_descent_f32_##sfx(                                                 \
+      float* var, const float* alpha, const float* grad, const I* idx, SPARSE_ARGS, const Fault* fault) {             \
+    sparse_sgd<I>(var, alpha, grad, idx, next, lead, bad, n, width, fault);                                           \
   }                                                                                                                   \
   extern "C" __global__ void sparse_apply_momentum_f32_##sfx(float* var, float* accum, const float* lr,               \
                                                              const float* grad, const I* idx, const float* momentum,  \
-                                                             SPARSE_ARGS, int nesterov) {                             \
-    sparse_momentum<I>(var, accum, lr, grad, idx, momentum, next, lead, bad, n, width, nesterov);                     \
+                                                             SPARSE_ARGS, int nesterov, const Fault* fault) {         \
+    sparse_momentum<I>(var, accum, lr, grad, idx, momentum, next, lead, bad, n, width, nesterov, fault);              \
   }                                                                                                                   \
   extern "C" __global__ void sparse_apply_adagrad_f32_##sfx(float* var, float* accum, const float* lr,                \
-                                                            const float* grad, const I* idx, SPARSE_ARGS) {           \
-    sparse_adagrad<I>(var, accum, lr, grad, idx, next, lead, bad, n, width);                                          \
+                                                            const float* grad, const I* idx, SPARSE_ARGS,             \
+                                                            const Fault* fault) {                                     \
+    sparse_adagrad<I>(var, accum, lr, grad, idx, next, lead, bad, n, width, fault);                                   \
   }                                                                                                                   \
   extern "C" __global__ void sparse_apply_adam_f32_##sfx(                                                             \
       float* var, float* m, float* v, const float* beta1_power, const float* beta2_power, const float* lr,            \
-      const float* beta1, const float* beta2, const float* epsilon, const float* grad, const I* idx, SPARSE_ARGS) {   \
+      const float* beta1, const float* beta2, const float* epsilon, const float* grad, const I* idx, SPARSE_ARGS,     \
+      const Fault* fault) {                                                                                           \
     sparse_adam<I>(var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, idx, next, lead, bad, n,     \
-                   width);                                                                                            \
+                   width, fault);                                                                                     \
   }
 SPARSE_KERNELS(i32, i32)
 SPARSE_KERNELS(i64, i64)
+
+// Assign: the value copied into the variable and into the output, by
+// 4-byte words and then the tail's bytes (device buffers are aligned),
+// unless the fault record holds a fault.
+extern "C" __global__ void assign_copy(u8* ref, const u8* val, u8* out, i64 n, const Fault* fault) {
+  if (fault->tag) return;
+  i64 words = n / 4;
+  GRID_LOOP(i, words) {
+    u32 w = ((const u32*)val)[i];
+    ((u32*)ref)[i] = w;
+    ((u32*)out)[i] = w;
+  }
+  GRID_LOOP(i, n - words * 4) {
+    i64 b = words * 4 + i;
+    ref[b] = val[b];
+    out[b] = val[b];
+  }
+}
