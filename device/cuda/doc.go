@@ -104,7 +104,7 @@
 // Synchronize, once the stream is idle, reads the record, clears it and
 // returns an error wrapping device.ErrIndexOutOfRange, without failing
 // the stream: a copy of 32 bytes per Synchronize, on devices that have
-// run such kernels only.
+// run a Gather or a sparse update only.
 // RandomUniform (device.Random) draws from Philox4x32-10 as
 // device.PhiloxUniform does, bit for bit; its count of runs lives in eight
 // bytes of device memory that a kernel queued after each run increments,

@@ -14,14 +14,16 @@ import (
 const faultBytes = 32
 
 // faults is a device's record of the first fault its kernels found on the
-// device (a sparse update's index out of range): struct Fault in device
-// memory of its own, outside the allocator, that the kernels write, the
-// first fault winning, and that the device's Synchronize reads once the
-// stream is idle, returns as an error and clears. The fault does not fail
-// the stream: the launch that found it wrote nothing, and the work after
-// it ran. The record is reserved on the first launch that may report to
-// it, and read only from then on, so that devices without such kernels
-// pay nothing at Synchronize.
+// device (an index out of range of a sparse update or a Gather): struct
+// Fault in device memory of its own, outside the allocator, that the
+// kernels write, the first fault winning, and that the device's
+// Synchronize reads once the stream is idle, returns as an error and
+// clears. The fault does not fail the stream: the launch that found it
+// wrote nothing, the work after it ran, and the kernels that write
+// variables, which read the record, wrote nothing. The record is reserved
+// on the first launch that reads or writes it, and read at Synchronize
+// only once a kernel that may report to it was launched, so that devices
+// without such kernels pay nothing there.
 type faults struct {
 	mem device.Memory
 
@@ -31,10 +33,11 @@ type faults struct {
 	nodes []*graph.Node // by tag-1
 }
 
-// record returns the record's address and n's tag (from 1), reserving and
-// zeroing the record on first use through st: a copy from the host, which
-// a capture refuses (device.ErrNotCapturable), so that a step's first
-// launch, eager, makes it.
+// record returns the record's address and, for a kernel n that may report
+// to it, n's tag (from 1; nil n: a kernel that only reads it, tag 0),
+// reserving and zeroing the record on first use through st: a copy from
+// the host, which a capture refuses (device.ErrNotCapturable), so that a
+// step's first launch, eager, makes it.
 func (f *faults) record(st device.Stream, n *graph.Node) (device.Ptr, int32, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -49,6 +52,9 @@ func (f *faults) record(st device.Stream, n *graph.Node) (device.Ptr, int32, err
 			return 0, 0, err
 		}
 		f.ptr, f.tags = p, map[*graph.Node]int32{}
+	}
+	if n == nil {
+		return f.ptr, 0, nil
 	}
 	tag, ok := f.tags[n]
 	if !ok {
@@ -65,8 +71,8 @@ func (f *faults) record(st device.Stream, n *graph.Node) (device.Ptr, int32, err
 func (f *faults) check(read func(dst []byte, src device.Ptr) error, zero func(dst device.Ptr, n int64) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.ptr == 0 {
-		return nil
+	if f.ptr == 0 || len(f.nodes) == 0 {
+		return nil // nothing may have reported
 	}
 	var rec [faultBytes]byte
 	if err := read(rec[:], f.ptr); err != nil {

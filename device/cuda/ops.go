@@ -883,7 +883,7 @@ func updateOp(kernel string, refs, gradIdx int) func(n *graph.Node) (launchFunc,
 			if n == 0 {
 				return nil
 			}
-			rec, _, err := l.faultLog().record(l.Stream(), c.Node)
+			rec, _, err := l.faultLog().record(l.Stream(), nil)
 			if err != nil {
 				return err
 			}
@@ -979,7 +979,7 @@ func assignAdd(sub bool) launchFunc {
 		if sub {
 			s = 1
 		}
-		rec, _, err := l.faultLog().record(l.Stream(), c.Node)
+		rec, _, err := l.faultLog().record(l.Stream(), nil)
 		if err != nil {
 			return err
 		}
@@ -1002,7 +1002,7 @@ func assignCopy(c *device.Context, l launcher) error {
 	if n == 0 {
 		return nil
 	}
-	rec, _, err := l.faultLog().record(l.Stream(), c.Node)
+	rec, _, err := l.faultLog().record(l.Stream(), nil)
 	if err != nil {
 		return err
 	}
