@@ -189,12 +189,31 @@ func TaskStatus(ctx context.Context, addr string, timeout time.Duration, opts rp
 	return w.GetStatus(ctx, &pb.GetStatusRequest{})
 }
 
+// pauseMargin is how far past its deadline a failed call must have run
+// for this process to have been paused during it: a timer fires late by
+// the scheduler's latency, milliseconds.
+const pauseMargin = 250 * time.Millisecond
+
+// statusAcrossPauses is TaskStatus, asked again once when the call failed
+// after running past its timeout by more than pauseMargin: its deadline
+// passed while this process was not running (stopped, or starved of CPU),
+// which says nothing of the peer. A chief stopped during the call warned
+// that it could not read the status of a ps task that was answering.
+func statusAcrossPauses(ctx context.Context, addr string, timeout time.Duration, opts rpc.Options) (*pb.GetStatusResponse, error) {
+	start := time.Now()
+	st, err := TaskStatus(ctx, addr, timeout, opts)
+	if err != nil && ctx.Err() == nil && time.Since(start) > timeout+pauseMargin {
+		return TaskStatus(ctx, addr, timeout, opts)
+	}
+	return st, err
+}
+
 // psVariables lists the variables each ps task holds, for the result.
 func psVariables(ctx context.Context, r *replica) map[string][]string {
 	out := map[string][]string{}
 	for _, t := range tasksOf(r.cfg.Cluster, "ps") {
 		addr, _ := r.cfg.Cluster.Address(t)
-		st, err := TaskStatus(ctx, addr, 2*time.Second, r.cfg.rpc)
+		st, err := statusAcrossPauses(ctx, addr, 2*time.Second, r.cfg.rpc)
 		if err != nil {
 			r.log.Warn("cannot read the status of a ps task", "ps", t.String(), "err", err)
 			continue
