@@ -225,13 +225,14 @@ func psVariables(ctx context.Context, r *replica) map[string][]string {
 	return out
 }
 
-// reachable reports whether task answers a status request within a second.
+// reachable reports whether task answers a status request within a second
+// (of this process's running time: see statusAcrossPauses).
 func reachable(ctx context.Context, cfg RunConfig, task cluster.TaskID) bool {
 	addr, err := cfg.Cluster.Address(task)
 	if err != nil {
 		return false
 	}
-	_, err = TaskStatus(ctx, addr, time.Second, cfg.rpc)
+	_, err = statusAcrossPauses(ctx, addr, time.Second, cfg.rpc)
 	return err == nil
 }
 
