@@ -306,9 +306,9 @@ func SparseIndices(name string) int {
 	return -1
 }
 
-// IndexError is the error of node n (a sparse update, a Gather) given
-// indices[pos] = index, outside the rows rows it indexes: it wraps
-// ErrIndexOutOfRange.
-func IndexError(n *graph.Node, pos, index, rows int64) error {
-	return fmt.Errorf("device: node %s: indices[%d] = %d is out of range [0, %d): %w", n, pos, index, rows, ErrIndexOutOfRange)
+// IndexError is the error of a node (a sparse update, a Gather; node is
+// its graph.Node's String) given indices[pos] = index, outside the rows
+// rows it indexes: it wraps ErrIndexOutOfRange.
+func IndexError(node string, pos, index, rows int64) error {
+	return fmt.Errorf("device: node %s: indices[%d] = %d is out of range [0, %d): %w", node, pos, index, rows, ErrIndexOutOfRange)
 }

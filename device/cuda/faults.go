@@ -27,10 +27,13 @@ const faultBytes = 32
 type faults struct {
 	mem device.Memory
 
-	mu    sync.Mutex
-	ptr   device.Ptr
-	tags  map[*graph.Node]int32
-	nodes []*graph.Node // by tag-1
+	mu  sync.Mutex
+	ptr device.Ptr
+	// tags and nodes map the kernels' nodes, by their String (names and
+	// ops, which a process's graphs repeat: few, unlike the nodes), to
+	// their tags.
+	tags  map[string]int32
+	nodes []string // by tag-1
 }
 
 // record returns the record's address and, for a kernel n that may report
@@ -51,16 +54,17 @@ func (f *faults) record(st device.Stream, n *graph.Node) (device.Ptr, int32, err
 			f.mem.Release(p)
 			return 0, 0, err
 		}
-		f.ptr, f.tags = p, map[*graph.Node]int32{}
+		f.ptr, f.tags = p, map[string]int32{}
 	}
 	if n == nil {
 		return f.ptr, 0, nil
 	}
-	tag, ok := f.tags[n]
+	name := n.String()
+	tag, ok := f.tags[name]
 	if !ok {
-		f.nodes = append(f.nodes, n)
+		f.nodes = append(f.nodes, name)
 		tag = int32(len(f.nodes))
-		f.tags[n] = tag
+		f.tags[name] = tag
 	}
 	return f.ptr, tag, nil
 }

@@ -127,7 +127,7 @@ func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
 func checkIndices(n *graph.Node, idx *tensor.Tensor, rows int64) error {
 	check := func(pos int, v int64) error {
 		if v < 0 || v >= rows {
-			return device.IndexError(n, int64(pos), v, rows)
+			return device.IndexError(n.String(), int64(pos), v, rows)
 		}
 		return nil
 	}
