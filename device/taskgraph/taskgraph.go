@@ -76,8 +76,9 @@ type Config struct {
 	RandomOnDevice bool
 	// VariablesOnDevice keeps a Variable placed on an accelerator in that
 	// device's memory (device.Variables, one store per device in the
-	// task's resources), with the ops that take it by ref: its Assign, its
-	// optimizer's update, IsVariableInitialized and the checkpoint ops
+	// task's resources), with the ops that take it by ref: its Assign,
+	// AssignAdd and AssignSub (a global step's increment), its optimizer's
+	// dense or sparse update, IsVariableInitialized and the checkpoint ops
 	// (see variables.go); DISTFLOW_GPU_VARIABLES=1 in the environment sets
 	// it for every task graph of the process. Off, variables live on the
 	// host and a device step reads them from there at every step.
