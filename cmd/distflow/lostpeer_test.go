@@ -50,10 +50,10 @@ func startBoundTask(t *testing.T, name, cluster, job string, index int, args ...
 // started by hand, with the default step deadline (a lost deadline of
 // 15 s), a worker is SIGKILLed and not restarted: its port refuses
 // connections, and since it had answered before, the chief drops it at
-// its next heartbeat (within 3 s) rather than after the lost deadline;
-// the others train on and the run ends. Before, the heartbeat waited for
-// the refused connection for half the lost deadline: the worker was
-// named after 8.5 s and dropped after 15 s.
+// its next heartbeat (a second apart; the test allows 5 s) rather than
+// after the lost deadline; the others train on and the run ends. Before,
+// the heartbeat waited for the refused connection for half the lost
+// deadline: the worker was named after 8.5 s and dropped after 15 s.
 func TestSyncWorkerKilledForGoodIsDroppedAtOnce(t *testing.T) {
 	addrs := rpcFreePorts(t, 4)
 	cl := fmt.Sprintf(`"cluster": {"ps": [%q], "worker": [%q, %q, %q]}`, addrs[0], addrs[1], addrs[2], addrs[3])
@@ -72,8 +72,8 @@ func TestSyncWorkerKilledForGoodIsDroppedAtOnce(t *testing.T) {
 	ws[0].waitLine(t, `msg="a replica is lost; going on without it" task=/job:worker/task:0 peer=/job:worker/task:2`, 30*time.Second)
 	d := time.Since(killed)
 	t.Logf("the killed worker was dropped %v after the kill", d.Round(time.Millisecond))
-	if d > 3*time.Second {
-		t.Errorf("the killed worker was dropped after %v; want at its next heartbeat, within 3 s (its port refuses connections)", d)
+	if d > 5*time.Second {
+		t.Errorf("the killed worker was dropped after %v; want at its next heartbeat, within 5 s (its port refuses connections)", d)
 	}
 	if !strings.Contains(ws[0].logs(), "its process has exited") {
 		t.Errorf("the chief does not say that the worker's process has exited:\n%s", tail(ws[0].logs(), 20))
