@@ -202,3 +202,21 @@ func TestSparseUpdateIndexOutOfRange(t *testing.T) {
 		t.Errorf("the global step is %d after %d steps and a failed one, want %d", got.step, steps, steps)
 	}
 }
+
+// TestGatherOfAHostVariable: with the variables on the host, an
+// embedding's Gather asked for on the GPU runs on the host, next to the
+// table, so that a step copies in the rows it looked up rather than the
+// whole table; with them on the device it runs there.
+func TestGatherOfAHostVariable(t *testing.T) {
+	devs := openSim(t, device.Options{Count: 1})
+	for _, onDevice := range []bool{false, true} {
+		got := trainEmbedding(t, buildEmbedding(t, "adagrad", true), devs, onDevice, 3, -1)
+		if got.onGPU["Gather"] != onDevice {
+			t.Errorf("variables on the device %v: Gather on the GPU %v", onDevice, got.onGPU["Gather"])
+		}
+		if table := int64(vocab * embedDim * 4); got.perStep.InBytes >= table {
+			t.Errorf("variables on the device %v: a step copies %d bytes in, the table is %d", onDevice, got.perStep.InBytes, table)
+		}
+		t.Logf("variables on the device %v: copies per replayed step %+v", onDevice, got.perStep)
+	}
+}

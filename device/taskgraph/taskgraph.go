@@ -21,6 +21,9 @@
 // DISTFLOW_GPU_VARIABLES=1) keeps those placed on an accelerator in its
 // memory, updated there in place by their optimizer (variables.go); then a
 // training step copies in its batch and out its fetches, and nothing else.
+// A Gather (an embedding's lookup) runs on an accelerator only when its
+// params are there too (a device variable, a value computed there): from
+// a table on the host it reads the rows there, so that only they cross.
 package taskgraph
 
 import (
@@ -290,6 +293,8 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config, varDev map[*graph.No
 			why = "random ops draw on the host unless taskgraph.Config.RandomOnDevice (or DISTFLOW_GPU_RANDOM=1)"
 		case varDev != nil && n.Op() == "Variable":
 			why = "an op that takes the variable by ref cannot run there (or takes it with a variable that cannot), so it lives on the host"
+		case n.Op() == "Gather" && hostParams(n.Input(0).Node, varDev):
+			why = "a Gather whose params are on the host (a variable there, a value received, fed or constant) reads its rows there rather than copying all of them to the device (taskgraph.Config.VariablesOnDevice keeps an embedding on its GPU)"
 		default:
 			why = supported(n, cfg.Devices[idx].Info().Platform)
 		}
@@ -307,6 +312,21 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config, varDev map[*graph.No
 		fell[n.Op()] = true
 	}
 	return devices, slices.Sorted(maps.Keys(fell)), firstWhy, nil
+}
+
+// hostParams reports whether p, a Gather's params, is on the host: a
+// Variable that lives there, or a value that arrives there (a Recv's from
+// another task or device, a feed, a constant). A Gather of those runs on
+// the host, which copies only the rows it looks up to the device.
+func hostParams(p *graph.Node, varDev map[*graph.Node]int) bool {
+	switch p.Op() {
+	case "Variable":
+		idx, ok := varDev[p]
+		return !ok || idx < 0
+	case "Recv", "Placeholder", "Const":
+		return true
+	}
+	return false
 }
 
 // supported returns "" when n can run on platform, else why not.
