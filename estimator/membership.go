@@ -117,7 +117,12 @@ func (m *membership) beat(ctx context.Context, i int, t cluster.TaskID, interval
 			// A new process answers on the address before the old one's
 			// silence could count: it is lost and back at once, so that
 			// nothing waits for what the old one held.
-			m.log.Warn("a replica was restarted; letting the new process in", "peer", t.String(), "incarnation", st.GetIncarnation())
+			if t.Job == "ps" {
+				m.log.Warn("a ps task was restarted: the variables it held are gone", "peer", t.String(), "incarnation", st.GetIncarnation(),
+					"next", m.psRestored("them"))
+			} else {
+				m.log.Warn("a replica was restarted; letting the new process in", "peer", t.String(), "incarnation", st.GetIncarnation())
+			}
 			m.onChange(i, false)
 			m.onChange(i, true)
 		}
@@ -236,10 +241,16 @@ func (m *membership) observe(i int, t cluster.TaskID, err error, exited bool) {
 // variables from the latest checkpoint, or initialising them without
 // one (train.MonitoredSession's recovery).
 func (m *membership) psRecovery() string {
+	return fmt.Sprintf("its restart, for up to %v; then %s", m.cfg.WaitTimeout, m.psRestored("its variables"))
+}
+
+// psRestored says what becomes of a restarted ps task's variables, named
+// vars.
+func (m *membership) psRestored(vars string) string {
 	if m.cfg.CheckpointDir == "" {
-		return fmt.Sprintf("its restart, for up to %v; then the chief initialises its variables again (no checkpoint directory: their training is lost)", m.cfg.WaitTimeout)
+		return "the chief initialises " + vars + " again (no checkpoint directory: their training is lost)"
 	}
-	return fmt.Sprintf("its restart, for up to %v; then the chief restores its variables from the latest checkpoint in %s", m.cfg.WaitTimeout, m.cfg.CheckpointDir)
+	return "the chief restores " + vars + " from the latest checkpoint in " + m.cfg.CheckpointDir
 }
 
 // restarted records peer i's incarnation and reports whether it changed
