@@ -1,9 +1,12 @@
 // Package devicetest is the conformance suite of device platforms: every
 // platform (the simulator, CUDA) runs Run, which checks its memory,
 // streams, allocator and out-of-memory errors, logical devices, each
-// kernel of device.Ops against the CPU kernel on the same inputs, and
-// variables kept in device memory (device.Variables, as package
-// device/runner runs them) updated in place by device.Updates.
+// kernel of device.Ops against the CPU kernel on the same inputs, the
+// ops that update variables in place (device.Updates, device.SparseUpdates,
+// AssignAdd and AssignSub) against the CPU's, indices out of range (a
+// fault at the next Synchronize, nothing written), and variables kept in
+// device memory (device.Variables, as package device/runner runs them)
+// updated in place by those ops.
 //
 //	func TestConformance(t *testing.T) { devicetest.Run(t, sim.New(sim.Config{})) }
 package devicetest
