@@ -9,9 +9,13 @@ import (
 	"github.com/distflow/distflow/graph"
 )
 
-// faultBytes is the size of struct Fault (kernels/optim.cu): tag, pad,
+// faultBytes is the size of struct Fault (kernels/common.cuh): tag, pad,
 // pos, index, rows.
 const faultBytes = 32
+
+// noFault is a clear record, which the copy that zeroes a new one reads
+// (host memory that stays unchanged, as a queued copy needs).
+var noFault [faultBytes]byte
 
 // faults is a device's record of the first fault its kernels found on the
 // device (an index out of range of a sparse update or a Gather): struct
@@ -49,8 +53,7 @@ func (f *faults) record(st device.Stream, n *graph.Node) (device.Ptr, int32, err
 		if err != nil {
 			return 0, 0, fmt.Errorf("the fault record: %w", err)
 		}
-		var zero [faultBytes]byte
-		if err := st.CopyIn(p, zero[:]); err != nil {
+		if err := st.CopyIn(p, noFault[:]); err != nil {
 			f.mem.Release(p)
 			return 0, 0, err
 		}
