@@ -89,11 +89,13 @@
 // updates (device.Updates) are element-wise kernels that write the
 // variable and its slots in place, in float32 as the CPU's rules, and
 // AssignAdd and AssignSub (device.VariableOps) add in place. The sparse
-// updates (device.SparseUpdates) run in two launches: one thread per index
-// checks it against the variable's rows and links the positions of each
-// index, then one thread per gradient element of an index's first position
-// sums that index's rows in order and updates the row, in double as the
-// CPU's sparse rules, without atomics. Gather checks its indices too. An
+// updates (device.SparseUpdates) check each index against the variable's
+// rows and link the positions of each index (one thread per index
+// scanning the others; from 4096 indices, a bitonic sort of the
+// (index, position) keys instead, in log^2 n launches), then one thread
+// per gradient element of an index's first position sums that index's
+// rows in order and updates the row, in double as the CPU's sparse rules,
+// without atomics. Gather checks its indices too. An
 // index out of range is written, with its position and a tag naming the
 // node, to the device's fault record (32 bytes of device memory outside
 // the allocator, reserved by the first launch that reads or writes it);

@@ -287,6 +287,17 @@ func TestEmulatedConformance(t *testing.T) {
 	devicetest.Run(t, &emuPlatform{launch: emuLibrary(t)})
 }
 
+// TestEmulatedSparseSort runs the conformance suite with the sparse
+// updates linking every count of indices by sorting them (sparseLinks),
+// not only the largest case's.
+func TestEmulatedSparseSort(t *testing.T) {
+	p := &emuPlatform{launch: emuLibrary(t)}
+	saved := sparseSortFrom
+	sparseSortFrom = 1
+	defer func() { sparseSortFrom = saved }()
+	devicetest.Run(t, p)
+}
+
 // TestEmulatedHostInput gives a kernel a device input as a host value (a
 // Shape's result feeding an Add): the kernel copies it to the device, and
 // the runtime's context keeps the host value.

@@ -1093,7 +1093,7 @@ func sparseUpdateOp(kernel string, refs int) func(n *graph.Node) (launchFunc, er
 				return err
 			}
 			sfx := suffix(idx.DType)
-			if err := l.launch("sparse_rows_"+sfx, grid1(count), block1, idx.Buf.Ptr, count, rows, next, lead, bad, rec, tag); err != nil {
+			if err := sparseLinks(c, l, idx, sfx, count, rows, next, lead, bad, rec, tag); err != nil {
 				return err
 			}
 			if width == 0 {
@@ -1139,4 +1139,38 @@ func gather(n *graph.Node) (launchFunc, error) {
 		return l.launch(fmt.Sprintf("gather_b%d_%s", size, suffix(idx.DType)), grid1(total), block1,
 			params.Buf.Ptr, idx.Buf.Ptr, out.Buf.Ptr, total, count, inner, dim, rec, tag)
 	}, nil
+}
+
+// sparseSortFrom is the number of indices from which a sparse update links
+// their positions by sorting them (O(n log^2 n), in log^2 n launches)
+// rather than by each position scanning the others (O(n^2), one launch).
+// A variable only so that the tests can sort a few indices.
+var sparseSortFrom int64 = 4096
+
+// sparseLinks checks the count indices of idx (index type sfx) against
+// rows and links the positions of each index into next and lead (see
+// kernels/optim.cu).
+func sparseLinks(c *device.Context, l launcher, idx *device.Tensor, sfx string, count, rows int64, next, lead, bad device.Ptr, rec device.Ptr, tag int32) error {
+	if count < sparseSortFrom || rows > 1<<32 {
+		return l.launch("sparse_rows_"+sfx, grid1(count), block1, idx.Buf.Ptr, count, rows, next, lead, bad, rec, tag)
+	}
+	total := int64(1)
+	for total < count {
+		total *= 2
+	}
+	keys, err := c.Scratch(8 * total)
+	if err != nil {
+		return err
+	}
+	if err := l.launch("sparse_keys_"+sfx, grid1(total), block1, idx.Buf.Ptr, count, rows, keys, total, bad, rec, tag); err != nil {
+		return err
+	}
+	for k := int64(2); k <= total; k *= 2 {
+		for j := k / 2; j > 0; j /= 2 {
+			if err := l.launch("bitonic_step", grid1(total), block1, keys, total, j, k); err != nil {
+				return err
+			}
+		}
+	}
+	return l.launch("sparse_links", grid1(count), block1, keys, count, next, lead)
 }

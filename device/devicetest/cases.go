@@ -334,6 +334,8 @@ func SparseUpdateCases() []Case {
 			Inputs: []*tensor.Tensor{f(rows, 7), f(rows, 7), sc(0.01), f(n, 7), idx(tensor.Int32, n, rows), sc(0.9)}},
 		{Op: "SparseApplyAdagrad", Inputs: []*tensor.Tensor{f(rows, width), pos(rows, width), sc(0.1), f(n, width), idx(tensor.Int32, n, rows)}},
 		{Op: "SparseApplyAdagrad", Inputs: []*tensor.Tensor{f(1000, 17), pos(1000, 17), sc(0.1), f(400, 17), idx(tensor.Int64, 400, 1000)}},
+		// Enough indices for a device to sort them rather than scan.
+		{Op: "SparseApplyAdagrad", Inputs: []*tensor.Tensor{f(3000, 3), pos(3000, 3), sc(0.1), f(5000, 3), idx(tensor.Int32, 5000, 3000)}},
 		{Op: "SparseApplyAdam", Inputs: []*tensor.Tensor{f(rows, width), f(rows, width), pos(rows, width), sc(0.9), sc(0.999), sc(0.001),
 			sc(0.9), sc(0.999), sc(1e-8), f(n, width), idx(tensor.Int64, n, rows)}},
 		{Op: "SparseApplyAdam", Inputs: []*tensor.Tensor{f(13), f(13), pos(13), sc(0.729), sc(0.997), sc(0.01),
