@@ -106,8 +106,9 @@ ASSIGN_ADD(assign_add_i64, i64)
 // gradient's rows of that index in their order (as the CPU's sparseDedup,
 // from 0 when there are several) and updates the element of the row, in
 // double as the CPU's sparse rules. Distinct rows, distinct threads: no
-// atomics, and the result does not depend on scheduling. Finding the
-// links is quadratic in n, which a batch's ids keep small.
+// atomics, and the result does not depend on scheduling. Scanning for the
+// links is quadratic in n; for many indices the host sorts them instead
+// (sparse_keys, bitonic_step, sparse_links below).
 #define SPARSE_ROWS(name, I)                                                                                    \
   extern "C" __global__ void name(const I* idx, i64 n, i64 rows, i32* next, i32* lead, i32* bad, Fault* fault, \
                                   int tag) {                                                                    \
