@@ -10,6 +10,7 @@ import (
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/localcluster"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
@@ -488,7 +489,7 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 			if err == nil {
 				return
 			}
-			if !train.TaskLost(err) {
+			if !awaitsRecovery(err) {
 				log.Warn("the chief's aggregation loop stopped", "err", err)
 				return
 			}
@@ -526,6 +527,16 @@ func (c *syncCoordinator) begin(ctx context.Context, sess *session.Session, chie
 		dropped, _ := c.opt.Dropped(ctx, sess)
 		log.Info("synchronous training", "aggregations", c.opt.Aggregations(), "stale_gradients_dropped", dropped)
 	}, nil
+}
+
+// awaitsRecovery reports whether the chief's aggregation loop failed for
+// a lost ps, and so goes on once the chief's session has recovered it:
+// the ps did not answer, or it answers as a new process whose variables
+// are not yet restored (the loop's round can reach a restarted ps before
+// the chief's own step finds it restarted: the loop then stopped for
+// good, and every replica waited for a token that never came).
+func awaitsRecovery(err error) bool {
+	return train.TaskLost(err) || errors.Is(err, kernel.ErrUninitialized)
 }
 
 // afterRecovery sets up again what a restarted ps lost: the replica's
