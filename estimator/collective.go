@@ -8,6 +8,7 @@ import (
 	"github.com/distflow/distflow/checkpoint"
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/layers"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
@@ -335,29 +336,28 @@ type rankGraph struct {
 // summaries and the user's hooks' nodes.
 func buildRank(r *replica, in *openInput, claims bool, build collectiveBuild) (*rankGraph, error) {
 	s := graph.NewScope()
-	devices := r.cfg.gpuDevices()
+	devices, vs := r.cfg.gpuDevices(), s
 	if len(devices) == 0 {
 		devices = []string{""}
+	} else {
+		vs = s.WithDevice(devices[0]) // the variables, in the first GPU's memory
 	}
-	g := &rankGraph{s: s}
+	g := &rankGraph{s: s, towers: make([]*tower, len(devices))}
 	losses := make([]graph.Output, len(devices))
-	for i, d := range devices {
-		ts := s
-		if len(devices) > 1 {
-			ts = s.NameScope(fmt.Sprintf("tower_%d", i))
-			if i > 0 {
-				ts = ts.ReuseVariables()
-			}
+	var err error
+	layers.Towers(vs, devices, func(ts *graph.Scope, i int) {
+		if err == nil {
+			g.towers[i], err = buildTower(ts, r.e.fn, in.spec, Train)
 		}
-		if d != "" {
-			ts = ts.WithDevice(d)
+		if err == nil {
+			losses[i] = g.towers[i].spec.Loss
 		}
-		t, err := buildTower(ts, r.e.fn, in.spec, Train)
-		if err != nil {
-			return nil, err
-		}
-		g.towers = append(g.towers, t)
-		losses[i] = t.spec.Loss
+	})
+	if err == nil {
+		err = s.Err()
+	}
+	if err != nil {
+		return nil, err
 	}
 	g.modelVars, g.gs = ops.GlobalVariables(s.Graph()), train.CreateGlobalStep(s)
 	spec := g.towers[0].spec
@@ -369,7 +369,6 @@ func buildRank(r *replica, in *openInput, claims bool, build collectiveBuild) (*
 		ls := s.SubScope("mean_tower_loss")
 		loss = ops.Mul(ls, ops.AddN(ls, losses...), ops.Scalar(ls, loss.DType(), 1/float64(len(losses))))
 	}
-	var err error
 	if g.st, err = build(s, spec.Optimizer, loss, ops.TrainableVariables(s.Graph()), g.gs); err != nil {
 		return nil, fmt.Errorf("estimator: building the update: %w", err)
 	}
