@@ -1,17 +1,16 @@
 package estimator
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/internal/testlog"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/worker"
@@ -26,23 +25,6 @@ type incarnated struct {
 
 func (w *incarnated) GetStatus(context.Context, *pb.GetStatusRequest) (*pb.GetStatusResponse, error) {
 	return &pb.GetStatusResponse{Incarnation: w.inc.Load()}, nil
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestRestartedPSIsNamedAsAPS: a ps restarted between two heartbeats (a
@@ -63,7 +45,7 @@ func TestRestartedPSIsNamedAsAPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	changes := make(chan bool, 4)
 	m := &membership{cfg: RunConfig{Cluster: spec, LostAfter: 500 * time.Millisecond, CheckpointDir: "/ckpt", WaitTimeout: time.Minute},
 		log: slog.New(slog.NewTextHandler(&logs, nil)), peers: map[int]cluster.TaskID{-1: {Job: "ps"}},

@@ -1,38 +1,20 @@
 package rpc_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/distflow/distflow/internal/testlog"
 
 	"github.com/distflow/distflow/allreduce"
 	pb "github.com/distflow/distflow/proto/distflowpb"
 	"github.com/distflow/distflow/rpc"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestRingNamesASummationServerWithoutTheService: a ps whose server does
 // not serve the Ring service (a task started without it) fails the ranks'
@@ -53,10 +35,10 @@ func TestRingNamesASummationServerWithoutTheService(t *testing.T) {
 	ps := rpc.NewServer(rpc.Options{Logger: quiet}) // no ring
 	go ps.Serve(lis[2])
 	t.Cleanup(ps.Stop)
-	logs := make([]*syncBuffer, 2)
+	logs := make([]*testlog.Buffer, 2)
 	rings := make([]*allreduce.Ring, 2)
 	for i := range rings {
-		logs[i] = &syncBuffer{}
+		logs[i] = &testlog.Buffer{}
 		log := slog.New(slog.NewTextHandler(logs[i], nil))
 		s := rpc.NewServer(rpc.Options{Logger: log})
 		r, err := rpc.RegisterRing(s, allreduce.Config{Rank: i, Peers: addrs, Names: names, Servers: 1, Logger: quiet})

@@ -32,6 +32,7 @@ import (
 	"github.com/distflow/distflow/data"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/internal/testlog"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/summary"
@@ -309,7 +310,7 @@ func LinearInput(n int, repeat bool) estimator.InputFn {
 // never).
 type orderHook struct {
 	// progress is the replica's progress lines.
-	progress syncBuffer
+	progress testlog.Buffer
 
 	mu      sync.Mutex
 	calls   []string
@@ -469,24 +470,6 @@ func checkProgress(t *testing.T, res *estimator.Result, out string, target int) 
 			t.Errorf("%s: progress line %q: target %s, want %d", res.Task, l, m[3], target)
 		}
 	}
-}
-
-// syncBuffer is a buffer that a replica writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // checkEvents checks that dir holds the event file of one task (named
