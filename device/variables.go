@@ -175,6 +175,19 @@ var VariableOps = []string{"Assign", "AssignAdd", "AssignSub"}
 // AssignSub.
 var AssignDTypes = []tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64}
 
+// CheckAssign checks that val can be assigned to the variable ref: the
+// same dtype and shape, both in device memory. Every platform's Assign
+// kernel checks it first.
+func CheckAssign(ref, val *Tensor) error {
+	if ref.DType != val.DType || !slices.Equal(ref.Shape, val.Shape) {
+		return fmt.Errorf("cannot assign %v%v to a variable of %v%v", val.DType, val.Shape, ref.DType, ref.Shape)
+	}
+	if ref.Host != nil || val.Host != nil {
+		return fmt.Errorf("the variable and the value must be in device memory")
+	}
+	return nil
+}
+
 // AssignFactory is the kernel of Assign on every platform: the value is
 // copied within the device into the variable's memory (the ref input) and
 // into the node's output, which holds the new value.
@@ -184,11 +197,8 @@ func AssignFactory(n *graph.Node) (Kernel, error) {
 	}
 	return KernelFunc(func(c *Context) error {
 		ref, val, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
-		if ref.DType != val.DType || !slices.Equal(ref.Shape, val.Shape) {
-			return fmt.Errorf("cannot assign %v%v to a variable of %v%v", val.DType, val.Shape, ref.DType, ref.Shape)
-		}
-		if ref.Host != nil || val.Host != nil {
-			return fmt.Errorf("the variable and the value must be in device memory")
+		if err := CheckAssign(ref, val); err != nil {
+			return err
 		}
 		n := ref.Bytes()
 		if n == 0 {

@@ -992,11 +992,8 @@ func assignAdd(sub bool) launchFunc {
 // writes nothing while the fault record holds a fault, as the updates.
 func assignCopy(c *device.Context, l launcher) error {
 	ref, val, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
-	if ref.DType != val.DType || !slices.Equal(ref.Shape, val.Shape) {
-		return fmt.Errorf("cannot assign %v%v to a variable of %v%v", val.DType, val.Shape, ref.DType, ref.Shape)
-	}
-	if ref.Host != nil || val.Host != nil {
-		return fmt.Errorf("the variable and the value must be in device memory")
+	if err := device.CheckAssign(ref, val); err != nil {
+		return err
 	}
 	n := ref.Bytes()
 	if n == 0 {

@@ -162,11 +162,8 @@ func assignFactory(n *graph.Node) (device.Kernel, error) {
 			return fmt.Errorf("sim: node %s: a simulated kernel launched on a %T", c.Node, c.Stream)
 		}
 		ref, val, out := c.Inputs[0], c.Inputs[1], c.Outputs[0]
-		if ref.DType != val.DType || !slices.Equal(ref.Shape, val.Shape) {
-			return fmt.Errorf("cannot assign %v%v to a variable of %v%v", val.DType, val.Shape, ref.DType, ref.Shape)
-		}
-		if ref.Host != nil || val.Host != nil {
-			return fmt.Errorf("the variable and the value must be in device memory")
+		if err := device.CheckAssign(ref, val); err != nil {
+			return err
 		}
 		n := ref.Bytes()
 		if n == 0 {
