@@ -142,14 +142,7 @@ func (m *membership) status(ctx context.Context, addr string, known bool, timeou
 	if !known {
 		return TaskStatus(ctx, addr, timeout, m.cfg.rpc)
 	}
-	w, closer, err := rpc.DialKnownWorker(addr, m.cfg.rpc)
-	if err != nil {
-		return nil, err
-	}
-	defer closer.Close()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return w.GetStatus(ctx, &pb.GetStatusRequest{})
+	return taskStatus(ctx, rpc.DialKnownWorker, addr, timeout, m.cfg.rpc)
 }
 
 // hasAnswered reports whether peer i has answered a heartbeat.

@@ -3,6 +3,7 @@ package estimator
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/distflow/distflow/rpc"
 	"github.com/distflow/distflow/server"
 	"github.com/distflow/distflow/session"
+	"github.com/distflow/distflow/worker"
 )
 
 // replica is one call of Train in one process: a training replica of a
@@ -179,7 +181,12 @@ func waitForReplicas(ctx context.Context, sess *session.Session, r *replica, don
 // over a connection with opts (a task's, or a tool's:
 // pki.Security.ClientOptions).
 func TaskStatus(ctx context.Context, addr string, timeout time.Duration, opts rpc.Options) (*pb.GetStatusResponse, error) {
-	w, closer, err := rpc.DialWorker(addr, opts)
+	return taskStatus(ctx, rpc.DialWorker, addr, timeout, opts)
+}
+
+// taskStatus is TaskStatus over a connection that dial makes.
+func taskStatus(ctx context.Context, dial func(string, rpc.Options) (worker.Service, io.Closer, error), addr string, timeout time.Duration, opts rpc.Options) (*pb.GetStatusResponse, error) {
+	w, closer, err := dial(addr, opts)
 	if err != nil {
 		return nil, err
 	}
