@@ -446,7 +446,14 @@ func TestStalenessBoundIgnoresALostWorker(t *testing.T) {
 	var killedAt time.Time
 	var killedStep int64
 	phase := 0
-	for gs := range at {
+	deadline := time.After(60 * time.Second)
+	for phase < 3 {
+		var gs int64
+		select {
+		case gs = <-at:
+		case <-deadline:
+			t.Fatalf("phase %d after 60 s: the chief's steps stopped before the victim was let back in\n%s", phase, c.logs.String())
+		}
 		if phase == 0 && gs >= 60 {
 			c.kill(victim)
 			killedAt, killedStep, phase = time.Now(), gs, 1
