@@ -104,17 +104,6 @@ func TestLocalClusterOnSimulatedGPUs(t *testing.T) {
 	}
 }
 
-// TestRingTowersReadEveryBlockOnce: the ranks of a ring with 2 towers
-// each on logical GPUs read a block per tower from the view's input
-// position: every block of the run once, none skipped.
-func TestRingTowersReadEveryBlockOnce(t *testing.T) {
-	blocks, missing := trainBlocks(t, nil, "--model", "mlp", "--data", "embedded", "--steps", "150", "--local-cluster", "worker=2",
-		"--allreduce", "--gpus", "2", "--logical-gpus", "2", "--gpu-platform", "sim")
-	if blocks != 600 || missing != 0 {
-		t.Errorf("%d blocks trained, %d skipped; want 600 (150 steps of 2 ranks of 2 towers), none skipped", blocks, missing)
-	}
-}
-
 // TestNoCUDAHere: on a machine without the NVIDIA driver, --gpus is
 // refused before anything starts, naming the library it did not find.
 func TestNoCUDAHere(t *testing.T) {
