@@ -280,9 +280,12 @@ func TestMonitoredSessionRecoversFromARestartedPS(t *testing.T) {
 	if chief.RestoredStep != saved || chief.Recoveries() != 1 || other.Recoveries() != 1 {
 		t.Errorf("restored step %d, recoveries %d and %d; want %d, 1 and 1", chief.RestoredStep, chief.Recoveries(), other.Recoveries(), saved)
 	}
-	// The chief's step and perhaps the other replica's after the checkpoint.
-	if gs := chief.GlobalStep(); gs != saved+1 && gs != saved+2 {
-		t.Errorf("global step %d after the recovery, want %d or %d", gs, saved+1, saved+2)
+	// The chief's step and perhaps the other replica's after the checkpoint
+	// (GlobalStep is the chief's estimate, read as its step began: under
+	// the race detector the other replica's may not have landed yet, nor
+	// the chief's own, whose update the estimate then lacks).
+	if gs := chief.GlobalStep(); gs < saved || gs > saved+2 {
+		t.Errorf("global step %d after the recovery, want %d to %d: training goes on from the checkpoint", gs, saved, saved+2)
 	}
 	if w := out[0].Float64At(0); w <= 0 || w >= 3 {
 		t.Errorf("w = %v after the recovery: not restored", w)
