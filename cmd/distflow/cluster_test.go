@@ -138,6 +138,13 @@ func startTestTask(t testing.TB, name string, l *os.File, args ...string) *task 
 	tk.cmd = exec.Command(binary, append(args, "-v", "--listen-fd", "3")...)
 	tk.cmd.ExtraFiles = []*os.File{l}
 	tk.cmd.SysProcAttr = childAttrs()
+	return tk.start(t)
+}
+
+// start starts tk's command and reads its stderr into tk's output and
+// lines; the test's cleanup kills it.
+func (tk *task) start(t testing.TB) *task {
+	t.Helper()
 	stderr, err := tk.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

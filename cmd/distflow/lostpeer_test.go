@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,29 +20,7 @@ func startBoundTask(t *testing.T, name, cluster, job string, index int, args ...
 	tk.cmd = exec.Command(binary, append(args, "-v")...)
 	tk.cmd.Env = append(os.Environ(), fmt.Sprintf(`TF_CONFIG={%s, "task": {"type": %q, "index": %d}}`, cluster, job, index))
 	tk.cmd.SysProcAttr = childAttrs()
-	stderr, err := tk.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk.cmd.Stdout = &lockedWriter{mu: &tk.mu, w: &tk.stdout}
-	if err := tk.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			tk.mu.Lock()
-			tk.out.WriteString(sc.Text() + "\n")
-			tk.mu.Unlock()
-			select {
-			case tk.seen <- sc.Text():
-			default:
-			}
-		}
-		tk.done <- tk.cmd.Wait()
-	}()
-	t.Cleanup(func() { _ = tk.cmd.Process.Kill() })
-	return tk
+	return tk.start(t)
 }
 
 // TestSyncWorkerKilledForGoodIsDroppedAtOnce: in a synchronous cluster
