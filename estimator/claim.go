@@ -98,7 +98,8 @@ type claimer struct {
 }
 
 // envTrainedBlocks names a file to which each replica appends "task start
-// size" for every block it trained: a test hook.
+// size" for every block it trained, and on a ring " step generation": a
+// test hook.
 const envTrainedBlocks = "DISTFLOW_TRAINED_BLOCKS"
 
 func (c *claimer) claim(ctx context.Context) (int64, error) {
@@ -148,17 +149,20 @@ func (c *claimer) build(s *graph.Scope, globalStep *ops.Variable, after *graph.N
 // stepped records the claim fetched with a step that succeeded (the new
 // cursor: the blocks claimed end there) and logs the blocks trained.
 func (c *claimer) stepped(cursor *tensor.Tensor) {
-	c.logTrained()
+	c.logTrained("")
 	c.next, c.has = int64(cursor.Float64At(0))-c.span(), true
 }
 
-// logTrained records the current blocks as trained (the test hook).
-func (c *claimer) logTrained() {
+// logTrained records the current blocks as trained (the test hook),
+// each line ending with lineage: on a ring, " step generation", the step
+// and the view it was trained in (a step trained again in a newer view
+// replaces the older one's, whose model was given up).
+func (c *claimer) logTrained(lineage string) {
 	if c.trained == nil {
 		return
 	}
 	for i := range max(c.towers, 1) {
-		fmt.Fprintf(c.trained, "%s %d %d\n", c.who, c.current+i*c.block, c.block)
+		fmt.Fprintf(c.trained, "%s %d %d%s\n", c.who, c.current+i*c.block, c.block, lineage)
 	}
 }
 

@@ -55,6 +55,13 @@ type ringLoop struct {
 	// done is the last step this rank trained, or restored (the ring
 	// machine's count, mirrored for sync and the final checkpoint).
 	done int64
+	// gen is the generation of the view of the operation in flight;
+	// lineage that of the view in which the model's newest step was
+	// trained (0: restored, or none yet). Of two members that have done
+	// as many steps, a sync takes the model of the newer lineage: a rank
+	// whose step finished after the others had given it up (stopped
+	// mid-step) does not bring that step back over theirs.
+	gen, lineage int64
 	// leader: this rank leads now; ledLast: it led when training ended
 	// (it saves the final checkpoint and marks the end).
 	leader, ledLast bool
@@ -367,8 +374,8 @@ func (sh *ringShell) probeServers(ctx context.Context) ringstate.Event {
 // member furthest on.
 func (sh *ringShell) startSync(ctx context.Context) {
 	l := sh.l
-	l.done = sh.m.Done()
-	gen, leader, step := sh.m.View().Gen, l.leader, sh.m.Done()+1
+	l.done, l.gen = sh.m.Done(), sh.m.View().Gen
+	gen, leader, step := l.gen, l.leader, sh.m.Done()+1
 	sh.start(ctx, func(ctx context.Context, cut <-chan struct{}) ringstate.Event {
 		if err := l.sync(ctx, sh.group, cut); err != nil {
 			sh.lastErr = err
@@ -384,8 +391,8 @@ func (sh *ringShell) startSync(ctx context.Context) {
 // rank out of the ring.
 func (sh *ringShell) startStep(ctx context.Context, step int64) {
 	l, r := sh.l, sh.l.r
-	l.done = sh.m.Done()
-	gen, leader := sh.m.View().Gen, l.leader
+	l.done, l.gen = sh.m.Done(), sh.m.View().Gen
+	gen, leader := l.gen, l.leader
 	sh.start(ctx, func(ctx context.Context, cut <-chan struct{}) ringstate.Event {
 		if err := l.step(ctx, sh.group, step, cut); err != nil {
 			sh.lastErr = err
@@ -607,8 +614,9 @@ func (sh *ringShell) endedElsewhere(ctx context.Context, final bool) bool {
 const maxMismatches = 3
 
 // sync gives every member of group one state: the model and the input
-// position of the member that has trained the most steps (the leader on
-// a tie), and that count of steps done. Any of cuts, when closed, cuts it
+// position of the member that has trained the most steps (on a tie, the
+// one whose newest step was trained in the newest view, then the
+// leader), and that count of steps done. Any of cuts, when closed, cuts it
 // short (as in step).
 func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group, cuts ...<-chan struct{}) error {
 	bctx, cancel := context.WithTimeout(ctx, l.r.cfg.StepTimeout)
@@ -624,15 +632,19 @@ func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group, cuts ...<-c
 	}
 	// Integers go in two float32s of 22 bits each: exact up to 2^44.
 	const half = 1 << 22
-	done := make([]float32, 2*group.Size())
-	done[2*group.Rank()], done[2*group.Rank()+1] = float32(l.done/half), float32(l.done%half)
+	// Each member's steps done and lineage; a view's generation is at
+	// most the clock's milliseconds and some more, well within 2^44.
+	done := make([]float32, 4*group.Size())
+	me := done[4*group.Rank():]
+	me[0], me[1], me[2], me[3] = float32(l.done/half), float32(l.done%half), float32(l.lineage/half), float32(l.lineage%half)
 	if err := group.AllReduce(bctx, "steps_done", -1, done); err != nil {
 		return fmt.Errorf("estimator: %s: telling the members' steps: %w", l.r.cfg.Task, err)
 	}
-	root, most := 0, int64(-1)
+	root, most, lineage := 0, int64(-1), int64(-1)
 	for i := range group.Size() {
-		if d := int64(done[2*i])*half + int64(done[2*i+1]); d > most {
-			root, most = i, d
+		d, g := int64(done[4*i])*half+int64(done[4*i+1]), int64(done[4*i+2])*half+int64(done[4*i+3])
+		if d > most || (d == most && g > lineage) {
+			root, most, lineage = i, d, g
 		}
 	}
 	if err := l.st.Broadcast(bctx, l.sess, rooted{group, root}); err != nil {
@@ -649,7 +661,7 @@ func (l *ringLoop) sync(ctx context.Context, group *allreduce.Group, cuts ...<-c
 	if most != l.done {
 		l.r.log.Info("took the model of the member furthest on", "member", l.r.reps[group.Members()[root]].String(), "steps_done", most, "had", l.done)
 	}
-	l.done = most
+	l.done, l.lineage = most, lineage
 	// The global step counts the steps done, on every member alike: a
 	// learning-rate schedule reads it, and members at different rates
 	// would apply the same mean gradient differently.
@@ -744,10 +756,10 @@ func (l *ringLoop) step(ctx context.Context, group *allreduce.Group, step int64,
 		return fmt.Errorf("estimator: %sstep %d: %w", r.who(), step, err)
 	}
 	if l.claims != nil {
-		l.claims.logTrained()
+		l.claims.logTrained(fmt.Sprintf(" %d %d", step, l.gen))
 		l.pos += int64(group.Size() * l.batch * len(l.towers))
 	}
-	l.lastMembers = group.Size()
+	l.lastMembers, l.lineage = group.Size(), l.gen
 	l.prog.stepped(trained{global: step, loss: loss, examples: l.batch * len(l.towers), shown: l.batch * len(l.towers) * l.lastMembers, took: time.Since(stepStart),
 		logged: logged, last: step == l.steps, note: fmt.Sprintf(" (%d ranks)%s", l.lastMembers, l.st.Describe())})
 	return nil

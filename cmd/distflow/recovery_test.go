@@ -288,36 +288,66 @@ func TestWorkerStoppedWhileTheChiefEndsExits(t *testing.T) {
 }
 
 // trainedBlocks reads the blocks of examples the replicas trained, from
-// the file $DISTFLOW_TRAINED_BLOCKS named: each line "task: start size".
-// It fails on a block trained twice, and returns the number of blocks
-// below the highest one that nobody trained.
+// the file $DISTFLOW_TRAINED_BLOCKS named: each line "task: start size",
+// and on a ring "task: start size step generation". A ring step trained
+// again in a newer view replaces the older view's: the member whose step
+// finished after the others had given it up (it was stopped mid-step)
+// took their model at the next sync, and its step's update went with its
+// own. It fails on a block trained twice, and returns the number of
+// blocks below the highest one that nobody trained.
 func trainedBlocks(t *testing.T, path string) (blocks, missing int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	by := map[int]string{}
-	size, top := 0, -1
+	type line struct {
+		text, who              string
+		start, size, step, gen int
+	}
+	var lines []line
+	newest := map[int]int{} // a ring step's newest generation
+	gens := map[int]map[int]bool{}
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		f := strings.Fields(l)
-		if len(f) != 3 {
+		if len(f) != 3 && len(f) != 5 {
 			t.Fatalf("trained blocks: bad line %q", l)
 		}
-		start, n := atoi(f[1]), atoi(f[2])
-		if size == 0 {
-			size = n
+		ln := line{text: l, who: f[0], start: atoi(f[1]), size: atoi(f[2]), step: -1}
+		if len(f) == 5 {
+			ln.step, ln.gen = atoi(f[3]), atoi(f[4])
+			if gens[ln.step] == nil {
+				gens[ln.step] = map[int]bool{}
+			}
+			gens[ln.step][ln.gen] = true
+			newest[ln.step] = max(newest[ln.step], ln.gen)
 		}
-		if n != size || start%size != 0 {
-			t.Fatalf("trained blocks: %q is not a block of %d", l, size)
+		lines = append(lines, ln)
+	}
+	for step, g := range gens {
+		if len(g) > 1 {
+			t.Logf("ring step %d was trained in %d views; the newest, %d, counts", step, len(g), newest[step])
+		}
+	}
+	by := map[int]string{}
+	size, top := 0, -1
+	for _, l := range lines {
+		if l.step >= 0 && l.gen != newest[l.step] {
+			continue
+		}
+		if size == 0 {
+			size = l.size
+		}
+		if l.size != size || l.start%size != 0 {
+			t.Fatalf("trained blocks: %q is not a block of %d", l.text, size)
 		}
 		// A position is one example of one epoch (a permutation per
 		// epoch): a position trained twice is an example doubled.
-		if who, ok := by[start]; ok {
-			t.Errorf("block at %d trained twice: by %s and by %s", start, who, f[0])
+		if who, ok := by[l.start]; ok {
+			t.Errorf("block at %d trained twice: by %s and by %s", l.start, who, l.who)
 		}
-		by[start] = f[0]
-		top = max(top, start/size)
+		by[l.start] = l.who
+		top = max(top, l.start/size)
 	}
 	for k := 0; k <= top; k++ {
 		if _, ok := by[k*size]; !ok {
