@@ -23,9 +23,11 @@
 //
 // For training on parameter servers, a Partitioner splits a large kernel
 // by rows into shards that a replica device setter spreads over the ps
-// tasks (Dense{Partitioner: MinMaxPartitioner(psTasks, 64<<10)}), and
-// Towers builds a model once per device over one set of variables
-// (in-graph replication):
+// tasks (Dense{Partitioner: MinMaxPartitioner(psTasks, 64<<10)}), an
+// Embedding with Shards is a table of rows split the same way whose
+// lookups move only the batch's rows (Embedding{InputDim: vocab,
+// OutputDim: 8, Shards: psTasks}), and Towers builds a model once per
+// device over one set of variables (in-graph replication):
 //
 //	layers.Towers(s, []string{"/job:worker/task:0", "/job:worker/task:1"}, func(ts *graph.Scope, i int) {
 //		logits[i] = model.Apply(ts, images[i], true)
