@@ -20,8 +20,24 @@ type Layer interface {
 }
 
 // Activation is applied to a layer's output: ops.Relu, ops.Sigmoid,
-// ops.Tanh, ops.Softmax fit; nil is the identity.
+// ops.Tanh, ops.Softmax fit; nil is the identity. It is a layer too
+// (tf.keras.layers.Activation), for a stack that normalises between a
+// linear layer and its nonlinearity:
+//
+//	layers.Sequential{layers.Conv2D{Filters: 8, KernelSize: [2]int{3, 3}},
+//		layers.BatchNormalization{}, layers.Activation(ops.Relu), ...}
 type Activation func(s *graph.Scope, x graph.Output) graph.Output
+
+// Apply implements Layer.
+func (a Activation) Apply(s *graph.Scope, x graph.Output, _ bool) graph.Output {
+	switch {
+	case s.Err() != nil:
+		return graph.Output{}
+	case a == nil:
+		return x
+	}
+	return a(s, x)
+}
 
 // Regularizer returns a scalar penalty of a weight, added to the graph's
 // regularization losses (ops.RegularizationLossesCollection) when the

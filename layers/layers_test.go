@@ -3,6 +3,7 @@ package layers_test
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,6 +49,10 @@ func TestGradients(t *testing.T) {
 					layers.Flatten{},
 					layers.Dense{Units: 2},
 				}.Apply(s, x[0], true)
+			}},
+		{Name: "DenseNormalizedActivation", Inputs: []*tensor.Tensor{gradtest.Random(9, 4, 3)},
+			Build: func(s *graph.Scope, x []graph.Output) graph.Output {
+				return layers.Sequential{layers.Dense{Units: 3, NoBias: true}, layers.BatchNormalization{}, layers.Activation(ops.Tanh), layers.Activation(nil)}.Apply(s, x[0], true)
 			}},
 		{Name: "Embedding", Inputs: []*tensor.Tensor{ids},
 			Build: func(s *graph.Scope, x []graph.Output) graph.Output {
@@ -330,5 +335,21 @@ func TestRegularizer(t *testing.T) {
 	out := run(t, s, nil, []graph.Output{terms[0].Output(0)})
 	if got := out[0].Float64At(0); got != 0.5*6*4/2 { // 0.5 * sum(2²) / 2 over 6 weights
 		t.Errorf("penalty %v, want 6", got)
+	}
+}
+
+// TestActivationLayer: an Activation is a layer of a stack; nil passes
+// its input through.
+func TestActivationLayer(t *testing.T) {
+	s := graph.NewScope()
+	x := ops.Const(s, tensor.MustFromSlice([]float32{-2, -0.5, 0, 1.5}, 2, 2))
+	out := run(t, s, nil, []graph.Output{
+		layers.Sequential{layers.Activation(ops.Relu)}.Apply(s, x, false),
+		layers.Activation(nil).Apply(s, x, true),
+	})
+	for i, want := range [][]float32{{0, 0, 0, 1.5}, {-2, -0.5, 0, 1.5}} {
+		if got := out[i].Float32s(); !slices.Equal(got, want) {
+			t.Errorf("output %d: %v; want %v", i, got, want)
+		}
 	}
 }
