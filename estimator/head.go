@@ -3,6 +3,7 @@ package estimator
 import (
 	"fmt"
 
+	"github.com/distflow/distflow/evalmetrics"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/losses"
 	"github.com/distflow/distflow/ops"
@@ -63,9 +64,7 @@ func (h ClassificationHead) Spec(s *graph.Scope, logits, labels graph.Output, mo
 	if mode == Predict { // the labels are fed in Train and Eval only
 		return done(s, "classification", mode, spec)
 	}
-	if ls := labels.Shape(); labels.Valid() && ls.KnownRank() && ls.Rank() == 2 && ls.Dim(1) == 1 {
-		labels = ops.ReshapeTo(s, labels, -1)
-	}
+	labels = column(s, labels)
 	spec.Loss = withRegularization(s, losses.SparseSoftmaxCrossEntropy(s, labels, logits))
 	if mode != Eval || s.Err() != nil {
 		return done(s, "classification", mode, spec)
@@ -126,6 +125,79 @@ func (h RegressionHead) Spec(s *graph.Scope, predictions, labels graph.Output, m
 		"mae": MeanMetric(s, ops.Abs(s, diff)),
 	}
 	return done(s, "regression", mode, spec)
+}
+
+// BinaryClassificationHead is the head of a binary classifier of one logit
+// per example, as a click-through-rate model's (tf.estimator's
+// binary_classification_head: logistic regression on the network's
+// output).
+type BinaryClassificationHead struct {
+	// Optimizer turns the loss into updates; required in Train.
+	Optimizer train.Optimizer
+}
+
+// Spec returns the spec of mode for logits (float, [batch] or [batch, 1])
+// and, in Train and Eval, labels of the same shape: 0 or 1, of any numeric
+// dtype. The spec has
+//
+//   - Predictions: "logit", the logits as [batch]; "probability", their
+//     sigmoid; "class", 1 where the probability is above 1/2, else 0
+//     (int32);
+//   - Loss: the mean sigmoid cross-entropy (losses.SigmoidCrossEntropy),
+//     plus the graph's regularization losses (losses.RegularizationLoss)
+//     when its layers collected any;
+//   - Optimizer: h.Optimizer;
+//   - EvalMetrics (Eval): "logloss", the mean cross-entropy per example
+//     (without the regularization losses); "accuracy"; "auc", the area
+//     under the ROC curve over 200 thresholds (evalmetrics.AUC, over the
+//     whole evaluation set).
+//
+// Logits of another shape, or labels whose shape differs from theirs, are
+// refused (never broadcast) with an error that names them and their
+// shapes.
+func (h BinaryClassificationHead) Spec(s *graph.Scope, logits, labels graph.Output, mode Mode) (*Spec, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	if !logits.Valid() {
+		return nil, fmt.Errorf("estimator: the binary classification head (%s): no logits", mode)
+	}
+	sh := logits.Shape()
+	if !logits.DType().IsFloat() || !sh.KnownRank() || sh.Rank() < 1 || sh.Rank() > 2 || (sh.Rank() == 2 && sh.Dim(1) != 1) {
+		return nil, fmt.Errorf("estimator: the binary classification head (%s): logits %s of shape %v and dtype %v; want float [batch] or [batch, 1]",
+			mode, logits, sh, logits.DType())
+	}
+	logits = column(s, logits)
+	prob := ops.Sigmoid(s, logits)
+	class := ops.Cast(s, ops.Greater(s, logits, ops.ZerosLike(s, logits)), tensor.Int32)
+	spec := &Spec{Optimizer: h.Optimizer, Predictions: map[string]graph.Output{"logit": logits, "probability": prob, "class": class}}
+	if mode == Predict { // the labels are fed in Train and Eval only
+		return done(s, "binary classification", mode, spec)
+	}
+	labels = column(s, labels)
+	xent := losses.SigmoidCrossEntropy(s, labels, logits, losses.WithReduction(losses.None))
+	spec.Loss = withRegularization(s, ops.Mean(s, xent, nil, false))
+	if mode != Eval || s.Err() != nil {
+		return done(s, "binary classification", mode, spec)
+	}
+	y := ops.Cast(s, labels, logits.DType())
+	spec.EvalMetrics = map[string]Metric{
+		"logloss":  MeanMetric(s, xent),
+		"accuracy": Accuracy(s, y, ops.Cast(s, class, y.DType())),
+		"auc":      StreamingMetric(evalmetrics.AUC(s, y, prob, 200, evalmetrics.ROC)),
+	}
+	return done(s, "binary classification", mode, spec)
+}
+
+// column is x of shape [batch, 1] as [batch], or x itself.
+func column(s *graph.Scope, x graph.Output) graph.Output {
+	if !x.Valid() {
+		return x
+	}
+	if sh := x.Shape(); sh.KnownRank() && sh.Rank() == 2 && sh.Dim(1) == 1 {
+		return ops.ReshapeTo(s, x, -1)
+	}
+	return x
 }
 
 // done returns spec, or else the error the head left in s, named after the

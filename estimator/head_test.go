@@ -52,6 +52,12 @@ func TestHeadSpecInEachMode(t *testing.T) {
 		{"regression, Key", "y", "mae,mse", 0, func(s *graph.Scope, mode estimator.Mode) (*estimator.Spec, error) {
 			return estimator.RegressionHead{Optimizer: opt, Key: "y"}.Spec(s, placeholder(s, "y", tensor.Float64, -1), placeholder(s, "labels", tensor.Int32, -1), mode)
 		}},
+		{"binary", "class,logit,probability", "accuracy,auc,logloss", 0, func(s *graph.Scope, mode estimator.Mode) (*estimator.Spec, error) {
+			return estimator.BinaryClassificationHead{Optimizer: opt}.Spec(s, placeholder(s, "logits", tensor.Float32, -1, 1), placeholder(s, "labels", tensor.Float32, -1), mode)
+		}},
+		{"binary, int64 labels [batch, 1]", "class,logit,probability", "accuracy,auc,logloss", 0, func(s *graph.Scope, mode estimator.Mode) (*estimator.Spec, error) {
+			return estimator.BinaryClassificationHead{Optimizer: opt}.Spec(s, placeholder(s, "logits", tensor.Float64, -1), placeholder(s, "labels", tensor.Int64, -1, 1), mode)
+		}},
 	} {
 		for _, mode := range []estimator.Mode{estimator.Train, estimator.Eval, estimator.Predict} {
 			s := graph.NewScope()
@@ -184,6 +190,27 @@ func TestHeadShapeErrors(t *testing.T) {
 		{"no predictions", func(s *graph.Scope) (*estimator.Spec, error) {
 			return estimator.RegressionHead{}.Spec(s, graph.Output{}, graph.Output{}, estimator.Predict)
 		}, []string{"regression head (predict)", "no predictions"}},
+		{"two logits per example", func(s *graph.Scope) (*estimator.Spec, error) {
+			return estimator.BinaryClassificationHead{}.Spec(s, placeholder(s, "logits", tensor.Float32, -1, 2), placeholder(s, "labels", tensor.Float32, -1), estimator.Train)
+		}, []string{"binary classification head (train)", "logits", "[?,2]", "want float [batch] or [batch, 1]"}},
+		{"a scalar logit", func(s *graph.Scope) (*estimator.Spec, error) {
+			return estimator.BinaryClassificationHead{}.Spec(s, placeholder(s, "logits", tensor.Float32), graph.Output{}, estimator.Predict)
+		}, []string{"binary classification head (predict)", "shape []"}},
+		{"integer logits", func(s *graph.Scope) (*estimator.Spec, error) {
+			return estimator.BinaryClassificationHead{}.Spec(s, placeholder(s, "logits", tensor.Int32, -1), graph.Output{}, estimator.Predict)
+		}, []string{"binary classification head (predict)", "int32", "want float"}},
+		{"two labels per logit", func(s *graph.Scope) (*estimator.Spec, error) {
+			return estimator.BinaryClassificationHead{}.Spec(s, placeholder(s, "logits", tensor.Float32, -1), placeholder(s, "labels", tensor.Float32, -1, 2), estimator.Eval)
+		}, []string{"binary classification head (eval)", "sigmoid_cross_entropy", "[?,2]", "[?]", "refusing to broadcast"}},
+		{"a batch of labels for one logit", func(s *graph.Scope) (*estimator.Spec, error) {
+			return estimator.BinaryClassificationHead{}.Spec(s, placeholder(s, "logits", tensor.Float32, 1), placeholder(s, "labels", tensor.Float32, 4), estimator.Train)
+		}, []string{"binary classification head (train)", "[4]", "[1]", "refusing to broadcast"}},
+		{"no class labels in training", func(s *graph.Scope) (*estimator.Spec, error) {
+			return estimator.ClassificationHead{}.Spec(s, placeholder(s, "logits", tensor.Float32, -1, 3), graph.Output{}, estimator.Train)
+		}, []string{"classification head (train)", "missing"}},
+		{"no labels in training", func(s *graph.Scope) (*estimator.Spec, error) {
+			return estimator.BinaryClassificationHead{}.Spec(s, placeholder(s, "logits", tensor.Float32, -1), graph.Output{}, estimator.Train)
+		}, []string{"binary classification head (train)", "missing"}},
 	} {
 		spec, err := c.build(graph.NewScope())
 		if err == nil {
@@ -276,5 +303,133 @@ func TestRegressionHeadMetrics(t *testing.T) {
 	}
 	if math.Abs(m["mse"]-m["loss"]) > 1e-6*m["loss"] || m["mae"] <= 0 || m["mae"]*m["mae"] > m["mse"]*(1+1e-6) || m["mse"] > 0.1 {
 		t.Errorf("metrics %v; want mse = loss < 0.1, and 0 < mae² <= mse", m)
+	}
+}
+
+// The binary head's outputs against hand computation: logits [batch, 1]
+// from a layer with an L2 penalty, int32 labels. In Predict it needs no
+// labels.
+func TestBinaryClassificationHeadValues(t *testing.T) {
+	z := []float64{2, -1, 0.5, -3}
+	y := []int32{1, 1, 0, 0}
+	s := graph.NewScope()
+	x := ops.Const(s, tensor.MustFromSlice([]float32{2, -1, 0.5, -3}, 4, 1))
+	// The identity: logits = x, and a penalty of 0.1 * 1² / 2.
+	logits := layers.Dense{Units: 1, NoBias: true, KernelInit: ops.OnesInit(), KernelRegularizer: layers.L2(0.1)}.Apply(s, x, false)
+	head := estimator.BinaryClassificationHead{}
+	eval, err := head.Spec(s, logits, ops.Const(s, tensor.MustFromSlice(y, 4)), estimator.Eval)
+	if err != nil {
+		t.Fatal(err)
+	}
+	predict, err := head.Spec(s.NameScope("predict"), logits, graph.Output{}, estimator.Predict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if predict.Loss.Valid() || predict.EvalMetrics != nil || keys(predict.Predictions) != "class,logit,probability" {
+		t.Fatalf("predict spec %+v", predict)
+	}
+	m := eval.EvalMetrics
+	init := []*graph.Node{ops.GlobalVariablesInitializer(s), ops.LocalVariablesInitializer(s)}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := session.New(s.Graph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	ctx := context.Background()
+	if _, err := sess.Run(ctx, nil, nil, append(init, m["auc"].Update)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := sess.Run(ctx, nil, []graph.Output{
+		predict.Predictions["logit"], predict.Predictions["probability"], predict.Predictions["class"], eval.Loss,
+		m["logloss"].Value, m["logloss"].Weight, m["accuracy"].Value, m["accuracy"].Weight, m["auc"].Value,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xent := 0.0
+	for i, zi := range z {
+		p := 1 / (1 + math.Exp(-zi))
+		if got := out[0].Float64At(i); got != zi {
+			t.Errorf("logit %d: %v, want %v", i, got, zi)
+		}
+		if got := out[1].Float64At(i); math.Abs(got-p) > 1e-6 {
+			t.Errorf("probability %d: %v, want %v", i, got, p)
+		}
+		if got, want := out[2].Int32s()[i], map[bool]int32{true: 1}[zi > 0]; got != want {
+			t.Errorf("class %d: %v, want %v", i, got, want)
+		}
+		xent -= float64(y[i])*math.Log(p) + float64(1-y[i])*math.Log(1-p)
+	}
+	xent /= 4
+	if got := out[3].Float64At(0); math.Abs(got-(xent+0.05)) > 1e-6 {
+		t.Errorf("loss %v, want the mean cross-entropy %v plus the penalty 0.05", got, xent)
+	}
+	if got := out[4].Float64At(0) / out[5].Float64At(0); math.Abs(got-xent) > 1e-6 {
+		t.Errorf("logloss %v, want %v", got, xent)
+	}
+	// Classes 1 0 1 0 against 1 1 0 0; of the positive-negative pairs,
+	// 3 of 4 are ranked right.
+	if got := out[6].Float64At(0) / out[7].Float64At(0); got != 0.5 {
+		t.Errorf("accuracy %v, want 0.5", got)
+	}
+	if got := out[8].Float64At(0); math.Abs(got-0.75) > 1e-3 {
+		t.Errorf("auc %v, want 0.75", got)
+	}
+}
+
+// A model function that returns the binary head's spec trains, evaluates
+// (the AUC streamed over the whole set) and predicts through the
+// estimator, with float32 labels of shape [batch].
+func TestBinaryClassificationHeadTrains(t *testing.T) {
+	const n = 400
+	x, y := tensor.New(tensor.Float32, n, 2), tensor.New(tensor.Float32, n)
+	for i := 0; i < n; i++ {
+		a, b := float32(i%20)/10-1, float32(i/20)/10-1
+		x.Float32s()[2*i], x.Float32s()[2*i+1] = a, b
+		if a+b > 0 {
+			y.Float32s()[i] = 1
+		}
+	}
+	input := func(repeat bool) estimator.InputFn {
+		return func(estimator.InputContext) (*estimator.Input, error) {
+			ds, err := data.FromTensors(x, y)
+			if err != nil {
+				return nil, err
+			}
+			if repeat {
+				ds = ds.Shuffle(n, 1).Repeat(-1)
+			}
+			return &estimator.Input{Dataset: ds.Batch(50, repeat), Features: []string{"x"}}, nil
+		}
+	}
+	model := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
+		logit := layers.Dense{Units: 1}.Apply(s, f.Get(s, "x"), mode == estimator.Train)
+		return estimator.BinaryClassificationHead{Optimizer: train.NewGradientDescent(1)}.Spec(s, logit, labels, mode)
+	}
+	ctx := context.Background()
+	est, err := estimator.New(model, estimator.RunConfig{Seed: 1, Progress: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := est.Train(ctx, input(true), estimator.Stop{MaxSteps: 200}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := est.Evaluate(ctx, input(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("metrics %v", m)
+	if m["accuracy"] < 0.95 || m["auc"] < 0.98 || m["auc"] > 1 || math.Abs(m["logloss"]-m["loss"]) > 1e-6 || m["logloss"] > 0.3 {
+		t.Errorf("metrics %v; want an accuracy of 0.95 or more, an auc of 0.98 or more, logloss = loss < 0.3", m)
+	}
+	out, err := est.Predict(ctx, map[string]*tensor.Tensor{"x": tensor.MustFromSlice([]float32{-1, -1, 1, 1}, 2, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, p := out["class"].Int32s(), out["probability"].Float32s(); c[0] != 0 || c[1] != 1 || p[0] > 0.1 || p[1] < 0.9 {
+		t.Errorf("classes %v, probabilities %v of (-1,-1) and (1,1); want [0 1], below 0.1 and above 0.9", c, p)
 	}
 }
