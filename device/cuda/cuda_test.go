@@ -22,6 +22,7 @@ func TestSearchDirs(t *testing.T) {
 		"CUDA_HOME":              "/opt/cuda",
 		"VIRTUAL_ENV":            "/venv",
 		"HOME":                   "/home/u",
+		"PATH":                   "/opt/torch/.venv/bin:/usr/local/bin:/usr/bin:/bin:relative/bin",
 	}
 	globbed := map[string][]string{
 		"/venv/lib/python3*/site-packages/nvidia/*/lib":          {"/venv/lib/python3.12/site-packages/nvidia/cublas/lib"},
@@ -30,10 +31,17 @@ func TestSearchDirs(t *testing.T) {
 		"/usr/local/cuda-*/lib64":                                {"/usr/local/cuda-13.0/lib64"},
 		"/opt/*":                                                 {"/opt/venv"},
 		"/opt/venv/lib/python3*/site-packages/nvidia/*/lib":      {"/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib"},
+		"/usr/local/nvidia/lib*":                                 {"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"},
+		// The GPU machine's image: python3 of a virtualenv that is on PATH
+		// but not activated, CUDA 13's wheels all in nvidia/cu13/lib.
+		"/opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib": {"/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib"},
+		"/opt/*/.venv": {"/opt/torch/.venv"},
 	}
 	dirs := searchDirs(func(k string) string { return envs[k] }, func(p string) []string { return globbed[p] })
 	want := []string{"/opt/a", "/opt/b", "/opt/cuda/lib64", "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu",
+		"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib",
 		"/usr/local/cuda-13.0/lib64", "/venv/lib/python3.12/site-packages/nvidia/cublas/lib",
+		"/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib",
 		"/usr/lib/python3/dist-packages/nvidia/cuda_nvrtc/lib", "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib"}
 	if !slices.Equal(dirs, want) {
 		t.Errorf("searchDirs =\n%q\nwant\n%q", dirs, want)

@@ -44,9 +44,12 @@ type env func(string) string
 
 // searchDirs returns the directories searched after the system's own
 // library path, in order, without duplicates: DISTFLOW_CUDA_LIB_PATH (a
-// colon-separated list), the CUDA toolkit's usual homes, and the nvidia/*/lib
-// directories of Python environments (virtualenv, conda, ~/.local, the
-// system's, /opt/*), where pip installs cuBLAS and NVRTC.
+// colon-separated list), the CUDA toolkit's usual homes, the driver's
+// directory in NVIDIA's containers (/usr/local/nvidia/lib64), and the
+// nvidia/*/lib directories of Python environments (virtualenv, conda, those
+// whose bin is on PATH, ~/.local, the system's, /opt/* and the virtualenvs
+// in them), where pip installs cuBLAS and NVRTC: nvidia/cublas/lib and
+// nvidia/cuda_nvrtc/lib for CUDA 12, all in nvidia/cu13/lib for CUDA 13.
 // Directories that do not exist are kept only if they were named outright,
 // so that an error lists the places that were really looked at.
 func searchDirs(getenv env, glob func(string) []string) []string {
@@ -66,6 +69,11 @@ func searchDirs(getenv env, glob func(string) []string) []string {
 	}
 	add("/usr/local/cuda/lib64")
 	add("/usr/lib/x86_64-linux-gnu")
+	// The driver as NVIDIA's container runtime mounts it, where the
+	// loader's path may not name it.
+	for _, d := range glob("/usr/local/nvidia/lib*") {
+		add(d)
+	}
 	// Versioned toolkits without the /usr/local/cuda link, newest first.
 	for _, d := range glob("/usr/local/cuda-*/lib64") {
 		add(d)
@@ -76,11 +84,21 @@ func searchDirs(getenv env, glob func(string) []string) []string {
 			prefixes = append(prefixes, p)
 		}
 	}
+	// The environment whose python3 a shell would run: its bin is on PATH
+	// (an image's /opt/torch/.venv/bin without VIRTUAL_ENV set).
+	for _, d := range filepath.SplitList(getenv("PATH")) {
+		if filepath.Base(d) == "bin" && filepath.IsAbs(d) {
+			prefixes = append(prefixes, filepath.Dir(d))
+		}
+	}
 	if h := getenv("HOME"); h != "" {
 		prefixes = append(prefixes, filepath.Join(h, ".local"))
 	}
 	prefixes = append(prefixes, "/usr/local", "/usr", "/opt/conda")
-	prefixes = append(prefixes, glob("/opt/*")...) // container images' environments: /opt/venv
+	// Container images' environments: /opt/venv, /opt/torch/.venv.
+	prefixes = append(prefixes, glob("/opt/*")...)
+	prefixes = append(prefixes, glob("/opt/*/.venv")...)
+	prefixes = append(prefixes, glob("/opt/*/venv")...)
 	for _, p := range prefixes {
 		for _, pkgs := range []string{"site-packages", "dist-packages"} {
 			for _, d := range glob(filepath.Join(p, "lib", "python3*", pkgs, "nvidia", "*", "lib")) {
