@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"unsafe"
 )
@@ -133,7 +134,11 @@ func loadDriver() (*driver, error) {
 		return nil, err
 	}
 	if err := d.check("", "cuInit", ccall(d.cuInit, 0)); err != nil {
-		return nil, err
+		if v, set := os.LookupEnv("CUDA_VISIBLE_DEVICES"); set {
+			// The driver applies it at cuInit: say which cards it hid.
+			return nil, fmt.Errorf("%w (the driver %s, CUDA_VISIBLE_DEVICES=%q)", err, lib.path, v)
+		}
+		return nil, fmt.Errorf("%w (the driver %s)", err, lib.path)
 	}
 	var v int32
 	if err := d.check("", "cuDriverGetVersion", ccall(d.cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))); err != nil {

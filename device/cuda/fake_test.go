@@ -137,6 +137,24 @@ func TestFakeDriverErrors(t *testing.T) {
 	}
 }
 
+// TestFakeNoVisibleCard: with CUDA_VISIBLE_DEVICES empty the driver's
+// cuInit finds no device; Probe's error wraps device.ErrUnavailable and
+// names the variable and the driver it loaded.
+func TestFakeNoVisibleCard(t *testing.T) {
+	dir := fakeDir(t)
+	t.Setenv("DISTFLOW_CUDA_LIB_PATH", dir)
+	t.Setenv("CUDA_VISIBLE_DEVICES", "")
+	_, err := (&Platform{}).Probe()
+	if !errors.Is(err, device.ErrUnavailable) {
+		t.Fatalf("Probe with no visible card: %v, want ErrUnavailable", err)
+	}
+	for _, want := range []string{"cuInit", "CUDA_ERROR_NO_DEVICE", `CUDA_VISIBLE_DEVICES=""`, filepath.Join(dir, "libcuda.so.1")} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
 // TestFakeCaptureKernels captures kernel launches and a cuBLAS product into
 // a CUDA graph and replays it on new inputs.
 func TestFakeCaptureKernels(t *testing.T) {

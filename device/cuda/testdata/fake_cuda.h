@@ -36,7 +36,11 @@ struct fake_stream {
   if (s && ((fake_stream*)(s))->capturing) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
 
 extern "C" {
-CUresult cuInit(unsigned) { return 0; }
+// As the driver, an empty CUDA_VISIBLE_DEVICES hides every card.
+CUresult cuInit(unsigned) {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return (v && !*v) ? 100 : 0;
+}
 CUresult cuDriverGetVersion(int* v) { *v = 13000; return 0; }
 CUresult cuDeviceGetCount(int* n) { *n = 1; return 0; }
 CUresult cuDeviceGet(int* d, int i) { if (i != 0) return 101; *d = 0; return 0; }
