@@ -17,12 +17,13 @@ import (
 // and "dense" (float32 [batch, 13]) and float32 0/1 labels. The wide part
 // is a linear model: a weight per id (an embedding table of width 1) and
 // per dense feature; the deep part embeds every id, concatenates the
-// embeddings with the dense features and runs an MLP. Both tables are
-// partitioned by rows (WideDeepConfig.Shards) so that a replica device
-// setter spreads them over the parameter servers, and are read with
-// ops.EmbeddingLookup, so a step moves and updates only the rows of the
-// batch's ids. With WideDeepConfig.HashEmbedding both tables are hash
-// embeddings instead, with a shard on each ps task.
+// embeddings with the dense features and runs an MLP; the logit of their
+// sum goes to estimator.BinaryClassificationHead. Both tables are
+// layers.Embedding partitioned by rows (WideDeepConfig.Shards) so that a
+// replica device setter spreads them over the parameter servers, and a
+// step moves and updates only the rows of the batch's ids. With
+// WideDeepConfig.HashEmbedding both tables are hash embeddings instead,
+// with a shard on each ps task.
 
 // WideDeepConfig shapes the wide-and-deep model. Zero fields take defaults.
 type WideDeepConfig struct {
@@ -95,75 +96,48 @@ var WideDeepFeatures = []string{"cat", "dense"}
 // wideDeepModelFn is ModelFn("widedeep").
 func wideDeepModelFn(c Config, opt train.Optimizer) (estimator.ModelFn, error) {
 	w := c.WideDeep.withDefaults()
-	rows := data.CategoricalFeatures * w.Vocab
-	if rows < w.Shards || w.Dim < 1 || w.Shards < 1 {
-		return nil, fmt.Errorf("models: widedeep: %d rows, width %d, %d shards: want width >= 1 and at least one row per shard", rows, w.Dim, w.Shards)
-	}
 	if w.HashMaxRows < 0 || w.HashEvictAfter < 0 || !(w.HashLR > 0) {
 		return nil, fmt.Errorf("models: widedeep: hash embedding max rows %d, evict after %d, learning rate %v: want no negative limit and a positive rate",
 			w.HashMaxRows, w.HashEvictAfter, w.HashLR)
 	}
-	nc, nd := data.CategoricalFeatures, data.DenseFeatures
+	nc := data.CategoricalFeatures
 	return func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
-		cat, ok1 := f["cat"]
-		dense, ok2 := f["dense"]
-		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("models: widedeep reads features %v; the input has %v", WideDeepFeatures, featureNames(f))
-		}
-		dt := c.DType
-		ws, ds := s.SubScope("wide"), s.SubScope("deep")
+		cat, dense := f.Get(s, "cat"), f.Get(s, "dense")
+		head := estimator.BinaryClassificationHead{Optimizer: opt}
 		var wideRows, deepRows graph.Output
-		var lookups []ops.HashLookup
 		if w.HashEmbedding {
-			if dt != tensor.Float32 {
-				return nil, fmt.Errorf("models: widedeep: hash embeddings hold float32 rows, the model is %v", dt)
+			if c.DType != tensor.Float32 {
+				return nil, fmt.Errorf("models: widedeep: hash embeddings hold float32 rows, the model is %v", c.DType)
 			}
 			create := mode == estimator.Train // evaluation reads unseen ids as zeros and keeps no row
-			wideLk := w.hashTable("wide/hash_emb", 1, 0, c.Seed).Lookup(ws, ops.ReshapeTo(ws, cat, -1), create)
-			deepLk := w.hashTable("deep/hash_emb", w.Dim, 0.05, c.Seed+1000).Lookup(ds, ops.ReshapeTo(ds, cat, -1), create)
-			wideRows, deepRows, lookups = wideLk.Rows, deepLk.Rows, []ops.HashLookup{wideLk, deepLk}
+			ids := ops.ReshapeTo(s, cat, -1)
+			wideLk := w.hashTable("wide/hash_emb", 1, 0, c.Seed).Lookup(s, ids, create)
+			deepLk := w.hashTable("deep/hash_emb", w.Dim, 0.05, c.Seed+1000).Lookup(s, ids, create)
+			wideRows, deepRows = wideLk.Rows, deepLk.Rows
+			head.Optimizer = train.HashEmbeddingOptimizer{Optimizer: opt, Lookups: []ops.HashLookup{wideLk, deepLk}, LR: w.HashLR}
 		} else {
-			wideT, err := ops.NewEmbeddingTable(ws, "emb", dt, rows, 1, func(int) ops.Initializer { return ops.ZerosInit() }, w.Shards)
-			if err != nil {
-				return nil, err
+			table := func(name string, dim int, init func(shard int) ops.Initializer) graph.Output {
+				e := layers.Embedding{Name: name, TableName: "emb", InputDim: nc * w.Vocab, OutputDim: dim,
+					DType: c.DType, Shards: w.Shards, PartitionStrategy: w.Strategy, ShardInit: init}
+				return e.Apply(s, cat, false)
 			}
-			deepT, err := ops.NewEmbeddingTable(ds, "emb", dt, rows, w.Dim, func(i int) ops.Initializer {
+			wideRows = table("wide", 1, func(int) ops.Initializer { return ops.ZerosInit() })
+			deepRows = table("deep", w.Dim, func(i int) ops.Initializer {
 				return ops.RandomUniformInit(-0.05, 0.05, c.Seed+1000*(i+1))
-			}, w.Shards)
-			if err != nil {
-				return nil, err
-			}
-			wideRows, deepRows = ops.EmbeddingLookup(ws, wideT, cat, w.Strategy), ops.EmbeddingLookup(ds, deepT, cat, w.Strategy)
+			})
 		}
-		denseW := ops.NewVariable(ws, "dense_W", dt, []int{nd, 1}, ops.ZerosInit())
-		bias := ops.NewVariable(ws, "b", dt, []int{1}, ops.ZerosInit())
-		wideIDs := ops.ReshapeTo(ws, wideRows, -1, nc)
-		wide := ops.Add(ws, ops.Sum(ws, wideIDs, []int{1}, true), ops.MatMul(ws, dense, denseW.Value(), false, false))
-		h := ops.Concat(ds, 1, ops.ReshapeTo(ds, deepRows, -1, nc*w.Dim), dense)
+		// The wide part, linear: a weight per id and per dense feature.
+		linear := layers.Dense{Units: 1, KernelInit: ops.ZerosInit(), Name: "wide", KernelName: "dense_W", BiasName: "b"}
+		idWeights := ops.Sum(s, ops.ReshapeTo(s, wideRows, -1, nc), []int{1}, true)
+		wide := ops.Add(s, idWeights, linear.Apply(s, dense, false))
+		h := ops.Concat(s, 1, ops.ReshapeTo(s, deepRows, -1, nc*w.Dim), dense)
 		for i, units := range append(append([]int{}, w.Hidden...), 1) {
-			l := layers.Dense{Units: units, KernelInit: ops.GlorotUniformInit(c.Seed + 1 + i), Name: fmt.Sprintf("layer%d", i)}
+			l := layers.Dense{Units: units, KernelInit: ops.GlorotUniformInit(c.Seed + 1 + i), Name: fmt.Sprintf("deep/layer%d", i)}
 			if i < len(w.Hidden) {
 				l.Activation = ops.Relu
 			}
-			h = l.Apply(ds, h, false)
+			h = l.Apply(s, h, false)
 		}
-		logit := ops.ReshapeTo(s, ops.BiasAdd(s, ops.Add(s, wide, h), bias.Value()), -1)
-		spec := &estimator.Spec{Optimizer: opt}
-		if lookups != nil {
-			spec.Optimizer = train.HashEmbeddingOptimizer{Optimizer: opt, Lookups: lookups, LR: w.HashLR}
-		}
-		spec.Predictions = map[string]graph.Output{"probability": ops.Sigmoid(s, logit), "logit": logit}
-		if mode != estimator.Predict {
-			ls := s.SubScope("loss")
-			y := labels
-			if y.DType() != dt {
-				y = ops.Cast(ls, y, dt)
-			}
-			// Binary cross-entropy from logits: softplus(z) - y*z.
-			perExample := ops.Sub(ls, ops.Softplus(ls, logit), ops.Mul(ls, y, logit))
-			spec.Loss = ops.Mean(ls, perExample, nil, false)
-			spec.EvalMetrics = map[string]estimator.Metric{"logloss": estimator.MeanMetric(ls, perExample)}
-		}
-		return spec, nil
+		return head.Spec(s, ops.Add(s, wide, h), labels, mode)
 	}, nil
 }
