@@ -61,8 +61,9 @@ type Config struct {
 	// the task lacks, or whose op has no kernel there; without it such a
 	// node is an error naming it.
 	SoftPlacement bool
-	// Logger gets one line per step signature naming the ops that fell
-	// back to the CPU (nil: slog.Default()).
+	// Logger gets a line naming the ops asked for on a GPU that fell back
+	// to the CPU, each with why: each op once per task and process, as
+	// TensorFlow logs a soft placement (nil: slog.Default()).
 	Logger *slog.Logger
 	// Eager launches every step kernel by kernel instead of replaying a
 	// captured whole step (package device/runner); DISTFLOW_GPU_REPLAY=0
@@ -128,22 +129,24 @@ func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources, cfg Config)
 			return nil, err
 		}
 	}
-	devices, fellBack, fellWhy, err := place(sub, hostDev, cfg, varDev)
+	devices, fell, err := place(sub, hostDev, cfg, varDev)
 	if err != nil {
 		return nil, err
 	}
+	// Each op that fell back is logged once per task and process, with
+	// its own reason.
 	var fresh []string
-	for _, op := range fellBack {
+	for _, op := range slices.Sorted(maps.Keys(fell)) {
 		if _, seen := loggedFallback.LoadOrStore(cfg.Task+" "+op, true); !seen {
-			fresh = append(fresh, op)
+			fresh = append(fresh, op+": "+fell[op])
 		}
 	}
-	if fellBack = fresh; len(fellBack) > 0 {
+	if len(fresh) > 0 {
 		log := cfg.Logger
 		if log == nil {
 			log = slog.Default()
 		}
-		log.Info("taskgraph: nodes placed on a GPU run on the CPU (soft placement)", "ops", strings.Join(fellBack, ", "), "why", fellWhy)
+		log.Info("taskgraph: nodes placed on a GPU run on the CPU (soft placement)", "task", cfg.Task, "ops", strings.Join(fresh, "; "))
 	}
 	onDevice := false
 	for _, d := range devices {
@@ -258,12 +261,11 @@ func cpuRoute(n int) []source {
 
 // place returns the full device of every node of sub: the accelerator it
 // asks for when that has a kernel for it, else the host. It also returns
-// the ops that asked for an accelerator and run on the host, and the first
-// reason.
-func place(sub *graph.Subgraph, hostDev string, cfg Config, varDev map[*graph.Node]int) (map[*graph.Node]string, []string, string, error) {
+// the ops that asked for an accelerator and run on the host, each with the
+// reason of its first node.
+func place(sub *graph.Subgraph, hostDev string, cfg Config, varDev map[*graph.Node]int) (map[*graph.Node]string, map[string]string, error) {
 	devices := make(map[*graph.Node]string, len(sub.Nodes)+len(sub.Vars))
-	fell := map[string]bool{}
-	firstWhy := ""
+	fell := map[string]string{}
 	randomOnDevice := cfg.RandomOnDevice || os.Getenv("DISTFLOW_GPU_RANDOM") == "1"
 	for _, n := range sub.AllNodes() {
 		devices[n] = hostDev
@@ -276,7 +278,7 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config, varDev map[*graph.No
 		}
 		d, err := placement.ParseDevice(n.Device())
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("taskgraph: node %s: %w", n, err)
+			return nil, nil, fmt.Errorf("taskgraph: node %s: %w", n, err)
 		}
 		// A NoOp (a train op's group) does nothing: on the host it joins
 		// its inputs' ends there, where on a device it would hold the
@@ -303,15 +305,14 @@ func place(sub *graph.Subgraph, hostDev string, cfg Config, varDev map[*graph.No
 			continue
 		}
 		if !cfg.SoftPlacement {
-			return nil, nil, "", fmt.Errorf("taskgraph: node %s asks for %s: %s (soft placement would run it on the CPU): %w",
+			return nil, nil, fmt.Errorf("taskgraph: node %s asks for %s: %s (soft placement would run it on the CPU): %w",
 				n, n.Device(), why, placement.ErrNoDevice)
 		}
-		if len(fell) == 0 {
-			firstWhy = why
+		if _, ok := fell[n.Op()]; !ok {
+			fell[n.Op()] = why
 		}
-		fell[n.Op()] = true
 	}
-	return devices, slices.Sorted(maps.Keys(fell)), firstWhy, nil
+	return devices, fell, nil
 }
 
 // hostParams reports whether p, a Gather's params, is on the host: a

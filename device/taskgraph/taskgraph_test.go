@@ -1,8 +1,10 @@
 package taskgraph_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -206,6 +208,48 @@ func TestTrainsAsOnTheCPU(t *testing.T) {
 				t.Errorf("after training: %+v: want memory used, and none left live", st)
 			}
 		})
+	}
+}
+
+// TestSoftPlacementLoggedOnce: the ops asked for on a GPU that run on the
+// CPU are logged with their reasons the first time a task's graph places
+// them, and not again for another signature of the task; another task
+// logs its own.
+func TestSoftPlacementLoggedOnce(t *testing.T) {
+	tr := build(t, "mlp")
+	devs := openSim(t, device.Options{Count: 1})
+	var logs bytes.Buffer
+	cfg := taskgraph.Config{Task: "/job:worker/task:71", Devices: devs, SoftPlacement: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	newExec := func(sig graph.Signature) {
+		t.Helper()
+		e, err := taskgraph.New(tr.g, sig, kernel.NewResources(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+	}
+	trainSig := graph.Signature{Feeds: []graph.Output{tr.m.Input, tr.m.Label}, Fetches: []graph.Output{tr.m.Loss}, Targets: []*graph.Node{tr.trainOp}}
+	newExec(trainSig)
+	first := logs.String()
+	t.Logf("the first placement logs: %s", first)
+	// The variables have no kernel on the GPU: they, and the updates that
+	// take them by ref, stay on the host, each with its reason.
+	for _, want := range []string{"soft placement", "task=/job:worker/task:71", "Variable: no " + devs[0].Info().Platform + " kernel for Variable", "ApplyGradientDescent: "} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the first placement's log does not say %q:\n%s", want, first)
+		}
+	}
+	logs.Reset()
+	newExec(graph.Signature{Feeds: []graph.Output{tr.m.Input, tr.m.Label}, Fetches: []graph.Output{tr.m.Loss}})
+	newExec(trainSig)
+	if logs.Len() != 0 {
+		t.Errorf("ops logged twice for one task:\n%s", logs.String())
+	}
+	cfg.Task = "/job:worker/task:72"
+	newExec(trainSig)
+	if !strings.Contains(logs.String(), "Variable: ") {
+		t.Errorf("another task's fallback was not logged:\n%s", logs.String())
 	}
 }
 
