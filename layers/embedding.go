@@ -111,19 +111,5 @@ func (e Embedding) Apply(s *graph.Scope, ids graph.Output, _ bool) graph.Output 
 	if err != nil || !regularize(ls, name, table.Value(), e.Regularizer) {
 		return graph.Output{}
 	}
-	rows := ops.EmbeddingLookup(ls, table, ids, strategy)
-	// The lookup takes its shape from the ids' at run time; with the batch
-	// dimension alone unknown, the graph can know the rest.
-	if sh := ids.Shape(); sh.KnownRank() && !sh.FullyDefined() {
-		dims, unknown := append(sh.Dims(), e.OutputDim), 0
-		for _, d := range dims {
-			if d < 0 {
-				unknown++
-			}
-		}
-		if unknown == 1 {
-			rows = ops.ReshapeTo(ls, rows, dims...)
-		}
-	}
-	return rows
+	return ops.EmbeddingLookup(ls, table, ids, strategy)
 }

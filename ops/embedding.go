@@ -55,7 +55,9 @@ func EmbeddingLookup(s *graph.Scope, table *PartitionedVariable, ids graph.Outpu
 	}
 	out := Gather(ls, rows, inv, 0)
 	rest := table.shape[1:]
-	if is := ids.Shape(); is.FullyDefined() {
+	// With at most one dimension of the ids unknown (the batch's), a
+	// static reshape keeps every other dimension known to the graph.
+	if is := ids.Shape(); is.KnownRank() && unknownDims(is.Dims()) <= 1 {
 		return ReshapeTo(ls, out, append(append([]int{}, is.Dims()...), rest...)...)
 	}
 	restC := Const(ls, tensorInt32(rest))
@@ -95,6 +97,17 @@ func EmbeddingLookupSparse(s *graph.Scope, table *PartitionedVariable, ids, bags
 		shape = append(shape, 1)
 	}
 	return Div(cs, sum, ReshapeTo(cs, count, shape...))
+}
+
+// unknownDims counts the dimensions not known at build time.
+func unknownDims(dims []int) int {
+	n := 0
+	for _, d := range dims {
+		if d < 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func checkStrategy(strategy string, shards, rows int) error {

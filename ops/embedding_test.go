@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
@@ -43,6 +44,10 @@ func TestEmbeddingLookupMatchesGather(t *testing.T) {
 			}
 			ids := ops.Placeholder(s, "ids", tensor.Int64, tensor.MakeShape(2, -1))
 			emb := ops.EmbeddingLookup(s, table, ids, strategy)
+			// One dimension of the ids unknown: the graph knows the others.
+			if got := emb.Shape(); !got.KnownRank() || fmt.Sprint(got.Dims()) != fmt.Sprint([]int{2, -1, dim}) {
+				t.Fatalf("%s/%d: the lookup's static shape is %v; want [2 -1 %d]", strategy, shards, got, dim)
+			}
 			bags := ops.Const(s, []int32{0, 0, 2, 2, 2, 0})
 			flat := ops.Const(s, []int64{10, 3, 3, 0, 7, 10})
 			var combined []graph.Output
