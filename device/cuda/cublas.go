@@ -1,12 +1,18 @@
 package cuda
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/distflow/distflow/device"
+)
 
 // cublas is the subset of cuBLAS the platform uses for MatMul.
 type cublas struct {
 	lib loaded
 
 	cublasCreate, cublasDestroy, cublasSetStream, cublasSetMathMode, cublasSgemm, cublasSgemmStridedBatched uintptr
+	// cublasSetWorkspace is zero where cuBLAS has none (before 11.x).
+	cublasSetWorkspace uintptr
 }
 
 // cuBLAS enums (cublas_api.h).
@@ -31,6 +37,7 @@ func loadCublas() (*cublas, error) {
 		{dst: &b.cublasSetMathMode, names: []string{"cublasSetMathMode"}},
 		{dst: &b.cublasSgemm, names: []string{"cublasSgemm_v2"}},
 		{dst: &b.cublasSgemmStridedBatched, names: []string{"cublasSgemmStridedBatched"}},
+		{dst: &b.cublasSetWorkspace, names: []string{"cublasSetWorkspace_v2"}, optional: true},
 	}); err != nil {
 		return nil, err
 	}
@@ -45,9 +52,24 @@ func (b *cublas) check(dev, call string, r uintptr) error {
 	return &Error{Device: dev, Call: call, Code: code, Name: statusName(cublasStatusNames, "cublasStatus", code)}
 }
 
+// workspaceBytes is the size of a device's cuBLAS workspace on a card of
+// compute capability major: cuBLAS's recommendation (32 MiB on Hopper and
+// later, 4 MiB before), at most a sixteenth of the device's limit.
+func workspaceBytes(major int, limit int64) int64 {
+	n := int64(4 << 20)
+	if major >= 9 {
+		n = 32 << 20
+	}
+	return min(n, limit/16) &^ (device.Alignment - 1)
+}
+
 // newHandle creates a handle in the current context whose work goes on
-// stream, with FP32 math unless tf32.
-func (b *cublas) newHandle(dev string, stream uintptr, tf32 bool) (uintptr, error) {
+// stream, with FP32 math unless tf32, in the workspace of work bytes at
+// ws if ws is not zero. Without a workspace of its own a handle allocates
+// one when a GEMM needs it, which a stream capture records as allocations
+// in the graph (cuBLAS 12.2 and later) or refuses; so it is set here,
+// after cublasSetStream, which resets it to cuBLAS's own.
+func (b *cublas) newHandle(dev string, stream uintptr, tf32 bool, ws device.Ptr, work int64) (uintptr, error) {
 	var h uintptr
 	if err := b.check(dev, "cublasCreate_v2", ccall(b.cublasCreate, uintptr(unsafe.Pointer(&h)))); err != nil {
 		return 0, err
@@ -59,6 +81,9 @@ func (b *cublas) newHandle(dev string, stream uintptr, tf32 bool) (uintptr, erro
 	err := b.check(dev, "cublasSetStream_v2", ccall(b.cublasSetStream, h, stream))
 	if err == nil {
 		err = b.check(dev, "cublasSetMathMode", ccall(b.cublasSetMathMode, h, mode))
+	}
+	if err == nil && ws != 0 && b.cublasSetWorkspace != 0 {
+		err = b.check(dev, "cublasSetWorkspace_v2", ccall(b.cublasSetWorkspace, h, uintptr(ws), uintptr(work)))
 	}
 	if err != nil {
 		ccall(b.cublasDestroy, h)

@@ -48,6 +48,23 @@ func TestSearchDirs(t *testing.T) {
 	}
 }
 
+func TestWorkspaceBytes(t *testing.T) {
+	for _, c := range []struct {
+		major int
+		limit int64
+		want  int64
+	}{
+		{9, 60 << 30, 32 << 20}, // an H200's device
+		{8, 60 << 30, 4 << 20},
+		{9, 2 << 20, 128 << 10}, // a small device: a sixteenth of it
+		{9, 1000, 0},            // too small for one: none
+	} {
+		if got := workspaceBytes(c.major, c.limit); got != c.want {
+			t.Errorf("workspaceBytes(%d, %d) = %d, want %d", c.major, c.limit, got, c.want)
+		}
+	}
+}
+
 func TestFindLib(t *testing.T) {
 	dirs := []string{"/d1", "/d2"}
 	files := map[string]bool{"/d2/libcublas.so.12": true, "/d2/libcublasLt.so.12": true}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"time"
@@ -22,10 +23,11 @@ type Device struct {
 	stream *stream
 	faults faults // the kernels' faults found on the device (faults.go)
 
-	blasMu sync.Mutex
-	blas   uintptr // cuBLAS handle bound to the stream, made on first use
-	noBlas bool    // cuBLAS cannot be used: MatMul runs the own kernel
-	tf32   bool    // cuBLAS may use TF32 tensor cores (device.Options.AllowTF32)
+	blasMu   sync.Mutex
+	blas     uintptr    // cuBLAS handle bound to the stream, made on first use
+	blasWork device.Ptr // its workspace, outside the allocator (zero: none)
+	noBlas   bool       // cuBLAS cannot be used: MatMul runs the own kernel
+	tf32     bool       // cuBLAS may use TF32 tensor cores (device.Options.AllowTF32)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -80,6 +82,12 @@ func (d *Device) Close() error {
 			}
 			d.blas = 0
 		}
+		if d.blasWork != 0 {
+			if werr := d.mem.Release(d.blasWork); err == nil {
+				err = werr
+			}
+			d.blasWork = 0
+		}
 		d.blasMu.Unlock()
 		if serr := c.do(name, func() error {
 			return c.drv.check(name, "cuStreamDestroy_v2", ccall(c.drv.cuStreamDestroy, d.stream.h))
@@ -104,13 +112,27 @@ func (d *Device) cublasHandle() (b *cublas, h uintptr, ok bool) {
 	}
 	b, err := d.card.p.cublas()
 	if err == nil && d.blas == 0 {
+		// The workspace comes from the driver, not the allocator: it
+		// lives as long as the handle, as the fault record does, and a
+		// step's memory statistics stay the model's.
+		work := workspaceBytes(d.card.info.major, d.info.LimitBytes)
+		if d.blasWork == 0 && work > 0 && b.cublasSetWorkspace != 0 {
+			if d.blasWork, err = d.mem.Reserve(work); err != nil {
+				slog.Warn("cuda: cuBLAS runs without a workspace of its own; a captured step may not replay", "device", d.info.Name, "err", err)
+				d.blasWork, err = 0, nil
+			}
+		}
 		err = d.card.do(d.info.Name, func() error {
 			var herr error
-			d.blas, herr = b.newHandle(d.info.Name, d.stream.h, d.tf32)
+			d.blas, herr = b.newHandle(d.info.Name, d.stream.h, d.tf32, d.blasWork, work)
 			return herr
 		})
 	}
 	if err != nil {
+		if d.blasWork != 0 {
+			d.mem.Release(d.blasWork)
+			d.blasWork = 0
+		}
 		d.noBlas = true
 		return nil, 0, false
 	}
@@ -392,7 +414,7 @@ func (s *stream) EndCapture() (device.Graph, error) {
 		var graph uintptr
 		err := c.drv.check(name, "cuStreamEndCapture", ccall(c.drv.cuStreamEndCapture, s.h, uintptr(unsafe.Pointer(&graph))))
 		if err == nil && capErr == nil {
-			err = c.drv.check(name, "cuGraphInstantiateWithFlags", ccall(c.drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&exec)), graph, 0))
+			err = c.drv.check(name, "cuGraphInstantiateWithFlags", ccall(c.drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&exec)), graph, cudaGraphInstantiateFlagAutoFreeOnLaunch))
 		}
 		if graph != 0 {
 			ccall(c.drv.cuGraphDestroy, graph) // the executable graph is independent of it

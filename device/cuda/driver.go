@@ -79,6 +79,14 @@ const (
 // allocator may do when a captured step first needs more.
 const cuStreamCaptureModeRelaxed = 2
 
+// cudaGraphInstantiateFlagAutoFreeOnLaunch frees, before each launch, what
+// the graph's previous launch allocated and did not free. The platform's
+// own captures allocate nothing inside the graph (the allocator reserves
+// outside it, and cuBLAS has a workspace of its own), but a library that
+// allocates stream-ordered while captured would otherwise make every
+// replay after the first fail.
+const cudaGraphInstantiateFlagAutoFreeOnLaunch = 1
+
 // canCapture reports whether the driver has the graph API.
 func (d *driver) canCapture() bool {
 	return d.cuStreamBeginCapture != 0 && d.cuStreamEndCapture != 0 && d.cuGraphInstantiate != 0 &&

@@ -107,7 +107,7 @@ CUresult cuStreamEndCapture(void* s, fake_work** g) {
 }
 CUresult cuGraphInstantiateWithFlags(fake_work** exec, fake_work* g, unsigned long long flags) {
   NEED_CONTEXT
-  if (flags != 0) return 1;
+  if (flags != 0 && flags != 1) return 1;  // CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
   *exec = new fake_work(*g);
   return 0;
 }
@@ -184,10 +184,29 @@ int nvrtcGetNumSupportedArchs(int* n) { *n = 2; return 0; }
 int nvrtcGetSupportedArchs(int* a) { a[0] = 80; a[1] = 90; return 0; }
 
 // cuBLAS: column-major SGEMM as the BLAS reference defines it.
-struct fake_handle { void* stream; };
-int cublasCreate_v2(fake_handle** h) { NEED_CONTEXT *h = new fake_handle{nullptr}; return 0; }
+// A handle's workspace: cublasSetStream resets it to cuBLAS's own, as the
+// real one does, and a GEMM captured without one of the caller's is
+// refused (the real cuBLAS would record allocations in the graph).
+struct fake_handle {
+  void* stream;
+  void* work;
+  size_t work_bytes;
+};
+int cublasCreate_v2(fake_handle** h) { NEED_CONTEXT *h = new fake_handle{nullptr, nullptr, 0}; return 0; }
 int cublasDestroy_v2(fake_handle* h) { delete h; return 0; }
-int cublasSetStream_v2(fake_handle* h, void* s) { h->stream = s; return 0; }
+int cublasSetStream_v2(fake_handle* h, void* s) {
+  h->stream = s;
+  h->work = nullptr;
+  h->work_bytes = 0;
+  return 0;
+}
+int cublasSetWorkspace_v2(fake_handle* h, void* w, size_t n) {
+  NEED_CONTEXT
+  if (w == nullptr || n == 0 || (uintptr_t)w % 256 != 0) return 7;
+  h->work = w;
+  h->work_bytes = n;
+  return 0;
+}
 int cublasSetMathMode(fake_handle*, int mode) { fake_math_mode = mode; return 0; }
 static int fake_gemm(fake_handle* h, int ta, int tb, int m, int n, int k, const float* alpha, const float* A, int lda,
                      const float* B, int ldb, const float* beta, float* C, int ldc) {
@@ -212,6 +231,7 @@ int cublasSgemm_v2(fake_handle* h, int ta, int tb, int m, int n, int k, const fl
   float al = *alpha, be = *beta;  // host pointer mode: read at the call
   fake_stream* fs = (fake_stream*)h->stream;
   if (fs && fs->capturing) {
+    if (h->work == nullptr) return 14;  // CUBLAS_STATUS_INTERNAL_ERROR
     fs->rec->push_back([=] { fake_gemm(h, ta, tb, m, n, k, &al, A, lda, B, ldb, &be, C, ldc); });
     return 0;
   }
@@ -227,6 +247,7 @@ int cublasSgemmStridedBatched(fake_handle* h, int ta, int tb, int m, int n, int 
   };
   fake_stream* fs = (fake_stream*)h->stream;
   if (fs && fs->capturing) {
+    if (h->work == nullptr) return 14;
     fs->rec->push_back(run);
     return 0;
   }
