@@ -210,7 +210,7 @@ func (r *replica) endedBefore(ctx context.Context) (res *Result, ok bool, err er
 		return nil, false, err
 	}
 	defer in.close()
-	target := r.stop.steps(in.first[0].Shape()[0], cfg.Strategy.Update(r.numReplicas()).Batches)
+	target := r.stop.steps(in.first[0].Shape()[0], r.batchesPerStep())
 	if m.step < target {
 		return nil, false, nil // an earlier, shorter run's
 	}

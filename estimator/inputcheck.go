@@ -107,7 +107,7 @@ const (
 // deterministic), within limits, for the first non-finite value.
 func (r *replica) explainNaN(ctx context.Context, err error) error {
 	ic := InputContext{NumReplicas: r.numReplicas(), ReplicaIndex: max(r.index, 0), Seed: r.cfg.Seed}
-	bps := r.cfg.Strategy.Update(r.numReplicas()).Batches
+	bps := r.batchesPerStep()
 	// No more batches than training to its end reads.
 	limit := func(rows int) int { return int(min(r.stop.steps(rows, bps)*int64(bps), math.MaxInt32)) }
 	where, batches, covered, cerr := findNonFinite(ctx, r.input, ic, limit)

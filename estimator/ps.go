@@ -52,7 +52,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 	}
 	l := &loop{
 		r: r, ms: p.ms, towers: p.towers, ins: p.ins, trainOp: p.trainOp, coord: plan.coordinator, claims: p.claims,
-		perStep: r.cfg.Strategy.Update(r.numReplicas()).Batches, summaries: p.summaries, globalStep: p.globalStep.Value(), stop: p.stop,
+		perStep: r.batchesPerStep(), summaries: p.summaries, globalStep: p.globalStep.Value(), stop: p.stop,
 	}
 	st, err := l.run(ctx)
 	if err != nil {
@@ -235,7 +235,7 @@ func (p *psRun) buildUpdate() error {
 	r, cfg, s, plan := p.r, p.r.cfg, p.s, p.plan
 	p.globalStep = train.CreateGlobalStep(s)
 	opt := p.towers[0].spec.Optimizer
-	if err := train.ScheduleOverRun(opt, r.stop.steps(p.ins[0].first[0].Shape()[0], cfg.Strategy.Update(r.numReplicas()).Batches)); err != nil {
+	if err := train.ScheduleOverRun(opt, r.stop.steps(p.ins[0].first[0].Shape()[0], r.batchesPerStep())); err != nil {
 		return err
 	}
 	if plan.optimizer != nil {
@@ -411,7 +411,7 @@ func (p *psRun) waitForCluster(ctx context.Context, mcfg *train.MonitoredConfig)
 			tasks = append(tasks, t.String())
 		}
 	}
-	target := r.stop.steps(p.ins[0].first[0].Shape()[0], cfg.Strategy.Update(r.numReplicas()).Batches)
+	target := r.stop.steps(p.ins[0].first[0].Shape()[0], r.batchesPerStep())
 	wait := func(ctx context.Context) error {
 		return untilTrainingEnds(ctx, cfg.CheckpointDir, target, endedPoll, func(ctx context.Context) error {
 			return rpc.WaitForTasks(ctx, p.srv.Workers(), tasks, log)

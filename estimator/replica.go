@@ -41,6 +41,14 @@ func (r *replica) chief() bool { return r.index == 0 }
 // numReplicas is the number of training processes.
 func (r *replica) numReplicas() int { return max(1, len(r.reps)) }
 
+// batchesPerStep is how many batches one global step of a strategy on
+// parameter servers consumes: the strategy's, times the towers of each
+// replica (one per accelerator of RunConfig.Devices; in-graph, of each
+// worker).
+func (r *replica) batchesPerStep() int {
+	return r.cfg.Strategy.Update(r.numReplicas()).Batches * max(len(r.cfg.gpuDevices()), 1)
+}
+
 // who names this process in progress lines ("" for a single process).
 func (r *replica) who() string {
 	if r.cfg.Cluster == nil {
@@ -116,10 +124,10 @@ func (r *replica) result(st loopStats, batch int) *Result {
 	}
 	if r.cfg.Cluster != nil {
 		res.Task = r.cfg.Task.String()
-		res.ClusterExamplesPerSecond = st.clusterRate(batch * r.cfg.Strategy.Update(r.numReplicas()).Batches)
+		res.ClusterExamplesPerSecond = st.clusterRate(batch * r.batchesPerStep())
 	}
 	if n := r.stop.ExamplesPerEpoch; n > 0 {
-		res.Epochs = float64(res.GlobalStep*int64(batch*r.cfg.Strategy.Update(r.numReplicas()).Batches)) / float64(n)
+		res.Epochs = float64(res.GlobalStep*int64(batch*r.batchesPerStep())) / float64(n)
 	}
 	return res
 }

@@ -88,6 +88,7 @@ func TestLocalClusterOnSimulatedGPUs(t *testing.T) {
 	if acc := res["test_accuracy"].(float64); acc < cpu-0.01 {
 		t.Errorf("in-graph with 2 towers a worker: test accuracy %.4f, sync on CPUs %.4f", acc, cpu)
 	}
+	towerEpochs(t, "in-graph with 2 towers a worker", res, 4)
 	// All-reduce (through the ps) with 2 towers a rank: the towers' mean
 	// gradient goes round.
 	stdout, stderr, err = run(t, append(base, "--allreduce", "--gpus", "2", "--logical-gpus", "2", "--gpu-platform", "sim")...)
@@ -101,6 +102,29 @@ func TestLocalClusterOnSimulatedGPUs(t *testing.T) {
 	}
 	if acc := res["test_accuracy"].(float64); acc < cpu-0.01 {
 		t.Errorf("all-reduce with 2 towers a rank: test accuracy %.4f, sync on CPUs %.4f", acc, cpu)
+	}
+	towerEpochs(t, "all-reduce with 2 towers a rank", res, 4)
+	// --epochs counts every tower's batches: 2 towers in one process
+	// train an epoch in half the steps.
+	stdout, stderr, err = run(t, "train", "--model", "mlp", "--data", "embedded", "--epochs", "1", "--json", "--quiet",
+		"--gpus", "2", "--logical-gpus", "2", "--gpu-platform", "sim")
+	if err != nil {
+		t.Fatalf("2 towers in one process: %v\n%s", err, stderr)
+	}
+	res = lastJSON(t, stdout)
+	if n, steps := res["train_examples"].(float64), res["global_step"].(float64); steps != math.Ceil(n/200) {
+		t.Errorf("one epoch of %v examples, 2 towers of 100: %v steps; want %v", n, steps, math.Ceil(n/200))
+	}
+	towerEpochs(t, "2 towers in one process", res, 2)
+}
+
+// towerEpochs checks that a result's epochs count the batches of every
+// tower of every replica: batches a global step.
+func towerEpochs(t *testing.T, what string, res map[string]any, batches float64) {
+	t.Helper()
+	want := res["global_step"].(float64) * batches * res["batch"].(float64) / res["train_examples"].(float64)
+	if got := res["epochs"].(float64); math.Abs(got-want) > 1e-9 {
+		t.Errorf("%s: %v epochs; want %v (%v batches a step)", what, got, want, batches)
 	}
 }
 
