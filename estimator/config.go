@@ -109,6 +109,11 @@ type RunConfig struct {
 	// gradients on the CPU: TensorFlow's multi-GPU recipe. A ps task
 	// ignores them.
 	Devices []device.Device
+	// DeviceOptions are how Devices run the steps: kernel by kernel rather
+	// than a captured step replayed (Eager), dropout's draws on the device
+	// (RandomOnDevice), the variables placed on a device in its memory
+	// (VariablesOnDevice; with ps tasks, the variables stay there).
+	DeviceOptions taskgraph.Options
 
 	// rpc are the task's connection options, from Security (withDefaults).
 	rpc rpc.Options
@@ -130,7 +135,7 @@ func (c RunConfig) sessionOptions() []session.Option {
 	if len(c.Devices) == 0 {
 		return nil
 	}
-	return []session.Option{session.WithDevices(taskgraph.Config{Devices: c.Devices, SoftPlacement: true, Logger: c.Logger})}
+	return []session.Option{session.WithDevices(taskgraph.Config{Devices: c.Devices, SoftPlacement: true, Logger: c.Logger}.With(c.DeviceOptions))}
 }
 
 // Default deadlines and intervals.

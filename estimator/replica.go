@@ -73,7 +73,7 @@ func (r *replica) startServer() (*server.Server, error) {
 		return nil, err
 	}
 	sc := server.Config{Cluster: r.cfg.Cluster, Task: r.cfg.Task, Listener: lis, Logger: r.cfg.Logger, FileRoots: r.cfg.fileRoots(), RPC: r.cfg.rpc,
-		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint(), Devices: r.cfg.Devices}
+		Metrics: r.e.Metrics(), MetricsEndpoint: r.e.metricsEndpoint(), Devices: r.cfg.Devices, DeviceOptions: r.cfg.DeviceOptions}
 	if servers := r.ringServers(); len(servers) > 0 {
 		sc.Ring, sc.RingServers = r.reps, servers // a ps that sums for the workers
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/distflow/distflow/allreduce"
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/master"
 	"github.com/distflow/distflow/metrics"
 	"github.com/distflow/distflow/placement"
@@ -87,6 +88,9 @@ type Config struct {
 	// task's master may place nodes on them, and its worker runs there
 	// what has a kernel. The server does not close them.
 	Devices []device.Device
+	// DeviceOptions are how Devices run the task's steps
+	// (worker.Config.DeviceOptions).
+	DeviceOptions taskgraph.Options
 	// StrictPlacement refuses nodes placed on an accelerator that cannot
 	// run them instead of running them on the CPU
 	// (worker.Config.StrictPlacement).
@@ -238,7 +242,7 @@ func New(cfg Config) (*Server, error) {
 	s.cache = rpc.NewWorkerCache(cfg.Cluster, task, self, rpcOpts)
 	s.worker = worker.New(worker.Config{Task: task, Workers: s.cache, Logger: base, OnShutdown: s.shutdown,
 		FileRoots: cfg.FileRoots, MaxTensorBytes: cfg.MaxTensorBytes, ShutdownFrom: cfg.shutdownFrom(),
-		Devices: cfg.Devices, StrictPlacement: cfg.StrictPlacement})
+		Devices: cfg.Devices, DeviceOptions: cfg.DeviceOptions, StrictPlacement: cfg.StrictPlacement})
 	self.Service = statusWorker{s.worker, s}
 	// The master places on every task's CPU and on the accelerators of the
 	// training tasks, taken to have this task's: TensorFlow's clusters are

@@ -100,6 +100,9 @@ type Config struct {
 	// (package device/taskgraph), the rest on the CPU. The worker does not
 	// close them.
 	Devices []device.Device
+	// DeviceOptions are how Devices run the task's steps (eagerly, random
+	// draws and variables on the device).
+	DeviceOptions taskgraph.Options
 	// StrictPlacement refuses a node placed on an accelerator that the
 	// task lacks or that has no kernel for it, instead of running it on
 	// the CPU (soft placement, logged once per signature).
@@ -868,7 +871,7 @@ func (r *registered) executor(w *Worker, res *resolved) (*prepared, error) {
 	}
 	if len(w.cfg.Devices) > 0 && onAccelerator(r.g) {
 		t, err := taskgraph.New(r.g, sig, w.res, taskgraph.Config{Task: w.cfg.Task, Devices: w.cfg.Devices,
-			SoftPlacement: !w.cfg.StrictPlacement, Logger: w.log})
+			SoftPlacement: !w.cfg.StrictPlacement, Logger: w.log}.With(w.cfg.DeviceOptions))
 		if err != nil {
 			return nil, err
 		}
