@@ -335,6 +335,10 @@ type Case struct {
 	// Tol, when set, is the case's own tolerance: a long float sum, which
 	// the CPU accumulates in float32 and a device in another order.
 	Tol float64
+	// Exact asks for the CPU's outputs bit for bit, but for NaNs' payloads:
+	// the sign of each zero, infinities and NaNs where the CPU has them (an
+	// exact op, such as Abs, Sign or Maximum, on edge values).
+	Exact bool
 }
 
 func (c Case) String() string {
@@ -406,7 +410,11 @@ func Check(d device.Device, c Case) (string, error) {
 	}
 	var msgs []string
 	for i := range want {
-		if msg := compare(got[i], want[i], tol); msg != "" {
+		cmp := compare
+		if c.Exact {
+			cmp = compareExact
+		}
+		if msg := cmp(got[i], want[i], tol); msg != "" {
 			msgs = append(msgs, fmt.Sprintf("%v output %d: %s", c, i, msg))
 		}
 	}
@@ -572,16 +580,46 @@ func compare(got, want *tensor.Tensor, tol float64) string {
 	g, w := values(got), values(want)
 	worst, at := 0.0, -1
 	for i := range w {
-		diff := math.Abs(g[i] - w[i])
-		if math.IsNaN(g[i]) != math.IsNaN(w[i]) {
-			diff = math.Inf(1)
+		var rel float64
+		switch {
+		case math.IsNaN(g[i]) || math.IsNaN(w[i]):
+			if math.IsNaN(g[i]) != math.IsNaN(w[i]) {
+				rel = math.Inf(1)
+			}
+		case math.IsInf(g[i], 0) || math.IsInf(w[i], 0):
+			if g[i] != w[i] {
+				rel = math.Inf(1)
+			}
+		default:
+			rel = math.Abs(g[i]-w[i]) / max(math.Abs(w[i]), 1)
 		}
-		if rel := diff / max(math.Abs(w[i]), 1); rel > worst {
+		if rel > worst {
 			worst, at = rel, i
 		}
 	}
 	if worst > tol {
 		return fmt.Sprintf("element %d is %g, want %g (relative error %.3g > %g)", at, g[at], w[at], worst, tol)
+	}
+	return ""
+}
+
+// compareExact returns "" when got is want bit for bit (any NaN matching
+// any NaN), else the first element that differs; tol is not used.
+func compareExact(got, want *tensor.Tensor, _ float64) string {
+	if got.DType() != want.DType() || !slices.Equal(got.Shape(), want.Shape()) {
+		return fmt.Sprintf("got %v%v, want %v%v", got.DType(), got.Shape(), want.DType(), want.Shape())
+	}
+	g, w := values(got), values(want)
+	float := want.DType().IsFloat()
+	size := want.DType().Size()
+	gb, wb := got.RawBytes(), want.RawBytes()
+	for i := range w {
+		if float && math.IsNaN(g[i]) && math.IsNaN(w[i]) {
+			continue
+		}
+		if !bytes.Equal(gb[i*size:(i+1)*size], wb[i*size:(i+1)*size]) {
+			return fmt.Sprintf("element %d is %g, want %g exactly", i, g[i], w[i])
+		}
 	}
 	return ""
 }
