@@ -258,6 +258,90 @@ func TestBcastPlan(t *testing.T) {
 	}
 }
 
+func TestBcast3Plan(t *testing.T) {
+	for _, c := range []struct{ a, b, c []int }{
+		{[]int{3, 4}, []int{3, 4}, []int{3, 4}},
+		{[]int{4}, []int{3, 4}, []int{}},
+		{[]int{3, 1}, []int{1, 4}, []int{2, 3, 4}},
+		{[]int{2, 1, 3, 1, 5}, []int{3, 4, 5}, []int{1, 5}},
+		{[]int{}, []int{}, []int{}},
+		{[]int{0, 3}, []int{3}, []int{1, 1}},
+	} {
+		p, err := newBcast3Plan(c.a, c.b, c.c)
+		if err != nil {
+			t.Errorf("%v, %v, %v: %v", c.a, c.b, c.c, err)
+			continue
+		}
+		for i := range tensor.NumElements(p.out) {
+			wa, wb := naiveBroadcast(c.a, c.b, p.out, i)
+			wc, _ := naiveBroadcast(c.c, c.c, p.out, i)
+			want := [3]int64{int64(wa), int64(wb), int64(wc)}
+			var got [3]int64
+			for k := range got {
+				got[k] = offset(int64(i), p.dims, p.strides[k])
+			}
+			if got != want {
+				t.Errorf("%v, %v, %v: element %d at %v, want %v", c.a, c.b, c.c, i, got, want)
+				break
+			}
+		}
+		if w := p.words(); len(w) != 25 || int(w[0]) != len(p.dims) {
+			t.Errorf("%v, %v, %v: words %v", c.a, c.b, c.c, w)
+		}
+	}
+	if _, err := newBcast3Plan([]int{2}, []int{3}, []int{3}); err == nil {
+		t.Error("broadcasting [2] with [3] and [3] succeeded")
+	}
+	if _, err := newBcast3Plan([]int{2, 1, 2, 1, 2, 1, 2}, []int{1, 2, 1, 2, 1, 2, 1}, []int{}); err == nil {
+		t.Error("a broadcast of 7 unmergeable axes succeeded")
+	}
+}
+
+func TestBoxPlan(t *testing.T) {
+	for _, c := range []struct {
+		box, from, to []int // the box, the source's and destination's shapes
+		contiguous    bool
+	}{
+		{[]int{3, 4}, []int{3, 4}, []int{3, 4}, true},
+		{[]int{2, 4}, []int{5, 4}, []int{2, 4}, true},  // whole rows
+		{[]int{5, 2}, []int{5, 4}, []int{5, 2}, false}, // a block of columns
+		{[]int{1, 3, 1}, []int{2, 5, 3}, []int{1, 3, 1}, false},
+		{[]int{2, 1, 3}, []int{2, 1, 3}, []int{2, 1, 3}, true},  // a size-1 axis between
+		{[]int{2, 3, 4}, []int{2, 3, 4}, []int{2, 5, 4}, false}, // into a wider destination
+		{[]int{}, []int{}, []int{}, true},
+	} {
+		src, dst := rowMajor(c.from), rowMajor(c.to)
+		p, err := newBoxPlan(c.box, src, dst)
+		if err != nil {
+			t.Errorf("%+v: %v", c, err)
+			continue
+		}
+		if p.contiguous() != c.contiguous {
+			t.Errorf("%+v: contiguous() = %v (dims %v, strides %v and %v)", c, p.contiguous(), p.dims, p.sa, p.sb)
+		}
+		// Element i of the box, at coordinates q, is at q in both layouts
+		// (the callers add the box's corner to the addresses).
+		for i := range tensor.NumElements(c.box) {
+			var wa, wb int64
+			r := i
+			for d := len(c.box) - 1; d >= 0; d-- {
+				q := r % c.box[d]
+				r /= c.box[d]
+				wa += int64(q) * src[d]
+				wb += int64(q) * dst[d]
+			}
+			ga, gb := p.index(int64(i))
+			if ga != wa || gb != wb {
+				t.Errorf("%+v: element %d at (%d, %d), want (%d, %d)", c, i, ga, gb, wa, wb)
+				break
+			}
+		}
+	}
+	if _, err := newBoxPlan([]int{2, 2, 2, 2, 2, 2, 2}, rowMajor([]int{3, 3, 3, 3, 3, 3, 3}), rowMajor([]int{2, 2, 2, 2, 2, 2, 2})); err == nil {
+		t.Error("a box of 7 unmergeable axes succeeded")
+	}
+}
+
 func TestReducePlan(t *testing.T) {
 	for _, c := range []struct{ shape, axes []int }{
 		{[]int{3, 4}, []int{0}},

@@ -62,6 +62,124 @@ func (p *bcastPlan) index(i int64) (ia, ib int64) {
 	return ia, ib
 }
 
+// bcast3Plan is the numpy broadcast of three shapes (SelectV2's cond, t
+// and e) as struct Bcast3 indexes it: the output shape, and the merged
+// axes (adjacent axes along which each operand is broadcast alike, size-1
+// output axes dropped) with each operand's element stride.
+type bcast3Plan struct {
+	out     []int
+	dims    []int64
+	strides [3][]int64
+}
+
+func newBcast3Plan(a, b, c []int) (*bcast3Plan, error) {
+	bc, err := tensor.PlanBroadcast(b, c)
+	if err != nil {
+		return nil, err
+	}
+	all, err := tensor.PlanBroadcast(a, bc.Out)
+	if err != nil {
+		return nil, err
+	}
+	p := &bcast3Plan{out: all.Out}
+	r := len(p.out)
+	shapes := [3][]int{a, b, c}
+	var ones [][3]bool // per merged axis: whether each operand is broadcast along it
+	for i, d := range p.out {
+		if d == 1 {
+			continue
+		}
+		var one [3]bool
+		for k, s := range shapes {
+			j := i - (r - len(s))
+			one[k] = j < 0 || s[j] == 1
+		}
+		if k := len(ones) - 1; k >= 0 && ones[k] == one {
+			p.dims[k] *= int64(d)
+			continue
+		}
+		ones = append(ones, one)
+		p.dims = append(p.dims, int64(d))
+	}
+	if len(p.dims) == 0 {
+		p.dims, ones = []int64{1}, [][3]bool{{}}
+	}
+	if len(p.dims) > maxRank {
+		return nil, fmt.Errorf("broadcasting %v, %v and %v needs %d axes; the CUDA kernels index at most %d",
+			tensor.MakeShape(a...), tensor.MakeShape(b...), tensor.MakeShape(c...), len(p.dims), maxRank)
+	}
+	for k := range shapes {
+		p.strides[k] = make([]int64, len(p.dims))
+		n := int64(1)
+		for i := len(p.dims) - 1; i >= 0; i-- {
+			if !ones[i][k] {
+				p.strides[k][i] = n
+				n *= p.dims[i]
+			}
+		}
+	}
+	return p, nil
+}
+
+// words lays p out as struct Bcast3.
+func (p *bcast3Plan) words() words {
+	w := make(words, 1+4*maxRank)
+	w[0] = int64(len(p.dims))
+	copy(w[1:], p.dims)
+	for k, s := range p.strides {
+		copy(w[1+(k+1)*maxRank:], s)
+	}
+	return w
+}
+
+// newBoxPlan plans the copy of a box of dims elements from a layout of
+// strides src to one of strides dst (element strides, one per axis), as
+// the copy_box kernels index it: a bcastPlan whose sa are the source's
+// strides and sb the destination's, adjacent axes merged where both
+// layouts run on across them and size-1 axes dropped. A box that both
+// layouts hold contiguously ends as one axis of strides 1.
+func newBoxPlan(dims []int, src, dst []int64) (*bcastPlan, error) {
+	p := &bcastPlan{}
+	for i := len(dims) - 1; i >= 0; i-- { // innermost first, then reversed
+		d := int64(dims[i])
+		if d == 1 {
+			continue
+		}
+		if k := len(p.dims) - 1; k >= 0 && src[i] == p.sa[k]*p.dims[k] && dst[i] == p.sb[k]*p.dims[k] {
+			p.dims[k] *= d
+			continue
+		}
+		p.dims, p.sa, p.sb = append(p.dims, d), append(p.sa, src[i]), append(p.sb, dst[i])
+	}
+	if len(p.dims) == 0 {
+		p.dims, p.sa, p.sb = []int64{1}, []int64{1}, []int64{1}
+	}
+	if len(p.dims) > maxRank {
+		return nil, fmt.Errorf("copying a box of %v needs %d axes; the CUDA kernels index at most %d",
+			tensor.MakeShape(dims...), len(p.dims), maxRank)
+	}
+	slices.Reverse(p.dims)
+	slices.Reverse(p.sa)
+	slices.Reverse(p.sb)
+	return p, nil
+}
+
+// contiguous reports whether a box plan copies one run of elements.
+func (p *bcastPlan) contiguous() bool {
+	return len(p.dims) == 1 && p.sa[0] == 1 && p.sb[0] == 1
+}
+
+// rowMajor returns the element strides of a row-major tensor of shape.
+func rowMajor(shape []int) []int64 {
+	s := make([]int64, len(shape))
+	n := int64(1)
+	for i := len(shape) - 1; i >= 0; i-- {
+		s[i] = n
+		n *= int64(shape[i])
+	}
+	return s
+}
+
 // reducePlan is a reduction over some axes of a row-major tensor as the
 // kernels index it: the kept axes (the output's, in order) and the reduced
 // ones, each merged where adjacent axes are alike and size-1 axes dropped,

@@ -36,6 +36,16 @@ struct Reduce {
   i64 rstr[MAXR];
 };
 
+// Bcast3 is a broadcast plan of three operands (SelectV2's cond, t and e;
+// see plan.go): output index i gives each operand's element as Bcast does.
+struct Bcast3 {
+  i64 rank;
+  i64 dims[MAXR];
+  i64 s0[MAXR];
+  i64 s1[MAXR];
+  i64 s2[MAXR];
+};
+
 #define GRID_LOOP(i, n) \
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
@@ -54,6 +64,20 @@ __device__ __forceinline__ void bcast_index(const Bcast& p, i64 i, i64* ia, i64*
   }
   *ia = a;
   *ib = b;
+}
+
+__device__ __forceinline__ void bcast3_index(const Bcast3& p, i64 i, i64* i0, i64* i1, i64* i2) {
+  i64 a = 0, b = 0, c = 0;
+  for (int d = (int)p.rank - 1; d >= 0; --d) {
+    i64 q = i % p.dims[d];
+    i /= p.dims[d];
+    a += q * p.s0[d];
+    b += q * p.s1[d];
+    c += q * p.s2[d];
+  }
+  *i0 = a;
+  *i1 = b;
+  *i2 = c;
 }
 
 __device__ __forceinline__ i64 plan_offset(i64 idx, i64 rank, const i64* dims, const i64* str) {
