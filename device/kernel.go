@@ -152,7 +152,10 @@ func Kernels(platform string) []string {
 
 // Ops are the ops every GPU platform has a kernel for: the forward and
 // backward passes of the reference models (linear regression, the MLP, the
-// CNN) and the element-wise arithmetic around them, and Gather (an
+// CNN, the wide-and-deep model's binary classification head: AddN, the
+// sigmoid cross-entropy's Abs, Sign, Maximum, SelectV2 and Softplus,
+// Greater) and
+// the element-wise arithmetic around them, and Gather (an
 // embedding's lookup), whose indices the device checks as SparseUpdates
 // do: an index out of range gives zeros and a fault, ErrIndexOutOfRange,
 // at the stream's next Synchronize. Ops not listed
@@ -162,12 +165,12 @@ func Kernels(platform string) []string {
 // device/devicetest) checks a platform's kernels of these against the
 // CPU's.
 var Ops = []string{
-	"Add", "ArgMax", "BiasAdd", "BiasAddGrad", "BroadcastTo", "Cast", "Conv2D",
+	"Abs", "Add", "AddN", "ArgMax", "BiasAdd", "BiasAddGrad", "BroadcastTo", "Cast", "Conv2D",
 	"Conv2DBackpropFilter", "Conv2DBackpropInput", "Div", "Equal", "ExpandDims", "Fill",
-	"Gather", "GreaterEqual", "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Mean", "Mul", "Neg",
-	"OnesLike", "Relu", "ReluGrad", "Reshape", "Shape", "Sigmoid", "SigmoidGrad", "Size",
-	"SparseSoftmaxCrossEntropyWithLogits", "SquaredDifference", "Sub", "Sum", "SumToShape",
-	"ZerosLike",
+	"Gather", "Greater", "GreaterEqual", "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Maximum", "Mean",
+	"Mul", "Neg", "OnesLike", "Relu", "ReluGrad", "Reshape", "SelectV2", "Shape", "Sigmoid",
+	"SigmoidGrad", "Sign", "Size", "Softplus", "SparseSoftmaxCrossEntropyWithLogits",
+	"SquaredDifference", "Sub", "Sum", "SumToShape", "ZerosLike",
 }
 
 // Random are the random ops every GPU platform has a kernel for: those

@@ -81,7 +81,11 @@
 // Every op of device.Ops has a kernel, for float32 and where the op takes
 // or gives them int32, int64 and bool: element-wise ops broadcast by
 // strides over up to six merged axes; reductions give one block per output
-// element and sum floats in double. Convolutions (NHWC, filters HWIO) are
+// element and sum floats in double. SelectV2 broadcasts its three operands
+// alike and moves elements by size, in any dtype. AddN sums up to eight inputs a launch, in the inputs' order
+// as the CPU does; Abs, Sign and Maximum give the CPU's results bit for
+// bit, signed zeros and NaNs included (Maximum is Go's max: a NaN operand
+// wins, +0 is above -0), and Softplus computes in double, as the CPU's. Convolutions (NHWC, filters HWIO) are
 // GEMMs: Conv2D copies each chunk of images into an im2col matrix in
 // scratch memory (at most 64 MiB, chunk by chunk for larger batches) and
 // multiplies it by the filter on cuBLAS; Conv2DBackpropInput multiplies

@@ -42,9 +42,16 @@ var ops = map[string]opDef{
 	"Mul":                                 {numeric, simple(binaryOp("mul", numeric))},
 	"Div":                                 {numeric, simple(binaryOp("div", numeric))},
 	"SquaredDifference":                   {numeric, simple(binaryOp("squared_difference", numeric))},
+	"Maximum":                             {numeric, simple(binaryOp("maximum", numeric))},
+	"Greater":                             {boolOut, simple(binaryOp("greater", numeric))},
 	"GreaterEqual":                        {boolOut, simple(binaryOp("greater_equal", numeric))},
 	"Equal":                               {boolOut, simple(binaryOp("equal", append(slices.Clone(numeric), tensor.Bool)))},
 	"Neg":                                 {numeric, simple(unary("neg", numeric))},
+	"Abs":                                 {numeric, simple(unary("abs", numeric))},
+	"Sign":                                {numeric, simple(unary("sign", numeric))},
+	"Softplus":                            {f32, simple(unary("softplus", f32))},
+	"AddN":                                {numeric, simple(addN)},
+	"SelectV2":                            {nil, simple(selectV2)},
 	"Relu":                                {numeric, simple(unary("relu", numeric))},
 	"Sigmoid":                             {f32, simple(unary("sigmoid", f32))},
 	"ReluGrad":                            {numeric, simple(gradOp("relu_grad", numeric))},
@@ -519,6 +526,92 @@ func broadcastTo(c *device.Context, l launcher) error {
 		return nil
 	}
 	return l.launch(fmt.Sprintf("bcast_b%d", x.DType.Size()), grid1(n), block1, x.Buf.Ptr, out.Buf.Ptr, n, p.words())
+}
+
+// elemSize is the size of dt's elements, for the kernels that move
+// elements by size (select_b*).
+func elemSize(dt tensor.DType) (int64, error) {
+	switch size := dt.Size(); size {
+	case 1, 2, 4, 8:
+		return int64(size), nil
+	default:
+		return 0, fmt.Errorf("%w: %v (elements of %d bytes)", device.ErrNoKernel, dt, size)
+	}
+}
+
+// selectV2 is SelectV2: select_b<element size> over the broadcast of
+// cond, t and e.
+func selectV2(c *device.Context, l launcher) error {
+	cond, t, e, out := c.Inputs[0], c.Inputs[1], c.Inputs[2], c.Outputs[0]
+	if cond.DType != tensor.Bool {
+		return unsupported("cond", cond.DType, boolOut)
+	}
+	if t.DType != e.DType {
+		return fmt.Errorf("t and e of dtypes %v and %v", t.DType, e.DType)
+	}
+	size, err := elemSize(t.DType)
+	if err != nil {
+		return err
+	}
+	p, err := newBcast3Plan(cond.Shape, t.Shape, e.Shape)
+	if err != nil {
+		return err
+	}
+	if err := checkOut(out, p.out); err != nil {
+		return err
+	}
+	n := n64(out)
+	if n == 0 {
+		return nil
+	}
+	return l.launch(fmt.Sprintf("select_b%d", size), grid1(n), block1, cond.Buf.Ptr, t.Buf.Ptr, e.Buf.Ptr, out.Buf.Ptr, n, p.words())
+}
+
+// addNMax is the most inputs one launch of add_n sums (ADDN of
+// kernels/elementwise.cu).
+const addNMax = 8
+
+// addN is AddN: add_n_<dtype> over the inputs addNMax at a time, each
+// launch after the first adding onto the output, so that the sum runs in
+// the inputs' order as the CPU's does.
+func addN(c *device.Context, l launcher) error {
+	if len(c.Inputs) == 0 {
+		return fmt.Errorf("no inputs")
+	}
+	x0, out := c.Inputs[0], c.Outputs[0]
+	for i, x := range c.Inputs {
+		if x.DType != x0.DType || !slices.Equal(x.Shape, x0.Shape) {
+			return fmt.Errorf("input %d is %v%v, input 0 is %v%v", i, x.DType, x.Shape, x0.DType, x0.Shape)
+		}
+	}
+	if !slices.Contains(numeric, x0.DType) {
+		return unsupported("inputs", x0.DType, numeric)
+	}
+	if err := checkOut(out, x0.Shape); err != nil {
+		return err
+	}
+	n := n64(out)
+	if n == 0 {
+		return nil
+	}
+	if len(c.Inputs) == 1 {
+		return copyInput(c, l)
+	}
+	for i := 0; i < len(c.Inputs); i += addNMax {
+		batch := c.Inputs[i:min(i+addNMax, len(c.Inputs))]
+		ptrs := make(words, addNMax)
+		for j, x := range batch {
+			ptrs[j] = int64(x.Buf.Ptr)
+		}
+		acc := int32(0)
+		if i > 0 {
+			acc = 1
+		}
+		if err := l.launch("add_n_"+suffix(x0.DType), grid1(n), block1, ptrs, int64(len(batch)), out.Buf.Ptr, n, acc); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // gemmTile is TILE of kernels/gemm.cu.

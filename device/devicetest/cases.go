@@ -1,7 +1,9 @@
 package devicetest
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/distflow/distflow/tensor"
 )
@@ -130,7 +132,7 @@ func Cases() []Case {
 		Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{f(4, 10), ints(4, 10)}},
 		Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{f(37, 3), ints(37, 3)}},
 	)
-	return append(cases, largeCases()...)
+	return slices.Concat(cases, largeCases(), wideDeepCases())
 }
 
 // maxPool is the 2x2 SAME max-pool of x on the CPU, for MaxPoolGrad's
@@ -379,4 +381,121 @@ func idx64(r *rand.Rand, hi int64, shape ...int) *tensor.Tensor {
 		t.Int64s()[i] = r.Int64N(hi)
 	}
 	return t
+}
+
+// wideDeepCases are the checks of the ops of the wide-and-deep model's
+// binary classification head and of their gradients: AddN (summed
+// gradients), the sigmoid cross-entropy's Abs, Sign, Maximum, SelectV2
+// and Softplus, and Greater. Each on the shapes the model gives them,
+// with broadcasting, empty tensors and the integer types the CPU takes,
+// and the exact ops on edge values (signed zeros, infinities, NaNs,
+// integer minimums) bit for bit.
+func wideDeepCases() []Case {
+	r := rand.New(rand.NewPCG(13, 14))
+	f := func(shape ...int) *tensor.Tensor { return randFloats(r, shape...) }
+	ints := func(dt tensor.DType, hi int, shape ...int) *tensor.Tensor {
+		t := tensor.New(dt, shape...)
+		for i := range t.NumElements() {
+			t.SetFloat64At(i, float64(r.IntN(2*hi)-hi))
+		}
+		return t
+	}
+	bools := func(shape ...int) *tensor.Tensor {
+		t := tensor.New(tensor.Bool, shape...)
+		for i := range t.Bools() {
+			t.Bools()[i] = r.IntN(2) == 1
+		}
+		return t
+	}
+	f64 := func(shape ...int) *tensor.Tensor {
+		t := tensor.New(tensor.Float64, shape...)
+		for i := range t.Float64s() {
+			t.Float64s()[i] = r.NormFloat64()
+		}
+		return t
+	}
+	// edge holds the float32 values whose handling differs between
+	// careless implementations: both zeros, both infinities, NaN, the
+	// smallest subnormal, the largest float and ordinary values.
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	negZero := float32(math.Copysign(0, -1))
+	edgeVals := []float32{negZero, 0, nan, inf, -inf, math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32,
+		math.MaxFloat32, -math.MaxFloat32, 1, -1, 2.5, -0.75, 88.5, -104, 30, -30}
+	edge := func(shape ...int) *tensor.Tensor { return tensor.MustFromSlice(slices.Clone(edgeVals), shape...) }
+	ne := len(edgeVals)
+	intEdge := tensor.MustFromSlice([]int32{math.MinInt32, math.MinInt32 + 1, -7, -1, 0, 1, 7, math.MaxInt32}, 8)
+	int64Edge := tensor.MustFromSlice([]int64{math.MinInt64, math.MinInt64 + 1, -1 << 40, -1, 0, 1, 1 << 40, math.MaxInt64}, 8)
+	scalar := func(v float32) *tensor.Tensor { return tensor.Scalar(v) }
+	const batch = 37 // the model's batch, shrunk to an odd size
+	var cases []Case
+	for _, op := range []string{"Abs", "Sign"} {
+		cases = append(cases,
+			Case{Op: op, Inputs: []*tensor.Tensor{f(batch)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(300, 257)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{edge(ne)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{intEdge}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{int64Edge}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{ints(tensor.Int32, 5, 7, 9)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(0, 3)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{f()}, Exact: true})
+	}
+	// Every pair of edge values, through a broadcast of [n, 1] with [n].
+	col, row := edge(ne, 1), edge(ne)
+	for _, op := range []string{"Maximum", "Greater"} {
+		cases = append(cases,
+			Case{Op: op, Inputs: []*tensor.Tensor{f(batch), tensor.New(tensor.Float32, batch)}, Exact: true}, // max(x, 0) of the loss
+			Case{Op: op, Inputs: []*tensor.Tensor{f(3, 5), f(3, 5)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(3, 5), f(5)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(2, 1, 3), f(4, 1)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(), f(7)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{col, row}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{row, col}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{ints(tensor.Int32, 4, 9, 11), ints(tensor.Int32, 4, 11)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{ints(tensor.Int64, 1<<40, 3, 1, 5), ints(tensor.Int64, 1<<40, 4, 1)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(0, 3), f(3)}, Exact: true},
+			Case{Op: op, Inputs: []*tensor.Tensor{f(300, 257), f(257)}, Exact: true})
+	}
+	cases = append(cases,
+		Case{Op: "Greater", Inputs: []*tensor.Tensor{intEdge, tensor.MustFromSlice([]int32{0, math.MinInt32, 3, -1, 0, 2, 7, math.MaxInt32}, 8)}},
+		// The loss: log(1 + e^x) of -|x|, and of values where a naive
+		// form overflows or loses all digits.
+		Case{Op: "Softplus", Inputs: []*tensor.Tensor{f(batch)}},
+		Case{Op: "Softplus", Inputs: []*tensor.Tensor{f(300, 257)}},
+		Case{Op: "Softplus", Inputs: []*tensor.Tensor{edge(ne)}},
+		Case{Op: "Softplus", Inputs: []*tensor.Tensor{tensor.MustFromSlice([]float32{-200, -90, -20, -1e-3, 1e-3, 15, 20, 90, 200}, 9)}},
+		Case{Op: "Softplus", Inputs: []*tensor.Tensor{f(0, 4)}},
+		// SelectV2 as Maximum's gradient builds it (a mask, dy, a scalar
+		// zero), with each operand broadcast, each element size, a
+		// scalar condition, and nothing selected.
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(batch), f(batch), scalar(0)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(batch), scalar(0), f(batch)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(3, 5), f(3, 5), f(3, 5)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(5), f(3, 5), f(3, 1)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(3, 1), f(1, 4), f(2, 3, 4)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{tensor.Scalar(true), f(4, 3), f(4, 3)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(300, 257), f(300, 257), f(257)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(ne), edge(ne), edge(ne)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(9), ints(tensor.Int32, 100, 9), ints(tensor.Int32, 100, 9)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(2, 9), ints(tensor.Int64, 1<<40, 9), ints(tensor.Int64, 1<<40, 2, 1)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(9), bools(9), bools(9)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(4, 3), f64(4, 3), f64(3)}, Exact: true},
+		Case{Op: "SelectV2", Inputs: []*tensor.Tensor{bools(0, 3), f(0, 3), scalar(1)}, Exact: true},
+		// AddN as gradients are summed: one input, a few, more than one
+		// launch takes (summed in the inputs' order, as the CPU does).
+		Case{Op: "AddN", Inputs: []*tensor.Tensor{f(5, 7)}, Exact: true},
+		Case{Op: "AddN", Inputs: []*tensor.Tensor{f(5, 7), f(5, 7)}, Exact: true},
+		Case{Op: "AddN", Inputs: []*tensor.Tensor{f(batch, 13), f(batch, 13), f(batch, 13)}, Exact: true},
+		Case{Op: "AddN", Inputs: slices.Collect(func(yield func(*tensor.Tensor) bool) {
+			for range 19 {
+				if !yield(f(300, 7)) {
+					return
+				}
+			}
+		}), Exact: true},
+		Case{Op: "AddN", Inputs: []*tensor.Tensor{ints(tensor.Int32, 1000, 9), ints(tensor.Int32, 1000, 9), ints(tensor.Int32, 1000, 9)}, Exact: true},
+		Case{Op: "AddN", Inputs: []*tensor.Tensor{ints(tensor.Int64, 1<<40, 2, 5), ints(tensor.Int64, 1<<40, 2, 5)}, Exact: true},
+		Case{Op: "AddN", Inputs: []*tensor.Tensor{f(0, 4), f(0, 4)}, Exact: true},
+		Case{Op: "AddN", Inputs: []*tensor.Tensor{f(), f(), f()}, Exact: true},
+	)
+	return cases
 }

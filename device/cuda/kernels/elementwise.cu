@@ -1,5 +1,5 @@
 // Element-wise kernels: broadcasting binary ops, unary ops and activation
-// gradients, BiasAdd, Cast, fills and broadcast copies.
+// gradients, BiasAdd, Cast, SelectV2, AddN, fills and broadcast copies.
 
 struct AddF { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct SubF { template <class T> __device__ T operator()(T a, T b) const { return a - b; } };
@@ -7,6 +7,20 @@ struct MulF { template <class T> __device__ T operator()(T a, T b) const { retur
 struct SqDiffF { template <class T> __device__ T operator()(T a, T b) const { T d = a - b; return d * d; } };
 struct GeF { template <class T> __device__ u8 operator()(T a, T b) const { return a >= b; } };
 struct EqF { template <class T> __device__ u8 operator()(T a, T b) const { return a == b; } };
+struct GtF { template <class T> __device__ u8 operator()(T a, T b) const { return a > b; } };
+
+// Go's max, the CPU kernel's: a NaN operand gives NaN, and +0 is above -0
+// (the bits of two equal operands anded: -0 only if both are).
+struct MaxF {
+  __device__ float operator()(float a, float b) const {
+    if (a != a) return a;
+    if (b != b) return b;
+    if (a == b) return __int_as_float(__float_as_int(a) & __float_as_int(b));
+    return a > b ? a : b;
+  }
+  __device__ i32 operator()(i32 a, i32 b) const { return a > b ? a : b; }
+  __device__ i64 operator()(i64 a, i64 b) const { return a > b ? a : b; }
+};
 
 // Integer division truncates as Go's does; a zero divisor gives 0 rather
 // than a trap (the CPU kernel reports it as an error).
@@ -34,10 +48,12 @@ ARITH(sub, SubF)
 ARITH(mul, MulF)
 ARITH(div, DivF)
 ARITH(squared_difference, SqDiffF)
+ARITH(maximum, MaxF)
 
 #define COMPARE(op, F) BINARY(op##_f32, F, float, u8) BINARY(op##_i32, F, i32, u8) BINARY(op##_i64, F, i64, u8)
 COMPARE(greater_equal, GeF)
 COMPARE(equal, EqF)
+COMPARE(greater, GtF)
 BINARY(equal_bool, EqF, u8, u8)
 
 // Unary ops.
@@ -52,6 +68,24 @@ UNARY(relu_f32, float, (v != v) ? v : (v > 0.0f ? v : 0.0f))
 UNARY(relu_i32, i32, v > 0 ? v : 0)
 UNARY(relu_i64, i64, v > 0 ? v : 0)
 UNARY(sigmoid_f32, float, 1.0f / (1.0f + expf(-v)))
+// Abs and Sign as the CPU's: Abs negates below 0, so -0 and NaN pass
+// unchanged; Sign is 1 or -1, else v itself (0, -0, NaN). An integer's
+// Abs wraps at the minimum, as Go's negation does.
+UNARY(abs_f32, float, v < 0.0f ? -v : v)
+UNARY(abs_i32, i32, v < 0 ? (i32)(0u - (u32)v) : v)
+UNARY(abs_i64, i64, v < 0 ? (i64)(0ull - (u64)v) : v)
+UNARY(sign_f32, float, v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v))
+UNARY(sign_i32, i32, (i32)(v > 0) - (i32)(v < 0))
+UNARY(sign_i64, i64, (i64)(v > 0) - (i64)(v < 0))
+
+// Softplus log(1 + e^v) in double, as the CPU's: v + log(1 + e^-v) above
+// 0, so that nothing overflows.
+extern "C" __global__ void softplus_f32(const float* x, float* y, i64 n) {
+  GRID_LOOP(i, n) {
+    double v = (double)x[i];
+    y[i] = (float)(v > 0 ? v + log1p(exp(-v)) : log1p(exp(v)));
+  }
+}
 
 // ReluGrad(dy, y): dy where y > 0 (a NaN y passes dy, as the CPU's).
 #define RELU_GRAD(name, T) \
@@ -91,6 +125,40 @@ CAST_FROM(i64, i64)
 CAST(bool, u8, f32, float)
 CAST(bool, u8, i32, i32)
 CAST(bool, u8, i64, i64)
+
+// SelectV2: cond ? t : e, the three broadcast together (p), by element
+// size.
+#define SELECT(name, T)                                                                       \
+  extern "C" __global__ void name(const u8* c, const T* t, const T* e, T* o, i64 n, Bcast3 p) { \
+    GRID_LOOP(i, n) {                                                                         \
+      i64 ic, it, ie;                                                                         \
+      bcast3_index(p, i, &ic, &it, &ie);                                                      \
+      o[i] = c[ic] ? t[it] : e[ie];                                                           \
+    }                                                                                         \
+  }
+SELECT(select_b1, u8)
+SELECT(select_b2, unsigned short)
+SELECT(select_b4, u32)
+SELECT(select_b8, u64)
+
+// AddN sums the k inputs of p (at most ADDN) into o, in their order as the
+// CPU does; with acc, onto o's elements, which a longer list's launches
+// after the first continue from.
+#define ADDN 8
+struct AddN {
+  u64 x[ADDN];
+};
+#define ADD_N(name, T)                                                           \
+  extern "C" __global__ void name(AddN p, i64 k, T* o, i64 n, int acc) {        \
+    GRID_LOOP(i, n) {                                                            \
+      T s = acc ? o[i] : ((const T*)p.x[0])[i];                                  \
+      for (i64 j = acc ? 0 : 1; j < k; ++j) s += ((const T*)p.x[j])[i];          \
+      o[i] = s;                                                                  \
+    }                                                                            \
+  }
+ADD_N(add_n_f32, float)
+ADD_N(add_n_i32, i32)
+ADD_N(add_n_i64, i64)
 
 // Fills with a value's bits, by element size.
 #define FILL(name, T) \

@@ -8,10 +8,13 @@
 #define __shared__ __attribute__((shared))
 #define __forceinline__ __inline__ __attribute__((always_inline))
 __device__ float expf(float);
+__device__ double exp(double);
 __device__ double log(double);
+__device__ double log1p(double);
 __device__ double sqrt(double);
 __device__ float sqrtf(float);
 __device__ float fmaf(float, float, float);
 __device__ float __int_as_float(int);
+__device__ int __float_as_int(float);
 __device__ void __syncthreads();
 __device__ int atomicCAS(int*, int, int);

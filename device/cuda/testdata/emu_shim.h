@@ -57,3 +57,8 @@ static inline float __int_as_float(int i) {
   std::memcpy(&f, &i, 4);
   return f;
 }
+static inline int __float_as_int(float f) {
+  int i;
+  std::memcpy(&i, &f, 4);
+  return i;
+}
