@@ -152,9 +152,9 @@ func Kernels(platform string) []string {
 
 // Ops are the ops every GPU platform has a kernel for: the forward and
 // backward passes of the reference models (linear regression, the MLP, the
-// CNN, the wide-and-deep model's binary classification head: AddN, the
-// sigmoid cross-entropy's Abs, Sign, Maximum, SelectV2 and Softplus,
-// Greater) and
+// CNN, the dense part of the wide-and-deep model with its binary
+// classification head: Concat, Slice and Pad, AddN, the sigmoid
+// cross-entropy's Abs, Sign, Maximum, SelectV2 and Softplus, Greater) and
 // the element-wise arithmetic around them, and Gather (an
 // embedding's lookup), whose indices the device checks as SparseUpdates
 // do: an index out of range gives zeros and a fault, ErrIndexOutOfRange,
@@ -165,11 +165,11 @@ func Kernels(platform string) []string {
 // device/devicetest) checks a platform's kernels of these against the
 // CPU's.
 var Ops = []string{
-	"Abs", "Add", "AddN", "ArgMax", "BiasAdd", "BiasAddGrad", "BroadcastTo", "Cast", "Conv2D",
+	"Abs", "Add", "AddN", "ArgMax", "BiasAdd", "BiasAddGrad", "BroadcastTo", "Cast", "Concat", "Conv2D",
 	"Conv2DBackpropFilter", "Conv2DBackpropInput", "Div", "Equal", "ExpandDims", "Fill",
 	"Gather", "Greater", "GreaterEqual", "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Maximum", "Mean",
-	"Mul", "Neg", "OnesLike", "Relu", "ReluGrad", "Reshape", "SelectV2", "Shape", "Sigmoid",
-	"SigmoidGrad", "Sign", "Size", "Softplus", "SparseSoftmaxCrossEntropyWithLogits",
+	"Mul", "Neg", "OnesLike", "Pad", "Relu", "ReluGrad", "Reshape", "SelectV2", "Shape", "Sigmoid",
+	"SigmoidGrad", "Sign", "Size", "Slice", "Softplus", "SparseSoftmaxCrossEntropyWithLogits",
 	"SquaredDifference", "Sub", "Sum", "SumToShape", "ZerosLike",
 }
 

@@ -477,7 +477,7 @@ func launchedKernels() []string {
 		"col2im_f32", "max_pool_f32", "max_pool_grad_f32",
 		"sparse_xent_f32_i32", "sparse_xent_f32_i64", "softplus_f32")
 	for _, b := range []string{"1", "2", "4", "8"} {
-		names = append(names, "fill_b"+b, "bcast_b"+b, "select_b"+b)
+		names = append(names, "fill_b"+b, "bcast_b"+b, "select_b"+b, "copy_box_b"+b)
 	}
 	for _, x := range num {
 		for _, i := range []string{"i32", "i64"} {

@@ -82,7 +82,9 @@
 // or gives them int32, int64 and bool: element-wise ops broadcast by
 // strides over up to six merged axes; reductions give one block per output
 // element and sum floats in double. SelectV2 broadcasts its three operands
-// alike and moves elements by size, in any dtype. AddN sums up to eight inputs a launch, in the inputs' order
+// alike; it, Concat, Slice and Pad (strided box copies, or one device copy
+// where a box is contiguous in both layouts) move elements by size, in
+// any dtype. AddN sums up to eight inputs a launch, in the inputs' order
 // as the CPU does; Abs, Sign and Maximum give the CPU's results bit for
 // bit, signed zeros and NaNs included (Maximum is Go's max: a NaN operand
 // wins, +0 is above -0), and Softplus computes in double, as the CPU's. Convolutions (NHWC, filters HWIO) are

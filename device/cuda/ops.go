@@ -70,6 +70,9 @@ var ops = map[string]opDef{
 	"Reshape":                             {nil, simple(copyInput)},
 	"ExpandDims":                          {nil, simple(copyInput)},
 	"BroadcastTo":                         {nil, simple(broadcastTo)},
+	"Concat":                              {nil, concat},
+	"Slice":                               {nil, slice},
+	"Pad":                                 {nil, pad},
 	"MatMul":                              {f32, matMul},
 	"Conv2D":                              {f32, conv("Conv2D")},
 	"Conv2DBackpropInput":                 {f32, conv("Conv2DBackpropInput")},
@@ -529,7 +532,7 @@ func broadcastTo(c *device.Context, l launcher) error {
 }
 
 // elemSize is the size of dt's elements, for the kernels that move
-// elements by size (select_b*).
+// elements by size (select_b*, copy_box_b*).
 func elemSize(dt tensor.DType) (int64, error) {
 	switch size := dt.Size(); size {
 	case 1, 2, 4, 8:
@@ -612,6 +615,157 @@ func addN(c *device.Context, l launcher) error {
 		}
 	}
 	return nil
+}
+
+// copyBox copies the box p plans (newBoxPlan) from src to dst, elements of
+// size bytes: one device-to-device copy where both layouts hold it
+// contiguously, else copy_box_b<size>.
+func copyBox(l launcher, src, dst device.Ptr, p *bcastPlan, size int64) error {
+	n := int64(1)
+	for _, d := range p.dims {
+		n *= d
+	}
+	if n == 0 {
+		return nil
+	}
+	if p.contiguous() {
+		return l.Stream().Copy(dst, src, n*size)
+	}
+	return l.launch(fmt.Sprintf("copy_box_b%d", size), grid1(n), block1, src, dst, n, p.words())
+}
+
+// concat is Concat: each input copied into its place in the output, seen
+// as [outer, the inputs' extents on the axis summed, inner].
+func concat(n *graph.Node) (launchFunc, error) {
+	attr := n.AttrInt("axis")
+	return func(c *device.Context, l launcher) error {
+		if len(c.Inputs) == 0 {
+			return fmt.Errorf("no inputs")
+		}
+		first, out := c.Inputs[0], c.Outputs[0]
+		axis, err := op.ArrayNormAxis(attr, tensor.MakeShape(first.Shape...))
+		if err != nil {
+			return err
+		}
+		dims := slices.Clone(first.Shape)
+		dims[axis] = 0
+		for i, x := range c.Inputs {
+			if x.DType != first.DType || len(x.Shape) != len(first.Shape) {
+				return fmt.Errorf("input %d is %v%v, input 0 is %v%v", i, x.DType, x.Shape, first.DType, first.Shape)
+			}
+			for j, d := range x.Shape {
+				if j != axis && d != dims[j] {
+					return fmt.Errorf("input %d has shape %v, input 0 has shape %v (concatenating on axis %d)", i, x.Shape, first.Shape, axis)
+				}
+			}
+			dims[axis] += x.Shape[axis]
+		}
+		if err := checkOut(out, dims); err != nil {
+			return err
+		}
+		size, err := elemSize(out.DType)
+		if err != nil {
+			return err
+		}
+		if n64(out) == 0 {
+			return nil
+		}
+		outer, inner := tensor.NumElements(dims[:axis]), int64(tensor.NumElements(dims[axis+1:]))
+		row := int64(dims[axis]) * inner // an outer index's elements in the output
+		var at int64                     // the input's first element in the output
+		for _, x := range c.Inputs {
+			w := int64(x.Shape[axis]) * inner
+			p, err := newBoxPlan([]int{outer, int(w)}, []int64{w, 1}, []int64{row, 1})
+			if err != nil {
+				return err
+			}
+			if err := copyBox(l, x.Buf.Ptr, out.Buf.Ptr.Add(at*size), p, size); err != nil {
+				return err
+			}
+			at += w
+		}
+		return nil
+	}, nil
+}
+
+// slice is Slice: the box at begin of extent size (-1: to the end of the
+// axis) copied out of the input.
+func slice(n *graph.Node) (launchFunc, error) {
+	begin, size := n.AttrInts("begin"), n.AttrInts("size")
+	return func(c *device.Context, l launcher) error {
+		x, out := c.Inputs[0], c.Outputs[0]
+		if len(begin) != len(x.Shape) || len(size) != len(x.Shape) {
+			return fmt.Errorf("begin %v and size %v must have one entry per dimension of shape %v", begin, size, x.Shape)
+		}
+		box, str := slices.Clone(size), rowMajor(x.Shape)
+		var at int64 // the box's first element in the input
+		for i, d := range x.Shape {
+			if box[i] == -1 {
+				box[i] = d - begin[i]
+			}
+			if begin[i] < 0 || box[i] < 0 || begin[i]+box[i] > d {
+				return fmt.Errorf("slice begin %v size %v is out of bounds of shape %v", begin, size, x.Shape)
+			}
+			at += int64(begin[i]) * str[i]
+		}
+		if err := checkOut(out, box); err != nil {
+			return err
+		}
+		es, err := elemSize(x.DType)
+		if err != nil {
+			return err
+		}
+		if n64(out) == 0 {
+			return nil
+		}
+		p, err := newBoxPlan(box, str, rowMajor(box))
+		if err != nil {
+			return err
+		}
+		return copyBox(l, x.Buf.Ptr.Add(at*es), out.Buf.Ptr, p, es)
+	}, nil
+}
+
+// pad is Pad (Slice's gradient): the output zeroed, then the input copied
+// into its interior.
+func pad(n *graph.Node) (launchFunc, error) {
+	paddings := n.AttrInts("paddings")
+	return func(c *device.Context, l launcher) error {
+		x, out := c.Inputs[0], c.Outputs[0]
+		if len(paddings) != 2*len(x.Shape) {
+			return fmt.Errorf("paddings %v must hold 2 values per dimension of shape %v", paddings, x.Shape)
+		}
+		dims := make([]int, len(x.Shape))
+		for i, d := range x.Shape {
+			if paddings[2*i] < 0 || paddings[2*i+1] < 0 {
+				return fmt.Errorf("paddings %v has a negative entry", paddings)
+			}
+			dims[i] = d + paddings[2*i] + paddings[2*i+1]
+		}
+		if err := checkOut(out, dims); err != nil {
+			return err
+		}
+		es, err := elemSize(x.DType)
+		if err != nil {
+			return err
+		}
+		if n64(out) == 0 {
+			return nil
+		}
+		if err := l.Stream().Zero(out.Buf.Ptr, out.Bytes()); err != nil {
+			return err
+		}
+		str := rowMajor(dims)
+		var at int64 // the input's first element in the output
+		for i := range dims {
+			at += int64(paddings[2*i]) * str[i]
+		}
+		p, err := newBoxPlan(x.Shape, rowMajor(x.Shape), str)
+		if err != nil {
+			return err
+		}
+		return copyBox(l, x.Buf.Ptr, out.Buf.Ptr.Add(at*es), p, es)
+	}, nil
 }
 
 // gemmTile is TILE of kernels/gemm.cu.

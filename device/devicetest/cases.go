@@ -384,7 +384,8 @@ func idx64(r *rand.Rand, hi int64, shape ...int) *tensor.Tensor {
 }
 
 // wideDeepCases are the checks of the ops of the wide-and-deep model's
-// binary classification head and of their gradients: AddN (summed
+// dense part and its binary classification head, and of their gradients:
+// Concat and Slice (its gradient), Pad (Slice's), AddN (summed
 // gradients), the sigmoid cross-entropy's Abs, Sign, Maximum, SelectV2
 // and Softplus, and Greater. Each on the shapes the model gives them,
 // with broadcasting, empty tensors and the integer types the CPU takes,
@@ -426,6 +427,9 @@ func wideDeepCases() []Case {
 	intEdge := tensor.MustFromSlice([]int32{math.MinInt32, math.MinInt32 + 1, -7, -1, 0, 1, 7, math.MaxInt32}, 8)
 	int64Edge := tensor.MustFromSlice([]int64{math.MinInt64, math.MinInt64 + 1, -1 << 40, -1, 0, 1, 1 << 40, math.MaxInt64}, 8)
 	scalar := func(v float32) *tensor.Tensor { return tensor.Scalar(v) }
+	pad := func(p ...int) map[string]any { return map[string]any{"paddings": p} }
+	box := func(begin, size []int) map[string]any { return map[string]any{"begin": begin, "size": size} }
+	axis := func(a int) map[string]any { return map[string]any{"axis": a} }
 	const batch = 37 // the model's batch, shrunk to an odd size
 	var cases []Case
 	for _, op := range []string{"Abs", "Sign"} {
@@ -496,6 +500,39 @@ func wideDeepCases() []Case {
 		Case{Op: "AddN", Inputs: []*tensor.Tensor{ints(tensor.Int64, 1<<40, 2, 5), ints(tensor.Int64, 1<<40, 2, 5)}, Exact: true},
 		Case{Op: "AddN", Inputs: []*tensor.Tensor{f(0, 4), f(0, 4)}, Exact: true},
 		Case{Op: "AddN", Inputs: []*tensor.Tensor{f(), f(), f()}, Exact: true},
+		// Concat: the model's embeddings and dense features, on the
+		// first, a middle and the last axis, an empty input, one input,
+		// and other element sizes.
+		Case{Op: "Concat", Attrs: axis(1), Inputs: []*tensor.Tensor{f(batch, 208), f(batch, 13)}, Exact: true},
+		Case{Op: "Concat", Attrs: axis(0), Inputs: []*tensor.Tensor{f(2, 3), f(4, 3), f(1, 3)}, Exact: true},
+		Case{Op: "Concat", Attrs: axis(-1), Inputs: []*tensor.Tensor{f(2, 3, 4), f(2, 3, 1), f(2, 3, 5)}, Exact: true},
+		Case{Op: "Concat", Attrs: axis(2), Inputs: []*tensor.Tensor{f(2, 3, 4, 5), f(2, 3, 1, 5)}, Exact: true},
+		Case{Op: "Concat", Attrs: axis(1), Inputs: []*tensor.Tensor{f(4, 0), f(4, 3), f(4, 0)}, Exact: true},
+		Case{Op: "Concat", Attrs: axis(0), Inputs: []*tensor.Tensor{f(0, 3), f(0, 3)}, Exact: true},
+		Case{Op: "Concat", Attrs: axis(0), Inputs: []*tensor.Tensor{f(6)}, Exact: true},
+		Case{Op: "Concat", Attrs: axis(1), Inputs: []*tensor.Tensor{ints(tensor.Int64, 1<<40, 3, 2), ints(tensor.Int64, 1<<40, 3, 5)}, Exact: true},
+		Case{Op: "Concat", Attrs: axis(0), Inputs: []*tensor.Tensor{bools(3, 2), bools(1, 2)}, Exact: true},
+		Case{Op: "Concat", Attrs: axis(1), Inputs: []*tensor.Tensor{f(300, 200), f(300, 57)}, Exact: true},
+		// Slice: Concat's gradient (a block of columns to the end), a
+		// middle box, whole rows (one copy), nothing, other types.
+		Case{Op: "Slice", Attrs: box([]int{0, 208}, []int{-1, 13}), Inputs: []*tensor.Tensor{f(batch, 221)}, Exact: true},
+		Case{Op: "Slice", Attrs: box([]int{0, 0}, []int{-1, 208}), Inputs: []*tensor.Tensor{f(batch, 221)}, Exact: true},
+		Case{Op: "Slice", Attrs: box([]int{1, 2}, []int{3, 4}), Inputs: []*tensor.Tensor{f(5, 7)}, Exact: true},
+		Case{Op: "Slice", Attrs: box([]int{1, 0, 2}, []int{2, -1, 1}), Inputs: []*tensor.Tensor{f(4, 3, 5)}, Exact: true},
+		Case{Op: "Slice", Attrs: box([]int{2, 0}, []int{3, -1}), Inputs: []*tensor.Tensor{f(6, 4)}, Exact: true},
+		Case{Op: "Slice", Attrs: box([]int{1, 1}, []int{0, 2}), Inputs: []*tensor.Tensor{f(3, 4)}, Exact: true},
+		Case{Op: "Slice", Attrs: box([]int{}, []int{}), Inputs: []*tensor.Tensor{f()}, Exact: true},
+		Case{Op: "Slice", Attrs: box([]int{3}, []int{4}), Inputs: []*tensor.Tensor{ints(tensor.Int32, 100, 9)}, Exact: true},
+		Case{Op: "Slice", Attrs: box([]int{0, 1}, []int{2, 1}), Inputs: []*tensor.Tensor{bools(3, 3)}, Exact: true},
+		Case{Op: "Slice", Attrs: box([]int{0, 2, 1, 0, 0, 1, 0}, []int{1, 2, 1, 2, 1, 2, 2}),
+			Inputs: []*tensor.Tensor{f(2, 5, 3, 2, 2, 3, 2)}, Exact: true},
+		// Pad: Slice's gradient, zeros around the input.
+		Case{Op: "Pad", Attrs: pad(0, 0, 208, 0), Inputs: []*tensor.Tensor{f(batch, 13)}, Exact: true},
+		Case{Op: "Pad", Attrs: pad(1, 2, 0, 3), Inputs: []*tensor.Tensor{f(3, 4)}, Exact: true},
+		Case{Op: "Pad", Attrs: pad(0, 1, 2, 0, 1, 1), Inputs: []*tensor.Tensor{f(2, 3, 4)}, Exact: true},
+		Case{Op: "Pad", Attrs: pad(0, 0, 0, 0), Inputs: []*tensor.Tensor{f(3, 4)}, Exact: true},
+		Case{Op: "Pad", Attrs: pad(1, 1, 0, 0), Inputs: []*tensor.Tensor{f(0, 3)}, Exact: true},
+		Case{Op: "Pad", Attrs: pad(2, 3), Inputs: []*tensor.Tensor{ints(tensor.Int64, 1<<40, 4)}, Exact: true},
 	)
 	return cases
 }

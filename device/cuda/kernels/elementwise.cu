@@ -1,5 +1,6 @@
 // Element-wise kernels: broadcasting binary ops, unary ops and activation
-// gradients, BiasAdd, Cast, SelectV2, AddN, fills and broadcast copies.
+// gradients, BiasAdd, Cast, SelectV2, AddN, fills, broadcast copies and
+// the box copies of Slice, Pad and Concat.
 
 struct AddF { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct SubF { template <class T> __device__ T operator()(T a, T b) const { return a - b; } };
@@ -175,6 +176,16 @@ BCAST_COPY(bcast_b1, u8)
 BCAST_COPY(bcast_b2, unsigned short)
 BCAST_COPY(bcast_b4, unsigned int)
 BCAST_COPY(bcast_b8, unsigned long long)
+
+// Box copies (Slice, Pad, Concat), by element size: element i of a box of
+// p.dims moves from x at its sa-offset to o at its sb-offset (Bcast's two
+// strides being the source's and the destination's layouts).
+#define COPY_BOX(name, T) \
+  extern "C" __global__ void name(const T* x, T* o, i64 n, Bcast p) { GRID_LOOP(i, n) { i64 ia, ib; bcast_index(p, i, &ia, &ib); o[ib] = x[ia]; } }
+COPY_BOX(copy_box_b1, u8)
+COPY_BOX(copy_box_b2, unsigned short)
+COPY_BOX(copy_box_b4, u32)
+COPY_BOX(copy_box_b8, u64)
 
 // Gather along an axis of dim elements, by element size: output element o
 // is [a, j, e] of outer x n x inner, and reads params[a, idx[j], e]. An
