@@ -89,11 +89,22 @@ type KernelDef struct {
 	// first input for ops without outputs, that the kernel supports; nil
 	// means any.
 	DTypes []tensor.DType
+	// InputDTypes are the element types of the node's first input that
+	// the kernel supports, for a kernel whose input type is not its
+	// output's (a comparison's, a cast's); nil means any. Soft placement
+	// sends a node of another input type to the CPU rather than fail its
+	// launch.
+	InputDTypes []tensor.DType
 }
 
 // Supports reports whether the kernel supports dt.
 func (d KernelDef) Supports(dt tensor.DType) bool {
 	return d.DTypes == nil || slices.Contains(d.DTypes, dt)
+}
+
+// SupportsInput reports whether the kernel supports a first input of dt.
+func (d KernelDef) SupportsInput(dt tensor.DType) bool {
+	return d.InputDTypes == nil || slices.Contains(d.InputDTypes, dt)
 }
 
 // IsHostInput reports whether input i is read on the host.

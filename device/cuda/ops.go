@@ -22,11 +22,20 @@ type opDef struct {
 	factory func(n *graph.Node) (launchFunc, error)
 }
 
+// inputTypes are the first input's types of the kernels whose input type
+// is not their output's (device.KernelDef.InputDTypes).
+var inputTypes = map[string][]tensor.DType{
+	"Greater": numeric, "GreaterEqual": numeric, "Equal": equalTypes, "ArgMax": numeric, "Cast": castTypes,
+}
+
 var (
 	f32      = []tensor.DType{tensor.Float32}
 	numeric  = []tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64}
 	boolOut  = []tensor.DType{tensor.Bool}
 	indexOut = []tensor.DType{tensor.Int32, tensor.Int64}
+	// equalTypes are Equal's inputs; castTypes Cast's, in and out.
+	equalTypes = []tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64, tensor.Bool}
+	castTypes  = []tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64, tensor.Bool}
 )
 
 // simple wraps a launch that needs no attributes.
@@ -45,7 +54,7 @@ var ops = map[string]opDef{
 	"Maximum":                             {numeric, simple(binaryOp("maximum", numeric))},
 	"Greater":                             {boolOut, simple(binaryOp("greater", numeric))},
 	"GreaterEqual":                        {boolOut, simple(binaryOp("greater_equal", numeric))},
-	"Equal":                               {boolOut, simple(binaryOp("equal", append(slices.Clone(numeric), tensor.Bool)))},
+	"Equal":                               {boolOut, simple(binaryOp("equal", equalTypes))},
 	"Neg":                                 {numeric, simple(unary("neg", numeric))},
 	"Abs":                                 {numeric, simple(unary("abs", numeric))},
 	"Sign":                                {numeric, simple(unary("sign", numeric))},
@@ -62,7 +71,7 @@ var ops = map[string]opDef{
 	"Mean":                                {numeric, reduction(true)},
 	"SumToShape":                          {numeric, simple(sumToShape)},
 	"ArgMax":                              {indexOut, argMax},
-	"Cast":                                {[]tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64, tensor.Bool}, simple(cast)},
+	"Cast":                                {castTypes, simple(cast)},
 	"Fill":                                {nil, simple(fill)},
 	"ZerosLike":                           {nil, simple(zerosLike)},
 	"OnesLike":                            {onesTypes(), simple(onesLike)},
@@ -152,7 +161,7 @@ func registerKernels() {
 		if !ok {
 			panic(fmt.Sprintf("cuda: no kernel for %s of device.Ops", name))
 		}
-		def.DTypes = o.dtypes
+		def.DTypes, def.InputDTypes = o.dtypes, inputTypes[name]
 		def.Factory = factory(name, o)
 		device.RegisterKernel(Name, name, def)
 	}
@@ -413,8 +422,6 @@ func argMax(n *graph.Node) (launchFunc, error) {
 		return l.launch("argmax_"+suffix(x.DType)+"_"+suffix(out.DType), grid1(n), block1, x.Buf.Ptr, out.Buf.Ptr, A, R, B)
 	}, nil
 }
-
-var castTypes = []tensor.DType{tensor.Float32, tensor.Int32, tensor.Int64, tensor.Bool}
 
 func cast(c *device.Context, l launcher) error {
 	x, y := c.Inputs[0], c.Outputs[0]

@@ -348,6 +348,9 @@ func supported(n *graph.Node, platform string) string {
 	if n.NumOutputs() > 0 && !def.Supports(n.Output(0).DType()) {
 		return fmt.Sprintf("no %s kernel for %s of %v", platform, n.Op(), n.Output(0).DType())
 	}
+	if n.NumInputs() > 0 && !def.SupportsInput(n.Input(0).DType()) {
+		return fmt.Sprintf("no %s kernel for %s of a %v input", platform, n.Op(), n.Input(0).DType())
+	}
 	return ""
 }
 
