@@ -229,44 +229,12 @@ func TestHeadShapeErrors(t *testing.T) {
 // evaluates and predicts through the estimator; int64 labels of shape
 // [batch, 1] included.
 func TestClassificationHeadTrains(t *testing.T) {
-	const n = 400
-	x, y := tensor.New(tensor.Float32, n, 2), tensor.New(tensor.Int64, n, 1)
-	for i := 0; i < n; i++ {
-		a, b := float32(i%20)/10-1, float32(i/20)/10-1
-		x.Float32s()[2*i], x.Float32s()[2*i+1] = a, b
-		if a+b > 0 {
-			y.Int64s()[i] = 1
-		}
-	}
-	input := func(repeat bool) estimator.InputFn {
-		return func(estimator.InputContext) (*estimator.Input, error) {
-			ds, err := data.FromTensors(x, y)
-			if err != nil {
-				return nil, err
-			}
-			if repeat {
-				ds = ds.Shuffle(n, 1).Repeat(-1)
-			}
-			return &estimator.Input{Dataset: ds.Batch(50, repeat), Features: []string{"x"}}, nil
-		}
-	}
 	model := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
 		logits := layers.Dense{Units: 2}.Apply(s, f.Get(s, "x"), mode == estimator.Train)
 		return estimator.ClassificationHead{Optimizer: train.NewGradientDescent(1)}.Spec(s, logits, labels, mode)
 	}
+	est, m := trainDiagonal(t, model, tensor.New(tensor.Int64, 400, 1))
 	ctx := context.Background()
-	est, err := estimator.New(model, estimator.RunConfig{Seed: 1, Progress: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := est.Train(ctx, input(true), estimator.Stop{MaxSteps: 200}); err != nil {
-		t.Fatal(err)
-	}
-	m, err := est.Evaluate(ctx, input(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("metrics %v", m)
 	if m["accuracy"] < 0.95 || math.IsNaN(m["loss"]) {
 		t.Errorf("metrics %v; want an accuracy of 0.95 or more", m)
 	}
@@ -384,13 +352,37 @@ func TestBinaryClassificationHeadValues(t *testing.T) {
 // (the AUC streamed over the whole set) and predicts through the
 // estimator, with float32 labels of shape [batch].
 func TestBinaryClassificationHeadTrains(t *testing.T) {
-	const n = 400
-	x, y := tensor.New(tensor.Float32, n, 2), tensor.New(tensor.Float32, n)
-	for i := 0; i < n; i++ {
+	model := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
+		logit := layers.Dense{Units: 1}.Apply(s, f.Get(s, "x"), mode == estimator.Train)
+		return estimator.BinaryClassificationHead{Optimizer: train.NewGradientDescent(1)}.Spec(s, logit, labels, mode)
+	}
+	est, m := trainDiagonal(t, model, tensor.New(tensor.Float32, 400))
+	ctx := context.Background()
+	if m["accuracy"] < 0.95 || m["auc"] < 0.98 || m["auc"] > 1 || math.Abs(m["logloss"]-m["loss"]) > 1e-6 || m["logloss"] > 0.3 {
+		t.Errorf("metrics %v; want an accuracy of 0.95 or more, an auc of 0.98 or more, logloss = loss < 0.3", m)
+	}
+	out, err := est.Predict(ctx, map[string]*tensor.Tensor{"x": tensor.MustFromSlice([]float32{-1, -1, 1, 1}, 2, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, p := out["class"].Int32s(), out["probability"].Float32s(); c[0] != 0 || c[1] != 1 || p[0] > 0.1 || p[1] < 0.9 {
+		t.Errorf("classes %v, probabilities %v of (-1,-1) and (1,1); want [0 1], below 0.1 and above 0.9", c, p)
+	}
+}
+
+// trainDiagonal trains model for 200 steps on the points of a 20x20 grid
+// over [-1, 1)², labelled in y (n rows of the labels' type and shape) 1
+// above the diagonal x+y = 0, and returns the estimator and its metrics
+// on the grid.
+func trainDiagonal(t *testing.T, model estimator.ModelFn, y *tensor.Tensor) (*estimator.Estimator, map[string]float64) {
+	t.Helper()
+	n := y.Shape()[0]
+	x := tensor.New(tensor.Float32, n, 2)
+	for i := range n {
 		a, b := float32(i%20)/10-1, float32(i/20)/10-1
 		x.Float32s()[2*i], x.Float32s()[2*i+1] = a, b
 		if a+b > 0 {
-			y.Float32s()[i] = 1
+			y.SetFloat64At(i, 1)
 		}
 	}
 	input := func(repeat bool) estimator.InputFn {
@@ -405,10 +397,6 @@ func TestBinaryClassificationHeadTrains(t *testing.T) {
 			return &estimator.Input{Dataset: ds.Batch(50, repeat), Features: []string{"x"}}, nil
 		}
 	}
-	model := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
-		logit := layers.Dense{Units: 1}.Apply(s, f.Get(s, "x"), mode == estimator.Train)
-		return estimator.BinaryClassificationHead{Optimizer: train.NewGradientDescent(1)}.Spec(s, logit, labels, mode)
-	}
 	ctx := context.Background()
 	est, err := estimator.New(model, estimator.RunConfig{Seed: 1, Progress: io.Discard})
 	if err != nil {
@@ -422,14 +410,5 @@ func TestBinaryClassificationHeadTrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("metrics %v", m)
-	if m["accuracy"] < 0.95 || m["auc"] < 0.98 || m["auc"] > 1 || math.Abs(m["logloss"]-m["loss"]) > 1e-6 || m["logloss"] > 0.3 {
-		t.Errorf("metrics %v; want an accuracy of 0.95 or more, an auc of 0.98 or more, logloss = loss < 0.3", m)
-	}
-	out, err := est.Predict(ctx, map[string]*tensor.Tensor{"x": tensor.MustFromSlice([]float32{-1, -1, 1, 1}, 2, 2)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c, p := out["class"].Int32s(), out["probability"].Float32s(); c[0] != 0 || c[1] != 1 || p[0] > 0.1 || p[1] < 0.9 {
-		t.Errorf("classes %v, probabilities %v of (-1,-1) and (1,1); want [0 1], below 0.1 and above 0.9", c, p)
-	}
+	return est, m
 }
