@@ -98,14 +98,7 @@ func trainCNN(t *testing.T, devs []device.Device, steps int, reference, vars boo
 	res := kernel.NewResources()
 	defer taskgraph.ReleaseVariables(res) // after the executors
 	cfg := taskgraph.Config{Task: "/job:localhost/task:0", Devices: devs, SoftPlacement: true, RandomOnDevice: true, VariablesOnDevice: vars}
-	ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ie.Close()
-	if _, err := ie.Run(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	initialize(t, root.Graph(), init, res, cfg)
 	e, err := taskgraph.New(root.Graph(), graph.Signature{Feeds: []graph.Output{m.Input, m.Label},
 		Fetches: []graph.Output{m.Loss}, Targets: []*graph.Node{op}}, res, cfg)
 	if err != nil {
@@ -207,14 +200,7 @@ func trainWideDeep(t *testing.T, devs []device.Device, steps int) ([]float32, ma
 	ctx := context.Background()
 	res := kernel.NewResources()
 	cfg := taskgraph.Config{Task: "/job:localhost/task:0", Devices: devs, SoftPlacement: true}
-	ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ie.Close()
-	if _, err := ie.Run(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	initialize(t, root.Graph(), init, res, cfg)
 	e, err := taskgraph.New(root.Graph(), graph.Signature{Feeds: []graph.Output{cat, dense, labels},
 		Fetches: []graph.Output{spec.Loss}, Targets: []*graph.Node{op}}, res, cfg)
 	if err != nil {
@@ -253,4 +239,17 @@ func trainWideDeep(t *testing.T, devs []device.Device, steps int) ([]float32, ma
 		out = append(out, v[0].Float32s()[0])
 	}
 	return out, onGPU
+}
+
+// initialize runs init, the variables' initializer, on cfg's devices.
+func initialize(t *testing.T, g *graph.Graph, init *graph.Node, res *kernel.Resources, cfg taskgraph.Config) {
+	t.Helper()
+	ie, err := taskgraph.New(g, graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ie.Close()
+	if _, err := ie.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
 }
