@@ -75,8 +75,10 @@ type Info struct {
 	// Model is the card's name ("NVIDIA H200") or the simulator's.
 	Model string
 	// Physical is the ordinal of the card it lives on (logical devices
-	// share one), after CUDA_VISIBLE_DEVICES.
-	Physical int
+	// share one), after CUDA_VISIBLE_DEVICES; Logical is its ordinal among
+	// the machine's logical devices (Options.First onward: which share of
+	// which card, where processes share the cards).
+	Physical, Logical int
 	// TotalBytes is the card's memory; LimitBytes what this device may use.
 	TotalBytes, LimitBytes int64
 	// Capability is the compute capability ("9.0") where there is one.
@@ -102,6 +104,12 @@ type Options struct {
 	// Count is the number of devices to open: 0 opens one per visible
 	// card. With Logical > 1 it counts logical devices.
 	Count int
+	// First is the machine's logical device to open first, counting the
+	// cards' logical devices in order (0: the first): processes that share
+	// the cards, as the workers of a local cluster, each open their own.
+	// The devices opened are named GPU:0 onward in the process all the
+	// same.
+	First int
 	// Logical splits each card into this many logical devices, each with an
 	// equal share of the card's memory limit (TensorFlow's logical device
 	// configuration): towers and several workers on one card. 0 or 1: one
@@ -131,6 +139,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("device: Options.Count %d is negative", o.Count)
 	case o.Logical < 0:
 		return fmt.Errorf("device: Options.Logical %d is negative", o.Logical)
+	case o.First < 0:
+		return fmt.Errorf("device: Options.First %d is negative", o.First)
 	case o.MemoryLimit < 0:
 		return fmt.Errorf("device: Options.MemoryLimit %d is negative", o.MemoryLimit)
 	case o.MemoryFraction < 0 || o.MemoryFraction > 1:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/device"
 	_ "github.com/distflow/distflow/device/sim" // --gpu-platform sim
 )
@@ -21,14 +23,23 @@ type gpuFlags struct {
 	gpus        int
 	platform    string
 	logical     int
+	first       int
 	memFraction float64
+	// firstSet and fractionSet: the flags were given.
+	firstSet, fractionSet bool
+	// ordinal and tasks, set for a task of a local cluster (whose tasks
+	// all get the launcher's flags), spread its training tasks over the
+	// machine's GPUs: task ordinal of tasks takes GPUs of its own while
+	// there are enough, and shares them, with their memory, beyond.
+	ordinal, tasks int
 }
 
 func (g *gpuFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&g.gpus, "gpus", 0, "compute on this many GPUs of each worker (0: the CPU): the model's ops run on the GPU, its variables on the ps tasks (or the host); with 2 or more, one tower per GPU, their gradients averaged; CUDA_VISIBLE_DEVICES chooses the cards")
 	fl.StringVar(&g.platform, "gpu-platform", "cuda", "the GPUs' platform: cuda, or sim (a simulated accelerator computing with the CPU kernels, for trying and testing the device path anywhere)")
 	fl.IntVar(&g.logical, "logical-gpus", 1, "split each card into this many logical GPUs, each with its share of the memory: towers or several workers on one card")
-	fl.Float64Var(&g.memFraction, "gpu-memory-fraction", 0, "share of each card's memory this process may use, in (0, 1] (default 0.9, or 0.9 shared by the training tasks of --local-cluster)")
+	fl.IntVar(&g.first, "first-gpu", 0, "the first of the machine's (logical) GPUs this task computes on, so that tasks sharing a machine take GPUs of their own (default 0; each training task of --local-cluster its own)")
+	fl.Float64Var(&g.memFraction, "gpu-memory-fraction", 0, "share of each card's memory this process may use, in (0, 1] (default 0.9, shared by the training tasks of --local-cluster that share a GPU)")
 }
 
 func (g *gpuFlags) check(fl *pflag.FlagSet) []error {
@@ -39,11 +50,15 @@ func (g *gpuFlags) check(fl *pflag.FlagSet) []error {
 	if g.logical < 1 {
 		errs = append(errs, fmt.Errorf("--logical-gpus %d: must be at least 1", g.logical))
 	}
+	g.firstSet, g.fractionSet = fl.Changed("first-gpu"), fl.Changed("gpu-memory-fraction")
+	if g.first < 0 {
+		errs = append(errs, fmt.Errorf("--first-gpu %d: must not be negative", g.first))
+	}
 	if fl.Changed("gpu-memory-fraction") && !(g.memFraction > 0 && g.memFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--gpu-memory-fraction %v: must be in (0, 1]", g.memFraction))
 	}
 	if g.gpus == 0 {
-		for _, name := range []string{"gpu-platform", "logical-gpus", "gpu-memory-fraction"} {
+		for _, name := range []string{"gpu-platform", "logical-gpus", "first-gpu", "gpu-memory-fraction"} {
 			if fl.Changed(name) {
 				errs = append(errs, fmt.Errorf("--%s goes with --gpus", name))
 			}
@@ -70,11 +85,17 @@ func (g gpuFlags) open() ([]device.Device, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--gpus %d: %w", g.gpus, err)
 	}
-	if have := cards * g.logical; g.gpus > have {
+	have := cards * g.logical
+	if g.gpus > have {
 		return nil, nil, fmt.Errorf("--gpus %d: this machine has %d %s card(s)%s (CUDA_VISIBLE_DEVICES=%q): use --gpus %d, or --logical-gpus to split a card",
 			g.gpus, cards, g.platform, logicalNote(g.logical, have), os.Getenv("CUDA_VISIBLE_DEVICES"), have)
 	}
-	devs, err := p.Open(device.Options{Count: g.gpus, Logical: g.logical, MemoryFraction: g.memFraction})
+	first, fraction := g.spread(have)
+	if first+g.gpus > have {
+		return nil, nil, fmt.Errorf("--first-gpu %d --gpus %d: this machine has %d %s GPU(s) (%d card(s)%s, CUDA_VISIBLE_DEVICES=%q): the last is %d",
+			first, g.gpus, have, g.platform, cards, logicalNote(g.logical, have), os.Getenv("CUDA_VISIBLE_DEVICES"), have-1)
+	}
+	devs, err := p.Open(device.Options{Count: g.gpus, Logical: g.logical, First: first, MemoryFraction: fraction})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--gpus %d: %w", g.gpus, err)
 	}
@@ -83,6 +104,48 @@ func (g gpuFlags) open() ([]device.Device, func(), error) {
 			d.Close()
 		}
 	}, nil
+}
+
+// forLocalTask is g for task self of a local cluster: its training tasks
+// (the chief, then the workers) share the machine's GPUs, each its own.
+func (g gpuFlags) forLocalTask(spec *cluster.Spec, self cluster.TaskID) gpuFlags {
+	chiefs := spec.NumTasks("chief")
+	g.tasks, g.ordinal = chiefs+spec.NumTasks("worker"), self.Index
+	if self.Job == "worker" {
+		g.ordinal += chiefs
+	}
+	return g
+}
+
+// logDevices says which of the machine's GPUs a task computes on.
+func logDevices(log *slog.Logger, devs []device.Device) {
+	for _, d := range devs {
+		in := d.Info()
+		log.Info("computing on a GPU", "device", "/gpu:"+strings.TrimPrefix(in.Name, "GPU:"), "platform", in.Platform,
+			"logical_gpu", in.Logical, "card", in.Physical, "memory_limit", device.FormatBytes(in.LimitBytes))
+	}
+}
+
+// spread returns the first GPU and the memory fraction of a task on a
+// machine of have (logical) GPUs: the flags', or for a training task of a
+// local cluster, GPUs of its own while the tasks' GPUs fit (ordinal times
+// --gpus onward), taken in turn beyond, each sharer of a GPU with its
+// share of 0.9 of the memory.
+func (g gpuFlags) spread(have int) (first int, fraction float64) {
+	first, fraction = g.first, g.memFraction
+	if g.tasks == 0 {
+		return first, fraction
+	}
+	slots := max(have/g.gpus, 1)
+	if !g.firstSet {
+		first = (g.ordinal % slots) * g.gpus
+	}
+	if !g.fractionSet {
+		if sharing := (g.tasks + slots - 1) / slots; sharing > 1 {
+			fraction = 0.9 / float64(sharing)
+		}
+	}
+	return first, fraction
 }
 
 func logicalNote(logical, have int) string {

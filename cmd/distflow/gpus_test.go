@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -128,6 +129,49 @@ func towerEpochs(t *testing.T, what string, res map[string]any, batches float64)
 	}
 }
 
+// TestLocalClusterWorkersTakeTheirOwnGPUs: the training tasks of a local
+// cluster share the machine's GPUs, each its own while there are enough:
+// two workers on two logical GPUs of one card, or on two cards, each with
+// the memory of its GPU; beyond, they share them, with their memory.
+func TestLocalClusterWorkersTakeTheirOwnGPUs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--gpus", "1", "--logical-gpus", "2"}, []string{
+			`[worker 0] .*"computing on a GPU" device=/gpu:0 platform=sim logical_gpu=0 card=0`,
+			`[worker 1] .*"computing on a GPU" device=/gpu:0 platform=sim logical_gpu=1 card=0`}},
+		{[]string{"--gpus", "1"}, []string{ // the tests' simulator has 2 cards
+			`[worker 0] .*logical_gpu=0 card=0 memory_limit="921.6 MiB"`,
+			`[worker 1] .*logical_gpu=1 card=1 memory_limit="921.6 MiB"`}},
+		{[]string{"--gpus", "2"}, []string{ // both on both cards, each with half
+			`[worker 0] .*device=/gpu:1 platform=sim logical_gpu=1 card=1 memory_limit="460.8 MiB"`,
+			`[worker 1] .*device=/gpu:1 platform=sim logical_gpu=1 card=1 memory_limit="460.8 MiB"`}},
+	} {
+		args := append([]string{"train", "--model", "mlp", "--data", "embedded", "--steps", "20", "--json", "--local-cluster", "ps=1,worker=2", "--sync", "--gpu-platform", "sim"}, c.args...)
+		_, stderr, err := run(t, args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", c.args, err, stderr)
+		}
+		for _, w := range c.want {
+			if !regexp.MustCompile(regexp.QuoteMeta(w[:10]) + w[10:]).MatchString(stderr) {
+				t.Errorf("%v: no line matches %q:\n%s", c.args, w, grepLines(stderr, "computing on a GPU"))
+			}
+		}
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // TestNoCUDAHere: on a machine without the NVIDIA driver, --gpus is
 // refused before anything starts, naming the library it did not find.
 func TestNoCUDAHere(t *testing.T) {
@@ -155,6 +199,8 @@ func TestGPUFlagsRefused(t *testing.T) {
 		{[]string{"--gpu-platform", "sim"}, []string{"--gpu-platform goes with --gpus"}},
 		{[]string{"--gpus", "1", "--gpu-platform", "tpu"}, []string{"--gpu-platform", `"tpu"`}},
 		{[]string{"--gpus", "-1"}, []string{"--gpus -1"}},
+		{[]string{"--gpus", "1", "--first-gpu", "2", "--gpu-platform", "sim"}, []string{"--first-gpu 2 --gpus 1", "2 sim GPU(s)", "the last is 1"}},
+		{[]string{"--first-gpu", "1"}, []string{"--first-gpu goes with --gpus"}},
 	} {
 		_, stderr, err := run(t, append([]string{"train", "--model", "mlp", "--data", "embedded", "--steps", "1", "--quiet"}, c.args...)...)
 		if err == nil {

@@ -412,11 +412,16 @@ func (f trainFlags) runConfig(fl *pflag.FlagSet, spec *cluster.Spec, self cluste
 	}
 	closeDevs := func() {}
 	if self.Job != "ps" && self.Job != cluster.EvaluatorJob {
-		devs, closeOpened, err := f.gpu.open()
+		g := f.gpu
+		if localcluster.IsTask() && spec != nil {
+			g = g.forLocalTask(spec, self)
+		}
+		devs, closeOpened, err := g.open()
 		if err != nil {
 			return cfg, nil, err
 		}
 		cfg.Devices, closeDevs = devs, closeOpened
+		logDevices(cfg.Logger, devs)
 	}
 	var err error
 	if cfg.Compression, err = estimator.ParseCompression(f.compression); err != nil {
@@ -629,10 +634,6 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 		}
 		args = append(args, "--"+fv.Name+"="+fv.Value.String())
 	})
-	if f.gpu.gpus > 0 && !fl.Changed("gpu-memory-fraction") {
-		// The training tasks share the machine's cards.
-		args = append(args, fmt.Sprintf("--gpu-memory-fraction=%g", 0.9/float64(max(1, jobs.Worker+jobs.Chief))))
-	}
 	sec := f.security
 	if f.security == (pki.Security{}) {
 		// The tasks' connections use mutual TLS with a CA made for this

@@ -33,9 +33,9 @@ type Device struct {
 	closeErr  error
 }
 
-func newDevice(p *Platform, c *card, name string, limit int64, tf32 bool) (*Device, error) {
+func newDevice(p *Platform, c *card, name string, logical int, limit int64, tf32 bool) (*Device, error) {
 	d := &Device{card: c, tf32: tf32, info: device.Info{
-		Name: name, Platform: Name, Model: c.info.name, Physical: c.ordinal,
+		Name: name, Platform: Name, Model: c.info.name, Physical: c.ordinal, Logical: logical,
 		TotalBytes: c.info.total, LimitBytes: limit,
 		Capability: fmt.Sprintf("%d.%d", c.info.major, c.info.minor),
 	}}

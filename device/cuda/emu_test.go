@@ -150,16 +150,16 @@ func (p *emuPlatform) Open(opts device.Options) ([]device.Device, error) {
 	per := max(opts.Logical, 1)
 	n := opts.Count
 	if n == 0 {
-		n = per
+		n = per - opts.First
 	}
-	if n > per {
-		return nil, fmt.Errorf("emu: %d devices of one card of %d: %w", n, per, device.ErrUnavailable)
+	if opts.First+n > per {
+		return nil, fmt.Errorf("emu: devices %d to %d of one card of %d: %w", opts.First, opts.First+n-1, per, device.ErrUnavailable)
 	}
 	devs := make([]device.Device, n)
 	for i := range devs {
 		name := fmt.Sprintf("GPU:%d", i)
 		d := &emuDevice{p: p, mem: &emuMemory{regions: map[device.Ptr][]byte{}}, info: device.Info{
-			Name: name, Platform: Name, Model: "emulated", TotalBytes: total, LimitBytes: opts.Limit(total, per)}}
+			Name: name, Platform: Name, Model: "emulated", Logical: opts.First + i, TotalBytes: total, LimitBytes: opts.Limit(total, per)}}
 		d.alloc = device.NewAllocator(name, d.mem, d.info.LimitBytes)
 		d.stream = &emuStream{mem: d.mem}
 		d.faults.mem = d.mem

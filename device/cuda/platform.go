@@ -108,11 +108,11 @@ func (p *Platform) Open(opts device.Options) (devs []device.Device, err error) {
 	per := max(opts.Logical, 1)
 	n := opts.Count
 	if n == 0 {
-		n = cards * per
+		n = cards*per - opts.First
 	}
-	if n > cards*per {
-		return nil, fmt.Errorf("cuda: %d devices asked for, but %d cards of %d logical devices make %d: %w",
-			n, cards, per, cards*per, device.ErrUnavailable)
+	if opts.First+n > cards*per {
+		return nil, fmt.Errorf("cuda: devices %d to %d asked for, but %d cards of %d logical devices make %d: %w",
+			opts.First, opts.First+n-1, cards, per, cards*per, device.ErrUnavailable)
 	}
 	defer func() {
 		if err != nil {
@@ -124,14 +124,17 @@ func (p *Platform) Open(opts device.Options) (devs []device.Device, err error) {
 	}()
 	var cur *card
 	for i := range n {
-		if i%per == 0 {
-			if cur, err = p.openCard(i / per); err != nil {
+		logical := opts.First + i
+		// The first device of this process on its card opens the card.
+		firstOnCard := i == 0 || logical%per == 0
+		if firstOnCard {
+			if cur, err = p.openCard(logical / per); err != nil {
 				return devs, err
 			}
 		}
-		d, err := newDevice(p, cur, "GPU:"+strconv.Itoa(i), opts.Limit(cur.info.total, per), allowTF32(opts))
+		d, err := newDevice(p, cur, "GPU:"+strconv.Itoa(i), logical, opts.Limit(cur.info.total, per), allowTF32(opts))
 		if err != nil {
-			if i%per == 0 {
+			if firstOnCard {
 				cur.release() // no device holds the card yet
 			}
 			return devs, err

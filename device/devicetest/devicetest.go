@@ -320,6 +320,27 @@ func testLogical(t *testing.T, p device.Platform) {
 	}
 	devs[0].Allocator().Free(x)
 	devs[1].Allocator().Free(y)
+	if a.Logical != 0 || b.Logical != 1 {
+		t.Errorf("logical ordinals %d and %d; want 0 and 1", a.Logical, b.Logical)
+	}
+	// A process sharing the card opens its own share: the second, named
+	// GPU:0 in that process.
+	second := open(t, p, device.Options{Count: 1, Logical: 2, First: 1, MemoryFraction: 0.5})[0].Info()
+	if second.Name != "GPU:0" || second.Logical != 1 || second.Physical != a.Physical || second.LimitBytes != want {
+		t.Errorf("the second logical device of the card opened alone: %+v", second)
+	}
+	cards, err := p.Probe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if devs, err := p.Open(device.Options{Count: 2, Logical: 2, First: 2*cards - 1}); err == nil {
+		for _, d := range devs {
+			d.Close()
+		}
+		t.Errorf("2 devices from the last of %d logical devices opened", 2*cards)
+	} else if !errors.Is(err, device.ErrUnavailable) {
+		t.Errorf("2 devices from the last logical device: %v; want ErrUnavailable", err)
+	}
 }
 
 // Case is one kernel check: an op with attributes on inputs, compared

@@ -66,22 +66,22 @@ func (p *Platform) Open(opts device.Options) ([]device.Device, error) {
 	per := max(opts.Logical, 1)
 	n := opts.Count
 	if n == 0 {
-		n = p.cfg.Cards * per
+		n = p.cfg.Cards*per - opts.First
 	}
-	if n > p.cfg.Cards*per {
-		return nil, fmt.Errorf("sim: %d devices asked for, but %d cards of %d logical devices make %d: %w",
-			n, p.cfg.Cards, per, p.cfg.Cards*per, device.ErrUnavailable)
+	if opts.First+n > p.cfg.Cards*per {
+		return nil, fmt.Errorf("sim: devices %d to %d asked for, but %d cards of %d logical devices make %d: %w",
+			opts.First, opts.First+n-1, p.cfg.Cards, per, p.cfg.Cards*per, device.ErrUnavailable)
 	}
 	cards := make([]*card, p.cfg.Cards)
 	out := make([]device.Device, n)
 	for i := range n {
-		c := i / per
+		c := (opts.First + i) / per
 		if cards[c] == nil {
 			cards[c] = &card{total: p.cfg.CardBytes}
 		}
 		name := "GPU:" + strconv.Itoa(i)
 		d := &Device{info: device.Info{
-			Name: name, Platform: Name, Model: "simulated accelerator", Physical: c,
+			Name: name, Platform: Name, Model: "simulated accelerator", Physical: c, Logical: opts.First + i,
 			TotalBytes: p.cfg.CardBytes, LimitBytes: opts.Limit(p.cfg.CardBytes, per),
 		}, mem: &memory{card: cards[c]}}
 		d.alloc = device.NewAllocator(name, d.mem, d.info.LimitBytes)
