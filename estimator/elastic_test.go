@@ -313,18 +313,24 @@ func TestSyncLetsALostWorkerBackIn(t *testing.T) {
 	}
 }
 
-// waitLog waits until the logs after offset from hold s, and returns the
-// offset after it.
-func (c *elasticCluster) waitLog(from int, s string) int {
+// waitLog waits until the logs after offset from hold s, or one of or,
+// and returns the offset after the first found.
+func (c *elasticCluster) waitLog(from int, s string, or ...string) int {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		logs := c.logs.String()
-		if i := strings.Index(logs[from:], s); i >= 0 {
-			return from + i + len(s)
+		end := -1
+		for _, w := range append([]string{s}, or...) {
+			if i := strings.Index(logs[from:], w); i >= 0 && (end < 0 || from+i+len(w) < end) {
+				end = from + i + len(w)
+			}
+		}
+		if end >= 0 {
+			return end
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("no %q in the logs within 30 s:\n%s", s, logs[from:])
+			c.t.Fatalf("none of %q in the logs within 30 s:\n%s", append([]string{s}, or...), logs[from:])
 		}
 		time.Sleep(5 * time.Millisecond) // polling the logs, not synchronising
 	}
