@@ -221,6 +221,7 @@ func trainCollective(ctx context.Context, r *replica, build collectiveBuild) (*R
 		if err != nil {
 			return nil, err
 		}
+		in.training = true
 		defer in.close()
 		ins[i] = in
 	}

@@ -337,3 +337,22 @@ func TestNaNInTheDataOnACluster(t *testing.T) {
 	}
 	t.Log(got)
 }
+
+// TestTrainingInputEndsEarly: a training input that ends before the step
+// limit (a dataset batched but not repeated) fails naming what happened
+// and what to do, not with a bare "reading a batch: EOF".
+func TestTrainingInputEndsEarly(t *testing.T) {
+	est, err := estimator.New(linearModel, estimator.RunConfig{Seed: 1, Progress: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = est.Train(context.Background(), linearInput(100, false), estimator.Stop{MaxSteps: 50}) // 10 batches of 10
+	if !errors.Is(err, estimator.ErrInputEnded) || !errors.Is(err, io.EOF) {
+		t.Fatalf("Train over 10 batches for 50 steps: %v; want ErrInputEnded (and io.EOF)", err)
+	}
+	for _, want := range []string{"after 10 batches", "Repeat"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -178,6 +179,7 @@ func (p *psRun) openInputs(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		in.training = true
 		p.onEnd(in.close)
 		p.ins[i] = in
 	}
@@ -564,7 +566,17 @@ type openInput struct {
 	spec  inputSpec
 	// skipFirst: first only told the shapes; next does not return it.
 	skipFirst bool
+	// training: the input feeds training steps, so its end is an error
+	// (ErrInputEnded) rather than the end of an evaluation.
+	training bool
+	// read counts the batches next returned.
+	read int
 }
+
+// ErrInputEnded is wrapped (with io.EOF) by the error of a training step
+// whose input ended before training reached its last step: a dataset
+// batched but not repeated, say.
+var ErrInputEnded = errors.New("estimator: the training input ended")
 
 // openTrainInput calls fn and reads the first batch.
 func openTrainInput(ctx context.Context, fn InputFn, ic InputContext) (*openInput, error) {
@@ -596,9 +608,18 @@ func openTrainInput(ctx context.Context, fn InputFn, ic InputContext) (*openInpu
 func (in *openInput) next() ([]*tensor.Tensor, error) {
 	if b := in.first; b != nil && !in.skipFirst {
 		in.first = nil
+		in.read++
 		return b, nil
 	}
-	return in.it.Next()
+	b, err := in.it.Next()
+	switch {
+	case err == nil:
+		in.read++
+	case in.training && errors.Is(err, io.EOF):
+		err = fmt.Errorf("%w after %d batches, before the last step of training: make it repeat (Dataset.Repeat(-1)), or read it with InputContext.Examples, which repeats, and end training with Stop (%w)",
+			ErrInputEnded, in.read, err)
+	}
+	return b, err
 }
 
 func (in *openInput) close() { in.it.Close() }
