@@ -68,6 +68,11 @@ func (g *Graph) AddNode(spec NodeSpec) (*Node, error) {
 			c = in.Node.AttrTensor("value")
 		}
 		ic.Consts = append(ic.Consts, c)
+		sv := tensor.UnknownShape()
+		if c == nil {
+			sv = shapeValue(in, 0)
+		}
+		ic.ShapeValues = append(ic.ShapeValues, sv)
 	}
 	for _, c := range spec.Control {
 		if c == nil || c.g != g {
@@ -113,4 +118,120 @@ func checkInputCount(def *op.Def, n int) error {
 		return fmt.Errorf("takes %d inputs, got %d", want, n)
 	}
 	return nil
+}
+
+// maxShapeValueDepth bounds how far shapeValue walks back through a
+// graph: shapes are computed in a few ops.
+const maxShapeValueDepth = 8
+
+// shapeValue is what is known at build time of the value of o, a 1-D
+// int32 or int64 tensor, as a shape: a constant's values (a negative one
+// unknown), a Shape's input's dimensions, and what Cast, Identity, Slice,
+// StridedSlice (constant bounds, stride 1, no masks but begin's and end's)
+// and Concat make of those. The unknown shape when nothing is known.
+func shapeValue(o Output, depth int) tensor.Shape {
+	unknown := tensor.UnknownShape()
+	if depth > maxShapeValueDepth || o.Node == nil {
+		return unknown
+	}
+	info := o.Node.outputs[o.Index]
+	if info.DType != tensor.Int32 && info.DType != tensor.Int64 || !info.Shape.KnownRank() || info.Shape.Rank() != 1 {
+		return unknown
+	}
+	n := o.Node
+	switch n.Op() {
+	case "Const":
+		t := n.AttrTensor("value")
+		if t == nil {
+			return unknown
+		}
+		dims := make([]int, t.NumElements())
+		for i := range dims {
+			dims[i] = int(t.Float64At(i)) // MakeShape makes a negative one unknown
+		}
+		return tensor.MakeShape(dims...)
+	case "Shape":
+		in := n.inputs[0]
+		return in.Node.outputs[in.Index].Shape
+	case "Cast", "Identity", "StopGradient":
+		return shapeValue(n.inputs[0], depth+1)
+	case "Slice":
+		v := shapeValue(n.inputs[0], depth+1)
+		begin, size := n.AttrInts("begin"), n.AttrInts("size")
+		if !v.KnownRank() || len(begin) != 1 || len(size) != 1 {
+			return unknown
+		}
+		b, e := begin[0], begin[0]+size[0]
+		if size[0] == -1 {
+			e = v.Rank()
+		}
+		if b < 0 || b > e || e > v.Rank() {
+			return unknown
+		}
+		return tensor.MakeShape(v.Dims()[b:e]...)
+	case "StridedSlice":
+		return stridedShapeValue(n, depth)
+	case "Concat":
+		if axis := n.AttrInt("axis"); axis != 0 && axis != -1 {
+			return unknown
+		}
+		var dims []int
+		for _, in := range n.inputs {
+			v := shapeValue(in, depth+1)
+			if !v.KnownRank() {
+				return unknown
+			}
+			dims = append(dims, v.Dims()...)
+		}
+		return tensor.MakeShape(dims...)
+	}
+	return unknown
+}
+
+// stridedShapeValue is shapeValue of a StridedSlice n of one subscript
+// with constant bounds and stride 1, its begin and end optionally masked.
+func stridedShapeValue(n *Node, depth int) tensor.Shape {
+	unknown := tensor.UnknownShape()
+	for _, m := range []string{"ellipsis_mask", "new_axis_mask", "shrink_axis_mask"} {
+		if n.AttrInt(m) != 0 {
+			return unknown
+		}
+	}
+	v := shapeValue(n.inputs[0], depth+1)
+	if !v.KnownRank() {
+		return unknown
+	}
+	var bes [3]int
+	for i := range bes {
+		in := n.inputs[i+1]
+		if in.Node.Op() != "Const" {
+			return unknown
+		}
+		t := in.Node.AttrTensor("value")
+		if t == nil || t.NumElements() != 1 {
+			return unknown
+		}
+		bes[i] = int(t.Float64At(0))
+	}
+	begin, end, rank := bes[0], bes[1], v.Rank()
+	if bes[2] != 1 {
+		return unknown
+	}
+	if n.AttrInt("begin_mask")&1 != 0 {
+		begin = 0
+	}
+	if n.AttrInt("end_mask")&1 != 0 {
+		end = rank
+	}
+	clamp := func(i int) int {
+		if i < 0 {
+			i += rank
+		}
+		return min(max(i, 0), rank)
+	}
+	begin, end = clamp(begin), clamp(end)
+	if begin > end {
+		end = begin
+	}
+	return tensor.MakeShape(v.Dims()[begin:end]...)
 }

@@ -211,6 +211,28 @@ func TestShapes(t *testing.T) {
 	}
 }
 
+// TestDenseOverSequences: Dense over [batch, time, features] keeps the
+// dimensions it knows, so that another Dense can follow it (a per-step
+// MLP over an LSTM's sequences); its output was [?,?,?], which the next
+// layer refused for an unknown last dimension.
+func TestDenseOverSequences(t *testing.T) {
+	s := graph.NewScope()
+	for _, c := range []struct{ in, want tensor.Shape }{
+		{tensor.MakeShape(-1, 5, 3), tensor.MakeShape(-1, 5, 2)},
+		{tensor.MakeShape(-1, -1, 3), tensor.MakeShape(-1, -1, 2)},
+		{tensor.MakeShape(4, 5, 6, 3), tensor.MakeShape(4, 5, 6, 2)},
+	} {
+		x := ops.Placeholder(s, "x", tensor.Float32, c.in)
+		y := layers.Sequential{layers.Dense{Units: 8, Activation: ops.Relu}, layers.Dense{Units: 2}}.Apply(s, x, true)
+		if err := s.Err(); err != nil {
+			t.Fatalf("Dense, Dense over %v: %v", c.in, err)
+		}
+		if !y.Shape().Equal(c.want) {
+			t.Errorf("Dense, Dense over %v: shape %v, want %v", c.in, y.Shape(), c.want)
+		}
+	}
+}
+
 func TestBuildErrors(t *testing.T) {
 	for _, c := range []struct {
 		name, want string

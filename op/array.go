@@ -212,6 +212,19 @@ func arrayShapeInput(c *InferContext, i int, what string) (dims []int, rank int,
 	return nil, -1, false, nil
 }
 
+// arrayPartialShape is the output shape of a shape-valued input i that is
+// not a constant: what the graph knows of its value (InferContext.
+// ShapeValue), or rank unknown dimensions (none known when rank < 0).
+func arrayPartialShape(c *InferContext, i, rank int) tensor.Shape {
+	if v := c.ShapeValue(i); v.KnownRank() && (rank < 0 || v.Rank() == rank) {
+		return v
+	}
+	if rank >= 0 {
+		return tensor.UnknownRankShape(rank)
+	}
+	return tensor.UnknownShape()
+}
+
 func arrayInferReshape(c *InferContext) error {
 	in := c.InputShape(0)
 	dims, rank, ok, err := arrayShapeInput(c, 1, "shape")
@@ -220,12 +233,25 @@ func arrayInferReshape(c *InferContext) error {
 	}
 	dt := c.InputDType(0)
 	if !ok {
-		if rank >= 0 {
-			c.SetOutput(0, dt, tensor.UnknownRankShape(rank))
-		} else {
-			c.SetOutput(0, dt, tensor.UnknownShape())
+		out := arrayPartialShape(c, 1, rank)
+		if !out.KnownRank() {
+			c.SetOutput(0, dt, out)
+			return nil
 		}
-		return nil
+		// Part of the target known: a -1 there (to be inferred) is as
+		// unknown as a dimension computed at run time, and can be
+		// inferred when it is the only one.
+		dims = out.Dims()
+		unknown := 0
+		for _, d := range dims {
+			if d < 0 {
+				unknown++
+			}
+		}
+		if unknown > 1 {
+			c.SetOutput(0, dt, out)
+			return nil
+		}
 	}
 	out, err := ArrayResolveReshape(in.NumElements(), dims)
 	if err != nil {
@@ -541,10 +567,8 @@ func arrayInferGatherGrad(c *InferContext) error {
 	switch {
 	case ok:
 		c.SetOutput(0, dt, tensor.MakeShape(dims...))
-	case rank >= 0:
-		c.SetOutput(0, dt, tensor.UnknownRankShape(rank))
 	default:
-		c.SetOutput(0, dt, tensor.UnknownShape())
+		c.SetOutput(0, dt, arrayPartialShape(c, 2, rank))
 	}
 	return nil
 }
@@ -611,10 +635,8 @@ func arrayInferFill(c *InferContext) error {
 			}
 		}
 		c.SetOutput(0, dt, tensor.MakeShape(dims...))
-	case rank >= 0:
-		c.SetOutput(0, dt, tensor.UnknownRankShape(rank))
 	default:
-		c.SetOutput(0, dt, tensor.UnknownShape())
+		c.SetOutput(0, dt, arrayPartialShape(c, 0, rank))
 	}
 	return nil
 }

@@ -115,3 +115,52 @@ func TestArrayInfer(t *testing.T) {
 	}
 	checkInfer(t, cases)
 }
+
+// shapeOf is the shape of a placeholder of spec cut and joined as build
+// does: the shape-valued input of a Reshape written as
+// tf.concat([tf.shape(x)[:2], [3]], 0), for instance.
+func shapeOf(spec string, build func(s *graph.Scope, shape graph.Output) graph.Output) arrayIn {
+	return func(s *graph.Scope) graph.Output {
+		return build(s, s.Out("Shape", "shape", []graph.Output{ph(spec)(s)}, nil))
+	}
+}
+
+// TestArrayInferShapeValues: a shape computed in the graph from another
+// tensor's Shape (sliced, cast, joined with constants) gives Reshape and
+// Fill the dimensions it knows at build time, as TensorFlow's shape
+// inference does, rather than none (a Dense layer over [batch, time,
+// features] lost its output's last dimension, and the next layer refused
+// it).
+func TestArrayInferShapeValues(t *testing.T) {
+	slice := func(begin, size int) func(s *graph.Scope, sh graph.Output) graph.Output {
+		return func(s *graph.Scope, sh graph.Output) graph.Output {
+			return s.Out("Slice", "slice", []graph.Output{sh}, map[string]any{"begin": []int{begin}, "size": []int{size}})
+		}
+	}
+	join := func(first func(s *graph.Scope, sh graph.Output) graph.Output, last ...int) func(s *graph.Scope, sh graph.Output) graph.Output {
+		return func(s *graph.Scope, sh graph.Output) graph.Output {
+			return s.Out("Concat", "concat", []graph.Output{first(s, sh), cst(last)(s)}, map[string]any{"axis": 0})
+		}
+	}
+	strided := func(begin, end int) func(s *graph.Scope, sh graph.Output) graph.Output {
+		return func(s *graph.Scope, sh graph.Output) graph.Output {
+			return s.Out("StridedSlice", "strided", []graph.Output{sh, cst([]int{begin})(s), cst([]int{end})(s), cst([]int{1})(s)}, nil)
+		}
+	}
+	cast := func(s *graph.Scope, sh graph.Output) graph.Output {
+		return s.Out("Cast", "cast", []graph.Output{sh}, map[string]any{"dtype": tensor.Int64})
+	}
+	whole := func(s *graph.Scope, sh graph.Output) graph.Output { return sh }
+	checkInfer(t, []inferCase{
+		{"Reshape", []arrayIn{ph("float32[?,3]"), shapeOf("float32[?,5,2]", join(slice(0, 2), 3))}, nil, "float32[?,5,3]"},
+		{"Reshape", []arrayIn{ph("float32[?,3]"), shapeOf("float32[?,?,2]", join(slice(0, 2), 3))}, nil, "float32[?,?,3]"},
+		{"Reshape", []arrayIn{ph("float32[?,3]"), shapeOf("float32[?,5,2]", join(strided(0, -1), 3))}, nil, "float32[?,5,3]"},
+		{"Reshape", []arrayIn{ph("float32[?,3]"), shapeOf("float32[?,5,2]", func(s *graph.Scope, sh graph.Output) graph.Output { return cast(s, join(slice(0, 2), 3)(s, sh)) })}, nil, "float32[?,5,3]"},
+		{"Reshape", []arrayIn{ph("float32[4,6]"), shapeOf("float32[?,2]", join(slice(1, 1), -1))}, nil, "float32[2,12]"},
+		{"Reshape", []arrayIn{ph("float32[4,6]"), shapeOf("float32[2,?]", join(slice(0, 1), 5))}, nil, "error: 24 elements do not fit 10"},
+		{"Reshape", []arrayIn{ph("float32[4,6]"), shapeOf("float32[3,8]", whole)}, nil, "float32[3,8]"},
+		{"Reshape", []arrayIn{ph("float32[?,6]"), shapeOf("float32<unknown>", whole)}, nil, "float32<unknown>"},
+		{"Fill", []arrayIn{shapeOf("float32[?,7]", whole), ph("float32[]")}, nil, "float32[?,7]"},
+		{"Fill", []arrayIn{shapeOf("float32[?,7]", join(slice(1, 1), 2)), ph("float32[]")}, nil, "float32[7,2]"},
+	})
+}

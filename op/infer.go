@@ -18,9 +18,25 @@ type InferContext struct {
 	Inputs []TensorInfo
 	// Consts holds the value of input i when it is known at build time (its
 	// producer is a Const), else nil. It lets Reshape or Fill infer exact shapes.
-	Consts  []*tensor.Tensor
-	Attrs   map[string]any
-	Outputs []TensorInfo
+	Consts []*tensor.Tensor
+	// ShapeValues holds, for a 1-D int32 or int64 input that is not a
+	// constant, what is known at build time of its value read as a shape
+	// (a rank, and the dimensions known, -1 for the others): a shape
+	// computed from another tensor's Shape, sliced, cast or joined with
+	// constants, as TensorFlow's shape inference reads
+	// tf.concat([tf.shape(x)[:2], [3]], 0). Unknown rank when nothing is
+	// known; it may be shorter than Inputs (read it with ShapeValue).
+	ShapeValues []tensor.Shape
+	Attrs       map[string]any
+	Outputs     []TensorInfo
+}
+
+// ShapeValue returns ShapeValues[i], or the unknown shape.
+func (c *InferContext) ShapeValue(i int) tensor.Shape {
+	if i < len(c.ShapeValues) {
+		return c.ShapeValues[i]
+	}
+	return tensor.UnknownShape()
 }
 
 // Attr returns attribute name (defaults are applied before Infer runs).
