@@ -2,14 +2,18 @@ package ops
 
 import (
 	"fmt"
+	"reflect"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/tensor"
 )
 
 // Const adds a constant. value is a *tensor.Tensor, a Go scalar (float32,
-// float64, int, int32, int64, bool) or a slice of one of the tensor element
-// types (a 1-D constant).
+// float64, int, int32, int64, bool), a slice of one of the tensor element
+// types or of ints (a 1-D constant), or nested slices of them, as
+// tf.constant([[1, 2, 0.5]]) takes nested lists: [][]float32{{1, 2, 0.5}}
+// is a [1, 3] constant. Ints are int32, or int64 when one does not fit.
+// Nested slices must be rectangular.
 func Const(s *graph.Scope, value any) graph.Output {
 	t, err := toTensor(value)
 	if err != nil {
@@ -60,7 +64,66 @@ func toTensor(value any) (*tensor.Tensor, error) {
 	case []float32, []float64, []int32, []int64, []bool, []uint8:
 		return tensor.FromSlice(v, sliceLen(v))
 	}
+	if t, ok, err := nestedConst(value); ok {
+		return t, err
+	}
 	return nil, fmt.Errorf("unsupported constant type %T", value)
+}
+
+// nestedConst is the tensor of nested slices of an element type Const
+// takes; ok is false for any other value.
+func nestedConst(value any) (t *tensor.Tensor, ok bool, err error) {
+	rv := reflect.ValueOf(value)
+	if !rv.IsValid() {
+		return nil, false, nil
+	}
+	typ, rank := rv.Type(), 0
+	for typ.Kind() == reflect.Slice {
+		typ, rank = typ.Elem(), rank+1
+	}
+	var flat reflect.Value
+	switch typ.Kind() {
+	case reflect.Float32, reflect.Float64, reflect.Int32, reflect.Int64, reflect.Bool, reflect.Uint8, reflect.Int:
+		flat = reflect.MakeSlice(reflect.SliceOf(typ), 0, 0)
+	}
+	if rank < 2 || !flat.IsValid() {
+		return nil, false, nil
+	}
+	// The dimensions are the first element's at each depth (0 past an
+	// empty slice); every slice at a depth must have that length.
+	dims := make([]int, rank)
+	for d, v := 0, rv; d < rank; d++ {
+		dims[d] = v.Len()
+		if v.Len() == 0 {
+			break
+		}
+		v = v.Index(0)
+	}
+	var walk func(v reflect.Value, d int, at []int) error
+	walk = func(v reflect.Value, d int, at []int) error {
+		if v.Len() != dims[d] {
+			return fmt.Errorf("ragged constant %T: the slice at %v has %d elements, the first at its depth %d", value, at, v.Len(), dims[d])
+		}
+		if d == rank-1 {
+			flat = reflect.AppendSlice(flat, v)
+			return nil
+		}
+		for i := range v.Len() {
+			if err := walk(v.Index(i), d+1, append(at, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(rv, 0, nil); err != nil {
+		return nil, true, err
+	}
+	data := flat.Interface()
+	if ints, isInt := data.([]int); isInt {
+		data = arrayInts(ints)
+	}
+	t, err = tensor.FromSlice(data, dims...)
+	return t, true, err
 }
 
 func sliceLen(v any) int {
