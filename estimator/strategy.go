@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/grad"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/localcluster"
@@ -667,23 +668,59 @@ func (c *stalenessCoordinator) done(ctx context.Context, sess *session.Session) 
 }
 
 // averagedUpdate computes each tower's gradients on its device and applies
-// their mean once (in-graph replication).
+// their mean once (in-graph replication). Gradients are matched to their
+// variables by name: a variable that no tower's loss reaches has none, as
+// Minimize leaves it out. A variable whose gradient is indexed slices in
+// every tower (an embedding table's) gets the mean as indexed slices too,
+// aggregated beside it, so that its update stays sparse as in one process.
 func averagedUpdate(s *graph.Scope, opt train.Optimizer, losses []graph.Output, vars []*ops.Variable, step *ops.Variable) (*graph.Node, error) {
-	perVar := make([][]graph.Output, len(vars))
+	type towerGrads struct {
+		dense  []graph.Output
+		sparse []grad.IndexedSlices
+	}
+	byVar := make(map[string]*towerGrads, len(vars))
 	for i, loss := range losses {
 		gvs, err := opt.ComputeGradients(s.SubScope(fmt.Sprintf("tower_%d_gradients", i)), loss, vars)
 		if err != nil {
 			return nil, err
 		}
-		for k, gv := range gvs {
-			perVar[k] = append(perVar[k], gv.Grad)
+		for _, gv := range gvs {
+			tg := byVar[gv.Var.Name()]
+			if tg == nil {
+				tg = &towerGrads{}
+				byVar[gv.Var.Name()] = tg
+			}
+			tg.dense = append(tg.dense, gv.Grad)
+			if gv.Sparse != nil {
+				tg.sparse = append(tg.sparse, *gv.Sparse)
+			}
 		}
 	}
 	as := s.SubScope("average_gradients")
-	gvs := make([]train.GradVar, len(vars))
-	for k, v := range vars {
+	var gvs []train.GradVar
+	for _, v := range vars {
+		tg := byVar[v.Name()]
+		if tg == nil {
+			continue
+		}
+		// A tower whose loss does not reach v adds zero: the mean is over
+		// every tower.
 		scale := ops.Scalar(as, v.DType(), 1/float64(len(losses)))
-		gvs[k] = train.GradVar{Var: v, Grad: ops.Mul(as, ops.AddN(as, perVar[k]...), scale)}
+		gv := train.GradVar{Var: v, Grad: ops.Mul(as, ops.AddN(as, tg.dense...), scale)}
+		if len(tg.sparse) == len(tg.dense) {
+			vs := as.SubScope(v.Name() + "_sparse").WithDevice(v.Node().Device())
+			vscale := ops.Scalar(vs, v.DType(), 1/float64(len(losses)))
+			parts := make([]grad.IndexedSlices, len(tg.sparse))
+			for j, p := range tg.sparse {
+				parts[j] = grad.IndexedSlices{Indices: p.Indices, Values: ops.Mul(vs, p.Values, vscale), DenseShape: p.DenseShape}
+			}
+			mean := grad.AggregateIndexedSlices(vs, parts)
+			gv.Sparse = &mean
+		}
+		gvs = append(gvs, gv)
+	}
+	if err := as.Err(); err != nil {
+		return nil, fmt.Errorf("estimator: averaging the towers' gradients: %w", err)
 	}
 	return opt.ApplyGradients(s, gvs, step)
 }
