@@ -116,6 +116,48 @@ func TestNonScalarLossRefused(t *testing.T) {
 	}
 }
 
+// An evaluation metric whose value (or weight) is not a scalar is refused
+// naming it and its shape; it was summed by its first element, a wrong
+// number without a word.
+func TestNonScalarMetricRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		metric func(s *graph.Scope, pred graph.Output) estimator.Metric
+		want   string
+	}{
+		{"value", func(s *graph.Scope, pred graph.Output) estimator.Metric {
+			return estimator.Metric{Value: ops.Sum(s, pred, []int{1}, false), Weight: ops.Scalar(s, tensor.Float32, 1)}
+		}, "Value"},
+		{"weight", func(s *graph.Scope, pred graph.Output) estimator.Metric {
+			return estimator.Metric{Value: ops.Sum(s, pred, nil, false), Weight: ops.OnesLike(s, pred)}
+		}, "Weight"},
+		{"streaming", func(s *graph.Scope, pred graph.Output) estimator.Metric {
+			v, update := evalmetrics.Mean(s, pred)
+			return estimator.Metric{Value: ops.Concat(s, 0, ops.ExpandDims(s, v, 0), ops.ExpandDims(s, v, 0)), Update: update}
+		}, "Value"},
+	} {
+		model := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
+			pred := layers.Dense{Units: 1}.Apply(s, f["x"], mode == estimator.Train)
+			spec, err := estimator.RegressionHead{Optimizer: train.NewGradientDescent(0.05), Key: "y"}.Spec(s, pred, labels, mode)
+			if err == nil && mode == estimator.Eval {
+				spec.EvalMetrics["bad"] = tc.metric(s, pred)
+			}
+			return spec, err
+		}
+		est, err := estimator.New(model, estimator.RunConfig{Seed: 1, Progress: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := est.Train(context.Background(), linearInput(100, true), estimator.Stop{MaxSteps: 2}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = est.Evaluate(context.Background(), linearInput(100, false))
+		if err == nil || !strings.Contains(err.Error(), `"bad"`) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "want a scalar") {
+			t.Errorf("%s: evaluating a metric that is not a scalar: err %v; want a refusal naming the metric, its %s and shape", tc.name, err, tc.want)
+		}
+	}
+}
+
 // Every strategy runs the update ops of batch normalisation with its
 // training steps: the moving statistics move on the ps tasks, or on each
 // ring member, and the evaluation reads them.

@@ -318,10 +318,23 @@ func buildTower(s *graph.Scope, fn ModelFn, sp inputSpec, mode Mode) (*tower, er
 			spec.Loss = ops.Identity(s.WithControlDependencies(updates...), spec.Loss)
 		}
 	}
-	for name, m := range spec.EvalMetrics {
-		if mode == Eval && (!m.Value.Valid() || (m.Update == nil && !m.Weight.Valid())) {
+	for _, name := range sortedNames(spec.EvalMetrics) {
+		m := spec.EvalMetrics[name]
+		if mode != Eval {
+			continue
+		}
+		if !m.Value.Valid() || (m.Update == nil && !m.Weight.Valid()) {
 			return nil, fmt.Errorf("estimator: eval metric %q has no Value, or neither a Weight nor an Update", name)
 		}
+		if m.Value, err = scalarMetric(s, name, "Value", m.Value); err != nil {
+			return nil, err
+		}
+		if m.Update == nil {
+			if m.Weight, err = scalarMetric(s, name, "Weight", m.Weight); err != nil {
+				return nil, err
+			}
+		}
+		spec.EvalMetrics[name] = m
 	}
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("estimator: the model function (%s): %w", mode, err)
@@ -377,6 +390,26 @@ func scalarLoss(s *graph.Scope, loss graph.Output, mode Mode) (graph.Output, err
 		}
 	}
 	return ops.ReshapeTo(s.SubScope("scalar_loss"), loss), s.Err()
+}
+
+// scalarMetric checks what (Value or Weight) of the eval metric name, x,
+// is a number per batch, as Metric says: a tensor that may hold more than
+// one element is refused; one of shape [1] or of unknown dimensions is
+// reshaped to a scalar, which fails the step unless it holds one element.
+func scalarMetric(s *graph.Scope, name, what string, x graph.Output) (graph.Output, error) {
+	sh := x.Shape()
+	if dt := x.DType(); !dt.IsFloat() && dt != tensor.Int32 && dt != tensor.Int64 {
+		return x, fmt.Errorf("estimator: eval metric %q: its %s %s is %v; want a number", name, what, x, dt)
+	}
+	if sh.KnownRank() && sh.Rank() == 0 {
+		return x, nil
+	}
+	for i := 0; sh.KnownRank() && i < sh.Rank(); i++ {
+		if sh.Dim(i) != 1 {
+			return x, fmt.Errorf("estimator: eval metric %q: its %s %s has shape %v; want a scalar (a sum over the batch: reduce it, e.g. ops.Sum(s, x, nil, false); estimator.MeanMetric averages a tensor's elements)", name, what, x, sh)
+		}
+	}
+	return ops.ReshapeTo(s.SubScope("scalar_metric"), x), s.Err()
 }
 
 // sortedNames returns the keys of m in order.
