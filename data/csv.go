@@ -32,7 +32,8 @@ type CSVOptions struct {
 	// in the order of the labels' last dimension.
 	LabelColumns []int
 	// LabelNames are the label columns by name, from the header (which
-	// Header must say there is). At most one of LabelColumns and
+	// Header must say there is; its names are read without surrounding
+	// spaces, as numbers are). At most one of LabelColumns and
 	// LabelNames is set; with neither, the last column is the label.
 	LabelNames []string
 	// AllowNonFinite accepts NaN and infinities ("NaN", "Inf", "-Inf",
@@ -63,7 +64,8 @@ func ReadCSVFile(path string, header bool, labels tensor.DType) (x, y *tensor.Te
 // line, then one example per row. It returns the feature columns, in
 // order, as a float32 [rows, features] tensor, and the label columns as
 // a [rows] tensor when there is one label column or a [rows, k] tensor
-// when there are k > 1 (several regression targets). Errors wrap
+// when there are k > 1 (several regression targets). A byte-order mark
+// at the start (a spreadsheet's "CSV UTF-8") is skipped. Errors wrap
 // ErrBadCSV and name the line and column at fault (and the column's name
 // when there is a header).
 func ReadCSVWith(r io.Reader, opts CSVOptions) (x, y *tensor.Tensor, err error) {
@@ -131,6 +133,9 @@ func readCSV(r io.Reader, path string, opts CSVOptions) (x, y *tensor.Tensor, er
 		}
 		line, _ := cr.FieldPos(0)
 		if first {
+			// A spreadsheet's "CSV UTF-8" begins with a byte-order mark,
+			// which belongs to no name or number.
+			rec[0] = strings.TrimPrefix(rec[0], "\ufeff")
 			if err := rd.columns(rec, line); err != nil {
 				return nil, nil, err
 			}
@@ -162,7 +167,11 @@ func readCSV(r io.Reader, path string, opts CSVOptions) (x, y *tensor.Tensor, er
 func (rd *csvReader) columns(rec []string, line int) error {
 	rd.cols = len(rec)
 	if rd.opts.Header {
-		rd.names = append([]string(nil), rec...)
+		// Names are trimmed as numbers are: "a, b, y" names "b" and "y".
+		rd.names = make([]string, len(rec))
+		for i, n := range rec {
+			rd.names[i] = strings.TrimSpace(n)
+		}
 	}
 	rd.isLab = make([]bool, rd.cols)
 	add := func(c int, what string) error {

@@ -125,6 +125,33 @@ func TestReadCSVLabelColumns(t *testing.T) {
 	}
 }
 
+// TestReadCSVSpreadsheetExport: a file saved by a spreadsheet as "CSV
+// UTF-8" begins with a byte-order mark, and people write "a, b, y": the
+// mark is not part of the first name or number, and names are trimmed as
+// the numbers are. The mark made the first column "\ufeffa" (a label
+// named "a" was not found) or its first number "\ufeff1" (not a number),
+// and " y" was not the label "y".
+func TestReadCSVSpreadsheetExport(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		opts data.CSVOptions
+		x, y []float32
+	}{
+		{"\ufeffy,a,b\n1,2,3\n", data.CSVOptions{Header: true, Labels: tensor.Float32, LabelNames: []string{"y"}}, []float32{2, 3}, []float32{1}},
+		{"\ufeff1,2,3\n", data.CSVOptions{Labels: tensor.Float32}, []float32{1, 2}, []float32{3}},
+		{"a, b , y\n1, 2, 3\n", data.CSVOptions{Header: true, Labels: tensor.Float32, LabelNames: []string{"y", "b"}}, []float32{1}, []float32{3, 2}},
+	} {
+		x, y, err := data.ReadCSVWith(strings.NewReader(tc.in), tc.opts)
+		if err != nil {
+			t.Errorf("%q: %v", tc.in, err)
+			continue
+		}
+		if !slices.Equal(x.Float32s(), tc.x) || !slices.Equal(y.Float32s(), tc.y) {
+			t.Errorf("%q: x %v, y %v; want %v and %v", tc.in, x.Float32s(), y.Float32s(), tc.x, tc.y)
+		}
+	}
+}
+
 func FuzzReadCSV(f *testing.F) {
 	f.Add("a,b,label\n1,2.5,0\n-3,4e1,2\n", true)
 	f.Add("1,\"2\",3\n", false)
