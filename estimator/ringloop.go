@@ -14,6 +14,7 @@ import (
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/estimator/internal/ringstate"
 	"github.com/distflow/distflow/graph"
+	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -792,9 +793,19 @@ func (e *hookError) Error() string { return e.err.Error() }
 func (e *hookError) Unwrap() error { return e.err }
 
 // endsTraining reports whether a step's error ends training on this rank
-// whatever the view: a non-finite loss, or a hook that failed.
+// whatever the view: a non-finite loss, a hook that failed, or a failure
+// of this rank's own input or computation, which a new view would meet
+// again at the same input position (a label out of range, an input that
+// ended), as every strategy on parameter servers fails on it at once. A
+// kernel's error is the computation's unless it is the step's context
+// ending (a cut), a variable not yet set, or a non-finite write, which an
+// average of other ranks' values can make.
 func endsTraining(err error) bool {
-	return errors.Is(err, train.ErrNaNLoss) || errors.As(err, new(*hookError))
+	if errors.Is(err, train.ErrNaNLoss) || errors.As(err, new(*hookError)) || errors.Is(err, ErrInputEnded) {
+		return true
+	}
+	return errors.As(err, new(*kernel.NodeError)) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, kernel.ErrUninitialized) && !errors.Is(err, kernel.ErrNonFiniteWrite)
 }
 
 // names names ranks by task, for the logs.
