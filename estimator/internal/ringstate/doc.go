@@ -69,7 +69,9 @@
 // excluded (a new process, or the old one awake again). A step that fails
 // because the ranks' data do not match, MaxMismatches views in a row at
 // the same step, ends training with an error; any other failure starts
-// the count again. A NaN loss ends it at once.
+// the count again. A fatal failure (the shell's Failure.Fatal: a NaN loss,
+// a hook that failed, the rank's own input or computation failing) ends
+// it at once.
 //
 // Departures. A member whose sync or step of a view fails, for a cause
 // the others were not told of, tells them that it left the view (Leave):
