@@ -137,7 +137,9 @@ func (g gpuFlags) spread(have int) (first int, fraction float64) {
 		return first, fraction
 	}
 	slots := max(have/g.gpus, 1)
-	if !g.firstSet {
+	if g.firstSet {
+		slots = 1 // every task from the same GPU
+	} else {
 		first = (g.ordinal % slots) * g.gpus
 	}
 	if !g.fractionSet {

@@ -144,6 +144,9 @@ func TestLocalClusterWorkersTakeTheirOwnGPUs(t *testing.T) {
 		{[]string{"--gpus", "1"}, []string{ // the tests' simulator has 2 cards
 			`[worker 0] .*logical_gpu=0 card=0 memory_limit="921.6 MiB"`,
 			`[worker 1] .*logical_gpu=1 card=1 memory_limit="921.6 MiB"`}},
+		{[]string{"--gpus", "1", "--first-gpu", "1"}, []string{ // both on the second card, each with half
+			`[worker 0] .*logical_gpu=1 card=1 memory_limit="460.8 MiB"`,
+			`[worker 1] .*logical_gpu=1 card=1 memory_limit="460.8 MiB"`}},
 		{[]string{"--gpus", "2"}, []string{ // both on both cards, each with half
 			`[worker 0] .*device=/gpu:1 platform=sim logical_gpu=1 card=1 memory_limit="460.8 MiB"`,
 			`[worker 1] .*device=/gpu:1 platform=sim logical_gpu=1 card=1 memory_limit="460.8 MiB"`}},
