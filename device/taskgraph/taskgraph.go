@@ -111,6 +111,10 @@ type part struct {
 
 type source struct{ runner, index int }
 
+// fedFetch is the runner of a fetch that is also fed: its index is the
+// feed's.
+const fedFetch = -3
+
 // New prepares the steps of sig on g: it places, partitions and builds the
 // executor and runners. With no node on an accelerator it is
 // executor.New's executor, wrapped.
@@ -192,8 +196,11 @@ func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources, cfg Config)
 		}
 	}
 	for i, f := range sig.Fetches {
-		if _, fed := sub.FeedIndex(f); fed {
-			return nil, fmt.Errorf("taskgraph: fetch %s is also fed: fetch it from the feeds", f)
+		// A fetched feed is the fed tensor, as the CPU executor returns it
+		// (TensorFlow's fetch of a fed placeholder).
+		if j, fed := sub.FeedIndex(f); fed {
+			e.route[i] = source{fedFetch, j}
+			continue
 		}
 		if n := host.Node(f.Node.Name()); n != nil {
 			e.route[i] = source{-1, len(cpuSig.Fetches)}
@@ -454,9 +461,12 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feeds []*tens
 	}
 	result := make([]*tensor.Tensor, len(e.route))
 	for i, src := range e.route {
-		if src.runner < 0 {
+		switch {
+		case src.runner == fedFetch:
+			result[i] = feeds[src.index]
+		case src.runner < 0:
 			result[i] = cpuOut[src.index]
-		} else {
+		default:
 			result[i] = outs[src.runner][src.index]
 		}
 	}

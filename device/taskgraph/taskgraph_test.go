@@ -296,3 +296,48 @@ func TestOutOfMemory(t *testing.T) {
 		t.Errorf("a step that fits, after one that did not: %v", err)
 	}
 }
+
+// TestFetchFed: a fetch that is also fed returns the fed tensor, as on
+// the CPU, whether it is a placeholder or a tensor computed on the GPU
+// that the step feeds instead.
+func TestFetchFed(t *testing.T) {
+	root := graph.NewScope()
+	s := root.WithDevice("/gpu:0")
+	x := ops.Placeholder(s, "x", tensor.Float32, tensor.MakeShape(2, 2))
+	h := ops.MatMul(s, x, x, false, true)
+	y := ops.Relu(s, h)
+	if err := root.Err(); err != nil {
+		t.Fatal(err)
+	}
+	devs := openSim(t, device.Options{Count: 1})
+	xv := tensor.MustFromSlice([]float32{1, -2, 3, 4}, 2, 2)
+	hv := tensor.MustFromSlice([]float32{-1, 2, -3, 4}, 2, 2)
+	for _, c := range []struct {
+		name  string
+		sig   graph.Signature
+		feeds []*tensor.Tensor
+		want  [][]float32
+	}{
+		{"placeholder", graph.Signature{Feeds: []graph.Output{x}, Fetches: []graph.Output{y, x, x}},
+			[]*tensor.Tensor{xv}, [][]float32{{5, 0, 0, 25}, {1, -2, 3, 4}, {1, -2, 3, 4}}},
+		{"computed", graph.Signature{Feeds: []graph.Output{h}, Fetches: []graph.Output{h, y}},
+			[]*tensor.Tensor{hv}, [][]float32{{-1, 2, -3, 4}, {0, 2, 0, 4}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := taskgraph.New(root.Graph(), c.sig, kernel.NewResources(), taskgraph.Config{Task: task, Devices: devs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			out, err := e.Run(context.Background(), c.feeds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, w := range c.want {
+				if got := out[i].Float32s(); !slices.Equal(got, w) {
+					t.Errorf("fetch %s = %v, want %v", c.sig.Fetches[i], got, w)
+				}
+			}
+		})
+	}
+}
