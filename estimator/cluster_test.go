@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/device"
 	"github.com/distflow/distflow/estimator"
 	"github.com/distflow/distflow/estimator/strategytest"
 )
@@ -114,6 +115,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{estimator.RunConfig{Cluster: spec, Task: worker, Strategy: estimator.Staleness{Bound: -1}}, "Staleness.Bound -1"},
 		{estimator.RunConfig{StepTimeout: -time.Second}, "StepTimeout"},
 		{estimator.RunConfig{SaveCheckpointsSteps: -1}, "SaveCheckpointsSteps"},
+		{estimator.RunConfig{Towers: -1}, "Towers -1"},
+		{estimator.RunConfig{Towers: 2, Devices: make([]device.Device, 1)}, "Towers 2 with 1 Devices"},
 		{estimator.RunConfig{Cluster: spec, Task: cluster.TaskID{Job: "worker", Index: 5}}, "not in the cluster"},
 	} {
 		_, err := estimator.New(linearModel, tc.cfg)

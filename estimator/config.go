@@ -114,9 +114,24 @@ type RunConfig struct {
 	// (RandomOnDevice), the variables placed on a device in its memory
 	// (VariablesOnDevice; with ps tasks, the variables stay there).
 	DeviceOptions taskgraph.Options
+	// Towers is how many towers each training replica builds, for an
+	// evaluator task, which opens no devices but needs the trainers' count
+	// to tell the chief's last step from TrainSpec's Stop.Epochs (a global
+	// step consumes a batch per tower). 0 means len(Devices); a training
+	// task must leave it 0 or equal to len(Devices).
+	Towers int
 
 	// rpc are the task's connection options, from Security (withDefaults).
 	rpc rpc.Options
+}
+
+// towers is how many towers each training replica builds: Towers, or
+// one per device, at least one.
+func (c RunConfig) towers() int {
+	if c.Towers > 0 {
+		return c.Towers
+	}
+	return max(len(c.Devices), 1)
 }
 
 // gpuDevices returns the device names of the towers on Devices:
@@ -204,6 +219,9 @@ func (c RunConfig) withDefaults() (RunConfig, error) {
 	check(c.WaitTimeout < 0, "WaitTimeout %v: must be positive", c.WaitTimeout)
 	check(c.LostAfter < 0, "LostAfter %v: must be positive", c.LostAfter)
 	check(c.StepDelay < 0, "StepDelay %v: must not be negative", c.StepDelay)
+	check(c.Towers < 0, "Towers %d: must not be negative", c.Towers)
+	check(c.Towers > 0 && len(c.Devices) > 0 && c.Towers != len(c.Devices),
+		"Towers %d with %d Devices: a training task builds a tower per device; leave Towers 0", c.Towers, len(c.Devices))
 	evaluator := c.IsEvaluator()
 	if c.Cluster != nil {
 		if evaluator {

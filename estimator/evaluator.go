@@ -238,7 +238,8 @@ func (w *evalWatch) overdue(wait time.Duration) error {
 }
 
 // lastStep is the global step at which the chief stops training: ts.Stop
-// with the batch size of the training input and the cluster's strategy.
+// with the batch size of the training input, the cluster's strategy and
+// the trainers' towers (RunConfig.Towers).
 func (e *Estimator) lastStep(ctx context.Context, ts TrainSpec) (int64, error) {
 	if ts.Stop.MaxSteps > 0 {
 		return ts.Stop.MaxSteps, nil
@@ -252,7 +253,7 @@ func (e *Estimator) lastStep(ctx context.Context, ts TrainSpec) (int64, error) {
 		return 0, err
 	}
 	defer in.close()
-	return ts.Stop.steps(in.first[0].Shape()[0], e.cfg.Strategy.Update(n).Batches), nil
+	return ts.Stop.steps(in.first[0].Shape()[0], e.cfg.Strategy.Update(n).Batches*e.cfg.towers()), nil
 }
 
 // evalDir is where an evaluator writes its event files: TensorFlow's

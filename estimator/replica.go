@@ -43,10 +43,10 @@ func (r *replica) numReplicas() int { return max(1, len(r.reps)) }
 
 // batchesPerStep is how many batches one global step of a strategy on
 // parameter servers consumes: the strategy's, times the towers of each
-// replica (one per accelerator of RunConfig.Devices; in-graph, of each
-// worker).
+// replica (RunConfig.Towers: one per accelerator of RunConfig.Devices;
+// in-graph, of each worker).
 func (r *replica) batchesPerStep() int {
-	return r.cfg.Strategy.Update(r.numReplicas()).Batches * max(len(r.cfg.gpuDevices()), 1)
+	return r.cfg.Strategy.Update(r.numReplicas()).Batches * r.cfg.towers()
 }
 
 // who names this process in progress lines ("" for a single process).

@@ -93,3 +93,39 @@ func TestLocalClusterEvaluator(t *testing.T) {
 		t.Errorf("--export-best without an evaluator: %v\n%s", err, stderr)
 	}
 }
+
+// TestEvaluatorCountsTheTrainersTowers: with --gpus 2 a global step
+// consumes two batches, so --epochs ends training at half the steps; the
+// evaluator, which opens no GPUs, must count the towers too, or it waits
+// for a step that never comes (for an hour: EvalSpec.WaitTimeout).
+func TestEvaluatorCountsTheTrainersTowers(t *testing.T) {
+	ckpt := t.TempDir()
+	common := []string{"train", "--model", "mlp", "--data", "embedded", "--epochs", "1", "--gpus", "2", "--gpu-platform", "sim",
+		"--checkpoint-dir", ckpt, "--json", "--quiet"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	eval := exec.CommandContext(ctx, binary, common...)
+	eval.Env = append(os.Environ(), `TF_CONFIG={"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"],
+		"evaluator": ["127.0.0.1:4"]}, "task": {"type": "evaluator", "index": 0}}`)
+	var evalOut, evalErr bytes.Buffer
+	eval.Stdout, eval.Stderr = &evalOut, &evalErr
+	if err := eval.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, append(common, "--local-cluster", "ps=1,worker=1", "--save-checkpoint-steps", "20")...)
+	if err != nil {
+		t.Fatalf("the cluster: %v\n%s", err, stderr)
+	}
+	chief := lastJSON(t, stdout)
+	ended := time.Now()
+	if err := eval.Wait(); err != nil {
+		t.Fatalf("the evaluator: %v\n%s", err, evalErr.String())
+	}
+	if d := time.Since(ended); d > 20*time.Second {
+		t.Errorf("the evaluator ended %v after the chief; want at once", d)
+	}
+	got := lastJSON(t, evalOut.String())
+	if got["global_step"] != chief["global_step"] || chief["epochs"] != 1.0 {
+		t.Errorf("the evaluator ended at step %v, the chief at %v after %v epochs; want the chief's last step, 1 epoch", got["global_step"], chief["global_step"], chief["epochs"])
+	}
+}

@@ -422,6 +422,8 @@ func (f trainFlags) runConfig(fl *pflag.FlagSet, spec *cluster.Spec, self cluste
 		}
 		cfg.Devices, closeDevs = devs, closeOpened
 		logDevices(cfg.Logger, devs)
+	} else if self.Job == cluster.EvaluatorJob {
+		cfg.Towers = f.gpu.gpus // the trainers' towers, for the last step of --epochs
 	}
 	var err error
 	if cfg.Compression, err = estimator.ParseCompression(f.compression); err != nil {
