@@ -94,11 +94,11 @@ func Launch(c *Context, def KernelDef, k Kernel) (err error) {
 		return b.Ptr, nil
 	}
 	if err = k.Launch(c); err != nil {
-		return fmt.Errorf("device: node %s (%s) on %s: %w", c.Node, c.Node.Op(), c.Device.Info().Name, err)
+		return fmt.Errorf("device: node %s on %s: %w", c.Node, c.Device.Info().Name, err)
 	}
 	for i, o := range outs {
 		if def.IsHostOutput(i) && o.Host == nil {
-			return fmt.Errorf("device: node %s (%s): the kernel did not set host output %d", c.Node, c.Node.Op(), i)
+			return fmt.Errorf("device: node %s: the kernel did not set host output %d", c.Node, i)
 		}
 	}
 	return nil

@@ -405,6 +405,7 @@ func testKernels(t *testing.T, p device.Platform) {
 	}
 	t.Run("GatherIndexOutOfRange", func(t *testing.T) { testGatherIndexOutOfRange(t, d) })
 	t.Run("NoWritesAfterAFault", func(t *testing.T) { testNoWritesAfterAFault(t, d) })
+	t.Run("ValuesRefused", func(t *testing.T) { testValuesRefused(t, d) })
 	if st := d.Allocator().Stats(); st.Live != 0 {
 		t.Errorf("the kernel cases left %d allocations (%d bytes) live", st.Live, st.InUse)
 	}
@@ -835,6 +836,34 @@ func testGatherIndexOutOfRange(t *testing.T, d device.Device) {
 		good := Case{Op: "Gather", Inputs: []*tensor.Tensor{params, tensor.MustFromSlice([]int32{6, 0, 6}, 3)}}
 		if msg, err := Check(d, good); err != nil || msg != "" {
 			t.Errorf("%v after the fault: %v %s", good, err, msg)
+		}
+	}
+}
+
+// testValuesRefused launches kernels on values the CPU kernels refuse (a
+// label out of range, an integer division by zero). A platform may
+// compute something (CUDA: NaN, 0) or fail the step at its Synchronize,
+// naming the node; either way the device then serves the next kernel, as
+// a CPU serves the next step after one with bad data.
+func testValuesRefused(t *testing.T, d device.Device) {
+	for _, c := range []struct{ bad, good Case }{
+		{Case{Op: "Div", Inputs: []*tensor.Tensor{tensor.MustFromSlice([]int32{7, 8}, 2), tensor.MustFromSlice([]int32{0, 2}, 2)}},
+			Case{Op: "Div", Inputs: []*tensor.Tensor{tensor.MustFromSlice([]int32{7, 8}, 2), tensor.MustFromSlice([]int32{3, 2}, 2)}}},
+		{Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{tensor.MustFromSlice([]float32{1, 2, 3, 4}, 2, 2), tensor.MustFromSlice([]int32{1, 5}, 2)}},
+			Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{tensor.MustFromSlice([]float32{1, 2, 3, 4}, 2, 2), tensor.MustFromSlice([]int32{1, 0}, 2)}}},
+	} {
+		run, err := Prepare(d, c.bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run.Run(); err != nil && !strings.Contains(err.Error(), run.node.Name()) {
+			t.Errorf("%v: %v, want an error naming the node %s (or values)", c.bad, err, run.node.Name())
+		}
+		if err := run.Close(); err != nil {
+			t.Errorf("%v: Close after the step that failed: %v", c.bad, err)
+		}
+		if msg, err := Check(d, c.good); err != nil || msg != "" {
+			t.Errorf("%v after %v: %v %s", c.good, c.bad, err, msg)
 		}
 	}
 }

@@ -37,7 +37,7 @@ func (r *Runner) prepareVariableOp(st *step) error {
 		return nil
 	}
 	if r.vars == nil {
-		return fmt.Errorf("runner: node %s (%s) on %s: the runner has no store of device variables (Options.Variables)", n, n.Op(), name)
+		return fmt.Errorf("runner: node %s on %s: the runner has no store of device variables (Options.Variables)", n, name)
 	}
 	switch n.Op() {
 	case "Variable":

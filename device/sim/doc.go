@@ -15,9 +15,11 @@
 // order while the host goes on; an error of queued work is sticky and
 // surfaces at Synchronize, as CUDA's do; a fault a kernel reports instead
 // of doing its work (a sparse update's index out of range,
-// device.ErrIndexOutOfRange) surfaces at the next Synchronize once, the
-// kernels that write variables writing nothing until then, and the stream
-// goes on, as on CUDA. Kernels run the CPU kernels
+// device.ErrIndexOutOfRange, or a CPU kernel's refusal of its values: a
+// label out of range, an integer division by zero) surfaces at the next
+// Synchronize once, the kernels that write variables writing nothing
+// until then, and the stream goes on, as on CUDA: a step with bad data
+// fails, and the device serves the next. Kernels run the CPU kernels
 // (package kernel/cpu) on the stream, reading their inputs where they lie
 // in device memory and copying their results into the outputs the runtime
 // allocated, after checking their shapes against the ones inferred before
@@ -27,7 +29,7 @@
 // the CPU as on a real GPU; an update (AssignAdd and AssignSub too) runs
 // the CPU's rule on variables holding copies of its ref inputs' device
 // memory, and copies them back, a sparse update's out-of-range index
-// failing the stream with the CPU kernel's error;
+// reported as a fault;
 // a random op draws device.PhiloxUniform's stream, as CUDA's kernel does,
 // counting its runs on the stream, so that replays draw fresh numbers.
 //

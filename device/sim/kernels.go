@@ -105,7 +105,7 @@ func updateFactory(op string) func(n *graph.Node) (device.Kernel, error) {
 					}
 				}
 				if err := k.Compute(kc); err != nil {
-					return fmt.Errorf("sim: node %s (%s): %w", n, n.Op(), err)
+					return &kernelError{fmt.Errorf("sim: node %s: %w", n, err)}
 				}
 				for i, v := range kc.Refs {
 					if v == nil {
@@ -250,7 +250,12 @@ func (k *cpuKernel) Launch(c *device.Context) error {
 			}
 		}
 		if err := k.k.Compute(kc); err != nil {
-			return fmt.Errorf("sim: node %s (%s): %w", node, node.Op(), err)
+			for _, out := range outs { // a device's zeros for the kernels after it
+				if raw, berr := st.mem.bytes(out.Buf.Ptr, out.Bytes()); berr == nil {
+					clear(raw)
+				}
+			}
+			return &kernelError{fmt.Errorf("sim: node %s: %w", node, err)}
 		}
 		return copyOutputs(st, node, kc.Outputs, outs)
 	})
@@ -263,8 +268,8 @@ func copyOutputs(st *stream, node *graph.Node, got []*tensor.Tensor, outs []*dev
 	for i, out := range outs {
 		g := got[i]
 		if g == nil || g.DType() != out.DType || !slices.Equal(g.Shape(), out.Shape) {
-			return fmt.Errorf("sim: node %s (%s): output %d is %v, the shape function said %v%v",
-				node, node.Op(), i, describe(g), out.DType, out.Shape)
+			return fmt.Errorf("sim: node %s: output %d is %v, the shape function said %v%v",
+				node, i, describe(g), out.DType, out.Shape)
 		}
 		raw, err := st.mem.bytes(out.Buf.Ptr, out.Bytes())
 		if err != nil {

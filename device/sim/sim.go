@@ -267,9 +267,24 @@ func (s *stream) run() {
 }
 
 // isFault reports whether err is a fault that a kernel found on the
-// device and reported instead of doing its work (an index out of range),
-// which does not fail the stream, as on CUDA (device.SparseUpdates).
-func isFault(err error) bool { return errors.Is(err, device.ErrIndexOutOfRange) }
+// device and reported instead of doing its work (an index out of range,
+// a CPU kernel's refusal of its inputs), which does not fail the stream,
+// as on CUDA (device.SparseUpdates).
+func isFault(err error) bool {
+	var ke *kernelError
+	return errors.Is(err, device.ErrIndexOutOfRange) || errors.As(err, &ke)
+}
+
+// kernelError is a CPU kernel's refusal of the values it was given (a
+// label out of range, an integer division by zero): the data of a step,
+// not the device, are wrong, so it fails the step that queued it at its
+// Synchronize and the device serves the next one. Sticky, it failed every
+// later step of every session on the device with it; CUDA's kernels give
+// NaN or 0 there and go on.
+type kernelError struct{ err error }
+
+func (e *kernelError) Error() string { return e.err.Error() }
+func (e *kernelError) Unwrap() error { return e.err }
 
 // record keeps err: a fault until the next Synchronize, any other error
 // for good.
