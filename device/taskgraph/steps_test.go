@@ -3,6 +3,7 @@ package taskgraph_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -178,5 +179,88 @@ func TestRandomOnDevice(t *testing.T) {
 	}
 	if st := devs[0].Allocator().Stats(); st.Live != 0 {
 		t.Errorf("%d allocations live after the steps", st.Live)
+	}
+}
+
+// TestValuesRefusedOnTheDevice: a step whose values a kernel refuses on
+// the stream (a label out of range) fails naming the node on the
+// simulator (CUDA's kernel gives NaN), and the device serves the next
+// steps, replayed or eager, as the CPU does after a step with bad data.
+func TestValuesRefusedOnTheDevice(t *testing.T) {
+	s := graph.NewScope()
+	g := s.WithDevice("/gpu:0")
+	logits := ops.Placeholder(g, "logits", tensor.Float32, tensor.MakeShape(-1, 3))
+	labels := ops.Placeholder(g, "labels", tensor.Int32, tensor.MakeShape(-1))
+	xe, _ := ops.SparseSoftmaxCrossEntropyWithLogits(g, logits, labels)
+	loss := ops.Sum(g, xe, nil, false)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	devs := openSim(t, device.Options{Count: 1})
+	x := tensor.MustFromSlice([]float32{1, 2, 3, 0, 0, 0}, 2, 3)
+	ok, bad := tensor.MustFromSlice([]int32{2, 0}, 2), tensor.MustFromSlice([]int32{2, 3}, 2)
+	for _, eager := range []bool{false, true} {
+		e, err := taskgraph.New(s.Graph(), graph.Signature{Feeds: []graph.Output{logits, labels}, Fetches: []graph.Output{loss}},
+			kernel.NewResources(), taskgraph.Config{Task: task, Devices: devs, Eager: eager})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := float32(0.40760596 + 1.0986123)
+		for i := range 5 { // from the third, replays
+			labels := ok
+			if i == 2 {
+				labels = bad
+			}
+			out, err := e.Run(context.Background(), []*tensor.Tensor{x, labels})
+			switch {
+			case i == 2 && err != nil:
+				if !strings.Contains(err.Error(), "SparseSoftmaxCrossEntropyWithLogits") {
+					t.Errorf("eager %v: a label out of range: %v, want an error naming the node", eager, err)
+				}
+			case err != nil:
+				t.Fatalf("eager %v: step %d: %v", eager, i, err)
+			case i != 2 && math.Abs(float64(out[0].Float32s()[0]-want)) > 1e-5:
+				t.Errorf("eager %v: step %d: loss %v, want %v", eager, i, out[0].Float32s()[0], want)
+			}
+		}
+		e.Close()
+	}
+	if st := devs[0].Allocator().Stats(); st.Live != 0 {
+		t.Errorf("%d allocations live after the steps", st.Live)
+	}
+}
+
+// TestFeedsChecked: a value fed to a node on a GPU is checked against the
+// fed tensor's dtype and shape, as on the CPU, not taken as it is.
+func TestFeedsChecked(t *testing.T) {
+	s := graph.NewScope()
+	x := ops.Placeholder(s.WithDevice("/gpu:0"), "x", tensor.Float32, tensor.MakeShape(-1, 2))
+	y := ops.Relu(s.WithDevice("/gpu:0"), x)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	devs := openSim(t, device.Options{Count: 1})
+	e, err := taskgraph.New(s.Graph(), graph.Signature{Feeds: []graph.Output{x}, Fetches: []graph.Output{y}},
+		kernel.NewResources(), taskgraph.Config{Task: task, Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, v := range []*tensor.Tensor{
+		tensor.MustFromSlice([]int32{1, 2, 3, 4}, 2, 2), // another dtype
+		tensor.MustFromSlice([]float32{1, 2, 3, 4}, 4),  // another rank
+		tensor.MustFromSlice([]float32{1, 2, 3}, 1, 3),  // another dimension
+		nil,
+	} {
+		if _, err := e.Run(context.Background(), []*tensor.Tensor{v}); err == nil || !strings.Contains(err.Error(), "feed x:0") {
+			t.Errorf("feeding %v to float32[?,2]: %v, want an error naming the feed", v, err)
+		}
+	}
+	if _, err := e.Run(context.Background(), nil); err == nil {
+		t.Error("a step without its feed ran")
+	}
+	out, err := e.Run(context.Background(), []*tensor.Tensor{tensor.MustFromSlice([]float32{-1, 2}, 1, 2)})
+	if err != nil || !slices.Equal(out[0].Float32s(), []float32{0, 2}) {
+		t.Errorf("a good feed: %v, %v", out, err)
 	}
 }

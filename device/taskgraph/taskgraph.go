@@ -99,6 +99,10 @@ type Executor struct {
 	cpuFeeds []int // index in the signature's feeds of each of the CPU's
 	placed   map[string]string
 	runners  []*part
+	// feeds are the signature's fed tensors, whose values RunStep checks
+	// against them before a runner reads one: the CPU executor checks
+	// only its own.
+	feeds []graph.Output
 	// route says where each fetch comes from: the CPU's result (runner -1)
 	// or a runner's, at index.
 	route []source
@@ -175,7 +179,7 @@ func New(g *graph.Graph, sig graph.Signature, res *kernel.Resources, cfg Config)
 	if err != nil {
 		return nil, fmt.Errorf("taskgraph: %w", err)
 	}
-	e := &Executor{route: make([]source, len(sig.Fetches)), placed: make(map[string]string, len(devices))}
+	e := &Executor{route: make([]source, len(sig.Fetches)), placed: make(map[string]string, len(devices)), feeds: sig.Feeds}
 	for n, d := range devices {
 		e.placed[n.Name()] = d
 	}
@@ -418,6 +422,9 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feeds []*tens
 	if len(e.runners) == 0 {
 		return e.cpu.RunStepWith(ctx, step, feeds, opts)
 	}
+	if err := e.checkFeeds(feeds); err != nil {
+		return nil, err
+	}
 	st := kernel.Step{}
 	if step != nil {
 		st = *step
@@ -471,6 +478,24 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feeds []*tens
 		}
 	}
 	return result, nil
+}
+
+// checkFeeds checks each value fed against its tensor's dtype and shape,
+// as the CPU executor does: a runner would take a value of another dtype
+// or rank as it is.
+func (e *Executor) checkFeeds(vals []*tensor.Tensor) error {
+	if len(vals) != len(e.feeds) {
+		return fmt.Errorf("taskgraph: got %d feed values for %d fed tensors", len(vals), len(e.feeds))
+	}
+	for i, t := range vals {
+		if t == nil {
+			return fmt.Errorf("taskgraph: feed %s is nil", e.feeds[i])
+		}
+		if err := graph.CheckFeed(e.feeds[i], t.DType(), t.Shape()); err != nil {
+			return fmt.Errorf("taskgraph: %w", err)
+		}
+	}
+	return nil
 }
 
 func pick(feeds []*tensor.Tensor, idx []int) []*tensor.Tensor {
