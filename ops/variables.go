@@ -99,14 +99,20 @@ type variableConfig struct{ trainable bool }
 // optimizers leave it alone (counters, optimizer slots, statistics).
 func NotTrainable() VariableOption { return func(c *variableConfig) { c.trainable = false } }
 
-// NewVariable adds a variable called name (within the scope) of the given
-// dtype and shape, its initial value built by init under "<name>/Initializer",
-// and the Assign node "<name>/Assign" that initialises it. It records the
-// variable in the graph's collections (see VariablesCollection). All nodes get
-// the scope's device (through its device function, if any) and none of its
-// control dependencies. On error it
-// records it in the scope and returns nil, which is safe to use (see
+// NewVariable adds a variable called name (within the scope's variable
+// prefix) of the given dtype and shape, its initial value built by init
+// under "<name>/Initializer", and the Assign node "<name>/Assign" that
+// initialises it. It records the variable in the graph's collections (see
+// VariablesCollection). All nodes get the scope's device (through its
+// device function, if any) and none of its control dependencies. On error
+// it records it in the scope and returns nil, which is safe to use (see
 // Variable): check the scope's Err once after building.
+//
+// A name that a variable of the graph already has is refused, as
+// tf.get_variable refuses it, rather than made unique: in a scope that
+// reuses variables (graph.Scope.ReuseVariables) the same call returns that
+// variable instead, so a model function builds the same variables in
+// every tower.
 //
 // Inside a loop body or a branch (see WhileLoop), the variable is created
 // in the graph that holds the loop, once, and the body reads it.
@@ -124,6 +130,10 @@ func NewVariable(s *graph.Scope, name string, dt tensor.DType, shape []int, init
 	}
 	if init == nil {
 		s.SetErr(fmt.Errorf("ops: variable %q: no initializer", s.VariablePrefix()+name))
+		return nil
+	}
+	if LookupVariable(s.Graph(), s.VariablePrefix()+name) != nil {
+		s.SetErr(fmt.Errorf("ops: variable %q already exists: to share it, build in a scope that reuses variables (Scope.ReuseVariables); for another variable, give it another name", s.VariablePrefix()+name))
 		return nil
 	}
 	n, assign := variableNodes(s, "variable", s.VariablePrefix()+name, dt, shape, init)
@@ -221,7 +231,7 @@ func VariablesInitializer(s *graph.Scope, vars ...*Variable) *graph.Node {
 // and returns nils. Like TensorFlow's variables, the nodes ignore the
 // scope's control dependencies: a variable is read whenever a step needs
 // it, and its initializer runs once, on its own. Sub-names derive from the
-// node's unique name, so a second variable "w" (named "w_1") gets
+// node's unique name, so a second local variable "w" (named "w_1") gets
 // "w_1/Assign".
 func variableNodes(s *graph.Scope, kind, name string, dt tensor.DType, shape []int, init Initializer) (n, assign *graph.Node) {
 	is := graph.NewScopeWithGraph(s.Graph()).WithDevice(s.Device()).WithDeviceFunc(s.DeviceFunc())

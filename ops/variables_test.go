@@ -27,7 +27,7 @@ func TestNewVariableNamesAndCollections(t *testing.T) {
 	s := graph.NewScope()
 	layer := s.SubScope("dense").WithDevice("/job:ps/task:0")
 	w := ops.NewVariable(layer, "W", tensor.Float32, []int{2, 3}, ops.GlorotUniformInit(1))
-	w2 := ops.NewVariable(layer, "W", tensor.Float64, []int{3}, ops.ZerosInit())
+	w2 := ops.NewVariable(layer, "W2", tensor.Float64, []int{3}, ops.ZerosInit())
 	dep := ops.Group(s, "dep")
 	c := ops.NewVariable(s.WithControlDependencies(dep), "count", tensor.Int64, nil, ops.ZerosInit(), ops.NotTrainable())
 	if err := s.Err(); err != nil {
@@ -40,8 +40,8 @@ func TestNewVariableNamesAndCollections(t *testing.T) {
 		{w.Name(), "dense/W"},
 		{w.String(), "dense/W float32[2,3]"},
 		{w.Initializer().Name(), "dense/W/Assign"},
-		{w2.Name(), "dense/W_1"},
-		{w2.Initializer().Name(), "dense/W_1/Assign"},
+		{w2.Name(), "dense/W2"},
+		{w2.Initializer().Name(), "dense/W2/Assign"},
 		{c.String(), "count int64[]"},
 		{w.Value().Name(), "dense/W:0"},
 		{w.Node().Device(), "/job:ps/task:0"},
@@ -78,10 +78,10 @@ func TestNewVariableNamesAndCollections(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range []*graph.Graph{s.Graph(), g2} {
-		if got, want := names(ops.GlobalVariables(g)), "dense/W,dense/W_1,count"; got != want {
+		if got, want := names(ops.GlobalVariables(g)), "dense/W,dense/W2,count"; got != want {
 			t.Errorf("GlobalVariables = %s, want %s", got, want)
 		}
-		if got, want := names(ops.TrainableVariables(g)), "dense/W,dense/W_1"; got != want {
+		if got, want := names(ops.TrainableVariables(g)), "dense/W,dense/W2"; got != want {
 			t.Errorf("TrainableVariables = %s, want %s", got, want)
 		}
 		if v := ops.LookupVariable(g, "count"); v == nil || v.Initializer() == nil || v.Initializer().Name() != "count/Assign" {
@@ -203,6 +203,29 @@ func (s stateSess) fetch(fetches ...graph.Output) []*tensor.Tensor {
 		s.t.Fatal(err)
 	}
 	return out
+}
+
+// TestNewVariableRefusesARepeatedName: a second variable of the same name
+// is refused, as tf.get_variable does, rather than renamed: a model
+// function that made "w" twice would otherwise get w and w_1 in its first
+// tower and w twice in the towers that reuse its variables.
+func TestNewVariableRefusesARepeatedName(t *testing.T) {
+	s := graph.NewScope()
+	build := func(s *graph.Scope) (*ops.Variable, *ops.Variable) {
+		return ops.NewVariable(s, "w", tensor.Float32, []int{2}, ops.ZerosInit()),
+			ops.NewVariable(s, "w", tensor.Float32, []int{2}, ops.ZerosInit())
+	}
+	if _, second := build(s.NameScope("tower_0")); second != nil || s.Err() == nil ||
+		!strings.Contains(s.Err().Error(), `variable "w" already exists`) || !strings.Contains(s.Err().Error(), "ReuseVariables") {
+		t.Errorf("a repeated name: %v, error %v; want it refused, naming the variable and ReuseVariables", second, s.Err())
+	}
+	// Within a scope of its own, the name is free.
+	s = graph.NewScope()
+	a := ops.NewVariable(s.SubScope("a"), "w", tensor.Float32, []int{2}, ops.ZerosInit())
+	b := ops.NewVariable(s.SubScope("b"), "w", tensor.Float32, []int{2}, ops.ZerosInit())
+	if err := s.Err(); err != nil || a.Name() != "a/w" || b.Name() != "b/w" {
+		t.Errorf("variables of subscopes: %v %v, %v", a, b, err)
+	}
 }
 
 func TestReuseVariablesSharesAcrossNameScopes(t *testing.T) {
