@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/executor"
 	"github.com/distflow/distflow/graph"
 	pb "github.com/distflow/distflow/proto/distflowpb"
@@ -51,9 +52,16 @@ func (s *Session) RunTraced(ctx context.Context, feeds map[graph.Output]*tensor.
 				return nil, nil, err
 			}
 			st.Tasks = append(st.Tasks, localStats(&tr))
+		} else if te, ok := e.(*taskgraph.Executor); ok {
+			// A step over accelerators: its host's part is traced, its
+			// Recvs waiting for the devices' values; the kernels on the
+			// device streams are not traced yet.
+			var tr executor.StepTrace
+			if out, err = te.RunStep(ctx, nil, vals, executor.StepOptions{Trace: &tr}); err != nil {
+				return nil, nil, err
+			}
+			st.Tasks = append(st.Tasks, localStats(&tr))
 		} else if out, err = e.Run(ctx, vals); err != nil {
-			// A step over accelerators is timed whole: its kernels run
-			// on device streams, which are not traced yet.
 			return nil, nil, err
 		}
 	}

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/sim"
+	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/grad"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
@@ -360,4 +363,47 @@ func BenchmarkTraceSyncStep(b *testing.B) {
 		}
 		b.ReportMetric(float64(spans)/float64(b.N), "spans/step")
 	})
+}
+
+// TestTraceOverDevices: a traced step of a session over a GPU records its
+// host's part: the ops that ran on the CPU and the Recvs that waited for
+// the GPU's values (its kernels are not traced yet); it recorded nothing.
+func TestTraceOverDevices(t *testing.T) {
+	s := graph.NewScope()
+	gpu := s.WithDevice("/gpu:0")
+	x := ops.Placeholder(gpu, "x", tensor.Float32, tensor.MakeShape(2, 2))
+	y := ops.Exp(gpu, ops.MatMul(gpu, x, x, false, false)) // Exp has no GPU kernel: the CPU's
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := sim.New(sim.Config{Cards: 1, CardBytes: 64 << 20}).Open(device.Options{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devs[0].Close()
+	sess, err := session.New(s.Graph(), session.WithDevices(taskgraph.Config{Devices: devs, SoftPlacement: true,
+		Logger: slog.New(slog.DiscardHandler)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	feeds := map[graph.Output]*tensor.Tensor{x: tensor.MustFromSlice([]float32{0, 0, 0, 0}, 2, 2)}
+	out, st, err := sess.RunTraced(context.Background(), feeds, []graph.Output{y}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out[0].Float32s(); !slices.Equal(got, []float32{1, 1, 1, 1}) {
+		t.Errorf("exp(x·x) of zeros = %v", got)
+	}
+	spanOps := map[string]bool{}
+	for _, task := range st.GetTasks() {
+		if task.GetTask() == session.LocalTask {
+			for _, sp := range task.GetSpans() {
+				spanOps[sp.GetOp()] = true
+			}
+		}
+	}
+	if !spanOps["Exp"] || !spanOps["Recv"] {
+		t.Errorf("the traced step's host spans have ops %v, want Exp and a Recv from the GPU", spanOps)
+	}
 }

@@ -414,8 +414,9 @@ func (e *Executor) Run(ctx context.Context, feeds []*tensor.Tensor) ([]*tensor.T
 // its fetches on the host. step.Rendezvous, when set, is the step's own (a
 // worker's, which also meets other tasks); else the step gets a local one.
 // opts.Context and opts.Canceler, when set, are the step's context and
-// what cancels it, as executor.StepOptions says; opts.Trace, Out and Owned
-// are not used on a step over accelerators. The first error of any device
+// what cancels it, as executor.StepOptions says; opts.Trace records the
+// host's part of a step over accelerators (not the kernels on their
+// streams), and opts.Out and Owned are not used there. The first error of any device
 // cancels the step's context, so that the others' waits end, and is
 // returned.
 func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feeds []*tensor.Tensor, opts executor.StepOptions) ([]*tensor.Tensor, error) {
@@ -437,7 +438,9 @@ func (e *Executor) RunStep(ctx context.Context, step *kernel.Step, feeds []*tens
 		defer cancel(nil)
 		opts.Context, opts.Canceler = c, executor.CancelFunc(cancel)
 	}
-	opts.Trace, opts.Out, opts.Owned = nil, nil, nil
+	// The host's part is traced (its Recvs wait for the devices' values);
+	// the devices' streams are not yet.
+	opts.Out, opts.Owned = nil, nil
 	var (
 		once  sync.Once
 		first error
