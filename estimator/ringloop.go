@@ -14,7 +14,6 @@ import (
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/estimator/internal/ringstate"
 	"github.com/distflow/distflow/graph"
-	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/session"
 	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
@@ -795,18 +794,9 @@ func (e *hookError) Unwrap() error { return e.err }
 // endsTraining reports whether a step's error ends training on this rank
 // whatever the view: a non-finite loss, a hook that failed, or a failure
 // of this rank's own input or computation, which a new view would meet
-// again at the same input position (a label out of range, an input that
-// ended), as every strategy on parameter servers fails on it at once. A
-// kernel's error is the computation's unless it is the step's context
-// ending (a cut), a variable not yet set, or a non-finite write, which an
-// average of other ranks' values can make.
-func endsTraining(err error) bool {
-	if errors.Is(err, train.ErrNaNLoss) || errors.As(err, new(*hookError)) || errors.Is(err, ErrInputEnded) {
-		return true
-	}
-	return errors.As(err, new(*kernel.NodeError)) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
-		!errors.Is(err, kernel.ErrUninitialized) && !errors.Is(err, kernel.ErrNonFiniteWrite)
-}
+// again at the same input position (Permanent), as every strategy on
+// parameter servers fails on it at once.
+func endsTraining(err error) bool { return Permanent(err) }
 
 // names names ranks by task, for the logs.
 func (l *ringLoop) names(ranks []int) []string {

@@ -60,7 +60,9 @@
 // Config.RestartPS restarts a ps task that fails, on its socket, and
 // Config.TolerateWorkerLoss lets the others go on without a failed worker
 // that is not the chief (RestartWorkers and RestartChief restart those
-// too). Once the chief has exited 0, training is over: nothing is
+// too). A task that exits with ExitPermanent, its own input or
+// computation having failed, is neither restarted nor let go: the run ends
+// with its error. Once the chief has exited 0, training is over: nothing is
 // restarted, the sockets of tasks that exited are closed (their peers are
 // refused, not queued), training tasks still running are stopped after
 // Config.EndGrace, and the ps tasks are given Config.PSExitGrace to exit

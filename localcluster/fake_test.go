@@ -160,7 +160,7 @@ func chiefActs(mode string, spec *cluster.Spec, start int) (code int, done bool)
 	case "chief-fails":
 		fmt.Println("the chief's result")
 		fmt.Fprintln(os.Stderr, "about to fail")
-		return 3, true
+		return 6, true
 	case "ps-crashes":
 		ps := spec.Addresses("ps")[0]
 		fmt.Println("ps answered:", ask(ps, "who"))
@@ -211,7 +211,8 @@ func chiefActs(mode string, spec *cluster.Spec, start int) (code int, done bool)
 
 // otherActs is what a task other than the chief does in mode before it
 // serves: ps 0 crashes in its first LCTEST_CRASHES lives (ps-crashes),
-// worker 1 in its first (worker-crashes).
+// worker 1 in its first (worker-crashes) or in every one, as a task whose
+// own computation fails does (worker-fails-for-good).
 func otherActs(mode, name string, start int) (code int, done bool) {
 	switch {
 	case mode == "ps-crashes" && name == "ps 0":
@@ -223,6 +224,9 @@ func otherActs(mode, name string, start int) (code int, done bool) {
 	case mode == "worker-crashes" && name == "worker 1" && start == 1:
 		fmt.Println("worker 1 crashing (start 1)")
 		return 1, true
+	case mode == "worker-fails-for-good" && name == "worker 1":
+		fmt.Printf("worker 1: a label out of range (start %d)\n", start)
+		return localcluster.ExitPermanent, true
 	}
 	return 0, false
 }

@@ -187,6 +187,20 @@ func (e *TaskError) Error() string {
 
 func (e *TaskError) Unwrap() error { return e.Err }
 
+// ExitPermanent is the exit status of a task whose training failed in a
+// way that running it again would repeat (estimator.Permanent: its own
+// input or computation failed): Run restarts no task that exits with it,
+// and ends the run with its error even where the loss of a worker is
+// tolerated, instead of retrying it or going on without it.
+const ExitPermanent = 3
+
+// permanent reports whether a task's exit says that a restart would fail
+// the same way.
+func permanent(err error) bool {
+	var exit *exec.ExitError
+	return errors.As(err, &exit) && exit.ExitCode() == ExitPermanent
+}
+
 // taskID names a task of the local cluster.
 type taskID struct {
 	job   string
@@ -518,7 +532,8 @@ func (l *launcher) stopLeftAfterEnd(procs []*proc, ended time.Time) {
 // exitedDuringTraining acts on the exit of p while training tasks run: an
 // evaluator that failed is left out, a task that exited 0 is done, one
 // that failed is restarted (within its restarts), left out (a worker the
-// others go on without), or ends the run with its error.
+// others go on without), or ends the run with its error, as one whose
+// failure a restart would repeat (ExitPermanent) always does.
 func (l *launcher) exitedDuringTraining(p *proc, procs []*proc, sv *supervision) error {
 	switch {
 	case p.id.job == cluster.EvaluatorJob && p.err != nil:
@@ -535,6 +550,11 @@ func (l *launcher) exitedDuringTraining(p *proc, procs []*proc, sv *supervision)
 		l.out.logf("%s exited after the chief ended training (%v); not restarting it", p.id, p.err)
 		l.showTail(p)
 		l.closeFiles(func(id taskID) bool { return id == p.id })
+	case permanent(p.err):
+		l.out.logf("%s failed (%v) in its own input or computation, which a restart would repeat; stopping every task", p.id, p.err)
+		l.showTail(p)
+		l.stopAll(procs)
+		return &TaskError{Job: p.id.job, Index: p.id.index, Err: p.err}
 	case l.restartable(p.id) && sv.restarts[p.id] < l.maxRestarts(p.id):
 		sv.restarts[p.id]++
 		l.out.logf("%s died (%v); restarting it on its address (%d of %d)", p.id, p.err, sv.restarts[p.id], l.maxRestarts(p.id))

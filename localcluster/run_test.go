@@ -299,13 +299,13 @@ func TestFailingChiefStopsEverything(t *testing.T) {
 		t.Run(tc.chief, func(t *testing.T) {
 			r := start(t, localcluster.Config{Jobs: tc.jobs, Args: []string{"chief-fails"}, TolerateWorkerLoss: true})
 			job, _, _ := strings.Cut(tc.chief, " ")
-			wantTaskError(t, r.wait(t), job, 0, 3)
+			wantTaskError(t, r.wait(t), job, 0, 6)
 			checkTasks(t, r.marker, 0)
 			if got, want := r.stdout.String(), "hello from "+tc.chief+"\nthe chief's result\n"; got != want {
 				t.Errorf("stdout %q, want %q", got, want)
 			}
 			stderr := r.stderr.String()
-			wantIn(t, "stderr", stderr, "["+tc.chief+"] about to fail\n", "local cluster: "+tc.chief+" failed (exit status 3); stopping every task\n")
+			wantIn(t, "stderr", stderr, "["+tc.chief+"] about to fail\n", "local cluster: "+tc.chief+" failed (exit status 6); stopping every task\n")
 			wantNotIn(t, "stderr", stderr, "hello from worker 1", "hello from ps 0")
 		})
 	}
@@ -448,6 +448,21 @@ func TestWorkerLoss(t *testing.T) {
 			wantIn(t, "stderr", stderr, "local cluster: worker 1 failed (exit status 4); stopping every task\n")
 		})
 	}
+}
+
+// TestPermanentFailureEndsTheRun: a worker that exits with ExitPermanent
+// (its own input or computation failed) is neither restarted nor let go,
+// whatever the config tolerates: a restart would fail the same way, and a
+// run that went on without it would end well having left out its work.
+func TestPermanentFailureEndsTheRun(t *testing.T) {
+	r := start(t, localcluster.Config{Jobs: localcluster.Jobs{PS: 1, Worker: 2}, Args: []string{"worker-fails-for-good"},
+		RestartWorkers: true, TolerateWorkerLoss: true})
+	wantTaskError(t, r.wait(t), "worker", 1, localcluster.ExitPermanent)
+	checkTasks(t, r.marker, 0)
+	stderr := r.stderr.String()
+	wantIn(t, "stderr", stderr, "[worker 1] worker 1: a label out of range (start 1)\n",
+		"local cluster: worker 1 failed (exit status 3) in its own input or computation, which a restart would repeat; stopping every task\n")
+	wantNotIn(t, "stderr", stderr, "restarting", "(start 2)", "the others go on")
 }
 
 // TestPSStoppedAfterTraining: ps tasks that do not exit by themselves once

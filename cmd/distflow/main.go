@@ -14,6 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/distflow/distflow/estimator"
+	"github.com/distflow/distflow/localcluster"
 )
 
 func main() {
@@ -21,6 +24,9 @@ func main() {
 	defer stop()
 	if err := newRootCommand().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "distflow:", err)
+		if estimator.Permanent(err) {
+			os.Exit(localcluster.ExitPermanent) // a launcher does not restart it
+		}
 		os.Exit(1)
 	}
 }
