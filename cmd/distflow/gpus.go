@@ -188,6 +188,9 @@ func newDevicesCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&platforms, "platform", []string{"cuda"}, "the accelerator platforms to list: cuda, sim")
+	// distflow train's spelling, which users carry over.
+	cmd.Flags().StringSliceVar(&platforms, "gpu-platform", []string{"cuda"}, "the same as --platform")
+	_ = cmd.Flags().MarkHidden("gpu-platform")
 	return cmd
 }
 

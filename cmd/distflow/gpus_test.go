@@ -240,13 +240,16 @@ func TestGPUOutOfMemory(t *testing.T) {
 }
 
 func TestDevicesCommand(t *testing.T) {
-	stdout, stderr, err := run(t, "devices", "--platform", "sim")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr)
-	}
-	for _, w := range []string{"/cpu:0", "/gpu:0", "/gpu:1", "simulated accelerator", "1.0 GiB"} {
-		if !strings.Contains(stdout, w) {
-			t.Errorf("distflow devices does not list %q:\n%s", w, stdout)
+	// --gpu-platform is distflow train's spelling of --platform.
+	for _, flag := range []string{"--platform", "--gpu-platform"} {
+		stdout, stderr, err := run(t, "devices", flag, "sim")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", flag, err, stderr)
+		}
+		for _, w := range []string{"/cpu:0", "/gpu:0", "/gpu:1", "simulated accelerator", "1.0 GiB"} {
+			if !strings.Contains(stdout, w) {
+				t.Errorf("distflow devices %s sim does not list %q:\n%s", flag, w, stdout)
+			}
 		}
 	}
 }
