@@ -18,13 +18,16 @@ import (
 
 // AllReduce trains with every worker holding the whole model: each step,
 // the workers average their gradients with a chunked, pipelined ring
-// all-reduce. When the cluster has ps tasks the sums go through them
-// instead, BytePS's design: each ps sums a slice of every gradient and
-// returns it, holding no variables (allreduce.Config.Servers). A ps that
-// is lost fails the step on every worker; the ring's leader then sends a
-// view that goes round the ring while a ps does not answer, and one that
-// goes through the ps tasks again once they all do (probed every 5 s).
-// Every worker takes the route of its view.
+// all-reduce, and all-gather the rows of their sparse gradients (an
+// embedding table's, always round the ring), which the optimizer's sparse
+// update applies as on parameter servers (train.AllReduceTrainer). When
+// the cluster has ps tasks the sums go through them instead, BytePS's
+// design: each ps sums a slice of every gradient and returns it, holding
+// no variables (allreduce.Config.Servers). A ps that is lost fails the
+// step on every worker; the ring's leader then sends a view that goes
+// round the ring while a ps does not answer, and one that goes through
+// the ps tasks again once they all do (probed every 5 s). Every worker
+// takes the route of its view.
 type AllReduce struct{}
 
 func (AllReduce) String() string { return "allreduce" }

@@ -20,7 +20,10 @@ import (
 // Compression is how the gradients travel between tasks: a per-run option
 // (RunConfig.Compression). The zero value sends them as float32.
 //
-// With AllReduce, every kind applies to the ring. With the parameter
+// With AllReduce, every kind applies to the ring's dense gradients; the
+// sparse ones (embedding rows: train.AllReduceTrainer all-gathers them)
+// travel uncompressed, as float32 words that hold row indices beside the
+// values, already only the rows looked up. With the parameter
 // servers (Async, Sync, Staleness), every kind applies to the push of each
 // dense gradient from the worker to its variable's device: FP16 and BF16
 // cast it on the worker and back to float32 beside the variable, so that

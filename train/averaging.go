@@ -157,17 +157,21 @@ func (a *allreduceAssigner) broadcast(ctx context.Context, sess Runner, ring All
 // AllReduceTrainer trains a model whose variables are local to each worker
 // (no parameter server): each step computes the local gradients, averages
 // them over the workers' ring, and applies the average with the optimizer,
-// so that workers that start equal stay equal.
+// so that workers that start equal stay equal. Dense gradients are summed
+// round the ring (AllReduceMean); sparse ones (GradVar.Sparse: embedding
+// lookups) are all-gathered and applied with the optimizer's sparse update,
+// so that only the rows some rank looked up move (allreduce_sparse.go).
 //
 // Build it, then ops.GlobalVariablesInitializer, in every worker's graph;
 // after initialising, call Broadcast once so that all workers start from
 // rank 0's values. A trainer is used by one goroutine at a time.
 type AllReduceTrainer struct {
 	loss      graph.Output
-	grads     []graph.Output
+	grads     []graph.Output // the dense gradients
 	gradFeeds []graph.Output
 	apply     *graph.Node
 	flat      *allreduceFlat
+	sparse    *allreduceSparse // nil: no sparse gradient
 	vars      *allreduceAssigner
 	buf       []float32
 }
@@ -186,10 +190,14 @@ func NewAllReduceTrainer(s *graph.Scope, opt Optimizer, loss graph.Output, vars 
 		return nil, err
 	}
 	used := make([]*ops.Variable, len(gvs))
+	var dense []*ops.Variable
 	for i, gv := range gvs {
 		used[i] = gv.Var
+		if gv.Sparse == nil {
+			dense = append(dense, gv.Var)
+		}
 	}
-	flat, err := allreduceNewFlat(used)
+	flat, err := allreduceNewFlat(dense)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +206,19 @@ func NewAllReduceTrainer(s *graph.Scope, opt Optimizer, loss graph.Output, vars 
 	fed := make([]GradVar, len(gvs))
 	for i, gv := range gvs {
 		vs := as.WithDevice(gv.Var.Node().Device())
-		ph := ops.Placeholder(vs, fmt.Sprintf("grad_%d", i), tensor.Float32, tensor.MakeShape(flat.shapes[i]...))
+		if gv.Sparse != nil {
+			sv, g, err := allreduceNewSparseVar(vs, i, gv)
+			if err != nil {
+				return nil, err
+			}
+			if t.sparse == nil {
+				t.sparse = &allreduceSparse{}
+			}
+			t.sparse.vars = append(t.sparse.vars, sv)
+			fed[i] = g
+			continue
+		}
+		ph := ops.Placeholder(vs, fmt.Sprintf("grad_%d", i), tensor.Float32, tensor.MakeShape(flat.shapes[len(t.grads)]...))
 		t.grads = append(t.grads, gv.Grad)
 		t.gradFeeds = append(t.gradFeeds, ph)
 		fed[i] = GradVar{Grad: ph, Var: gv.Var}
@@ -222,7 +242,9 @@ func (t *AllReduceTrainer) Broadcast(ctx context.Context, sess Runner, ring AllR
 // Step runs one synchronous training step: it computes the loss and the
 // gradients of the batch in feeds, replaces the gradients by their mean over
 // the ring (operation "grads", round: every worker passes the same round,
-// a new one each step), and applies them. It returns this worker's loss.
+// a new one each step; with sparse gradients, the all-gathers
+// "grads/sparse_counts" and "grads/sparse" of the same round too), and
+// applies them. It returns this worker's loss.
 func (t *AllReduceTrainer) Step(ctx context.Context, sess Runner, feeds map[graph.Output]*tensor.Tensor, ring AllReducer, round int64) (loss float64, err error) {
 	loss, _, err = t.StepFetching(ctx, sess, feeds, nil, ring, round)
 	return loss, err
@@ -232,21 +254,32 @@ func (t *AllReduceTrainer) Step(ctx context.Context, sess Runner, feeds map[grap
 // summaries) with the gradients, from the model before the update, and
 // returns their values.
 func (t *AllReduceTrainer) StepFetching(ctx context.Context, sess Runner, feeds map[graph.Output]*tensor.Tensor, extra []graph.Output, ring AllReducer, round int64) (loss float64, values []*tensor.Tensor, err error) {
-	fetches := append(append([]graph.Output{t.loss}, t.grads...), extra...)
-	vals, err := sess.Run(ctx, feeds, fetches, nil)
+	fetches := append([]graph.Output{t.loss}, t.grads...)
+	if t.sparse != nil {
+		fetches = append(fetches, t.sparse.fetches()...)
+	}
+	nGrads := len(fetches) - 1
+	vals, err := sess.Run(ctx, feeds, append(fetches, extra...), nil)
 	if err != nil {
 		return 0, nil, fmt.Errorf("train: all-reduce step %d: computing gradients: %w", round, err)
 	}
-	loss, values = vals[0].Float64At(0), vals[1+len(t.grads):]
-	if t.buf, err = t.flat.pack(t.buf, vals[1:1+len(t.grads)], 0); err != nil {
-		return loss, nil, err
+	loss, values = vals[0].Float64At(0), vals[1+nGrads:]
+	applyFeeds := make(map[graph.Output]*tensor.Tensor, nGrads)
+	if len(t.grads) > 0 {
+		if t.buf, err = t.flat.pack(t.buf, vals[1:1+len(t.grads)], 0); err != nil {
+			return loss, nil, err
+		}
+		if err := ring.AllReduceMean(ctx, "grads", round, t.buf); err != nil {
+			return loss, nil, fmt.Errorf("train: all-reduce step %d: %w", round, err)
+		}
+		for i, g := range t.flat.unpack(t.buf) {
+			applyFeeds[t.gradFeeds[i]] = g
+		}
 	}
-	if err := ring.AllReduceMean(ctx, "grads", round, t.buf); err != nil {
-		return loss, nil, fmt.Errorf("train: all-reduce step %d: %w", round, err)
-	}
-	applyFeeds := make(map[graph.Output]*tensor.Tensor, len(t.gradFeeds))
-	for i, g := range t.flat.unpack(t.buf) {
-		applyFeeds[t.gradFeeds[i]] = g
+	if t.sparse != nil {
+		if err := t.sparse.mean(ctx, ring, round, vals[1+len(t.grads):1+nGrads], applyFeeds); err != nil {
+			return loss, nil, err
+		}
 	}
 	if _, err := sess.Run(ctx, applyFeeds, nil, []*graph.Node{t.apply}); err != nil {
 		return loss, nil, fmt.Errorf("train: all-reduce step %d: applying the averaged gradients: %w", round, err)
