@@ -165,23 +165,28 @@ func Kernels(platform string) []string {
 // backward passes of the reference models (linear regression, the MLP, the
 // CNN, the dense part of the wide-and-deep model with its binary
 // classification head: Concat, Slice and Pad, AddN, the sigmoid
-// cross-entropy's Abs, Sign, Maximum, SelectV2 and Softplus, Greater) and
-// the element-wise arithmetic around them, and Gather (an
+// cross-entropy's Abs, Sign, Maximum, SelectV2 and Softplus, Greater), of
+// the layers' models (the recurrent cells' Tanh, TanhGrad, Split and
+// Squeeze; the normalizations' Square, Rsqrt and StopGradient; AvgPool and
+// AvgPoolGrad; Softmax, LogSoftmax, Exp and Log; the losses'
+// SoftmaxCrossEntropyWithLogits, Minimum and LessEqual) and the
+// element-wise arithmetic around them, and Gather (an
 // embedding's lookup), whose indices the device checks as SparseUpdates
 // do: an index out of range gives zeros and a fault, ErrIndexOutOfRange,
 // at the stream's next Synchronize. Ops not listed
-// (queues, summaries, the random ops not in Random, and variables with
-// the ops that take them by ref unless they are kept in device memory:
-// Updates, VariableOps) run on the CPU under soft placement. The conformance suite (package
-// device/devicetest) checks a platform's kernels of these against the
-// CPU's.
+// (queues, summaries, control flow, the random ops not in Random, and
+// variables with the ops that take them by ref unless they are kept in
+// device memory: Updates, VariableOps) run on the CPU under soft
+// placement. The conformance suite (package device/devicetest) checks a
+// platform's kernels of these against the CPU's.
 var Ops = []string{
-	"Abs", "Add", "AddN", "ArgMax", "BiasAdd", "BiasAddGrad", "BroadcastTo", "Cast", "Concat", "Conv2D",
-	"Conv2DBackpropFilter", "Conv2DBackpropInput", "Div", "Equal", "ExpandDims", "Fill",
-	"Gather", "Greater", "GreaterEqual", "Identity", "MatMul", "MaxPool", "MaxPoolGrad", "Maximum", "Mean",
-	"Mul", "Neg", "OnesLike", "Pad", "Relu", "ReluGrad", "Reshape", "SelectV2", "Shape", "Sigmoid",
-	"SigmoidGrad", "Sign", "Size", "Slice", "Softplus", "SparseSoftmaxCrossEntropyWithLogits",
-	"SquaredDifference", "Sub", "Sum", "SumToShape", "ZerosLike",
+	"Abs", "Add", "AddN", "ArgMax", "AvgPool", "AvgPoolGrad", "BiasAdd", "BiasAddGrad", "BroadcastTo", "Cast", "Concat", "Conv2D",
+	"Conv2DBackpropFilter", "Conv2DBackpropInput", "Div", "Equal", "Exp", "ExpandDims", "Fill",
+	"Gather", "Greater", "GreaterEqual", "Identity", "Less", "LessEqual", "Log", "LogSoftmax", "MatMul", "MaxPool", "MaxPoolGrad",
+	"Maximum", "Mean", "Minimum", "Mul", "Neg", "OnesLike", "Pad", "Relu", "ReluGrad", "Reshape", "Rsqrt", "SelectV2", "Shape",
+	"Sigmoid", "SigmoidGrad", "Sign", "Size", "Slice", "Softmax", "SoftmaxCrossEntropyWithLogits", "Softplus",
+	"SparseSoftmaxCrossEntropyWithLogits", "Split", "Square", "SquaredDifference", "Squeeze", "StopGradient", "Sub", "Sum",
+	"SumToShape", "Tanh", "TanhGrad", "ZerosLike",
 }
 
 // Random are the random ops every GPU platform has a kernel for: those
@@ -246,6 +251,7 @@ var hostArgs = map[string]struct{ in, out []int }{
 	"Fill":                 {in: []int{0, 1}},
 	"Conv2DBackpropInput":  {in: []int{0}},
 	"Conv2DBackpropFilter": {in: []int{1}},
+	"AvgPoolGrad":          {in: []int{0}},
 	"RandomUniform":        {in: []int{0}},
 	"Shape":                {out: []int{0}},
 	"Size":                 {out: []int{0}},

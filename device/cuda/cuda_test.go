@@ -466,7 +466,8 @@ func launchedKernels() []string {
 	var names []string
 	num := []string{"f32", "i32", "i64"}
 	for _, op := range []string{"add", "sub", "mul", "div", "squared_difference", "greater_equal", "equal", "neg", "relu",
-		"relu_grad", "bias_add", "reduce_sum", "reduce_sum_short", "maximum", "greater", "abs", "sign", "add_n"} {
+		"relu_grad", "bias_add", "reduce_sum", "reduce_sum_short", "maximum", "greater", "abs", "sign", "add_n",
+		"minimum", "less", "less_equal", "square"} {
 		for _, s := range num {
 			names = append(names, op+"_"+s)
 		}
@@ -475,7 +476,8 @@ func launchedKernels() []string {
 		"random_uniform_f32", "philox_advance")
 	names = append(names, "equal_bool", "sigmoid_f32", "sigmoid_grad_f32", "gemm_f32", "im2col_f32",
 		"col2im_f32", "max_pool_f32", "max_pool_grad_f32",
-		"sparse_xent_f32_i32", "sparse_xent_f32_i64", "softplus_f32")
+		"sparse_xent_f32_i32", "sparse_xent_f32_i64", "softplus_f32", "tanh_f32", "tanh_grad_f32", "exp_f32", "log_f32",
+		"rsqrt_f32", "softmax_f32", "softmax_xent_f32", "avg_pool_f32", "avg_pool_grad_f32")
 	for _, b := range []string{"1", "2", "4", "8"} {
 		names = append(names, "fill_b"+b, "bcast_b"+b, "select_b"+b, "copy_box_b"+b)
 	}

@@ -82,22 +82,30 @@
 // or gives them int32, int64 and bool: element-wise ops broadcast by
 // strides over up to six merged axes; reductions give one block per output
 // element and sum floats in double. SelectV2 broadcasts its three operands
-// alike; it, Concat, Slice and Pad (strided box copies, or one device copy
-// where a box is contiguous in both layouts) move elements by size, in
-// any dtype. AddN sums up to eight inputs a launch, in the inputs' order
-// as the CPU does; Abs, Sign and Maximum give the CPU's results bit for
-// bit, signed zeros and NaNs included (Maximum is Go's max: a NaN operand
-// wins, +0 is above -0), and Softplus computes in double, as the CPU's. Convolutions (NHWC, filters HWIO) are
-// GEMMs: Conv2D copies each chunk of images into an im2col matrix in
-// scratch memory (at most 64 MiB, chunk by chunk for larger batches) and
-// multiplies it by the filter on cuBLAS; Conv2DBackpropInput multiplies
+// alike; it, Concat, Split, Slice and Pad (strided box copies, or one
+// device copy where a box is contiguous in both layouts) move elements by
+// size, in any dtype, and Reshape, ExpandDims, Squeeze and StopGradient
+// are one device copy. AddN sums up to eight inputs a launch, in the
+// inputs' order as the CPU does; Abs, Sign, Square, Maximum and Minimum
+// give the CPU's results bit for bit, signed zeros and NaNs included
+// (Go's max and min: a NaN operand wins, +0 is above -0), and Softplus,
+// Tanh, Exp, Log and Rsqrt compute in double and round once to float, as
+// the CPU's. Softmax, LogSoftmax and SoftmaxCrossEntropyWithLogits run a
+// block per row, as the sparse cross-entropy does: the row's maximum
+// subtracted in float (the CPU's scan: a NaN first in a row wins, NaNs
+// after it are passed over), the exponentials and their sum in double.
+// Convolutions (NHWC, filters HWIO) are GEMMs: Conv2D copies each chunk
+// of images into an im2col matrix in scratch memory (at most 64 MiB,
+// chunk by chunk for larger batches) and multiplies it by the filter on
+// cuBLAS; Conv2DBackpropInput multiplies
 // the output gradient by the filter's transpose and folds the columns
 // back (col2im, a gather); Conv2DBackpropFilter multiplies the im2col
 // matrix's transpose by the output gradient, accumulating over chunks. A
 // 1x1 filter at stride 1 without padding is one product, without copies.
-// Pooling is direct, and MaxPoolGrad and col2im gather rather than
-// scatter, so results do not depend on scheduling. The optimizers'
-// updates (device.Updates) are element-wise kernels that write the
+// Pooling is direct (AvgPool sums each window in the CPU's order), and
+// MaxPoolGrad, AvgPoolGrad and col2im gather rather than scatter, so
+// results do not depend on scheduling. The optimizers' updates
+// (device.Updates) are element-wise kernels that write the
 // variable and its slots in place, in float32 as the CPU's rules, and
 // AssignAdd and AssignSub (device.VariableOps) add in place. The sparse
 // updates (device.SparseUpdates) check each index against the variable's

@@ -25,7 +25,8 @@ type opDef struct {
 // inputTypes are the first input's types of the kernels whose input type
 // is not their output's (device.KernelDef.InputDTypes).
 var inputTypes = map[string][]tensor.DType{
-	"Greater": numeric, "GreaterEqual": numeric, "Equal": equalTypes, "ArgMax": numeric, "Cast": castTypes,
+	"Greater": numeric, "GreaterEqual": numeric, "Less": numeric, "LessEqual": numeric, "Equal": equalTypes,
+	"ArgMax": numeric, "Cast": castTypes,
 }
 
 var (
@@ -52,6 +53,9 @@ var ops = map[string]opDef{
 	"Div":                                 {numeric, simple(binaryOp("div", numeric))},
 	"SquaredDifference":                   {numeric, simple(binaryOp("squared_difference", numeric))},
 	"Maximum":                             {numeric, simple(binaryOp("maximum", numeric))},
+	"Minimum":                             {numeric, simple(binaryOp("minimum", numeric))},
+	"Less":                                {boolOut, simple(binaryOp("less", numeric))},
+	"LessEqual":                           {boolOut, simple(binaryOp("less_equal", numeric))},
 	"Greater":                             {boolOut, simple(binaryOp("greater", numeric))},
 	"GreaterEqual":                        {boolOut, simple(binaryOp("greater_equal", numeric))},
 	"Equal":                               {boolOut, simple(binaryOp("equal", equalTypes))},
@@ -59,6 +63,15 @@ var ops = map[string]opDef{
 	"Abs":                                 {numeric, simple(unary("abs", numeric))},
 	"Sign":                                {numeric, simple(unary("sign", numeric))},
 	"Softplus":                            {f32, simple(unary("softplus", f32))},
+	"Square":                              {numeric, simple(unary("square", numeric))},
+	"Exp":                                 {f32, simple(unary("exp", f32))},
+	"Log":                                 {f32, simple(unary("log", f32))},
+	"Rsqrt":                               {f32, simple(unary("rsqrt", f32))},
+	"Tanh":                                {f32, simple(unary("tanh", f32))},
+	"TanhGrad":                            {f32, simple(gradOp("tanh_grad", f32))},
+	"Softmax":                             {f32, simple(softmax(false))},
+	"LogSoftmax":                          {f32, simple(softmax(true))},
+	"SoftmaxCrossEntropyWithLogits":       {f32, simple(softmaxXent)},
 	"AddN":                                {numeric, simple(addN)},
 	"SelectV2":                            {nil, simple(selectV2)},
 	"Relu":                                {numeric, simple(unary("relu", numeric))},
@@ -78,6 +91,9 @@ var ops = map[string]opDef{
 	"Identity":                            {nil, simple(copyInput)},
 	"Reshape":                             {nil, simple(copyInput)},
 	"ExpandDims":                          {nil, simple(copyInput)},
+	"Squeeze":                             {nil, simple(copyInput)},
+	"StopGradient":                        {nil, simple(copyInput)},
+	"Split":                               {nil, split},
 	"BroadcastTo":                         {nil, simple(broadcastTo)},
 	"Concat":                              {nil, concat},
 	"Slice":                               {nil, slice},
@@ -88,6 +104,8 @@ var ops = map[string]opDef{
 	"Conv2DBackpropFilter":                {f32, conv("Conv2DBackpropFilter")},
 	"MaxPool":                             {f32, pool("MaxPool")},
 	"MaxPoolGrad":                         {f32, pool("MaxPoolGrad")},
+	"AvgPool":                             {f32, pool("AvgPool")},
+	"AvgPoolGrad":                         {f32, pool("AvgPoolGrad")},
 	"SparseSoftmaxCrossEntropyWithLogits": {f32, simple(sparseXent)},
 	"Gather":                              {nil, gather},
 }
@@ -509,8 +527,9 @@ func onesLike(c *device.Context, l launcher) error {
 	return fillBits(l, out, raw)
 }
 
-// copyInput copies input 0 into output 0 (Identity, Reshape, ExpandDims:
-// the runtime allocates every output, so a view is not an option).
+// copyInput copies input 0 into output 0 (Identity, Reshape, ExpandDims,
+// Squeeze, StopGradient: the runtime allocates every output, so a view is
+// not an option).
 func copyInput(c *device.Context, l launcher) error {
 	x, y := c.Inputs[0], c.Outputs[0]
 	if x.Bytes() != y.Bytes() {
@@ -1154,26 +1173,52 @@ func pool(name string) func(n *graph.Node) (launchFunc, error) {
 			return nil, err
 		}
 		return func(c *device.Context, l launcher) error {
-			x, out := c.Inputs[0], c.Outputs[0]
-			for _, t := range c.Inputs {
+			out := c.Outputs[0]
+			for i, t := range c.Inputs {
+				if i == 0 && name == "AvgPoolGrad" { // orig_input_shape, on the host
+					continue
+				}
 				if t.DType != tensor.Float32 {
 					return unsupported("input", t.DType, f32)
 				}
 			}
-			g, pooled, err := geometry(x.Shape, w.kh, w.kw, 0, w, false)
+			in := c.Inputs[0].Shape
+			if name == "AvgPoolGrad" {
+				if in, err = hostShape(c.Inputs[0], "orig_input_shape"); err != nil {
+					return err
+				}
+			}
+			g, pooled, err := geometry(in, w.kh, w.kw, 0, w, false)
 			if err != nil {
 				return err
 			}
-			if name == "MaxPool" {
+			switch name {
+			case "MaxPool", "AvgPool":
 				if err := checkOut(out, pooled); err != nil {
 					return err
 				}
+				kernel := "max_pool_f32"
+				if name == "AvgPool" {
+					kernel = "avg_pool_f32"
+				}
 				if n := n64(out); n > 0 {
-					return l.launch("max_pool_f32", grid1(n), block1, x.Buf.Ptr, out.Buf.Ptr, g)
+					return l.launch(kernel, grid1(n), block1, c.Inputs[0].Buf.Ptr, out.Buf.Ptr, g)
+				}
+				return nil
+			case "AvgPoolGrad":
+				dy := c.Inputs[1]
+				if !slices.Equal(dy.Shape, pooled) {
+					return fmt.Errorf("grad %v must have the pooled shape %v of orig_input_shape %v", dy.Shape, pooled, in)
+				}
+				if err := checkOut(out, in); err != nil {
+					return err
+				}
+				if n := n64(out); n > 0 {
+					return l.launch("avg_pool_grad_f32", grid1(n), block1, dy.Buf.Ptr, out.Buf.Ptr, g)
 				}
 				return nil
 			}
-			y, dy := c.Inputs[1], c.Inputs[2]
+			x, y, dy := c.Inputs[0], c.Inputs[1], c.Inputs[2]
 			if !slices.Equal(y.Shape, pooled) || !slices.Equal(dy.Shape, pooled) {
 				return fmt.Errorf("orig_output %v and grad %v must have the pooled shape %v of orig_input %v", y.Shape, dy.Shape, pooled, x.Shape)
 			}
@@ -1186,6 +1231,120 @@ func pool(name string) func(n *graph.Node) (launchFunc, error) {
 			return nil
 		}, nil
 	}
+}
+
+// hostShape reads a shape argument given on the host as an int32 or
+// int64 vector (AvgPoolGrad's orig_input_shape).
+func hostShape(t *device.Tensor, what string) ([]int, error) {
+	if t.Host == nil || len(t.Shape) != 1 {
+		return nil, fmt.Errorf("%s must be a vector on the host, got %v%v", what, t.DType, t.Shape)
+	}
+	dims := make([]int, t.Shape[0])
+	for i := range dims {
+		switch t.DType {
+		case tensor.Int32:
+			dims[i] = int(t.Host.Int32s()[i])
+		case tensor.Int64:
+			dims[i] = int(t.Host.Int64s()[i])
+		default:
+			return nil, unsupported(what, t.DType, indexOut)
+		}
+		if dims[i] < 0 {
+			return nil, fmt.Errorf("%s %v has a negative dimension", what, t.Host)
+		}
+	}
+	return dims, nil
+}
+
+// softmax is Softmax (LogSoftmax with log) over the last axis:
+// softmax_f32, a block per row.
+func softmax(log bool) launchFunc {
+	return func(c *device.Context, l launcher) error {
+		x, y := c.Inputs[0], c.Outputs[0]
+		if x.DType != tensor.Float32 {
+			return unsupported("logits", x.DType, f32)
+		}
+		if len(x.Shape) < 1 {
+			return fmt.Errorf("logits must have rank >= 1, got shape %v", x.Shape)
+		}
+		if err := checkOut(y, x.Shape); err != nil {
+			return err
+		}
+		cols := int64(x.Shape[len(x.Shape)-1])
+		if n64(x) == 0 {
+			return nil
+		}
+		lg := int32(0)
+		if log {
+			lg = 1
+		}
+		rows := n64(x) / cols
+		return l.launch("softmax_f32", gridRows(rows), block1, x.Buf.Ptr, y.Buf.Ptr, rows, cols, lg)
+	}
+}
+
+// softmaxXent is SoftmaxCrossEntropyWithLogits: softmax_xent_f32, a block
+// per row of logits and labels [batch, classes].
+func softmaxXent(c *device.Context, l launcher) error {
+	logits, labels := c.Inputs[0], c.Inputs[1]
+	loss, bp := c.Outputs[0], c.Outputs[1]
+	if logits.DType != tensor.Float32 || labels.DType != tensor.Float32 {
+		return unsupported("logits and labels", logits.DType, f32)
+	}
+	if len(logits.Shape) != 2 || !slices.Equal(logits.Shape, labels.Shape) {
+		return fmt.Errorf("logits %v and labels %v must be [batch, classes] of one shape", logits.Shape, labels.Shape)
+	}
+	rows, cols := int64(logits.Shape[0]), int64(logits.Shape[1])
+	if rows == 0 {
+		return nil
+	}
+	if cols == 0 {
+		return l.Stream().Zero(loss.Buf.Ptr, loss.Bytes())
+	}
+	return l.launch("softmax_xent_f32", gridRows(rows), block1,
+		logits.Buf.Ptr, labels.Buf.Ptr, loss.Buf.Ptr, bp.Buf.Ptr, rows, cols)
+}
+
+// split is Split: each of num_split equal parts along the axis copied out
+// of the input, seen as [outer, the axis's extent, inner].
+func split(n *graph.Node) (launchFunc, error) {
+	attr, num := n.AttrInt("axis"), n.AttrInt("num_split")
+	return func(c *device.Context, l launcher) error {
+		x := c.Inputs[0]
+		axis, err := op.ArrayNormAxis(attr, tensor.MakeShape(x.Shape...))
+		if err != nil {
+			return err
+		}
+		if num < 1 || x.Shape[axis]%num != 0 || len(c.Outputs) != num {
+			return fmt.Errorf("dimension %d of shape %v is not divisible by num_split %d", axis, x.Shape, num)
+		}
+		dims := slices.Clone(x.Shape)
+		dims[axis] /= num
+		size, err := elemSize(x.DType)
+		if err != nil {
+			return err
+		}
+		for _, out := range c.Outputs {
+			if err := checkOut(out, dims); err != nil {
+				return err
+			}
+		}
+		outer, inner := tensor.NumElements(dims[:axis]), int64(tensor.NumElements(dims[axis+1:]))
+		w := int64(dims[axis]) * inner // a part's elements per outer index
+		if int64(outer)*w == 0 {
+			return nil
+		}
+		p, err := newBoxPlan([]int{outer, int(w)}, []int64{int64(num) * w, 1}, []int64{w, 1})
+		if err != nil {
+			return err
+		}
+		for i, out := range c.Outputs {
+			if err := copyBox(l, x.Buf.Ptr.Add(int64(i)*w*size), out.Buf.Ptr, p, size); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
 }
 
 func sparseXent(c *device.Context, l launcher) error {

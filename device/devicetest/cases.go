@@ -132,7 +132,7 @@ func Cases() []Case {
 		Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{f(4, 10), ints(4, 10)}},
 		Case{Op: "SparseSoftmaxCrossEntropyWithLogits", Inputs: []*tensor.Tensor{f(37, 3), ints(37, 3)}},
 	)
-	return slices.Concat(cases, largeCases(), wideDeepCases())
+	return slices.Concat(cases, largeCases(), wideDeepCases(), layersCases())
 }
 
 // maxPool is the 2x2 SAME max-pool of x on the CPU, for MaxPoolGrad's

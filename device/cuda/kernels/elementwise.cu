@@ -9,6 +9,8 @@ struct SqDiffF { template <class T> __device__ T operator()(T a, T b) const { T 
 struct GeF { template <class T> __device__ u8 operator()(T a, T b) const { return a >= b; } };
 struct EqF { template <class T> __device__ u8 operator()(T a, T b) const { return a == b; } };
 struct GtF { template <class T> __device__ u8 operator()(T a, T b) const { return a > b; } };
+struct LtF { template <class T> __device__ u8 operator()(T a, T b) const { return a < b; } };
+struct LeF { template <class T> __device__ u8 operator()(T a, T b) const { return a <= b; } };
 
 // Go's max, the CPU kernel's: a NaN operand gives NaN, and +0 is above -0
 // (the bits of two equal operands anded: -0 only if both are).
@@ -21,6 +23,19 @@ struct MaxF {
   }
   __device__ i32 operator()(i32 a, i32 b) const { return a > b ? a : b; }
   __device__ i64 operator()(i64 a, i64 b) const { return a > b ? a : b; }
+};
+
+// Go's min, the CPU kernel's: a NaN operand gives NaN, and -0 is below +0
+// (the bits of two equal operands ored: -0 if either is).
+struct MinF {
+  __device__ float operator()(float a, float b) const {
+    if (a != a) return a;
+    if (b != b) return b;
+    if (a == b) return __int_as_float(__float_as_int(a) | __float_as_int(b));
+    return a < b ? a : b;
+  }
+  __device__ i32 operator()(i32 a, i32 b) const { return a < b ? a : b; }
+  __device__ i64 operator()(i64 a, i64 b) const { return a < b ? a : b; }
 };
 
 // Integer division truncates as Go's does; a zero divisor gives 0 rather
@@ -50,11 +65,14 @@ ARITH(mul, MulF)
 ARITH(div, DivF)
 ARITH(squared_difference, SqDiffF)
 ARITH(maximum, MaxF)
+ARITH(minimum, MinF)
 
 #define COMPARE(op, F) BINARY(op##_f32, F, float, u8) BINARY(op##_i32, F, i32, u8) BINARY(op##_i64, F, i64, u8)
 COMPARE(greater_equal, GeF)
 COMPARE(equal, EqF)
 COMPARE(greater, GtF)
+COMPARE(less, LtF)
+COMPARE(less_equal, LeF)
 BINARY(equal_bool, EqF, u8, u8)
 
 // Unary ops.
@@ -79,6 +97,19 @@ UNARY(sign_f32, float, v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v))
 UNARY(sign_i32, i32, (i32)(v > 0) - (i32)(v < 0))
 UNARY(sign_i64, i64, (i64)(v > 0) - (i64)(v < 0))
 
+// Square: an integer's wraps, as Go's product does.
+UNARY(square_f32, float, v * v)
+UNARY(square_i32, i32, (i32)((u32)v * (u32)v))
+UNARY(square_i64, i64, (i64)((u64)v * (u64)v))
+// Tanh, Exp, Log and Rsqrt in double, rounded once to float, as the CPU's
+// (math.Tanh, math.Exp, math.Log, 1/math.Sqrt): the same float for all but
+// the rare argument whose double result lies within a double's rounding of
+// a float's halfway point, and the CPU's overflows, infinities and NaNs.
+UNARY(tanh_f32, float, (float)tanh((double)v))
+UNARY(exp_f32, float, (float)exp((double)v))
+UNARY(log_f32, float, (float)log((double)v))
+UNARY(rsqrt_f32, float, (float)(1.0 / sqrt((double)v)))
+
 // Softplus log(1 + e^v) in double, as the CPU's: v + log(1 + e^-v) above
 // 0, so that nothing overflows.
 extern "C" __global__ void softplus_f32(const float* x, float* y, i64 n) {
@@ -100,6 +131,14 @@ extern "C" __global__ void sigmoid_grad_f32(const float* y, const float* dy, flo
   GRID_LOOP(i, n) {
     float v = y[i];
     dx[i] = dy[i] * v * (1.0f - v);
+  }
+}
+
+// TanhGrad(y, dy) = dy * (1 - y * y).
+extern "C" __global__ void tanh_grad_f32(const float* y, const float* dy, float* dx, i64 n) {
+  GRID_LOOP(i, n) {
+    float v = y[i];
+    dx[i] = dy[i] * (1.0f - v * v);
   }
 }
 

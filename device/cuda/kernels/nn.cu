@@ -1,6 +1,86 @@
-// Neural-network kernels: the sparse softmax cross-entropy, the copies of
-// the GEMM convolutions and max pooling, all NHWC with filters HWIO, as the
-// CPU's.
+// Neural-network kernels: softmax and the softmax cross-entropies, the
+// copies of the GEMM convolutions, max and average pooling, all NHWC with
+// filters HWIO, as the CPU's.
+
+// row_max returns to every thread of the block the maximum of a row of
+// c > 0 elements as the CPU's scan finds it (v > m from the first
+// element): NaN if the first element is NaN, else the largest of those
+// that are not. sh is THREADS floats of shared memory.
+__device__ float row_max(const float* xr, i64 c, float* sh) {
+  float m = xr[0];
+  for (i64 j = threadIdx.x; j < c; j += blockDim.x) {
+    float v = xr[j];
+    if (v > m) m = v;
+  }
+  sh[threadIdx.x] = m;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  m = sh[0];
+  __syncthreads();
+  return m;
+}
+
+// Softmax (logsm 0) and LogSoftmax (logsm 1) over rows of c > 0 elements:
+// one block per row. As the CPU's: the row's maximum m subtracted in
+// float, so that nothing overflows, the exponentials and their sum in
+// double; softmax is each exponential rounded to float times the float
+// reciprocal of the sum, log-softmax (x - m) - (float)log(sum).
+extern "C" __global__ void softmax_f32(const float* x, float* y, i64 n, i64 c, int logsm) {
+  __shared__ double shd[THREADS];
+  __shared__ float shf[THREADS];
+  for (i64 row = blockIdx.x; row < n; row += gridDim.x) {
+    const float* xr = x + row * c;
+    float* yr = y + row * c;
+    float m = row_max(xr, c, shf);
+    double sum = 0;
+    for (i64 j = threadIdx.x; j < c; j += blockDim.x) {
+      double e = exp((double)(xr[j] - m));
+      if (!logsm) yr[j] = (float)e;
+      sum += e;
+    }
+    sum = block_sum<double>(sum, shd);
+    if (logsm) {
+      float lse = (float)log(sum);
+      for (i64 j = threadIdx.x; j < c; j += blockDim.x) yr[j] = (xr[j] - m) - lse;
+    } else {
+      float inv = (float)(1.0 / sum);
+      for (i64 j = threadIdx.x; j < c; j += blockDim.x) yr[j] *= inv;
+    }
+  }
+}
+
+// SoftmaxCrossEntropyWithLogits over logits and dense labels [n, c > 0]:
+// one block per row. As the CPU's: loss = sum(labels * (log(sum(e)) -
+// (x - m))) in double, backprop = softmax - labels, the softmax rounded
+// from double.
+extern "C" __global__ void softmax_xent_f32(const float* x, const float* labels, float* loss, float* bp, i64 n, i64 c) {
+  __shared__ double shd[THREADS];
+  __shared__ float shf[THREADS];
+  for (i64 row = blockIdx.x; row < n; row += gridDim.x) {
+    const float* xr = x + row * c;
+    const float* lr = labels + row * c;
+    float* br = bp + row * c;
+    float m = row_max(xr, c, shf);
+    double sum = 0;
+    for (i64 j = threadIdx.x; j < c; j += blockDim.x) {
+      double e = exp((double)(xr[j] - m));
+      br[j] = (float)e;
+      sum += e;
+    }
+    sum = block_sum<double>(sum, shd);
+    double log_sum = log(sum), inv = 1.0 / sum, l = 0;
+    for (i64 j = threadIdx.x; j < c; j += blockDim.x) {
+      float lab = lr[j];
+      l += (double)lab * (log_sum - (double)(xr[j] - m));
+      br[j] = (float)((double)br[j] * inv) - lab;
+    }
+    l = block_sum<double>(l, shd);
+    if (threadIdx.x == 0) loss[row] = (float)l;
+  }
+}
 
 // SparseSoftmaxCrossEntropyWithLogits over logits [n, c]: one block per
 // row. As the CPU's float32 kernel: exponentials in float, their sum and
@@ -169,6 +249,55 @@ extern "C" __global__ void max_pool_grad_f32(const float* x, const float* dy, fl
     for (i64 oh = oh0; oh <= oh1; ++oh) {
       for (i64 ow = ow0; ow <= ow1; ++ow) {
         if (window_max(x, p, n, oh, ow, c) == i) acc += dy[((n * p.oh + oh) * p.ow + ow) * p.c + c];
+      }
+    }
+    dx[i] = acc;
+  }
+}
+
+// AvgPool: the mean of each window clipped to the image (padding not
+// counted), summed in the CPU's order (rows, then columns) and scaled by
+// the float reciprocal of its size, as the CPU does.
+extern "C" __global__ void avg_pool_f32(const float* x, float* y, Pool p) {
+  GRID_LOOP(i, p.n * p.oh * p.ow * p.c) {
+    i64 c = i % p.c, t = i / p.c;
+    i64 ow = t % p.ow;
+    t /= p.ow;
+    i64 oh = t % p.oh, n = t / p.oh;
+    i64 h0 = oh * p.sh - p.pt, w0 = ow * p.sw - p.pl;
+    i64 h1 = imin(h0 + p.kh, p.h), w1 = imin(w0 + p.kw, p.w);
+    h0 = imax(h0, 0);
+    w0 = imax(w0, 0);
+    float acc = 0.0f;
+    for (i64 ih = h0; ih < h1; ++ih) {
+      for (i64 iw = w0; iw < w1; ++iw) acc += x[((n * p.h + ih) * p.w + iw) * p.c + c];
+    }
+    y[i] = acc * (1.0f / (float)((h1 - h0) * (w1 - w0)));
+  }
+}
+
+// AvgPoolGrad: one thread per input element gathers, in the CPU's order
+// (output rows, then columns), each gradient of a window holding it times
+// the reciprocal of the window's size.
+extern "C" __global__ void avg_pool_grad_f32(const float* dy, float* dx, Pool p) {
+  GRID_LOOP(i, p.n * p.h * p.w * p.c) {
+    i64 c = i % p.c, t = i / p.c;
+    i64 iw = t % p.w;
+    t /= p.w;
+    i64 ih = t % p.h, n = t / p.h;
+    i64 sh0 = ih + p.pt - p.kh + 1, sw0 = iw + p.pl - p.kw + 1;
+    i64 oh0 = sh0 <= 0 ? 0 : (sh0 + p.sh - 1) / p.sh;
+    i64 ow0 = sw0 <= 0 ? 0 : (sw0 + p.sw - 1) / p.sw;
+    i64 oh1 = imin((ih + p.pt) / p.sh, p.oh - 1);
+    i64 ow1 = imin((iw + p.pl) / p.sw, p.ow - 1);
+    float acc = 0.0f;
+    for (i64 oh = oh0; oh <= oh1; ++oh) {
+      i64 h0 = oh * p.sh - p.pt;
+      i64 hn = imin(h0 + p.kh, p.h) - imax(h0, 0);
+      for (i64 ow = ow0; ow <= ow1; ++ow) {
+        i64 w0 = ow * p.sw - p.pl;
+        i64 wn = imin(w0 + p.kw, p.w) - imax(w0, 0);
+        acc += dy[((n * p.oh + oh) * p.ow + ow) * p.c + c] * (1.0f / (float)(hn * wn));
       }
     }
     dx[i] = acc;

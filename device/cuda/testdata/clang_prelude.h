@@ -11,6 +11,7 @@ __device__ float expf(float);
 __device__ double exp(double);
 __device__ double log(double);
 __device__ double log1p(double);
+__device__ double tanh(double);
 __device__ double sqrt(double);
 __device__ float sqrtf(float);
 __device__ float fmaf(float, float, float);
