@@ -89,11 +89,17 @@ func Stack(s *graph.Scope, outputs []graph.Output) graph.Output {
 // zeroState is a zero state [batch, width] for the batch of x, whose size
 // may be known only at run time.
 func zeroState(s *graph.Scope, x graph.Output, width int) graph.Output {
-	batch := ops.Slice(s, ops.Shape(s, x), []int{0}, []int{1})
-	dims := ops.Concat(s, 0, batch, ops.Const(s, []int32{int32(width)}))
-	// The reshape gives the state a static shape [?, width] (or the known
-	// batch), as the step's shape functions need its width.
-	return ops.ReshapeTo(s, ops.Fill(s, dims, ops.Scalar(s, x.DType(), 0)), x.Shape().Dim(0), width)
+	// Zeros [batch, 1] (a sum of zeros over x's other axes, which may be
+	// empty) times ones [width]: no dimension is computed at run time, as
+	// a Fill of x's batch would be, which kept a GPU step from being
+	// replayed whole; the static shape keeps the width, which the step's
+	// shape functions need, and the batch if known.
+	axes := make([]int, 0, x.Shape().Rank())
+	for i := 1; i < x.Shape().Rank(); i++ {
+		axes = append(axes, i)
+	}
+	column := ops.ReshapeTo(s, ops.Sum(s, ops.ZerosLike(s, x), axes, false), x.Shape().Dim(0), 1)
+	return ops.Mul(s, column, ops.Fill(s, ops.Const(s, []int32{int32(width)}), ops.Scalar(s, x.DType(), 1)))
 }
 
 // recurrentApply is the part common to the recurrent layers' Apply: the

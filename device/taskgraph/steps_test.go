@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/distflow/distflow/device"
+	"github.com/distflow/distflow/device/runner"
 	"github.com/distflow/distflow/device/taskgraph"
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
 )
 
 // TestHostInputFromAFeed: a Reshape whose shape is fed reads it on the
@@ -262,5 +265,54 @@ func TestFeedsChecked(t *testing.T) {
 	out, err := e.Run(context.Background(), []*tensor.Tensor{tensor.MustFromSlice([]float32{-1, 2}, 1, 2)})
 	if err != nil || !slices.Equal(out[0].Float32s(), []float32{0, 2}) {
 		t.Errorf("a good feed: %v, %v", out, err)
+	}
+}
+
+// TestRecurrentStepReplaysWhole: an LSTM's training step, its variables in
+// device memory, is captured and replayed whole, copying only the batch
+// in and the loss out: no op of the unrolled cell (its zero state among
+// them, whose batch was once computed on the host) leaves the device.
+func TestRecurrentStepReplaysWhole(t *testing.T) {
+	root := graph.NewScope()
+	m := lstmModel(root.WithDevice("/gpu:0"), 8)
+	opt, _ := train.NewOptimizer("adam", 0.01)
+	op, err := train.Minimize(root.WithDevice("/gpu:0"), opt, m.Loss, train.CreateGlobalStep(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := ops.GlobalVariablesInitializer(root)
+	res := kernel.NewResources()
+	defer taskgraph.ReleaseVariables(res)
+	cfg := taskgraph.Config{Task: task, Devices: openSim(t, device.Options{Count: 1}), SoftPlacement: true, VariablesOnDevice: true}
+	ctx := context.Background()
+	ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ie.Close()
+	if _, err := ie.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	e, err := taskgraph.New(root.Graph(), graph.Signature{Feeds: []graph.Output{m.Input, m.Label},
+		Fetches: []graph.Output{m.Loss}, Targets: []*graph.Node{op}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	x, y := batch(rand.New(rand.NewPCG(1, 2)), 8)
+	var before runner.Transfers
+	for i := range 3 {
+		if i == 2 {
+			before = e.Transfers()
+		}
+		if _, err := e.Run(ctx, []*tensor.Tensor{x, y}); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	if e.Replays() != 1 {
+		t.Errorf("the LSTM's step does not replay whole: %d partitions replay", e.Replays())
+	}
+	if c := e.Transfers().Sub(before); c.In+c.Out != 3 {
+		t.Errorf("a replayed step copied %d tensors in and %d out, want the images and labels in, the loss out", c.In, c.Out)
 	}
 }
