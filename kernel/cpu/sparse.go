@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
@@ -26,64 +27,23 @@ func init() {
 	kernel.Register("PartitionIDs", kernel.CPU, kernel.Borrowing(kernel.Simple(sparsePartitionIDs)))
 
 	// Scalars arrive in input order, skipping grad and indices.
-	sparseRegisterApply("SparseApplyGradientDescent", 1, 2, 3, func(*graph.Node) sparseRule {
-		return func(r [3]sparseRow, g sparseRow, sc [8]float64) {
-			alpha := sc[0]
-			for i := range g.n() {
-				r[0].set(i, r[0].at(i)-alpha*g.at(i))
-			}
-		}
+	sparseRegisterApply("SparseApplyGradientDescent", 1, 2, 3, func(*graph.Node) sparseRules {
+		return sparseRules{sparseSGD[float32], sparseSGD[float64]}
 	})
-	sparseRegisterApply("SparseApplyMomentum", 2, 3, 4, func(n *graph.Node) sparseRule {
-		nesterov := n.AttrBool("use_nesterov")
-		return func(r [3]sparseRow, g sparseRow, sc [8]float64) {
-			lr, mom := sc[0], sc[1]
-			for i := range g.n() {
-				gi := g.at(i)
-				a := r[1].at(i)*mom + gi
-				r[1].set(i, a)
-				if nesterov {
-					r[0].set(i, r[0].at(i)-(gi*lr+a*mom*lr))
-				} else {
-					r[0].set(i, r[0].at(i)-lr*a)
-				}
-			}
+	sparseRegisterApply("SparseApplyMomentum", 2, 3, 4, func(n *graph.Node) sparseRules {
+		if n.AttrBool("use_nesterov") {
+			return sparseRules{sparseMomentum[float32, sparseNesterov], sparseMomentum[float64, sparseNesterov]}
 		}
+		return sparseRules{sparseMomentum[float32, sparsePlain], sparseMomentum[float64, sparsePlain]}
 	})
-	sparseRegisterApply("SparseApplyAdagrad", 2, 3, 4, func(*graph.Node) sparseRule {
-		return func(r [3]sparseRow, g sparseRow, sc [8]float64) {
-			lr := sc[0]
-			for i := range g.n() {
-				gi := g.at(i)
-				a := r[1].at(i) + gi*gi
-				r[1].set(i, a)
-				r[0].set(i, r[0].at(i)-lr*gi/math.Sqrt(a))
-			}
-		}
+	sparseRegisterApply("SparseApplyAdagrad", 2, 3, 4, func(*graph.Node) sparseRules {
+		return sparseRules{sparseAdagrad[float32], sparseAdagrad[float64]}
 	})
-	sparseRegisterApply("SparseApplyAdam", 3, 9, 10, func(*graph.Node) sparseRule {
-		return func(r [3]sparseRow, g sparseRow, sc [8]float64) {
-			b1p, b2p, lr, b1, b2, eps := sc[0], sc[1], sc[2], sc[3], sc[4], sc[5]
-			lrT := lr * math.Sqrt(1-b2p) / (1 - b1p)
-			for i := range g.n() {
-				gi := g.at(i)
-				m := r[1].at(i) + (gi-r[1].at(i))*(1-b1)
-				v := r[2].at(i) + (gi*gi-r[2].at(i))*(1-b2)
-				r[1].set(i, m)
-				r[2].set(i, v)
-				r[0].set(i, r[0].at(i)-lrT*m/(math.Sqrt(v)+eps))
-			}
-		}
+	sparseRegisterApply("SparseApplyAdam", 3, 9, 10, func(*graph.Node) sparseRules {
+		return sparseRules{sparseAdam[float32], sparseAdam[float64]}
 	})
-	sparseRegisterApply("SparseApplyFtrl", 3, 3, 4, func(*graph.Node) sparseRule {
-		return func(r [3]sparseRow, g sparseRow, sc [8]float64) {
-			for i := range g.n() {
-				w, a, l := FtrlStep(r[0].at(i), r[1].at(i), r[2].at(i), g.at(i), sc[0], sc[1], sc[2], sc[3])
-				r[0].set(i, w)
-				r[1].set(i, a)
-				r[2].set(i, l)
-			}
-		}
+	sparseRegisterApply("SparseApplyFtrl", 3, 3, 4, func(*graph.Node) sparseRules {
+		return sparseRules{sparseFtrl[float32], sparseFtrl[float64]}
 	})
 	stateRegisterApply("ApplyFtrl", 3, 3, false, func(*graph.Node) stateUpdate {
 		return func(v [4]*tensor.Tensor, g *tensor.Tensor, sc [8]float64) {
@@ -125,57 +85,86 @@ func FtrlStep(w, accum, linear, g, lr, l1, l2, lrPower float64) (float64, float6
 	return w, accumNew, linear
 }
 
-// sparseRow is one row of a float tensor, read and written as float64.
-type sparseRow struct {
-	f32 []float32
-	f64 []float64
-}
-
-func (r sparseRow) n() int {
-	if r.f32 != nil {
-		return len(r.f32)
-	}
-	return len(r.f64)
-}
-
-func (r sparseRow) at(i int) float64 {
-	if r.f32 != nil {
-		return float64(r.f32[i])
-	}
-	return r.f64[i]
-}
-
-func (r sparseRow) set(i int, v float64) {
-	if r.f32 != nil {
-		r.f32[i] = float32(v)
-	} else {
-		r.f64[i] = v
-	}
-}
-
-func sparseRowOf(t *tensor.Tensor, row, width int) sparseRow {
-	switch t.DType() {
-	case tensor.Float32:
-		return sparseRow{f32: t.Float32s()[row*width : (row+1)*width]}
-	default:
-		return sparseRow{f64: t.Float64s()[row*width : (row+1)*width]}
-	}
-}
-
 // sparseRule updates one row of the variable (r[0]) and its slots given
-// that row's (summed) gradient and the op's scalars.
-type sparseRule func(r [3]sparseRow, g sparseRow, scalars [8]float64)
+// that row's (summed) gradient and the op's scalars, computing in float64
+// and rounding each value it stores, whatever the dtype.
+type sparseRule[T float32 | float64] func(r [3][]T, g []T, scalars [8]float64)
 
-func sparseRegisterApply(opName string, nRefs, gradIdx, idxIdx int, build func(n *graph.Node) sparseRule) {
+// sparseRules are an update's rule for each float dtype.
+type sparseRules struct {
+	f32 sparseRule[float32]
+	f64 sparseRule[float64]
+}
+
+func sparseSGD[T float32 | float64](r [3][]T, g []T, sc [8]float64) {
+	alpha := sc[0]
+	for i, gi := range g {
+		r[0][i] = T(float64(r[0][i]) - alpha*float64(gi))
+	}
+}
+
+// sparseNesterov and sparsePlain choose the momentum rule at compile time.
+type (
+	sparseNesterov struct{}
+	sparsePlain    struct{}
+)
+
+func sparseMomentum[T float32 | float64, N sparseNesterov | sparsePlain](r [3][]T, g []T, sc [8]float64) {
+	lr, mom := sc[0], sc[1]
+	_, nesterov := any(N{}).(sparseNesterov)
+	for i, gv := range g {
+		gi := float64(gv)
+		a := float64(r[1][i])*mom + gi
+		r[1][i] = T(a)
+		if nesterov {
+			r[0][i] = T(float64(r[0][i]) - (gi*lr + a*mom*lr))
+		} else {
+			r[0][i] = T(float64(r[0][i]) - lr*a)
+		}
+	}
+}
+
+func sparseAdagrad[T float32 | float64](r [3][]T, g []T, sc [8]float64) {
+	lr := sc[0]
+	for i, gv := range g {
+		gi := float64(gv)
+		a := float64(r[1][i]) + gi*gi
+		r[1][i] = T(a)
+		r[0][i] = T(float64(r[0][i]) - lr*gi/math.Sqrt(a))
+	}
+}
+
+func sparseAdam[T float32 | float64](r [3][]T, g []T, sc [8]float64) {
+	b1p, b2p, lr, b1, b2, eps := sc[0], sc[1], sc[2], sc[3], sc[4], sc[5]
+	lrT := lr * math.Sqrt(1-b2p) / (1 - b1p)
+	for i, gv := range g {
+		gi := float64(gv)
+		m1, v1 := float64(r[1][i]), float64(r[2][i])
+		m := m1 + (gi-m1)*(1-b1)
+		v := v1 + (gi*gi-v1)*(1-b2)
+		r[1][i] = T(m)
+		r[2][i] = T(v)
+		r[0][i] = T(float64(r[0][i]) - lrT*m/(math.Sqrt(v)+eps))
+	}
+}
+
+func sparseFtrl[T float32 | float64](r [3][]T, g []T, sc [8]float64) {
+	for i, gv := range g {
+		w, a, l := FtrlStep(float64(r[0][i]), float64(r[1][i]), float64(r[2][i]), float64(gv), sc[0], sc[1], sc[2], sc[3])
+		r[0][i], r[1][i], r[2][i] = T(w), T(a), T(l)
+	}
+}
+
+func sparseRegisterApply(opName string, nRefs, gradIdx, idxIdx int, build func(n *graph.Node) sparseRules) {
 	kernel.Register(opName, kernel.CPU, kernel.Borrowing(func(n *graph.Node) (kernel.Kernel, error) {
-		rule := build(n)
+		rules := build(n)
 		return kernel.Func(func(c *kernel.Context) error {
-			return sparseApply(c, nRefs, gradIdx, idxIdx, rule)
+			return sparseApply(c, nRefs, gradIdx, idxIdx, rules)
 		}), nil
 	}))
 }
 
-func sparseApply(c *kernel.Context, nRefs, gradIdx, idxIdx int, rule sparseRule) error {
+func sparseApply(c *kernel.Context, nRefs, gradIdx, idxIdx int, rules sparseRules) error {
 	v := c.Ref(0)
 	dt, shape := v.DType(), v.Shape()
 	if !dt.IsFloat() || shape.Rank() < 1 {
@@ -216,7 +205,7 @@ func sparseApply(c *kernel.Context, nRefs, gradIdx, idxIdx int, rule sparseRule)
 		scalars[k] = t.Float64At(0)
 		k++
 	}
-	idx, g = sparseDedup(idx, g, width)
+	idx, g = sparseDedup(idx, g, width, rows)
 
 	var vals [3]*tensor.Tensor
 	for i, r := range refs {
@@ -230,53 +219,56 @@ func sparseApply(c *kernel.Context, nRefs, gradIdx, idxIdx int, rule sparseRule)
 		vals[i] = val
 	}
 	defer stateUnlockAll(refs)
-	var saved []float64
+	if dt == tensor.Float32 {
+		var vs [3][]float32
+		for i := range refs {
+			vs[i] = vals[i].Float32s()
+		}
+		return sparseUpdate(c, refs, rules.f32, vs, g.Float32s(), idx, width, scalars, guard)
+	}
+	var vs [3][]float64
+	for i := range refs {
+		vs[i] = vals[i].Float64s()
+	}
+	return sparseUpdate(c, refs, rules.f64, vs, g.Float64s(), idx, width, scalars, guard)
+}
+
+// sparseUpdate applies rule to the rows idx of the refs' values vals (row
+// j of g being row idx[j]'s gradient). Guarded, it keeps the rows it
+// overwrites and, if one then holds a NaN or an infinity, puts them all
+// back and returns an error naming the variable or slot, the row and the
+// element.
+func sparseUpdate[T float32 | float64](c *kernel.Context, refs []*kernel.Variable, rule sparseRule[T], vals [3][]T, g []T, idx []int, width int, scalars [8]float64, guard bool) error {
+	nRefs := len(refs)
+	var saved []T
 	if guard {
-		// The rows the update overwrites, to put back if it overflows.
-		saved = make([]float64, 0, len(idx)*width*nRefs)
+		saved = make([]T, 0, len(idx)*width*nRefs)
 		for _, row := range idx {
-			for i := range refs {
-				r := sparseRowOf(vals[i], row, width)
-				for e := range width {
-					saved = append(saved, r.at(e))
-				}
+			for i := range nRefs {
+				saved = append(saved, vals[i][row*width:][:width]...)
 			}
 		}
 	}
 	for j, row := range idx {
-		var rs [3]sparseRow
-		for i := range refs {
-			rs[i] = sparseRowOf(vals[i], row, width)
+		var rs [3][]T
+		for i := range nRefs {
+			rs[i] = vals[i][row*width:][:width]
 		}
-		rule(rs, sparseRowOf(g, j, width), scalars)
+		rule(rs, g[j*width:][:width], scalars)
 	}
-	if guard {
-		return sparseCheckRows(c, refs, vals[:nRefs], idx, width, saved)
+	if !guard {
+		return nil
 	}
-	return nil
-}
-
-// sparseCheckRows checks the updated rows idx of the refs' values; if one
-// holds a NaN or an infinity, it puts the saved rows back (in the order
-// sparseApply saved them) and returns an error naming the variable or
-// slot, the row and the element.
-func sparseCheckRows(c *kernel.Context, refs []*kernel.Variable, vals []*tensor.Tensor, idx []int, width int, saved []float64) error {
 	for _, row := range idx {
-		for i := range refs {
-			r := sparseRowOf(vals[i], row, width)
-			for e := range width {
-				x := r.at(e)
-				if !math.IsNaN(x) && !math.IsInf(x, 0) {
+		for i := range nRefs {
+			for e, x := range vals[i][row*width:][:width] {
+				if x-x == 0 { // finite
 					continue
 				}
 				k := 0
 				for _, row := range idx {
-					for i := range refs {
-						r := sparseRowOf(vals[i], row, width)
-						for e := range width {
-							r.set(e, saved[k])
-							k++
-						}
+					for i := range nRefs {
+						k += copy(vals[i][row*width:][:width], saved[k:])
 					}
 				}
 				what := fmt.Sprintf("variable %q", refs[i].Name())
@@ -293,29 +285,75 @@ func sparseCheckRows(c *kernel.Context, refs []*kernel.Variable, vals []*tensor.
 }
 
 // sparseDedup returns the distinct indices and, if some repeat, a new
-// gradient whose rows are the sums of the rows of each index (the input is
-// never modified: the executor may share it).
-func sparseDedup(idx []int, g *tensor.Tensor, width int) ([]int, *tensor.Tensor) {
-	pos := make(map[int]int, len(idx))
+// gradient whose rows are the sums of the rows of each index, in the
+// order the rows come (the input is never modified: the executor may
+// share it). rows is the variable's.
+func sparseDedup(idx []int, g *tensor.Tensor, width, rows int) ([]int, *tensor.Tensor) {
+	if len(idx) < 2 {
+		return idx, g
+	}
 	uniq := idx[:0:0]
-	for _, i := range idx {
-		if _, ok := pos[i]; !ok {
-			pos[i] = len(uniq)
-			uniq = append(uniq, i)
+	at := make([]int32, len(idx)) // each index's position in uniq
+	if rows <= sparseSlotRows {
+		// A slot per row of the table rather than a map: the map cost
+		// more than the update it served.
+		sp, _ := sparseSlots.Get().(*[]int32)
+		if sp == nil || len(*sp) < rows {
+			slots := make([]int32, rows)
+			sp = &slots
+		}
+		slot := *sp
+		for j, i := range idx {
+			if slot[i] == 0 {
+				uniq = append(uniq, i)
+				slot[i] = int32(len(uniq))
+			}
+			at[j] = slot[i] - 1
+		}
+		for _, i := range uniq {
+			slot[i] = 0
+		}
+		sparseSlots.Put(sp)
+	} else {
+		pos := make(map[int]int32, len(idx))
+		for j, i := range idx {
+			p, ok := pos[i]
+			if !ok {
+				p = int32(len(uniq))
+				pos[i] = p
+				uniq = append(uniq, i)
+			}
+			at[j] = p
 		}
 	}
 	if len(uniq) == len(idx) {
 		return idx, g
 	}
 	out := tensor.New(g.DType(), append([]int{len(uniq)}, g.Shape()[1:]...)...)
-	for j, i := range idx {
-		dst, src := sparseRowOf(out, pos[i], width), sparseRowOf(g, j, width)
-		for e := range width {
-			dst.set(e, dst.at(e)+src.at(e))
-		}
+	if g.DType() == tensor.Float32 {
+		sparseSumRows(out.Float32s(), g.Float32s(), at, width)
+	} else {
+		sparseSumRows(out.Float64s(), g.Float64s(), at, width)
 	}
 	return uniq, out
 }
+
+// sparseSumRows adds row j of src to row at[j] of dst, in order.
+func sparseSumRows[T float32 | float64](dst, src []T, at []int32, width int) {
+	for j, p := range at {
+		d, s := dst[int(p)*width:][:width], src[j*width:][:width]
+		for e := range d {
+			d[e] += s[e]
+		}
+	}
+}
+
+// sparseSlotRows bounds the tables whose updates find repeated indices
+// through a slot per row (sparseSlots); larger ones use a map.
+const sparseSlotRows = 1 << 22
+
+// sparseSlots lends sparseDedup zeroed slot arrays, a slot per row.
+var sparseSlots sync.Pool
 
 func sparseInts(c *kernel.Context, t *tensor.Tensor, what string) ([]int64, error) {
 	switch d := t.Data().(type) {
