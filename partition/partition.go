@@ -63,7 +63,7 @@ const (
 // function: the input graph is not modified, and equal inputs give equal
 // outputs.
 func Partition(nodes []*graph.Node, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
-	return partition(nodes, nil, devices, TaskOf)
+	return partition(nodes, nil, devices, TaskOf, true)
 }
 
 // Subgraph partitions the subgraph of one step (graph.NewSubgraph): its
@@ -73,7 +73,7 @@ func Partition(nodes []*graph.Node, devices map[*graph.Node]string) (map[string]
 // that the feeds satisfy are dropped. devices must hold a device for every
 // node of sub.AllNodes().
 func Subgraph(sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
-	return partition(sub.AllNodes(), sub, devices, TaskOf)
+	return partition(sub.AllNodes(), sub, devices, TaskOf, true)
 }
 
 // SubgraphByDevice is Subgraph with one graph per device rather than per
@@ -85,8 +85,12 @@ func Subgraph(sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*
 // take variables of its task's CPU by ref: its partition gets a copy of
 // each such Variable node, still on the CPU, which the accelerator's runner
 // finds by name in the task's resources; no other ref crosses devices.
+// The half-read collections (Float16ReadsCollection) do not apply: they
+// halve what crosses tasks, and a variable read across this cut is the
+// task's own, so that a model computes with the same values on its GPU as
+// on its CPU.
 func SubgraphByDevice(sub *graph.Subgraph, devices map[*graph.Node]string) (map[string]*graph.Graph, error) {
-	return partition(sub.AllNodes(), sub, devices, DeviceOf)
+	return partition(sub.AllNodes(), sub, devices, DeviceOf, false)
 }
 
 // DeviceOf returns the canonical form of a full device name, or an error
@@ -108,8 +112,8 @@ func DeviceOf(device string) (string, error) {
 func FeedName(o graph.Output) string { return "_feed/" + sanitize(o.Name()) }
 
 // partition cuts nodes into one graph per key of their devices (keyOf:
-// TaskOf or DeviceOf).
-func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node]string, keyOf func(string) (string, error)) (map[string]*graph.Graph, error) {
+// TaskOf or DeviceOf); halves: the half-read collections apply.
+func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node]string, keyOf func(string) (string, error), halves bool) (map[string]*graph.Graph, error) {
 	p := &partitioner{
 		sub:     sub,
 		devices: devices,
@@ -121,7 +125,7 @@ func partition(nodes []*graph.Node, sub *graph.Subgraph, devices map[*graph.Node
 	}
 	sorted := append([]*graph.Node(nil), nodes...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].ID() < sorted[j].ID() })
-	if len(sorted) > 0 {
+	if len(sorted) > 0 && halves {
 		p.halfReads = halfReads(sorted[0].Graph())
 	}
 	for _, n := range sorted {

@@ -542,6 +542,46 @@ func TestSubgraphByDevice(t *testing.T) {
 	}
 }
 
+// TestSubgraphByDeviceKeepsFloat32Reads: a variable of the task's CPU
+// read on its GPU by a node of a half-read collection crosses the device
+// cut as float32, with no Cast: the collections halve what crosses tasks,
+// and a model on a GPU computes with the values it would on the CPU.
+func TestSubgraphByDeviceKeepsFloat32Reads(t *testing.T) {
+	for _, key := range []string{Float16ReadsCollection, BFloat16ReadsCollection} {
+		s := graph.NewScope()
+		cpu, gpu := "/job:w/task:0/cpu:0", "/job:w/task:0/gpu:0"
+		x := ops.Placeholder(s.WithDevice(gpu), "x", tensor.Float32, tensor.MakeShape(2))
+		w := ops.NewVariable(s.WithDevice(cpu), "w", tensor.Float32, []int{2}, ops.ZerosInit())
+		y := ops.Mul(s.WithDevice(gpu), x, w.Value())
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		s.Graph().AddToCollection(key, y.Node)
+		sub, err := graph.NewSubgraph(s.Graph(), graph.Signature{Feeds: []graph.Output{x}, Fetches: []graph.Output{y}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devices := map[*graph.Node]string{}
+		for _, n := range sub.AllNodes() {
+			devices[n] = n.Device()
+		}
+		parts, err := SubgraphByDevice(sub, devices)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dev, g := range parts {
+			for _, n := range g.Nodes() {
+				if n.Op() == "Cast" {
+					t.Errorf("%s: %s casts %s across the device cut:\n%s", key, dev, n.Name(), Format(parts))
+				}
+			}
+		}
+		if n := parts[gpu].Node("_recv/w_0/from/job_w/task_0/cpu_0"); n == nil || n.AttrDType("dtype") != tensor.Float32 {
+			t.Errorf("%s: the GPU receives w as %v, want float32:\n%s", key, n, Format(parts))
+		}
+	}
+}
+
 // TestSubgraphByDeviceCheckpointRefs: a checkpoint op on a task's GPU
 // takes a variable of the same task's CPU by ref as a copy of the
 // Variable node in the GPU's partition, still on the CPU (the runner
@@ -567,7 +607,7 @@ func TestSubgraphByDeviceCheckpointRefs(t *testing.T) {
 		for _, n := range sub.AllNodes() {
 			devices[n] = n.Device()
 		}
-		return partition(sub.AllNodes(), sub, devices, keyOf)
+		return partition(sub.AllNodes(), sub, devices, keyOf, true)
 	}
 	parts, err := cut(save, DeviceOf)
 	if err != nil {
