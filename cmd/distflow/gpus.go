@@ -16,6 +16,7 @@ import (
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/device"
 	_ "github.com/distflow/distflow/device/sim" // --gpu-platform sim
+	"github.com/distflow/distflow/kernel/linalg"
 )
 
 // gpuFlags choose the accelerators a training task computes on.
@@ -56,6 +57,14 @@ func (g *gpuFlags) check(fl *pflag.FlagSet) []error {
 	}
 	if fl.Changed("gpu-memory-fraction") && !(g.memFraction > 0 && g.memFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--gpu-memory-fraction %v: must be in (0, 1]", g.memFraction))
+	}
+	if g.gpus > 0 && linalg.CurrentPrecision() != linalg.Float32 {
+		// --precision rounds the CPU kernels' products (AVX512_BF16); a
+		// GPU's run in float32, so that the model would compute in one
+		// arithmetic on the GPU and another in the ops left on the CPU
+		// (and all of it in bf16 on the simulator, which runs the CPU's).
+		errs = append(errs, fmt.Errorf("--precision %s --gpus %d: --precision sets the CPU's matrix products; a GPU computes them in float32: drop one of the two",
+			linalg.CurrentPrecision(), g.gpus))
 	}
 	if g.gpus == 0 {
 		for _, name := range []string{"gpu-platform", "logical-gpus", "first-gpu", "gpu-memory-fraction"} {
@@ -99,11 +108,22 @@ func (g gpuFlags) open() ([]device.Device, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--gpus %d: %w", g.gpus, err)
 	}
-	return devs, func() {
+	closeAll := func() {
 		for _, d := range devs {
 			d.Close()
 		}
-	}, nil
+	}
+	// A share that rounds to no memory would fail the first allocation of
+	// the first step, as out of memory, far from the flag that caused it.
+	if in := devs[0].Info(); in.LimitBytes < device.Alignment {
+		closeAll()
+		if fraction == 0 {
+			fraction = 0.9 // the platforms' default
+		}
+		return nil, nil, fmt.Errorf("--gpu-memory-fraction %g: leaves %s no memory (%s of the card's %s, split among %d logical GPU(s)): raise it",
+			fraction, in.Name, device.FormatBytes(in.LimitBytes), device.FormatBytes(in.TotalBytes), g.logical)
+	}
+	return devs, closeAll, nil
 }
 
 // forLocalTask is g for task self of a local cluster: its training tasks

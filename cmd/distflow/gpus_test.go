@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/distflow/distflow/kernel/linalg"
 )
 
 // The device path through the binary, on the simulated accelerator: the
@@ -204,6 +206,9 @@ func TestGPUFlagsRefused(t *testing.T) {
 		{[]string{"--gpus", "-1"}, []string{"--gpus -1"}},
 		{[]string{"--gpus", "1", "--first-gpu", "2", "--gpu-platform", "sim"}, []string{"--first-gpu 2 --gpus 1", "2 sim GPU(s)", "the last is 1"}},
 		{[]string{"--first-gpu", "1"}, []string{"--first-gpu goes with --gpus"}},
+		// A share of no memory at all is refused as the devices open,
+		// not as out of memory at the first step.
+		{[]string{"--gpus", "1", "--gpu-platform", "sim", "--gpu-memory-fraction", "1e-9"}, []string{"--gpu-memory-fraction 1e-09", "GPU:0 no memory", "1.0 GiB"}},
 	} {
 		_, stderr, err := run(t, append([]string{"train", "--model", "mlp", "--data", "embedded", "--steps", "1", "--quiet"}, c.args...)...)
 		if err == nil {
@@ -214,6 +219,23 @@ func TestGPUFlagsRefused(t *testing.T) {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("%v: the error does not say %q:\n%s", c.args, w, stderr)
 			}
+		}
+	}
+}
+
+// TestBF16PrecisionOnGPUsRefused: --precision rounds the CPU's matrix
+// products to bf16, which a GPU's kernels do not: with --gpus it is
+// refused at once, not run in float32 on a GPU and bf16 on the simulator.
+func TestBF16PrecisionOnGPUsRefused(t *testing.T) {
+	if missing := linalg.BF16Missing(); missing != "" {
+		t.Skipf("no bf16 products here: %s", missing)
+	}
+	for _, extra := range [][]string{nil, {"--local-cluster", "ps=1,worker=1"}} {
+		args := append([]string{"train", "--model", "mlp", "--data", "embedded", "--steps", "1", "--quiet",
+			"--precision", "bf16", "--gpus", "1", "--gpu-platform", "sim"}, extra...)
+		_, stderr, err := run(t, args...)
+		if err == nil || !strings.Contains(stderr, "--precision bf16 --gpus 1") {
+			t.Errorf("%v: %v\n%s", args, err, stderr)
 		}
 	}
 }
