@@ -83,26 +83,13 @@ func (g gpuFlags) open() ([]device.Device, func(), error) {
 	if g.gpus == 0 {
 		return nil, func() {}, nil
 	}
-	if g.platform == "cuda" && !cudaBuilt {
-		return nil, nil, fmt.Errorf("--gpus %d: this distflow was built without CUDA (-tags nocuda, the static build of the CPU image): use a default build, or the GPU image", g.gpus)
-	}
-	p, err := device.Lookup(g.platform)
+	p, cards, err := g.probe()
 	if err != nil {
-		return nil, nil, fmt.Errorf("--gpu-platform: %w", err)
+		return nil, nil, err
 	}
-	cards, err := p.Probe()
+	first, fraction, err := g.place(cards)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--gpus %d: %w", g.gpus, err)
-	}
-	have := cards * g.logical
-	if g.gpus > have {
-		return nil, nil, fmt.Errorf("--gpus %d: this machine has %d %s card(s)%s (CUDA_VISIBLE_DEVICES=%q): use --gpus %d, or --logical-gpus to split a card",
-			g.gpus, cards, g.platform, logicalNote(g.logical, have), os.Getenv("CUDA_VISIBLE_DEVICES"), have)
-	}
-	first, fraction := g.spread(have)
-	if first+g.gpus > have {
-		return nil, nil, fmt.Errorf("--first-gpu %d --gpus %d: this machine has %d %s GPU(s) (%d card(s)%s, CUDA_VISIBLE_DEVICES=%q): the last is %d",
-			first, g.gpus, have, g.platform, cards, logicalNote(g.logical, have), os.Getenv("CUDA_VISIBLE_DEVICES"), have-1)
+		return nil, nil, err
 	}
 	devs, err := p.Open(device.Options{Count: g.gpus, Logical: g.logical, First: first, MemoryFraction: fraction})
 	if err != nil {
@@ -124,6 +111,61 @@ func (g gpuFlags) open() ([]device.Device, func(), error) {
 			fraction, in.Name, device.FormatBytes(in.LimitBytes), device.FormatBytes(in.TotalBytes), g.logical)
 	}
 	return devs, closeAll, nil
+}
+
+// probe finds the platform and counts its cards, refusing a machine
+// without them.
+func (g gpuFlags) probe() (device.Platform, int, error) {
+	if g.platform == "cuda" && !cudaBuilt {
+		return nil, 0, fmt.Errorf("--gpus %d: this distflow was built without CUDA (-tags nocuda, the static build of the CPU image): use a default build, or the GPU image", g.gpus)
+	}
+	p, err := device.Lookup(g.platform)
+	if err != nil {
+		return nil, 0, fmt.Errorf("--gpu-platform: %w", err)
+	}
+	cards, err := p.Probe()
+	if err != nil {
+		return nil, 0, fmt.Errorf("--gpus %d: %w", g.gpus, err)
+	}
+	return p, cards, nil
+}
+
+// place returns the first GPU and the memory fraction of the task on a
+// machine of cards cards, or why its GPUs are not there.
+func (g gpuFlags) place(cards int) (first int, fraction float64, err error) {
+	have := cards * g.logical
+	if g.gpus > have {
+		return 0, 0, fmt.Errorf("--gpus %d: this machine has %d %s card(s)%s (CUDA_VISIBLE_DEVICES=%q): use --gpus %d, or --logical-gpus to split a card",
+			g.gpus, cards, g.platform, logicalNote(g.logical, have), os.Getenv("CUDA_VISIBLE_DEVICES"), have)
+	}
+	first, fraction = g.spread(have)
+	if first+g.gpus > have {
+		return 0, 0, fmt.Errorf("--first-gpu %d --gpus %d: this machine has %d %s GPU(s) (%d card(s)%s, CUDA_VISIBLE_DEVICES=%q): the last is %d",
+			first, g.gpus, have, g.platform, cards, logicalNote(g.logical, have), os.Getenv("CUDA_VISIBLE_DEVICES"), have-1)
+	}
+	return first, fraction, nil
+}
+
+// checkLocalCluster refuses, in the launcher of a local cluster of
+// trainers training tasks, the GPUs that its tasks would not find as they
+// start: before any process starts, rather than as a task that fails (and
+// is restarted) with the same error.
+func (g gpuFlags) checkLocalCluster(trainers int) error {
+	if g.gpus == 0 {
+		return nil
+	}
+	_, cards, err := g.probe()
+	if err != nil {
+		return err
+	}
+	for i := range trainers {
+		task := g
+		task.tasks, task.ordinal = trainers, i
+		if _, _, err := task.place(cards); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // forLocalTask is g for task self of a local cluster: its training tasks

@@ -223,6 +223,30 @@ func TestGPUFlagsRefused(t *testing.T) {
 	}
 }
 
+// TestLocalClusterGPUsRefusedBeforeStart: GPUs a local cluster's tasks
+// would not find are refused by the launcher, naming the flag, before
+// any task starts (not as a worker that fails, is restarted and fails).
+func TestLocalClusterGPUsRefusedBeforeStart(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gpus", "3"}, "--gpus 3: this machine has 2 sim card(s)"},
+		{[]string{"--gpus", "1", "--first-gpu", "5"}, "--first-gpu 5 --gpus 1"},
+		{[]string{"--gpus", "1", "--gpu-platform", "tpu"}, `"tpu"`},
+	} {
+		args := append([]string{"train", "--model", "mlp", "--data", "embedded", "--steps", "1",
+			"--local-cluster", "ps=1,worker=2", "--gpu-platform", "sim"}, c.args...)
+		_, stderr, err := run(t, args...)
+		if err == nil || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: %v, want an error saying %q:\n%s", c.args, err, c.want, stderr)
+		}
+		if strings.Contains(stderr, "local cluster:") {
+			t.Errorf("%v: tasks were started:\n%s", c.args, stderr)
+		}
+	}
+}
+
 // TestBF16PrecisionOnGPUsRefused: --precision rounds the CPU's matrix
 // products to bf16, which a GPU's kernels do not: with --gpus it is
 // refused at once, not run in float32 on a GPU and bf16 on the simulator.

@@ -628,6 +628,9 @@ func runLocalCluster(ctx context.Context, f trainFlags, fl *pflag.FlagSet, stdou
 	if jobs.Evaluator > 0 && f.ckptDir == "" && f.logdir == "" {
 		return fmt.Errorf("--local-cluster %s: the evaluator evaluates the chief's checkpoints: give --checkpoint-dir (or --logdir), and --save-checkpoint-steps or --save-checkpoint-secs for checkpoints before the last", f.localCluster)
 	}
+	if err := f.gpu.checkLocalCluster(jobs.Chief + jobs.Worker); err != nil {
+		return err
+	}
 	args := []string{"train"}
 	fl.Visit(func(fv *pflag.Flag) {
 		switch fv.Name {
