@@ -409,6 +409,12 @@ func (d *Dashboard) readMetricsLocked(now time.Time, t *taskState, fams map[stri
 	s.Devices = deviceMemory(fams)
 }
 
+// DevicesFromMetrics is the accelerators of a task and their memory, from
+// its parsed metrics (ParseMetrics): nil for a task without any.
+func DevicesFromMetrics(fams map[string]*dto.MetricFamily) []DeviceMemory {
+	return deviceMemory(fams)
+}
+
 // deviceMemory reads distflow_device_memory_bytes{device,platform,kind}
 // (see package metrics), one DeviceMemory per device label, in device
 // order; nil when the task exports none, as a task without accelerators

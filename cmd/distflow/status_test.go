@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +133,58 @@ func TestStatusErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStatusShowsDeviceMemory: a task's accelerators are listed with the
+// memory of their allocators, read from its metrics, in the text and in
+// the JSON (whose other fields stay those of the status).
+func TestStatusShowsDeviceMemory(t *testing.T) {
+	const exposition = `# TYPE distflow_device_memory_bytes gauge
+distflow_device_memory_bytes{device="GPU:0",job="worker",kind="in_use",platform="sim",task="0"} 1048576
+distflow_device_memory_bytes{device="GPU:0",job="worker",kind="limit",platform="sim",task="0"} 4.83183616e+08
+distflow_device_memory_bytes{device="GPU:0",job="worker",kind="peak",platform="sim",task="0"} 2097152
+`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, exposition)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	st := &pb.GetStatusResponse{Task: "/job:worker/task:0", Devices: []string{"/job:worker/task:0/cpu:0", "/job:worker/task:0/gpu:0"}, MetricsAddress: addr}
+	r := taskReport{GetStatusResponse: st}
+	r.DeviceMemory, r.deviceErr = deviceMemory(context.Background(), addr, 5*time.Second)
+	if r.deviceErr != nil {
+		t.Fatal(r.deviceErr)
+	}
+	var out bytes.Buffer
+	printStatus(&out, r)
+	if want := "GPU:0 (sim): 1.0 MiB in use, peak 2.0 MiB, limit 460.8 MiB"; !strings.Contains(out.String(), want) {
+		t.Errorf("status does not say %q:\n%s", want, out.String())
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Task    string `json:"task"`
+		Devices []struct {
+			Name  string `json:"name"`
+			Limit int64  `json:"limit_bytes"`
+		} `json:"device_memory"`
+	}
+	if err := json.Unmarshal(b, &back); err != nil || back.Task != st.Task || len(back.Devices) != 1 || back.Devices[0].Limit != 483183616 {
+		t.Errorf("JSON %s: %+v, %v", b, back, err)
+	}
+	// A task whose metrics do not answer is shown, saying so.
+	r = taskReport{GetStatusResponse: st}
+	r.DeviceMemory, r.deviceErr = deviceMemory(context.Background(), "127.0.0.1:1", time.Second)
+	out.Reset()
+	printStatus(&out, r)
+	if !strings.Contains(out.String(), "device memory: no answer") {
+		t.Errorf("an unreachable metrics endpoint is not reported:\n%s", out.String())
 	}
 }
