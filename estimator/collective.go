@@ -368,12 +368,7 @@ func buildRank(r *replica, in *openInput, claims bool, build collectiveBuild) (*
 	if err := train.ScheduleOverRun(spec.Optimizer, r.stop.steps(in.first[0].Shape()[0], len(r.reps)*len(devices))); err != nil {
 		return nil, err
 	}
-	loss := losses[0]
-	if len(losses) > 1 {
-		ls := s.SubScope("mean_tower_loss")
-		loss = ops.Mul(ls, ops.AddN(ls, losses...), ops.Scalar(ls, loss.DType(), 1/float64(len(losses))))
-	}
-	if g.st, err = build(s, spec.Optimizer, loss, ops.TrainableVariables(s.Graph()), g.gs); err != nil {
+	if g.st, err = build(s, spec.Optimizer, meanLoss(s, losses), ops.TrainableVariables(s.Graph()), g.gs); err != nil {
 		return nil, fmt.Errorf("estimator: building the update: %w", err)
 	}
 	g.summaries = r.modelSummaries(s, ops.TrainableVariables(s.Graph()))

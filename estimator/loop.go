@@ -100,6 +100,7 @@ type loop struct {
 	towers    []*tower
 	ins       []*openInput
 	trainOp   *graph.Node
+	loss      graph.Output // the towers' mean
 	coord     coordinator
 	perStep   int
 	summaries graph.Output
@@ -169,7 +170,7 @@ func (l *loop) steps(ctx context.Context, prog *progress) (loopStats, error) {
 		"global_steps", target, "batch", l.batch, "compression", cfg.Compression.String(), "pull_compression", cfg.PullCompression.String())
 	targets := []*graph.Node{l.trainOp}
 	feeds := map[graph.Output]*tensor.Tensor{}
-	loss := []graph.Output{l.towers[0].spec.Loss}
+	loss := []graph.Output{l.loss}
 	rejoins := 0 // in a row, since the last step that succeeded
 	for {
 		if err := l.feedBatches(feeds); err != nil {

@@ -52,7 +52,7 @@ func trainOnPS(ctx context.Context, r *replica, plan psPlan) (*Result, error) {
 		return nil, err
 	}
 	l := &loop{
-		r: r, ms: p.ms, towers: p.towers, ins: p.ins, trainOp: p.trainOp, coord: plan.coordinator, claims: p.claims,
+		r: r, ms: p.ms, towers: p.towers, ins: p.ins, trainOp: p.trainOp, loss: p.loss, coord: plan.coordinator, claims: p.claims,
 		perStep: r.batchesPerStep(), summaries: p.summaries, globalStep: p.globalStep.Value(), stop: p.stop,
 	}
 	st, err := l.run(ctx)
@@ -84,6 +84,9 @@ type psRun struct {
 	trainable  []*ops.Variable
 	globalStep *ops.Variable
 	trainOp    *graph.Node
+	// loss is the step's: the towers' mean, which the progress reports
+	// and the NaN guard watches.
+	loss graph.Output
 
 	// done holds one completion flag per replica, on the ps tasks: the
 	// chief stops the cluster once every replica still alive has finished.
@@ -247,14 +250,15 @@ func (p *psRun) buildUpdate() error {
 	if plan.build != nil {
 		plan.build(s)
 	}
+	losses := make([]graph.Output, len(p.towers))
+	for i, t := range p.towers {
+		losses[i] = t.spec.Loss
+	}
+	p.loss = meanLoss(s, losses)
 	var err error
 	if len(p.towers) == 1 {
-		p.trainOp, err = train.Minimize(s, opt, p.towers[0].spec.Loss, p.globalStep)
+		p.trainOp, err = train.Minimize(s, opt, p.loss, p.globalStep)
 	} else {
-		losses := make([]graph.Output, len(p.towers))
-		for i, t := range p.towers {
-			losses[i] = t.spec.Loss
-		}
 		p.trainOp, err = averagedUpdate(s, opt, losses, p.trainable, p.globalStep)
 	}
 	if err != nil {
@@ -376,7 +380,7 @@ func (p *psRun) monitoredConfig(ctx context.Context) train.MonitoredConfig {
 	mcfg := train.MonitoredConfig{
 		Session: p.sess, IsChief: r.chief(), InitOp: p.initOp, AfterRestore: p.initDone, Saver: p.saver,
 		Ready: p.ready, Variables: p.numVars, ReadyTimeout: cfg.WaitTimeout, GlobalStep: p.globalStep, Logger: log,
-		Hooks: []train.Hook{train.NanGuardHook{Loss: p.towers[0].spec.Loss}},
+		Hooks: []train.Hook{train.NanGuardHook{Loss: p.loss}},
 	}
 	if p.saver != nil {
 		h := r.observeCheckpoints(&train.CheckpointHook{Saver: p.saver, Schedule: &checkpoint.Schedule{

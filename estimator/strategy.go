@@ -667,6 +667,16 @@ func (c *stalenessCoordinator) done(ctx context.Context, sess *session.Session) 
 	return c.bound.Done(ctx, sess)
 }
 
+// meanLoss is the mean of the towers' losses (the only one's, itself),
+// on the scope's device: the loss of a step over every tower's batch.
+func meanLoss(s *graph.Scope, losses []graph.Output) graph.Output {
+	if len(losses) == 1 {
+		return losses[0]
+	}
+	ls := s.SubScope("mean_tower_loss")
+	return ops.Mul(ls, ops.AddN(ls, losses...), ops.Scalar(ls, losses[0].DType(), 1/float64(len(losses))))
+}
+
 // averagedUpdate computes each tower's gradients on its device and applies
 // their mean once (in-graph replication). Gradients are matched to their
 // variables by name: a variable that no tower's loss reaches has none, as

@@ -60,6 +60,17 @@ func TestTrainOnSimulatedGPU(t *testing.T) {
 	if acc := towers["test_accuracy"].(float64); acc < cpu["test_accuracy"].(float64)-0.01 {
 		t.Errorf("two towers: test accuracy %.4f, the CPU's %.4f", acc, cpu["test_accuracy"])
 	}
+	// Two towers of 50 are a step over a batch of 100: the same training
+	// as the CPU's, and the same loss reported (the towers' mean, not the
+	// first's), to float32 rounding.
+	stdout, stderr, err = run(t, append(base, "--gpus", "2", "--gpu-platform", "sim", "--batch", "50")...)
+	if err != nil {
+		t.Fatalf("two towers of 50: %v\n%s", err, stderr)
+	}
+	halves := lastJSON(t, stdout)
+	if l, c := halves["loss"].(float64), cpu["loss"].(float64); math.Abs(l-c) > 1e-5*c || halves["test_accuracy"] != cpu["test_accuracy"] {
+		t.Errorf("two towers of 50: loss %v, accuracy %v; the CPU's at batch 100: %v, %v", l, halves["test_accuracy"], c, cpu["test_accuracy"])
+	}
 }
 
 // TestLocalClusterOnSimulatedGPUs: 1 ps on the CPU and 2 workers on GPUs,
