@@ -158,7 +158,8 @@ distflow_stale_gradients_dropped_total{job="x",task="0"} %g
 		text += "# TYPE distflow_device_memory_bytes gauge\n"
 		for _, d := range slices.Backward(t.devices) {
 			for kind, v := range map[string]int64{"in_use": d.InUse, "peak": d.Peak, "limit": d.Limit} {
-				text += fmt.Sprintf("distflow_device_memory_bytes{job=\"x\",task=\"0\",device=%q,platform=%q,kind=%q} %d\n", d.Name, d.Platform, kind, v)
+				text += fmt.Sprintf("distflow_device_memory_bytes{job=\"x\",task=\"0\",device=%q,platform=%q,card=\"%d\",logical_gpu=\"%d\",kind=%q} %d\n",
+					d.Name, d.Platform, d.Card, d.Logical, kind, v)
 			}
 		}
 	}

@@ -85,9 +85,10 @@ func TestPage64(t *testing.T) {
 var (
 	fakeGPUs = []DeviceMemory{
 		{Name: "GPU:0", Platform: "sim", InUse: mib(12.3), Peak: mib(40.1), Limit: mib(921.6)},
-		{Name: "GPU:1", Platform: "sim", Limit: mib(921.6)},
+		{Name: "GPU:1", Platform: "sim", Card: 0, Logical: 3, Limit: mib(921.6)},
 	}
-	fakeGPUText = "GPU:0 (sim) 12.3 MiB in use, peak 40.1 MiB of 921.6 MiB\nGPU:1 (sim) 0 B in use, peak 0 B of 921.6 MiB"
+	fakeGPUText = "GPU:0 (sim, card 0, logical GPU 0) 12.3 MiB in use, peak 40.1 MiB of 921.6 MiB\n" +
+		"GPU:1 (sim, card 0, logical GPU 3) 0 B in use, peak 0 B of 921.6 MiB"
 )
 
 func mib(v float64) int64 { return int64(v*(1<<20) + 0.5) }

@@ -172,9 +172,14 @@ type TaskStatus struct {
 type DeviceMemory struct {
 	Name     string `json:"name"`     // the task's local name: "GPU:0"
 	Platform string `json:"platform"` // "cuda" or "sim"
-	InUse    int64  `json:"in_use_bytes"`
-	Peak     int64  `json:"peak_bytes"`
-	Limit    int64  `json:"limit_bytes"` // what the allocator may hold
+	// Card is the card it lives on, Logical its ordinal among the
+	// machine's (logical) GPUs: tasks sharing a machine each name their
+	// first "GPU:0".
+	Card    int   `json:"card"`
+	Logical int   `json:"logical_gpu"`
+	InUse   int64 `json:"in_use_bytes"`
+	Peak    int64 `json:"peak_bytes"`
+	Limit   int64 `json:"limit_bytes"` // what the allocator may hold
 }
 
 // taskState is what the dashboard knows of a task; guarded by the
@@ -415,7 +420,7 @@ func DevicesFromMetrics(fams map[string]*dto.MetricFamily) []DeviceMemory {
 	return deviceMemory(fams)
 }
 
-// deviceMemory reads distflow_device_memory_bytes{device,platform,kind}
+// deviceMemory reads distflow_device_memory_bytes{device,platform,card,logical_gpu,kind}
 // (see package metrics), one DeviceMemory per device label, in device
 // order; nil when the task exports none, as a task without accelerators
 // does.
@@ -428,12 +433,17 @@ func deviceMemory(fams map[string]*dto.MetricFamily) []DeviceMemory {
 	at := map[string]int{} // index in out by device name
 	for _, m := range f.GetMetric() {
 		var name, platform, kind string
+		var card, logical int
 		for _, l := range m.GetLabel() {
 			switch l.GetName() {
 			case "device":
 				name = l.GetValue()
 			case "platform":
 				platform = l.GetValue()
+			case "card":
+				card, _ = strconv.Atoi(l.GetValue())
+			case "logical_gpu":
+				logical, _ = strconv.Atoi(l.GetValue())
 			case "kind":
 				kind = l.GetValue()
 			}
@@ -445,7 +455,7 @@ func deviceMemory(fams map[string]*dto.MetricFamily) []DeviceMemory {
 		if !ok {
 			i = len(out)
 			at[name] = i
-			out = append(out, DeviceMemory{Name: name, Platform: platform})
+			out = append(out, DeviceMemory{Name: name, Platform: platform, Card: card, Logical: logical})
 		}
 		v := int64(m.GetGauge().GetValue() + m.GetUntyped().GetValue())
 		switch kind {

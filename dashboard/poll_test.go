@@ -75,8 +75,8 @@ func TestPollDevices(t *testing.T) {
 	const MiB = 1 << 20
 	gpus := []DeviceMemory{
 		{Name: "GPU:0", Platform: "sim", InUse: 12 * MiB, Peak: 40 * MiB, Limit: 900 * MiB},
-		{Name: "GPU:2", Platform: "sim", InUse: 1, Peak: 2, Limit: 900 * MiB},
-		{Name: "GPU:10", Platform: "sim", InUse: 0, Peak: 0, Limit: 900 * MiB},
+		{Name: "GPU:2", Platform: "sim", Card: 1, Logical: 5, InUse: 1, Peak: 2, Limit: 900 * MiB},
+		{Name: "GPU:10", Platform: "sim", Card: 3, Logical: 13, InUse: 0, Peak: 0, Limit: 900 * MiB},
 	}
 	worker := spec["worker"][0]
 	fc.mu.Lock()
@@ -145,7 +145,7 @@ func TestDeviceMemoryFromATask(t *testing.T) {
 	m.AddDevices(devs)
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
-	want := []DeviceMemory{{Name: "GPU:0", Platform: "sim"}, {Name: "GPU:1", Platform: "sim", InUse: 3 << 20, Peak: 3 << 20}}
+	want := []DeviceMemory{{Name: "GPU:0", Platform: "sim"}, {Name: "GPU:1", Platform: "sim", Card: 1, Logical: 1, InUse: 3 << 20, Peak: 3 << 20}}
 	for i := range want {
 		want[i].Limit = devs[i].Info().LimitBytes
 	}

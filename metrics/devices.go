@@ -8,8 +8,11 @@ import (
 	"github.com/distflow/distflow/device"
 )
 
-// DeviceMemoryBytes is a gauge{device,platform,kind} of each accelerator's
-// allocator: kind "in_use", "peak" or "limit", read when scraped.
+// DeviceMemoryBytes is a gauge{device,platform,card,logical_gpu,kind} of
+// each accelerator's allocator: kind "in_use", "peak" or "limit", read
+// when scraped. card is the card it lives on and logical_gpu its ordinal
+// among the machine's (logical) GPUs, which tell apart the tasks that all
+// call their first GPU "GPU:0".
 const DeviceMemoryBytes = "distflow_device_memory_bytes"
 
 // deviceCollector reads the allocators of a task's accelerators at each
@@ -26,12 +29,13 @@ func (c *deviceCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, d := range c.devs {
-		st, platform := d.Allocator().Stats(), d.Info().Platform
+		st, in := d.Allocator().Stats(), d.Info()
+		card, logical := itoa(in.Physical), itoa(in.Logical)
 		for _, kv := range []struct {
 			kind string
 			v    int64
 		}{{"in_use", st.InUse}, {"peak", st.Peak}, {"limit", st.Limit}} {
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(kv.v), name, platform, kv.kind)
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(kv.v), name, in.Platform, card, logical, kv.kind)
 		}
 	}
 }
@@ -45,7 +49,7 @@ func (t *Task) AddDevices(devs []device.Device) {
 	t.devOnce.Do(func() {
 		t.devices = &deviceCollector{devs: map[string]device.Device{},
 			desc: prometheus.NewDesc(DeviceMemoryBytes, "Memory of each accelerator's caching allocator, by kind: in use, peak, and the limit it may hold.",
-				[]string{"device", "platform", "kind"}, prometheus.Labels{"job": t.job, "task": itoa(t.index)})}
+				[]string{"device", "platform", "card", "logical_gpu", "kind"}, prometheus.Labels{"job": t.job, "task": itoa(t.index)})}
 		t.reg.MustRegister(t.devices)
 	})
 	t.devices.mu.Lock()

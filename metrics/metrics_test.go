@@ -28,7 +28,9 @@ func TestNamesGolden(t *testing.T) {
 	m.SetEval("accuracy", 0.9)
 	m.RPC("127.0.0.1:1", "RunGraph").Observe(time.Millisecond, 10, 20)
 	m.TensorChannel("127.0.0.1:1").Received(100)
-	gpus, err := sim.New(sim.Config{Cards: 1}).Open(device.Options{Count: 1})
+	// The second logical GPU of the card: its labels tell it from another
+	// task's GPU:0.
+	gpus, err := sim.New(sim.Config{Cards: 1}).Open(device.Options{Count: 1, Logical: 2, First: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +75,13 @@ func TestNamesGolden(t *testing.T) {
 		for _, s := range mem.GetMetric() {
 			if s.GetGauge().GetValue() < float64(buf.Size) {
 				t.Errorf("%s %v: less than the %d bytes allocated", metrics.DeviceMemoryBytes, s, buf.Size)
+			}
+			labels := map[string]string{}
+			for _, l := range s.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["device"] != "GPU:0" || labels["card"] != "0" || labels["logical_gpu"] != "1" {
+				t.Errorf("%s %v: want device GPU:0, card 0, logical_gpu 1", metrics.DeviceMemoryBytes, labels)
 			}
 		}
 	}

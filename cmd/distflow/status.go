@@ -160,7 +160,7 @@ func printStatus(w io.Writer, r taskReport) {
 		fmt.Fprintf(w, "  metrics: http://%s/metrics\n", a)
 	}
 	for _, d := range r.DeviceMemory {
-		fmt.Fprintf(w, "  %s (%s): %s in use, peak %s, limit %s\n", d.Name, d.Platform,
+		fmt.Fprintf(w, "  %s (%s, card %d, logical GPU %d): %s in use, peak %s, limit %s\n", d.Name, d.Platform, d.Card, d.Logical,
 			device.FormatBytes(d.InUse), device.FormatBytes(d.Peak), device.FormatBytes(d.Limit))
 	}
 	if r.deviceErr != nil {

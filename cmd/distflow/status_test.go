@@ -141,9 +141,9 @@ func TestStatusErrors(t *testing.T) {
 // the JSON (whose other fields stay those of the status).
 func TestStatusShowsDeviceMemory(t *testing.T) {
 	const exposition = `# TYPE distflow_device_memory_bytes gauge
-distflow_device_memory_bytes{device="GPU:0",job="worker",kind="in_use",platform="sim",task="0"} 1048576
-distflow_device_memory_bytes{device="GPU:0",job="worker",kind="limit",platform="sim",task="0"} 4.83183616e+08
-distflow_device_memory_bytes{device="GPU:0",job="worker",kind="peak",platform="sim",task="0"} 2097152
+distflow_device_memory_bytes{card="0",device="GPU:0",job="worker",kind="in_use",logical_gpu="1",platform="sim",task="0"} 1048576
+distflow_device_memory_bytes{card="0",device="GPU:0",job="worker",kind="limit",logical_gpu="1",platform="sim",task="0"} 4.83183616e+08
+distflow_device_memory_bytes{card="0",device="GPU:0",job="worker",kind="peak",logical_gpu="1",platform="sim",task="0"} 2097152
 `
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {
@@ -162,7 +162,7 @@ distflow_device_memory_bytes{device="GPU:0",job="worker",kind="peak",platform="s
 	}
 	var out bytes.Buffer
 	printStatus(&out, r)
-	if want := "GPU:0 (sim): 1.0 MiB in use, peak 2.0 MiB, limit 460.8 MiB"; !strings.Contains(out.String(), want) {
+	if want := "GPU:0 (sim, card 0, logical GPU 1): 1.0 MiB in use, peak 2.0 MiB, limit 460.8 MiB"; !strings.Contains(out.String(), want) {
 		t.Errorf("status does not say %q:\n%s", want, out.String())
 	}
 	b, err := json.Marshal(r)

@@ -101,7 +101,7 @@
   // A task's devices: "CPU" without accelerators, unknown until its
   // metrics have been read.
   function devText(d) {
-    return d.name + " (" + d.platform + ") " + fmt.mem(d.in_use_bytes) + " in use, peak " + fmt.mem(d.peak_bytes) +
+    return d.name + " (" + d.platform + ", card " + d.card + ", logical GPU " + d.logical_gpu + ") " + fmt.mem(d.in_use_bytes) + " in use, peak " + fmt.mem(d.peak_bytes) +
       (d.limit_bytes > 0 ? " of " + fmt.mem(d.limit_bytes) : "");
   }
   function devsKnown(t) { return (t.devices && t.devices.length) || t.metrics_url; }
