@@ -41,6 +41,8 @@ func TestBadFlagsFailBeforeAnythingStarts(t *testing.T) {
 		{[]string{"--sync"}, "strategy sync coordinates the workers of a cluster"},
 		{[]string{"--strategy", "allreduce"}, "strategy allreduce coordinates the workers of a cluster"},
 		{[]string{"--strategy", "ring"}, `--strategy: estimator: unknown strategy "ring"`},
+		{[]string{"--compression", "fp16"}, "--compression fp16: one process sends nothing between tasks"},
+		{[]string{"--pull-compression", "bf16"}, "--pull-compression bf16: one process sends nothing between tasks"},
 		{append([]string{"--strategy", "sync", "--allreduce"}, cluster...), "say the strategy twice"},
 		{[]string{"--local-cluster", "ps=1,worker=2", "--strategy", "averaging:2"}, "drop the ps tasks"},
 		{[]string{"--local-cluster", "ps=1,worker=x"}, "--local-cluster"},

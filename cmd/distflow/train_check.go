@@ -173,6 +173,11 @@ func (f *trainFlags) checkCluster(strategy estimator.Strategy, errs *badFlags) {
 		if err := strategy.Validate(nil); err != nil {
 			errs.add(fmt.Errorf("--strategy %s: %w: add --local-cluster (e.g. worker=2) or the cluster flags", strategy, err))
 		}
+		// Nor does it move gradients or parameters between tasks, which
+		// the compressions would make smaller.
+		for _, c := range []struct{ flag, value string }{{"compression", f.compression}, {"pull-compression", f.pullCompress}} {
+			errs.bad(c.value != "" && c.value != "none", "--%s %s: one process sends nothing between tasks to compress: drop it, or add --local-cluster (e.g. ps=1,worker=2) or the cluster flags", c.flag, c.value)
+		}
 	}
 }
 
