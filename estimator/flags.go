@@ -8,6 +8,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+
+	"github.com/distflow/distflow/cluster"
+	"github.com/distflow/distflow/localcluster"
 )
 
 // Flags are the command-line flags of a training program, as `distflow
@@ -28,6 +32,11 @@ type Flags struct {
 	ModelDir     string // --model-dir: checkpoints and event files
 	Export       string // --export: where the chief exports the model
 	Seed         int64  // --seed
+	// GPUs are the accelerators each training task computes on: --gpus,
+	// --gpu-platform, --logical-gpus, --first-gpu, --gpu-memory-fraction.
+	// The program imports the platforms it offers: device/cuda for
+	// "cuda", device/sim for "sim".
+	GPUs GPUs
 	// Strategies are the program's own strategies, chosen by name with
 	// --strategy beside those of ParseStrategy.
 	Strategies map[string]Strategy
@@ -44,6 +53,19 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.ModelDir, "model-dir", f.ModelDir, "checkpoints and event files (the chief resumes from the latest checkpoint)")
 	fs.StringVar(&f.Export, "export", f.Export, "export the trained model as a new numbered version under this directory")
 	fs.Int64Var(&f.Seed, "seed", f.Seed, "seed of initial weights and shuffling")
+	g := &f.GPUs
+	if g.Platform == "" {
+		g.Platform = "cuda"
+	}
+	fs.IntVar(&g.Count, "gpus", g.Count, "compute on this many GPUs of each worker (0: the CPU); with 2 or more, one tower per GPU, their gradients averaged; CUDA_VISIBLE_DEVICES chooses the cards")
+	fs.StringVar(&g.Platform, "gpu-platform", g.Platform, "the GPUs' platform: cuda, or sim (a simulated accelerator)")
+	fs.IntVar(&g.Logical, "logical-gpus", max(g.Logical, 1), "split each card into this many logical GPUs, each with its share of the memory")
+	fs.Func("first-gpu", "the first of the machine's (logical) GPUs this task computes on (default 0; each training task of --local-cluster its own)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		g.First, g.FirstSet = n, true
+		return err
+	})
+	fs.Float64Var(&g.MemoryFraction, "gpu-memory-fraction", g.MemoryFraction, "share of each card's memory this process may use, in (0, 1] (default 0.9, shared by the training tasks of --local-cluster that share a GPU)")
 }
 
 // TrainAndEvaluate does what the flags ask. With --local-cluster it starts
@@ -59,7 +81,15 @@ func (f *Flags) TrainAndEvaluate(ctx context.Context, fn ModelFn, train, eval In
 			return nil, err
 		}
 	}
+	if err := f.GPUs.Check(); err != nil {
+		return nil, err
+	}
 	if f.LocalCluster != "" {
+		if j, err := localcluster.Parse(f.LocalCluster, localcluster.AnyPS()); err == nil {
+			if err := f.GPUs.CheckLocalCluster(j.Chief + j.Worker); err != nil {
+				return nil, err
+			}
+		}
 		return nil, launchLocalCluster(ctx, f.LocalCluster, strategy, "local-cluster", f.ModelDir != "")
 	}
 	cfg, err := FromEnvironment(strategy)
@@ -67,6 +97,17 @@ func (f *Flags) TrainAndEvaluate(ctx context.Context, fn ModelFn, train, eval In
 		return nil, err
 	}
 	cfg.ModelDir, cfg.Seed = f.ModelDir, f.Seed
+	switch job := cfg.Task.Job; {
+	case job == cluster.EvaluatorJob:
+		cfg.Towers = f.GPUs.Count // the trainers'
+	case job != "ps":
+		devs, closeDevs, err := f.GPUs.Open(cfg.Cluster, cfg.Task)
+		if err != nil {
+			return nil, err
+		}
+		defer closeDevs()
+		cfg.Devices = devs
+	}
 	est, err := New(fn, cfg)
 	if err != nil {
 		return nil, err

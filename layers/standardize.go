@@ -23,6 +23,9 @@ type Normalization struct {
 // NormalizationOf returns the Normalization of the examples x (float32
 // [examples, features]): each feature's mean and (biased) variance.
 func NormalizationOf(x *tensor.Tensor) (Normalization, error) {
+	if x == nil {
+		return Normalization{}, fmt.Errorf("layers: NormalizationOf: no examples (a nil tensor)")
+	}
 	if x.DType() != tensor.Float32 || len(x.Shape()) != 2 || x.Shape()[0] == 0 {
 		return Normalization{}, fmt.Errorf("layers: NormalizationOf: examples %v%v; want float32 [examples, features], at least one example", x.DType(), x.Shape())
 	}

@@ -39,6 +39,9 @@ func TestNormalization(t *testing.T) {
 	if err := s.Err(); err == nil || !strings.Contains(err.Error(), "1 means and 1 variances") {
 		t.Errorf("statistics of 1 feature for 2: err %v", err)
 	}
+	if _, err := layers.NormalizationOf(nil); err == nil { // a file that could not be read
+		t.Error("NormalizationOf(nil): no error")
+	}
 	if _, err := layers.NormalizationOf(tensor.New(tensor.Float32, 0, 3)); err == nil {
 		t.Error("the statistics of no example")
 	}

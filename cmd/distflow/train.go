@@ -412,18 +412,14 @@ func (f trainFlags) runConfig(fl *pflag.FlagSet, spec *cluster.Spec, self cluste
 	}
 	closeDevs := func() {}
 	if self.Job != "ps" && self.Job != cluster.EvaluatorJob {
-		g := f.gpu
-		if localcluster.IsTask() && spec != nil {
-			g = g.forLocalTask(spec, self)
-		}
-		devs, closeOpened, err := g.open()
+		devs, closeOpened, err := f.gpu.open(spec, self)
 		if err != nil {
 			return cfg, nil, err
 		}
 		cfg.Devices, closeDevs = devs, closeOpened
 		logDevices(cfg.Logger, devs)
 	} else if self.Job == cluster.EvaluatorJob {
-		cfg.Towers = f.gpu.gpus // the trainers' towers, for the last step of --epochs
+		cfg.Towers = f.gpu.Count // the trainers' towers, for the last step of --epochs
 	}
 	var err error
 	if cfg.Compression, err = estimator.ParseCompression(f.compression); err != nil {
