@@ -231,23 +231,39 @@ extern "C" __global__ void max_pool_f32(const float* x, float* y, Pool p) {
   }
 }
 
+// PoolCover is input element i of a pooling: its image n and channel c,
+// and the output rows oh0..oh1 and columns ow0..ow1 whose windows hold
+// it, which the gradients gather from.
+struct PoolCover {
+  i64 n, c, oh0, oh1, ow0, ow1;
+};
+
+__device__ __forceinline__ PoolCover pool_cover(const Pool& p, i64 i) {
+  PoolCover w;
+  w.c = i % p.c;
+  i64 t = i / p.c;
+  i64 iw = t % p.w;
+  t /= p.w;
+  i64 ih = t % p.h;
+  w.n = t / p.h;
+  i64 sh0 = ih + p.pt - p.kh + 1, sw0 = iw + p.pl - p.kw + 1;
+  w.oh0 = sh0 <= 0 ? 0 : (sh0 + p.sh - 1) / p.sh;
+  w.ow0 = sw0 <= 0 ? 0 : (sw0 + p.sw - 1) / p.sw;
+  w.oh1 = imin((ih + p.pt) / p.sh, p.oh - 1);
+  w.ow1 = imin((iw + p.pl) / p.sw, p.ow - 1);
+  return w;
+}
+
 // MaxPoolGrad: one thread per input element, summing, in the CPU's order
 // (output rows, then columns), the gradients of the windows whose first
 // maximum it is. No atomics: the result is deterministic.
 extern "C" __global__ void max_pool_grad_f32(const float* x, const float* dy, float* dx, Pool p) {
   GRID_LOOP(i, p.n * p.h * p.w * p.c) {
-    i64 c = i % p.c, t = i / p.c;
-    i64 iw = t % p.w;
-    t /= p.w;
-    i64 ih = t % p.h, n = t / p.h;
-    i64 sh0 = ih + p.pt - p.kh + 1, sw0 = iw + p.pl - p.kw + 1;
-    i64 oh0 = sh0 <= 0 ? 0 : (sh0 + p.sh - 1) / p.sh;
-    i64 ow0 = sw0 <= 0 ? 0 : (sw0 + p.sw - 1) / p.sw;
-    i64 oh1 = imin((ih + p.pt) / p.sh, p.oh - 1);
-    i64 ow1 = imin((iw + p.pl) / p.sw, p.ow - 1);
+    const PoolCover w = pool_cover(p, i);
+    const i64 n = w.n, c = w.c;
     float acc = 0.0f;
-    for (i64 oh = oh0; oh <= oh1; ++oh) {
-      for (i64 ow = ow0; ow <= ow1; ++ow) {
+    for (i64 oh = w.oh0; oh <= w.oh1; ++oh) {
+      for (i64 ow = w.ow0; ow <= w.ow1; ++ow) {
         if (window_max(x, p, n, oh, ow, c) == i) acc += dy[((n * p.oh + oh) * p.ow + ow) * p.c + c];
       }
     }
@@ -281,20 +297,13 @@ extern "C" __global__ void avg_pool_f32(const float* x, float* y, Pool p) {
 // the reciprocal of the window's size.
 extern "C" __global__ void avg_pool_grad_f32(const float* dy, float* dx, Pool p) {
   GRID_LOOP(i, p.n * p.h * p.w * p.c) {
-    i64 c = i % p.c, t = i / p.c;
-    i64 iw = t % p.w;
-    t /= p.w;
-    i64 ih = t % p.h, n = t / p.h;
-    i64 sh0 = ih + p.pt - p.kh + 1, sw0 = iw + p.pl - p.kw + 1;
-    i64 oh0 = sh0 <= 0 ? 0 : (sh0 + p.sh - 1) / p.sh;
-    i64 ow0 = sw0 <= 0 ? 0 : (sw0 + p.sw - 1) / p.sw;
-    i64 oh1 = imin((ih + p.pt) / p.sh, p.oh - 1);
-    i64 ow1 = imin((iw + p.pl) / p.sw, p.ow - 1);
+    const PoolCover w = pool_cover(p, i);
+    const i64 n = w.n, c = w.c;
     float acc = 0.0f;
-    for (i64 oh = oh0; oh <= oh1; ++oh) {
+    for (i64 oh = w.oh0; oh <= w.oh1; ++oh) {
       i64 h0 = oh * p.sh - p.pt;
       i64 hn = imin(h0 + p.kh, p.h) - imax(h0, 0);
-      for (i64 ow = ow0; ow <= ow1; ++ow) {
+      for (i64 ow = w.ow0; ow <= w.ow1; ++ow) {
         i64 w0 = ow * p.sw - p.pl;
         i64 wn = imin(w0 + p.kw, p.w) - imax(w0, 0);
         acc += dy[((n * p.oh + oh) * p.ow + ow) * p.c + c] * (1.0f / (float)(hn * wn));
