@@ -10,12 +10,8 @@ import (
 
 	"github.com/distflow/distflow/cluster"
 	"github.com/distflow/distflow/estimator"
-	"github.com/distflow/distflow/estimator/strategytest"
-	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/kernel"
-	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/rpc"
-	"github.com/distflow/distflow/tensor"
 	"github.com/distflow/distflow/train"
 	"github.com/distflow/distflow/worker"
 )
@@ -54,19 +50,10 @@ func TestPermanentIsTheTasksOwnFailure(t *testing.T) {
 // that Permanent recognises, so that its launcher stops the run rather
 // than restarting it, or going on without it, for ever.
 func TestAWorkersOwnStepFailureIsPermanent(t *testing.T) {
-	broken := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
-		spec, err := strategytest.LinearModel(s, f, labels, mode)
-		if err != nil || mode != estimator.Train {
-			return spec, err
-		}
-		bad := ops.Gather(s, ops.Const(s, tensor.MustFromSlice([]float32{0}, 1)), ops.Const(s, tensor.MustFromSlice([]int32{5}, 1)), 0)
-		spec.Loss = ops.Add(s, spec.Loss, ops.Sum(s, bad, nil, false))
-		return spec, nil
-	}
 	c := newElasticCluster(t, map[string]int{"ps": 1, "worker": 2}, estimator.RunConfig{
 		Strategy: estimator.Sync{}, StepTimeout: 20 * time.Second, WaitTimeout: 20 * time.Second})
 	odd := cluster.TaskID{Job: "worker", Index: 1}
-	c.models = map[cluster.TaskID]estimator.ModelFn{odd: broken}
+	c.models = map[cluster.TaskID]estimator.ModelFn{odd: outOfRangeModel}
 	for _, task := range []cluster.TaskID{{Job: "ps"}, {Job: "worker"}, odd} {
 		c.start(task, 50)
 	}

@@ -20,15 +20,6 @@ import (
 // parameter servers do, rather than re-form for ever, a step deadline
 // each time.
 func TestRingEndsOnAStepItCannotCompute(t *testing.T) {
-	broken := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
-		spec, err := strategytest.LinearModel(s, f, labels, mode)
-		if err != nil || mode != estimator.Train {
-			return spec, err
-		}
-		bad := ops.Gather(s, ops.Const(s, tensor.MustFromSlice([]float32{0}, 1)), ops.Const(s, tensor.MustFromSlice([]int32{5}, 1)), 0)
-		spec.Loss = ops.Add(s, spec.Loss, ops.Sum(s, bad, nil, false))
-		return spec, nil
-	}
 	for _, strategy := range []estimator.Strategy{estimator.AllReduce{}, estimator.Averaging{Every: 3}} {
 		t.Run(strategy.String(), func(t *testing.T) {
 			const stepTimeout = 20 * time.Second
@@ -39,7 +30,7 @@ func TestRingEndsOnAStepItCannotCompute(t *testing.T) {
 			start := time.Now()
 			for i := range 2 {
 				rank := cluster.TaskID{Job: "worker", Index: i}
-				c.models[rank] = broken
+				c.models[rank] = outOfRangeModel
 				c.start(rank, 100)
 			}
 			errs := c.wait()
@@ -56,4 +47,17 @@ func TestRingEndsOnAStepItCannotCompute(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outOfRangeModel is strategytest.LinearModel whose training step also
+// gathers index 5 of a vector of 1: a step that fails in the task's own
+// computation, as a label out of range does.
+func outOfRangeModel(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
+	spec, err := strategytest.LinearModel(s, f, labels, mode)
+	if err != nil || mode != estimator.Train {
+		return spec, err
+	}
+	bad := ops.Gather(s, ops.Const(s, tensor.MustFromSlice([]float32{0}, 1)), ops.Const(s, tensor.MustFromSlice([]int32{5}, 1)), 0)
+	spec.Loss = ops.Add(s, spec.Loss, ops.Sum(s, bad, nil, false))
+	return spec, nil
 }
