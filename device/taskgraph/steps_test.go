@@ -280,25 +280,8 @@ func TestRecurrentStepReplaysWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	init := ops.GlobalVariablesInitializer(root)
-	res := kernel.NewResources()
-	defer taskgraph.ReleaseVariables(res)
-	cfg := taskgraph.Config{Task: task, Devices: openSim(t, device.Options{Count: 1}), SoftPlacement: true, VariablesOnDevice: true}
+	e := initializedStep(t, root, m, op, taskgraph.Config{Task: task, Devices: openSim(t, device.Options{Count: 1}), SoftPlacement: true, VariablesOnDevice: true})
 	ctx := context.Background()
-	ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ie.Close()
-	if _, err := ie.Run(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	e, err := taskgraph.New(root.Graph(), graph.Signature{Feeds: []graph.Output{m.Input, m.Label},
-		Fetches: []graph.Output{m.Loss}, Targets: []*graph.Node{op}}, res, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
 	x, y := batch(rand.New(rand.NewPCG(1, 2)), 8)
 	var before runner.Transfers
 	for i := range 3 {

@@ -48,28 +48,8 @@ func trainStepTransfers(t *testing.T, devs []device.Device, model, optimizer str
 	if err != nil {
 		t.Fatal(err)
 	}
-	init := ops.GlobalVariablesInitializer(root)
-	if err := root.Err(); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	res := kernel.NewResources()
-	defer taskgraph.ReleaseVariables(res)
-	cfg := taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true, RandomOnDevice: true, VariablesOnDevice: onDevice}
-	ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ie.Close()
-	if _, err := ie.Run(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	e, err := taskgraph.New(root.Graph(), graph.Signature{Feeds: []graph.Output{m.Input, m.Label},
-		Fetches: []graph.Output{m.Loss}, Targets: []*graph.Node{op}}, res, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := initializedStep(t, root, m, op, taskgraph.Config{Task: task, Devices: devs, SoftPlacement: true, RandomOnDevice: true, VariablesOnDevice: onDevice})
 	var out stepTransfers
 	fell := map[string]bool{}
 	for name, dev := range e.Placement() {
@@ -132,4 +112,33 @@ func TestDeviceVariablesTransfers(t *testing.T) {
 		}
 	}
 	t.Logf("copies per replayed step, global step on /gpu:0:\n%s", strings.Join(table, "\n"))
+}
+
+// initializedStep initialises the variables of root's graph in new
+// resources and returns the executor of m's training step op (feeding its
+// input and label, fetching its loss): closed when the test ends, then
+// the variables it kept on a device released.
+func initializedStep(t *testing.T, root *graph.Scope, m *models.Model, op *graph.Node, cfg taskgraph.Config) *taskgraph.Executor {
+	t.Helper()
+	res := kernel.NewResources()
+	t.Cleanup(func() { taskgraph.ReleaseVariables(res) })
+	init := ops.GlobalVariablesInitializer(root)
+	if err := root.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ie, err := taskgraph.New(root.Graph(), graph.Signature{Targets: []*graph.Node{init}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ie.Close()
+	if _, err := ie.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	e, err := taskgraph.New(root.Graph(), graph.Signature{Feeds: []graph.Output{m.Input, m.Label},
+		Fetches: []graph.Output{m.Loss}, Targets: []*graph.Node{op}}, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
 }
