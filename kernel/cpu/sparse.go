@@ -378,14 +378,17 @@ func sparseUnique(c *kernel.Context) error {
 	if err != nil {
 		return err
 	}
-	pos := make(map[int64]int32, len(vals))
+	t, _ := uniqueTables.Get().(*uniqueTable)
+	if t == nil {
+		t = &uniqueTable{}
+	}
+	defer uniqueTables.Put(t)
+	t.reset(len(vals))
 	var uniq []int64
 	idx := c.Alloc(1, tensor.Int32, len(vals)).Int32s()
 	for i, v := range vals {
-		p, ok := pos[v]
-		if !ok {
-			p = int32(len(uniq))
-			pos[v] = p
+		p, fresh := t.find(v, int32(len(uniq)))
+		if fresh {
 			uniq = append(uniq, v)
 		}
 		idx[i] = p
@@ -400,6 +403,48 @@ func sparseUnique(c *kernel.Context) error {
 		}
 	}
 	return nil
+}
+
+// uniqueTable is a set of int64 keys, each with the position of its first
+// appearance, by open addressing with linear probing in a table of at
+// least twice the keys: Unique runs for every embedding lookup of every
+// step, and a map cost it most of its time. Tables are pooled.
+type uniqueTable struct {
+	keys []int64
+	pos  []int32 // one more than the key's position; 0: an empty slot
+	mask uint64
+}
+
+var uniqueTables sync.Pool
+
+// reset empties t for up to n keys.
+func (t *uniqueTable) reset(n int) {
+	size := 16
+	for size < 2*n {
+		size *= 2
+	}
+	if cap(t.pos) < size {
+		t.keys, t.pos = make([]int64, size), make([]int32, size)
+	} else {
+		t.keys, t.pos = t.keys[:size], t.pos[:size]
+		clear(t.pos)
+	}
+	t.mask = uint64(size - 1)
+}
+
+// find returns the position of key, and whether it was absent and now
+// has the position next.
+func (t *uniqueTable) find(key int64, next int32) (int32, bool) {
+	h := uint64(key) * 0x9e3779b97f4a7c15 // Fibonacci hashing: the high bits mix all of the key's
+	for i := (h ^ h>>29) & t.mask; ; i = (i + 1) & t.mask {
+		switch p := t.pos[i]; {
+		case p == 0:
+			t.keys[i], t.pos[i] = key, next+1
+			return next, true
+		case t.keys[i] == key:
+			return p - 1, false
+		}
+	}
 }
 
 // sparseRowBytes returns t's bytes and the byte length of one row.

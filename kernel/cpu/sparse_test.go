@@ -146,3 +146,97 @@ func sparseValues(t *testing.T, node *graph.Node, res *kernel.Resources, n int) 
 	}
 	return out
 }
+
+// uniqueNode is a Unique of the ids x.
+func uniqueNode(t testing.TB, x *tensor.Tensor) *graph.Node {
+	s := graph.NewScope()
+	n := s.AddNode("Unique", "", []graph.Output{stateConst(s, x)}, nil)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestUnique: the distinct ids in order of first appearance, and each
+// id's position among them, for ids of every magnitude and sign, as a
+// map finds them.
+func TestUnique(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 2, 17, 1000, 40000} {
+		ids := make([]int64, n)
+		for i := range ids {
+			switch i % 4 {
+			case 0:
+				ids[i] = int64(r.IntN(50)) // repeated often
+			case 1:
+				ids[i] = -int64(r.IntN(1000))
+			case 2:
+				ids[i] = int64(r.Uint64()) // anywhere in int64
+			default:
+				ids[i] = int64(r.IntN(1<<20)) << 32 // equal low bits
+			}
+		}
+		for _, x := range []*tensor.Tensor{tensor.MustFromSlice(ids, n), tensor.MustFromSlice(int32s(ids), n)} {
+			node := uniqueNode(t, x)
+			out, err := stateRunNode(node, stateKernel(t, node), kernel.NewResources())
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, pos := []int64{}, map[int64]int32{}
+			vals := ids
+			if x.DType() == tensor.Int32 {
+				vals = widen(int32s(ids))
+			}
+			var wantIdx []int32
+			for _, v := range vals {
+				p, ok := pos[v]
+				if !ok {
+					p = int32(len(want))
+					pos[v] = p
+					want = append(want, v)
+				}
+				wantIdx = append(wantIdx, p)
+			}
+			got := out[0].Int64s()
+			if x.DType() == tensor.Int32 {
+				got = widen(out[0].Int32s())
+			}
+			if !slices.Equal(got, want) || !slices.Equal(out[1].Int32s(), wantIdx) {
+				t.Fatalf("Unique of %d %v ids: %d distinct, want %d", n, x.DType(), len(got), len(want))
+			}
+		}
+	}
+}
+
+func int32s(v []int64) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+func widen(v []int32) []int64 {
+	out := make([]int64, len(v))
+	for i, x := range v {
+		out[i] = int64(x)
+	}
+	return out
+}
+
+// BenchmarkUnique: the ids of a widedeep step, 512 examples of 26
+// features, drawn with repeats.
+func BenchmarkUnique(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	ids := make([]int64, 512*26)
+	for i := range ids {
+		ids[i] = int64(i%26)*100 + int64(min(99, int(r.ExpFloat64()*10)))
+	}
+	node := uniqueNode(b, tensor.MustFromSlice(ids, len(ids)))
+	k, res := stateKernel(b, node), kernel.NewResources()
+	for b.Loop() {
+		if _, err := stateRunNode(node, k, res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
