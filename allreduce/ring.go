@@ -385,6 +385,9 @@ func (r *Ring) allReduce(ctx context.Context, op Op, data []float32, tp topology
 		return fmt.Errorf("%w: rank %d is a summation server: it takes part in no operation of its own", ErrInvalidConfig, r.rank)
 	}
 	if i := tensor.FirstNonFinite32(data); i >= 0 {
+		// The other members would wait for this rank's chunks until
+		// their deadline: they are told, as of a value a peer sent.
+		r.notify(ctx, op, tp.members, noticeNonFinite)
 		return fmt.Errorf("%w: rank %d: %v: this rank's own tensor holds %v at element %d (has the model diverged? lower the learning rate)", ErrNonFinite, r.rank, op, data[i], i)
 	}
 	opCtx, cancel := opContext(ctx)

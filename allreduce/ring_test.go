@@ -116,6 +116,39 @@ func TestNonFiniteValuesAreNamed(t *testing.T) {
 	}
 }
 
+// TestOwnNonFiniteFailsThePeersAtOnce: a rank whose own tensor holds a
+// NaN tells the other members, whose operation fails at once, naming it,
+// rather than at their deadline; those that had not started it fail as
+// they start it.
+func TestOwnNonFiniteFailsThePeersAtOnce(t *testing.T) {
+	rings, err := NewInProcess(3, InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	}()
+	const deadline = 20 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	errs := make(chan error, 1)
+	go func() { errs <- rings[0].AllReduce(ctx, "g", 7, []float32{1, 2, 3}) }()
+	if err := rings[1].AllReduce(ctx, "g", 7, []float32{1, float32(math.NaN()), 3}); !errors.Is(err, ErrNonFinite) {
+		t.Fatalf("the rank with the NaN: %v", err)
+	}
+	for i, err := range []error{<-errs, rings[2].AllReduce(ctx, "g", 7, []float32{1, 2, 3})} {
+		if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "rank 1") {
+			t.Errorf("member %d: %v; want ErrNonFinite naming rank 1", []int{0, 2}[i], err)
+		}
+	}
+	if d := time.Since(start); d > deadline/2 {
+		t.Errorf("the members failed after %v; want at once, not at their deadline %v", d, deadline)
+	}
+}
+
 // TestEarlyChunksAreBounded: a peer cannot make a rank keep chunks for
 // ever more operations that never start there: over its share, its
 // oldest are dropped, not another peer's, and an operation that would

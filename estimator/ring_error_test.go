@@ -1,6 +1,7 @@
 package estimator_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/distflow/distflow/graph"
 	"github.com/distflow/distflow/ops"
 	"github.com/distflow/distflow/tensor"
+	"github.com/distflow/distflow/train"
 )
 
 // TestRingEndsOnAStepItCannotCompute: a step that fails in a rank's own
@@ -60,4 +62,40 @@ func outOfRangeModel(s *graph.Scope, f estimator.Features, labels graph.Output, 
 	bad := ops.Gather(s, ops.Const(s, tensor.MustFromSlice([]float32{0}, 1)), ops.Const(s, tensor.MustFromSlice([]int32{5}, 1)), 0)
 	spec.Loss = ops.Add(s, spec.Loss, ops.Sum(s, bad, nil, false))
 	return spec, nil
+}
+
+// TestRingEndsOnANonFiniteLoss: ranks whose loss, and so gradients, are
+// NaN end training with ErrNaNLoss, as the ps strategies' NaN guard does,
+// rather than re-form the ring round gradients it refuses.
+func TestRingEndsOnANonFiniteLoss(t *testing.T) {
+	nanModel := func(s *graph.Scope, f estimator.Features, labels graph.Output, mode estimator.Mode) (*estimator.Spec, error) {
+		spec, err := strategytest.LinearModel(s, f, labels, mode)
+		if err != nil || mode != estimator.Train {
+			return spec, err
+		}
+		spec.Loss = ops.Mul(s, spec.Loss, ops.Sqrt(s, ops.Const(s, float32(-1))))
+		return spec, nil
+	}
+	const stepTimeout = 20 * time.Second
+	c := newElasticCluster(t, map[string]int{"worker": 2}, estimator.RunConfig{
+		Strategy: estimator.AllReduce{}, StepTimeout: stepTimeout, WaitTimeout: 30 * time.Second, LostAfter: time.Second,
+	})
+	c.models = map[cluster.TaskID]estimator.ModelFn{}
+	start := time.Now()
+	for i := range 2 {
+		rank := cluster.TaskID{Job: "worker", Index: i}
+		c.models[rank] = nanModel
+		c.start(rank, 100)
+	}
+	for task, err := range c.wait() {
+		if !errors.Is(err, train.ErrNaNLoss) {
+			t.Errorf("%s: %v; want ErrNaNLoss", task, err)
+		}
+	}
+	if d := time.Since(start); d > stepTimeout/2 {
+		t.Errorf("the ring took %v to end; want well within the step deadline %v", d, stepTimeout)
+	}
+	if t.Failed() {
+		t.Logf("%s", c.logs.String())
+	}
 }
