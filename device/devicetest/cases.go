@@ -154,6 +154,24 @@ func randFloats(r *rand.Rand, shape ...int) *tensor.Tensor {
 	return t
 }
 
+// randInts is a tensor of dtype dt of integers in [-hi, hi).
+func randInts(r *rand.Rand, dt tensor.DType, hi int, shape ...int) *tensor.Tensor {
+	t := tensor.New(dt, shape...)
+	for i := range t.NumElements() {
+		t.SetFloat64At(i, float64(r.IntN(2*hi)-hi))
+	}
+	return t
+}
+
+// randBools is a tensor of random bools.
+func randBools(r *rand.Rand, shape ...int) *tensor.Tensor {
+	t := tensor.New(tensor.Bool, shape...)
+	for i := range t.Bools() {
+		t.Bools()[i] = r.IntN(2) == 1
+	}
+	return t
+}
+
 func abs(v float32) float32 {
 	if v < 0 {
 		return -v
@@ -394,20 +412,8 @@ func idx64(r *rand.Rand, hi int64, shape ...int) *tensor.Tensor {
 func wideDeepCases() []Case {
 	r := rand.New(rand.NewPCG(13, 14))
 	f := func(shape ...int) *tensor.Tensor { return randFloats(r, shape...) }
-	ints := func(dt tensor.DType, hi int, shape ...int) *tensor.Tensor {
-		t := tensor.New(dt, shape...)
-		for i := range t.NumElements() {
-			t.SetFloat64At(i, float64(r.IntN(2*hi)-hi))
-		}
-		return t
-	}
-	bools := func(shape ...int) *tensor.Tensor {
-		t := tensor.New(tensor.Bool, shape...)
-		for i := range t.Bools() {
-			t.Bools()[i] = r.IntN(2) == 1
-		}
-		return t
-	}
+	ints := func(dt tensor.DType, hi int, shape ...int) *tensor.Tensor { return randInts(r, dt, hi, shape...) }
+	bools := func(shape ...int) *tensor.Tensor { return randBools(r, shape...) }
 	f64 := func(shape ...int) *tensor.Tensor {
 		t := tensor.New(tensor.Float64, shape...)
 		for i := range t.Float64s() {

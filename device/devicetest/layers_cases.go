@@ -35,20 +35,8 @@ func layersCases() []Case {
 		return t
 	}
 	vals := func(v ...float32) *tensor.Tensor { return tensor.MustFromSlice(v, len(v)) }
-	ints := func(dt tensor.DType, hi int, shape ...int) *tensor.Tensor {
-		t := tensor.New(dt, shape...)
-		for i := range t.NumElements() {
-			t.SetFloat64At(i, float64(r.IntN(2*hi)-hi))
-		}
-		return t
-	}
-	bools := func(shape ...int) *tensor.Tensor {
-		t := tensor.New(tensor.Bool, shape...)
-		for i := range t.Bools() {
-			t.Bools()[i] = r.IntN(2) == 1
-		}
-		return t
-	}
+	ints := func(dt tensor.DType, hi int, shape ...int) *tensor.Tensor { return randInts(r, dt, hi, shape...) }
+	bools := func(shape ...int) *tensor.Tensor { return randBools(r, shape...) }
 	// probs are rows of probabilities (dense labels): one-hot, or spread.
 	probs := func(oneHot bool, rows, cols int) *tensor.Tensor {
 		t := tensor.New(tensor.Float32, rows, cols)
